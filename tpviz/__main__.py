@@ -1,0 +1,5 @@
+import sys
+
+from tpviz.cli import main
+
+sys.exit(main())

@@ -1,0 +1,126 @@
+"""Command line: `python -m tpviz map|valid|verify ...`. User errors exit 2 with one line on stderr."""
+import argparse
+import sys
+from pathlib import Path
+
+from tpviz.errors import TpvizError
+from tpviz.rules import RULES
+from tpviz.shardmap import ShardMap, TensorMap
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):  # argparse's own usage errors: one line, exit 2
+        raise TpvizError(f"{self.prog}: {message}")
+
+
+def fmt_bytes(n: float) -> str:
+    """Human-readable bytes (GiB, MiB, KiB)."""
+    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if n >= scale:
+            return f"{n / scale:.2f} {unit}"
+    return f"{int(n)} B"
+
+
+def _ranges(t: TensorMap, tp: int) -> str:
+    def one(rank):
+        ps = t.rank_pieces(rank)
+        return f"r{rank}:" + ",".join(f"{p.start}-{p.stop - 1}" for p in ps)
+    if t.split_dim is None:
+        return "every rank: all"
+    ranks = list(range(tp)) if tp <= 4 else [0, 1, None, tp - 1]
+    return "  ".join("..." if r is None else one(r) for r in ranks)
+
+
+def summary(m: ShardMap) -> str:
+    """A compact per-tensor table and per-rank memory, as the `map` command prints it."""
+    spec = m.model
+    lines = [f"{spec['name']}  tp={m.tp_size}  rules={m.rules}  ({spec['num_hidden_layers']} layers, {spec['dtype']})"]
+    width = max(len(t.name) for t in m.tensors)
+    for t in m.tensors:
+        split = "-" if t.split_dim is None else f"dim{t.split_dim}"
+        shard = "" if t.shard_id is None else f"[{t.shard_id}]"
+        shape = "x".join(map(str, t.shape))
+        lines.append(f"{t.name:<{width}}  {shape:>13}  {split:<4}  {t.layer_class + shard:<30}  {_ranges(t, m.tp_size)}")
+    naive = m.total_weight_bytes / m.tp_size
+    for r in m.ranks:
+        lines.append(f"rank {r.rank}: weights {fmt_bytes(r.weight_bytes)} (naive total/tp {fmt_bytes(naive)}), "
+                     f"KV cache {fmt_bytes(r.kv_cache_bytes_per_token)}/token")
+    for note in spec.get("notes", []):
+        lines.append(f"note: {note}")
+    return "\n".join(lines)
+
+
+def valid_table(source, max_tp: int = 64) -> tuple[str, list[dict]]:
+    """Rows {tp, vllm, nano-vllm} giving None (valid) or the first failing rule, for tp 1..max_tp."""
+    from tpviz.plan import build_plan
+    from tpviz.sources import load_spec
+    from tpviz.tracer import first_problem
+    spec = load_spec(source)
+    plans = {rules: build_plan(spec, rules) for rules in RULES}
+    rows = [{"tp": tp, **{rules: first_problem(spec, tp, rules, plans[rules]) for rules in RULES}}
+            for tp in range(1, max_tp + 1)]
+    return spec.name, rows
+
+
+def cmd_map(args) -> int:
+    from tpviz import shard_map
+    m = shard_map(args.model, args.tp, args.rules)
+    print(summary(m))
+    if args.json:
+        Path(args.json).write_text(m.to_json(indent=1))
+        print(f"wrote {args.json}")
+    if args.png:
+        from tpviz.export import write_pngs
+        for path in write_pngs(m, args.png):
+            print(f"wrote {path}")
+    return 0
+
+
+def cmd_valid(args) -> int:
+    if not 1 <= args.max_tp <= 1024:
+        raise TpvizError(f"--max-tp={args.max_tp} must be between 1 and 1024")
+    name, rows = valid_table(args.model, args.max_tp)
+    print(f"{name}: valid tp sizes")
+    cells = [["valid" if row[r] is None else row[r] for r in RULES] for row in rows]
+    width = max(len(c[0]) for c in cells)
+    print(f"{'tp':>4}  {'vllm':<{width}}  nano-vllm")
+    for row, (vllm, nano) in zip(rows, cells):
+        print(f"{row['tp']:>4}  {vllm:<{width}}  {nano}")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="python -m tpviz", description="See and check tensor-parallel weight sharding.")
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    p = sub.add_parser("map", help="print where every tensor goes, optionally write JSON / PNG")
+    p.add_argument("model", help="preset or hub id (owner/name), or a local config.json / checkpoint folder")
+    p.add_argument("--tp", type=int, required=True, help="tensor-parallel size")
+    p.add_argument("--rules", choices=RULES, default="vllm")
+    p.add_argument("--json", metavar="PATH", help="write the shard map (schema tpviz.shardmap/1)")
+    p.add_argument("--png", metavar="DIR", help="write one PNG per figure into DIR")
+    p.set_defaults(func=cmd_map)
+    p = sub.add_parser("valid", help="which tp sizes work, under both rule sets")
+    p.add_argument("model")
+    p.add_argument("--max-tp", type=int, default=64)
+    p.set_defaults(func=cmd_valid)
+    sub.add_parser("verify", help="run a real TP forward pass and check it against one device (see verify -h)",
+                   add_help=False)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["verify"]:
+        from tpviz.verify import main as verify_main
+        return verify_main(argv[1:])
+    try:
+        args = build_parser().parse_args(argv)
+        return args.func(args)
+    except TpvizError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    except OSError as e:  # e.g. an unwritable --json path
+        print(f"error: {e.strerror or e}: {e.filename or ''}".rstrip(": "), file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130

@@ -1,0 +1,28 @@
+"""User-facing errors: every one is a ValueError with a single-line message."""
+
+
+class TpvizError(ValueError):
+    """Base of every error a user can cause; str(e) is one line naming the problem."""
+
+    def __init__(self, message: str):
+        super().__init__(" ".join(str(message).split()))
+
+
+class TPSizeError(TpvizError):
+    """A tp size the model cannot be split by under the chosen rules."""
+
+
+class ConfigError(TpvizError):
+    """A config that is malformed, incomplete or of an unsupported architecture."""
+
+
+class SourceError(TpvizError):
+    """A model source (path, upload, preset, hub id) that cannot be read."""
+
+
+class HubError(SourceError):
+    """The Hugging Face hub is offline, the repo is missing, or it is gated."""
+
+
+class WeightsError(SourceError):
+    """Checkpoint weights that are missing or do not match the config."""

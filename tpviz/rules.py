@@ -1,0 +1,47 @@
+"""The two rule sets: nano-vllm (everything must divide) and vLLM (replicate KV heads, pad the vocab)."""
+from tpviz.errors import TPSizeError, TpvizError
+
+RULES = ("vllm", "nano-vllm")
+VOCAB_PADDING = 64  # vLLM pads the vocabulary to a multiple of this before splitting it
+
+
+def check_rules(rules: str) -> str:
+    """Return rules if it names a known rule set, else raise."""
+    if rules not in RULES:
+        raise TpvizError(f"unknown rules {rules!r}; use one of: {', '.join(RULES)}")
+    return rules
+
+
+def check_tp(tp_size, tp_rank: int = 0) -> None:
+    """tp_size must be a positive int and tp_rank one of its ranks."""
+    if isinstance(tp_size, bool) or not isinstance(tp_size, int) or tp_size < 1:
+        raise TPSizeError(f"tp_size={tp_size!r} must be a positive integer")
+    if isinstance(tp_rank, bool) or not isinstance(tp_rank, int) or not 0 <= tp_rank < tp_size:
+        raise TPSizeError(f"tp_rank={tp_rank!r} must be in 0..{tp_size - 1} for tp_size={tp_size}")
+
+
+def divide(numerator: int, denominator: int, what: str = "size") -> int:
+    """numerator // denominator, raising a TPSizeError naming `what` when it does not divide."""
+    if numerator % denominator:
+        raise TPSizeError(f"{what}={numerator} is not divisible by tp_size={denominator}")
+    return numerator // denominator
+
+
+def kv_split(total_num_kv_heads: int, tp_size: int, rules: str = "vllm") -> tuple[int, int]:
+    """(KV heads per rank, ranks sharing each KV head). vLLM replicates when tp_size is a multiple."""
+    if total_num_kv_heads % tp_size == 0:
+        return total_num_kv_heads // tp_size, 1
+    head = f"num_key_value_heads={total_num_kv_heads} is not divisible by tp_size={tp_size}"
+    if check_rules(rules) == "nano-vllm":
+        hint = " (rules='vllm' would replicate them)" if tp_size % total_num_kv_heads == 0 else ""
+        raise TPSizeError(f"{head}; nano-vllm rules never replicate KV heads{hint}")
+    if tp_size % total_num_kv_heads:
+        raise TPSizeError(f"{head}, and tp_size is not a multiple of it")
+    return 1, tp_size // total_num_kv_heads
+
+
+def padded_vocab(vocab_size: int, rules: str = "vllm") -> int:
+    """Vocab rows each layer allocates in total: padded to 64 under vLLM rules, as-is under nano-vllm."""
+    if check_rules(rules) == "nano-vllm":
+        return vocab_size
+    return -(-vocab_size // VOCAB_PADDING) * VOCAB_PADDING

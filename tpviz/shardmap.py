@@ -1,0 +1,138 @@
+"""The shard-map data model: plain data that the plots, JSON, PNG, CLI and app all read."""
+import json
+from dataclasses import asdict, dataclass, field
+
+from tpviz.errors import SourceError
+
+SCHEMA = "tpviz.shardmap/1"
+FAMILIES = ("qkv", "o_proj", "gate_up", "down_proj", "experts", "embed", "lm_head", "replicated")
+
+
+@dataclass
+class Piece:
+    """Source rows (or columns) [start, stop) along split_dim land at param_start of rank's local parameter."""
+    rank: int
+    start: int
+    stop: int
+    param_start: int
+
+    @property
+    def size(self) -> int:
+        return self.stop - self.start
+
+
+@dataclass
+class TensorMap:
+    """Where one checkpoint tensor goes: name uses '*' for the layer (and expert) index."""
+    name: str
+    shape: list[int]
+    split_dim: int | None
+    param: str
+    layer_class: str
+    shard_id: str | int | None
+    family: str
+    pieces: list[Piece]
+    layers: list[int] | None = None
+    experts: list[int] | None = None
+    note: str = ""
+
+    def rank_pieces(self, rank: int) -> list[Piece]:
+        return [p for p in self.pieces if p.rank == rank]
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        for key in ("layers", "experts"):
+            if d[key] is None:
+                del d[key]
+        if not d["note"]:
+            del d["note"]
+        return d
+
+
+@dataclass
+class ParamMap:
+    """One local parameter (qkv_proj, gate_up_proj, ...) and its per-rank shapes."""
+    name: str
+    layer_class: str
+    family: str
+    split_dim: int | None
+    shape: list[int]  # full logical shape, as if tp_size were 1
+    local_shapes: list[list[int]]  # per rank
+    padding: list[int]  # per rank: rows along split_dim never loaded (vocab padding)
+    sources: list[str]
+    count: int  # copies in the model: layers x experts
+    layers: list[int] | None = None
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        if d["layers"] is None:
+            del d["layers"]
+        return d
+
+
+@dataclass
+class RankInfo:
+    rank: int
+    weight_bytes: int
+    weight_bytes_by_family: dict[str, int]
+    kv_cache_bytes_per_token: int
+    kv_heads: list[int] = field(default_factory=list)  # which global KV heads this rank holds
+
+
+@dataclass
+class ShardMap:
+    """Every checkpoint tensor of a model, where each rank's share of it lands, and per-rank totals."""
+    tp_size: int
+    rules: str
+    model: dict
+    tensors: list[TensorMap]
+    params: list[ParamMap]
+    ranks: list[RankInfo]
+    schema: str = SCHEMA
+
+    def tensor(self, name: str) -> TensorMap:
+        """The tensor with this checkpoint name ('*' for layer indices)."""
+        for t in self.tensors:
+            if t.name == name:
+                return t
+        raise KeyError(name)
+
+    def family(self, family: str) -> list[TensorMap]:
+        return [t for t in self.tensors if t.family == family]
+
+    @property
+    def total_weight_bytes(self) -> int:
+        """Bytes of the unsplit model, each tensor once."""
+        return sum(_numel(p.shape) * p.count for p in self.params) * self.model_dtype_bytes
+
+    @property
+    def model_dtype_bytes(self) -> int:
+        from tpviz.spec import DTYPE_BYTES
+        return DTYPE_BYTES.get(self.model.get("dtype"), 2)
+
+    def to_dict(self) -> dict:
+        return {"schema": self.schema, "tp_size": self.tp_size, "rules": self.rules, "model": self.model,
+                "tensors": [t.to_dict() for t in self.tensors], "params": [p.to_dict() for p in self.params],
+                "ranks": [asdict(r) for r in self.ranks]}
+
+    def to_json(self, indent: int | None = None) -> str:
+        return json.dumps(self.to_dict(), indent=indent)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "ShardMap":
+        """Rebuild from to_dict() output (e.g. a downloaded JSON)."""
+        if not isinstance(d, dict) or d.get("schema") != SCHEMA:
+            raise SourceError(f"not a tpviz shard map: expected schema {SCHEMA!r}")
+        try:
+            tensors = [TensorMap(**{**t, "pieces": [Piece(**p) for p in t["pieces"]]}) for t in d["tensors"]]
+            return cls(d["tp_size"], d["rules"], d["model"], tensors, [ParamMap(**p) for p in d["params"]],
+                       [RankInfo(**r) for r in d["ranks"]])
+        except (KeyError, TypeError) as e:
+            raise SourceError(f"shard map JSON is missing or has unexpected fields: {e}") from None
+
+
+def _numel(shape) -> int:
+    n = 1
+    for s in shape:
+        n *= s
+    return n

@@ -1,0 +1,106 @@
+"""Turn a model source into a ModelSpec: a preset or hub repo id, a local path, a dict, or uploaded bytes.
+
+Configs are parsed as JSON only; nothing from a source is ever executed.
+"""
+import json
+import os
+import re
+from functools import lru_cache
+from pathlib import Path
+
+from tpviz.errors import ConfigError, SourceError
+from tpviz.spec import ModelSpec, normalize
+
+MAX_CONFIG_BYTES = 1_000_000  # real config.json files are a few KB
+LOCAL_ROOT_ENV = "TPVIZ_LOCAL_ROOT"  # a folder confines local paths to it; "off" disables them
+REPO_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
+
+
+@lru_cache(maxsize=1)
+def presets() -> dict[str, dict]:
+    """Built-in configs keyed by Hugging Face repo id (work offline)."""
+    return json.loads((Path(__file__).parent / "presets.json").read_text())
+
+
+def parse_config(data: bytes | str, what: str = "config") -> dict:
+    """Parse config.json bytes, refusing oversize or non-JSON input with one line."""
+    if len(data) > MAX_CONFIG_BYTES:
+        raise SourceError(f"{what} is {len(data) / 1e6:.1f} MB; a config.json is a few KB (limit 1 MB)")
+    if isinstance(data, bytes):
+        try:
+            data = data.decode("utf-8-sig")
+        except UnicodeDecodeError:
+            raise ConfigError(f"{what} is not UTF-8 text; upload the model's config.json") from None
+    try:
+        cfg = json.loads(data)
+    except json.JSONDecodeError as e:
+        raise ConfigError(f"{what} is not valid JSON: {e.msg} at line {e.lineno} column {e.colno}") from None
+    if not isinstance(cfg, dict):
+        raise ConfigError(f"{what} must be a JSON object, got {type(cfg).__name__}")
+    return cfg
+
+
+def check_local_path(path: str | Path) -> Path:
+    """Resolve a local path, refusing it when TPVIZ_LOCAL_ROOT disables or confines local access."""
+    root = os.environ.get(LOCAL_ROOT_ENV, "").strip()
+    if root.lower() in ("off", "none", "0", "false"):
+        raise SourceError("local paths are disabled on this server; pick a preset, a hub id or upload a config.json")
+    resolved = Path(path).expanduser().resolve()
+    if root:
+        base = Path(root).expanduser().resolve()
+        if resolved != base and base not in resolved.parents:
+            raise SourceError(f"local paths are limited to {base} on this server; {path} is outside it")
+    return resolved
+
+
+def local_config(path: str | Path) -> tuple[dict, str]:
+    """Read config.json from a file or a checkpoint folder; returns (config, display name)."""
+    p = check_local_path(path)
+    if p.is_dir():
+        if not (p / "config.json").is_file():
+            raise SourceError(f"folder {path} has no config.json")
+        name, p = p.name, p / "config.json"
+    elif p.is_file():
+        name = p.parent.name if p.name == "config.json" else p.stem
+    else:
+        raise SourceError(f"no such file or folder: {path}")
+    if p.stat().st_size > MAX_CONFIG_BYTES:
+        raise SourceError(f"{path} is {p.stat().st_size / 1e6:.1f} MB; expected a config.json of a few KB")
+    return parse_config(p.read_bytes(), str(path)), name
+
+
+def find_preset(name: str) -> str | None:
+    """The preset key matching name exactly or case-insensitively, else None."""
+    table = presets()
+    if name in table:
+        return name
+    return next((k for k in table if k.lower() == name.lower()), None)
+
+
+def resolve_config(source: str | Path | dict | bytes) -> tuple[dict, str]:
+    """(config dict, display name) for any supported source."""
+    if isinstance(source, dict):
+        return source, str(source.get("_name_or_path") or "config")
+    if isinstance(source, (bytes, bytearray)):
+        return parse_config(bytes(source), "uploaded config"), "uploaded config"
+    if not isinstance(source, (str, Path)) or not str(source).strip():
+        raise SourceError(f"model source must be a preset, hub id, path, dict or bytes, got {source!r}")
+    text = str(source).strip()
+    if isinstance(source, str) and (key := find_preset(text)):
+        return presets()[key], key
+    if isinstance(source, Path) or text.startswith((".", "/", "~")) or Path(text).exists():
+        return local_config(text)
+    if REPO_ID.match(text):
+        from tpviz.hub import fetch_config
+        return fetch_config(text), text
+    sample = ", ".join(list(presets())[:4])
+    raise SourceError(f"unknown model {text!r}: not a preset, a local path or a hub repo id (owner/name); "
+                      f"presets include {sample}")
+
+
+def load_spec(source: str | Path | dict | bytes | ModelSpec, name: str | None = None) -> ModelSpec:
+    """The normalized spec of any model source; every failure is one ValueError line."""
+    if isinstance(source, ModelSpec):
+        return source
+    cfg, default_name = resolve_config(source)
+    return normalize(cfg, name or default_name)

@@ -1,0 +1,184 @@
+"""One normalized model spec from the many shapes real config.json files take."""
+from dataclasses import asdict, dataclass, field
+
+from tpviz.errors import ConfigError
+
+DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2, "float8_e4m3fn": 1, "float64": 8}
+# model_types with a known checkpoint layout; anything else with standard keys is read as Llama-like
+KNOWN_TYPES = {"llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe", "gemma", "gemma2",
+               "gemma3", "gemma3_text", "phi3", "gpt_oss", "deepseek_v3", "deepseek_v2", "chatglm"}
+TIED_BY_DEFAULT = {"gemma", "gemma2", "gemma3", "gemma3_text"}
+QKV_BIAS_ALWAYS = {"qwen2", "qwen2_moe"}
+QK_NORM = {"qwen3", "qwen3_moe", "gemma3", "gemma3_text"}
+
+
+@dataclass
+class ModelSpec:
+    """The numbers that decide a TP layout, under their Hugging Face names."""
+    name: str
+    model_type: str
+    hidden_size: int
+    num_attention_heads: int
+    num_key_value_heads: int
+    head_dim: int
+    intermediate_size: int
+    vocab_size: int
+    num_hidden_layers: int
+    tie_word_embeddings: bool = False
+    attention_bias: bool = False  # q/k/v bias
+    o_proj_bias: bool = False
+    qk_norm: bool = False
+    num_experts: int = 0
+    num_experts_per_tok: int = 0
+    moe_intermediate_size: int = 0
+    shared_expert_intermediate_size: int = 0
+    moe_layers: list[int] = field(default_factory=list)
+    q_lora_rank: int = 0  # MLA (DeepSeek); kv_lora_rank > 0 means MLA
+    kv_lora_rank: int = 0
+    qk_nope_head_dim: int = 0
+    qk_rope_head_dim: int = 0
+    v_head_dim: int = 0
+    dtype: str = "bfloat16"
+    rope_theta: float = 10000.0
+    rms_norm_eps: float = 1e-6
+    hidden_act: str = "silu"
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def is_moe(self) -> bool:
+        return self.num_experts > 0 and bool(self.moe_layers)
+
+    @property
+    def is_mla(self) -> bool:
+        return self.kv_lora_rank > 0
+
+    @property
+    def dense_layers(self) -> list[int]:
+        moe = set(self.moe_layers)
+        return [i for i in range(self.num_hidden_layers) if i not in moe]
+
+    @property
+    def dtype_bytes(self) -> int:
+        return DTYPE_BYTES.get(self.dtype, 2)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def _pick(cfg: dict, *keys, default=None):
+    for key in keys:
+        if cfg.get(key) is not None:
+            return cfg[key]
+    return default
+
+
+def _int(cfg: dict, *keys, default=None, minimum: int = 1) -> int:
+    value = _pick(cfg, *keys, default=default)
+    if value is None:
+        also = f" (also looked for {', '.join(keys[1:])})" if len(keys) > 1 else ""
+        raise ConfigError(f"config is missing {keys[0]}{also}")
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise ConfigError(f"{keys[0]}={value!r} must be an integer >= {minimum}")
+    return value
+
+
+def _float(cfg: dict, key: str, default: float) -> float:
+    value = cfg.get(key, default)
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ConfigError(f"{key}={value!r} must be a number")
+    return float(value)
+
+
+def _bool(cfg: dict, key: str, default: bool) -> bool:
+    value = cfg.get(key, default)
+    if value is None:
+        return default
+    if not isinstance(value, bool):
+        raise ConfigError(f"{key}={value!r} must be true or false")
+    return value
+
+
+def _moe_layers(cfg: dict, num_layers: int, num_experts: int) -> list[int]:
+    """Which layers carry experts: DeepSeek's first_k_dense_replace, Qwen-MoE's sparse step and mlp_only_layers."""
+    if not num_experts:
+        return []
+    first_dense = _int(cfg, "first_k_dense_replace", default=0, minimum=0)
+    freq = _int(cfg, "moe_layer_freq", default=1)
+    step = _int(cfg, "decoder_sparse_step", default=1)
+    only_dense = cfg.get("mlp_only_layers") or []
+    if not isinstance(only_dense, list) or not all(isinstance(i, int) and not isinstance(i, bool) for i in only_dense):
+        raise ConfigError(f"mlp_only_layers={only_dense!r} must be a list of layer indices")
+    return [i for i in range(first_dense, num_layers)
+            if i % freq == 0 and (i + 1) % step == 0 and i not in only_dense]
+
+
+def normalize(cfg: dict, name: str = "model") -> ModelSpec:
+    """Read a Hugging Face config dict (parsed JSON) into a ModelSpec, or raise one clear ConfigError."""
+    if not isinstance(cfg, dict):
+        raise ConfigError(f"config must be a JSON object, got {type(cfg).__name__}")
+    outer = cfg
+    if isinstance(cfg.get("text_config"), dict):  # multimodal wrappers (Gemma-3, Llama-4, Mistral-3)
+        cfg = {**{k: v for k, v in outer.items() if k in ("torch_dtype", "dtype")}, **cfg["text_config"]}
+    if "block_configs" in cfg:
+        raise ConfigError("config has per-layer block_configs (heterogeneous layers); tpviz maps uniform decoders only")
+    model_type = str(_pick(cfg, "model_type", default=outer.get("model_type", "unknown")))
+    notes = []
+    if model_type not in KNOWN_TYPES:
+        notes.append(f"model_type {model_type!r} is not one tpviz knows; mapped as a Llama-like decoder "
+                     "(q/k/v/o, gate/up/down, Llama checkpoint names)")
+    hidden = _int(cfg, "hidden_size", "n_embd", "d_model", "model_dim")
+    heads = _int(cfg, "num_attention_heads", "n_head", "num_heads", "n_heads")
+    if cfg.get("multi_query") is True or (cfg.get("multi_query_attention") is False and model_type == "chatglm"):
+        kv_heads = 1 if cfg.get("multi_query") is True else heads
+    else:
+        kv_heads = _int(cfg, "num_key_value_heads", "num_kv_heads", "multi_query_group_num", "n_head_kv", default=heads)
+    if kv_heads > heads or heads % kv_heads:
+        raise ConfigError(f"num_attention_heads={heads} is not a multiple of num_key_value_heads={kv_heads}")
+    head_dim = _pick(cfg, "head_dim", "kv_channels")
+    if head_dim is None:
+        if hidden % heads:
+            raise ConfigError(f"hidden_size={hidden} is not divisible by num_attention_heads={heads} and no head_dim is given")
+        head_dim = hidden // heads
+    head_dim = _int({"head_dim": head_dim}, "head_dim")
+    experts = _int(cfg, "num_local_experts", "num_experts", "n_routed_experts", "moe_num_experts", default=0, minimum=0)
+    inter = _pick(cfg, "intermediate_size", "ffn_hidden_size", "n_inner")
+    moe_inter = _pick(cfg, "moe_intermediate_size", default=inter if experts else 0)
+    num_layers = _int(cfg, "num_hidden_layers", "n_layer", "num_layers")
+    spec = ModelSpec(
+        name=name, model_type=model_type, hidden_size=hidden, num_attention_heads=heads,
+        num_key_value_heads=kv_heads, head_dim=head_dim,
+        intermediate_size=_int({"intermediate_size": inter}, "intermediate_size") if inter is not None or not experts
+        else 0,
+        vocab_size=_int(cfg, "vocab_size", "padded_vocab_size", "n_vocab"),
+        num_hidden_layers=num_layers,
+        tie_word_embeddings=_bool(cfg, "tie_word_embeddings", model_type in TIED_BY_DEFAULT),
+        attention_bias=model_type in QKV_BIAS_ALWAYS or _bool(cfg, "attention_bias", False)
+        or _bool(cfg, "add_qkv_bias", False) or model_type == "gpt_oss",
+        o_proj_bias=(model_type not in QKV_BIAS_ALWAYS and _bool(cfg, "attention_bias", False)) or model_type == "gpt_oss",
+        qk_norm=model_type in QK_NORM,
+        num_experts=experts,
+        num_experts_per_tok=_int(cfg, "num_experts_per_tok", "experts_per_token", "moe_topk", default=0, minimum=0),
+        moe_intermediate_size=_int({"moe_intermediate_size": moe_inter}, "moe_intermediate_size", minimum=0),
+        shared_expert_intermediate_size=_int(cfg, "shared_expert_intermediate_size", default=0, minimum=0)
+        or _int(cfg, "n_shared_experts", default=0, minimum=0) * (moe_inter or 0),
+        moe_layers=_moe_layers(cfg, num_layers, experts),
+        q_lora_rank=_int(cfg, "q_lora_rank", default=0, minimum=0),
+        kv_lora_rank=_int(cfg, "kv_lora_rank", default=0, minimum=0),
+        qk_nope_head_dim=_int(cfg, "qk_nope_head_dim", default=0, minimum=0),
+        qk_rope_head_dim=_int(cfg, "qk_rope_head_dim", default=0, minimum=0),
+        v_head_dim=_int(cfg, "v_head_dim", default=0, minimum=0),
+        dtype=str(_pick(cfg, "torch_dtype", "dtype", default=outer.get("torch_dtype", "bfloat16"))).replace("torch.", ""),
+        rope_theta=_float(cfg, "rope_theta", 10000.0),
+        rms_norm_eps=_float(cfg, "rms_norm_eps", _float(cfg, "layer_norm_epsilon", 1e-6)),
+        hidden_act=str(_pick(cfg, "hidden_act", "hidden_activation", default="silu")),
+        notes=notes,
+    )
+    if spec.is_mla and not (spec.qk_nope_head_dim and spec.qk_rope_head_dim and spec.v_head_dim):
+        raise ConfigError("config has kv_lora_rank (MLA) but lacks qk_nope_head_dim, qk_rope_head_dim or v_head_dim")
+    if spec.dense_layers and not spec.intermediate_size:
+        raise ConfigError("config is missing intermediate_size, needed by its dense MLP layers")
+    if spec.dtype not in DTYPE_BYTES:
+        spec.notes.append(f"dtype {spec.dtype!r} is unknown; sized as 2 bytes per weight")
+    return spec

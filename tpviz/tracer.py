@@ -1,0 +1,137 @@
+"""Build each rank's layers and run their real weight_loaders on index-tagged tensors.
+
+Every entry of a tagged tensor holds its own global row (or column) index; parameters start as NaN.
+After loading, each non-NaN entry says which source index landed there, so the layout is read off
+the loaders themselves, never computed by a separate formula.
+"""
+import torch
+
+from tpviz.errors import TPSizeError
+from tpviz.plan import DT, PROBE, ParamPlan, build_plan
+from tpviz.rules import check_rules, check_tp
+from tpviz.shardmap import FAMILIES, ParamMap, Piece, RankInfo, ShardMap, TensorMap, _numel
+from tpviz.spec import ModelSpec
+
+_GENERIC = ("output_size=", "input_size=", "output_sizes[")
+
+
+def build_rank(plan: ParamPlan, tp_size: int, tp_rank: int) -> tuple:
+    """Build one rank's module for a plan; generic divisibility errors are renamed to the config key."""
+    try:
+        return plan.build(tp_size, tp_rank)
+    except TPSizeError as e:
+        if plan.quantity and str(e).startswith(_GENERIC):
+            key, value = plan.quantity
+            raise TPSizeError(f"{key}={value} is not divisible by tp_size={tp_size}") from None
+        raise
+
+
+def _check_order(plan: ParamPlan) -> int:
+    return FAMILIES.index(plan.family) if plan.family in FAMILIES else len(FAMILIES)
+
+
+def first_problem(spec: ModelSpec, tp_size: int, rules: str = "vllm", plans: list[ParamPlan] | None = None) -> str | None:
+    """None if every layer of the model can be built at this tp size, else the first failing rule."""
+    check_rules(rules)
+    try:
+        check_tp(tp_size)
+        for plan in sorted(plans or build_plan(spec, rules), key=_check_order):
+            build_rank(plan, tp_size, 0)
+    except TPSizeError as e:
+        return str(e)
+    return None
+
+
+def tagged(shape: tuple, dim: int) -> torch.Tensor:
+    """A probe-size tensor whose entries equal their index along dim; other dims have PROBE entries."""
+    view = [1] * len(shape)
+    view[dim] = shape[dim]
+    probe = [PROBE] * len(shape)
+    probe[dim] = shape[dim]
+    return torch.arange(shape[dim], dtype=DT).reshape(view).expand(probe).contiguous()
+
+
+def read_pieces(param: torch.Tensor, dim: int, rank: int) -> tuple[list[Piece], torch.Tensor]:
+    """Runs of consecutive source indices found along dim of a loaded parameter, and the loaded mask."""
+    vec = param.detach().movedim(dim, 0).reshape(param.size(dim), -1)[:, 0]
+    mask = ~torch.isnan(vec)
+    pos = torch.nonzero(mask).flatten()
+    vals = vec[pos].long()
+    if not len(pos):
+        return [], mask
+    breaks = torch.nonzero((pos.diff() != 1) | (vals.diff() != 1)).flatten() + 1
+    starts = [0] + breaks.tolist()
+    ends = breaks.tolist() + [len(pos)]
+    pieces = [Piece(rank, int(vals[a]), int(vals[b - 1]) + 1, int(pos[a])) for a, b in zip(starts, ends)]
+    return pieces, mask
+
+
+def load(param: torch.nn.Parameter, tensor: torch.Tensor, shard_id) -> None:
+    """Call the parameter's own weight_loader, with the shard id when there is one."""
+    if shard_id is None:
+        param.weight_loader(param, tensor)
+    else:
+        param.weight_loader(param, tensor, shard_id)
+
+
+def trace_plan(plan: ParamPlan, tp_size: int) -> tuple[list[TensorMap], ParamMap, list]:
+    """Trace one parameter on every rank: the tensor maps, the param map, and each rank's module."""
+    pieces = {src.name: [] for src in plan.sources}
+    local_shapes, padding, modules = [], [], []
+    tags = {src.name: tagged(src.shape, plan.tp_dim) for src in plan.sources}
+    for rank in range(tp_size):
+        module, param = build_rank(plan, tp_size, rank)
+        modules.append(module)
+        covered = torch.zeros(param.size(plan.tp_dim), dtype=torch.bool)
+        for src in plan.sources:
+            param.data.fill_(float("nan"))
+            load(param, tags[src.name], src.shard_id)
+            found, mask = read_pieces(param.data, plan.tp_dim, rank)
+            pieces[src.name] += found
+            covered |= mask
+        shape = list(plan.shape)
+        shape[plan.tp_dim] = param.size(plan.tp_dim)
+        local_shapes.append(shape)
+        padding.append(int((~covered).sum()))
+    experts = list(range(plan.experts)) if plan.experts else None
+    tensors = [TensorMap(src.name, list(src.shape), plan.tp_dim if plan.split else None, plan.name, plan.layer_class,
+                         src.shard_id, plan.family, pieces[src.name], plan.layers, experts, plan.note)
+               for src in plan.sources]
+    param_map = ParamMap(plan.name, plan.layer_class, plan.family, plan.tp_dim if plan.split else None,
+                         list(plan.shape), local_shapes, padding, [s.name for s in plan.sources], plan.count, plan.layers)
+    return tensors, param_map, modules
+
+
+def _kv_cache(spec: ModelSpec, qkv_modules: list, rank: int) -> tuple[int, list[int]]:
+    """KV-cache bytes per token on this rank, and which global KV heads it holds."""
+    if spec.is_mla:  # the compressed latent and rope key are cached whole on every rank
+        return (spec.kv_lora_rank + spec.qk_rope_head_dim) * spec.num_hidden_layers * spec.dtype_bytes, []
+    m = qkv_modules[rank]
+    first = m.kv_shard_index() * m.num_kv_heads
+    heads = list(range(first, first + m.num_kv_heads))
+    return 2 * m.num_kv_heads * spec.head_dim * spec.num_hidden_layers * spec.dtype_bytes, heads
+
+
+def trace(spec: ModelSpec, tp_size: int, rules: str = "vllm") -> ShardMap:
+    """The shard map of a model at tp_size, read off the real weight_loaders of every rank."""
+    check_rules(rules)
+    check_tp(tp_size)
+    plans = build_plan(spec, rules)
+    problem = first_problem(spec, tp_size, rules, plans)
+    if problem:
+        raise TPSizeError(problem)
+    tensors, params, qkv_modules = [], [], None
+    for plan in plans:
+        t, p, modules = trace_plan(plan, tp_size)
+        tensors += t
+        params.append(p)
+        if plan.layer_class == "QKVParallelLinear" and qkv_modules is None:
+            qkv_modules = modules
+    ranks = []
+    for rank in range(tp_size):
+        by_family = {}
+        for p in params:
+            by_family[p.family] = by_family.get(p.family, 0) + _numel(p.local_shapes[rank]) * p.count * spec.dtype_bytes
+        kv_bytes, kv_heads = _kv_cache(spec, qkv_modules, rank)
+        ranks.append(RankInfo(rank, sum(by_family.values()), by_family, kv_bytes, kv_heads))
+    return ShardMap(tp_size, rules, spec.to_dict(), tensors, params, ranks)
