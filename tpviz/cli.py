@@ -119,6 +119,8 @@ def main(argv: list[str] | None = None) -> int:
     except TpvizError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
+    except BrokenPipeError:  # output piped into head
+        return 0
     except OSError as e:  # e.g. an unwritable --json path
         print(f"error: {e.strerror or e}: {e.filename or ''}".rstrip(": "), file=sys.stderr)
         return 2

@@ -42,6 +42,7 @@ class ModelSpec:
     rope_theta: float = 10000.0
     rms_norm_eps: float = 1e-6
     hidden_act: str = "silu"
+    quantization: str = ""  # quant_method of a quantized checkpoint (fp8, mxfp4, ...)
     notes: list[str] = field(default_factory=list)
 
     @property
@@ -121,6 +122,7 @@ def normalize(cfg: dict, name: str = "model") -> ModelSpec:
     outer = cfg
     if isinstance(cfg.get("text_config"), dict):  # multimodal wrappers (Gemma-3, Llama-4, Mistral-3)
         cfg = {**{k: v for k, v in outer.items() if k in ("torch_dtype", "dtype")}, **cfg["text_config"]}
+    wrapped = cfg is not outer
     if "block_configs" in cfg:
         raise ConfigError("config has per-layer block_configs (heterogeneous layers); tpviz maps uniform decoders only")
     model_type = str(_pick(cfg, "model_type", default=outer.get("model_type", "unknown")))
@@ -175,6 +177,14 @@ def normalize(cfg: dict, name: str = "model") -> ModelSpec:
         hidden_act=str(_pick(cfg, "hidden_act", "hidden_activation", default="silu")),
         notes=notes,
     )
+    if wrapped:
+        spec.notes.append("multimodal checkpoint: only the text decoder is mapped; its tensors are stored under a "
+                          "language-model prefix (e.g. language_model.model.*) and the vision tower is not split")
+    quant = outer.get("quantization_config") or cfg.get("quantization_config")
+    if isinstance(quant, dict) and quant.get("quant_method"):
+        spec.quantization = str(quant["quant_method"])
+        spec.notes.append(f"the checkpoint is {spec.quantization}-quantized; layouts are the same, but memory "
+                          f"figures assume every weight is {spec.dtype}")
     if spec.is_mla and not (spec.qk_nope_head_dim and spec.qk_rope_head_dim and spec.v_head_dim):
         raise ConfigError("config has kv_lora_rank (MLA) but lacks qk_nope_head_dim, qk_rope_head_dim or v_head_dim")
     if spec.dense_layers and not spec.intermediate_size:
