@@ -2,6 +2,7 @@
 from tpviz.errors import TPSizeError, TpvizError
 
 RULES = ("vllm", "nano-vllm")
+MAX_TP = 1024  # far beyond any deployment; keeps a typo from tracing a billion ranks
 VOCAB_PADDING = 64  # vLLM pads the vocabulary to a multiple of this before splitting it
 
 
@@ -16,6 +17,8 @@ def check_tp(tp_size, tp_rank: int = 0) -> None:
     """tp_size must be a positive int and tp_rank one of its ranks."""
     if isinstance(tp_size, bool) or not isinstance(tp_size, int) or tp_size < 1:
         raise TPSizeError(f"tp_size={tp_size!r} must be a positive integer")
+    if tp_size > MAX_TP:
+        raise TPSizeError(f"tp_size={tp_size} is larger than {MAX_TP}; use a tp size a deployment could have")
     if isinstance(tp_rank, bool) or not isinstance(tp_rank, int) or not 0 <= tp_rank < tp_size:
         raise TPSizeError(f"tp_rank={tp_rank!r} must be in 0..{tp_size - 1} for tp_size={tp_size}")
 

@@ -3,6 +3,7 @@ from dataclasses import asdict, dataclass, field
 
 from tpviz.errors import ConfigError
 
+MAX_DIM = 1 << 26  # no real model has a matrix dimension near this; larger means a broken config
 DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2, "float8_e4m3fn": 1, "float64": 8}
 # model_types with a known checkpoint layout; anything else with standard keys is read as Llama-like
 KNOWN_TYPES = {"llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe", "gemma", "gemma2",
@@ -185,6 +186,17 @@ def normalize(cfg: dict, name: str = "model") -> ModelSpec:
         spec.quantization = str(quant["quant_method"])
         spec.notes.append(f"the checkpoint is {spec.quantization}-quantized; layouts are the same, but memory "
                           f"figures assume every weight is {spec.dtype}")
+    dims = {"vocab_size": spec.vocab_size, "hidden_size": spec.hidden_size,
+            "intermediate_size": spec.intermediate_size, "moe_intermediate_size": spec.moe_intermediate_size,
+            "num_attention_heads * head_dim": spec.num_attention_heads * spec.head_dim,
+            "num_attention_heads * MLA head dims": spec.num_attention_heads * (
+                spec.qk_nope_head_dim + spec.qk_rope_head_dim + spec.v_head_dim),
+            "num_experts": spec.num_experts, "num_hidden_layers": spec.num_hidden_layers,
+            "kv_lora_rank": spec.kv_lora_rank, "q_lora_rank": spec.q_lora_rank,
+            "shared_expert_intermediate_size": spec.shared_expert_intermediate_size}
+    for key, value in dims.items():
+        if value > MAX_DIM:
+            raise ConfigError(f"{key}={value} is larger than {MAX_DIM}; this does not look like a real model config")
     if spec.is_mla and not (spec.qk_nope_head_dim and spec.qk_rope_head_dim and spec.v_head_dim):
         raise ConfigError("config has kv_lora_rank (MLA) but lacks qk_nope_head_dim, qk_rope_head_dim or v_head_dim")
     if spec.dense_layers and not spec.intermediate_size:
