@@ -74,13 +74,16 @@ def _pick(cfg: dict, *keys, default=None):
     return default
 
 
-def _int(cfg: dict, *keys, default=None, minimum: int = 1) -> int:
+def _int(cfg: dict, *keys, default=None, minimum: int = 1, maximum: int = 0) -> int:
     value = _pick(cfg, *keys, default=default)
     if value is None:
         also = f" (also looked for {', '.join(keys[1:])})" if len(keys) > 1 else ""
         raise ConfigError(f"config is missing {keys[0]}{also}")
     if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
         raise ConfigError(f"{keys[0]}={value!r} must be an integer >= {minimum}")
+    if value > (maximum or MAX_DIM):
+        raise ConfigError(f"{keys[0]}={value} is larger than {maximum or MAX_DIM}; "
+                          "this does not look like a real model config")
     return value
 
 
@@ -148,7 +151,7 @@ def normalize(cfg: dict, name: str = "model") -> ModelSpec:
     experts = _int(cfg, "num_local_experts", "num_experts", "n_routed_experts", "moe_num_experts", default=0, minimum=0)
     inter = _pick(cfg, "intermediate_size", "ffn_hidden_size", "n_inner")
     moe_inter = _pick(cfg, "moe_intermediate_size", default=inter if experts else 0)
-    num_layers = _int(cfg, "num_hidden_layers", "n_layer", "num_layers")
+    num_layers = _int(cfg, "num_hidden_layers", "n_layer", "num_layers", maximum=100_000)
     spec = ModelSpec(
         name=name, model_type=model_type, hidden_size=hidden, num_attention_heads=heads,
         num_key_value_heads=kv_heads, head_dim=head_dim,
@@ -199,6 +202,9 @@ def normalize(cfg: dict, name: str = "model") -> ModelSpec:
             raise ConfigError(f"{key}={value} is larger than {MAX_DIM}; this does not look like a real model config")
     if spec.is_mla and not (spec.qk_nope_head_dim and spec.qk_rope_head_dim and spec.v_head_dim):
         raise ConfigError("config has kv_lora_rank (MLA) but lacks qk_nope_head_dim, qk_rope_head_dim or v_head_dim")
+    if spec.is_moe and spec.moe_intermediate_size < 1:
+        raise ConfigError(f"config has {spec.num_experts} experts but moe_intermediate_size="
+                          f"{spec.moe_intermediate_size}; it must be >= 1")
     if spec.dense_layers and not spec.intermediate_size:
         raise ConfigError("config is missing intermediate_size, needed by its dense MLP layers")
     if spec.dtype not in DTYPE_BYTES:
