@@ -230,9 +230,13 @@ def _moe(spec: ModelSpec, names: Names) -> list[ParamPlan]:
     if gpt_oss:
         note = ("stored stacked and transposed as [experts, hidden, 2*intermediate] with gate/up interleaved; "
                 "shown per expert as [2*intermediate, hidden]: each rank takes one contiguous block of interleaved rows")
-        plans += _column(f"{ex}gate_up_proj", hidden, 2 * inter, "experts", layers, True, quantity, e, note)
-        plans += _row(f"{ex}down_proj", inter, hidden, "experts", layers, True, quantity, e,
-                      "stored stacked and transposed as [experts, intermediate, hidden]; shown per expert")
+        stacked = _column(f"{ex}gate_up_proj", hidden, 2 * inter, "experts", layers, True, quantity, e, note)
+        stacked += _row(f"{ex}down_proj", inter, hidden, "experts", layers, True, quantity, e,
+                        "stored stacked and transposed as [experts, intermediate, hidden]; shown per expert")
+        for plan in stacked:  # the checkpoint's stacked names: gate_up_proj, gate_up_proj_bias, ...
+            for src in plan.sources:
+                src.name = src.name.replace(".weight", "").replace(".bias", "_bias")
+        plans += stacked
     else:
         parts = [f"{ex}{n}" for n in names.expert_gate_up]
         plans += _merged(f"{ex}gate_up_proj", parts, None, hidden, [inter, inter], "experts", layers, quantity, e)

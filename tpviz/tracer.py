@@ -4,6 +4,8 @@ Every entry of a tagged tensor holds its own global row (or column) index; param
 After loading, each non-NaN entry says which source index landed there, so the layout is read off
 the loaders themselves, never computed by a separate formula.
 """
+from contextlib import contextmanager
+
 import torch
 
 from tpviz.errors import TPSizeError
@@ -13,6 +15,17 @@ from tpviz.shardmap import FAMILIES, ParamMap, Piece, RankInfo, ShardMap, Tensor
 from tpviz.spec import ModelSpec
 
 _GENERIC = ("output_size=", "input_size=", "output_sizes[")
+
+
+@contextmanager
+def single_thread():
+    """Probe tensors are tiny: torch's intra-op threads only add contention (10-100x on a busy machine)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
 
 
 def build_rank(plan: ParamPlan, tp_size: int, tp_rank: int) -> tuple:
@@ -30,6 +43,7 @@ def _check_order(plan: ParamPlan) -> int:
     return FAMILIES.index(plan.family) if plan.family in FAMILIES else len(FAMILIES)
 
 
+@single_thread()
 def first_problem(spec: ModelSpec, tp_size: int, rules: str = "vllm", plans: list[ParamPlan] | None = None) -> str | None:
     """None if every layer of the model can be built at this tp size, else the first failing rule."""
     check_rules(rules)
@@ -112,6 +126,7 @@ def _kv_cache(spec: ModelSpec, qkv_modules: list, rank: int) -> tuple[int, list[
     return 2 * m.num_kv_heads * spec.head_dim * spec.num_hidden_layers * spec.dtype_bytes, heads
 
 
+@single_thread()
 def trace(spec: ModelSpec, tp_size: int, rules: str = "vllm") -> ShardMap:
     """The shard map of a model at tp_size, read off the real weight_loaders of every rank."""
     check_rules(rules)

@@ -1,0 +1,123 @@
+"""Shared fixtures: the real configs in ../shared/configs, and the shard-map invariants checker."""
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from tpviz.rules import VOCAB_PADDING
+
+SHARED_CONFIGS = Path(__file__).resolve().parents[2] / "shared" / "configs"
+
+
+def _shared_config_files() -> list[Path]:
+    if not SHARED_CONFIGS.is_dir():
+        return []
+    return sorted(p for p in SHARED_CONFIGS.glob("*.json") if not p.name.endswith(".index.json"))
+
+
+@pytest.fixture(scope="session", autouse=True)
+def torch_single_thread():
+    """The tracer works on tiny probe tensors; on a busy 2-core machine torch's spinning worker threads make
+    each shard_map call 10-100x slower (see bench/bench_shardmap.py), so the suite runs torch on one thread."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.fixture(scope="session")
+def shared_configs() -> dict[str, dict]:
+    """{file stem: parsed config.json} of every real config in ../shared/configs (skip when absent)."""
+    files = _shared_config_files()
+    if not files:
+        pytest.skip("../shared/configs is absent")
+    return {p.stem: json.loads(p.read_text(encoding="utf-8")) for p in files}
+
+
+def _kv_replicas(model: dict, tp: int) -> int:
+    """How many ranks hold each KV head: tp / num_kv_heads when tp exceeds the KV heads, else 1."""
+    kv = model["num_key_value_heads"]
+    return tp // kv if tp > kv else 1
+
+
+def check_shard_map(m) -> None:
+    """Invariants every valid shard map must satisfy, computed from the config numbers, not the tracer.
+
+    - replicated tensors (split_dim None): one piece per rank covering all of dim 0 at param_start 0;
+    - split tensors: every source row/column is covered exactly once across ranks, except k/v rows
+      (and the k/v part of a fused qkv) which are covered tp/num_kv_heads times when KV heads are replicated;
+    - on every rank, the pieces landing in one local parameter never overlap, stay inside it, and together
+      with ParamMap.padding fill it exactly;
+    - padding exists only in the vocab tables, and equals the vocab padded to 64 (vllm) minus the vocab.
+    """
+    tp, model = m.tp_size, m.model
+    assert m.schema == "tpviz.shardmap/1"
+    assert [r.rank for r in m.ranks] == list(range(tp))
+    params = {p.name: p for p in m.params}
+    assert len(params) == len(m.params), "duplicate parameter names"
+    names = [t.name for t in m.tensors]
+    assert len(set(names)) == len(names), "duplicate checkpoint tensor names"
+    replicas = _kv_replicas(model, tp)
+    q_rows = model["num_attention_heads"] * model["head_dim"]
+    by_param_rank: dict[tuple[str, int], list[tuple[int, int]]] = {}
+    for t in m.tensors:
+        assert t.param in params, (t.name, t.param)
+        p = params[t.param]
+        assert t.split_dim == p.split_dim, t.name
+        if t.layers is not None:
+            assert t.layers == p.layers and all(0 <= i < model["num_hidden_layers"] for i in t.layers), t.name
+        for piece in t.pieces:
+            assert 0 <= piece.rank < tp, (t.name, piece)
+            assert piece.stop > piece.start >= 0 and piece.param_start >= 0, (t.name, piece)
+            dim = 0 if t.split_dim is None else t.split_dim
+            assert piece.stop <= t.shape[dim], (t.name, piece, t.shape)
+            assert piece.param_start + piece.size <= p.local_shapes[piece.rank][dim], (t.name, piece)
+            by_param_rank.setdefault((t.param, piece.rank), []).append((piece.param_start, piece.size))
+        if t.split_dim is None:
+            got = sorted((x.rank, x.start, x.stop, x.param_start) for x in t.pieces)
+            assert got == [(r, 0, t.shape[0], 0) for r in range(tp)], (t.name, got)
+            continue
+        n = t.shape[t.split_dim]
+        counts = torch.zeros(n, dtype=torch.int64)
+        for piece in t.pieces:
+            counts[piece.start:piece.stop] += 1
+        expected = torch.ones(n, dtype=torch.int64)
+        if t.layer_class == "QKVParallelLinear":
+            if t.shard_id in ("k", "v"):
+                expected[:] = replicas
+            elif t.shard_id is None:  # fused qkv on disk: q rows once, then k and v rows
+                expected[q_rows:] = replicas
+        bad = torch.nonzero(counts != expected).flatten()
+        assert not len(bad), (f"{t.name} (shard_id={t.shard_id}, tp={tp}): source index {int(bad[0])} covered "
+                              f"{int(counts[bad[0]])} times, expected {int(expected[bad[0]])}")
+    for p in m.params:
+        dim = 0 if p.split_dim is None else p.split_dim
+        assert len(p.local_shapes) == tp and len(p.padding) == tp, p.name
+        for r in range(tp):
+            local = p.local_shapes[r]
+            assert len(local) == len(p.shape), p.name
+            assert all(a == b for i, (a, b) in enumerate(zip(local, p.shape)) if i != dim), (p.name, local, p.shape)
+            spans = sorted(by_param_rank.get((p.name, r), []))
+            for (a, n), (b, _) in zip(spans, spans[1:]):
+                assert a + n <= b, f"{p.name} rank {r}: pieces overlap at local index {b}"
+            loaded = sum(n for _, n in spans)
+            assert loaded + p.padding[r] == local[dim], (p.name, r, loaded, p.padding[r], local)
+        if p.family in ("embed", "lm_head"):
+            vocab = model["vocab_size"]
+            padded = -(-vocab // VOCAB_PADDING) * VOCAB_PADDING if m.rules == "vllm" else vocab
+            assert sum(p.padding) == padded - vocab, (p.name, p.padding)
+            assert all(s[0] * tp == padded for s in p.local_shapes), (p.name, p.local_shapes)
+            for r in range(tp):  # real rows first, padding after them
+                assert min(a for a, _ in by_param_rank.get((p.name, r), [(0, 0)])) == 0, (p.name, r)
+        else:
+            assert not any(p.padding), (p.name, p.padding)
+    for r in m.ranks:
+        assert r.weight_bytes == sum(r.weight_bytes_by_family.values()) > 0
+        assert r.kv_cache_bytes_per_token > 0
+
+
+@pytest.fixture(scope="session")
+def shard_map_invariants():
+    """The invariants checker (session scope, so hypothesis tests can use it)."""
+    return check_shard_map

@@ -1,0 +1,86 @@
+"""The two rule sets: divide, KV split/replication, vocab padding, tp and rules checks, error classes."""
+import pytest
+
+from tpviz.errors import ConfigError, HubError, SourceError, TPSizeError, TpvizError, WeightsError
+from tpviz.rules import RULES, check_rules, check_tp, divide, kv_split, padded_vocab
+
+
+def one_line(e: BaseException) -> str:
+    msg = str(e)
+    assert msg and "\n" not in msg, repr(msg)
+    return msg
+
+
+def test_error_classes_are_value_errors_with_one_line():
+    for cls in (TpvizError, TPSizeError, ConfigError, SourceError, HubError, WeightsError):
+        assert issubclass(cls, ValueError)
+        assert str(cls("two\nlines  and\ttabs")) == "two lines and tabs"
+    assert issubclass(HubError, SourceError) and issubclass(WeightsError, SourceError)
+
+
+def test_divide():
+    assert divide(4096, 8) == 512
+    with pytest.raises(TPSizeError) as err:
+        divide(14, 4, "num_attention_heads")
+    assert one_line(err.value) == "num_attention_heads=14 is not divisible by tp_size=4"
+
+
+@pytest.mark.parametrize("kv, tp, expected", [(8, 1, (8, 1)), (8, 2, (4, 1)), (8, 8, (1, 1)), (8, 16, (1, 2)),
+                                              (4, 16, (1, 4)), (1, 8, (1, 8)), (2, 2, (1, 1))])
+def test_kv_split_vllm(kv, tp, expected):
+    assert kv_split(kv, tp, "vllm") == expected
+
+
+def test_kv_split_messages():
+    with pytest.raises(TPSizeError) as err:
+        kv_split(8, 3)
+    assert one_line(err.value) == (
+        "num_key_value_heads=8 is not divisible by tp_size=3, and tp_size is not a multiple of it")
+    with pytest.raises(TPSizeError) as err:
+        kv_split(8, 12)  # 12 is neither a divisor nor a multiple of 8
+    assert "num_key_value_heads=8" in one_line(err.value) and "tp_size=12" in str(err.value)
+    with pytest.raises(TPSizeError) as err:
+        kv_split(8, 16, "nano-vllm")
+    msg = one_line(err.value)
+    assert msg.startswith("num_key_value_heads=8 is not divisible by tp_size=16") and "nano-vllm" in msg
+    assert "replicate" in msg
+    with pytest.raises(TPSizeError) as err:
+        kv_split(8, 3, "nano-vllm")
+    assert "num_key_value_heads=8" in one_line(err.value) and "tp_size=3" in str(err.value)
+    assert kv_split(8, 4, "nano-vllm") == (2, 1)
+
+
+@pytest.mark.parametrize("vocab, padded", [(32000, 32000), (32064, 32064), (128256, 128256), (151936, 151936),
+                                           (1000, 1024), (1, 64), (65, 128), (64, 64)])
+def test_padded_vocab(vocab, padded):
+    assert padded_vocab(vocab, "vllm") == padded
+    assert padded_vocab(vocab, "nano-vllm") == vocab
+
+
+def test_check_rules():
+    assert RULES == ("vllm", "nano-vllm")
+    for r in RULES:
+        assert check_rules(r) == r
+    for bad in ("VLLM", "", "sglang", None, 3):
+        with pytest.raises(TpvizError) as err:
+            check_rules(bad)
+        assert "vllm" in one_line(err.value) and "nano-vllm" in str(err.value)
+
+
+@pytest.mark.parametrize("tp", [0, -1, -8, 2.0, "2", None, True, False, [2]])
+def test_check_tp_rejects(tp):
+    with pytest.raises(TPSizeError) as err:
+        check_tp(tp)
+    assert "tp_size" in one_line(err.value)
+
+
+def test_check_tp_huge_and_ranks():
+    check_tp(1)
+    check_tp(64, 63)
+    with pytest.raises(TPSizeError) as err:
+        check_tp(10**20)
+    assert "tp_size" in one_line(err.value)
+    for rank in (-1, 4, 1.0, True):
+        with pytest.raises(TPSizeError) as err:
+            check_tp(4, rank)
+        assert "tp_rank" in one_line(err.value)
