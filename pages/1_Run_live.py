@@ -1,0 +1,157 @@
+"""Run live: a real TP forward pass over spawned ranks, checked against one device.
+
+Spawn-safe: Streamlit runs this file as __main__, and every spawned rank re-imports __main__, so the
+whole body lives in main() under the guard below; the ranks' code is in tpviz.live.
+"""
+import json
+import time
+
+import streamlit as st
+import torch
+
+from tpviz.errors import TpvizError
+from tpviz.live.check import NOISE_MULTIPLE, verify
+from tpviz.live.inject import INJECTIONS
+from tpviz.live.inputs import parse_ids_text, tokenize
+from tpviz.live.report import environment_rows, rank_figure, stage_figure
+from tpviz.live.runner import choose_backend
+from tpviz.live.source import local_tokenizer, resolve_model
+
+PHASES = {"spawn": "Spawn ranks and join the process group", "load": "Load each rank's weight slices",
+          "forward": "Forward pass on every rank", "compare": "Compare against tp=1"}
+SOURCES = ("Preset", "Hub repo id", "Local folder", "Upload config.json")
+DEFAULT_PRESET = "Qwen/Qwen3-0.6B"
+PLOTLY_CONFIG = {"displaylogo": False}
+
+
+class PhaseStatus:
+    """One st.status per phase: the previous one completes (with its time) when the next begins."""
+
+    def __init__(self):
+        self.box, self.phase, self.started = None, None, 0.0
+
+    def __call__(self, phase: str) -> None:
+        self.finish()
+        if phase in PHASES:
+            self.box, self.phase, self.started = st.status(f"{PHASES[phase]}…", state="running"), phase, time.time()
+
+    def finish(self, state: str = "complete") -> None:
+        if self.box is not None:
+            self.box.update(label=f"{PHASES[self.phase]} ({time.time() - self.started:.1f} s)", state=state)
+            self.box = None
+
+
+def model_input() -> str | bytes:
+    """The model widget(s): the explorer's presets, a hub id, a local checkpoint folder, or an uploaded config."""
+    from tpviz.sources import presets
+    kind = st.radio("Model source", SOURCES, horizontal=True, key="source")
+    if kind == "Preset":
+        names = list(presets())
+        return st.selectbox("Preset (random weights from a seed)", names, key="preset",
+                            index=names.index(DEFAULT_PRESET) if DEFAULT_PRESET in names else 0)
+    if kind == "Hub repo id":
+        return st.text_input("Hugging Face repo id (its config; random weights)", key="hub",
+                             placeholder="Qwen/Qwen3-0.6B")
+    if kind == "Local folder":
+        return st.text_input("Checkpoint folder (config.json, *.safetensors; random weights if none)", key="folder",
+                             placeholder="/models/Qwen3-0.6B")
+    upload = st.file_uploader("config.json (random weights)", type=["json"], key="upload")
+    return upload.getvalue() if upload is not None else ""
+
+
+def input_ids_for(model: str | bytes, prompt: str, tp: int, layers: int | None, seed: int) -> torch.Tensor | None:
+    """Ids from the prompt: tokenized when the folder has a tokenizer, typed ids otherwise; None = random."""
+    if not prompt.strip():
+        return None
+    source = resolve_model(model, layers, seed, tp)
+    vocab = source.cfg.spec.vocab_size
+    if source.tokenizer_dir is not None:
+        return tokenize(prompt, source.tokenizer_dir, vocab)
+    return parse_ids_text(prompt, vocab)
+
+
+def show_result(result) -> None:
+    """Verdict, per-stage chart, per-rank table, environment and downloads of one finished run."""
+    (st.success if result.passed else st.warning)(result.headline())
+    cols = st.columns(4)
+    cols[0].metric("verdict", result.verdict)
+    cols[1].metric("max |Δlogit|", f"{result.max_abs_diff:.3g}")
+    cols[2].metric("tolerance", f"{result.tolerance:.3g}")
+    cols[3].metric("argmax agreement", f"{100 * result.argmax_agreement:.1f}%")
+    st.caption(f"Tolerance: {result.tolerance_rule}. Relative difference (max|Δ| / max|logit|): "
+               f"{result.max_rel_diff:.3g}.")
+    for inj in result.injections:
+        (st.info if inj.has_effect else st.warning)(
+            f"Injected **{inj.name}**: {inj.description}. " + ("" if inj.has_effect else "It has **no effect** here: ")
+            + inj.reason + ".")
+    st.plotly_chart(stage_figure(result), config=PLOTLY_CONFIG, key="stage_chart")
+    st.subheader("Per rank")
+    st.dataframe([r.row() for r in result.ranks], hide_index=True)
+    st.plotly_chart(rank_figure(result), config=PLOTLY_CONFIG, key="rank_chart")
+    with st.expander("Local parameter shapes per rank"):
+        st.json({f"rank {r.rank}": r.param_shapes for r in result.ranks}, expanded=False)
+    st.subheader("Environment")
+    st.dataframe(environment_rows(result), hide_index=True)
+    st.caption("Phases: " + ", ".join(f"{k} {v:.2f} s" for k, v in result.phases.items()))
+    for note in result.notes:
+        st.caption(f"Note: {note}")
+    st.download_button("Download result JSON", json.dumps(result.to_dict(), indent=2), file_name="verify.json",
+                       mime="application/json", key="download_json")
+
+
+def main() -> None:
+    """The page: inputs on the left, phases and results on the right."""
+    st.set_page_config(page_title="tpviz · Run live", layout="wide")
+    st.title("Run live")
+    st.caption("Split a real model over tp ranks (one process each), run one forward pass, and check it against "
+               "a single device: is a TP difference a bug or float noise, and where does it start?")
+    left, right = st.columns([1, 2])
+    with left:
+        model = model_input()
+        tp = int(st.number_input("tp size", min_value=1, max_value=64, value=2, key="tp"))
+        device = st.selectbox("Device", ["auto", "cpu", "cuda"], key="device")
+        dtype = st.selectbox("dtype", ["float32", "bfloat16", "float16"], key="dtype",
+                             help=f"bf16/fp16 pass within {NOISE_MULTIPLE:g}x the measured noise floor")
+        layers = int(st.number_input("Layers to keep (0 = all)", min_value=0, max_value=512, value=2, key="layers",
+                                     help="Keep only the first layers: a quick check of a big config"))
+        inject = st.multiselect("Inject a TP bug", list(INJECTIONS), key="inject",
+                                help="; ".join(f"{k}: {v}" for k, v in INJECTIONS.items()))
+        if local_tokenizer(model) is not None:
+            prompt = st.text_area("Prompt (tokenized with the folder's tokenizer)", key="prompt",
+                                  value="Tensor parallelism splits every weight matrix")
+        else:
+            prompt = st.text_input("Token ids (e.g. 1 2 3, or [[1, 2], [3, 4]]; empty = random)", key="ids")
+        with st.expander("Advanced"):
+            seq_len = int(st.number_input("Random ids per row", 1, 4096, 32, key="seq_len"))
+            seed = int(st.number_input("Seed", 0, 2**31 - 1, 0, key="seed"))
+            timeout = float(st.number_input("Timeout (s)", 5, 3600, 300, key="timeout"))
+        run = st.button("Run", type="primary", key="run")
+    with right:
+        try:
+            env = choose_backend(tp, device)
+            gpus = ", ".join(env.gpus) if env.gpus else "none"
+            st.caption(f"GPUs found: {gpus}. Backend: **{env.backend}** on {env.device} ({env.reason}).")
+        except TpvizError as e:
+            st.error(str(e))
+            return
+        if run:
+            status = PhaseStatus()
+            try:
+                ids = input_ids_for(model, prompt, tp, layers or None, seed)
+                result, _ = verify(model, tp, device=device, dtype=dtype, input_ids=ids, inject=inject,
+                                   layers=layers or None, seed=seed, seq_len=seq_len, timeout=timeout,
+                                   progress=status)
+                st.session_state["live_result"] = result
+            except TpvizError as e:  # every user error (and a failed rank) is one line, never a traceback
+                status.finish("error")
+                st.error(str(e))
+                if "live_result" in st.session_state:
+                    st.caption("The previous run's result:")
+        if "live_result" in st.session_state:
+            show_result(st.session_state["live_result"])
+        else:
+            st.info("Pick a model and tp size, then press Run.")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,65 @@
+"""Tiny Hugging Face checkpoints (Llama, Mistral, Qwen2, Qwen3) with non-trivial weights, made once per session."""
+import os
+
+import pytest
+import torch
+
+# hidden 64, 4 heads: KV heads 2 (or 1) are replicated at tp=4 (or 2); vocabs are not multiples of tp
+FAMILIES = {
+    "llama": dict(num_key_value_heads=2, vocab_size=1001, attention_bias=True, mlp_bias=True, rope_theta=5000.0),
+    "mistral": dict(num_key_value_heads=1, head_dim=16, vocab_size=999, sliding_window=4096, rope_theta=20000.0),
+    "qwen2": dict(num_key_value_heads=2, vocab_size=1003, rope_theta=1e6, tie_word_embeddings=False),
+    "qwen3": dict(num_key_value_heads=2, head_dim=32, vocab_size=1001, rope_theta=1e6, tie_word_embeddings=True),
+}
+
+
+def make_tiny(family: str, folder, seed: int = 0, max_shard_size: str | None = None):
+    """Save a 2-layer transformers model of `family` with random weights, norms around 1, and biases != 0."""
+    import transformers
+    config_cls = {"llama": transformers.LlamaConfig, "mistral": transformers.MistralConfig,
+                  "qwen2": transformers.Qwen2Config, "qwen3": transformers.Qwen3Config}[family]
+    config = config_cls(hidden_size=64, num_attention_heads=4, intermediate_size=96, num_hidden_layers=2,
+                        rms_norm_eps=1e-6, **FAMILIES[family])
+    model = transformers.AutoModelForCausalLM.from_config(config, attn_implementation="eager").float().eval()
+    gen = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            noise = torch.randn(p.shape, generator=gen)
+            p.copy_(1 + 0.1 * noise if "norm" in name else noise * (0.1 if name.endswith("bias") else 0.05))
+    kwargs = {"max_shard_size": max_shard_size} if max_shard_size else {}
+    model.save_pretrained(folder, **kwargs)
+    return model
+
+
+@pytest.fixture(scope="session", autouse=True)
+def live_cache(tmp_path_factory):
+    """Random checkpoints go to a per-session folder, never the user's ~/.cache."""
+    old = os.environ.get("TPVIZ_CACHE")
+    os.environ["TPVIZ_CACHE"] = str(tmp_path_factory.mktemp("tpviz-cache"))
+    yield
+    if old is None:
+        os.environ.pop("TPVIZ_CACHE", None)
+    else:
+        os.environ["TPVIZ_CACHE"] = old
+
+
+@pytest.fixture(scope="session")
+def tiny(tmp_path_factory):
+    """family -> (checkpoint folder, transformers model); llama is saved sharded with an index."""
+    root = tmp_path_factory.mktemp("tiny")
+    out = {}
+    for i, family in enumerate(FAMILIES):
+        folder = root / family
+        out[family] = (folder, make_tiny(family, folder, seed=i, max_shard_size="200KB" if family == "llama" else None))
+    return out
+
+
+@pytest.fixture(scope="session")
+def tiny_config(tmp_path_factory):
+    """A small Qwen3-shaped config.json (random weights), for runs that need no transformers reference."""
+    import json
+    path = tmp_path_factory.mktemp("cfg") / "tiny-qwen3.json"
+    path.write_text(json.dumps({"model_type": "qwen3", "hidden_size": 64, "num_attention_heads": 4,
+                                "num_key_value_heads": 2, "head_dim": 16, "intermediate_size": 128,
+                                "vocab_size": 1000, "num_hidden_layers": 2, "tie_word_embeddings": True}))
+    return path

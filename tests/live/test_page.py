@@ -1,0 +1,75 @@
+"""AppTest of pages/1_Run_live.py: a tp=2 run on CPU shows the verdict, chart, per-rank table and environment."""
+import json
+
+import pytest
+import torch
+from streamlit.testing.v1 import AppTest
+
+PAGE = "../../pages/1_Run_live.py"  # AppTest resolves this against this test file
+
+
+def _page(folder) -> AppTest:
+    at = AppTest.from_file(PAGE, default_timeout=120).run()
+    assert not at.exception
+    at.radio(key="source").set_value("Local folder").run()
+    at.text_input(key="folder").set_value(str(folder))
+    at.selectbox(key="device").set_value("cpu")
+    at.number_input(key="seq_len").set_value(8)
+    return at
+
+
+@pytest.mark.slow
+def test_page_runs_tp2_on_cpu(tiny):
+    folder, hf_model = tiny["qwen2"]
+    at = _page(folder)
+    at.number_input(key="tp").set_value(2)
+    at.text_input(key="ids").set_value("1 2 3 4 5 1002")  # no tokenizer in the folder: token ids
+    at.button(key="run").click().run()
+    assert not at.exception and not at.error
+    assert at.success[0].value.startswith("PASS: tp=2 vs tp=1 float32")
+    labels = [s.proto.label for s in at.get("status")]
+    assert [label.split(" (")[0] for label in labels] == [
+        "Spawn ranks and join the process group", "Load each rank's weight slices", "Forward pass on every rank",
+        "Compare against tp=1"]
+    charts = at.get("plotly_chart")
+    assert len(charts) == 2
+    stage = json.loads(charts[0].proto.spec)
+    assert stage["data"][0]["x"][0] == "embed" and stage["data"][0]["x"][-1] == "logits"
+    ranks = at.dataframe[0].value
+    assert list(ranks["rank"]) == [0, 1] and (ranks["read % of checkpoint"] < 75).all()
+    env = at.dataframe[1].value
+    assert "gloo" in " ".join(env["value"]) and "GPUs found" in list(env["what"])
+    assert "Backend: **gloo**" in at.caption[1].value
+
+
+@pytest.mark.slow
+def test_page_shows_an_injected_bug_and_user_errors_in_one_line(tiny):
+    at = _page(tiny["qwen2"][0])
+    at.number_input(key="tp").set_value(2)
+    at.multiselect(key="inject").set_value(["skip-allreduce"])
+    at.button(key="run").click().run()
+    assert not at.exception and not at.error
+    assert at.warning[0].value.startswith("MISMATCH") and "diverges at layer 0" in at.warning[0].value
+    at.number_input(key="tp").set_value(3)
+    at.button(key="run").click().run()
+    assert not at.exception
+    assert len(at.error) == 1 and "not divisible by tp_size=3" in at.error[0].value and "\n" not in at.error[0].value
+    assert at.warning[0].value.startswith("MISMATCH")  # the last good result stays visible
+    at.text_input(key="folder").set_value("/no/such/folder")
+    at.button(key="run").click().run()
+    assert not at.exception and "no such file" in at.error[0].value
+
+
+def test_page_user_errors_are_one_line(monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    at = AppTest.from_file(PAGE, default_timeout=60).run()
+    at.radio(key="source").set_value("Hub repo id").run()
+    at.button(key="run").click().run()
+    assert not at.exception and "give a model" in at.error[0].value
+    at.text_input(key="hub").set_value("nobody/nothing-here")
+    at.button(key="run").click().run()
+    assert not at.exception and len(at.error) == 1 and "nobody/nothing-here" in at.error[0].value
+    if not torch.cuda.is_available():
+        at.selectbox(key="device").set_value("cuda").run()
+        assert not at.exception and "no CUDA GPU" in at.error[0].value
+    assert all("\n" not in e.value for e in at.error)

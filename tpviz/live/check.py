@@ -1,0 +1,146 @@
+"""The check: the same input ids through a tp_size run and a single-device run, compared stage by stage.
+
+fp32 passes when max|Δlogit| <= 1e-4 (scaled by the logits when they exceed 1). bf16/fp16 cannot meet
+that, so the tolerance is calibrated: the noise floor is how far the low-precision tp=1 run is from an
+fp32 tp=1 run, and TP passes when its gap stays within NOISE_MULTIPLE times that floor.
+"""
+import time
+from dataclasses import dataclass
+
+import torch
+
+from tpviz.errors import TPSizeError
+from tpviz.live.errors import LiveError
+from tpviz.live.inject import Injection, check_injections, describe_injections
+from tpviz.live.inputs import check_input_ids, random_input_ids
+from tpviz.live.results import Environment, LayerDiff, RankReport, VerifyResult
+from tpviz.live.runner import choose_backend, run_group
+from tpviz.live.source import ModelSource, resolve_model
+from tpviz.live.worker import DTYPES, run_model
+
+FP32_TOL = 1e-4
+NOISE_MULTIPLE = 4.0  # correct TP lands near 1x the floor; measured bugs land at 25-40x
+
+
+@dataclass
+class Prepared:
+    """Everything validated before any rank starts: bad input fails here, in one line."""
+    source: ModelSource
+    input_ids: torch.Tensor
+    injections: list[Injection]
+    env: Environment
+    job: dict
+
+
+def prepare(model, tp_size: int, *, device: str = "auto", dtype: str = "float32", input_ids=None,
+            inject: list[str] | None = None, layers: int | None = None, seed: int = 0, batch: int = 2,
+            seq_len: int = 32, env: Environment | None = None) -> Prepared:
+    """Resolve the model, check tp/dtype/ids/injections, choose the backend, and build the rank job."""
+    if isinstance(tp_size, bool) or not isinstance(tp_size, int) or tp_size < 1:
+        raise TPSizeError(f"tp={tp_size!r} must be a positive integer")
+    if dtype not in DTYPES:
+        raise LiveError(f"dtype {dtype!r} must be one of: {', '.join(DTYPES)}")
+    names = check_injections(inject)
+    env = env or choose_backend(tp_size, device)
+    source = resolve_model(model, layers, seed, tp_size)  # an invalid split fails before weights are made
+    cfg = source.cfg
+    vocab = cfg.spec.vocab_size
+    ids = random_input_ids(vocab, batch, seq_len, seed) if input_ids is None else check_input_ids(input_ids, vocab)
+    job = {"cfg": cfg.to_dict(), "checkpoint": str(source.checkpoint), "input_ids": ids.tolist(), "dtype": dtype,
+           "device": env.device, "backend": env.backend, "inject": names}
+    return Prepared(source, ids, describe_injections(names, cfg, tp_size), env, job)
+
+
+def reference(job: dict, device: torch.device) -> dict:
+    """The single-device run(s): tp=1 in the run's dtype, plus fp32 when that dtype is low precision."""
+    clean = {**job, "inject": []}
+    out = {"logits": None, "hidden": None, "logits32": None, "hidden32": None}
+    out["logits"], out["hidden"], _ = run_model(clean, 0, 1, device)
+    if job["dtype"] != "float32":
+        out["logits32"], out["hidden32"], _ = run_model({**clean, "dtype": "float32"}, 0, 1, device)
+    return out
+
+
+def _max_abs(a: torch.Tensor, b: torch.Tensor) -> float:
+    return float((a.float() - b.float()).abs().max()) if a.numel() else 0.0
+
+
+def compare(tp_logits, tp_hidden, ref: dict, dtype: str) -> dict:
+    """Verdict fields and per-stage diffs for TP outputs against the reference outputs."""
+    stages = [*tp_hidden.items(), ("logits", tp_logits)]
+    refs = {**ref["hidden"], "logits": ref["logits"]}
+    refs32 = {**ref["hidden32"], "logits": ref["logits32"]} if ref["logits32"] is not None else None
+    eps = torch.finfo(DTYPES[dtype]).eps
+    diffs, tol, rule = [], None, ""
+    for name, value in stages:
+        gap, scale = _max_abs(value, refs[name]), float(refs[name].abs().max())
+        if refs32 is None:
+            floor, limit = None, FP32_TOL * max(1.0, scale)
+        else:
+            floor = max(_max_abs(refs[name], refs32[name]), eps * scale)  # never 0: exact stages still round
+            limit = NOISE_MULTIPLE * floor
+        # `not gap <= limit` also catches NaN
+        diffs.append(LayerDiff(name, gap, gap / scale if scale else gap, limit, floor, not gap <= limit))
+        tol = limit
+    logits_diff = diffs[-1]
+    if refs32 is None:
+        rule = f"float32: pass when max|Δlogit| <= {FP32_TOL:g} x max(1, max|logit|)"
+    else:
+        rule = (f"{dtype}: pass when max|Δlogit| <= {NOISE_MULTIPLE:g} x the noise floor (max|tp=1 {dtype} - "
+                f"tp=1 float32 logits| = {logits_diff.floor:.3g}); argmax agreement is reported, not required")
+    agree = float((tp_logits.argmax(-1) == ref["logits"].argmax(-1)).float().mean())
+    first = next((d.name for d in diffs if d.exceeds), None)
+    return {"passed": not logits_diff.exceeds, "tolerance": tol, "tolerance_rule": rule,
+            "max_abs_diff": logits_diff.max_abs, "max_rel_diff": logits_diff.max_rel, "argmax_agreement": agree,
+            "noise_floor": logits_diff.floor, "diverges_at": first, "layers": diffs}
+
+
+def build_result(prep: Prepared, tp_size: int, tp_logits, tp_hidden, ref: dict, reports: list[dict],
+                 phases: dict, seed: int) -> VerifyResult:
+    """Compare and wrap everything into the user-facing VerifyResult."""
+    start = time.perf_counter()
+    fields = compare(tp_logits, tp_hidden, ref, prep.job["dtype"])
+    phases["compare"] = time.perf_counter() - start
+    notes = list(prep.source.cfg.notes)
+    notes += [f"--inject {i.name} has no effect here: {i.reason}" for i in prep.injections if not i.has_effect]
+    return VerifyResult(model=prep.source.name, tp_size=tp_size, dtype=prep.job["dtype"],
+                        input_shape=list(prep.input_ids.shape), ranks=[RankReport(**r) for r in reports],
+                        environment=prep.env, injections=prep.injections, phases=phases, notes=notes,
+                        random_weights=prep.source.random_weights, seed=seed, **fields)
+
+
+def verify(model, tp_size: int, *, device: str = "auto", dtype: str = "float32", input_ids=None,
+           inject: list[str] | None = None, layers: int | None = None, seed: int = 0, batch: int = 2,
+           seq_len: int = 32, timeout: float = 300.0, progress=None) -> tuple[VerifyResult, torch.Tensor]:
+    """Run `model` at tp_size and at tp=1 on the same ids; return the result and the TP logits."""
+    progress = progress or (lambda phase: None)
+    t0 = time.perf_counter()
+    prep = prepare(model, tp_size, device=device, dtype=dtype, input_ids=input_ids, inject=inject, layers=layers,
+                   seed=seed, batch=batch, seq_len=seq_len)
+    phases = {"prepare": time.perf_counter() - t0}
+    ref_device = torch.device("cuda", 0) if prep.env.device == "cuda" else torch.device("cpu")
+    timed: dict = {}
+
+    def timed_reference():
+        start = time.perf_counter()
+        out = reference(prep.job, ref_device)
+        timed["reference"] = time.perf_counter() - start
+        return out
+
+    progress("spawn")
+    if tp_size == 1:  # nothing to spawn: the "TP" run is one more in-process run, injections included
+        ref = timed_reference()
+        logits, hidden, report = run_model(prep.job, 0, 1, ref_device, mark=progress)  # marks load, forward
+        phases.update(spawn=0.0, load=report["load_s"], forward=report["forward_s"])
+        reports = [report]
+    else:
+        group = run_group(prep.job, tp_size, timeout, lambda p: p in ("load", "forward") and progress(p),
+                          overlap=timed_reference)
+        logits, hidden, reports, ref = group.logits, group.hidden, group.reports, group.overlap_result
+        phases.update(group.phases)
+    phases.update(timed)
+    progress("compare")
+    result = build_result(prep, tp_size, logits, hidden, ref, reports, phases, seed)
+    result.phases["total"] = time.perf_counter() - t0
+    progress("done")
+    return result, logits

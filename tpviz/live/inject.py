@@ -1,0 +1,78 @@
+"""Injectable TP bugs, for teaching and debugging: each flips a flag the layer classes already carry."""
+from dataclasses import asdict, dataclass
+
+from torch import nn
+
+from tpviz.layers import QKVParallelLinear, RowParallelLinear
+from tpviz.live.errors import LiveError
+from tpviz.live.model import LiveConfig
+from tpviz.rules import kv_split
+
+INJECTIONS = {
+    "bias-all-ranks": "row-parallel layers add their bias on every rank, so the all-reduce counts it tp times",
+    "skip-allreduce": "row-parallel layers skip their all_reduce, so each rank keeps only its partial sum",
+    "wrong-kv-head": "under KV-head replication, ranks take KV heads round-robin instead of r // replicas",
+}
+
+
+@dataclass
+class Injection:
+    """One injected bug and whether it can change this model's output at this tp (and why not)."""
+    name: str
+    description: str
+    has_effect: bool
+    reason: str
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def check_injections(names: list[str] | None) -> list[str]:
+    """Validate --inject names (duplicates dropped), raising one line for an unknown one."""
+    out = []
+    for name in names or []:
+        if name not in INJECTIONS:
+            raise LiveError(f"unknown inject {name!r}; use one of: {', '.join(INJECTIONS)}")
+        if name not in out:
+            out.append(name)
+    return out
+
+
+def describe_injections(names: list[str], cfg: LiveConfig, tp_size: int) -> list[Injection]:
+    """Say, before running, whether each injection can have any effect here."""
+    s, out = cfg.spec, []
+    for name in check_injections(names):
+        if tp_size == 1:
+            effect, reason = False, "tp=1 has a single rank, so there is nothing to get wrong across ranks"
+        elif name == "bias-all-ranks":
+            biased = [n for n, has in (("o_proj", cfg.o_bias), ("down_proj", cfg.mlp_bias)) if has]
+            effect = bool(biased)
+            reason = (f"{' and '.join(biased)} carry a bias, added {tp_size} times" if effect else
+                      "no row-parallel layer here has a bias (o_proj and down_proj are bias-free)")
+        elif name == "skip-allreduce":
+            effect, reason = True, f"o_proj and down_proj outputs stay partial sums over 1/{tp_size} of the inputs"
+        else:
+            _, replicas = kv_split(s.num_key_value_heads, tp_size, cfg.rules)
+            right = [r // replicas for r in range(tp_size)]
+            wrong = [r % (tp_size // replicas) for r in range(tp_size)]
+            effect = replicas > 1 and right != wrong
+            if replicas == 1:
+                reason = (f"num_key_value_heads={s.num_key_value_heads} splits evenly over tp={tp_size}: "
+                          "no KV head is replicated")
+            elif not effect:
+                reason = f"with {s.num_key_value_heads} KV head every rank holds the same one either way"
+            else:
+                reason = (f"each KV head is replicated on {replicas} ranks; "
+                          f"rank KV heads become {wrong} instead of {right}")
+        out.append(Injection(name, INJECTIONS[name], effect, reason))
+    return out
+
+
+def apply_injections(model: nn.Module, names: list[str]) -> None:
+    """Flip the layers' bug flags; call before loading weights (wrong-kv-head changes what is loaded)."""
+    for module in model.modules():
+        if isinstance(module, RowParallelLinear):
+            module.bias_on_all_ranks |= "bias-all-ranks" in names
+            module.reduce_results &= "skip-allreduce" not in names
+        if isinstance(module, QKVParallelLinear):
+            module.wrong_kv_head |= "wrong-kv-head" in names

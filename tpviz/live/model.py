@@ -1,0 +1,183 @@
+"""A decoder-only Llama/Mistral/Qwen2/Qwen3 model built only from tpviz's TP layer classes.
+
+Parameter names mirror the Hugging Face checkpoint (`model.layers.0.self_attn.qkv_proj.weight`), with
+q/k/v and gate/up fused as in nano-vllm; weights.py maps checkpoint names onto them.
+"""
+from dataclasses import asdict, dataclass, field
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from tpviz.layers import (MergedColumnParallelLinear, ParallelLMHead, QKVParallelLinear, RMSNorm,
+                          RowParallelLinear, VocabParallelEmbedding)
+from tpviz.live.errors import LiveError
+from tpviz.spec import ModelSpec
+
+FAMILIES = ("llama", "mistral", "qwen2", "qwen3")
+
+
+@dataclass
+class LiveConfig:
+    """What the live model needs: the normalized spec plus the few raw-config facts the spec leaves out."""
+    spec: ModelSpec
+    mlp_bias: bool = False  # Llama's mlp_bias: gate/up/down carry biases (down is row-parallel)
+    sliding_window: int | None = None  # Mistral: attend to at most this many previous tokens
+    rules: str = "vllm"
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def qkv_bias(self) -> bool:
+        return self.spec.attention_bias and self.spec.model_type != "mistral"  # Mistral never has them
+
+    @property
+    def o_bias(self) -> bool:
+        return self.spec.o_proj_bias and self.spec.model_type != "mistral"
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "LiveConfig":
+        return cls(**{**d, "spec": ModelSpec(**d["spec"])})
+
+
+def check_supported(spec: ModelSpec) -> None:
+    """Raise a one-line LiveError unless the live model can run this architecture faithfully."""
+    if spec.is_moe or spec.is_mla:
+        raise LiveError(f"{spec.name} uses {'MoE' if spec.is_moe else 'MLA'}, which the live check does not run yet; "
+                        f"it runs dense {', '.join(FAMILIES)} models")
+    if spec.model_type not in FAMILIES:
+        raise LiveError(f"the live check runs {', '.join(FAMILIES)} models; "
+                        f"{spec.name} is model_type {spec.model_type!r}")
+    if spec.hidden_act != "silu":
+        raise LiveError(f"hidden_act={spec.hidden_act!r}: the live check runs SiLU-gated MLPs only")
+
+
+class RotaryEmbedding(nn.Module):
+    """Rotate-half RoPE (Llama layout): pairs dimension i with i + head_dim/2."""
+
+    def __init__(self, head_dim: int, theta: float):
+        super().__init__()
+        # a plain attribute, not a buffer, so model.to(bfloat16) cannot round the frequencies
+        exponents = torch.arange(0, head_dim, 2, dtype=torch.int64, device="cpu").float() / head_dim
+        self.inv_freq = 1.0 / theta ** exponents
+
+    def forward(self, positions: torch.Tensor, q: torch.Tensor, k: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        freqs = positions[..., None].float() * self.inv_freq.to(positions.device)  # [B, S, hd/2]
+        emb = torch.cat((freqs, freqs), -1)[:, :, None, :]  # broadcast over heads
+        cos, sin = emb.cos().to(q.dtype), emb.sin().to(q.dtype)
+        return q * cos + rotate_half(q) * sin, k * cos + rotate_half(k) * sin
+
+
+def rotate_half(x: torch.Tensor) -> torch.Tensor:
+    """(x1, x2) -> (-x2, x1) over the last dim's two halves."""
+    x1, x2 = x.chunk(2, -1)
+    return torch.cat((-x2, x1), -1)
+
+
+class Attention(nn.Module):
+    """QKV column-parallel -> RoPE -> causal SDPA over this rank's heads -> o_proj row-parallel."""
+
+    def __init__(self, cfg: LiveConfig, tp_size: int, tp_rank: int):
+        super().__init__()
+        s = cfg.spec
+        self.head_dim, self.sliding_window = s.head_dim, cfg.sliding_window
+        self.qkv_proj = QKVParallelLinear(s.hidden_size, s.head_dim, s.num_attention_heads, s.num_key_value_heads,
+                                          tp_size, tp_rank, bias=cfg.qkv_bias, rules=cfg.rules)
+        self.num_heads, self.num_kv_heads = self.qkv_proj.num_heads, self.qkv_proj.num_kv_heads
+        self.o_proj = RowParallelLinear(s.num_attention_heads * s.head_dim, s.hidden_size, tp_size, tp_rank,
+                                        bias=cfg.o_bias)
+        if s.qk_norm:  # Qwen3: RMSNorm over each head's head_dim, before RoPE
+            self.q_norm = RMSNorm(s.head_dim, s.rms_norm_eps)
+            self.k_norm = RMSNorm(s.head_dim, s.rms_norm_eps)
+        self.rotary_emb = RotaryEmbedding(s.head_dim, s.rope_theta)
+
+    def forward(self, positions: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+        B, S, _ = x.shape
+        q_size, kv_size = self.qkv_proj.q_size, self.qkv_proj.kv_size
+        q, k, v = self.qkv_proj(x).split([q_size, kv_size, kv_size], -1)
+        q = q.view(B, S, self.num_heads, self.head_dim)
+        k = k.view(B, S, self.num_kv_heads, self.head_dim)
+        v = v.view(B, S, self.num_kv_heads, self.head_dim)
+        if hasattr(self, "q_norm"):
+            q, k = self.q_norm(q), self.k_norm(k)
+        q, k = self.rotary_emb(positions, q, k)
+        q, k, v = (t.transpose(1, 2) for t in (q, k, v))  # [B, heads, S, hd]
+        group = self.num_heads // self.num_kv_heads  # local q heads per local KV head (GQA)
+        if group > 1:
+            k, v = k.repeat_interleave(group, 1), v.repeat_interleave(group, 1)
+        if self.sliding_window and S > self.sliding_window:
+            i = torch.arange(S, device=x.device)
+            mask = (i[None, :] <= i[:, None]) & (i[:, None] - i[None, :] < self.sliding_window)
+            o = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+        else:
+            o = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        return self.o_proj(o.transpose(1, 2).reshape(B, S, self.num_heads * self.head_dim))
+
+
+class MLP(nn.Module):
+    """gate_up column-parallel (merged) -> SiLU(gate) * up -> down row-parallel."""
+
+    def __init__(self, cfg: LiveConfig, tp_size: int, tp_rank: int):
+        super().__init__()
+        s = cfg.spec
+        self.gate_up_proj = MergedColumnParallelLinear(s.hidden_size, [s.intermediate_size] * 2, tp_size, tp_rank,
+                                                       bias=cfg.mlp_bias)
+        self.down_proj = RowParallelLinear(s.intermediate_size, s.hidden_size, tp_size, tp_rank, bias=cfg.mlp_bias)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        gate, up = self.gate_up_proj(x).chunk(2, -1)
+        return self.down_proj(F.silu(gate) * up)
+
+
+class DecoderLayer(nn.Module):
+    """Pre-norm residual block: h += attn(norm(h)); h += mlp(norm(h))."""
+
+    def __init__(self, cfg: LiveConfig, tp_size: int, tp_rank: int):
+        super().__init__()
+        eps = cfg.spec.rms_norm_eps
+        self.input_layernorm = RMSNorm(cfg.spec.hidden_size, eps)
+        self.self_attn = Attention(cfg, tp_size, tp_rank)
+        self.post_attention_layernorm = RMSNorm(cfg.spec.hidden_size, eps)
+        self.mlp = MLP(cfg, tp_size, tp_rank)
+
+    def forward(self, positions: torch.Tensor, h: torch.Tensor) -> torch.Tensor:
+        h = h + self.self_attn(positions, self.input_layernorm(h))
+        return h + self.mlp(self.post_attention_layernorm(h))
+
+
+class DecoderModel(nn.Module):
+    """`model.*` of the checkpoint: embedding, decoder layers, final norm."""
+
+    def __init__(self, cfg: LiveConfig, tp_size: int, tp_rank: int):
+        super().__init__()
+        s = cfg.spec
+        self.embed_tokens = VocabParallelEmbedding(s.vocab_size, s.hidden_size, tp_size, tp_rank, rules=cfg.rules)
+        self.layers = nn.ModuleList(DecoderLayer(cfg, tp_size, tp_rank) for _ in range(s.num_hidden_layers))
+        self.norm = RMSNorm(s.hidden_size, s.rms_norm_eps)
+
+
+class LiveForCausalLM(nn.Module):
+    """The whole model for one rank; forward returns (logits on rank 0 else None, per-layer hidden states)."""
+
+    def __init__(self, cfg: LiveConfig, tp_size: int = 1, tp_rank: int = 0):
+        super().__init__()
+        check_supported(cfg.spec)
+        self.cfg, self.tp_size, self.tp_rank = cfg, tp_size, tp_rank
+        self.model = DecoderModel(cfg, tp_size, tp_rank)
+        self.lm_head = ParallelLMHead(cfg.spec.vocab_size, cfg.spec.hidden_size, tp_size, tp_rank, rules=cfg.rules)
+        if cfg.spec.tie_word_embeddings:  # same padded row block per rank, so one Parameter serves both
+            self.lm_head.weight = self.model.embed_tokens.weight
+
+    def forward(self, input_ids: torch.Tensor) -> tuple[torch.Tensor | None, dict[str, torch.Tensor]]:
+        """Logits [B, S, vocab] (gathered to rank 0, padding trimmed) and the hidden state after each stage."""
+        positions = torch.arange(input_ids.shape[1], device=input_ids.device).expand_as(input_ids)
+        h = self.model.embed_tokens(input_ids)
+        hidden = {"embed": h}
+        for i, layer in enumerate(self.model.layers):
+            h = layer(positions, h)
+            hidden[f"layer {i}"] = h
+        h = self.model.norm(h)
+        hidden["final norm"] = h
+        return self.lm_head(h), hidden

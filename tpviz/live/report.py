@@ -1,0 +1,65 @@
+"""Figures and tables of a VerifyResult, shared by the page and anything else that draws one."""
+import plotly.graph_objects as go
+
+from tpviz.live.check import FP32_TOL, NOISE_MULTIPLE
+from tpviz.live.results import VerifyResult
+from tpviz.plots_style import INK, MUTED, axis, base_layout, rank_color
+
+PASS_COLOR, FAIL_COLOR, LIMIT_COLOR = "#59a14f", "#e15759", "#9c755f"
+EXACT = 1e-12  # a log axis cannot show 0: exact stages are drawn here and labelled "exact"
+
+
+def stage_figure(result: VerifyResult) -> go.Figure:
+    """Max |TP - tp=1| after each stage (log scale) against that stage's limit: where the runs part ways."""
+    names = [d.name for d in result.layers]
+    gaps = [max(d.max_abs, EXACT) for d in result.layers]
+    colors = [FAIL_COLOR if d.exceeds else PASS_COLOR for d in result.layers]
+    hover = [f"{d.name}<br>max |Δ| {'exact (0)' if d.max_abs == 0 else f'{d.max_abs:.3g}'}"
+             f"<br>relative {d.max_rel:.3g}<br>tolerance {d.limit:.3g}"
+             + (f"<br>noise floor {d.floor:.3g}" if d.floor is not None else "")
+             + ("<br><b>beyond tolerance</b>" if d.exceeds else "") for d in result.layers]
+    fig = go.Figure(go.Scatter(x=names, y=gaps, mode="lines+markers", name="TP vs tp=1",
+                               line=dict(color=INK, width=1.5), marker=dict(color=colors, size=10),
+                               hovertext=hover, hoverinfo="text"))
+    label = "tolerance: " + (f"{NOISE_MULTIPLE:g}x this stage's noise floor" if result.noise_floor is not None
+                             else f"{FP32_TOL:g} x max(1, max|value|)")
+    fig.add_trace(go.Scatter(x=names, y=[max(d.limit, EXACT) for d in result.layers], mode="lines", name=label,
+                             hoverinfo="skip", line=dict(color=LIMIT_COLOR, dash="dash", width=1.5)))
+    title = f"Where TP and tp=1 part ways: {result.verdict}" + (
+        f", first beyond tolerance at {result.diverges_at}" if result.diverges_at else "")
+    fig.update_layout(**base_layout(title, 380))
+    fig.update_layout(showlegend=True, legend=dict(orientation="h", x=0, y=1.02, yanchor="bottom",
+                                                   font=dict(size=11, color=MUTED)),
+                      xaxis=axis("stage (hidden state after it)"),
+                      yaxis=axis("max |Δ| (log)", type="log", showgrid=True, gridcolor="#e8ecf0"))
+    return fig
+
+
+def rank_figure(result: VerifyResult) -> go.Figure:
+    """Bytes each rank read from the checkpoint and holds, in each rank's colour, against the whole checkpoint."""
+    ranks = [f"rank {r.rank}" for r in result.ranks]
+    colors = [rank_color(r.rank) for r in result.ranks]
+    mib = 2 ** 20
+    fig = go.Figure([
+        go.Bar(x=ranks, y=[r.bytes_read / mib for r in result.ranks], name="read from checkpoint",
+               marker=dict(color=colors), hovertemplate="%{x}: read %{y:.3f} MiB<extra></extra>"),
+        go.Bar(x=ranks, y=[r.param_bytes / mib for r in result.ranks], name="parameters held",
+               marker=dict(color=colors, pattern=dict(shape="/")), opacity=0.55,
+               hovertemplate="%{x}: holds %{y:.3f} MiB<extra></extra>"),
+    ])
+    total = result.ranks[0].checkpoint_bytes / mib if result.ranks else 0
+    fig.add_hline(y=total, line=dict(color=MUTED, dash="dot"), annotation_text=f"whole checkpoint {total:.2f} MiB",
+                  annotation_font=dict(color=MUTED, size=11))
+    fig.update_layout(**base_layout("Checkpoint bytes read and parameters held per rank", 320))
+    fig.update_layout(barmode="group", bargap=0.3, showlegend=True,
+                      legend=dict(orientation="h", x=0, y=1.02, yanchor="bottom", font=dict(size=11, color=MUTED)),
+                      xaxis=axis(), yaxis=axis("MiB", showgrid=True, gridcolor="#e8ecf0"))
+    return fig
+
+
+def environment_rows(result: VerifyResult) -> list[dict]:
+    """The environment as (what, value) rows: GPUs found, launcher, backend and why."""
+    env = result.environment
+    return [{"what": k, "value": v} for k, v in (
+        ("GPUs found", ", ".join(env.gpus) if env.gpus else "none"), ("launcher", env.launcher),
+        ("device", env.device), ("backend", env.backend), ("why", env.reason), ("torch", env.torch))]

@@ -1,0 +1,196 @@
+"""Where a live run's model comes from: a local checkpoint folder, a config, or a preset/hub id with
+random weights (made once from a seed, cached as a safetensors checkpoint every rank loads the same way)."""
+import hashlib
+import json
+import os
+import shutil
+import uuid
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import torch
+from safetensors.torch import save_file
+
+from tpviz.live.errors import LiveError
+from tpviz.live.model import LiveConfig, check_supported
+from tpviz.live.weights import checkpoint_files
+from tpviz.spec import ModelSpec, normalize
+
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "tokenizer_config.json")
+RANDOM_FORMAT = 1  # bump when the random-weight recipe changes, so old caches are not reused
+
+
+@dataclass
+class ModelSource:
+    """A model ready to run: its config, a checkpoint folder, and whether the weights are random."""
+    name: str
+    cfg: LiveConfig
+    checkpoint: Path
+    random_weights: bool
+    tokenizer_dir: Path | None = None
+
+    def to_dict(self) -> dict:
+        return {"name": self.name, "checkpoint": str(self.checkpoint), "random_weights": self.random_weights,
+                "tokenizer": str(self.tokenizer_dir) if self.tokenizer_dir else None, "config": self.cfg.to_dict()}
+
+
+def live_config(spec: ModelSpec, raw: dict | None = None, layers: int | None = None) -> LiveConfig:
+    """Spec plus the raw-config facts it lacks (rope_parameters, mlp_bias, sliding window), optionally shrunk."""
+    raw = raw or {}
+    if isinstance(raw.get("text_config"), dict):
+        raw = raw["text_config"]
+    notes = list(spec.notes)
+    rope = raw.get("rope_parameters") or raw.get("rope_scaling") or {}
+    if isinstance(rope, dict):
+        if isinstance(rope.get("rope_theta"), (int, float)) and "rope_theta" not in raw:
+            spec = replace(spec, rope_theta=float(rope["rope_theta"]))  # transformers 5 nests rope_theta here
+        kind = rope.get("rope_type", rope.get("type", "default"))
+        if kind not in ("default", None):
+            notes.append(f"rope scaling {kind!r} is ignored; TP vs tp=1 is still a fair comparison")
+    if raw.get("use_sliding_window") is True:
+        raise LiveError("use_sliding_window=true (per-layer sliding windows) is not supported by the live check")
+    window = raw.get("sliding_window") if spec.model_type == "mistral" else None
+    if layers is not None:
+        if isinstance(layers, bool) or not isinstance(layers, int) or layers < 1:
+            raise LiveError(f"layers={layers!r} must be a positive integer")
+        if layers < spec.num_hidden_layers:
+            notes.append(f"shrunk to the first {layers} of {spec.num_hidden_layers} layers")
+            spec = replace(spec, num_hidden_layers=layers)
+    cfg = LiveConfig(spec=spec, mlp_bias=raw.get("mlp_bias") is True,
+                     sliding_window=window if isinstance(window, int) and window > 0 else None, notes=notes)
+    check_supported(cfg.spec)
+    return cfg
+
+
+def check_split(cfg: LiveConfig, tp_size: int) -> None:
+    """Raise the layers' own one-line TPSizeError when cfg cannot be split over tp_size (meta tensors: free)."""
+    from tpviz.live.model import LiveForCausalLM
+    with torch.device("meta"):
+        LiveForCausalLM(cfg, tp_size, 0)
+
+
+def resolve_model(model, layers: int | None = None, seed: int = 0, tp_size: int | None = None) -> ModelSource:
+    """Turn a checkpoint folder, config.json path, config dict/bytes, or preset/hub id into a ModelSource.
+
+    Local paths obey the explorer's TPVIZ_LOCAL_ROOT confinement; a folder with *.safetensors uses its own
+    weights, anything else gets seeded random weights. With tp_size, an invalid split fails before any
+    random weights are made.
+    """
+    from tpviz.sources import check_local_path, local_config, resolve_config
+    path = None
+    if isinstance(model, (str, Path)) and str(model).strip():
+        text = str(model).strip()
+        if isinstance(model, Path) or text.startswith((".", "/", "~")) or Path(text).expanduser().exists():
+            path = check_local_path(text)
+    elif not isinstance(model, (dict, bytes, bytearray)):
+        raise LiveError("give a model: a checkpoint folder, a config.json, or a preset/hub id")
+    raw, name = local_config(path) if path is not None and path.is_dir() else resolve_config(model)
+    cfg = live_config(normalize(raw, name), raw, layers)
+    if tp_size is not None:
+        check_split(cfg, tp_size)
+    if path is not None and path.is_dir():
+        tokenizer = path if any((path / f).is_file() for f in TOKENIZER_FILES) else None
+        if checkpoint_files(path):
+            if cfg.spec.quantization:
+                raise LiveError(f"{name} is {cfg.spec.quantization}-quantized; the live check loads "
+                                "unquantized safetensors (drop the weights to run it with random ones)")
+            return ModelSource(name, cfg, path, False, tokenizer)
+        return ModelSource(name, cfg, random_checkpoint(cfg, seed), True, tokenizer)
+    return ModelSource(name, cfg, random_checkpoint(cfg, seed), True)
+
+
+def cache_root() -> Path:
+    """Where random checkpoints are kept: $TPVIZ_CACHE, else ~/.cache/tpviz."""
+    return Path(os.environ.get("TPVIZ_CACHE") or Path.home() / ".cache" / "tpviz")
+
+
+def random_checkpoint(cfg: LiveConfig, seed: int = 0) -> Path:
+    """Make (once) and return a safetensors checkpoint folder of seeded random weights for cfg."""
+    cfg.notes.append(f"random weights (seed {seed}): no checkpoint weights were given")
+    shape = {k: v for k, v in cfg.to_dict()["spec"].items() if k not in ("name", "notes")}
+    key = json.dumps([RANDOM_FORMAT, seed, shape, cfg.mlp_bias], sort_keys=True)
+    slug = "".join(c if c.isalnum() or c in "-_." else "_" for c in cfg.spec.name)[-48:]
+    folder = cache_root() / "random" / f"{slug}-{hashlib.sha256(key.encode()).hexdigest()[:12]}"
+    if (folder / "model.safetensors").is_file():
+        return folder
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    tmp = folder.parent / f".tmp-{folder.name}-{uuid.uuid4().hex[:8]}"  # build aside, rename atomically
+    tmp.mkdir()
+    try:
+        save_file(random_tensors(cfg, seed), str(tmp / "model.safetensors"), metadata={"format": "pt"})
+        (tmp / "config.json").write_text(json.dumps(hf_config(cfg), indent=2))
+        try:
+            os.rename(tmp, folder)
+        except OSError:  # another run made it first: keep theirs
+            if not (folder / "model.safetensors").is_file():
+                raise
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return folder
+
+
+def hf_config(cfg: LiveConfig) -> dict:
+    """A Hugging Face style config.json for cfg, so the random folder is a checkpoint like any other."""
+    s = cfg.spec
+    out = {"architectures": [f"{s.model_type.capitalize()}ForCausalLM"], "model_type": s.model_type,
+           "hidden_size": s.hidden_size, "num_attention_heads": s.num_attention_heads,
+           "num_key_value_heads": s.num_key_value_heads, "head_dim": s.head_dim,
+           "intermediate_size": s.intermediate_size, "vocab_size": s.vocab_size,
+           "num_hidden_layers": s.num_hidden_layers, "tie_word_embeddings": s.tie_word_embeddings,
+           "attention_bias": s.attention_bias, "mlp_bias": cfg.mlp_bias,
+           "rope_theta": s.rope_theta, "rms_norm_eps": s.rms_norm_eps, "hidden_act": "silu",
+           "torch_dtype": "bfloat16"}
+    if cfg.sliding_window:
+        out["sliding_window"] = cfg.sliding_window
+    return out
+
+
+def checkpoint_shapes(cfg: LiveConfig) -> dict[str, tuple[int, ...]]:
+    """Every tensor of the Hugging Face checkpoint layout for cfg, with its full shape."""
+    s = cfg.spec
+    H, hd, I = s.hidden_size, s.head_dim, s.intermediate_size
+    q, kv = s.num_attention_heads * hd, s.num_key_value_heads * hd
+    out = {"model.embed_tokens.weight": (s.vocab_size, H)}
+    for i in range(s.num_hidden_layers):
+        p = f"model.layers.{i}."
+        out[p + "input_layernorm.weight"] = (H,)
+        for proj, rows in (("q_proj", q), ("k_proj", kv), ("v_proj", kv)):
+            out[f"{p}self_attn.{proj}.weight"] = (rows, H)
+            if cfg.qkv_bias:
+                out[f"{p}self_attn.{proj}.bias"] = (rows,)
+        if s.qk_norm:
+            out[p + "self_attn.q_norm.weight"] = out[p + "self_attn.k_norm.weight"] = (hd,)
+        out[p + "self_attn.o_proj.weight"] = (H, q)
+        if cfg.o_bias:
+            out[p + "self_attn.o_proj.bias"] = (H,)
+        out[p + "post_attention_layernorm.weight"] = (H,)
+        for proj, shp in (("gate_proj", (I, H)), ("up_proj", (I, H)), ("down_proj", (H, I))):
+            out[f"{p}mlp.{proj}.weight"] = shp
+            if cfg.mlp_bias:
+                out[f"{p}mlp.{proj}.bias"] = shp[:1]
+    out["model.norm.weight"] = (H,)
+    if not s.tie_word_embeddings:
+        out["lm_head.weight"] = (s.vocab_size, H)
+    return out
+
+
+def random_tensors(cfg: LiveConfig, seed: int) -> dict[str, torch.Tensor]:
+    """Seeded bf16 weights: N(0, 0.02) matrices, norms 1 + N(0, 0.1), biases N(0, 0.1) (nothing trivial)."""
+    gen = torch.Generator().manual_seed(seed)
+    out = {}
+    for name, shape in checkpoint_shapes(cfg).items():
+        t = torch.randn(shape, generator=gen)
+        if name.endswith("norm.weight"):
+            t = 1 + 0.1 * t
+        else:
+            t *= 0.1 if name.endswith(".bias") else 0.02
+        out[name] = t.to(torch.bfloat16)
+    return out
+
+
+def local_tokenizer(model) -> Path | None:
+    """The folder itself when `model` is a local checkpoint folder with tokenizer files, else None."""
+    if not isinstance(model, (str, Path)) or not str(model).strip():
+        return None
+    path = Path(str(model).strip()).expanduser()
+    return path if path.is_dir() and any((path / f).is_file() for f in TOKENIZER_FILES) else None

@@ -1,0 +1,203 @@
+"""Safetensors checkpoints: load through the layers' weight_loaders, reading only this rank's slices.
+
+The loader gets a CheckpointTensor instead of a tensor: when the loader narrows or chunks it, only
+that slice is read from disk (safetensors `get_slice`), and its bytes are counted.
+"""
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from safetensors import safe_open
+from torch import nn
+
+from tpviz.errors import WeightsError
+
+# checkpoint module name -> (fused module in our model, loaded_shard_id); matched as a whole name component
+PACKED_MODULES = {"q_proj": ("qkv_proj", "q"), "k_proj": ("qkv_proj", "k"), "v_proj": ("qkv_proj", "v"),
+                  "gate_proj": ("gate_up_proj", 0), "up_proj": ("gate_up_proj", 1)}
+IGNORED_SUFFIXES = ("rotary_emb.inv_freq",)  # buffers some old checkpoints saved
+
+
+@dataclass
+class ReadStats:
+    """Bytes this rank read: `read` counts slice bytes, `spanned` the file range those slices cover."""
+    read: int = 0
+    spanned: int = 0  # a column slice of a row-major tensor spans (and pages in) nearly all of it
+    tensors: int = 0
+
+
+class CheckpointTensor:
+    """A checkpoint tensor not read yet; `narrow` and `chunk(...)[i]` read just that part."""
+
+    def __init__(self, handle, name: str, stats: ReadStats, box: list[tuple[int, int]] | None = None):
+        self._slice, self._handle, self.name, self._stats = handle.get_slice(name), handle, name, stats
+        self._full = list(self._slice.get_shape())
+        self._box = box or [(0, n) for n in self._full]
+
+    @property
+    def shape(self) -> torch.Size:
+        return torch.Size(b - a for a, b in self._box)
+
+    @property
+    def ndim(self) -> int:
+        return len(self._box)
+
+    def dim(self) -> int:
+        return self.ndim
+
+    def size(self, dim: int | None = None):
+        return self.shape if dim is None else self.shape[dim]
+
+    def _sub(self, dim: int, start: int, length: int) -> list[tuple[int, int]]:
+        dim = dim % self.ndim
+        if start < 0 or length < 0 or start + length > self.shape[dim]:
+            raise WeightsError(f"{self.name}: slice {start}:{start + length} is outside dim {dim} "
+                               f"of {tuple(self.shape)}")
+        box = list(self._box)
+        box[dim] = (box[dim][0] + start, box[dim][0] + start + length)
+        return box
+
+    def narrow(self, dim: int, start: int, length: int) -> torch.Tensor:
+        return self._read(self._sub(dim, start, length))
+
+    def chunk(self, chunks: int, dim: int = 0) -> list:
+        size = -(-self.shape[dim] // chunks)  # torch.chunk: equal chunks of ceil(n / chunks), last may be short
+        return _LazyParts([(start, min(size, self.shape[dim] - start)) for start in range(0, self.shape[dim], size)],
+                          self, dim)
+
+    def split(self, sizes: list[int] | int, dim: int = 0) -> tuple["CheckpointTensor", ...]:
+        if isinstance(sizes, int):
+            sizes = [min(sizes, self.shape[dim] - s) for s in range(0, self.shape[dim], sizes)]
+        starts = [sum(sizes[:i]) for i in range(len(sizes))]
+        return tuple(CheckpointTensor(self._handle, self.name, self._stats, self._sub(dim, s, n))
+                     for s, n in zip(starts, sizes))
+
+    def materialize(self) -> torch.Tensor:
+        """Read this (possibly already narrowed) view."""
+        return self._read(self._box)
+
+    def __getattr__(self, attr):  # anything else a loader does: read the view whole, never silently wrong
+        if attr.startswith("_"):
+            raise AttributeError(attr)
+        return getattr(self.materialize(), attr)
+
+    def _read(self, box: list[tuple[int, int]]) -> torch.Tensor:
+        t = self._slice[tuple(slice(a, b) for a, b in box)] if box else self._handle.get_tensor(self.name)
+        self._stats.read += t.numel() * t.element_size()
+        self._stats.spanned += _span(self._full, box, t.element_size())
+        self._stats.tensors += 1
+        return t
+
+
+class _LazyParts(list):
+    """chunk() result: indexing reads only the chosen part."""
+
+    def __init__(self, ranges, tensor: CheckpointTensor, dim: int):
+        super().__init__(ranges)
+        self._tensor, self._dim = tensor, dim
+
+    def __getitem__(self, i):
+        start, length = super().__getitem__(i)
+        return self._tensor.narrow(self._dim, start, length)
+
+    def __iter__(self):
+        return (self[i] for i in range(len(self)))
+
+
+def _span(full: list[int], box: list[tuple[int, int]], itemsize: int) -> int:
+    """Bytes from the first to the last element of `box` in a row-major tensor of shape `full`."""
+    if not box or any(b <= a for a, b in box):
+        return 0
+    strides = [1] * len(full)
+    for d in range(len(full) - 2, -1, -1):
+        strides[d] = strides[d + 1] * full[d + 1]
+    first = sum(a * st for (a, _), st in zip(box, strides))
+    last = sum((b - 1) * st for (_, b), st in zip(box, strides))
+    return (last - first + 1) * itemsize
+
+
+def checkpoint_files(folder: Path) -> list[Path]:
+    """The safetensors files of a checkpoint folder (via its index when sharded)."""
+    index = folder / "model.safetensors.index.json"
+    if index.is_file():
+        try:
+            weight_map = json.loads(index.read_text())["weight_map"]
+        except (ValueError, KeyError, TypeError) as e:
+            raise WeightsError(f"{index} is not a valid safetensors index ({e})") from None
+        files = [folder / f for f in dict.fromkeys(weight_map.values())]
+        missing = [f.name for f in files if not f.is_file()]
+        if missing:
+            raise WeightsError(f"{index.name} names {missing[0]}, which is not in {folder}")
+        return files
+    return sorted(folder.glob("*.safetensors"))
+
+
+def param_target(name: str, num_layers: int) -> tuple[str, object] | None:
+    """Checkpoint name -> (our parameter name, loaded_shard_id); None for layers shrunk away or ignored names."""
+    if name.endswith(IGNORED_SUFFIXES):
+        return None
+    parts = name.split(".")
+    if len(parts) > 3 and parts[:2] == ["model", "layers"] and parts[2].isdigit() and int(parts[2]) >= num_layers:
+        return None
+    shard_id = None
+    if len(parts) >= 2 and parts[-2] in PACKED_MODULES:  # exact component, so v_proj never matches qkv_proj
+        parts[-2], shard_id = PACKED_MODULES[parts[-2]]
+    return ".".join(parts), shard_id
+
+
+def _complete(owner: nn.Module, shard_ids: set) -> bool:
+    """A fused parameter is loaded once all its parts are (or the fused tensor itself was)."""
+    if None in shard_ids:
+        return True
+    if hasattr(owner, "output_sizes"):  # MergedColumnParallelLinear
+        return shard_ids >= set(range(len(owner.output_sizes)))
+    if hasattr(owner, "kv_shard_index"):  # QKVParallelLinear
+        return shard_ids >= {"q", "k", "v"}
+    return bool(shard_ids)
+
+
+def load_weights(model: nn.Module, folder: str | Path) -> ReadStats:
+    """Load every parameter of a LiveForCausalLM through its weight_loader; return the bytes this rank read."""
+    folder, stats = Path(folder), ReadStats()
+    num_layers = model.cfg.spec.num_hidden_layers  # checkpoint layers beyond it were shrunk away
+    params = dict(model.named_parameters())  # tied lm_head shares embed_tokens' Parameter, listed once
+    owners = {}  # parameter name -> the layer whose weight_loader and tp_dim apply to it
+    for mname, module in model.named_modules():
+        for pname, _ in module.named_parameters(recurse=False):
+            owners[f"{mname}.{pname}" if mname else pname] = module
+    tied = model.cfg.spec.tie_word_embeddings
+    files = checkpoint_files(folder)
+    if not files:
+        raise WeightsError(f"no *.safetensors files in {folder}")
+    loaded: dict[str, set] = {}
+    for path in files:
+        try:
+            handle_ctx = safe_open(str(path), framework="pt", device="cpu")
+        except Exception as e:  # safetensors raises its own error types for corrupt headers
+            raise WeightsError(f"{path.name} is not a readable safetensors file ({e})") from None
+        with handle_ctx as handle:
+            for ckpt_name in handle.keys():
+                target = param_target(ckpt_name, num_layers)
+                if target is None or (tied and ckpt_name == "lm_head.weight"):
+                    continue
+                pname, shard_id = target
+                if pname not in params:
+                    raise WeightsError(f"checkpoint tensor {ckpt_name} has no place in this "
+                                       f"{model.cfg.spec.model_type} model (wrong architecture?)")
+                param, owner = params[pname], owners[pname]
+                # sharded params get a lazy view; replicated ones (norms, row-parallel bias) are read whole
+                tp_dim = getattr(owner, "tp_dim", None)
+                data = CheckpointTensor(handle, ckpt_name, stats)
+                if tp_dim is None or param.ndim <= tp_dim:
+                    data = data.materialize()
+                if shard_id is None:
+                    param.weight_loader(param, data)
+                else:
+                    param.weight_loader(param, data, shard_id)
+                loaded.setdefault(pname, set()).add(shard_id)
+    missing = [n for n in params if not _complete(owners[n], loaded.get(n, set()))]
+    if missing:
+        more = f" and {len(missing) - 1} more" if len(missing) > 1 else ""
+        raise WeightsError(f"checkpoint in {folder} lacks {missing[0]}{more}")
+    return stats

@@ -1,0 +1,161 @@
+"""One rank's work: build the model, load its slices, run the forward pass, and report.
+
+`spawn_entry` is the importable target of torch.multiprocessing spawn; `run_model` is shared with the
+in-process tp=1 reference and with torchrun ranks.
+"""
+import json
+import os
+import signal
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager, nullcontext
+from datetime import timedelta
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+from safetensors.torch import save_file
+
+from tpviz.errors import TpvizError
+from tpviz.live.inject import apply_injections
+from tpviz.live.model import LiveConfig, LiveForCausalLM
+from tpviz.live.weights import checkpoint_files, load_weights
+
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+COLLECTIVES = ("all_reduce", "gather", "all_gather", "reduce_scatter", "broadcast")
+FAULT_ENV = "TPVIZ_LIVE_FAULT"  # "RANK:raise|hang|kill:PHASE", used by the tests to make one rank fail
+
+
+@contextmanager
+def count_collectives(stats: dict) -> Iterator[dict]:
+    """Count the torch.distributed collectives (and their tensor bytes) the layers issue inside the block."""
+    originals = {name: getattr(dist, name) for name in COLLECTIVES}
+
+    def wrap(name, fn):
+        def counted(tensor, *args, **kwargs):
+            entry = stats.setdefault(name, {"count": 0, "bytes": 0})
+            entry["count"] += 1
+            if isinstance(tensor, torch.Tensor):
+                entry["bytes"] += tensor.numel() * tensor.element_size()
+            return fn(tensor, *args, **kwargs)
+        return counted
+
+    for name, fn in originals.items():
+        setattr(dist, name, wrap(name, fn))
+    try:
+        yield stats
+    finally:
+        for name, fn in originals.items():
+            setattr(dist, name, fn)
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def run_model(job: dict, rank: int, tp_size: int, device: torch.device,
+              mark: Callable[[str], None] = lambda phase: None) -> tuple:
+    """Build, load and run one rank; return (logits or None, hidden states or None, rank report dict)."""
+    cfg, dtype = LiveConfig.from_dict(job["cfg"]), DTYPES[job["dtype"]]
+    start = time.perf_counter()
+    mark("load")
+    with torch.device(device):
+        model = LiveForCausalLM(cfg, tp_size, rank)
+    model.to(dtype)
+    apply_injections(model, job.get("inject", []))  # before loading: wrong-kv-head changes which slice loads
+    stats = load_weights(model, job["checkpoint"])
+    _sync(device)
+    load_s = time.perf_counter() - start
+    mark("forward")
+    ids = torch.tensor(job["input_ids"], dtype=torch.int64, device=device)
+    collectives: dict = {}
+    start = time.perf_counter()
+    # only ranks of a real group patch torch.distributed (never the in-process, possibly threaded, tp=1 runs)
+    counting = count_collectives(collectives) if tp_size > 1 else nullcontext()
+    with torch.inference_mode(), counting:
+        logits, hidden = model(ids)
+    _sync(device)
+    forward_s = time.perf_counter() - start
+    params = dict(model.named_parameters())
+    report = {"rank": rank, "device": str(device),
+              "param_shapes": {n: list(p.shape) for n, p in params.items()},
+              "param_bytes": sum(p.numel() * p.element_size() for p in params.values()),
+              "bytes_read": stats.read, "bytes_spanned": stats.spanned,
+              "checkpoint_bytes": sum(f.stat().st_size for f in checkpoint_files(Path(job["checkpoint"]))),
+              "load_s": load_s, "forward_s": forward_s, "collectives": collectives}
+    if rank != 0:
+        return None, None, report
+    return logits.float().cpu(), {k: v.float().cpu() for k, v in hidden.items()}, report
+
+
+def spawn_device(job: dict, rank: int) -> torch.device:
+    """cuda:rank under NCCL, a shared GPU (rank mod GPUs) under gloo with CUDA tensors, else CPU."""
+    if job["device"] != "cuda":
+        return torch.device("cpu")
+    return torch.device("cuda", rank % torch.cuda.device_count())
+
+
+def _watch_parent() -> None:
+    """Exit when the parent dies, even if the main thread is stuck inside a C++ collective."""
+    parent = os.getppid()
+
+    def loop():
+        while os.getppid() == parent:
+            time.sleep(0.5)
+        os._exit(3)
+
+    threading.Thread(target=loop, daemon=True).start()
+
+
+def _fault(rank: int, phase: str) -> None:
+    spec = os.environ.get(FAULT_ENV, "")
+    if spec.count(":") == 2:
+        f_rank, kind, f_phase = spec.split(":")
+        if f_rank == str(rank) and f_phase == phase:
+            if kind == "hang":
+                time.sleep(3600)
+            if kind == "kill":  # dies like an OOM kill: no Python error at all
+                os.kill(os.getpid(), signal.SIGKILL)
+            raise RuntimeError(f"injected fault on rank {rank} during {phase}")
+
+
+def spawn_entry(rank: int, job: dict) -> None:
+    """Body of one spawned rank: join the group over the parent's TCPStore, run, write results to run_dir."""
+    _watch_parent()
+    run_dir, tp_size = Path(job["run_dir"]), job["tp_size"]
+    log = os.open(run_dir / f"rank{rank}.log", os.O_WRONLY | os.O_CREAT | os.O_APPEND)
+    os.dup2(log, 1)  # library warnings go to the run's log, so the caller's terminal keeps one clean line
+    os.dup2(log, 2)
+
+    def mark(phase: str) -> None:
+        with open(run_dir / f"rank{rank}.phase", "a") as f:
+            f.write(f"{phase} {time.time()}\n")
+        _fault(rank, phase)
+
+    try:
+        mark("init")
+        device = spawn_device(job, rank)
+        if device.type == "cuda":
+            torch.cuda.set_device(device)
+        else:
+            torch.set_num_threads(1)  # ranks share the cores; more threads only thrash
+        timeout = timedelta(seconds=job["timeout"])
+        store = dist.TCPStore("127.0.0.1", job["store_port"], is_master=False, timeout=timeout)
+        dist.init_process_group(job["backend"], store=store, rank=rank, world_size=tp_size, timeout=timeout)
+        logits, hidden, report = run_model(job, rank, tp_size, device, mark)
+        if rank == 0:
+            names = list(hidden)  # safetensors keys stay simple; the names travel in the report
+            tensors = {f"hidden.{i}": hidden[n].contiguous() for i, n in enumerate(names)}
+            save_file({"logits": logits.contiguous(), **tensors}, str(run_dir / "rank0.safetensors"))
+            report["hidden_names"] = names
+        (run_dir / f"rank{rank}.json").write_text(json.dumps(report))
+        mark("done")
+        dist.destroy_process_group()
+    except BaseException as e:
+        message = next((line for line in str(e).splitlines() if line.strip()), "")
+        (run_dir / f"rank{rank}.error.json").write_text(json.dumps(
+            {"type": type(e).__name__, "message": message[:500], "user_error": isinstance(e, TpvizError),
+             "time": time.time()}))
+        raise

@@ -1,0 +1,108 @@
+"""`tpviz verify MODEL --tp N`: run a real TP forward pass and check it against tp=1.
+
+Exit codes: 0 pass, 1 mismatch, 2 bad input or a run that could not finish (one line on stderr).
+Also runs as one rank under `torchrun --nproc-per-node N -m tpviz.verify MODEL ...`.
+"""
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from tpviz.errors import TpvizError
+
+EXIT_PASS, EXIT_MISMATCH, EXIT_BAD_INPUT = 0, 1, 2
+
+
+class _UsageError(Exception):
+    pass
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):  # one line, not argparse's usage block
+        raise _UsageError(message)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The verify command line."""
+    from tpviz.live.inject import INJECTIONS
+    p = _Parser(prog="tpviz verify", description="Run MODEL split over tp ranks and check it against one device.")
+    p.add_argument("model", help="checkpoint folder, config.json, or preset/hub id (random weights)")
+    p.add_argument("--tp", type=int, default=None, help="tensor-parallel size (default: WORLD_SIZE under torchrun)")
+    p.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto")
+    p.add_argument("--dtype", choices=["float32", "bfloat16", "float16"], default="float32")
+    p.add_argument("--input-ids", metavar="FILE", help=".safetensors with int64 input_ids [batch, seq], or .json")
+    p.add_argument("--dump-logits", metavar="FILE", help="write the TP run's float32 logits as safetensors")
+    p.add_argument("--inject", action="append", choices=list(INJECTIONS), default=[], help="inject a TP bug")
+    p.add_argument("--json", metavar="FILE", help="write the full result as JSON ('-' for stdout)")
+    p.add_argument("--layers", type=int, help="keep only the first K layers (a quick check of a big model)")
+    p.add_argument("--batch", type=int, default=2, help="random input rows (without --input-ids)")
+    p.add_argument("--seq-len", type=int, default=32, help="random input length (without --input-ids)")
+    p.add_argument("--seed", type=int, default=0, help="seed for random weights and random input ids")
+    p.add_argument("--timeout", type=float, default=300.0, help="seconds before a hung group is stopped")
+    p.add_argument("--quiet", action="store_true", help="print only the verdict line")
+    return p
+
+
+def _run(args) -> int:
+    from tpviz.live.check import verify
+    from tpviz.live.inputs import read_input_ids, write_logits
+    from tpviz.live.torchrun import launched_by_torchrun, verify_torchrun
+
+    if args.timeout <= 0:
+        raise TpvizError(f"--timeout {args.timeout:g} must be positive")
+    # read early so a bad file fails before any rank starts; the vocabulary range is checked with the model
+    input_ids = read_input_ids(args.input_ids) if args.input_ids else None
+    options = dict(device=args.device, dtype=args.dtype, input_ids=input_ids, inject=args.inject, layers=args.layers,
+                   seed=args.seed, batch=args.batch, seq_len=args.seq_len, timeout=args.timeout)
+    if launched_by_torchrun():
+        result, logits, passed = verify_torchrun(args.model, args.tp, **options)
+        if result is None:  # not rank 0: rank 0 reports
+            return EXIT_PASS if passed else EXIT_MISMATCH
+    else:
+        if args.tp is None:
+            raise TpvizError("--tp N is required (outside torchrun)")
+        result, logits = verify(args.model, args.tp, **options)
+    if args.quiet:  # still say when an injection could not do anything
+        print("\n".join([result.headline(), *(f"  note: {n}" for n in result.notes if n.startswith("--inject"))]))
+    else:
+        print(result.summary())
+    if args.dump_logits:
+        write_logits(args.dump_logits, logits)
+    if args.json:
+        text = json.dumps(result.to_dict(), indent=2)
+        if args.json == "-":
+            print(text)
+        else:
+            try:
+                Path(args.json).write_text(text)
+            except OSError as e:
+                raise TpvizError(f"cannot write {args.json} ({e.strerror or e})") from None
+    return EXIT_PASS if result.passed else EXIT_MISMATCH
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of `python -m tpviz verify` and `python -m tpviz.verify`; returns the exit code."""
+    try:
+        args = build_parser().parse_args(argv)
+        return _run(args)
+    except SystemExit as e:  # --help
+        return e.code if isinstance(e.code, int) else 0
+    except _UsageError as e:
+        print(f"tpviz verify: error: {e}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except TpvizError as e:
+        from tpviz.live.torchrun import SharedError, launched_by_torchrun, torchrun_rank
+        if launched_by_torchrun() and torchrun_rank() != 0:
+            if isinstance(e, SharedError):
+                return EXIT_BAD_INPUT  # rank 0 prints the same line
+            print(f"tpviz verify: rank {torchrun_rank()}: error: {e}", file=sys.stderr)
+        else:
+            print(f"tpviz verify: error: {e}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except KeyboardInterrupt:
+        print("tpviz verify: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())
