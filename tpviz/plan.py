@@ -274,8 +274,8 @@ def build_plan(spec: ModelSpec, rules: str = "vllm") -> list[ParamPlan]:
         inter, fused = spec.intermediate_size, names.gate_up_fused
         plans += _merged(f"{p}{fused or 'mlp.gate_up_proj'}", [f"{p}{names.gate}", f"{p}{names.up}"],
                          f"{p}{fused}" if fused else None, hidden, [inter, inter], "gate_up", dense,
-                         ("intermediate_size", inter))
-        plans += _row(f"{p}{names.down}", inter, hidden, "down_proj", dense, False, ("intermediate_size", inter))
+                         ("intermediate_size", inter), bias=spec.mlp_bias)
+        plans += _row(f"{p}{names.down}", inter, hidden, "down_proj", dense, spec.mlp_bias, ("intermediate_size", inter))
     if spec.is_moe:
         plans += _moe(spec, names)
     return plans

@@ -28,6 +28,7 @@ class ModelSpec:
     tie_word_embeddings: bool = False
     attention_bias: bool = False  # q/k/v bias
     o_proj_bias: bool = False
+    mlp_bias: bool = False  # gate/up/down biases (Llama's mlp_bias)
     qk_norm: bool = False
     num_experts: int = 0
     num_experts_per_tok: int = 0
@@ -178,7 +179,8 @@ def normalize(cfg: dict, name: str = "model") -> ModelSpec:
         qk_rope_head_dim=_int(cfg, "qk_rope_head_dim", default=0, minimum=0),
         v_head_dim=_int(cfg, "v_head_dim", default=0, minimum=0),
         dtype=str(_pick(cfg, "torch_dtype", "dtype", default=outer.get("torch_dtype", "bfloat16"))).replace("torch.", ""),
-        rope_theta=_float(cfg, "rope_theta", 10000.0),
+        rope_theta=_float(cfg, "rope_theta", _float(cfg.get("rope_parameters") or {}, "rope_theta", 10000.0)),
+        mlp_bias=_bool(cfg, "mlp_bias", False),
         rms_norm_eps=_float(cfg, "rms_norm_eps", _float(cfg, "layer_norm_epsilon", 1e-6)),
         hidden_act=str(_pick(cfg, "hidden_act", "hidden_activation", default="silu")),
         notes=notes,

@@ -42,8 +42,6 @@ def live_config(spec: ModelSpec, raw: dict | None = None, layers: int | None = N
     notes = list(spec.notes)
     rope = raw.get("rope_parameters") or raw.get("rope_scaling") or {}
     if isinstance(rope, dict):
-        if isinstance(rope.get("rope_theta"), (int, float)) and "rope_theta" not in raw:
-            spec = replace(spec, rope_theta=float(rope["rope_theta"]))  # transformers 5 nests rope_theta here
         kind = rope.get("rope_type", rope.get("type", "default"))
         if kind not in ("default", None):
             notes.append(f"rope scaling {kind!r} is ignored; TP vs tp=1 is still a fair comparison")
@@ -56,7 +54,7 @@ def live_config(spec: ModelSpec, raw: dict | None = None, layers: int | None = N
         if layers < spec.num_hidden_layers:
             notes.append(f"shrunk to the first {layers} of {spec.num_hidden_layers} layers")
             spec = replace(spec, num_hidden_layers=layers)
-    cfg = LiveConfig(spec=spec, mlp_bias=raw.get("mlp_bias") is True,
+    cfg = LiveConfig(spec=spec, mlp_bias=spec.mlp_bias,
                      sliding_window=window if isinstance(window, int) and window > 0 else None, notes=notes)
     check_supported(cfg.spec)
     return cfg
