@@ -45,7 +45,10 @@ def check_local_path(path: str | Path) -> Path:
     root = os.environ.get(LOCAL_ROOT_ENV, "").strip()
     if root.lower() in ("off", "none", "0", "false"):
         raise SourceError("local paths are disabled on this server; pick a preset, a hub id or upload a config.json")
-    resolved = Path(path).expanduser().resolve()
+    try:
+        resolved = Path(path).expanduser().resolve()
+    except (RuntimeError, OSError) as e:  # e.g. "~user" with no such home directory
+        raise SourceError(f"cannot resolve local path {path}: {e}") from None
     if root:
         base = Path(root).expanduser().resolve()
         if resolved != base and base not in resolved.parents:

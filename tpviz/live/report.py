@@ -3,7 +3,7 @@ import plotly.graph_objects as go
 
 from tpviz.live.check import FP32_TOL, NOISE_MULTIPLE
 from tpviz.live.results import VerifyResult
-from tpviz.plots_style import INK, MUTED, axis, base_layout, rank_color
+from tpviz.plots.style import INK, MUTED, axis, base_layout, rank_color
 
 PASS_COLOR, FAIL_COLOR, LIMIT_COLOR = "#59a14f", "#e15759", "#9c755f"
 EXACT = 1e-12  # a log axis cannot show 0: exact stages are drawn here and labelled "exact"

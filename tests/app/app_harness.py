@@ -1,0 +1,36 @@
+"""AppTest helpers for the explorer: run app.py in-process, read its errors, heading and charts."""
+import json
+from pathlib import Path
+
+from streamlit.testing.v1 import AppTest
+
+APP = str(Path(__file__).resolve().parents[2] / "app.py")
+
+
+def run_app(query: dict | None = None, timeout: float = 90) -> AppTest:
+    """A fresh session of the explorer, optionally opened with query parameters."""
+    at = AppTest.from_file(APP, default_timeout=timeout)
+    for key, value in (query or {}).items():
+        at.query_params[key] = value
+    return at.run()
+
+
+def errors(at: AppTest) -> list[str]:
+    """st.error lines of the page (PNG-export notices excluded), after checking there is no traceback."""
+    assert not at.exception, [e.value for e in at.exception]
+    return [e.value for e in at.error if "Chromium" not in e.value]
+
+
+def heading(at: AppTest) -> str:
+    """The view's title, e.g. 'Qwen/Qwen3-8B on 4 GPUs'."""
+    return next(m.value for m in at.markdown if m.value.startswith("## ") and " on " in m.value)[3:]
+
+
+def charts(at: AppTest) -> list[dict]:
+    """The page's Plotly figures as JSON."""
+    return [json.loads(c.proto.spec) for c in at.get("plotly_chart")]
+
+
+def payload_bytes(at: AppTest) -> int:
+    """Bytes of Plotly JSON the page sends."""
+    return sum(len(c.proto.spec) for c in at.get("plotly_chart"))

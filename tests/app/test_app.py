@@ -1,0 +1,109 @@
+"""AppTest: every control of the explorer, and the share link (query parameters) in both directions."""
+from app_harness import charts, errors, heading, run_app
+
+from tpviz import summary as S
+
+
+def test_opens_offline_on_the_default_preset():
+    at = run_app()
+    assert errors(at) == []
+    assert heading(at) == "Qwen/Qwen3-8B on 4 GPUs"
+    titles = [c["layout"]["title"]["text"] for c in charts(at)]
+    assert len(titles) == 8 and titles[0].startswith("q / k / v") and titles[-1] == "Memory per GPU"
+    assert at.query_params == {"model": "Qwen/Qwen3-8B", "tp": "4", "rules": "vllm"}
+    assert [m.label for m in at.metric][:2] == ["Weights per GPU", "KV cache per token per GPU"]
+    assert at.metric[3].value == "1 2 4 8 16 32"
+    assert "no replicated KV heads" in " ".join(c.value for c in at.caption)
+
+
+def test_tp_options_mark_invalid_sizes_with_their_reason():
+    at = run_app()
+    options = at.selectbox(key="tp").options
+    assert len(options) == S.MAX_TP
+    assert options[3] == "4" and options[15] == "16"
+    assert options[2] == "3  ✗ num_attention_heads=32 is not divisible by tp_size=3"
+    at.radio(key="rules").set_value("nano-vllm").run()
+    assert "never replicate KV heads" in at.selectbox(key="tp").options[15]
+
+
+def test_preset_and_tp_change_update_the_view_and_the_link():
+    at = run_app()
+    at.selectbox(key="preset").select("meta-llama/Llama-3.1-8B").run()
+    at.selectbox(key="tp").select(16).run()
+    assert errors(at) == [] and heading(at) == "meta-llama/Llama-3.1-8B on 16 GPUs"
+    assert any("Replicated KV heads: 8 KV heads on 16 GPUs" in i.value for i in at.info)
+    assert at.query_params == {"model": "meta-llama/Llama-3.1-8B", "tp": "16", "rules": "vllm"}
+    qkv = charts(at)[0]
+    assert len(qkv["layout"]["yaxis2"]["categoryarray"]) == 16  # one strip per GPU
+
+
+def test_invalid_tp_shows_the_reason_and_keeps_the_last_good_view():
+    at = run_app()
+    at.selectbox(key="tp").select(3).run()
+    (line,) = errors(at)
+    assert line == ("num_attention_heads=32 is not divisible by tp_size=3. Valid tp sizes for Qwen/Qwen3-8B "
+                    "under vLLM rules: 1, 2, 4, 8, 16, 32.")
+    assert heading(at) == "Qwen/Qwen3-8B on 4 GPUs" and len(charts(at)) == 8
+    assert any("Showing the last good view: Qwen/Qwen3-8B at tp=4" in c.value for c in at.caption)
+    at.selectbox(key="tp").select(8).run()
+    assert errors(at) == [] and heading(at) == "Qwen/Qwen3-8B on 8 GPUs"
+
+
+def test_rules_control():
+    at = run_app({"model": "meta-llama/Llama-3.1-8B", "tp": "16"})
+    assert errors(at) == [] and heading(at) == "meta-llama/Llama-3.1-8B on 16 GPUs"
+    at.radio(key="rules").set_value("nano-vllm").run()
+    (line,) = errors(at)
+    assert "nano-vllm rules never replicate KV heads" in line and line.endswith("nano-vllm rules: 1, 2, 4, 8.")
+    assert heading(at) == "meta-llama/Llama-3.1-8B on 16 GPUs"  # the last good (vLLM) view stays usable
+    at.selectbox(key="tp").select(8).run()
+    assert errors(at) == [] and heading(at) == "meta-llama/Llama-3.1-8B on 8 GPUs"
+    assert any(c.value.startswith("nano-vllm rules") for c in at.caption)
+
+
+def test_every_source_option_renders_its_control():
+    at = run_app()
+    for source, widget in (("Hub repo id", "text_input"), ("Local path", "text_input"),
+                           ("Upload config.json", "file_uploader"), ("Preset", "selectbox")):
+        at.radio(key="source").set_value(source).run()
+        assert not at.exception
+        assert len(getattr(at, widget)) >= 1, source
+    assert heading(at) == "Qwen/Qwen3-8B on 4 GPUs"
+
+
+def test_query_restores_the_view_and_a_control_change_updates_it():
+    at = run_app({"model": "meta-llama/Llama-3.1-8B", "tp": "16", "rules": "vllm"})
+    assert errors(at) == []
+    assert at.selectbox(key="preset").value == "meta-llama/Llama-3.1-8B" and at.selectbox(key="tp").value == 16
+    assert heading(at) == "meta-llama/Llama-3.1-8B on 16 GPUs"
+    at.selectbox(key="tp").select(8).run()
+    params = dict(at.query_params)
+    assert params == {"model": "meta-llama/Llama-3.1-8B", "tp": "8", "rules": "vllm"}
+    # the new link opens the same view
+    again = run_app(params)
+    assert heading(again) == "meta-llama/Llama-3.1-8B on 8 GPUs" and again.radio(key="rules").value == "vllm"
+
+
+def test_query_with_rules_and_a_hub_id():
+    at = run_app({"model": "Qwen/Qwen3-8B", "tp": "8", "rules": "nano-vllm"})
+    assert errors(at) == [] and at.radio(key="rules").value == "nano-vllm"
+    hub = run_app({"model": "someone/not-cached", "tp": "2"})
+    assert hub.radio(key="source").value == "Hub repo id" and hub.text_input(key="hub").value == "someone/not-cached"
+    (line,) = errors(hub)
+    assert "HF_HUB_OFFLINE" in line and "pick a preset" in line
+    assert heading(hub) == "Qwen/Qwen3-8B on 4 GPUs"  # nothing good yet: the default view
+
+
+def test_bad_query_values_are_reported_and_ignored():
+    at = run_app({"tp": "abc", "rules": "sglang"})
+    lines = errors(at)
+    assert len(lines) == 2 and "tp='abc'" in lines[0] and "rules='sglang'" in lines[1]
+    assert heading(at) == "Qwen/Qwen3-8B on 4 GPUs"
+    at.run()  # the notices belong to the link, not to every rerun
+    assert errors(at) == []
+
+
+def test_link_to_this_view():
+    at = run_app({"model": "meta-llama/Llama-3.1-8B", "tp": "8"})
+    links = [m.value for m in at.markdown if "Link to this view" in m.value]
+    assert links == ["[Link to this view](?model=meta-llama/Llama-3.1-8B&tp=8&rules=vllm)"]

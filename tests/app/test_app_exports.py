@@ -1,0 +1,96 @@
+"""AppTest: download payloads (JSON equal to the shard map, PNG, ZIP), no-Chromium notice, speed and payload size."""
+import io
+import json
+import time
+import zipfile
+from unittest import mock
+
+import pytest
+from app_harness import errors, heading, payload_bytes, run_app
+from streamlit.runtime.media_file_manager import MediaFileManager
+from streamlit.runtime.memory_media_file_storage import MemoryMediaFileStorage
+
+from tpviz import shard_map
+from tpviz.export import NO_CHROMIUM, chromium_path
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.fixture
+def downloads():
+    """Capture what the download buttons serve: bytes given up front, and deferred (on-click) callables."""
+    served, deferred = {}, {}
+    store, add_deferred = MemoryMediaFileStorage.load_and_get_id, MediaFileManager.add_deferred
+
+    def capture(self, data, mimetype, kind, filename=None):
+        served[filename] = (data, mimetype)
+        return store(self, data, mimetype, kind, filename)
+
+    def capture_deferred(self, fn, mimetype, coordinates, file_name=None, **kw):
+        deferred[file_name] = (fn, mimetype)
+        return add_deferred(self, fn, mimetype, coordinates, file_name=file_name, **kw)
+    with mock.patch.object(MemoryMediaFileStorage, "load_and_get_id", capture), \
+            mock.patch.object(MediaFileManager, "add_deferred", capture_deferred):
+        yield served, deferred
+
+
+def test_json_download_is_the_shard_map(downloads):
+    served, _ = downloads
+    at = run_app({"model": "meta-llama/Llama-3.1-8B", "tp": "16"})
+    assert errors(at) == []
+    data, mime = served["Llama-3.1-8B_tp16_vllm.json"]
+    assert mime == "application/json"
+    assert json.loads(data) == shard_map("meta-llama/Llama-3.1-8B", 16).to_dict()
+
+
+def test_png_buttons_one_per_figure(downloads):
+    _, deferred = downloads
+    at = run_app()
+    pngs = sorted(name for name in deferred if name.endswith(".png"))
+    assert pngs == [f"Qwen3-8B_tp4_vllm_{i:02d}_{k}.png" for i, k in enumerate(
+        ["qkv", "o_proj", "gate_up", "down_proj", "embed", "lm_head", "replicated", "memory"], 1)]
+    assert all(deferred[n][1] == "image/png" for n in pngs) and "Qwen3-8B_tp4_vllm_figures.zip" in deferred
+    keys = [b.key for b in at.get("download_button")]
+    assert sorted(keys) == sorted(["dl_json", "dl_zip"] + [f"png_{n.split('_', 4)[-1][:-4]}" for n in pngs])
+
+
+@pytest.mark.skipif(chromium_path() is None, reason="PNG export needs Chromium (apt-get install chromium)")
+def test_png_and_zip_downloads_are_valid(downloads):
+    _, deferred = downloads
+    run_app({"model": "Qwen/Qwen3-0.6B", "tp": "2"})
+    png = deferred["Qwen3-0.6B_tp2_vllm_01_qkv.png"][0]()
+    assert png[:8] == PNG_MAGIC
+    start = time.perf_counter()
+    assert deferred["Qwen3-0.6B_tp2_vllm_07_memory.png"][0]()[:8] == PNG_MAGIC  # tied: no lm_head figure
+    assert time.perf_counter() - start < 1.5  # the browser is already running (st.cache_resource)
+    with zipfile.ZipFile(io.BytesIO(deferred["Qwen3-0.6B_tp2_vllm_figures.zip"][0]())) as z:
+        assert len(z.namelist()) == 7 and all(z.read(n)[:8] == PNG_MAGIC for n in z.namelist())
+
+
+def test_no_chromium_is_one_error_line_and_disabled_buttons(monkeypatch):
+    monkeypatch.setenv("BROWSER_PATH", "/nonexistent/chromium")
+    at = run_app()
+    assert [e.value for e in at.error] == [NO_CHROMIUM]
+    assert errors(at) == []  # the view itself is fine
+    buttons = {b.key: b for b in at.sidebar.get("download_button")}
+    assert buttons["dl_zip"].proto.disabled and not buttons["dl_json"].proto.disabled
+    assert all(b.proto.disabled for b in at.get("download_button") if b.key.startswith("png_"))
+
+
+def test_tp_change_on_405b_reruns_within_a_second():
+    at = run_app({"model": "meta-llama/Llama-3.1-405B", "tp": "8"})
+    times = {}
+    for tp in (64, 8, 32):  # 64 and 32 are new (traced and drawn now), 8 is cached
+        start = time.perf_counter()
+        at.selectbox(key="tp").select(tp).run()
+        times[tp] = time.perf_counter() - start
+        assert errors(at) == [] and heading(at) == f"meta-llama/Llama-3.1-405B on {tp} GPUs"
+    assert times[8] < 1.0, times
+    assert max(times.values()) < 2.0, times  # ~0.6 s when the machine is quiet; slack for a busy CI box
+
+
+@pytest.mark.parametrize("model", ["meta-llama/Llama-3.1-405B", "deepseek-ai/DeepSeek-V3"])
+def test_page_payload_under_2mb_at_tp64(model):
+    at = run_app({"model": model, "tp": "64"})
+    assert errors(at) == []
+    assert payload_bytes(at) < 2_000_000

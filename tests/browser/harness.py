@@ -1,0 +1,137 @@
+"""Start the explorer with `streamlit run` on a free port and drive it with headless system Chromium."""
+from __future__ import annotations
+
+import contextlib
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from playwright.sync_api import Browser, Page, Playwright
+
+ROOT = Path(__file__).resolve().parents[2]
+CHROMIUM = "/usr/bin/chromium"
+SCREENSHOTS = ROOT / "tests" / "screenshots"  # gitignored
+# without the background-networking flags Chromium keeps hammering the closed network
+CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                 "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+
+
+def free_port() -> int:
+    """A TCP port nobody listens on right now."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@contextlib.contextmanager
+def streamlit_app(env: dict | None = None, timeout: float = 60.0) -> Iterator[str]:
+    """Run app.py with `python -m streamlit run` and yield its base URL once /_stcore/health answers."""
+    port = free_port()
+    cmd = [sys.executable, "-m", "streamlit", "run", "app.py", "--server.headless", "true", "--server.port",
+           str(port), "--server.address", "127.0.0.1", "--browser.gatherUsageStats", "false"]
+    full_env = {**os.environ, "HF_HUB_OFFLINE": "1", **(env or {})}  # tests never touch the network
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    log = open(SCREENSHOTS / "streamlit.log", "w")  # the server's output, kept for debugging a failed run
+    proc = subprocess.Popen(cmd, cwd=ROOT, env=full_env, stdout=log, stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                with urllib.request.urlopen(f"{url}/_stcore/health", timeout=1) as r:
+                    if r.status == 200:
+                        break
+            except OSError:
+                pass
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"streamlit did not become healthy (exit code {proc.poll()})")
+            time.sleep(0.2)
+        yield url
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+        log.close()
+
+
+def launch(playwright: Playwright) -> Browser:
+    """Headless Debian Chromium through Playwright (playwright install cannot download here)."""
+    return playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+
+
+def wait_for_charts(page: Page, count: int, timeout_ms: int = 60_000) -> None:
+    """Wait until at least `count` Plotly charts have drawn and Streamlit has stopped running."""
+    # a drawn chart has several .main-svg layers: count charts, not layers
+    page.wait_for_function(f"[...document.querySelectorAll('div.stPlotlyChart')]"
+                           f".filter(d => d.querySelector('.js-plotly-plot .main-svg')).length >= {count}",
+                           timeout=timeout_ms)
+    wait_idle(page, timeout_ms)
+
+
+def wait_idle(page: Page, timeout_ms: int = 60_000) -> None:
+    """Wait for Streamlit's 'running' indicator to go away."""
+    page.wait_for_function(
+        "!document.querySelector('[data-testid=\"stStatusWidget\"]')"
+        " || !document.querySelector('[data-testid=\"stStatusWidget\"]').innerText.includes('Running')",
+        timeout=timeout_ms)
+
+
+HEADING = "[data-testid=stMain] h2"
+
+
+def heading(page: Page) -> str:
+    """The view's title, e.g. 'Qwen/Qwen3-8B on 4 GPUs'."""
+    return page.locator(HEADING).first.inner_text()
+
+
+def wait_heading(page: Page, text: str, timeout_ms: int = 60_000) -> None:
+    """Wait until the view's title contains text."""
+    page.wait_for_function(f"(document.querySelector({HEADING!r}) || {{innerText: ''}}).innerText.includes({text!r})",
+                           timeout=timeout_ms)
+
+
+def choose(page: Page, label: str, option: str) -> None:
+    """Pick an option of a Streamlit selectbox by its label, typing to filter the list."""
+    box = page.locator("div.stSelectbox").filter(has_text=label).first
+    box.locator("input").first.click()
+    box.locator("input").first.fill(option)
+    page.locator("[role=option]").filter(has_text=option).first.click()
+
+
+README_VIEW = "/?model=meta-llama/Llama-3.1-8B&tp=16&rules=vllm"  # shows replicated KV heads at a glance
+
+
+def shoot_explorer(browser: Browser, base_url: str, path: Path) -> Path:
+    """The README screenshot: header, metrics, the KV-head note and the q/k/v figure of a shared URL."""
+    context = browser.new_context(viewport={"width": 1400, "height": 1180}, device_scale_factor=1)
+    page = context.new_page()
+    page.goto(base_url + README_VIEW)
+    wait_for_charts(page, 8)
+    page.mouse.move(5, 5)  # no hover label in the picture
+    page.wait_for_timeout(800)  # let Plotly finish its transitions
+    path.parent.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=path)
+    context.close()
+    return path
+
+
+def main() -> None:
+    """`python tests/browser/harness.py`: write docs/explorer.png from a fresh `streamlit run`."""
+    from playwright.sync_api import sync_playwright
+    with streamlit_app() as url, sync_playwright() as p:
+        browser = launch(p)
+        print(f"wrote {shoot_explorer(browser, url, ROOT / 'docs' / 'explorer.png')}")
+        browser.close()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,148 @@
+"""Real browser: `streamlit run app.py` driven by headless Debian Chromium through Python Playwright.
+
+Screenshots go to tests/screenshots/ (gitignored). Skipped, with the reason, when /usr/bin/chromium is absent.
+"""
+import json
+import struct
+import time
+from pathlib import Path
+
+import pytest
+
+from harness import (CHROMIUM, SCREENSHOTS, choose, heading, launch, shoot_explorer, streamlit_app, wait_for_charts,
+                     wait_heading)
+
+pytestmark = [pytest.mark.browser,
+              pytest.mark.skipif(not Path(CHROMIUM).exists(),
+                                 reason=f"{CHROMIUM} not found: install it with `apt-get install chromium` (root, Debian)")]
+playwright_api = pytest.importorskip("playwright.sync_api", reason="python playwright is not installed")
+FIGURES = 8  # Qwen3-8B and Llama-3.1-8B: 7 families + memory
+VIEWPORT = {"width": 1400, "height": 1000}
+
+
+@pytest.fixture(scope="module")
+def app_url():
+    with streamlit_app() as url:
+        yield url
+
+
+@pytest.fixture(scope="module")
+def browser():
+    with playwright_api.sync_playwright() as p:
+        b = launch(p)
+        yield b
+        b.close()
+
+
+@pytest.fixture
+def page(browser):
+    context = browser.new_context(viewport=VIEWPORT, accept_downloads=True)
+    pg = context.new_page()
+    problems = []
+    pg.on("pageerror", lambda e: problems.append(str(e)))
+    yield pg
+    context.close()
+    assert problems == [], problems  # no JavaScript errors while the test ran
+
+
+def no_errors(pg) -> None:
+    """No Python traceback and no st.error on the page."""
+    assert pg.locator("[data-testid=stException]").count() == 0
+    alerts = pg.locator("[data-testid=stAlertContentError]").all_inner_texts()
+    assert [a for a in alerts if "Chromium" not in a] == [], alerts
+
+
+def png_size(data: bytes) -> tuple[int, int]:
+    assert data[:8] == b"\x89PNG\r\n\x1a\n"
+    return struct.unpack(">II", data[16:24])
+
+
+def test_change_model_and_tp_download_json_and_png(page, app_url):
+    from tpviz import shard_map
+    page.goto(app_url)
+    wait_for_charts(page, FIGURES)
+    assert heading(page) == "Qwen/Qwen3-8B on 4 GPUs"
+    page.screenshot(path=SCREENSHOTS / "01_default.png")
+
+    choose(page, "Preset", "meta-llama/Llama-3.1-8B")
+    wait_heading(page, "meta-llama/Llama-3.1-8B on 4 GPUs")
+    choose(page, "tp size", "16")
+    wait_heading(page, "on 16 GPUs")
+    wait_for_charts(page, FIGURES)
+    # the charts were redrawn for 16 GPUs: the rank view now has a strip for GPU 15
+    page.wait_for_function("document.querySelector('div.stPlotlyChart .main-svg').parentNode.textContent"
+                           ".includes('GPU 15')")
+    assert "model=meta-llama%2FLlama-3.1-8B&tp=16&rules=vllm" in page.url  # the URL follows the controls
+    no_errors(page)
+    # hover a band of the first source view: Plotly shows GPU, range and local offset
+    box = page.locator("div.stPlotlyChart").first.locator("g.point path").first.bounding_box()
+    page.mouse.move(box["x"] + box["width"] / 2, box["y"] + box["height"] / 2)
+    hover = page.locator("div.stPlotlyChart").first.locator(".hoverlayer")
+    page.wait_for_function("document.querySelector('div.stPlotlyChart .hoverlayer').textContent.includes('GPU')")
+    assert "local rows" in hover.text_content()
+    page.screenshot(path=SCREENSHOTS / "02_llama_tp16.png")
+
+    with page.expect_download() as download:
+        page.get_by_role("button", name="Shard map (JSON)").click()
+    assert download.value.suggested_filename == "Llama-3.1-8B_tp16_vllm.json"
+    data = json.loads(Path(download.value.path()).read_text())
+    assert data == shard_map("meta-llama/Llama-3.1-8B", 16).to_dict()
+
+    with page.expect_download(timeout=60_000) as download:
+        page.locator(".st-key-png_qkv button").click()
+    assert download.value.suggested_filename == "Llama-3.1-8B_tp16_vllm_01_qkv.png"
+    width, height = png_size(Path(download.value.path()).read_bytes())
+    assert width == 2600 and height > 1000
+
+
+def test_invalid_tp_shows_one_error_and_keeps_the_view(page, app_url):
+    page.goto(app_url + "/?model=Qwen/Qwen3-8B&tp=8")
+    wait_for_charts(page, FIGURES)
+    choose(page, "tp size", "12")
+    page.wait_for_selector("[data-testid=stAlertContentError]")
+    alert = page.locator("[data-testid=stAlertContentError]").first.inner_text()
+    assert "num_attention_heads=32 is not divisible by tp_size=12" in alert and "1, 2, 4, 8, 16, 32" in alert
+    assert heading(page) == "Qwen/Qwen3-8B on 8 GPUs"
+    assert page.locator("[data-testid=stException]").count() == 0
+    page.screenshot(path=SCREENSHOTS / "03_invalid_tp.png")
+
+
+def test_readme_screenshot(browser, app_url):
+    """The screenshot used in the README (python tests/browser/harness.py copies it to docs/explorer.png)."""
+    path = shoot_explorer(browser, app_url, SCREENSHOTS / "explorer.png")
+    assert path.stat().st_size > 50_000
+
+
+def test_shared_url_restores_the_view(page, app_url):
+    page.goto(app_url + "/?model=microsoft/Phi-3-mini-128k-instruct&tp=2&rules=nano-vllm")
+    wait_for_charts(page, FIGURES)
+    assert heading(page) == "microsoft/Phi-3-mini-128k-instruct on 2 GPUs"
+    assert "nano-vllm rules" in page.locator("[data-testid=stMain] [data-testid=stCaptionContainer]").first.inner_text()
+    no_errors(page)
+    page.screenshot(path=SCREENSHOTS / "04_shared_url.png")
+
+
+LOAD_VIEWS = ["?model=Qwen/Qwen3-8B&tp=4", "?model=meta-llama/Llama-3.1-8B&tp=16", "?model=Qwen/Qwen3-30B-A3B&tp=8",
+              "?model=deepseek-ai/DeepSeek-V3&tp=8", "?model=microsoft/Phi-3-mini-128k-instruct&tp=2",
+              "?model=openai/gpt-oss-20b&tp=8", "?model=meta-llama/Llama-3.1-405B&tp=64", "?model=google/gemma-2-9b-it&tp=4"]
+
+
+def test_eight_sessions_at_once_all_render(browser, app_url):
+    contexts = [browser.new_context(viewport=VIEWPORT) for _ in LOAD_VIEWS]
+    pages = [c.new_page() for c in contexts]
+    problems = []
+    for pg in pages:
+        pg.on("pageerror", lambda e: problems.append(str(e)))
+    start = time.perf_counter()
+    for pg, view in zip(pages, LOAD_VIEWS):  # all eight sessions load concurrently
+        pg.goto(app_url + "/" + view, wait_until="commit")
+    for pg, view in zip(pages, LOAD_VIEWS):
+        wait_for_charts(pg, 7, timeout_ms=120_000)
+        no_errors(pg)
+        assert view.split("=")[1].split("&")[0] in heading(pg)
+    elapsed = time.perf_counter() - start
+    pages[-2].screenshot(path=SCREENSHOTS / "05_load_405b_tp64.png")
+    for c in contexts:
+        c.close()
+    assert problems == []
+    assert elapsed < 120

@@ -1,0 +1,127 @@
+"""tpviz.export: the JSON download, PNGs from a persistent kaleido browser, the ZIP, and the CLI's --png."""
+import io
+import json
+import struct
+import time
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from tpviz import load_spec, shard_map
+from tpviz.cli import main as cli_main
+from tpviz.export import (NO_CHROMIUM, ExportError, PngRenderer, chromium_path, figure_png, figures_zip, file_stem,
+                          png_names, shard_map_json, write_pngs)
+from tpviz.plots import all_figures, family_figure
+from tpviz.shardmap import ShardMap
+
+needs_chromium = pytest.mark.skipif(chromium_path() is None, reason="PNG export needs Chromium (apt-get install chromium)")
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+def png_size(data: bytes) -> tuple[int, int]:
+    """(width, height) from a PNG's IHDR chunk."""
+    assert data[:8] == PNG_MAGIC
+    return struct.unpack(">II", data[16:24])
+
+
+@pytest.fixture(scope="module")
+def renderer():
+    r = PngRenderer()
+    yield r
+    r.close()
+
+
+@pytest.fixture(scope="module")
+def qwen():
+    return shard_map("Qwen/Qwen3-8B", 4)
+
+
+def test_json_is_the_shard_map(qwen):
+    data = shard_map_json(qwen)
+    assert json.loads(data) == qwen.to_dict()
+    assert ShardMap.from_dict(json.loads(data)).to_dict() == qwen.to_dict()
+
+
+def test_file_names(qwen):
+    assert file_stem(qwen) == "Qwen3-8B_tp4_vllm"
+    names = png_names(qwen, ["qkv", "memory"])
+    assert names == {"qkv": "Qwen3-8B_tp4_vllm_01_qkv.png", "memory": "Qwen3-8B_tp4_vllm_02_memory.png"}
+    from tpviz.sources import presets
+    odd = shard_map(load_spec(presets()["Qwen/Qwen3-0.6B"], name="my org/odd name: v2!"), 1)
+    assert file_stem(odd) == "odd-name-v2_tp1_vllm"
+
+
+def test_no_chromium_is_one_clear_line(monkeypatch, qwen):
+    monkeypatch.setenv("BROWSER_PATH", "/nonexistent/chromium")
+    assert chromium_path() is None
+    with pytest.raises(ExportError) as info:
+        PngRenderer().render(family_figure(qwen, "qkv"))
+    assert str(info.value) == NO_CHROMIUM and "\n" not in NO_CHROMIUM and "apt-get install chromium" in NO_CHROMIUM
+    assert cli_main(["map", "Qwen/Qwen3-0.6B", "--tp", "2", "--png", "/tmp/tpviz-never-written"]) == 2
+
+
+@needs_chromium
+def test_png_is_valid_and_fast_with_a_warm_browser(renderer, qwen):
+    fig = family_figure(qwen, "qkv")
+    first = renderer.render(fig)
+    assert png_size(first) == (1300 * 2, int(fig.layout.height) * 2)
+    times = []
+    for _ in range(3):
+        start = time.perf_counter()
+        png = renderer.render(fig)
+        times.append(time.perf_counter() - start)
+        assert png[:8] == PNG_MAGIC
+    assert min(times) < 1.0, times  # a persistent browser: well under a second per image
+
+
+@needs_chromium
+def test_renderer_is_thread_safe(renderer, qwen):
+    from concurrent.futures import ThreadPoolExecutor
+    figs = all_figures(qwen)
+    keys = ["qkv", "embed", "memory", "replicated"]
+    with ThreadPoolExecutor(4) as pool:
+        pngs = list(pool.map(lambda k: renderer.render(figs[k]), keys))
+    for key, png in zip(keys, pngs):  # each caller gets its own figure back, not a neighbour's
+        assert png_size(png)[1] == int(figs[key].layout.height) * 2
+
+
+@needs_chromium
+def test_zip_holds_every_figure(renderer, qwen):
+    figs = all_figures(qwen)
+    with zipfile.ZipFile(io.BytesIO(figures_zip(qwen, figs, renderer))) as z:
+        assert z.namelist() == list(png_names(qwen, list(figs)).values())
+        assert all(z.read(name)[:8] == PNG_MAGIC for name in z.namelist())
+
+
+@needs_chromium
+def test_write_pngs_and_cli(tmp_path):
+    m = shard_map("Qwen/Qwen3-0.6B", 2)
+    paths = write_pngs(m, tmp_path / "a")
+    assert [p.name for p in paths] == list(png_names(m, list(all_figures(m))).values())
+    assert all(p.read_bytes()[:8] == PNG_MAGIC for p in paths)
+    assert cli_main(["map", "Qwen/Qwen3-0.6B", "--tp", "2", "--png", str(tmp_path / "b")]) == 0
+    assert sorted(p.name for p in (tmp_path / "b").iterdir()) == sorted(p.name for p in paths)
+
+
+@needs_chromium
+def test_default_renderer_png(qwen):
+    assert figure_png(family_figure(qwen, "embed"))[:8] == PNG_MAGIC
+
+
+def test_renderer_recovers_after_a_failure(monkeypatch, qwen):
+    r = PngRenderer()
+
+    def broken():
+        raise RuntimeError("browser crashed\ndetails")
+    monkeypatch.setattr(r, "_start", broken)
+    with pytest.raises(ExportError, match="PNG export failed .RuntimeError: browser crashed.; try again"):
+        r.render(family_figure(qwen, "qkv"))
+    assert r._kaleido is None  # the next call starts a fresh browser
+    r.close()
+
+
+def test_output_dir_is_created(tmp_path, monkeypatch, qwen):
+    monkeypatch.setattr("tpviz.export.figure_png", lambda fig, renderer=None: PNG_MAGIC)
+    paths = write_pngs(qwen, tmp_path / "deep" / "dir")
+    assert all(Path(p).exists() for p in paths) and len(paths) == 8

@@ -1,0 +1,152 @@
+"""tpviz.summary: memory, collectives, valid tp, the three special cases, and the shareable view state."""
+from functools import lru_cache
+
+import pytest
+
+from tpviz import shard_map as _shard_map
+from tpviz import summary as S
+from tpviz.cli import valid_table
+from tpviz.sources import presets
+
+QWEN8, LLAMA8 = "Qwen/Qwen3-8B", "meta-llama/Llama-3.1-8B"
+
+
+def padded_config(vocab: int = 32001) -> str:
+    return f"vocab{vocab}"
+
+
+@lru_cache(maxsize=None)
+def shard_map(model: str, tp: int, rules: str = "vllm"):
+    """Shard maps are read-only here, so tests share them; 'vocabN' is Llama-2-7B with vocab_size=N."""
+    if model.startswith("vocab"):
+        return _shard_map(dict(presets()["meta-llama/Llama-2-7b-hf"], vocab_size=int(model[5:])), tp, rules)
+    return _shard_map(model, tp, rules)
+
+
+def test_memory_rows_add_up_and_compare_with_naive():
+    m = shard_map(LLAMA8, 16)
+    rows = S.memory_rows(m)
+    assert [r["rank"] for r in rows] == list(range(16))
+    for r, info in zip(rows, m.ranks):
+        assert sum(r[f] for f in S.families_present(m)) == r["weights"] == info.weight_bytes
+        assert r["naive"] == pytest.approx(m.total_weight_bytes / 16)
+        assert r["overhead"] > 0  # KV heads are copied to 2 GPUs each, replicated norms count on every GPU
+        assert r["kv_per_token"] == 2 * r["kv_naive_per_token"]  # 8 KV heads on 16 GPUs: each head twice
+
+
+def test_kv_cache_total_matches_tp1_and_mla():
+    m = shard_map(QWEN8, 4)
+    assert S.kv_cache_total_per_token(m) == 2 * 8 * 128 * 36 * 2
+    assert m.ranks[0].kv_cache_bytes_per_token * 4 == S.kv_cache_total_per_token(m)
+    ds = shard_map("deepseek-ai/DeepSeek-V3", 8)
+    assert S.kv_cache_total_per_token(ds) == (512 + 64) * 61 * 2 == ds.ranks[0].kv_cache_bytes_per_token
+
+
+def test_collectives_dense():
+    m = shard_map(QWEN8, 4)
+    attn, mlp, embed, head = S.collectives(m)
+    assert (attn.op, mlp.op, embed.op, head.op) == ("all-reduce", "all-reduce", "all-reduce", "gather")
+    assert (attn.count, mlp.count, embed.count, head.count) == (36, 36, 1, 1)
+    assert attn.bytes_per_token == 4096 * 2
+    assert attn.sent_per_rank == pytest.approx(2 * 3 / 4 * 4096 * 2)  # ring all-reduce
+    assert head.bytes_per_token == 151936 * 2 and head.sent_per_rank == pytest.approx(151936 * 2 / 4)
+    assert attn.total_per_token == 36 * 8192
+    rows = S.collective_rows(m)
+    assert rows[0]["per forward"] == 36 and rows[0]["size / token"] == "8.00 KiB"
+
+
+def test_collectives_moe_and_tp1():
+    assert S.collectives(shard_map(QWEN8, 1)) == []
+    moe = S.collectives(shard_map("Qwen/Qwen3-30B-A3B", 8))
+    assert [c.count for c in moe] == [48, 48, 1, 1]  # one all-reduce per MoE layer (routed experts)
+    ds = S.collectives(shard_map("deepseek-ai/DeepSeek-V3", 8))
+    assert [c.count for c in ds] == [61, 61, 1, 1]  # 3 dense + 58 MoE layers
+    padded = S.collectives(shard_map(padded_config(), 4))
+    assert padded[-1].bytes_per_token == 32064 * 2  # the gather carries the padded vocabulary
+
+
+def test_valid_rows_and_problems():
+    _, rows = valid_table(QWEN8, 64)
+    assert S.valid_sizes(rows, "vllm") == [1, 2, 4, 8, 16, 32]
+    assert S.valid_sizes(rows, "nano-vllm") == [1, 2, 4, 8]
+    assert S.tp_problem(rows, 8, "vllm") is None
+    assert "num_attention_heads=32" in S.tp_problem(rows, 3, "vllm")
+    assert "never replicate" in S.tp_problem(rows, 16, "nano-vllm")
+    assert "outside" in S.tp_problem(rows, 65, "vllm")
+    shown = S.valid_tp_rows(rows)
+    assert shown[3] == {"tp": 4, "vllm": "✓", "nano-vllm": "✓"}
+    assert shown[2]["vllm"].startswith("✗ num_attention_heads=32")
+
+
+def test_kv_sharing_and_sentence():
+    m = shard_map(LLAMA8, 16)
+    share = S.kv_sharing(m)
+    assert share[0] == [0, 1] and share[7] == [14, 15]
+    sentence = S.kv_sentence(m)
+    assert "8 KV heads on 16 GPUs" in sentence and "head 0 on GPUs 0–1" in sentence and "\n" not in sentence
+    assert S.kv_sentence(shard_map(LLAMA8, 8)) is None
+    assert S.kv_sentence(shard_map("deepseek-ai/DeepSeek-V3", 8)) is None  # MLA: no KV heads to copy
+
+
+def test_padding_sentence():
+    m = shard_map(padded_config(), 4)
+    sentence = S.padding_sentence(m)
+    assert "32001 → 32064" in sentence and "4 × 8016" in sentence and "63 on GPU 3" in sentence
+    assert S.padding_sentence(shard_map(QWEN8, 4)) is None
+    assert S.padding_sentence(shard_map(padded_config(32000), 4, "nano-vllm")) is None
+
+
+def test_bias_sentence():
+    m = shard_map("openai/gpt-oss-20b", 8)
+    assert S.row_bias_params(m) == ["model.layers.*.self_attn.o_proj.bias", "model.layers.*.mlp.experts.down_proj.bias"]
+    sentence = S.bias_sentence(m)
+    assert "self_attn.o_proj.bias" in sentence and "GPU 0 only" in sentence
+    assert S.bias_sentence(shard_map(QWEN8, 4)) is None
+
+
+def test_special_and_absent_cases():
+    cases = S.special_cases(shard_map(LLAMA8, 16))
+    assert cases["kv"] and cases["padding"] is None and cases["bias"] is None
+    absent = S.absent_cases(shard_map(QWEN8, 4))
+    assert len(absent) == 3 and "tp=4 ≤ 8 KV heads" in absent[0]
+    assert "MLA" in S.absent_cases(shard_map("deepseek-ai/DeepSeek-V3", 8))[0]
+
+
+def test_short_name():
+    assert S.short_name("model.layers.*.self_attn.q_proj.weight") == "self_attn.q_proj.weight"
+    assert S.short_name("model.embed_tokens.weight") == "embed_tokens.weight"
+    assert S.short_name("lm_head.weight") == "lm_head.weight"
+
+
+KEYS = list(presets())
+
+
+@pytest.mark.parametrize("params, expected", [
+    ({}, {"source": "Preset", "preset": QWEN8, "tp": 4, "rules": "vllm"}),
+    ({"model": LLAMA8, "tp": "16", "rules": "nano-vllm"}, {"preset": LLAMA8, "tp": 16, "rules": "nano-vllm"}),
+    ({"model": "qwen/qwen3-8b"}, {"source": "Preset", "preset": QWEN8}),
+    ({"model": "someone/some-model"}, {"source": "Hub repo id", "hub": "someone/some-model"}),
+    ({"model": "/models/x/config.json"}, {"source": "Local path", "path": "/models/x/config.json"}),
+    ({"model": "./cfg.json"}, {"source": "Local path", "path": "./cfg.json"}),
+])
+def test_controls_from_query(params, expected):
+    values, problems = S.controls_from_query(params, KEYS)
+    assert problems == []
+    assert {k: values[k] for k in expected} == expected
+
+
+@pytest.mark.parametrize("params, word", [({"tp": "abc"}, "tp='abc'"), ({"tp": "0"}, "from 1 to 64"),
+                                           ({"tp": "65"}, "showing tp=4"), ({"rules": "sglang"}, "vllm, nano-vllm")])
+def test_controls_from_query_problems(params, word):
+    values, problems = S.controls_from_query(params, KEYS)
+    assert len(problems) == 1 and word in problems[0]
+    assert values["tp"] == 4 and values["rules"] == "vllm"
+
+
+def test_query_round_trip():
+    for params in ({"model": LLAMA8, "tp": "16", "rules": "vllm"}, {"model": "a/b", "tp": "2", "rules": "nano-vllm"},
+                   {"model": "/x/config.json", "tp": "8", "rules": "vllm"}):
+        values, _ = S.controls_from_query(params, KEYS)
+        assert S.query_from_controls(values) == params
+    upload = dict(S.DEFAULT_VIEW, source="Upload config.json", tp=8)
+    assert S.query_from_controls(upload) == {"tp": "8", "rules": "vllm"}

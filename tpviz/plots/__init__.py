@@ -1,0 +1,124 @@
+"""Plotly figures of a ShardMap: one per matrix family (source view + rank view) and the memory summary.
+
+Every figure is built from the shard map alone; the app, the PNG export and the CLI share these functions.
+"""
+import textwrap
+
+import plotly.graph_objects as go
+
+from tpviz.plots.geometry import tensor_label
+from tpviz.plots.rank import gpu_label, rank_view
+from tpviz.plots.replicated import replicated_figure
+from tpviz.plots.source import source_view
+from tpviz.plots.style import INK, MUTED, axis, base_layout
+from tpviz.plots.memory import memory_figure
+from tpviz.shardmap import ShardMap
+from tpviz.summary import families_present
+
+# (title, one-line explanation) per family; the explanation is shown in the app and as the figure subtitle
+FAMILY_INFO = {
+    "qkv": ("q / k / v projections · column-parallel",
+            "Each GPU takes whole heads: its q, k and v rows are packed as [q | k | v] in its local qkv_proj."),
+    "o_proj": ("o_proj · row-parallel",
+               "Each GPU takes the input columns of its own heads; an all-reduce sums the partial outputs."),
+    "gate_up": ("gate / up projections · merged column-parallel",
+                "gate and up are each split by rows, then packed as [gate | up] in each GPU's gate_up_proj."),
+    "down_proj": ("down_proj · row-parallel",
+                  "Each GPU takes the columns matching its gate/up rows; an all-reduce sums the outputs."),
+    "experts": ("MoE experts · gate/up column-parallel, down row-parallel",
+                "Every expert is split like a dense MLP over moe_intermediate_size: each GPU holds a slice of all experts."),
+    "embed": ("embed_tokens · vocab-parallel",
+              "Each GPU holds a block of vocabulary rows; lookups outside it give zeros, then an all-reduce."),
+    "lm_head": ("lm_head · vocab-parallel",
+                "Each GPU computes the logits of its vocabulary block; the blocks are gathered to GPU 0."),
+    "replicated": ("Replicated: norms, routers, latents and row-parallel biases",
+                   "Every GPU holds a full copy; a row-parallel bias is added on GPU 0 only."),
+}
+MLA_LINE = ("MLA: the per-head up-projections q_b_proj and kv_b_proj are split by heads; the latent "
+            "down-projections are replicated (see the replicated figure).")
+SOURCE_DOMAIN, RANK_DOMAIN = (0.0, 0.40), (0.50, 1.0)
+
+
+def figure_height(tp: int) -> int:
+    """Taller figures for more GPUs, so every rank strip stays readable."""
+    return 150 + min(max(tp * 26, 330), 800)
+
+
+def _panel_title(text: str, domain: tuple[float, float]) -> dict:
+    return dict(text=f"<b>{text}</b>", x=domain[0], y=1, xref="paper", yref="paper", xanchor="left",
+                yanchor="bottom", yshift=42, showarrow=False, font=dict(size=12, color=MUTED))
+
+
+def _notes(m: ShardMap, family: str) -> str:
+    """How many copies the figure stands for (layers, experts), and the plan's note on the layout."""
+    tensors = [t for t in m.family(family) if t.split_dim is not None]
+    extra, groups = [], {}
+    for t in tensors:
+        groups.setdefault((len(t.layers or []) or 1, len(t.experts or [])), []).append(tensor_label(t))
+    if len(groups) == 1:
+        (layers, experts), = groups
+        if experts:
+            extra.append(f"one expert shown: all {experts} experts in {layers} layers are split the same way")
+        elif layers > 1:
+            extra.append(f"the same in each of {layers} layers")
+    else:
+        extra.append("; ".join(f"{', '.join(names)}: {layers} layers" for (layers, _), names in groups.items()))
+    extra += [t.note for t in tensors if t.note and t.note != "shared expert"][:1]
+    return " · ".join(extra)
+
+
+def family_figure(m: ShardMap, family: str) -> go.Figure:
+    """Source view and rank view of one matrix family, side by side."""
+    if family == "replicated":
+        return replicated_figure(m, FAMILY_INFO["replicated"])
+    split = [t for t in m.family(family) if t.split_dim is not None]
+    if not split:
+        raise KeyError(f"{m.model['name']} has no split tensors in family {family!r}")
+    # vectors (column-parallel biases, attention sinks) follow their matrix's rows: named, not drawn
+    tensors = [t for t in split if len(t.shape) == 2] or split
+    vectors = [t for t in split if t not in tensors]
+    title, line = FAMILY_INFO[family]
+    if family == "qkv" and m.model.get("kv_lora_rank"):
+        line = MLA_LINE
+    src, rk = source_view(m, tensors), rank_view(m, tensors)
+    layout = base_layout(title, figure_height(m.tp_size))
+    note = _notes(m, family)
+    if vectors:
+        names = ", ".join(dict.fromkeys(tensor_label(t) for t in vectors))
+        note = " · ".join(filter(None, [note, f"split like their rows, not drawn: {names}"]))
+    wrapped = textwrap.wrap(note, 150)  # Plotly never wraps text itself
+    layout["title"]["subtitle"] = dict(text=line + (f"<br><i>{'<br>'.join(wrapped)}</i>" if note else ""),
+                                       font=dict(size=11, color=MUTED))
+    layout["margin"]["t"] = 130 + 15 * (1 + len(wrapped))  # room for the subtitle lines and panel titles
+    pad_x = src.width * 0.03
+    layout["xaxis"] = axis(domain=SOURCE_DOMAIN, range=[-pad_x, src.width + pad_x * (4 if src.lines else 1)],
+                           showticklabels=False, constrain="domain", constraintoward="right" if src.stacked else "left")
+    layout["yaxis"] = axis("" if src.stacked else "rows of the checkpoint tensor" if any(
+                           t.split_dim == 0 for t in tensors) else "rows", range=[src.height * 1.01, 0],
+                           scaleanchor="x", scaleratio=src.y_scale, constrain="domain", constraintoward="top",
+                           tickformat="~s", showticklabels=not src.stacked)
+    layout["xaxis2"] = axis(f"local {rk.axis_word} of each GPU's parameter", domain=RANK_DOMAIN, anchor="y2",
+                            range=[0, rk.width * 1.01], showgrid=True, gridcolor="#eef1f4",
+                            tickvals=[x for x, _ in rk.ticks], ticktext=[t for _, t in rk.ticks])
+    labels = [gpu_label(r) for r in range(m.tp_size)]
+    layout["yaxis2"] = axis(anchor="x2", type="category", categoryorder="array", categoryarray=labels,
+                            range=[m.tp_size - 0.5, -0.5], tickfont=dict(size=10, color=INK))
+    layout["shapes"] = [dict(type="line", xref="x", yref="y", x0=a, y0=b, x1=c, y1=d,
+                             line=dict(color=INK, width=1.4, dash="dot")) for a, b, c, d in src.lines]
+    scaled = "" if abs(src.y_scale - 1) < 0.1 else (
+        f"<br><span style='font-size:10px'>rows drawn ×{src.y_scale:.2g} (long side compressed)</span>")
+    layout["annotations"] = (
+        [_panel_title("Source view</b> · checkpoint tensors, banded by GPU" + scaled, SOURCE_DOMAIN),
+         _panel_title("Rank view</b> · each GPU's local parameter", RANK_DOMAIN)]
+        + [dict(a, xref="x", yref="y") for a in src.annotations]
+        + [dict(a, xref="x2", yref="y2") for a in rk.annotations])
+    traces = [src.bars.trace("x", "y", line_width=0 if src.dense else 0.6),
+              rk.bars.trace("x2", "y2", line_width=0.8)]
+    return go.Figure(data=traces, layout=layout)
+
+
+def all_figures(m: ShardMap) -> dict[str, go.Figure]:
+    """Every figure of the page, keyed by a file-safe name: one per family present, then memory."""
+    figs = {family: family_figure(m, family) for family in families_present(m)}
+    figs["memory"] = memory_figure(m)
+    return figs

@@ -1,0 +1,143 @@
+"""Source view: each checkpoint tensor drawn in proportion, with a band per rank along its split dim.
+
+Column-parallel tensors get horizontal bands (rows), row-parallel ones vertical bands (columns).
+Ranges held by several ranks (replicated KV heads) are striped side by side, one stripe per rank.
+"""
+import math
+from dataclasses import dataclass, field
+
+from tpviz.plots.geometry import MAX_HEAD_BARS, Bars, head_text, sections, span, split_piece, tensor_label
+from tpviz.plots.style import INK, MUTED, PADDING_COLOR, rank_color
+from tpviz.shardmap import ShardMap, TensorMap
+from tpviz.summary import short_name
+
+GAP = 0.18  # gap between tensors, as a fraction of the widest one
+VECTOR_WIDTH = 0.06  # 1-D tensors (biases, sinks) are drawn this wide, relative to the widest matrix
+MIN_ASPECT, MAX_ASPECT = 0.45, 2.2  # displayed height / width; beyond this the long side is compressed
+
+
+@dataclass
+class SourceView:
+    """What the source subplot needs: one bar trace's columns, labels, separator lines and axis setup."""
+    bars: Bars
+    annotations: list = field(default_factory=list)
+    lines: list = field(default_factory=list)  # (x0, y0, x1, y1) in data units
+    width: float = 1.0
+    height: float = 1.0
+    y_scale: float = 1.0  # y units drawn per x unit (1 = true proportion)
+    dense: bool = False  # many thin bars: drop outlines
+    stacked: bool = False  # tensors drawn top to bottom (labels on the left) instead of side by side
+
+
+def _dims(t: TensorMap, widest: int) -> tuple[int, float]:
+    """(rows, drawn columns) of a tensor; vectors get a fixed drawn width."""
+    if len(t.shape) == 1:
+        return t.shape[0], max(1.0, widest * VECTOR_WIDTH)
+    return t.shape[0], float(t.shape[1])
+
+
+def _rank_list(ranks: list[int]) -> str:
+    return ", ".join(map(str, ranks)) if len(ranks) <= 6 else f"{ranks[0]}–{ranks[-1]}"
+
+
+def _param_name(m: ShardMap, t: TensorMap) -> str:
+    return short_name(t.param).replace(".weight", "")
+
+
+def stacked_layout(tensors: list[TensorMap], widest: int) -> bool:
+    """Stack row-split tensors top to bottom ([q; k; v]) when that is closer to square than side by side."""
+    if len(tensors) < 2 or any(t.split_dim != 0 for t in tensors):
+        return False
+    dims = [_dims(t, widest) for t in tensors]
+    side = max(r for r, _ in dims) / (sum(c for _, c in dims) + GAP * widest * (len(dims) - 1))
+    stack = (sum(r for r, _ in dims) * (1 + GAP)) / max(c for _, c in dims)
+    return abs(math.log(stack)) < abs(math.log(side))
+
+
+def _label(t: TensorMap, x: float, y: float, stacked: bool) -> dict:
+    """Name and shape, above a tensor (side by side) or left of it (stacked)."""
+    text = f"<b>{tensor_label(t)}</b><br>{' × '.join(map(str, t.shape))}"
+    if stacked:
+        return dict(x=x, y=y, xanchor="right", yanchor="middle", xshift=-6, text=text, showarrow=False,
+                    font=dict(size=11, color=INK), align="right")
+    return dict(x=x, y=y, yanchor="bottom", text=text, showarrow=False, font=dict(size=11, color=INK), yshift=2)
+
+
+def source_view(m: ShardMap, tensors: list[TensorMap]) -> SourceView:
+    """The source-view geometry of one family's split tensors."""
+    widest = max((t.shape[1] for t in tensors if len(t.shape) == 2), default=1)
+    view = SourceView(Bars("v"))
+    view.stacked = stacked_layout(tensors, widest)
+    tallest = max(t.shape[0] for t in tensors)
+    x0 = y0 = 0.0
+    pad_params = {p.name: p for p in m.params if any(p.padding)}
+    heads_total = 0
+    for t in tensors:
+        rows, cols = _dims(t, widest)
+        secs = sections(t, m.model)
+        n_heads = sum((s.stop - s.start) // s.head_size for s in secs if s.head_size)
+        heads_total = max(heads_total, n_heads)
+        _bands(view, m, t, secs, x0, y0, rows, cols, by_heads=0 < n_heads <= MAX_HEAD_BARS)
+        for s in secs[1:]:  # section separators (q|k|v, gate|up) and names
+            view.lines.append((x0, y0 + s.start, x0 + cols, y0 + s.start) if t.split_dim == 0
+                              else (x0 + s.start, y0, x0 + s.start, y0 + rows))
+        if len(secs) > 1:
+            for s in secs:
+                mid = (s.start + s.stop) / 2
+                view.annotations.append(dict(  # right of a row section (the y ticks are on the left)
+                    x=x0 + cols if t.split_dim == 0 else x0 + mid, y=y0 + mid if t.split_dim == 0 else y0 + rows,
+                    text=f"<b>{s.label}</b>", showarrow=False, font=dict(size=11, color=INK), xshift=4,
+                    xanchor="left" if t.split_dim == 0 else "center", yanchor="middle" if t.split_dim == 0 else "top"))
+        view.annotations.append(_label(t, x0, y0 + rows / 2, True) if view.stacked else _label(t, x0 + cols / 2, 0, False))
+        pad = pad_params.get(t.param)
+        if pad is not None and t.split_dim == 0:
+            _padding_band(view, t, pad, x0, cols, rows)
+        if view.stacked:
+            y0 += rows + GAP * tallest
+        else:
+            x0 += cols + GAP * widest
+    view.width = max(x0 - GAP * widest, 1.0) if not view.stacked else float(widest)
+    view.height = (y0 - GAP * tallest) if view.stacked else tallest * (1.06 if pad_params else 1.0)
+    aspect = view.height / view.width
+    view.y_scale = min(max(aspect, MIN_ASPECT), MAX_ASPECT) / aspect
+    # ~420 px tall: outlines would swamp heads or pieces thinner than ~3 px
+    view.dense = heads_total > 96 or m.tp_size > 24
+    return view
+
+
+def _bands(view: SourceView, m: ShardMap, t: TensorMap, secs, x0: float, y0: float, rows: int, cols: float,
+           by_heads: bool) -> None:
+    """One bar per (piece, head): rows for column-parallel, columns for row-parallel; shared ranges striped."""
+    axis_word = "rows" if t.split_dim == 0 else "columns"
+    groups: dict[tuple[int, int], list] = {}
+    for p in t.pieces:
+        groups.setdefault((p.start, p.stop), []).append(p)
+    for same in groups.values():
+        holders = [p.rank for p in same]
+        for i, p in enumerate(same):
+            for a, b, sec in split_piece(p, secs, by_heads):
+                la = p.param_start + a - p.start
+                heads = head_text(a, b, sec)
+                hover = (f"<b>GPU {p.rank}</b> · {tensor_label(t)} {axis_word} {span(a, b)} of {t.shape[t.split_dim]}"
+                         + (f"<br>{heads}" if heads else "")
+                         + f"<br>local {axis_word} {span(la, la + b - a)} of {_param_name(m, t)} on GPU {p.rank}"
+                         + (f"<br>replicated: GPUs {_rank_list(holders)} all hold this" if len(same) > 1 else ""))
+                if t.split_dim == 0:  # a band of rows; a shared band is split across the width
+                    w = cols / len(same)
+                    view.bars.add(x0 + w * (i + 0.5), b - a, y0 + a, w, rank_color(p.rank), hover)
+                else:  # a band of columns
+                    h = rows / len(same)
+                    view.bars.add(x0 + a + (b - a) / 2, h, y0 + h * i, b - a, rank_color(p.rank), hover)
+
+
+def _padding_band(view: SourceView, t: TensorMap, pad, x0: float, cols: float, rows: int) -> None:
+    """Vocab padding rows: not in the checkpoint, so drawn just below it, hatched, at a visible minimum height."""
+    total = sum(pad.padding)
+    shown = max(total, rows * 0.035)
+    holders = [r for r, n in enumerate(pad.padding) if n]
+    hover = (f"<b>{total} padding rows</b> on GPU {_rank_list(holders)}<br>vocab {t.shape[0]} padded to "
+             f"{pad.local_shapes[0][0] * len(pad.padding)} (a multiple of 64)<br>zeros, never loaded; their logits are dropped")
+    view.bars.add(x0 + cols / 2, shown, rows + rows * 0.012, cols, PADDING_COLOR, hover, pattern="/")
+    view.annotations.append(dict(x=x0 + cols, y=rows + rows * 0.012 + shown / 2, xanchor="left", showarrow=False,
+                                 text=f"+{total} padding rows (GPU {_rank_list(holders)})",
+                                 font=dict(size=10, color=MUTED), xshift=4))

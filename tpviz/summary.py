@@ -1,0 +1,241 @@
+"""Pure numbers and sentences derived from a ShardMap: memory per rank, collectives, valid tp, the special cases.
+
+Everything here reads the shard map (or the valid-tp rows) only, so the app, the plots and the tests agree.
+"""
+from dataclasses import dataclass
+
+from tpviz.cli import fmt_bytes
+from tpviz.rules import RULES
+from tpviz.shardmap import FAMILIES, ShardMap
+
+MAX_TP = 64  # the explorer offers tp 1..64
+FAMILY_LABELS = {"qkv": "q/k/v", "o_proj": "o_proj", "gate_up": "gate/up", "down_proj": "down_proj",
+                 "experts": "MoE experts", "embed": "embed_tokens", "lm_head": "lm_head",
+                 "replicated": "replicated (norms, biases, routers)"}
+
+
+def short_name(name: str) -> str:
+    """A checkpoint name without the per-layer prefix: 'model.layers.*.self_attn.q_proj.weight' -> 'self_attn.q_proj.weight'."""
+    for prefix in ("model.layers.*.", "transformer.encoder.layers.*.", "model.", "transformer."):
+        if name.startswith(prefix):
+            return name[len(prefix):]
+    return name
+
+
+def families_present(m: ShardMap) -> list[str]:
+    """The matrix families this model has, in display order."""
+    have = {t.family for t in m.tensors}
+    return [f for f in FAMILIES if f in have]
+
+
+def naive_bytes_per_rank(m: ShardMap) -> float:
+    """What calculators assume: the whole model divided evenly by tp."""
+    return m.total_weight_bytes / m.tp_size
+
+
+def memory_rows(m: ShardMap) -> list[dict]:
+    """Per rank: weight bytes by family, total, naive total/tp, the difference, KV-cache bytes per token."""
+    naive = naive_bytes_per_rank(m)
+    kv_total = kv_cache_total_per_token(m)
+    rows = []
+    for r in m.ranks:
+        row = {"rank": r.rank}
+        row.update({f: r.weight_bytes_by_family.get(f, 0) for f in families_present(m)})
+        row.update(weights=r.weight_bytes, naive=naive, overhead=r.weight_bytes - naive,
+                   kv_per_token=r.kv_cache_bytes_per_token, kv_naive_per_token=kv_total / m.tp_size)
+        rows.append(row)
+    return rows
+
+
+def kv_cache_total_per_token(m: ShardMap) -> int:
+    """KV-cache bytes per token of the unsplit model (tp=1)."""
+    spec = m.model
+    if spec.get("kv_lora_rank"):  # MLA caches one latent + rope key per token, not per head
+        return (spec["kv_lora_rank"] + spec["qk_rope_head_dim"]) * spec["num_hidden_layers"] * m.model_dtype_bytes
+    return 2 * spec["num_key_value_heads"] * spec["head_dim"] * spec["num_hidden_layers"] * m.model_dtype_bytes
+
+
+@dataclass
+class Collective:
+    """One kind of communication in a forward pass."""
+    op: str
+    where: str
+    count: int  # times per forward pass
+    bytes_per_token: int  # size of the reduced / gathered tensor, per token, per occurrence
+    sent_per_rank: float  # bytes per token each GPU sends for one occurrence (ring all-reduce, gather to rank 0)
+
+    @property
+    def total_per_token(self) -> int:
+        """Bytes per token over the whole forward pass."""
+        return self.count * self.bytes_per_token
+
+
+def _layers_of(m: ShardMap, families: tuple[str, ...], layer_class: str = "RowParallelLinear") -> set[int]:
+    layers = set()
+    for p in m.params:
+        if p.family in families and p.layer_class == layer_class and p.split_dim is not None:
+            layers.update(p.layers or [])
+    return layers
+
+
+def collectives(m: ShardMap) -> list[Collective]:
+    """Collectives per forward pass: all-reduce after o_proj and down_proj, the embedding all-reduce, the lm_head gather."""
+    tp, b = m.tp_size, m.model_dtype_bytes
+    if tp == 1:
+        return []
+    hidden = m.model["hidden_size"] * b
+    ring = 2 * (tp - 1) / tp  # a ring all-reduce sends this fraction of the tensor from every GPU
+    attn = len(_layers_of(m, ("o_proj",)))
+    mlp = len(_layers_of(m, ("down_proj", "experts")))  # a MoE layer reduces routed + shared experts once
+    vocab_param = next((p for p in m.params if p.family == "lm_head"), None) or next(
+        p for p in m.params if p.family == "embed")
+    padded_vocab = vocab_param.local_shapes[0][0] * tp
+    logits = padded_vocab * b
+    return [
+        Collective("all-reduce", "after o_proj (attention output, row-parallel)", attn, hidden, ring * hidden),
+        Collective("all-reduce", "after down_proj (MLP / MoE output, row-parallel)", mlp, hidden, ring * hidden),
+        Collective("all-reduce", "after embed_tokens (each GPU looks up only its vocab rows)", 1, hidden, ring * hidden),
+        Collective("gather", "lm_head logits to GPU 0 (each GPU has its vocab block)", 1, logits, logits / tp),
+    ]
+
+
+def collective_rows(m: ShardMap) -> list[dict]:
+    """collectives() as display rows (sizes per token, human-readable)."""
+    return [{"collective": c.op, "where": c.where, "per forward": c.count, "size / token": fmt_bytes(c.bytes_per_token),
+             "sent per GPU / token": fmt_bytes(c.sent_per_rank), "per forward / token": fmt_bytes(c.total_per_token)}
+            for c in collectives(m)]
+
+
+def valid_tp_rows(rows: list[dict]) -> list[dict]:
+    """cli.valid_table rows as display rows: '✓' for a valid size, else the first failing rule."""
+    return [{"tp": row["tp"], **{rules: "✓" if row[rules] is None else "✗ " + row[rules] for rules in RULES}}
+            for row in rows]
+
+
+def valid_sizes(rows: list[dict], rules: str) -> list[int]:
+    """The tp sizes that work under these rules."""
+    return [row["tp"] for row in rows if row[rules] is None]
+
+
+def tp_problem(rows: list[dict], tp: int, rules: str) -> str | None:
+    """None if tp is valid under rules, else the failing rule (out-of-range tp is a problem too)."""
+    for row in rows:
+        if row["tp"] == tp:
+            return row[rules]
+    return f"tp={tp} is outside 1..{len(rows)}"
+
+
+def kv_sharing(m: ShardMap) -> dict[int, list[int]]:
+    """Global KV head -> the ranks holding it (more than one rank when vLLM replicates KV heads)."""
+    holders: dict[int, list[int]] = {}
+    for r in m.ranks:
+        for head in r.kv_heads:
+            holders.setdefault(head, []).append(r.rank)
+    return holders
+
+
+def _span(ranks: list[int]) -> str:
+    return f"GPU {ranks[0]}" if len(ranks) == 1 else (
+        f"GPUs {ranks[0]}–{ranks[-1]}" if ranks == list(range(ranks[0], ranks[-1] + 1)) else
+        "GPUs " + ", ".join(map(str, ranks)))
+
+
+def kv_sentence(m: ShardMap) -> str | None:
+    """One sentence on replicated KV heads, or None when every KV head lives on one rank."""
+    share = kv_sharing(m)
+    if not share or all(len(r) == 1 for r in share.values()):
+        return None
+    kv, per = len(share), len(next(iter(share.values())))
+    first = "; ".join(f"head {h} on {_span(r)}" for h, r in list(share.items())[:2])
+    return (f"Replicated KV heads: {kv} KV heads on {m.tp_size} GPUs, so vLLM copies each KV head to {per} GPUs "
+            f"({first}{'; …' if kv > 2 else ''}) while the {m.model['num_attention_heads']} query heads still split "
+            f"{m.model['num_attention_heads'] // m.tp_size} per GPU.")
+
+
+def padding_sentence(m: ShardMap) -> str | None:
+    """One sentence on vocabulary padding rows, or None when there are none."""
+    padded = [p for p in m.params if any(p.padding)]
+    if not padded:
+        return None
+    p = padded[0]
+    total = p.local_shapes[0][0] * m.tp_size
+    where = ", ".join(f"{n} on GPU {r}" for r, n in enumerate(p.padding) if n)
+    names = " and ".join(short_name(q.name).split(".")[0] for q in padded)
+    return (f"Vocab padding: vLLM pads the vocabulary {m.model['vocab_size']} → {total} (a multiple of 64) so it "
+            f"splits into {m.tp_size} × {p.local_shapes[0][0]} rows; the padding rows of {names} ({where}) are "
+            "zeros that are never loaded and whose logits are dropped.")
+
+
+def row_bias_params(m: ShardMap) -> list[str]:
+    """Names of row-parallel biases: held whole by every rank, added by rank 0 only."""
+    return [p.name for p in m.params if p.layer_class == "RowParallelLinear" and p.split_dim is None]
+
+
+def bias_sentence(m: ShardMap) -> str | None:
+    """One sentence on row-parallel biases, or None when the model has none."""
+    names = row_bias_params(m)
+    if not names:
+        return None
+    shown = " and ".join(short_name(n) for n in names)
+    return (f"Row-parallel bias: {shown} is held whole by all {m.tp_size} GPUs but added on GPU 0 only, "
+            "so the all-reduce that sums the partial outputs counts it exactly once.")
+
+
+def special_cases(m: ShardMap) -> dict[str, str | None]:
+    """The three cases drawn explicitly: case -> its sentence, or None when absent from this model at this tp."""
+    return {"kv": kv_sentence(m), "padding": padding_sentence(m), "bias": bias_sentence(m)}
+
+
+def absent_cases(m: ShardMap) -> list[str]:
+    """Short reasons why a special case does not occur here (teaches when it would)."""
+    cases, out = special_cases(m), []
+    if cases["kv"] is None:
+        out.append("no replicated KV heads (MLA caches a shared latent)" if m.model.get("kv_lora_rank") else
+                   f"no replicated KV heads (tp={m.tp_size} ≤ {m.model['num_key_value_heads']} KV heads)")
+    if cases["padding"] is None:
+        out.append(f"no vocab padding (vocab {m.model['vocab_size']} splits evenly"
+                   + (")" if m.rules == "nano-vllm" else " after padding to a multiple of 64)"))
+    if cases["bias"] is None:
+        out.append("no row-parallel biases (o_proj / down_proj have no bias)")
+    return out
+
+
+# ---- shareable view state: ?model=...&tp=...&rules=... <-> the explorer's controls ----
+SOURCES = ("Preset", "Hub repo id", "Local path", "Upload config.json")
+DEFAULT_VIEW = {"source": "Preset", "preset": "Qwen/Qwen3-8B", "hub": "", "path": "", "tp": 4, "rules": "vllm"}
+
+
+def controls_from_query(params: dict[str, str], preset_keys: list[str]) -> tuple[dict, list[str]]:
+    """Control values restored from query parameters, and one line per parameter that had to be ignored."""
+    values, problems = dict(DEFAULT_VIEW), []
+    model = str(params.get("model", "")).strip()
+    if model:
+        key = next((k for k in preset_keys if k.lower() == model.lower()), None)
+        if key:
+            values["preset"] = key
+        elif model.startswith((".", "/", "~")) or "\\" in model:
+            values.update(source="Local path", path=model)
+        else:
+            values.update(source="Hub repo id", hub=model)
+    if "tp" in params:
+        text = str(params["tp"]).strip()
+        if text.isdigit() and 1 <= int(text) <= MAX_TP:
+            values["tp"] = int(text)
+        else:
+            problems.append(f"tp={text[:20]!r} in the link is not a whole number from 1 to {MAX_TP}; "
+                            f"showing tp={values['tp']}")
+    if "rules" in params:
+        rules = str(params["rules"]).strip().lower()
+        if rules in RULES:
+            values["rules"] = rules
+        else:
+            problems.append(f"rules={rules[:20]!r} in the link is unknown; use one of {', '.join(RULES)}")
+    return values, problems
+
+
+def query_from_controls(values: dict) -> dict[str, str]:
+    """The query parameters that reproduce a view (an uploaded config cannot travel in a link)."""
+    model = {"Preset": values.get("preset"), "Hub repo id": values.get("hub"),
+             "Local path": values.get("path")}.get(values.get("source"))
+    query = {"model": str(model).strip()} if model and str(model).strip() else {}
+    return {**query, "tp": str(values["tp"]), "rules": values["rules"]}
