@@ -145,7 +145,8 @@ def normalize(cfg: dict, name: str = "model") -> ModelSpec:
         raise ConfigError(f"num_attention_heads={heads} is not a multiple of num_key_value_heads={kv_heads}")
     head_dim = _pick(cfg, "head_dim", "kv_channels")
     if head_dim is None and cfg.get("kv_lora_rank"):  # MLA: a query/key head is nope + rope wide
-        head_dim = (cfg.get("qk_nope_head_dim") or 0) + (cfg.get("qk_rope_head_dim") or 0) or None
+        head_dim = (_int(cfg, "qk_nope_head_dim", default=0, minimum=0)
+                    + _int(cfg, "qk_rope_head_dim", default=0, minimum=0)) or None
     if head_dim is None:
         if hidden % heads:
             raise ConfigError(f"hidden_size={hidden} is not divisible by num_attention_heads={heads} and no head_dim is given")

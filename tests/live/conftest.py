@@ -1,4 +1,4 @@
-"""Tiny Hugging Face checkpoints (Llama, Mistral, Qwen2, Qwen3) with non-trivial weights, made once per session."""
+"""Tiny Hugging Face checkpoints (Llama, Mistral, Qwen2, Qwen3; Mixtral, Qwen3-MoE) with non-trivial weights."""
 import os
 
 import pytest
@@ -11,15 +11,23 @@ FAMILIES = {
     "qwen2": dict(num_key_value_heads=2, vocab_size=1003, rope_theta=1e6, tie_word_embeddings=False),
     "qwen3": dict(num_key_value_heads=2, head_dim=32, vocab_size=1001, rope_theta=1e6, tie_word_embeddings=True),
 }
+# 4 experts, top-2; Mixtral's experts use intermediate_size (96), Qwen3-MoE's layer 1 is a dense mlp_only layer
+MOE_FAMILIES = {
+    "mixtral": dict(num_key_value_heads=2, vocab_size=1001, num_local_experts=4, num_experts_per_tok=2,
+                    sliding_window=4096),
+    "qwen3_moe": dict(num_key_value_heads=1, head_dim=16, vocab_size=999, num_experts=4, num_experts_per_tok=2,
+                      moe_intermediate_size=48, mlp_only_layers=[1], norm_topk_prob=True),
+}
 
 
 def make_tiny(family: str, folder, seed: int = 0, max_shard_size: str | None = None):
     """Save a 2-layer transformers model of `family` with random weights, norms around 1, and biases != 0."""
     import transformers
     config_cls = {"llama": transformers.LlamaConfig, "mistral": transformers.MistralConfig,
-                  "qwen2": transformers.Qwen2Config, "qwen3": transformers.Qwen3Config}[family]
+                  "qwen2": transformers.Qwen2Config, "qwen3": transformers.Qwen3Config,
+                  "mixtral": transformers.MixtralConfig, "qwen3_moe": transformers.Qwen3MoeConfig}[family]
     config = config_cls(hidden_size=64, num_attention_heads=4, intermediate_size=96, num_hidden_layers=2,
-                        rms_norm_eps=1e-6, **FAMILIES[family])
+                        rms_norm_eps=1e-6, **{**FAMILIES, **MOE_FAMILIES}[family])
     model = transformers.AutoModelForCausalLM.from_config(config, attn_implementation="eager").float().eval()
     gen = torch.Generator().manual_seed(seed)
     with torch.no_grad():
@@ -52,6 +60,14 @@ def tiny(tmp_path_factory):
         folder = root / family
         out[family] = (folder, make_tiny(family, folder, seed=i, max_shard_size="200KB" if family == "llama" else None))
     return out
+
+
+@pytest.fixture(scope="session")
+def tiny_moe(tmp_path_factory):
+    """family -> (checkpoint folder, transformers model) for the MoE families."""
+    root = tmp_path_factory.mktemp("tiny-moe")
+    return {family: (root / family, make_tiny(family, root / family, seed=10 + i))
+            for i, family in enumerate(MOE_FAMILIES)}
 
 
 @pytest.fixture(scope="session")

@@ -102,7 +102,7 @@ def test_preset_gets_random_weights_and_shrinks():
 
 
 @pytest.mark.parametrize("model, match", [
-    ("mistralai/Mixtral-8x7B-v0.1", "MoE"),
+    ("Qwen/Qwen1.5-MoE-A2.7B", "qwen2_moe MoE"),
     ("google/gemma-2-9b-it", "model_type 'gemma2'"),
     ("/no/such/folder", "no such file"),
     ("", "give a model"),

@@ -6,11 +6,13 @@ from torch import nn
 from tpviz.layers import QKVParallelLinear, RowParallelLinear
 from tpviz.live.errors import LiveError
 from tpviz.live.model import LiveConfig
+from tpviz.live.moe import SparseMoeBlock
 from tpviz.rules import kv_split
 
 INJECTIONS = {
     "bias-all-ranks": "row-parallel layers add their bias on every rank, so the all-reduce counts it tp times",
-    "skip-allreduce": "row-parallel layers skip their all_reduce, so each rank keeps only its partial sum",
+    "skip-allreduce": "row-parallel layers and MoE blocks skip their all_reduce, so each rank keeps only its "
+                      "partial sum",
     "wrong-kv-head": "under KV-head replication, ranks take KV heads round-robin instead of r // replicas",
 }
 
@@ -41,16 +43,21 @@ def check_injections(names: list[str] | None) -> list[str]:
 def describe_injections(names: list[str], cfg: LiveConfig, tp_size: int) -> list[Injection]:
     """Say, before running, whether each injection can have any effect here."""
     s, out = cfg.spec, []
+    moe = [i for i in s.moe_layers if i < s.num_hidden_layers] if s.is_moe else []
+    dense = [i for i in range(s.num_hidden_layers) if i not in moe]  # layers with a dense down_proj
     for name in check_injections(names):
         if tp_size == 1:
             effect, reason = False, "tp=1 has a single rank, so there is nothing to get wrong across ranks"
         elif name == "bias-all-ranks":
-            biased = [n for n, has in (("o_proj", cfg.o_bias), ("down_proj", cfg.mlp_bias)) if has]
+            biased = [n for n, has in (("o_proj", cfg.o_bias), ("down_proj", cfg.mlp_bias and dense)) if has]
             effect = bool(biased)
+            free = "o_proj, down_proj and the experts are" if moe else "o_proj and down_proj are"
             reason = (f"{' and '.join(biased)} carry a bias, added {tp_size} times" if effect else
-                      "no row-parallel layer here has a bias (o_proj and down_proj are bias-free)")
+                      f"no row-parallel layer here has a bias ({free} bias-free)")
         elif name == "skip-allreduce":
-            effect, reason = True, f"o_proj and down_proj outputs stay partial sums over 1/{tp_size} of the inputs"
+            skipped = ["o_proj"] + (["down_proj"] if dense else []) + (["MoE-block"] if moe else [])
+            effect, reason = True, (f"{', '.join(skipped[:-1])} and {skipped[-1]} outputs stay partial sums "
+                                    f"over 1/{tp_size} of the inputs")
         else:
             _, replicas = kv_split(s.num_key_value_heads, tp_size, cfg.rules)
             right = [r // replicas for r in range(tp_size)]
@@ -73,6 +80,7 @@ def apply_injections(model: nn.Module, names: list[str]) -> None:
     for module in model.modules():
         if isinstance(module, RowParallelLinear):
             module.bias_on_all_ranks |= "bias-all-ranks" in names
+        if isinstance(module, (RowParallelLinear,)):  # expert downs never reduce: stays False
             module.reduce_results &= "skip-allreduce" not in names
         if isinstance(module, QKVParallelLinear):
             module.wrong_kv_head |= "wrong-kv-head" in names

@@ -1,7 +1,7 @@
-"""A decoder-only Llama/Mistral/Qwen2/Qwen3 model built only from tpviz's TP layer classes.
+"""A decoder-only Llama/Mistral/Qwen2/Qwen3 (and Mixtral/Qwen3-MoE) model built only from tpviz's TP layers.
 
 Parameter names mirror the Hugging Face checkpoint (`model.layers.0.self_attn.qkv_proj.weight`), with
-q/k/v and gate/up fused as in nano-vllm; weights.py maps checkpoint names onto them.
+q/k/v and gate/up fused as in nano-vllm; weights.py maps checkpoint names onto them. MoE blocks: moe.py.
 """
 from dataclasses import asdict, dataclass, field
 
@@ -12,9 +12,11 @@ from torch import nn
 from tpviz.layers import (MergedColumnParallelLinear, ParallelLMHead, QKVParallelLinear, RMSNorm,
                           RowParallelLinear, VocabParallelEmbedding)
 from tpviz.live.errors import LiveError
+from tpviz.live.moe import MOE_FAMILIES, SparseMoeBlock
 from tpviz.spec import ModelSpec
 
-FAMILIES = ("llama", "mistral", "qwen2", "qwen3")
+FAMILIES = ("llama", "mistral", "qwen2", "qwen3", *MOE_FAMILIES)
+NO_BIAS = ("mistral", "mixtral")  # their attention never has biases, whatever the config says
 
 
 @dataclass
@@ -22,17 +24,18 @@ class LiveConfig:
     """What the live model needs: the normalized spec plus the few raw-config facts the spec leaves out."""
     spec: ModelSpec
     mlp_bias: bool = False  # Llama's mlp_bias: gate/up/down carry biases (down is row-parallel)
-    sliding_window: int | None = None  # Mistral: attend to at most this many previous tokens
+    sliding_window: int | None = None  # Mistral/Mixtral: attend to at most this many previous tokens
+    norm_topk_prob: bool = False  # MoE: renormalize the top-k routing weights (Mixtral always does)
     rules: str = "vllm"
     notes: list[str] = field(default_factory=list)
 
     @property
     def qkv_bias(self) -> bool:
-        return self.spec.attention_bias and self.spec.model_type != "mistral"  # Mistral never has them
+        return self.spec.attention_bias and self.spec.model_type not in NO_BIAS
 
     @property
     def o_bias(self) -> bool:
-        return self.spec.o_proj_bias and self.spec.model_type != "mistral"
+        return self.spec.o_proj_bias and self.spec.model_type not in NO_BIAS
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -44,12 +47,20 @@ class LiveConfig:
 
 def check_supported(spec: ModelSpec) -> None:
     """Raise a one-line LiveError unless the live model can run this architecture faithfully."""
-    if spec.is_moe or spec.is_mla:
-        raise LiveError(f"{spec.name} uses {'MoE' if spec.is_moe else 'MLA'}, which the live check does not run yet; "
-                        f"it runs dense {', '.join(FAMILIES)} models")
+    if spec.is_mla:
+        raise LiveError(f"{spec.name} uses MLA, which the live check does not run yet; "
+                        f"it runs {', '.join(FAMILIES)} models")
+    if spec.is_moe and (spec.model_type not in MOE_FAMILIES or spec.shared_expert_intermediate_size):
+        raise LiveError(f"{spec.name} uses {spec.model_type} MoE, which the live check does not support yet; "
+                        f"it runs MoE for {', '.join(MOE_FAMILIES)} only")
     if spec.model_type not in FAMILIES:
         raise LiveError(f"the live check runs {', '.join(FAMILIES)} models; "
                         f"{spec.name} is model_type {spec.model_type!r}")
+    if spec.model_type == "mixtral" and not spec.is_moe:
+        raise LiveError(f"{spec.name} is a Mixtral config without experts (num_local_experts)")
+    if spec.is_moe and not 1 <= spec.num_experts_per_tok <= spec.num_experts:
+        raise LiveError(f"num_experts_per_tok={spec.num_experts_per_tok} must be between 1 and "
+                        f"num_experts={spec.num_experts}")
     if spec.hidden_act != "silu":
         raise LiveError(f"hidden_act={spec.hidden_act!r}: the live check runs SiLU-gated MLPs only")
 
@@ -132,19 +143,23 @@ class MLP(nn.Module):
 
 
 class DecoderLayer(nn.Module):
-    """Pre-norm residual block: h += attn(norm(h)); h += mlp(norm(h))."""
+    """Pre-norm residual block: h += attn(norm(h)); h += mlp(norm(h)), the MLP dense or a sparse MoE block."""
 
-    def __init__(self, cfg: LiveConfig, tp_size: int, tp_rank: int):
+    def __init__(self, cfg: LiveConfig, tp_size: int, tp_rank: int, index: int = 0):
         super().__init__()
-        eps = cfg.spec.rms_norm_eps
-        self.input_layernorm = RMSNorm(cfg.spec.hidden_size, eps)
+        s = cfg.spec
+        self.input_layernorm = RMSNorm(s.hidden_size, s.rms_norm_eps)
         self.self_attn = Attention(cfg, tp_size, tp_rank)
-        self.post_attention_layernorm = RMSNorm(cfg.spec.hidden_size, eps)
-        self.mlp = MLP(cfg, tp_size, tp_rank)
+        self.post_attention_layernorm = RMSNorm(s.hidden_size, s.rms_norm_eps)
+        if s.is_moe and index in s.moe_layers:  # Qwen3-MoE's mlp_only_layers stay dense (spec.dense_layers)
+            self.ffn_name = MOE_FAMILIES[s.model_type][0]  # Mixtral: block_sparse_moe, Qwen3-MoE: mlp
+            self.add_module(self.ffn_name, SparseMoeBlock(s, cfg.norm_topk_prob, tp_size, tp_rank))
+        else:
+            self.ffn_name, self.mlp = "mlp", MLP(cfg, tp_size, tp_rank)
 
     def forward(self, positions: torch.Tensor, h: torch.Tensor) -> torch.Tensor:
         h = h + self.self_attn(positions, self.input_layernorm(h))
-        return h + self.mlp(self.post_attention_layernorm(h))
+        return h + getattr(self, self.ffn_name)(self.post_attention_layernorm(h))
 
 
 class DecoderModel(nn.Module):
@@ -154,7 +169,7 @@ class DecoderModel(nn.Module):
         super().__init__()
         s = cfg.spec
         self.embed_tokens = VocabParallelEmbedding(s.vocab_size, s.hidden_size, tp_size, tp_rank, rules=cfg.rules)
-        self.layers = nn.ModuleList(DecoderLayer(cfg, tp_size, tp_rank) for _ in range(s.num_hidden_layers))
+        self.layers = nn.ModuleList(DecoderLayer(cfg, tp_size, tp_rank, i) for i in range(s.num_hidden_layers))
         self.norm = RMSNorm(s.hidden_size, s.rms_norm_eps)
 
 

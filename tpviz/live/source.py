@@ -13,11 +13,14 @@ from safetensors.torch import save_file
 
 from tpviz.live.errors import LiveError
 from tpviz.live.model import LiveConfig, check_supported
+from tpviz.live.moe import MOE_FAMILIES
 from tpviz.live.weights import checkpoint_files
 from tpviz.spec import ModelSpec, normalize
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "tokenizer_config.json")
 RANDOM_FORMAT = 1  # bump when the random-weight recipe changes, so old caches are not reused
+ARCHITECTURES = {"llama": "LlamaForCausalLM", "mistral": "MistralForCausalLM", "qwen2": "Qwen2ForCausalLM",
+                 "qwen3": "Qwen3ForCausalLM", "mixtral": "MixtralForCausalLM", "qwen3_moe": "Qwen3MoeForCausalLM"}
 
 
 @dataclass
@@ -35,7 +38,7 @@ class ModelSource:
 
 
 def live_config(spec: ModelSpec, raw: dict | None = None, layers: int | None = None) -> LiveConfig:
-    """Spec plus the raw-config facts it lacks (rope_parameters, mlp_bias, sliding window), optionally shrunk."""
+    """Spec plus the raw-config facts it lacks (rope, mlp_bias, sliding window, norm_topk_prob), optionally shrunk."""
     raw = raw or {}
     if isinstance(raw.get("text_config"), dict):
         raw = raw["text_config"]
@@ -47,15 +50,19 @@ def live_config(spec: ModelSpec, raw: dict | None = None, layers: int | None = N
             notes.append(f"rope scaling {kind!r} is ignored; TP vs tp=1 is still a fair comparison")
     if raw.get("use_sliding_window") is True:
         raise LiveError("use_sliding_window=true (per-layer sliding windows) is not supported by the live check")
-    window = raw.get("sliding_window") if spec.model_type == "mistral" else None
+    window = raw.get("sliding_window") if spec.model_type in ("mistral", "mixtral") else None
+    norm_topk = raw.get("norm_topk_prob", False)  # Qwen3-MoE's default; Mixtral always renormalizes
+    if norm_topk is not None and not isinstance(norm_topk, bool):
+        raise LiveError(f"norm_topk_prob={norm_topk!r} must be true or false")
     if layers is not None:
         if isinstance(layers, bool) or not isinstance(layers, int) or layers < 1:
             raise LiveError(f"layers={layers!r} must be a positive integer")
         if layers < spec.num_hidden_layers:
             notes.append(f"shrunk to the first {layers} of {spec.num_hidden_layers} layers")
-            spec = replace(spec, num_hidden_layers=layers)
-    cfg = LiveConfig(spec=spec, mlp_bias=spec.mlp_bias,
-                     sliding_window=window if isinstance(window, int) and window > 0 else None, notes=notes)
+            spec = replace(spec, num_hidden_layers=layers, moe_layers=[i for i in spec.moe_layers if i < layers])
+    cfg = LiveConfig(spec=spec, mlp_bias=spec.mlp_bias and spec.model_type not in MOE_FAMILIES,
+                     sliding_window=window if isinstance(window, int) and window > 0 else None,
+                     norm_topk_prob=spec.model_type == "mixtral" or bool(norm_topk), notes=notes)
     check_supported(cfg.spec)
     return cfg
 
@@ -106,7 +113,8 @@ def random_checkpoint(cfg: LiveConfig, seed: int = 0) -> Path:
     """Make (once) and return a safetensors checkpoint folder of seeded random weights for cfg."""
     cfg.notes.append(f"random weights (seed {seed}): no checkpoint weights were given")
     shape = {k: v for k, v in cfg.to_dict()["spec"].items() if k not in ("name", "notes")}
-    key = json.dumps([RANDOM_FORMAT, seed, shape, cfg.mlp_bias], sort_keys=True)
+    key = json.dumps([RANDOM_FORMAT, seed, shape, cfg.mlp_bias] + ([cfg.norm_topk_prob] if cfg.spec.is_moe else []),
+                     sort_keys=True)  # norm_topk_prob goes into config.json, so it keys the cache too
     slug = "".join(c if c.isalnum() or c in "-_." else "_" for c in cfg.spec.name)[-48:]
     folder = cache_root() / "random" / f"{slug}-{hashlib.sha256(key.encode()).hexdigest()[:12]}"
     if (folder / "model.safetensors").is_file():
@@ -130,7 +138,7 @@ def random_checkpoint(cfg: LiveConfig, seed: int = 0) -> Path:
 def hf_config(cfg: LiveConfig) -> dict:
     """A Hugging Face style config.json for cfg, so the random folder is a checkpoint like any other."""
     s = cfg.spec
-    out = {"architectures": [f"{s.model_type.capitalize()}ForCausalLM"], "model_type": s.model_type,
+    out = {"architectures": [ARCHITECTURES.get(s.model_type, "LlamaForCausalLM")], "model_type": s.model_type,
            "hidden_size": s.hidden_size, "num_attention_heads": s.num_attention_heads,
            "num_key_value_heads": s.num_key_value_heads, "head_dim": s.head_dim,
            "intermediate_size": s.intermediate_size, "vocab_size": s.vocab_size,
@@ -140,6 +148,13 @@ def hf_config(cfg: LiveConfig) -> dict:
            "torch_dtype": "bfloat16"}
     if cfg.sliding_window:
         out["sliding_window"] = cfg.sliding_window
+    if s.is_moe:  # both families read num_experts_per_tok; Qwen3-MoE's dense layers come back as mlp_only_layers
+        out.update(num_experts_per_tok=s.num_experts_per_tok, norm_topk_prob=cfg.norm_topk_prob)
+        if s.model_type == "mixtral":
+            out.update(num_local_experts=s.num_experts, intermediate_size=s.moe_intermediate_size)
+        else:
+            out.update(num_experts=s.num_experts, moe_intermediate_size=s.moe_intermediate_size,
+                       decoder_sparse_step=1, mlp_only_layers=s.dense_layers)
     return out
 
 
@@ -162,6 +177,9 @@ def checkpoint_shapes(cfg: LiveConfig) -> dict[str, tuple[int, ...]]:
         if cfg.o_bias:
             out[p + "self_attn.o_proj.bias"] = (H,)
         out[p + "post_attention_layernorm.weight"] = (H,)
+        if s.is_moe and i in s.moe_layers:
+            out.update(moe_shapes(s, p))
+            continue
         for proj, shp in (("gate_proj", (I, H)), ("up_proj", (I, H)), ("down_proj", (H, I))):
             out[f"{p}mlp.{proj}.weight"] = shp
             if cfg.mlp_bias:
@@ -169,6 +187,18 @@ def checkpoint_shapes(cfg: LiveConfig) -> dict[str, tuple[int, ...]]:
     out["model.norm.weight"] = (H,)
     if not s.tie_word_embeddings:
         out["lm_head.weight"] = (s.vocab_size, H)
+    return out
+
+
+def moe_shapes(s: ModelSpec, prefix: str) -> dict[str, tuple[int, ...]]:
+    """One MoE layer's checkpoint tensors: the router, then each expert's gate/up/down (Mixtral: w1/w3/w2)."""
+    block, _ = MOE_FAMILIES[s.model_type]
+    gate, up, down = ("w1", "w3", "w2") if s.model_type == "mixtral" else ("gate_proj", "up_proj", "down_proj")
+    H, I = s.hidden_size, s.moe_intermediate_size
+    out = {f"{prefix}{block}.gate.weight": (s.num_experts, H)}
+    for e in range(s.num_experts):
+        ex = f"{prefix}{block}.experts.{e}."
+        out.update({f"{ex}{gate}.weight": (I, H), f"{ex}{up}.weight": (I, H), f"{ex}{down}.weight": (H, I)})
     return out
 
 

@@ -16,6 +16,8 @@ from tpviz.errors import WeightsError
 # checkpoint module name -> (fused module in our model, loaded_shard_id); matched as a whole name component
 PACKED_MODULES = {"q_proj": ("qkv_proj", "q"), "k_proj": ("qkv_proj", "k"), "v_proj": ("qkv_proj", "v"),
                   "gate_proj": ("gate_up_proj", 0), "up_proj": ("gate_up_proj", 1)}
+# Mixtral experts call gate/up w1/w3 (w2, the down projection, keeps its name); only under experts.N
+EXPERT_PACKED = {"w1": ("gate_up_proj", 0), "w3": ("gate_up_proj", 1)}
 IGNORED_SUFFIXES = ("rotary_emb.inv_freq",)  # buffers some old checkpoints saved
 
 
@@ -143,6 +145,8 @@ def param_target(name: str, num_layers: int) -> tuple[str, object] | None:
     shard_id = None
     if len(parts) >= 2 and parts[-2] in PACKED_MODULES:  # exact component, so v_proj never matches qkv_proj
         parts[-2], shard_id = PACKED_MODULES[parts[-2]]
+    elif len(parts) >= 4 and parts[-4] == "experts" and parts[-2] in EXPERT_PACKED:
+        parts[-2], shard_id = EXPERT_PACKED[parts[-2]]
     return ".".join(parts), shard_id
 
 
