@@ -80,7 +80,7 @@ def apply_injections(model: nn.Module, names: list[str]) -> None:
     for module in model.modules():
         if isinstance(module, RowParallelLinear):
             module.bias_on_all_ranks |= "bias-all-ranks" in names
-        if isinstance(module, (RowParallelLinear,)):  # expert downs never reduce: stays False
+        if isinstance(module, (RowParallelLinear, SparseMoeBlock)):  # expert downs never reduce: stays False
             module.reduce_results &= "skip-allreduce" not in names
         if isinstance(module, QKVParallelLinear):
             module.wrong_kv_head |= "wrong-kv-head" in names
