@@ -198,7 +198,7 @@ def render_page(page: Page, rows: list[dict]) -> None:
     c3.metric("Collectives per forward", sum(c.count for c in coll),
               f"{fmt_bytes(sum(c.total_per_token for c in coll))} per token", delta_color="off", delta_arrow="off")
     c4.metric(f"Valid tp sizes ({RULE_LABELS[m.rules]})", " ".join(map(str, S.valid_sizes(rows, m.rules))))
-    for sentence in filter(None, S.special_cases(m).values()):
+    for sentence in filter(None, [*S.special_cases(m).values(), S.mla_kv_sentence(m)]):
         st.info(sentence)
     if absent := S.absent_cases(m):
         st.caption("Not in this view: " + "; ".join(absent) + ".")
@@ -215,6 +215,11 @@ def render_page(page: Page, rows: list[dict]) -> None:
                                disabled=not has_browser, type="tertiary")
     with st.expander("Memory table (bytes)"):
         st.dataframe(mem, hide_index=True, width="stretch")
+    st.markdown("### Does it fit? KV-cache room per GPU")
+    st.dataframe(S.fit_rows(m), hide_index=True, width="stretch")
+    st.caption(f"Weights on the fullest GPU: {fmt_bytes(worst['weights'])}; every GPU caches its share of every "
+               f"token ({fmt_bytes(worst['kv_per_token'])} per token). Estimates at vLLM's default "
+               "gpu_memory_utilization; activations, CUDA graphs and NCCL buffers take a few GiB more.")
     st.markdown("### Collectives per forward pass")
     if coll:
         st.dataframe(S.collective_rows(m), hide_index=True, width="stretch")
@@ -224,6 +229,16 @@ def render_page(page: Page, rows: list[dict]) -> None:
         st.caption("tp=1: one GPU holds everything, so nothing is communicated.")
     st.markdown("### Valid tp sizes")
     st.dataframe(S.valid_tp_rows(rows), hide_index=True, width="stretch", height=300)
+
+
+def nearest_view(cfg_json: str | None, name: str | None, rows: list[dict] | None, values: dict) -> tuple | None:
+    """A first view whose tp does not work: the same model at the nearest valid tp (largest below, else smallest)."""
+    bad_tp = bool(cfg_json and rows and S.tp_problem(rows, values["tp"], values["rules"]))
+    sizes = S.valid_sizes(rows, values["rules"]) if bad_tp else []
+    if not sizes:
+        return None
+    tp = max((t for t in sizes if t <= values["tp"]), default=sizes[0])
+    return cfg_json, name, tp, values["rules"]
 
 
 def main() -> None:
@@ -262,14 +277,17 @@ def main() -> None:
     if hint:
         st.info(hint)
     if page is None:
-        good = st.session_state.get("good") or (json.dumps(presets()[S.DEFAULT_VIEW["preset"]], sort_keys=True),
-                                                S.DEFAULT_VIEW["preset"], S.DEFAULT_VIEW["tp"], "vllm")
+        nearest = None if "good" in st.session_state else nearest_view(cfg_json, name, rows, values)
+        good = st.session_state.get("good") or nearest or (
+            json.dumps(presets()[S.DEFAULT_VIEW["preset"]], sort_keys=True), S.DEFAULT_VIEW["preset"],
+            S.DEFAULT_VIEW["tp"], "vllm")
         try:
             page, rows = page_for(*good), valid_rows(good[0], good[1])
         except Exception as e:  # noqa: BLE001 - even the fallback failed: say so, still no traceback
             st.error(explain(e, good[1], None, good[3]))
             return
-        st.caption(f"Showing the last good view: {good[1]} at tp={good[2]} ({RULE_LABELS[good[3]]} rules).")
+        last = "the nearest valid view" if nearest else "the last good view"
+        st.caption(f"Showing {last}: {good[1]} at tp={good[2]} ({RULE_LABELS[good[3]]} rules).")
     with st.sidebar:
         sidebar_exports(page, values)
     render_page(page, rows)

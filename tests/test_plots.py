@@ -6,7 +6,7 @@ import pytest
 from tpviz import shard_map as _shard_map
 from tpviz.plots import FAMILY_INFO, all_figures, figure_height
 from tpviz.plots.geometry import Section, head_text, sections, split_piece, tensor_label
-from tpviz.plots.style import PADDING_COLOR, RANK_COLORS, rank_color
+from tpviz.plots.style import INK, PADDING_COLOR, RANK_COLORS, rank_color, text_color
 from tpviz.shardmap import Piece
 from tpviz.sources import presets
 from tpviz.summary import families_present
@@ -160,3 +160,38 @@ def test_memory_figure_naive_line():
     naive = shard_map("meta-llama/Llama-3.1-8B", 16).total_weight_bytes / 16 / 2**30
     assert fig.layout.shapes[0].y0 == pytest.approx(naive)
     assert "+3.4%" in fig.layout.title.subtitle.text
+
+
+def tensor_labels(fig) -> dict[str, str]:
+    """Source-view tensor name -> where its label sits ('bottom' = above the tensor, 'top' = below it)."""
+    return {a.text.split("<br>")[0].replace("<b>", "").replace("</b>", ""): a.yanchor for a in fig.layout.annotations
+            if a.xref == "x" and "×" in (a.text or "")}
+
+
+def test_side_by_side_names_never_run_into_each_other():
+    # tall, narrow gate/up tensors: the second name moves below its tensor
+    assert tensor_labels(figs("Qwen/Qwen2.5-7B-Instruct", 4)["gate_up"]) == {"gate_proj": "bottom", "up_proj": "top"}
+    ds = tensor_labels(figs("deepseek-ai/DeepSeek-V3", 16)["gate_up"])
+    assert ds == {"gate_proj": "bottom", "up_proj": "top", "shared gate_proj": "bottom", "shared up_proj": "top"}
+    # names that fit stay above
+    assert set(tensor_labels(figs("Qwen/Qwen3-8B", 4)["gate_up"]).values()) == {"bottom"}
+    assert set(tensor_labels(figs("Qwen/Qwen3-8B", 4)["o_proj"]).values()) == {"bottom"}
+
+
+def test_stacked_names_have_room_on_the_left():
+    fig = figs("meta-llama/Llama-3.1-405B", 64)["qkv"]  # q/k/v fill the panel's width at tp=64
+    assert fig.layout.xaxis.range[0] < -0.3 * 16384
+    assert set(tensor_labels(fig).values()) == {"middle"}
+
+
+def test_inside_text_contrasts_with_its_bar():
+    assert text_color(rank_color(0)) == "white" and text_color("#edc948") == INK  # blue / yellow
+    assert text_color(PADDING_COLOR) == INK
+    rank = figs("meta-llama/Llama-3.1-8B", 8)["qkv"].data[1]
+    fills = dict(zip(rank.marker.color, rank.textfont.color))
+    assert fills[rank_color(0)] == "white" and fills[rank_color(5)] == INK
+
+
+def test_mixtral_expert_names_say_gate_up_down():
+    labels = tensor_labels(figs("mistralai/Mixtral-8x7B-v0.1", 8)["experts"])
+    assert list(labels) == ["w1 (gate)", "w3 (up)", "w2 (down)"]

@@ -101,7 +101,30 @@ def test_bias_sentence():
     assert S.row_bias_params(m) == ["model.layers.*.self_attn.o_proj.bias", "model.layers.*.mlp.experts.down_proj.bias"]
     sentence = S.bias_sentence(m)
     assert "self_attn.o_proj.bias" in sentence and "GPU 0 only" in sentence
+    assert "bias are held whole" in sentence and "counts each exactly once" in sentence  # two biases: plural
+    one = S.bias_sentence(_shard_map(dict(presets()["meta-llama/Llama-3.2-1B"], attention_bias=True), 2))
+    assert "o_proj.bias is held whole" in one and "counts it exactly once" in one
     assert S.bias_sentence(shard_map(QWEN8, 4)) is None
+
+
+def test_mla_kv_sentence_says_why_the_cache_does_not_shrink():
+    sentence = S.mla_kv_sentence(shard_map("deepseek-ai/DeepSeek-V3", 16))
+    assert "512 + 64" in sentence and "each of the 16 GPUs" in sentence and "68.62 KiB per token per GPU" in sentence
+    assert S.mla_kv_sentence(shard_map("deepseek-ai/DeepSeek-V3", 1)) is None
+    assert S.mla_kv_sentence(shard_map(QWEN8, 4)) is None
+
+
+def test_fit_rows_room_for_kv_cache():
+    m = shard_map(QWEN8, 4)
+    weights = max(r.weight_bytes for r in m.ranks)
+    kv = max(r.kv_cache_bytes_per_token for r in m.ranks)
+    rows = {r["GPU memory"]: r for r in S.fit_rows(m, sizes=(4, 80))}
+    room = 80 * 2**30 * 0.9 - weights
+    assert rows["80 GiB"]["left for KV cache"] == S.fmt_bytes(room)
+    assert rows["80 GiB"]["KV-cache tokens"] == f"{(room // kv) / 1e6:.2f} M"
+    assert rows["4 GiB"]["left for KV cache"] == "does not fit" and rows["4 GiB"]["KV-cache tokens"] == "—"
+    ds = {r["GPU memory"]: r for r in S.fit_rows(shard_map("deepseek-ai/DeepSeek-V3", 16))}
+    assert ds["80 GiB"]["left for KV cache"] == "does not fit" and ds["141 GiB"]["KV-cache tokens"].endswith(" k")
 
 
 def test_special_and_absent_cases():

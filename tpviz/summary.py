@@ -177,8 +177,43 @@ def bias_sentence(m: ShardMap) -> str | None:
     if not names:
         return None
     shown = " and ".join(short_name(n) for n in names)
-    return (f"Row-parallel bias: {shown} is held whole by all {m.tp_size} GPUs but added on GPU 0 only, "
-            "so the all-reduce that sums the partial outputs counts it exactly once.")
+    verb = "is" if len(names) == 1 else "are"
+    return (f"Row-parallel bias: {shown} {verb} held whole by all {m.tp_size} GPUs but added on GPU 0 only, "
+            f"so the all-reduce that sums the partial outputs counts {'it' if len(names) == 1 else 'each'} exactly once.")
+
+
+def mla_kv_sentence(m: ShardMap) -> str | None:
+    """One sentence on why an MLA model's KV cache does not shrink with tp, or None (not MLA, or tp=1)."""
+    spec = m.model
+    if not spec.get("kv_lora_rank") or m.tp_size == 1:
+        return None
+    per_gpu = max(r.kv_cache_bytes_per_token for r in m.ranks)
+    return (f"MLA KV cache: each token caches one latent of {spec['kv_lora_rank']} + {spec['qk_rope_head_dim']} "
+            f"values per layer, shared by all {spec['num_attention_heads']} heads, so vLLM keeps the whole latent "
+            f"cache on each of the {m.tp_size} GPUs ({fmt_bytes(per_gpu)} per token per GPU, not 1/{m.tp_size}).")
+
+
+GPU_SIZES_GIB = (24, 40, 48, 80, 141, 192)  # common accelerator memory sizes (nominal)
+GPU_UTILIZATION = 0.9  # vLLM's default gpu_memory_utilization
+
+
+def _tokens(n: float) -> str:
+    return f"{n / 1e6:.2f} M" if n >= 1e6 else f"{n / 1e3:.0f} k" if n >= 1e3 else f"{int(n)}"
+
+
+def fit_rows(m: ShardMap, sizes: tuple[int, ...] = GPU_SIZES_GIB, utilization: float = GPU_UTILIZATION) -> list[dict]:
+    """Per GPU size: what vLLM may use, the fullest GPU's weights, the room left for KV cache and how many
+    tokens of KV cache that holds (each GPU caches its share of every token, so this is the whole batch's)."""
+    weights = max(r.weight_bytes for r in m.ranks)
+    kv = max(r.kv_cache_bytes_per_token for r in m.ranks)
+    rows = []
+    for gib in sizes:
+        usable = gib * 2**30 * utilization
+        room = usable - weights
+        rows.append({"GPU memory": f"{gib} GiB", f"vLLM may use (×{utilization:g})": fmt_bytes(usable),
+                     "left for KV cache": fmt_bytes(room) if room > 0 else "does not fit",
+                     "KV-cache tokens": _tokens(room // kv) if room > 0 and kv else "—"})
+    return rows
 
 
 def special_cases(m: ShardMap) -> dict[str, str | None]:

@@ -49,6 +49,26 @@ def test_invalid_tp_shows_the_reason_and_keeps_the_last_good_view():
     assert errors(at) == [] and heading(at) == "Qwen/Qwen3-8B on 8 GPUs"
 
 
+def test_a_link_with_an_invalid_tp_opens_that_model_at_the_nearest_valid_tp():
+    at = run_app({"model": "google/gemma-2-9b-it", "tp": "16", "rules": "nano-vllm"})
+    (line,) = errors(at)
+    assert "never replicate KV heads" in line and line.endswith("nano-vllm rules: 1, 2, 4, 8.")
+    assert heading(at) == "google/gemma-2-9b-it on 8 GPUs"  # not the default model: the one the link asked for
+    assert any("Showing the nearest valid view: google/gemma-2-9b-it at tp=8 (nano-vllm rules)" in c.value
+               for c in at.caption)
+    at.selectbox(key="tp").select(4).run()
+    assert errors(at) == [] and heading(at) == "google/gemma-2-9b-it on 4 GPUs"
+
+
+def test_fit_table_and_the_mla_kv_note():
+    at = run_app({"model": "deepseek-ai/DeepSeek-V3", "tp": "16"})
+    assert errors(at) == []
+    assert any(i.value.startswith("MLA KV cache:") and "each of the 16 GPUs" in i.value for i in at.info)
+    (fit,) = [d.value for d in at.dataframe if "KV-cache tokens" in d.value.columns]
+    assert list(fit["GPU memory"])[:4] == ["24 GiB", "40 GiB", "48 GiB", "80 GiB"]
+    assert list(fit["left for KV cache"])[3] == "does not fit"  # 79.92 GiB of weights per GPU
+
+
 def test_rules_control():
     at = run_app({"model": "meta-llama/Llama-3.1-8B", "tp": "16"})
     assert errors(at) == [] and heading(at) == "meta-llama/Llama-3.1-8B on 16 GPUs"

@@ -27,6 +27,8 @@ def test_page_runs_tp2_on_cpu(tiny):
     at.button(key="run").click().run()
     assert not at.exception and not at.error
     assert at.success[0].value.startswith("PASS: tp=2 vs tp=1 float32")
+    metrics = {m.label: m.value for m in at.metric}
+    assert metrics["first beyond tolerance"] == "none" and len(metrics["max |Δlogit|"]) <= 7  # e.g. 1.2e-6
     labels = [s.proto.label for s in at.get("status")]
     assert [label.split(" (")[0] for label in labels] == [
         "Spawn ranks and join the process group", "Load each rank's weight slices", "Forward pass on every rank",
@@ -37,6 +39,7 @@ def test_page_runs_tp2_on_cpu(tiny):
     assert stage["data"][0]["x"][0] == "embed" and stage["data"][0]["x"][-1] == "logits"
     ranks = at.dataframe[0].value
     assert list(ranks["rank"]) == [0, 1] and (ranks["read % of checkpoint"] < 75).all()
+    assert "device" not in ranks.columns  # one device for all ranks: it is in the environment table
     env = at.dataframe[1].value
     assert "gloo" in " ".join(env["value"]) and "GPUs found" in list(env["what"])
     assert "Backend: **gloo**" in at.caption[1].value
@@ -50,6 +53,7 @@ def test_page_shows_an_injected_bug_and_user_errors_in_one_line(tiny):
     at.button(key="run").click().run()
     assert not at.exception and not at.error
     assert at.warning[0].value.startswith("MISMATCH") and "diverges at layer 0" in at.warning[0].value
+    assert {m.label: m.value for m in at.metric}["first beyond tolerance"] == "layer 0"
     at.number_input(key="tp").set_value(3)
     at.button(key="run").click().run()
     assert not at.exception

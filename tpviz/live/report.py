@@ -18,8 +18,10 @@ def stage_figure(result: VerifyResult) -> go.Figure:
              f"<br>relative {d.max_rel:.3g}<br>tolerance {d.limit:.3g}"
              + (f"<br>noise floor {d.floor:.3g}" if d.floor is not None else "")
              + ("<br><b>beyond tolerance</b>" if d.exceeds else "") for d in result.layers]
-    fig = go.Figure(go.Scatter(x=names, y=gaps, mode="lines+markers", name="TP vs tp=1",
+    exact = ["exact (0)" if d.max_abs == 0 else "" for d in result.layers]  # drawn at EXACT: say what it is
+    fig = go.Figure(go.Scatter(x=names, y=gaps, mode="lines+markers+text", name="TP vs tp=1",
                                line=dict(color=INK, width=1.5), marker=dict(color=colors, size=10),
+                               text=exact, textposition="middle right", textfont=dict(size=10, color=MUTED),
                                hovertext=hover, hoverinfo="text"))
     label = "tolerance: " + (f"{NOISE_MULTIPLE:g}x this stage's noise floor" if result.noise_floor is not None
                              else f"{FP32_TOL:g} x max(1, max|value|)")
@@ -31,7 +33,8 @@ def stage_figure(result: VerifyResult) -> go.Figure:
     fig.update_layout(showlegend=True, legend=dict(orientation="h", x=0, y=1.02, yanchor="bottom",
                                                    font=dict(size=11, color=MUTED)),
                       xaxis=axis("stage (hidden state after it)"),
-                      yaxis=axis("max |Δ| (log)", type="log", showgrid=True, gridcolor="#e8ecf0"))
+                      yaxis=axis("max |Δ| (log)", type="log", showgrid=True, gridcolor="#e8ecf0",
+                                 exponentformat="e", minor=dict(showgrid=False)))
     return fig
 
 
@@ -41,16 +44,21 @@ def rank_figure(result: VerifyResult) -> go.Figure:
     colors = [rank_color(r.rank) for r in result.ranks]
     mib = 2 ** 20
     fig = go.Figure([
-        go.Bar(x=ranks, y=[r.bytes_read / mib for r in result.ranks], name="read from checkpoint",
+        go.Bar(x=ranks, y=[r.bytes_read / mib for r in result.ranks], name="read from checkpoint (dtype on disk)",
                marker=dict(color=colors), hovertemplate="%{x}: read %{y:.3f} MiB<extra></extra>"),
-        go.Bar(x=ranks, y=[r.param_bytes / mib for r in result.ranks], name="parameters held",
+        go.Bar(x=ranks, y=[r.param_bytes / mib for r in result.ranks], name=f"parameters held (in {result.dtype})",
                marker=dict(color=colors, pattern=dict(shape="/")), opacity=0.55,
                hovertemplate="%{x}: holds %{y:.3f} MiB<extra></extra>"),
     ])
     total = result.ranks[0].checkpoint_bytes / mib if result.ranks else 0
-    fig.add_hline(y=total, line=dict(color=MUTED, dash="dot"), annotation_text=f"whole checkpoint {total:.2f} MiB",
-                  annotation_font=dict(color=MUTED, size=11))
-    fig.update_layout(**base_layout("Checkpoint bytes read and parameters held per rank", 320))
+    fig.add_hline(y=total, line=dict(color=MUTED, dash="dot"), annotation_font=dict(color=MUTED, size=11),
+                  annotation_text=f"whole checkpoint {total:.2f} MiB (on disk)")
+    layout = base_layout("Checkpoint bytes read and parameters held per rank", 340)
+    layout["title"]["subtitle"] = dict(
+        text=f"Each rank reads only its own slices.<br>Held bytes are in {result.dtype}, read bytes in the "
+             "checkpoint's own dtype.", font=dict(size=11, color=MUTED))
+    layout["margin"]["t"] = 120
+    fig.update_layout(**layout)
     fig.update_layout(barmode="group", bargap=0.3, showlegend=True,
                       legend=dict(orientation="h", x=0, y=1.02, yanchor="bottom", font=dict(size=11, color=MUTED)),
                       xaxis=axis(), yaxis=axis("MiB", showgrid=True, gridcolor="#e8ecf0"))

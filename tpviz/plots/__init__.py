@@ -9,7 +9,7 @@ import plotly.graph_objects as go
 from tpviz.plots.geometry import tensor_label
 from tpviz.plots.rank import gpu_label, rank_view
 from tpviz.plots.replicated import replicated_figure
-from tpviz.plots.source import source_view
+from tpviz.plots.source import SourceView, source_view
 from tpviz.plots.style import INK, MUTED, axis, base_layout
 from tpviz.plots.memory import memory_figure
 from tpviz.shardmap import ShardMap
@@ -37,6 +37,7 @@ FAMILY_INFO = {
 MLA_LINE = ("MLA: the per-head up-projections q_b_proj and kv_b_proj are split by heads; the latent "
             "down-projections are replicated (see the replicated figure).")
 SOURCE_DOMAIN, RANK_DOMAIN = (0.0, 0.40), (0.50, 1.0)
+VIEW_WIDTH = 860  # px: a figure's width in the explorer on a laptop screen (PNGs are wider), for placing labels
 
 
 def figure_height(tp: int) -> int:
@@ -67,6 +68,47 @@ def _notes(m: ShardMap, family: str) -> str:
     return " · ".join(extra)
 
 
+def _panel_px(layout: dict) -> tuple[float, float]:
+    """Approximate (width, height) in px of the source panel at VIEW_WIDTH."""
+    margin = layout["margin"]
+    width = (VIEW_WIDTH - margin["l"] - margin["r"] - 40) * (SOURCE_DOMAIN[1] - SOURCE_DOMAIN[0])  # 40: y ticks
+    return width, layout["height"] - margin["t"] - margin["b"]
+
+
+def _px_per_unit(src: SourceView, layout: dict, x_range: list[float]) -> float:
+    """Pixels per source-view x unit once Plotly fits the drawing (y is tied to x by scaleanchor)."""
+    width, height = _panel_px(layout)
+    return min(width / (x_range[1] - x_range[0]), height / (src.height * 1.01 * src.y_scale))
+
+
+def _source_x_range(src: SourceView, layout: dict, pad_x: float) -> list[float]:
+    """The source x range; stacked tensors get room on the left for their labels, so none is cut off."""
+    right = src.width + pad_x * (4 if src.lines else 1)
+    if not src.stacked or not src.labels:
+        return [-pad_x, right]
+    need = max(w for *_, w in src.labels) + 12  # px left of the tensors
+    width, height = _panel_px(layout)
+    by_height = need * src.height * 1.01 * src.y_scale / height  # room when the height limits the drawing
+    by_width = need * (right + pad_x) / max(width - need, 1.0)  # room when the width does
+    return [-pad_x - max(by_height, by_width), right]
+
+
+def _stagger_labels(src: SourceView, px: float) -> None:
+    """Side-by-side tensors narrower than their names: every label that would overlap its left neighbour
+    moves below its tensor (above and below alternate), so no two names run into each other."""
+    ends = {"above": None, "below": None}  # right edge in px of the last label at each level
+    for index, centre, bottom, width in src.labels:
+        left, right = centre * px - width / 2, centre * px + width / 2
+        for level in ("above", "below"):
+            if ends[level] is None or left >= ends[level] + 8:
+                break
+        else:
+            level = "above"
+        ends[level] = right
+        if level == "below":
+            src.annotations[index].update(y=bottom, yanchor="top", yshift=-2)
+
+
 def family_figure(m: ShardMap, family: str) -> go.Figure:
     """Source view and rank view of one matrix family, side by side."""
     if family == "replicated":
@@ -91,7 +133,10 @@ def family_figure(m: ShardMap, family: str) -> go.Figure:
                                        font=dict(size=11, color=MUTED))
     layout["margin"]["t"] = 130 + 15 * (1 + len(wrapped))  # room for the subtitle lines and panel titles
     pad_x = src.width * 0.03
-    layout["xaxis"] = axis(domain=SOURCE_DOMAIN, range=[-pad_x, src.width + pad_x * (4 if src.lines else 1)],
+    x_range = _source_x_range(src, layout, pad_x)
+    if not src.stacked:
+        _stagger_labels(src, _px_per_unit(src, layout, x_range))
+    layout["xaxis"] = axis(domain=SOURCE_DOMAIN, range=x_range,
                            showticklabels=False, constrain="domain", constraintoward="right" if src.stacked else "left")
     layout["yaxis"] = axis("" if src.stacked else "rows of the checkpoint tensor" if any(
                            t.split_dim == 0 for t in tensors) else "rows", range=[src.height * 1.01, 0],

@@ -7,10 +7,12 @@ from dataclasses import dataclass, field
 
 import plotly.graph_objects as go
 
+from tpviz.plots.style import text_color
 from tpviz.shardmap import Piece, TensorMap
 from tpviz.summary import short_name
 
 MAX_HEAD_BARS = 512  # above this many heads in one tensor, draw pieces only (heads would be sub-pixel)
+ALIASES = {"w1": "w1 (gate)", "w3": "w3 (up)", "w2": "w2 (down)"}  # Mixtral's expert names in the rank view's words
 
 
 @dataclass
@@ -28,6 +30,7 @@ def tensor_label(t: TensorMap) -> str:
     name = short_name(t.name)
     parts = [p for p in name.split(".") if p not in ("weight", "*", "self_attn", "mlp", "experts")]
     label = parts[-1] if parts else name
+    label = ALIASES.get(label, label)
     if name.endswith(".bias"):
         label = f"{parts[-2] if len(parts) > 1 else label} bias"
     if "shared_expert" in name:
@@ -114,9 +117,12 @@ class Bars:
         return go.Bar(
             x=c["x"], y=c["y"], base=c["base"], width=c["width"], orientation=self.orientation,
             marker=dict(color=c["color"], line=dict(color="white", width=line_width),
-                        pattern=dict(shape=c["pattern"], fillmode="overlay", fgcolor="rgba(255,255,255,0.55)", size=7,
-                                     solidity=0.3),
+                        pattern=dict(shape=c["pattern"], fillmode="overlay", fgcolor="rgba(255,255,255,0.5)", size=7,
+                                     solidity=0.25),
                         opacity=opacity),
             hovertext=c["hover"], hovertemplate="%{hovertext}<extra></extra>",
             text=c["text"], textposition="inside", insidetextanchor="middle",
-            textfont=dict(color="white", size=11), textangle=0, xaxis=xaxis, yaxis=yaxis, cliponaxis=False)
+            textfont=dict(color=[text_color(f) for f in c["color"]], size=11, shadow=[  # a halo hides the hatching
+                f"0 0 1px {f}, 0 0 2px {f}, 0 0 2px {f}, 0 0 4px {f}" if pat and tx else "none"
+                for f, pat, tx in zip(c["color"], c["pattern"], c["text"])]),
+            textangle=0, xaxis=xaxis, yaxis=yaxis, cliponaxis=False)

@@ -53,9 +53,9 @@ def replicated_figure(m: ShardMap, info: tuple[str, str]) -> go.Figure:
     layout["annotations"] = [
         dict(text="<b>Source view</b> · every GPU holds a full copy", x=SOURCE_DOMAIN[0], y=1, xref="paper",
              yref="paper", xanchor="left", yanchor="bottom", yshift=8, showarrow=False, font=dict(size=12, color=MUTED)),
-        dict(text="<b>Rank view</b> · which GPU holds (and uses) what"
-             + (" · hatched: held, not added" if biases else ""), x=RANK_DOMAIN[0], y=1, xref="paper",
-             yref="paper", xanchor="left", yanchor="bottom", yshift=8, showarrow=False, font=dict(size=12, color=MUTED))]
+        dict(text="<b>Rank view</b> · which GPU holds (and uses) what"  # the note on its own line: never clipped
+             + ("<br><span style='font-size:10px'>hatched: held, not added</span>" if biases else ""),
+             x=RANK_DOMAIN[0], y=1, xref="paper", yref="paper", xanchor="left", yanchor="bottom", yshift=8, showarrow=False, font=dict(size=12, color=MUTED))]
     grid_trace = grid.trace("x2", "y2", line_width=1)
     grid_trace.marker.opacity = faded
     return go.Figure(data=[src.trace("x", "y", line_width=0), grid_trace], layout=layout)

@@ -27,6 +27,7 @@ class SourceView:
     y_scale: float = 1.0  # y units drawn per x unit (1 = true proportion)
     dense: bool = False  # many thin bars: drop outlines
     stacked: bool = False  # tensors drawn top to bottom (labels on the left) instead of side by side
+    labels: list = field(default_factory=list)  # (annotation index, x centre, y bottom, text width px) per tensor
 
 
 def _dims(t: TensorMap, widest: int) -> tuple[int, float]:
@@ -52,6 +53,12 @@ def stacked_layout(tensors: list[TensorMap], widest: int) -> bool:
     side = max(r for r, _ in dims) / (sum(c for _, c in dims) + GAP * widest * (len(dims) - 1))
     stack = (sum(r for r, _ in dims) * (1 + GAP)) / max(c for _, c in dims)
     return abs(math.log(stack)) < abs(math.log(side))
+
+
+def label_px(text: str) -> float:
+    """Rough width in px of a two-line 11 px label '<b>name</b><br>shape' (Plotly cannot measure text for us)."""
+    name, _, shape = text.replace("<b>", "").replace("</b>", "").partition("<br>")
+    return max(6.8 * len(name), 6.1 * len(shape))
 
 
 def _label(t: TensorMap, x: float, y: float, stacked: bool) -> dict:
@@ -88,7 +95,9 @@ def source_view(m: ShardMap, tensors: list[TensorMap]) -> SourceView:
                     x=x0 + cols if t.split_dim == 0 else x0 + mid, y=y0 + mid if t.split_dim == 0 else y0 + rows,
                     text=f"<b>{s.label}</b>", showarrow=False, font=dict(size=11, color=INK), xshift=4,
                     xanchor="left" if t.split_dim == 0 else "center", yanchor="middle" if t.split_dim == 0 else "top"))
-        view.annotations.append(_label(t, x0, y0 + rows / 2, True) if view.stacked else _label(t, x0 + cols / 2, 0, False))
+        label = _label(t, x0, y0 + rows / 2, True) if view.stacked else _label(t, x0 + cols / 2, 0, False)
+        view.labels.append((len(view.annotations), x0 + cols / 2, y0 + rows, label_px(label["text"])))
+        view.annotations.append(label)
         pad = pad_params.get(t.param)
         if pad is not None and t.split_dim == 0:
             _padding_band(view, t, pad, x0, cols, rows)

@@ -26,6 +26,21 @@ FAMILY_COLORS = {"qkv": "#3b5b92", "o_proj": "#8aa6d6", "gate_up": "#2f7f6f", "d
 SECTION_PATTERNS = {"q": "", "k": "/", "v": "\\", "gate": "", "up": "/", "shared gate": ".", "shared up": "x"}
 
 
+def _luminance(hex_color: str) -> float:
+    """WCAG relative luminance of '#rrggbb'."""
+    rgb = [int(hex_color.lstrip("#")[i:i + 2], 16) / 255 for i in (0, 2, 4)]
+    r, g, b = (c / 12.92 if c <= 0.03928 else ((c + 0.055) / 1.055) ** 2.4 for c in rgb)
+    return 0.2126 * r + 0.7152 * g + 0.0722 * b
+
+
+def text_color(fill: str) -> str:
+    """White or ink, whichever contrasts more with a '#rrggbb' fill (labels on yellow or teal bars stay legible)."""
+    if not (isinstance(fill, str) and fill.startswith("#") and len(fill) == 7):
+        return "white"
+    lum = _luminance(fill)
+    return "white" if 1.05 / (lum + 0.05) >= (lum + 0.05) / (_luminance(INK) + 0.05) else INK
+
+
 def rank_color(rank: int) -> str:
     """The colour of GPU `rank` everywhere in tpviz."""
     return RANK_COLORS[rank % len(RANK_COLORS)]
