@@ -78,10 +78,10 @@ def wait_for_charts(page: Page, count: int, timeout_ms: int = 60_000) -> None:
 
 
 def wait_idle(page: Page, timeout_ms: int = 60_000) -> None:
-    """Wait for Streamlit's 'running' indicator to go away."""
+    """Wait for Streamlit's run indicator ('Running…', or a 'Stop' button in newer releases) to go away."""
     page.wait_for_function(
-        "!document.querySelector('[data-testid=\"stStatusWidget\"]')"
-        " || !document.querySelector('[data-testid=\"stStatusWidget\"]').innerText.includes('Running')",
+        "(() => { const w = document.querySelector('[data-testid=\"stStatusWidget\"]');"
+        " return !w || !/Running|Stop/.test(w.innerText); })()",
         timeout=timeout_ms)
 
 

@@ -8,6 +8,7 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
 
+from tpviz.errors import TPSizeError
 from tpviz.layers.linear import check_rows, copy_checked, tp_group_active
 from tpviz.rules import check_rules, check_tp, divide, padded_vocab
 
@@ -22,8 +23,13 @@ class VocabParallelEmbedding(nn.Module):
         self.tp_dim, self.tp_size, self.tp_rank, self.rules = 0, tp_size, tp_rank, check_rules(rules)
         self.org_vocab_size = num_embeddings
         self.num_embeddings_padded = padded_vocab(num_embeddings, rules)
-        what = "vocab_size" if rules == "nano-vllm" else f"padded vocab_size ({num_embeddings} padded to 64)"
-        self.num_embeddings_per_partition = divide(self.num_embeddings_padded, tp_size, what)
+        if rules == "nano-vllm":
+            self.num_embeddings_per_partition = divide(num_embeddings, tp_size, "vocab_size")
+        elif self.num_embeddings_padded % tp_size:
+            raise TPSizeError(f"vocab_size={num_embeddings}, padded to a multiple of 64 "
+                              f"({self.num_embeddings_padded}), is not divisible by tp_size={tp_size}")
+        else:
+            self.num_embeddings_per_partition = self.num_embeddings_padded // tp_size
         self.vocab_start_idx = tp_rank * self.num_embeddings_per_partition
         self.vocab_end_idx = self.vocab_start_idx + self.num_embeddings_per_partition
         # zeros, so padding rows are harmless in the forward pass

@@ -11,6 +11,7 @@ from pathlib import Path
 import torch
 from safetensors.torch import save_file
 
+from tpviz.errors import TPSizeError
 from tpviz.live.errors import LiveError
 from tpviz.live.model import LiveConfig, check_supported
 from tpviz.live.moe import MOE_FAMILIES
@@ -70,6 +71,10 @@ def live_config(spec: ModelSpec, raw: dict | None = None, layers: int | None = N
 def check_split(cfg: LiveConfig, tp_size: int) -> None:
     """Raise the layers' own one-line TPSizeError when cfg cannot be split over tp_size (meta tensors: free)."""
     from tpviz.live.model import LiveForCausalLM
+    from tpviz.tracer import first_problem
+    problem = first_problem(cfg.spec, tp_size)  # heads before vocab: the rule a user should hear first
+    if problem:
+        raise TPSizeError(problem)
     with torch.device("meta"):
         LiveForCausalLM(cfg, tp_size, 0)
 
