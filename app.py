@@ -293,5 +293,7 @@ def main() -> None:
     render_page(page, rows)
 
 
-if __name__ == "__main__":
-    main()
+if __name__ == "__main__":  # spawned Run-live ranks re-import this file: build no page there
+    st.navigation([st.Page(main, title="Explorer", icon=":material/view_column:", default=True),
+                   st.Page("pages/1_Run_live.py", title="Run live", icon=":material/play_circle:",
+                           url_path="Run_live")]).run()

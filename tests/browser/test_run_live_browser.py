@@ -1,0 +1,36 @@
+"""Real browser: the Run live page spawns its ranks from inside `streamlit run app.py` and shows the verdict.
+
+This is the path AppTest cannot cover: Streamlit makes the page script __main__, and every spawned rank
+re-imports it, so only a real server shows that the page is spawn-safe.
+"""
+from pathlib import Path
+
+import pytest
+
+from harness import CHROMIUM, SCREENSHOTS, launch, streamlit_app, wait_for_charts
+
+pytestmark = [pytest.mark.browser, pytest.mark.slow,
+              pytest.mark.skipif(not Path(CHROMIUM).exists(),
+                                 reason=f"{CHROMIUM} not found: install it with `apt-get install chromium` (root, Debian)")]
+playwright_api = pytest.importorskip("playwright.sync_api", reason="python playwright is not installed")
+
+
+def test_navigation_and_a_tp2_run_from_the_page():
+    with streamlit_app() as url, playwright_api.sync_playwright() as p:
+        browser = launch(p)
+        try:
+            page = browser.new_page(viewport={"width": 1400, "height": 1100})
+            page.goto(url)
+            wait_for_charts(page, 1)
+            nav = page.locator("[data-testid=stSidebarNav]").inner_text()
+            assert "Explorer" in nav and "Run live" in nav
+            page.goto(f"{url}/Run_live")
+            page.get_by_role("button", name="Run").click()
+            page.wait_for_selector("text=vs tp=1 float32", timeout=120_000)  # the verdict banner
+            verdict = page.locator("[data-testid=stAlert]").filter(has_text="vs tp=1").first.inner_text()
+            assert verdict.startswith("PASS: tp=2 vs tp=1"), verdict
+            assert page.locator("text=Traceback").count() == 0
+            SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+            page.screenshot(path=str(SCREENSHOTS / "06_run_live_tp2.png"), full_page=True)
+        finally:
+            browser.close()
