@@ -226,3 +226,32 @@ def test_offline_hub_id_fails_fast(tmp_path, monkeypatch):
     assert "someone-unknown/some-model" in msg and "offline" in msg.lower()
     cfg, name = resolve_config("Qwen/Qwen3-8B")  # presets need no hub
     assert name == "Qwen/Qwen3-8B" and cfg["num_hidden_layers"] == 36
+
+
+def test_overlong_or_unreadable_paths_are_one_line_source_errors(tmp_path, monkeypatch):
+    monkeypatch.delenv("TPVIZ_LOCAL_ROOT", raising=False)
+    with pytest.raises(SourceError):
+        load_spec("x" * 300)  # ENAMETOOLONG from the filesystem, not an OSError traceback
+    with pytest.raises(SourceError):
+        load_spec("/" + "y" * 300 + "/config.json")
+    locked = tmp_path / "config.json"
+    locked.write_text("{}")
+    monkeypatch.setattr(Path, "read_bytes", lambda self: (_ for _ in ()).throw(PermissionError(13, "Permission denied")))
+    with pytest.raises(SourceError, match="cannot read"):
+        load_spec(str(locked))
+
+
+def test_restricted_server_never_probes_bare_names(tmp_path, monkeypatch):
+    """With TPVIZ_LOCAL_ROOT set, a bare relative name is not looked up on disk, so errors reveal nothing."""
+    (tmp_path / "secret").mkdir()
+    (tmp_path / "secret" / "config.json").write_text("{}")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("TPVIZ_LOCAL_ROOT", str(tmp_path / "models"))
+    with pytest.raises(SourceError, match="unknown model"):
+        load_spec("secret")
+
+
+def test_text_upload_size_counts_bytes_not_characters():
+    from tpviz.sources import MAX_CONFIG_BYTES, parse_config
+    with pytest.raises(SourceError, match="MB"):
+        parse_config("€" * (MAX_CONFIG_BYTES // 3 + 1))  # 3 bytes per character in UTF-8

@@ -215,3 +215,30 @@ def test_json_round_trip_and_schema():
     assert q["layers"] == list(range(32)) and q["shard_id"] == "q"
     assert q["pieces"][1] == {"rank": 1, "start": 1024, "stop": 2048, "param_start": 0}
     assert {"rank", "weight_bytes", "kv_cache_bytes_per_token"} <= set(d["ranks"][0])
+
+
+def test_kv_heads_are_read_from_the_loaded_k_rows_also_when_qkv_is_fused():
+    chatglm = {"model_type": "chatglm", "hidden_size": 256, "num_attention_heads": 8, "multi_query_attention": True,
+               "multi_query_group_num": 2, "kv_channels": 32, "ffn_hidden_size": 512, "padded_vocab_size": 1024,
+               "num_layers": 2, "add_qkv_bias": True}
+    m = shard_map(chatglm, 4)
+    assert [r.kv_heads for r in m.ranks] == [[0], [0], [1], [1]]
+    assert all(r.kv_cache_bytes_per_token == 2 * 1 * 32 * 2 * 2 for r in m.ranks)
+
+
+def test_interleaved_traces_restore_torch_threads():
+    """App sessions are threads: trace A may end while trace B runs; B must keep 1 thread and the end restore."""
+    import torch
+    from tpviz.tracer import single_thread
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        a, b = single_thread(), single_thread()
+        a.__enter__()
+        b.__enter__()
+        a.__exit__(None, None, None)
+        assert torch.get_num_threads() == 1
+        b.__exit__(None, None, None)
+        assert torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(before)

@@ -24,6 +24,8 @@ def presets() -> dict[str, dict]:
 
 def parse_config(data: bytes | str, what: str = "config") -> dict:
     """Parse config.json bytes, refusing oversize or non-JSON input with one line."""
+    if isinstance(data, str):
+        data = data.encode("utf-8", "surrogatepass")
     if len(data) > MAX_CONFIG_BYTES:
         raise SourceError(f"{what} is {len(data) / 1e6:.1f} MB; a config.json is a few KB (limit 1 MB)")
     if isinstance(data, bytes):
@@ -59,17 +61,35 @@ def check_local_path(path: str | Path) -> Path:
 def local_config(path: str | Path) -> tuple[dict, str]:
     """Read config.json from a file or a checkpoint folder; returns (config, display name)."""
     p = check_local_path(path)
-    if p.is_dir():
-        if not (p / "config.json").is_file():
-            raise SourceError(f"folder {path} has no config.json")
-        name, p = p.name, p / "config.json"
-    elif p.is_file():
-        name = p.parent.name if p.name == "config.json" else p.stem
-    else:
-        raise SourceError(f"no such file or folder: {path}")
-    if p.stat().st_size > MAX_CONFIG_BYTES:
-        raise SourceError(f"{path} is {p.stat().st_size / 1e6:.1f} MB; expected a config.json of a few KB")
-    return parse_config(p.read_bytes(), str(path)), name
+    try:
+        if p.is_dir():
+            if not (p / "config.json").is_file():
+                raise SourceError(f"folder {path} has no config.json")
+            name, p = p.name, p / "config.json"
+        elif p.is_file():
+            name = p.parent.name if p.name == "config.json" else p.stem
+        else:
+            raise SourceError(f"no such file or folder: {path}")
+        size = p.stat().st_size
+        if size > MAX_CONFIG_BYTES:
+            raise SourceError(f"{path} is {size / 1e6:.1f} MB; expected a config.json of a few KB")
+        data = p.read_bytes()
+    except OSError as e:  # permissions, a name too long, a vanished file
+        raise SourceError(f"cannot read {path}: {e.strerror or e}") from None
+    return parse_config(data, str(path)), name
+
+
+def looks_local(text: str) -> bool:
+    """Whether a source string names a local path rather than a hub id. When local access is
+    restricted, only explicit paths count, so the answer never reveals what exists on the server."""
+    if text.startswith((".", "/", "~")):
+        return True
+    if os.environ.get(LOCAL_ROOT_ENV, "").strip():
+        return False
+    try:
+        return Path(text).exists()
+    except OSError:  # e.g. a name longer than the filesystem allows
+        return False
 
 
 def find_preset(name: str) -> str | None:
@@ -91,7 +111,7 @@ def resolve_config(source: str | Path | dict | bytes) -> tuple[dict, str]:
     text = str(source).strip()
     if isinstance(source, str) and (key := find_preset(text)):
         return presets()[key], key
-    if isinstance(source, Path) or text.startswith((".", "/", "~")) or Path(text).exists():
+    if isinstance(source, Path) or looks_local(text):
         return local_config(text)
     if REPO_ID.match(text):
         from tpviz.hub import fetch_config

@@ -4,6 +4,7 @@ Every entry of a tagged tensor holds its own global row (or column) index; param
 After loading, each non-NaN entry says which source index landed there, so the layout is read off
 the loaders themselves, never computed by a separate formula.
 """
+import threading
 from contextlib import contextmanager
 
 import torch
@@ -17,15 +18,27 @@ from tpviz.spec import ModelSpec
 _GENERIC = ("output_size=", "input_size=", "output_sizes[")
 
 
+_threads_lock = threading.Lock()
+_threads_depth, _threads_saved = 0, 1
+
+
 @contextmanager
 def single_thread():
-    """Probe tensors are tiny: torch's intra-op threads only add contention (10-100x on a busy machine)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
+    """Probe tensors are tiny: torch's intra-op threads only add contention (10-100x on a busy machine).
+    The setting is process-wide, so overlapping traces (app sessions are threads) share one save/restore."""
+    global _threads_depth, _threads_saved
+    with _threads_lock:
+        if _threads_depth == 0:
+            _threads_saved = torch.get_num_threads()
+            torch.set_num_threads(1)
+        _threads_depth += 1
     try:
         yield
     finally:
-        torch.set_num_threads(threads)
+        with _threads_lock:
+            _threads_depth -= 1
+            if _threads_depth == 0:
+                torch.set_num_threads(_threads_saved)
 
 
 def build_rank(plan: ParamPlan, tp_size: int, tp_rank: int) -> tuple:
@@ -49,7 +62,7 @@ def first_problem(spec: ModelSpec, tp_size: int, rules: str = "vllm", plans: lis
     check_rules(rules)
     try:
         check_tp(tp_size)
-        for plan in sorted(plans or build_plan(spec, rules), key=_check_order):
+        for plan in sorted(build_plan(spec, rules) if plans is None else plans, key=_check_order):
             build_rank(plan, tp_size, 0)
     except TPSizeError as e:
         return str(e)
@@ -116,14 +129,18 @@ def trace_plan(plan: ParamPlan, tp_size: int) -> tuple[list[TensorMap], ParamMap
     return tensors, param_map, modules
 
 
-def _kv_cache(spec: ModelSpec, qkv_modules: list, rank: int) -> tuple[int, list[int]]:
-    """KV-cache bytes per token on this rank, and which global KV heads it holds."""
+def _kv_cache(spec: ModelSpec, tensors: list[TensorMap], rank: int) -> tuple[int, list[int]]:
+    """KV-cache bytes per token on this rank, and which global KV heads it holds, read off the k pieces."""
     if spec.is_mla:  # the compressed latent and rope key are cached whole on every rank
         return (spec.kv_lora_rank + spec.qk_rope_head_dim) * spec.num_hidden_layers * spec.dtype_bytes, []
-    m = qkv_modules[rank]
-    first = m.kv_shard_index() * m.num_kv_heads
-    heads = list(range(first, first + m.num_kv_heads))
-    return 2 * m.num_kv_heads * spec.head_dim * spec.num_hidden_layers * spec.dtype_bytes, heads
+    d = spec.head_dim
+    k = next(t for t in tensors if t.layer_class == "QKVParallelLinear" and t.shard_id in ("k", None)
+             and t.name.endswith("weight"))
+    first = 0 if k.shard_id == "k" else spec.num_attention_heads * d  # fused qkv: k rows follow q
+    last = first + spec.num_key_value_heads * d
+    rows = [(max(p.start, first), min(p.stop, last)) for p in k.rank_pieces(rank)]
+    heads = sorted({(row - first) // d for a, b in rows if a < b for row in range(a, b, d)})
+    return 2 * len(heads) * d * spec.num_hidden_layers * spec.dtype_bytes, heads
 
 
 @single_thread()
@@ -135,18 +152,16 @@ def trace(spec: ModelSpec, tp_size: int, rules: str = "vllm") -> ShardMap:
     problem = first_problem(spec, tp_size, rules, plans)
     if problem:
         raise TPSizeError(problem)
-    tensors, params, qkv_modules = [], [], None
+    tensors, params = [], []
     for plan in plans:
-        t, p, modules = trace_plan(plan, tp_size)
+        t, p, _ = trace_plan(plan, tp_size)
         tensors += t
         params.append(p)
-        if plan.layer_class == "QKVParallelLinear" and qkv_modules is None:
-            qkv_modules = modules
     ranks = []
     for rank in range(tp_size):
         by_family = {}
         for p in params:
             by_family[p.family] = by_family.get(p.family, 0) + _numel(p.local_shapes[rank]) * p.count * spec.dtype_bytes
-        kv_bytes, kv_heads = _kv_cache(spec, qkv_modules, rank)
+        kv_bytes, kv_heads = _kv_cache(spec, tensors, rank)
         ranks.append(RankInfo(rank, sum(by_family.values()), by_family, kv_bytes, kv_heads))
     return ShardMap(tp_size, rules, spec.to_dict(), tensors, params, ranks)
