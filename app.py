@@ -63,8 +63,11 @@ def page_for(cfg_json: str, name: str, tp: int, rules: str) -> Page:
 
 @st.cache_resource(show_spinner=False)
 def png_renderer() -> PngRenderer:
-    """One persistent headless Chromium for every session's PNG downloads."""
-    return PngRenderer()
+    """One persistent headless Chromium for every session's PNG downloads (closed when the server exits)."""
+    import atexit
+    renderer = PngRenderer()
+    atexit.register(renderer.close)
+    return renderer
 
 
 def source_config(values: dict, upload: UploadedFile | None) -> tuple[str, str]:

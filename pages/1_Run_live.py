@@ -4,6 +4,7 @@ Spawn-safe: Streamlit runs this file as __main__, and every spawned rank re-impo
 whole body lives in main() under the guard below; the ranks' code is in tpviz.live.
 """
 import json
+import os
 import time
 
 import streamlit as st
@@ -47,8 +48,13 @@ class PhaseStatus:
 
 def model_input() -> str | bytes:
     """The model widget(s): the explorer's presets, a hub id, a local checkpoint folder, or an uploaded config."""
-    from tpviz.sources import presets
-    kind = st.radio("Model source", SOURCES, horizontal=True, key="source")
+    from tpviz.sources import LOCAL_ROOT_ENV, presets
+    root = os.environ.get(LOCAL_ROOT_ENV, "").strip()
+    local_off = root.lower() in ("off", "none", "0", "false")
+    kind = st.radio("Model source", [s for s in SOURCES if not (local_off and s == "Local folder")],
+                    horizontal=True, key="source")
+    if local_off:
+        st.caption(f"Local paths are disabled on this server ({LOCAL_ROOT_ENV}=off).")
     if kind == "Preset":
         names = list(presets())
         return st.selectbox("Preset (random weights from a seed)", names, key="preset",
@@ -57,8 +63,11 @@ def model_input() -> str | bytes:
         return st.text_input("Hugging Face repo id (its config; random weights)", key="hub",
                              placeholder="Qwen/Qwen3-0.6B")
     if kind == "Local folder":
-        return st.text_input("Checkpoint folder (config.json, *.safetensors; random weights if none)", key="folder",
-                             placeholder="/models/Qwen3-0.6B")
+        folder = st.text_input("Checkpoint folder (config.json, *.safetensors; random weights if none)",
+                               key="folder", placeholder="/models/Qwen3-0.6B")
+        if root:
+            st.caption(f"Limited to {root}.")
+        return folder
     upload = st.file_uploader("config.json (random weights)", type=["json"], key="upload")
     return upload.getvalue() if upload is not None else ""
 
@@ -160,6 +169,12 @@ def main() -> None:
             except TpvizError as e:  # every user error (and a failed rank) is one line, never a traceback
                 status.finish("error")
                 st.error(str(e))
+                if "live_result" in st.session_state:
+                    st.caption("The previous run's result:")
+            except Exception as e:  # noqa: BLE001 - last resort: still one line, never a traceback
+                status.finish("error")
+                first = (str(e).strip().splitlines() or [""])[0][:300]
+                st.error(f"unexpected {type(e).__name__}: {first}")
                 if "live_result" in st.session_state:
                     st.caption("The previous run's result:")
         if "live_result" in st.session_state:

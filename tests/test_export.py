@@ -125,3 +125,35 @@ def test_output_dir_is_created(tmp_path, monkeypatch, qwen):
     monkeypatch.setattr("tpviz.export.figure_png", lambda fig, renderer=None: PNG_MAGIC)
     paths = write_pngs(qwen, tmp_path / "deep" / "dir")
     assert all(Path(p).exists() for p in paths) and len(paths) == 8
+
+
+def test_a_timed_out_browser_start_is_cancelled_and_closed(monkeypatch, qwen):
+    import asyncio
+
+    import kaleido
+    made = []
+
+    class SlowKaleido:
+        def __init__(self, **kwargs):
+            self.closed, self.cancelled = False, False
+            made.append(self)
+
+        async def open(self):
+            try:
+                await asyncio.sleep(30)  # the browser started but never answered
+            except asyncio.CancelledError:
+                self.cancelled = True
+                raise
+
+        async def close(self):
+            self.closed = True
+    monkeypatch.setattr(kaleido, "Kaleido", SlowKaleido)
+    monkeypatch.setattr("tpviz.export.chromium_path", lambda: "/usr/bin/chromium")
+    r = PngRenderer(timeout=0.3)
+    start = time.monotonic()
+    with pytest.raises(ExportError, match="PNG export failed .TimeoutError"):
+        r.render(family_figure(qwen, "qkv"))
+    assert time.monotonic() - start < 5
+    assert len(made) == 1 and made[0].cancelled and made[0].closed
+    assert r._kaleido is None and r._opening is None
+    r.close()

@@ -6,6 +6,7 @@ serialises requests from any thread (Streamlit sessions, download callbacks), an
 """
 import asyncio
 import atexit
+import concurrent.futures
 import io
 import os
 import re
@@ -51,6 +52,7 @@ class PngRenderer:
         self._lock = threading.Lock()  # one image at a time: kaleido's single tab is not shared
         self._loop: asyncio.AbstractEventLoop | None = None
         self._kaleido = None
+        self._opening = None  # the browser being opened, so a timed-out open can still close it
 
     def _start(self) -> None:
         if chromium_path() is None:
@@ -61,13 +63,26 @@ class PngRenderer:
             threading.Thread(target=self._loop.run_forever, name="tpviz-kaleido", daemon=True).start()
 
         async def open_browser():
-            k = kaleido.Kaleido(n=1, timeout=self.timeout, mathjax=False)  # mathjax=False: no CDN fetch
+            k = self._opening = kaleido.Kaleido(n=1, timeout=self.timeout, mathjax=False)  # no CDN fetch
             await k.open()
             return k
-        self._kaleido = self._run(open_browser())
+        try:
+            self._kaleido = self._run(open_browser())
+        finally:
+            k, self._opening = self._opening, None
+            if self._kaleido is None and k is not None:  # timed out or failed: it may be running anyway
+                try:
+                    self._run(k.close())
+                except Exception:  # noqa: BLE001 - best effort; a dead browser cannot be closed more cleanly
+                    pass
 
     def _run(self, coro):
-        return asyncio.run_coroutine_threadsafe(coro, self._loop).result(self.timeout)
+        future = asyncio.run_coroutine_threadsafe(coro, self._loop)
+        try:
+            return future.result(self.timeout)
+        except concurrent.futures.TimeoutError:
+            future.cancel()  # don't leave the coroutine running on the loop after we gave up on it
+            raise
 
     def render(self, fig: go.Figure, width: int = PNG_WIDTH, height: int | None = None,
                scale: float = PNG_SCALE) -> bytes:

@@ -77,3 +77,31 @@ def test_page_user_errors_are_one_line(monkeypatch):
         at.selectbox(key="device").set_value("cuda").run()
         assert not at.exception and "no CUDA GPU" in at.error[0].value
     assert all("\n" not in e.value for e in at.error)
+
+
+def test_page_hides_local_folder_when_local_paths_are_off(monkeypatch):
+    monkeypatch.setenv("TPVIZ_LOCAL_ROOT", "off")
+    at = AppTest.from_file(PAGE, default_timeout=60).run()
+    assert not at.exception
+    assert "Local folder" not in at.radio(key="source").options
+    assert any("Local paths are disabled on this server (TPVIZ_LOCAL_ROOT=off)." == c.value for c in at.caption)
+
+
+def test_page_turns_an_unexpected_error_into_one_line(monkeypatch):
+    def boom(*args, **kwargs):
+        raise RuntimeError("something broke\nTraceback details")
+    monkeypatch.setattr("tpviz.live.check.verify", boom)
+    at = AppTest.from_file(PAGE, default_timeout=60).run()
+    at.selectbox(key="device").set_value("cpu")
+    at.button(key="run").click().run()
+    assert not at.exception
+    assert [e.value for e in at.error] == ["unexpected RuntimeError: something broke"]
+
+
+def test_page_refuses_a_huge_preset_in_one_line():
+    at = AppTest.from_file(PAGE, default_timeout=60).run()
+    at.selectbox(key="preset").set_value("meta-llama/Llama-3.1-405B")
+    at.selectbox(key="device").set_value("cpu")
+    at.button(key="run").click().run()
+    assert not at.exception and len(at.error) == 1
+    assert "parameters on CPU (limit 2.0B)" in at.error[0].value and "\n" not in at.error[0].value

@@ -73,10 +73,18 @@ def _phases(run_dir: Path, tp_size: int) -> list[list[tuple[str, float]]]:
     out = []
     for rank in range(tp_size):
         path, marks = run_dir / f"rank{rank}.phase", []
-        if path.is_file():
-            for line in path.read_text().splitlines():
-                name, _, t = line.partition(" ")
-                marks.append((name, float(t)))
+        try:
+            lines = path.read_text(errors="replace").splitlines() if path.is_file() else []
+        except OSError:
+            lines = []
+        for line in lines:  # skip what does not parse: a half-written line the rank is still writing
+            name, _, t = line.partition(" ")
+            try:
+                when = float(t)
+            except ValueError:
+                continue
+            if name in PHASES:
+                marks.append((name, when))
         out.append(marks)
     return out
 

@@ -9,9 +9,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 import torch
-from safetensors.torch import save_file
 
-from tpviz.errors import TPSizeError
+from tpviz.errors import TPSizeError, TpvizError
 from tpviz.live.errors import LiveError
 from tpviz.live.model import LiveConfig, check_supported
 from tpviz.live.moe import MOE_FAMILIES
@@ -20,6 +19,9 @@ from tpviz.spec import ModelSpec, normalize
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "tokenizer_config.json")
 RANDOM_FORMAT = 1  # bump when the random-weight recipe changes, so old caches are not reused
+MAX_PARAMS_ENV = "TPVIZ_LIVE_MAX_PARAMS"  # the most parameters a live run may build (each rank, and tp=1)
+DEFAULT_MAX_PARAMS = 2e9
+CACHE_MAX_ENTRIES, CACHE_MAX_BYTES = 8, 8 << 30  # random checkpoints kept beyond these are pruned, oldest first
 ARCHITECTURES = {"llama": "LlamaForCausalLM", "mistral": "MistralForCausalLM", "qwen2": "Qwen2ForCausalLM",
                  "qwen3": "Qwen3ForCausalLM", "mixtral": "MixtralForCausalLM", "qwen3_moe": "Qwen3MoeForCausalLM"}
 
@@ -87,18 +89,21 @@ def resolve_model(model, layers: int | None = None, seed: int = 0, tp_size: int 
     random weights are made.
     """
     from tpviz.sources import check_local_path, local_config, resolve_config
-    path = None
+    path = is_dir = None
     if isinstance(model, (str, Path)) and str(model).strip():
         text = str(model).strip()
-        if isinstance(model, Path) or text.startswith((".", "/", "~")) or Path(text).expanduser().exists():
+        if isinstance(model, Path) or text.startswith((".", "/", "~")) or _probe(Path(text).expanduser().exists,
+                                                                                     text):
             path = check_local_path(text)
+            is_dir = _probe(path.is_dir, text)
     elif not isinstance(model, (dict, bytes, bytearray)):
         raise LiveError("give a model: a checkpoint folder, a config.json, or a preset/hub id")
-    raw, name = local_config(path) if path is not None and path.is_dir() else resolve_config(model)
+    raw, name = local_config(path) if is_dir else resolve_config(model)
     cfg = live_config(normalize(raw, name), raw, layers)
     if tp_size is not None:
         check_split(cfg, tp_size)
-    if path is not None and path.is_dir():
+    check_size(cfg, layers)  # before any weights are made, here or in the tp=1 reference
+    if is_dir:
         tokenizer = path if any((path / f).is_file() for f in TOKENIZER_FILES) else None
         if checkpoint_files(path):
             if cfg.spec.quantization:
@@ -107,6 +112,57 @@ def resolve_model(model, layers: int | None = None, seed: int = 0, tp_size: int 
             return ModelSource(name, cfg, path, False, tokenizer)
         return ModelSource(name, cfg, random_checkpoint(cfg, seed), True, tokenizer)
     return ModelSource(name, cfg, random_checkpoint(cfg, seed), True)
+
+
+def _probe(check, text: str):
+    """check() of a path, with an OSError (e.g. a name over 255 characters) as one LiveError line."""
+    try:
+        return check()
+    except OSError as e:
+        shown = text if len(text) <= 60 else text[:57] + "..."
+        raise LiveError(f"{shown!r} is not a usable path ({e.strerror or type(e).__name__})") from None
+
+
+def max_params() -> float | None:
+    """The parameter cap from $TPVIZ_LIVE_MAX_PARAMS (default 2e9); None when set to off/0."""
+    text = os.environ.get(MAX_PARAMS_ENV, "").strip()
+    if not text:
+        return DEFAULT_MAX_PARAMS
+    if text.lower() in ("off", "none", "0"):
+        return None
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not value > 0 or value == float("inf"):
+        raise LiveError(f"{MAX_PARAMS_ENV}={text!r} must be a positive number such as 2e9, or off")
+    return value
+
+
+def param_count(cfg: LiveConfig) -> int:
+    """Parameters of the model as it will run (shrunk; a tied lm_head counted once)."""
+    total = 0
+    for shape in checkpoint_shapes(cfg).values():
+        n = 1
+        for d in shape:
+            n *= d
+        total += n
+    return total
+
+
+def check_size(cfg: LiveConfig, layers: int | None = None) -> None:
+    """Refuse, in one line, a model too big to build on the CPU (random weights, tp=1 reference)."""
+    limit = max_params()
+    total = param_count(cfg)
+    if limit is None or total <= limit:
+        return
+    n = cfg.spec.num_hidden_layers
+    one = replace(cfg, notes=[], spec=replace(cfg.spec, num_hidden_layers=1,
+                                              moe_layers=[i for i in cfg.spec.moe_layers if i < 1]))
+    hint = ("keep fewer layers with --layers/Layers to keep" if n > 1 and param_count(one) <= limit
+            else "even one layer is too big")
+    raise LiveError(f"{cfg.spec.name} with {n} layer{'s' if n != 1 else ''} would be {total / 1e9:.1f}B "
+                    f"parameters on CPU (limit {limit / 1e9:.1f}B); {hint}, or set {MAX_PARAMS_ENV}")
 
 
 def cache_root() -> Path:
@@ -123,12 +179,13 @@ def random_checkpoint(cfg: LiveConfig, seed: int = 0) -> Path:
     slug = "".join(c if c.isalnum() or c in "-_." else "_" for c in cfg.spec.name)[-48:]
     folder = cache_root() / "random" / f"{slug}-{hashlib.sha256(key.encode()).hexdigest()[:12]}"
     if (folder / "model.safetensors").is_file():
+        _touch(folder)
         return folder
     folder.parent.mkdir(parents=True, exist_ok=True)
     tmp = folder.parent / f".tmp-{folder.name}-{uuid.uuid4().hex[:8]}"  # build aside, rename atomically
     tmp.mkdir()
     try:
-        save_file(random_tensors(cfg, seed), str(tmp / "model.safetensors"), metadata={"format": "pt"})
+        write_random_safetensors(cfg, seed, tmp / "model.safetensors")
         (tmp / "config.json").write_text(json.dumps(hf_config(cfg), indent=2))
         try:
             os.rename(tmp, folder)
@@ -137,7 +194,38 @@ def random_checkpoint(cfg: LiveConfig, seed: int = 0) -> Path:
                 raise
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+    prune_cache(folder)
     return folder
+
+
+def _touch(folder: Path) -> None:
+    try:
+        os.utime(folder)  # recently used: pruned last
+    except OSError:
+        pass
+
+
+def _size(folder: Path) -> int:
+    try:
+        return sum(f.stat().st_size for f in folder.iterdir() if f.is_file())
+    except OSError:
+        return 0
+
+
+def prune_cache(keep: Path, max_entries: int = CACHE_MAX_ENTRIES, max_bytes: int = CACHE_MAX_BYTES) -> None:
+    """Delete the least recently used random checkpoints beyond max_entries or max_bytes (never `keep`)."""
+    try:
+        entries = [p for p in keep.parent.iterdir() if p.is_dir() and not p.name.startswith(".") and p != keep]
+        entries.sort(key=lambda p: p.stat().st_mtime, reverse=True)  # newest first
+    except OSError:
+        return
+    count, total = 1, _size(keep)
+    for p in entries:
+        size = _size(p)
+        if count + 1 > max_entries or total + size > max_bytes:
+            shutil.rmtree(p, ignore_errors=True)
+        else:
+            count, total = count + 1, total + size
 
 
 def hf_config(cfg: LiveConfig) -> dict:
@@ -207,23 +295,51 @@ def moe_shapes(s: ModelSpec, prefix: str) -> dict[str, tuple[int, ...]]:
     return out
 
 
-def random_tensors(cfg: LiveConfig, seed: int) -> dict[str, torch.Tensor]:
-    """Seeded bf16 weights: N(0, 0.02) matrices, norms 1 + N(0, 0.1), biases N(0, 0.1) (nothing trivial)."""
+def iter_random_tensors(cfg: LiveConfig, seed: int):
+    """Seeded bf16 weights, one (name, tensor) at a time: N(0, 0.02) matrices, norms 1 + N(0, 0.1),
+    biases N(0, 0.1) (nothing trivial)."""
     gen = torch.Generator().manual_seed(seed)
-    out = {}
     for name, shape in checkpoint_shapes(cfg).items():
         t = torch.randn(shape, generator=gen)
         if name.endswith("norm.weight"):
             t = 1 + 0.1 * t
         else:
             t *= 0.1 if name.endswith(".bias") else 0.02
-        out[name] = t.to(torch.bfloat16)
-    return out
+        yield name, t.to(torch.bfloat16)
+        del t
+
+
+def random_tensors(cfg: LiveConfig, seed: int) -> dict[str, torch.Tensor]:
+    """All of iter_random_tensors in one dict (small models and tests)."""
+    return dict(iter_random_tensors(cfg, seed))
+
+
+def write_random_safetensors(cfg: LiveConfig, seed: int, path: Path) -> None:
+    """Write the seeded bf16 weights as one safetensors file, a tensor at a time (the shapes give the header)."""
+    header, offset = {"__metadata__": {"format": "pt"}}, 0
+    for name, shape in checkpoint_shapes(cfg).items():
+        n = 2
+        for d in shape:
+            n *= d
+        header[name] = {"dtype": "BF16", "shape": list(shape), "data_offsets": [offset, offset + n]}
+        offset += n
+    blob = json.dumps(header, separators=(",", ":")).encode()
+    blob += b" " * (-len(blob) % 8)  # the data starts 8-byte aligned, as safetensors writes it
+    with open(path, "wb") as f:
+        f.write(len(blob).to_bytes(8, "little"))
+        f.write(blob)
+        for name, t in iter_random_tensors(cfg, seed):
+            f.write(t.contiguous().view(torch.uint8).numpy().data)
 
 
 def local_tokenizer(model) -> Path | None:
-    """The folder itself when `model` is a local checkpoint folder with tokenizer files, else None."""
+    """The folder itself when `model` is a local checkpoint folder with tokenizer files, else None
+    (also when TPVIZ_LOCAL_ROOT refuses the path)."""
+    from tpviz.sources import check_local_path
     if not isinstance(model, (str, Path)) or not str(model).strip():
         return None
-    path = Path(str(model).strip()).expanduser()
-    return path if path.is_dir() and any((path / f).is_file() for f in TOKENIZER_FILES) else None
+    try:
+        path = check_local_path(str(model).strip())
+        return path if path.is_dir() and any((path / f).is_file() for f in TOKENIZER_FILES) else None
+    except (TpvizError, OSError):
+        return None

@@ -125,9 +125,23 @@ def checkpoint_files(folder: Path) -> list[Path]:
     if index.is_file():
         try:
             weight_map = json.loads(index.read_text())["weight_map"]
-        except (ValueError, KeyError, TypeError) as e:
+            if not isinstance(weight_map, dict):
+                raise ValueError("weight_map is not an object")
+            names = list(dict.fromkeys(weight_map.values()))
+            bad = [f for f in names if not isinstance(f, str) or not f]
+            if bad:
+                raise ValueError(f"weight_map value {bad[0]!r} is not a file name")
+        except (OSError, ValueError, KeyError, TypeError) as e:
             raise WeightsError(f"{index} is not a valid safetensors index ({e})") from None
-        files = [folder / f for f in dict.fromkeys(weight_map.values())]
+        root, files = folder.resolve(), []
+        for name in names:
+            try:
+                f = (folder / name).resolve()
+            except (OSError, RuntimeError) as e:
+                raise WeightsError(f"{index.name} names {name!r}, which cannot be resolved ({e})") from None
+            if not f.is_relative_to(root):
+                raise WeightsError(f"{index.name} names {name!r}, which is outside {folder}")
+            files.append(f)
         missing = [f.name for f in files if not f.is_file()]
         if missing:
             raise WeightsError(f"{index.name} names {missing[0]}, which is not in {folder}")
