@@ -3,7 +3,7 @@
 A ParamPlan says how to build one rank's layer (at probe size) and which checkpoint tensors its
 weight_loader receives. Checkpoint names follow each architecture's Hugging Face layout.
 """
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Callable
 
 import torch

@@ -11,8 +11,8 @@ from safetensors import safe_open
 from tpviz.errors import TpvizError, WeightsError
 from tpviz.live import LiveError, resolve_model
 from tpviz.live.runner import _hang_message, _phases
-from tpviz.live.source import (cache_root, check_size, local_tokenizer, param_count, prune_cache, random_tensors,
-                               write_random_safetensors)
+from tpviz.live.random_weights import cache_root, prune_cache, random_tensors, write_random_safetensors
+from tpviz.live.source import check_size, local_tokenizer, param_count
 from tpviz.live.weights import checkpoint_files
 
 

@@ -6,7 +6,7 @@ import torch
 
 from tpviz.errors import TpvizError, WeightsError
 from tpviz.live import LiveError, LiveForCausalLM, load_weights, prepare, resolve_model
-from tpviz.live.source import checkpoint_shapes, random_tensors
+from tpviz.live.random_weights import checkpoint_shapes, random_tensors
 from tpviz.live.weights import param_target
 from tpviz.live.worker import run_model
 
@@ -86,7 +86,7 @@ def test_shrinking_and_random_weights_are_seeded(tiny_config):
 
 
 def test_invalid_split_fails_before_random_weights_are_made():
-    from tpviz.live.source import cache_root
+    from tpviz.live.random_weights import cache_root
     before = set((cache_root() / "random").glob("*")) if (cache_root() / "random").exists() else set()
     with pytest.raises(TpvizError, match="tp_size=3"):
         prepare("Qwen/Qwen3-8B", 3, device="cpu")

@@ -5,7 +5,8 @@ from tpviz.live.inject import INJECTIONS, Injection
 from tpviz.live.model import LiveConfig, LiveForCausalLM
 from tpviz.live.results import Environment, LayerDiff, RankReport, VerifyResult
 from tpviz.live.runner import choose_backend
-from tpviz.live.source import ModelSource, random_checkpoint, resolve_model
+from tpviz.live.random_weights import random_checkpoint
+from tpviz.live.source import ModelSource, resolve_model
 from tpviz.live.weights import load_weights
 
 __all__ = ["verify", "prepare", "FP32_TOL", "NOISE_MULTIPLE", "LiveError", "RankFailure", "INJECTIONS",

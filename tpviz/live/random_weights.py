@@ -1,0 +1,186 @@
+"""Random weights for a live run: made once from a seed, written tensor by tensor as a safetensors checkpoint
+(with a config.json transformers can load), cached and pruned, and loaded by every rank like real weights."""
+import hashlib
+import json
+import os
+import shutil
+import uuid
+from pathlib import Path
+
+import torch
+
+from tpviz.live.model import LiveConfig
+from tpviz.live.moe import MOE_FAMILIES
+from tpviz.spec import ModelSpec
+
+RANDOM_FORMAT = 1  # bump when the random-weight recipe changes, so old caches are not reused
+CACHE_MAX_ENTRIES, CACHE_MAX_BYTES = 8, 8 << 30  # random checkpoints kept beyond these are pruned, oldest first
+ARCHITECTURES = {"llama": "LlamaForCausalLM", "mistral": "MistralForCausalLM", "qwen2": "Qwen2ForCausalLM",
+                 "qwen3": "Qwen3ForCausalLM", "mixtral": "MixtralForCausalLM", "qwen3_moe": "Qwen3MoeForCausalLM"}
+
+
+def cache_root() -> Path:
+    """Where random checkpoints are kept: $TPVIZ_CACHE, else ~/.cache/tpviz."""
+    return Path(os.environ.get("TPVIZ_CACHE") or Path.home() / ".cache" / "tpviz")
+
+
+def random_checkpoint(cfg: LiveConfig, seed: int = 0) -> Path:
+    """Make (once) and return a safetensors checkpoint folder of seeded random weights for cfg."""
+    cfg.notes.append(f"random weights (seed {seed}): no checkpoint weights were given")
+    shape = {k: v for k, v in cfg.to_dict()["spec"].items() if k not in ("name", "notes")}
+    key = json.dumps([RANDOM_FORMAT, seed, shape, cfg.mlp_bias] + ([cfg.norm_topk_prob] if cfg.spec.is_moe else []),
+                     sort_keys=True)  # norm_topk_prob goes into config.json, so it keys the cache too
+    slug = "".join(c if c.isalnum() or c in "-_." else "_" for c in cfg.spec.name)[-48:]
+    folder = cache_root() / "random" / f"{slug}-{hashlib.sha256(key.encode()).hexdigest()[:12]}"
+    if (folder / "model.safetensors").is_file():
+        _touch(folder)
+        return folder
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    tmp = folder.parent / f".tmp-{folder.name}-{uuid.uuid4().hex[:8]}"  # build aside, rename atomically
+    tmp.mkdir()
+    try:
+        write_random_safetensors(cfg, seed, tmp / "model.safetensors")
+        (tmp / "config.json").write_text(json.dumps(hf_config(cfg), indent=2))
+        try:
+            os.rename(tmp, folder)
+        except OSError:  # another run made it first: keep theirs
+            if not (folder / "model.safetensors").is_file():
+                raise
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    prune_cache(folder)
+    return folder
+
+
+def _touch(folder: Path) -> None:
+    try:
+        os.utime(folder)  # recently used: pruned last
+    except OSError:
+        pass
+
+
+def _size(folder: Path) -> int:
+    try:
+        return sum(f.stat().st_size for f in folder.iterdir() if f.is_file())
+    except OSError:
+        return 0
+
+
+def prune_cache(keep: Path, max_entries: int = CACHE_MAX_ENTRIES, max_bytes: int = CACHE_MAX_BYTES) -> None:
+    """Delete the least recently used random checkpoints beyond max_entries or max_bytes (never `keep`)."""
+    try:
+        entries = [p for p in keep.parent.iterdir() if p.is_dir() and not p.name.startswith(".") and p != keep]
+        entries.sort(key=lambda p: p.stat().st_mtime, reverse=True)  # newest first
+    except OSError:
+        return
+    count, total = 1, _size(keep)
+    for p in entries:
+        size = _size(p)
+        if count + 1 > max_entries or total + size > max_bytes:
+            shutil.rmtree(p, ignore_errors=True)
+        else:
+            count, total = count + 1, total + size
+
+
+def hf_config(cfg: LiveConfig) -> dict:
+    """A Hugging Face style config.json for cfg, so the random folder is a checkpoint like any other."""
+    s = cfg.spec
+    out = {"architectures": [ARCHITECTURES.get(s.model_type, "LlamaForCausalLM")], "model_type": s.model_type,
+           "hidden_size": s.hidden_size, "num_attention_heads": s.num_attention_heads,
+           "num_key_value_heads": s.num_key_value_heads, "head_dim": s.head_dim,
+           "intermediate_size": s.intermediate_size, "vocab_size": s.vocab_size,
+           "num_hidden_layers": s.num_hidden_layers, "tie_word_embeddings": s.tie_word_embeddings,
+           "attention_bias": s.attention_bias, "mlp_bias": cfg.mlp_bias,
+           "rope_theta": s.rope_theta, "rms_norm_eps": s.rms_norm_eps, "hidden_act": "silu",
+           "torch_dtype": "bfloat16"}
+    if cfg.sliding_window:
+        out["sliding_window"] = cfg.sliding_window
+    if s.is_moe:  # both families read num_experts_per_tok; Qwen3-MoE's dense layers come back as mlp_only_layers
+        out.update(num_experts_per_tok=s.num_experts_per_tok, norm_topk_prob=cfg.norm_topk_prob)
+        if s.model_type == "mixtral":
+            out.update(num_local_experts=s.num_experts, intermediate_size=s.moe_intermediate_size)
+        else:
+            out.update(num_experts=s.num_experts, moe_intermediate_size=s.moe_intermediate_size,
+                       decoder_sparse_step=1, mlp_only_layers=s.dense_layers)
+    return out
+
+
+def checkpoint_shapes(cfg: LiveConfig) -> dict[str, tuple[int, ...]]:
+    """Every tensor of the Hugging Face checkpoint layout for cfg, with its full shape."""
+    s = cfg.spec
+    H, hd, I = s.hidden_size, s.head_dim, s.intermediate_size
+    q, kv = s.num_attention_heads * hd, s.num_key_value_heads * hd
+    out = {"model.embed_tokens.weight": (s.vocab_size, H)}
+    for i in range(s.num_hidden_layers):
+        p = f"model.layers.{i}."
+        out[p + "input_layernorm.weight"] = (H,)
+        for proj, rows in (("q_proj", q), ("k_proj", kv), ("v_proj", kv)):
+            out[f"{p}self_attn.{proj}.weight"] = (rows, H)
+            if cfg.qkv_bias:
+                out[f"{p}self_attn.{proj}.bias"] = (rows,)
+        if s.qk_norm:
+            out[p + "self_attn.q_norm.weight"] = out[p + "self_attn.k_norm.weight"] = (hd,)
+        out[p + "self_attn.o_proj.weight"] = (H, q)
+        if cfg.o_bias:
+            out[p + "self_attn.o_proj.bias"] = (H,)
+        out[p + "post_attention_layernorm.weight"] = (H,)
+        if s.is_moe and i in s.moe_layers:
+            out.update(moe_shapes(s, p))
+            continue
+        for proj, shp in (("gate_proj", (I, H)), ("up_proj", (I, H)), ("down_proj", (H, I))):
+            out[f"{p}mlp.{proj}.weight"] = shp
+            if cfg.mlp_bias:
+                out[f"{p}mlp.{proj}.bias"] = shp[:1]
+    out["model.norm.weight"] = (H,)
+    if not s.tie_word_embeddings:
+        out["lm_head.weight"] = (s.vocab_size, H)
+    return out
+
+
+def moe_shapes(s: ModelSpec, prefix: str) -> dict[str, tuple[int, ...]]:
+    """One MoE layer's checkpoint tensors: the router, then each expert's gate/up/down (Mixtral: w1/w3/w2)."""
+    block, _ = MOE_FAMILIES[s.model_type]
+    gate, up, down = ("w1", "w3", "w2") if s.model_type == "mixtral" else ("gate_proj", "up_proj", "down_proj")
+    H, I = s.hidden_size, s.moe_intermediate_size
+    out = {f"{prefix}{block}.gate.weight": (s.num_experts, H)}
+    for e in range(s.num_experts):
+        ex = f"{prefix}{block}.experts.{e}."
+        out.update({f"{ex}{gate}.weight": (I, H), f"{ex}{up}.weight": (I, H), f"{ex}{down}.weight": (H, I)})
+    return out
+
+
+def iter_random_tensors(cfg: LiveConfig, seed: int):
+    """Seeded bf16 weights, one (name, tensor) at a time: N(0, 0.02) matrices, norms 1 + N(0, 0.1),
+    biases N(0, 0.1) (nothing trivial)."""
+    gen = torch.Generator().manual_seed(seed)
+    for name, shape in checkpoint_shapes(cfg).items():
+        t = torch.randn(shape, generator=gen)
+        if name.endswith("norm.weight"):
+            t = 1 + 0.1 * t
+        else:
+            t *= 0.1 if name.endswith(".bias") else 0.02
+        yield name, t.to(torch.bfloat16)
+        del t
+
+
+def random_tensors(cfg: LiveConfig, seed: int) -> dict[str, torch.Tensor]:
+    """All of iter_random_tensors in one dict (small models and tests)."""
+    return dict(iter_random_tensors(cfg, seed))
+
+
+def write_random_safetensors(cfg: LiveConfig, seed: int, path: Path) -> None:
+    """Write the seeded bf16 weights as one safetensors file, a tensor at a time (the shapes give the header)."""
+    header, offset = {"__metadata__": {"format": "pt"}}, 0
+    for name, shape in checkpoint_shapes(cfg).items():
+        n = 2
+        for d in shape:
+            n *= d
+        header[name] = {"dtype": "BF16", "shape": list(shape), "data_offsets": [offset, offset + n]}
+        offset += n
+    blob = json.dumps(header, separators=(",", ":")).encode()
+    blob += b" " * (-len(blob) % 8)  # the data starts 8-byte aligned, as safetensors writes it
+    with open(path, "wb") as f:
+        f.write(len(blob).to_bytes(8, "little"))
+        f.write(blob)
+        for name, t in iter_random_tensors(cfg, seed):
+            f.write(t.contiguous().view(torch.uint8).numpy().data)
