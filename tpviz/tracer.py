@@ -101,14 +101,13 @@ def load(param: torch.nn.Parameter, tensor: torch.Tensor, shard_id) -> None:
         param.weight_loader(param, tensor, shard_id)
 
 
-def trace_plan(plan: ParamPlan, tp_size: int) -> tuple[list[TensorMap], ParamMap, list]:
-    """Trace one parameter on every rank: the tensor maps, the param map, and each rank's module."""
+def trace_plan(plan: ParamPlan, tp_size: int) -> tuple[list[TensorMap], ParamMap]:
+    """Trace one parameter on every rank: its tensor maps and its param map."""
     pieces = {src.name: [] for src in plan.sources}
-    local_shapes, padding, modules = [], [], []
+    local_shapes, padding = [], []
     tags = {src.name: tagged(src.shape, plan.tp_dim) for src in plan.sources}
     for rank in range(tp_size):
-        module, param = build_rank(plan, tp_size, rank)
-        modules.append(module)
+        _, param = build_rank(plan, tp_size, rank)
         covered = torch.zeros(param.size(plan.tp_dim), dtype=torch.bool)
         for src in plan.sources:
             param.data.fill_(float("nan"))
@@ -126,7 +125,7 @@ def trace_plan(plan: ParamPlan, tp_size: int) -> tuple[list[TensorMap], ParamMap
                for src in plan.sources]
     param_map = ParamMap(plan.name, plan.layer_class, plan.family, plan.tp_dim if plan.split else None,
                          list(plan.shape), local_shapes, padding, [s.name for s in plan.sources], plan.count, plan.layers)
-    return tensors, param_map, modules
+    return tensors, param_map
 
 
 def _kv_cache(spec: ModelSpec, tensors: list[TensorMap], rank: int) -> tuple[int, list[int]]:
@@ -154,7 +153,7 @@ def trace(spec: ModelSpec, tp_size: int, rules: str = "vllm") -> ShardMap:
         raise TPSizeError(problem)
     tensors, params = [], []
     for plan in plans:
-        t, p, _ = trace_plan(plan, tp_size)
+        t, p = trace_plan(plan, tp_size)
         tensors += t
         params.append(p)
     ranks = []
