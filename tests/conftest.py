@@ -41,6 +41,28 @@ def _kv_replicas(model: dict, tp: int) -> int:
     return tp // kv if tp > kv else 1
 
 
+def _expected_cover(t, tp: int, replicas: int, q_rows: int, d: int) -> torch.Tensor:
+    """How many ranks hold each source row: once, except replicated KV heads and Mamba2's single group."""
+    expected = torch.ones(t.shape[t.split_dim], dtype=torch.int64)
+    for label, a, b, size, word in t.sections if t.family in ("qkv", "mamba") else []:
+        if not size:
+            continue
+        blocks = (b - a) // size
+        if word == "KV head":  # a k or v section: replicated when tp exceeds its KV heads
+            expected[a:b] = tp // blocks if tp > blocks else 1
+        elif word == "KV group":  # Falcon: [q..., k, v] per KV group; k and v are the last 2 heads
+            for blk in range(blocks):
+                expected[a + (blk + 1) * size - 2 * d:a + (blk + 1) * size] = tp // blocks if tp > blocks else 1
+        elif word == "group" and blocks % tp:  # Mamba2 with one group: B and C go to every rank
+            expected[a:b] = tp
+    if t.layer_class == "QKVParallelLinear" and not t.sections:
+        if t.shard_id in ("k", "v"):
+            expected[:] = replicas
+        elif t.shard_id is None:
+            expected[q_rows:] = replicas
+    return expected
+
+
 def check_shard_map(m) -> None:
     """Invariants every valid shard map must satisfy, computed from the config numbers, not the tracer.
 
@@ -52,18 +74,18 @@ def check_shard_map(m) -> None:
     - padding exists only in the vocab tables, and equals the vocab padded to 64 (vllm) minus the vocab.
     """
     tp, model = m.tp_size, m.model
-    assert m.schema == "tpviz.shardmap/1"
+    assert m.schema == "tpviz.shardmap/2"
     assert [r.rank for r in m.ranks] == list(range(tp))
-    params = {p.name: p for p in m.params}
-    assert len(params) == len(m.params), "duplicate parameter names"
-    names = [t.name for t in m.tensors]
-    assert len(set(names)) == len(names), "duplicate checkpoint tensor names"
+    params = {(p.name, tuple(p.layers or ())): p for p in m.params}
+    assert len(params) == len(m.params), "duplicate parameters (a name may repeat only for other layers)"
+    names = [(t.name, tuple(t.layers or ())) for t in m.tensors]
+    assert len(set(names)) == len(names), "duplicate checkpoint tensors"
     replicas = _kv_replicas(model, tp)
     q_rows = model["num_attention_heads"] * model["head_dim"]
     by_param_rank: dict[tuple[str, int], list[tuple[int, int]]] = {}
     for t in m.tensors:
-        assert t.param in params, (t.name, t.param)
-        p = params[t.param]
+        assert (t.param, tuple(t.layers or ())) in params, (t.name, t.param)
+        p = params[(t.param, tuple(t.layers or ()))]
         assert t.split_dim == p.split_dim, t.name
         if t.layers is not None:
             assert t.layers == p.layers and all(0 <= i < model["num_hidden_layers"] for i in t.layers), t.name
@@ -73,7 +95,8 @@ def check_shard_map(m) -> None:
             dim = 0 if t.split_dim is None else t.split_dim
             assert piece.stop <= t.shape[dim], (t.name, piece, t.shape)
             assert piece.param_start + piece.size <= p.local_shapes[piece.rank][dim], (t.name, piece)
-            by_param_rank.setdefault((t.param, piece.rank), []).append((piece.param_start, piece.size))
+            by_param_rank.setdefault((t.param, tuple(t.layers or ()), piece.rank), []).append(
+                (piece.param_start, piece.size))
         if t.split_dim is None:
             got = sorted((x.rank, x.start, x.stop, x.param_start) for x in t.pieces)
             assert got == [(r, 0, t.shape[0], 0) for r in range(tp)], (t.name, got)
@@ -82,12 +105,7 @@ def check_shard_map(m) -> None:
         counts = torch.zeros(n, dtype=torch.int64)
         for piece in t.pieces:
             counts[piece.start:piece.stop] += 1
-        expected = torch.ones(n, dtype=torch.int64)
-        if t.layer_class == "QKVParallelLinear":
-            if t.shard_id in ("k", "v"):
-                expected[:] = replicas
-            elif t.shard_id is None:  # fused qkv on disk: q rows once, then k and v rows
-                expected[q_rows:] = replicas
+        expected = _expected_cover(t, tp, replicas, q_rows, model["head_dim"])
         bad = torch.nonzero(counts != expected).flatten()
         assert not len(bad), (f"{t.name} (shard_id={t.shard_id}, tp={tp}): source index {int(bad[0])} covered "
                               f"{int(counts[bad[0]])} times, expected {int(expected[bad[0]])}")
@@ -98,7 +116,7 @@ def check_shard_map(m) -> None:
             local = p.local_shapes[r]
             assert len(local) == len(p.shape), p.name
             assert all(a == b for i, (a, b) in enumerate(zip(local, p.shape)) if i != dim), (p.name, local, p.shape)
-            spans = sorted(by_param_rank.get((p.name, r), []))
+            spans = sorted(by_param_rank.get((p.name, tuple(p.layers or ()), r), []))
             for (a, n), (b, _) in zip(spans, spans[1:]):
                 assert a + n <= b, f"{p.name} rank {r}: pieces overlap at local index {b}"
             loaded = sum(n for _, n in spans)
@@ -109,12 +127,12 @@ def check_shard_map(m) -> None:
             assert sum(p.padding) == padded - vocab, (p.name, p.padding)
             assert all(s[0] * tp == padded for s in p.local_shapes), (p.name, p.local_shapes)
             for r in range(tp):  # real rows first, padding after them
-                assert min(a for a, _ in by_param_rank.get((p.name, r), [(0, 0)])) == 0, (p.name, r)
+                assert min(a for a, _ in by_param_rank.get((p.name, (), r), [(0, 0)])) == 0, (p.name, r)
         else:
             assert not any(p.padding), (p.name, p.padding)
     for r in m.ranks:
         assert r.weight_bytes == sum(r.weight_bytes_by_family.values()) > 0
-        assert r.kv_cache_bytes_per_token > 0
+        assert r.kv_cache_bytes_per_token > 0 or r.kv_cache_windowed or r.state_bytes_per_sequence > 0
 
 
 @pytest.fixture(scope="session")

@@ -71,11 +71,11 @@ def test_tie_word_embeddings_default():
 
 def test_legacy_names():
     gpt = {"model_type": "gpt_bigcode", "n_embd": 2048, "n_head": 16, "multi_query": True, "n_inner": 8192,
-           "vocab_size": 49152, "n_layer": 24}
+           "vocab_size": 49152, "n_layer": 24, "n_positions": 8192}
     s = normalize(gpt)
     assert (s.hidden_size, s.num_attention_heads, s.num_key_value_heads, s.intermediate_size, s.num_hidden_layers) == (
         2048, 16, 1, 8192, 24)
-    assert s.notes and "gpt_bigcode" in s.notes[0]  # unknown type: mapped as Llama-like, and said so
+    assert not s.notes and not s.gated_mlp and s.max_positions == 8192  # a classic decoder tpviz knows
     falcon = {"model_type": "falcon", "hidden_size": 4544, "num_attention_heads": 71, "num_kv_heads": 1,
               "ffn_hidden_size": 18176, "vocab_size": 65024, "num_hidden_layers": 32}
     s = normalize(falcon)

@@ -96,7 +96,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("model", help="preset or hub id (owner/name), or a local config.json / checkpoint folder")
     p.add_argument("--tp", type=int, required=True, help="tensor-parallel size")
     p.add_argument("--rules", choices=RULES, default="vllm")
-    p.add_argument("--json", metavar="PATH", help="write the shard map (schema tpviz.shardmap/1)")
+    p.add_argument("--json", metavar="PATH", help="write the shard map (schema tpviz.shardmap/2)")
     p.add_argument("--png", metavar="DIR", help="write one PNG per figure into DIR")
     p.set_defaults(func=cmd_map)
     p = sub.add_parser("valid", help="which tp sizes work, under both rule sets")

@@ -4,8 +4,9 @@ from dataclasses import asdict, dataclass, field
 
 from tpviz.errors import SourceError
 
-SCHEMA = "tpviz.shardmap/1"
-FAMILIES = ("qkv", "o_proj", "gate_up", "down_proj", "experts", "embed", "lm_head", "replicated")
+SCHEMA = "tpviz.shardmap/2"
+FAMILIES = ("qkv", "o_proj", "linear_attn", "mamba", "conv", "gate_up", "down_proj", "experts", "embed", "lm_head",
+            "replicated")
 
 
 @dataclass
@@ -35,6 +36,7 @@ class TensorMap:
     layers: list[int] | None = None
     experts: list[int] | None = None
     note: str = ""
+    sections: list = field(default_factory=list)  # [label, start, stop, head size or 0, head word] along split_dim
 
     def rank_pieces(self, rank: int) -> list[Piece]:
         return [p for p in self.pieces if p.rank == rank]
@@ -44,8 +46,9 @@ class TensorMap:
         for key in ("layers", "experts"):
             if d[key] is None:
                 del d[key]
-        if not d["note"]:
-            del d["note"]
+        for key in ("note", "sections"):
+            if not d[key]:
+                del d[key]
         return d
 
 
@@ -71,12 +74,28 @@ class ParamMap:
 
 
 @dataclass
+class LayerGroup:
+    """Layers of one kind: their indices, the mixer and FFN (as dicts) and a label."""
+    layers: list[int]
+    mixer: dict
+    ffn: dict
+    label: str
+
+
+@dataclass
 class RankInfo:
     rank: int
     weight_bytes: int
     weight_bytes_by_family: dict[str, int]
-    kv_cache_bytes_per_token: int
-    kv_heads: list[int] = field(default_factory=list)  # which global KV heads this rank holds
+    kv_cache_bytes_per_token: int  # layers whose cache grows with the context (full attention, MLA)
+    kv_heads: list[int] = field(default_factory=list)  # which global KV heads this rank holds (first attention group)
+    kv_cache_windowed: list[dict] = field(default_factory=list)  # {kind, window, layers, bytes_per_token}: capped
+    state_bytes_per_sequence: int = 0  # Gated DeltaNet, Mamba2 and conv state, fixed per sequence
+
+    def cache_bytes(self, context: int) -> int:
+        """KV cache and state one sequence of `context` tokens holds on this rank."""
+        windowed = sum(w["bytes_per_token"] * min(context, w["window"]) for w in self.kv_cache_windowed)
+        return self.kv_cache_bytes_per_token * context + windowed + self.state_bytes_per_sequence
 
 
 @dataclass
@@ -88,6 +107,8 @@ class ShardMap:
     tensors: list[TensorMap]
     params: list[ParamMap]
     ranks: list[RankInfo]
+    groups: list[LayerGroup] = field(default_factory=list)
+    checkpoint: dict | None = None  # comparison with a real checkpoint's tensor list, when one was at hand
     schema: str = SCHEMA
 
     def tensor(self, name: str) -> TensorMap:
@@ -97,8 +118,8 @@ class ShardMap:
                 return t
         raise KeyError(name)
 
-    def family(self, family: str) -> list[TensorMap]:
-        return [t for t in self.tensors if t.family == family]
+    def family(self, family: str, group: "LayerGroup | None" = None) -> list[TensorMap]:
+        return [t for t in self.tensors if t.family == family and in_group(t, group)]
 
     @property
     def total_weight_bytes(self) -> int:
@@ -113,7 +134,8 @@ class ShardMap:
     def to_dict(self) -> dict:
         return {"schema": self.schema, "tp_size": self.tp_size, "rules": self.rules, "model": self.model,
                 "tensors": [t.to_dict() for t in self.tensors], "params": [p.to_dict() for p in self.params],
-                "ranks": [asdict(r) for r in self.ranks]}
+                "ranks": [asdict(r) for r in self.ranks], "groups": [asdict(g) for g in self.groups],
+                **({"checkpoint": self.checkpoint} if self.checkpoint is not None else {})}
 
     def to_json(self, indent: int | None = None) -> str:
         return json.dumps(self.to_dict(), indent=indent)
@@ -126,7 +148,7 @@ class ShardMap:
         try:
             tensors = [TensorMap(**{**t, "pieces": [Piece(**p) for p in t["pieces"]]}) for t in d["tensors"]]
             return cls(d["tp_size"], d["rules"], d["model"], tensors, [ParamMap(**p) for p in d["params"]],
-                       [RankInfo(**r) for r in d["ranks"]])
+                       [RankInfo(**r) for r in d["ranks"]], [LayerGroup(**g) for g in d["groups"]], d.get("checkpoint"))
         except (KeyError, TypeError) as e:
             raise SourceError(f"shard map JSON is missing or has unexpected fields: {e}") from None
 
@@ -136,3 +158,8 @@ def _numel(shape) -> int:
     for s in shape:
         n *= s
     return n
+
+
+def in_group(t, group: LayerGroup | None) -> bool:
+    """Whether a tensor belongs in a layer group's view: it lives in one of its layers, or it is model-wide."""
+    return group is None or t.layers is None or bool(set(t.layers) & set(group.layers))

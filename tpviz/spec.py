@@ -1,14 +1,22 @@
 """One normalized model spec from the many shapes real config.json files take."""
 from dataclasses import asdict, dataclass, field
 
+from tpviz.arch import ATTENTION_KINDS, Ffn, LayerSpec, Mixer
 from tpviz.errors import ConfigError
+from tpviz.readers import derive, family_defaults, hybrid_hint
 
 MAX_DIM = 1 << 26  # no real model has a matrix dimension near this; larger means a broken config
 DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2, "float8_e4m3fn": 1, "float64": 8}
 # model_types with a known checkpoint layout; anything else with standard keys is read as Llama-like
 KNOWN_TYPES = {"llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe", "gemma", "gemma2",
-               "gemma3", "gemma3_text", "phi3", "gpt_oss", "deepseek_v3", "deepseek_v2", "chatglm"}
-TIED_BY_DEFAULT = {"gemma", "gemma2", "gemma3", "gemma3_text"}
+               "gemma3", "gemma3_text", "phi3", "gpt_oss", "deepseek_v3", "deepseek_v2", "chatglm", "qwen3_next",
+               "nemotron_h", "nemotron-nas", "llama4", "llama4_text", "lfm2", "gpt_neox", "bloom", "falcon", "gpt2",
+               "gpt_bigcode", "starcoder2"}
+# classic decoders: LayerNorm with bias and a plain (not gated) MLP of n_inner, by default 4 x hidden
+CLASSIC = {"gpt_neox", "bloom", "falcon", "gpt2", "gpt_bigcode", "starcoder2"}
+UNGATED_MLP = CLASSIC | {"nemotron_h"}
+TIED_BY_DEFAULT = {"gemma", "gemma2", "gemma3", "gemma3_text", "gpt2", "gpt_bigcode", "bloom", "falcon", "starcoder2",
+                   "lfm2"}
 QKV_BIAS_ALWAYS = {"qwen2", "qwen2_moe"}
 QK_NORM = {"qwen3", "qwen3_moe", "gemma3", "gemma3_text"}
 
@@ -34,7 +42,6 @@ class ModelSpec:
     num_experts_per_tok: int = 0
     moe_intermediate_size: int = 0
     shared_expert_intermediate_size: int = 0
-    moe_layers: list[int] = field(default_factory=list)
     q_lora_rank: int = 0  # MLA (DeepSeek); kv_lora_rank > 0 means MLA
     kv_lora_rank: int = 0
     qk_nope_head_dim: int = 0
@@ -45,11 +52,37 @@ class ModelSpec:
     rms_norm_eps: float = 1e-6
     hidden_act: str = "silu"
     quantization: str = ""  # quant_method of a quantized checkpoint (fp8, mxfp4, ...)
+    conv_bias: bool = False  # Mamba2 conv1d / LFM2 conv biases
+    max_positions: int = 0  # learned position embeddings (GPT-2, GPTBigCode)
+    state_dtype: str = ""  # recurrent (SSM) state dtype when it differs from the model's (Nemotron-H: float32)
+    variant: str = ""  # a decoder variant that changes checkpoint names (Falcon)
+    gated_mlp: bool = True  # SwiGLU gate/up; False: one up projection (GPT-2 c_fc, NeoX dense_h_to_4h)
+    layers: list[LayerSpec] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
 
     @property
+    def moe_layers(self) -> list[int]:
+        return [i for i, layer in enumerate(self.layers) if layer.ffn.kind == "moe"]
+
+    @property
     def is_moe(self) -> bool:
-        return self.num_experts > 0 and bool(self.moe_layers)
+        return bool(self.moe_layers)
+
+    @property
+    def attention_layers(self) -> list[int]:
+        return [i for i, layer in enumerate(self.layers) if layer.mixer.kind in ATTENTION_KINDS + ("mla",)]
+
+    def groups(self) -> list[tuple[LayerSpec, list[int]]]:
+        """Layers with equal LayerSpecs, in order of first appearance."""
+        out: dict[LayerSpec, list[int]] = {}
+        for i, layer in enumerate(self.layers):
+            out.setdefault(layer, []).append(i)
+        return list(out.items())
+
+    def first_layers(self, n: int) -> "ModelSpec":
+        """The same model cut to its first n layers (the live check's shrink)."""
+        from dataclasses import replace
+        return replace(self, num_hidden_layers=n, layers=self.layers[:n])
 
     @property
     def is_mla(self) -> bool:
@@ -57,15 +90,16 @@ class ModelSpec:
 
     @property
     def dense_layers(self) -> list[int]:
-        moe = set(self.moe_layers)
-        return [i for i in range(self.num_hidden_layers) if i not in moe]
+        return [i for i, layer in enumerate(self.layers) if layer.ffn.kind == "dense"]
 
     @property
     def dtype_bytes(self) -> int:
         return DTYPE_BYTES.get(self.dtype, 2)
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        d = {k: v for k, v in asdict(self).items() if k != "layers"}
+        d["moe_layers"] = self.moe_layers
+        return d
 
 
 def _pick(cfg: dict, *keys, default=None):
@@ -106,18 +140,11 @@ def _bool(cfg: dict, key: str, default: bool) -> bool:
     return value
 
 
-def _moe_layers(cfg: dict, num_layers: int, num_experts: int) -> list[int]:
-    """Which layers carry experts: DeepSeek's first_k_dense_replace, Qwen-MoE's sparse step and mlp_only_layers."""
-    if not num_experts:
-        return []
-    first_dense = _int(cfg, "first_k_dense_replace", default=0, minimum=0)
-    freq = _int(cfg, "moe_layer_freq", default=1)
-    step = _int(cfg, "decoder_sparse_step", default=1)
-    only_dense = cfg.get("mlp_only_layers") or []
-    if not isinstance(only_dense, list) or not all(isinstance(i, int) and not isinstance(i, bool) for i in only_dense):
-        raise ConfigError(f"mlp_only_layers={only_dense!r} must be a list of layer indices")
-    return [i for i in range(first_dense, num_layers)
-            if i % freq == 0 and (i + 1) % step == 0 and i not in only_dense]
+def falcon_variant(cfg: dict) -> str:
+    """Falcon's norms and q/k/v order: new decoder (one or two norms), or the old parallel / serial blocks."""
+    if cfg.get("new_decoder_architecture"):
+        return "new-2ln" if cfg.get("num_ln_in_parallel_attn", 2) == 2 else "new-1ln"
+    return "parallel" if cfg.get("parallel_attn", True) else "serial"
 
 
 def normalize(cfg: dict, name: str = "model") -> ModelSpec:
@@ -128,19 +155,26 @@ def normalize(cfg: dict, name: str = "model") -> ModelSpec:
     if isinstance(cfg.get("text_config"), dict):  # multimodal wrappers (Gemma-3, Llama-4, Mistral-3)
         cfg = {**{k: v for k, v in outer.items() if k in ("torch_dtype", "dtype")}, **cfg["text_config"]}
     wrapped = cfg is not outer
-    if "block_configs" in cfg:
-        raise ConfigError("config has per-layer block_configs (heterogeneous layers); tpviz maps uniform decoders only")
     model_type = str(_pick(cfg, "model_type", default=outer.get("model_type", "unknown")))
     notes = []
     if model_type not in KNOWN_TYPES:
+        if hint := hybrid_hint(cfg):
+            raise ConfigError(f"model_type {model_type!r} is not one tpviz knows and its config has {hint!r}, a part "
+                              "of a non-Llama architecture tpviz does not model; refusing to guess its layout")
         notes.append(f"model_type {model_type!r} is not one tpviz knows; mapped as a Llama-like decoder "
                      "(q/k/v/o, gate/up/down, Llama checkpoint names)")
+    cfg = family_defaults(cfg, model_type)
     hidden = _int(cfg, "hidden_size", "n_embd", "d_model", "model_dim")
     heads = _int(cfg, "num_attention_heads", "n_head", "num_heads", "n_heads")
-    if cfg.get("multi_query") is True or (cfg.get("multi_query_attention") is False and model_type == "chatglm"):
+    if cfg.get("new_decoder_architecture") is True:  # Falcon-40B/180B: grouped KV heads
+        kv_heads = _int(cfg, "num_kv_heads", "n_head_kv", default=heads)
+    elif cfg.get("multi_query") is True or (cfg.get("multi_query_attention") is False and model_type == "chatglm"):
         kv_heads = 1 if cfg.get("multi_query") is True else heads
     else:
         kv_heads = _int(cfg, "num_key_value_heads", "num_kv_heads", "multi_query_group_num", "n_head_kv", default=heads)
+    if model_type in ("gpt_neox", "bloom") or (model_type == "falcon" and falcon_variant(cfg) in ("parallel", "serial")
+                                                 and kv_heads != 1):
+        kv_heads = heads  # multi-head attention: q/k/v are fused per head on disk, there is no KV grouping
     if kv_heads > heads or heads % kv_heads:
         raise ConfigError(f"num_attention_heads={heads} is not a multiple of num_key_value_heads={kv_heads}")
     head_dim = _pick(cfg, "head_dim", "kv_channels")
@@ -154,13 +188,14 @@ def normalize(cfg: dict, name: str = "model") -> ModelSpec:
     head_dim = _int({"head_dim": head_dim}, "head_dim")
     experts = _int(cfg, "num_local_experts", "num_experts", "n_routed_experts", "moe_num_experts", default=0, minimum=0)
     inter = _pick(cfg, "intermediate_size", "ffn_hidden_size", "n_inner")
+    if inter is None and model_type in CLASSIC:
+        inter = 4 * hidden
     moe_inter = _pick(cfg, "moe_intermediate_size", default=inter if experts else 0)
     num_layers = _int(cfg, "num_hidden_layers", "n_layer", "num_layers", maximum=100_000)
     spec = ModelSpec(
         name=name, model_type=model_type, hidden_size=hidden, num_attention_heads=heads,
         num_key_value_heads=kv_heads, head_dim=head_dim,
-        intermediate_size=_int({"intermediate_size": inter}, "intermediate_size") if inter is not None or not experts
-        else 0,
+        intermediate_size=_int({"intermediate_size": inter}, "intermediate_size", minimum=0) if inter is not None else 0,
         vocab_size=_int(cfg, "vocab_size", "padded_vocab_size", "n_vocab"),
         num_hidden_layers=num_layers,
         tie_word_embeddings=_bool(cfg, "tie_word_embeddings", model_type in TIED_BY_DEFAULT),
@@ -173,7 +208,11 @@ def normalize(cfg: dict, name: str = "model") -> ModelSpec:
         moe_intermediate_size=_int({"moe_intermediate_size": moe_inter}, "moe_intermediate_size", minimum=0),
         shared_expert_intermediate_size=_int(cfg, "shared_expert_intermediate_size", default=0, minimum=0)
         or _int(cfg, "n_shared_experts", default=0, minimum=0) * (moe_inter or 0),
-        moe_layers=_moe_layers(cfg, num_layers, experts),
+        gated_mlp=model_type not in UNGATED_MLP,
+        conv_bias=_bool(cfg, "conv_bias", False) or _bool(cfg, "use_conv_bias", False),
+        max_positions=_int(cfg, "n_positions", "max_position_embeddings", default=0, minimum=0, maximum=1 << 22),
+        state_dtype=str(cfg.get("mamba_ssm_cache_dtype") or ("float32" if model_type == "nemotron_h" else "")),
+        variant=falcon_variant(cfg) if model_type == "falcon" else "",
         q_lora_rank=_int(cfg, "q_lora_rank", default=0, minimum=0),
         kv_lora_rank=_int(cfg, "kv_lora_rank", default=0, minimum=0),
         qk_nope_head_dim=_int(cfg, "qk_nope_head_dim", default=0, minimum=0),
@@ -205,12 +244,22 @@ def normalize(cfg: dict, name: str = "model") -> ModelSpec:
     for key, value in dims.items():
         if value > MAX_DIM:
             raise ConfigError(f"{key}={value} is larger than {MAX_DIM}; this does not look like a real model config")
+    if model_type in ("gpt2", "gpt_bigcode") and not spec.max_positions:
+        raise ConfigError(f"config is missing n_positions, the size of {model_type}'s learned position embeddings")
+    if model_type in CLASSIC:  # one switch for every bias: Falcon's "bias" (off by default), the others' use_bias
+        spec.attention_bias = spec.o_proj_bias = spec.mlp_bias = (
+            _bool(cfg, "bias", False) if model_type == "falcon" else _bool(cfg, "use_bias", True))
+    attn = Mixer("mla" if spec.kv_lora_rank else "attention", heads, kv_heads, head_dim,
+                 output_gate=_bool(cfg, "attn_output_gate", model_type in ("qwen3_next", "qwen3_5", "qwen3_5_moe")))
+    moe = Ffn("moe", spec.moe_intermediate_size, experts, spec.num_experts_per_tok,
+              spec.shared_expert_intermediate_size) if experts else None
+    spec.layers = derive(cfg, model_type, num_layers, hidden, attn, Ffn("dense", spec.intermediate_size), moe)
     if spec.is_mla and not (spec.qk_nope_head_dim and spec.qk_rope_head_dim and spec.v_head_dim):
         raise ConfigError("config has kv_lora_rank (MLA) but lacks qk_nope_head_dim, qk_rope_head_dim or v_head_dim")
     if spec.is_moe and spec.moe_intermediate_size < 1:
         raise ConfigError(f"config has {spec.num_experts} experts but moe_intermediate_size="
                           f"{spec.moe_intermediate_size}; it must be >= 1")
-    if spec.dense_layers and not spec.intermediate_size:
+    if any(layer.ffn.kind == "dense" and not layer.ffn.size for layer in spec.layers):
         raise ConfigError("config is missing intermediate_size, needed by its dense MLP layers")
     if spec.dtype not in DTYPE_BYTES:
         spec.notes.append(f"dtype {spec.dtype!r} is unknown; sized as 2 bytes per weight")

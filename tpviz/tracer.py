@@ -10,9 +10,10 @@ from contextlib import contextmanager
 import torch
 
 from tpviz.errors import TPSizeError
-from tpviz.plan import DT, PROBE, ParamPlan, build_plan
+from tpviz.arch import ATTENTION_KINDS
+from tpviz.plan import DT, PROBE, ParamPlan, build_plan, mixer_groups, state_plans
 from tpviz.rules import check_rules, check_tp
-from tpviz.shardmap import FAMILIES, ParamMap, Piece, RankInfo, ShardMap, TensorMap, _numel
+from tpviz.shardmap import FAMILIES, LayerGroup, ParamMap, Piece, RankInfo, ShardMap, TensorMap, _numel
 from tpviz.spec import ModelSpec
 
 _GENERIC = ("output_size=", "input_size=", "output_sizes[")
@@ -105,7 +106,11 @@ def trace_plan(plan: ParamPlan, tp_size: int) -> tuple[list[TensorMap], ParamMap
     """Trace one parameter on every rank: its tensor maps and its param map."""
     pieces = {src.name: [] for src in plan.sources}
     local_shapes, padding = [], []
-    tags = {src.name: tagged(src.shape, plan.tp_dim) for src in plan.sources}
+    dims = {src.name: plan.tp_dim if src.dim is None else src.dim for src in plan.sources}
+    tags = {}
+    for src in plan.sources:  # tagged along the split dim on disk, then as the model's load_weights prepares it
+        tag = tagged(src.shape, dims[src.name])
+        tags[src.name] = src.prepare(tag) if src.prepare else tag
     for rank in range(tp_size):
         _, param = build_rank(plan, tp_size, rank)
         covered = torch.zeros(param.size(plan.tp_dim), dtype=torch.bool)
@@ -120,26 +125,80 @@ def trace_plan(plan: ParamPlan, tp_size: int) -> tuple[list[TensorMap], ParamMap
         local_shapes.append(shape)
         padding.append(int((~covered).sum()))
     experts = list(range(plan.experts)) if plan.experts else None
-    tensors = [TensorMap(src.name, list(src.shape), plan.tp_dim if plan.split else None, plan.name, plan.layer_class,
-                         src.shard_id, plan.family, pieces[src.name], plan.layers, experts, plan.note)
+    tensors = [TensorMap(src.name, list(src.shape), dims[src.name] if plan.split else None, plan.name,
+                         plan.layer_class, src.shard_id, plan.family, pieces[src.name], plan.layers, experts, plan.note,
+                         [list(s) for s in src.sections])
                for src in plan.sources]
     param_map = ParamMap(plan.name, plan.layer_class, plan.family, plan.tp_dim if plan.split else None,
                          list(plan.shape), local_shapes, padding, [s.name for s in plan.sources], plan.count, plan.layers)
     return tensors, param_map
 
 
-def _kv_cache(spec: ModelSpec, tensors: list[TensorMap], rank: int) -> tuple[int, list[int]]:
-    """KV-cache bytes per token on this rank, and which global KV heads it holds, read off the k pieces."""
-    if spec.is_mla:  # the compressed latent and rope key are cached whole on every rank
-        return (spec.kv_lora_rank + spec.qk_rope_head_dim) * spec.num_hidden_layers * spec.dtype_bytes, []
-    d = spec.head_dim
-    k = next(t for t in tensors if t.layer_class == "QKVParallelLinear" and t.shard_id in ("k", None)
-             and t.name.endswith("weight"))
-    first = 0 if k.shard_id == "k" else spec.num_attention_heads * d  # fused qkv: k rows follow q
-    last = first + spec.num_key_value_heads * d
+def _kv_heads(tensors: list[TensorMap], layers: list[int], d: int, rank: int) -> list[int]:
+    """Which global KV heads a rank holds in one attention group, read off the loaded k rows."""
+    k = next(t for t in tensors if t.family == "qkv" and t.shard_id in ("k", None) and t.name.endswith("weight")
+             and t.layers == layers and t.split_dim is not None)
+    if k.shard_id == "k":
+        first, kv = 0, k.shape[k.split_dim] // d
+    else:  # fused: the k section as declared by the plan, in the order the loader saw it
+        sec = next((s for s in k.sections if s[0].startswith("k")), None)
+        return _fused_kv_heads(k, rank, d) if sec is None else _kv_in(k, rank, sec[1], sec[2], d)
+    return _kv_in(k, rank, first, first + kv * d, d)
+
+
+def _kv_in(k: TensorMap, rank: int, first: int, last: int, d: int) -> list[int]:
     rows = [(max(p.start, first), min(p.stop, last)) for p in k.rank_pieces(rank)]
-    heads = sorted({(row - first) // d for a, b in rows if a < b for row in range(a, b, d)})
-    return 2 * len(heads) * d * spec.num_hidden_layers * spec.dtype_bytes, heads
+    return sorted({(row - first) // d for a, b in rows if a < b for row in range(a, b, d)})
+
+
+def _fused_kv_heads(k: TensorMap, rank: int, d: int) -> list[int]:
+    """Per-head or per-group fused q/k/v: the KV head of every k row this rank holds (rows k of each block)."""
+    sec = k.sections[0]
+    block = sec[3]  # rows per head (NeoX: q,k,v of one head) or per KV group (Falcon: q..., k, v)
+    k_at = block - 2 * d if sec[4] == "KV group" else d  # where k begins inside a block
+    heads = set()
+    for p in k.rank_pieces(rank):
+        for row in range(p.start, p.stop, d):
+            if (row % block) // d == k_at // d:
+                heads.add(row // block)
+    return sorted(heads)
+
+
+def _caches(spec: ModelSpec, tensors: list[TensorMap], rank: int) -> tuple[int, list[dict], list[int]]:
+    """Per rank: KV bytes per token of unbounded layers, the windowed layers' entries, and the KV heads held."""
+    b, per_token, windowed, heads_seen = spec.dtype_bytes, 0, {}, None
+    for mixer, layers in mixer_groups(spec).items():
+        if mixer.kind == "mla":  # the compressed latent and rope key are cached whole on every rank
+            per_token += (spec.kv_lora_rank + spec.qk_rope_head_dim) * len(layers) * b
+            continue
+        if mixer.kind not in ATTENTION_KINDS:
+            continue
+        heads = _kv_heads(tensors, layers, mixer.head_dim, rank)
+        heads_seen = heads if heads_seen is None else heads_seen
+        layer_bytes = 2 * len(heads) * mixer.head_dim * b
+        for i in layers:
+            m = spec.layers[i].mixer
+            if m.kind == "attention":
+                per_token += layer_bytes
+            else:
+                key = (m.kind, m.window)
+                windowed[key] = windowed.get(key, 0) + layer_bytes
+    entries = [{"kind": kind, "window": w, "layers": sum(1 for l in spec.layers if (l.mixer.kind, l.mixer.window) == (kind, w)),
+                "bytes_per_token": v} for (kind, w), v in windowed.items()]
+    return per_token, entries, heads_seen or []
+
+
+def _state_bytes(spec: ModelSpec, tp_size: int, rank: int) -> int:
+    """Recurrent state per sequence on this rank, from the stateful layers' own state shapes."""
+    total = 0
+    for layers, build in state_plans(spec):
+        module = build(tp_size, rank)
+        total += sum(_numel(shape) for shape in module.state_shapes()) * len(layers) * spec.dtype_bytes
+    return total
+
+
+def layer_groups(spec: ModelSpec) -> list[LayerGroup]:
+    return [LayerGroup(layers, layer.mixer.to_dict(), layer.ffn.to_dict(), layer.label) for layer, layers in spec.groups()]
 
 
 @single_thread()
@@ -161,6 +220,7 @@ def trace(spec: ModelSpec, tp_size: int, rules: str = "vllm") -> ShardMap:
         by_family = {}
         for p in params:
             by_family[p.family] = by_family.get(p.family, 0) + _numel(p.local_shapes[rank]) * p.count * spec.dtype_bytes
-        kv_bytes, kv_heads = _kv_cache(spec, tensors, rank)
-        ranks.append(RankInfo(rank, sum(by_family.values()), by_family, kv_bytes, kv_heads))
-    return ShardMap(tp_size, rules, spec.to_dict(), tensors, params, ranks)
+        per_token, windowed, kv_heads = _caches(spec, tensors, rank)
+        ranks.append(RankInfo(rank, sum(by_family.values()), by_family, per_token, kv_heads, windowed,
+                              _state_bytes(spec, tp_size, rank)))
+    return ShardMap(tp_size, rules, spec.to_dict(), tensors, params, ranks, layer_groups(spec))

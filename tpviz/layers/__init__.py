@@ -2,9 +2,9 @@
 from tpviz.layers.embed import ParallelLMHead, VocabParallelEmbedding
 from tpviz.layers.linear import (ColumnParallelLinear, LinearBase, MergedColumnParallelLinear, QKVParallelLinear,
                                  ReplicatedLinear, RowParallelLinear, default_weight_loader, tp_group_active)
-from tpviz.layers.norm import RMSNorm
+from tpviz.layers.norm import LayerNorm, RMSNorm
 from tpviz.rules import divide
 
 __all__ = ["divide", "LinearBase", "ReplicatedLinear", "ColumnParallelLinear", "RowParallelLinear",
            "MergedColumnParallelLinear", "QKVParallelLinear", "VocabParallelEmbedding", "ParallelLMHead",
-           "RMSNorm", "default_weight_loader", "tp_group_active"]
+           "RMSNorm", "LayerNorm", "default_weight_loader", "tp_group_active"]

@@ -19,3 +19,18 @@ class RMSNorm(nn.Module):
         x = x.float()
         x = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps)
         return (x * self.weight.float()).to(dtype)
+
+
+class LayerNorm(nn.Module):
+    """Replicated LayerNorm with weight and bias (GPT-2, NeoX, BLOOM, Falcon, StarCoder)."""
+
+    def __init__(self, hidden_size: int, eps: float = 1e-5, dtype: torch.dtype | None = None):
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(hidden_size, dtype=dtype), requires_grad=False)
+        self.bias = nn.Parameter(torch.zeros(hidden_size, dtype=dtype), requires_grad=False)
+        self.weight.weight_loader = self.bias.weight_loader = default_weight_loader
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return nn.functional.layer_norm(x.float(), x.shape[-1:], self.weight.float(), self.bias.float(),
+                                        self.eps).to(x.dtype)

@@ -55,7 +55,7 @@ def live_config(spec: ModelSpec, raw: dict | None = None, layers: int | None = N
             raise LiveError(f"layers={layers!r} must be a positive integer")
         if layers < spec.num_hidden_layers:
             notes.append(f"shrunk to the first {layers} of {spec.num_hidden_layers} layers")
-            spec = replace(spec, num_hidden_layers=layers, moe_layers=[i for i in spec.moe_layers if i < layers])
+            spec = spec.first_layers(layers)
     cfg = LiveConfig(spec=spec, mlp_bias=spec.mlp_bias and spec.model_type not in MOE_FAMILIES,
                      sliding_window=window if isinstance(window, int) and window > 0 else None,
                      norm_topk_prob=spec.model_type == "mixtral" or bool(norm_topk), notes=notes)
@@ -150,8 +150,7 @@ def check_size(cfg: LiveConfig, layers: int | None = None) -> None:
     if limit is None or total <= limit:
         return
     n = cfg.spec.num_hidden_layers
-    one = replace(cfg, notes=[], spec=replace(cfg.spec, num_hidden_layers=1,
-                                              moe_layers=[i for i in cfg.spec.moe_layers if i < 1]))
+    one = replace(cfg, notes=[], spec=cfg.spec.first_layers(1))
     hint = ("keep fewer layers with --layers/Layers to keep" if n > 1 and param_count(one) <= limit
             else "even one layer is too big")
     raise LiveError(f"{cfg.spec.name} with {n} layer{'s' if n != 1 else ''} would be {total / 1e9:.1f}B "

@@ -1,0 +1,146 @@
+"""Non-attention mixers as vLLM 0.33 shards them: Gated DeltaNet, Mamba2 and LFM2's short convolution.
+
+Each class builds one rank's parameters with the loaders vLLM attaches (layers/mamba/*.py) and reports
+the recurrent state it holds per sequence (MambaStateShapeCalculator). Only the shapes and loaders are
+modelled: the live check does not run these mixers.
+"""
+import torch
+from torch import nn
+
+from tpviz.layers.linear import (ColumnParallelLinear, MergedColumnParallelLinear, RowParallelLinear, copy_checked)
+from tpviz.rules import check_tp, divide
+
+
+def sharded_loader(tp_rank: int):
+    """vLLM's sharded_weight_loader(0): rank r takes the r-th block of rows."""
+    def loader(param: nn.Parameter, loaded: torch.Tensor) -> None:
+        n = param.size(0)
+        copy_checked(param.data, loaded.narrow(0, tp_rank * n, n))
+    return loader
+
+
+def segmented_loader(segments: list[tuple[int, int, bool]], tp_size: int, tp_rank: int):
+    """vLLM's mamba_v2_sharded_weight_loader: the tensor is a run of segments (full size, extra rows added
+    by group replication, duplicate); each rank takes its chunk of every segment, in order. A duplicated
+    segment (n_groups = 1) gives every rank the whole of it."""
+    def loader(param: nn.Parameter, loaded: torch.Tensor) -> None:
+        boundary = loaded_boundary = 0
+        for full, extra, duplicate in segments:
+            shard = full // tp_size
+            skip = (0 if duplicate else tp_rank) * shard
+            take = min(shard, full - extra - skip)
+            start = loaded_boundary + skip
+            copy_checked(param.data[boundary:boundary + take], loaded[start:start + take])
+            boundary += shard
+            loaded_boundary += full - extra
+    return loader
+
+
+def _vector(size: int, tp_size: int, tp_rank: int, what: str) -> nn.Parameter:
+    p = nn.Parameter(torch.empty(divide(size, tp_size, what)), requires_grad=False)
+    p.weight_loader = sharded_loader(tp_rank)
+    return p
+
+
+def _conv(kernel: int, channels: int, tp_size: int, tp_rank: int, bias: bool, loader=None, sizes=None):
+    """A depthwise conv1d held as a column-parallel [channels/tp, 1, kernel] weight, as vLLM unsqueezes it."""
+    conv = (MergedColumnParallelLinear(kernel, sizes, tp_size, tp_rank, bias=bias) if sizes
+            else ColumnParallelLinear(kernel, channels, tp_size, tp_rank, bias=bias))
+    conv.weight.data = conv.weight.data.unsqueeze(1)
+    if loader:
+        conv.weight.weight_loader = loader
+        if bias:
+            conv.bias.weight_loader = loader
+    return conv
+
+
+class GatedDeltaNet(nn.Module):
+    """Qwen3-Next linear attention. in_proj_qkvz and in_proj_ba are stored interleaved per key-head group
+    ([q, k, v..., z...] of one key head, then the next), so a plain row split gives each rank whole
+    key-head groups; conv1d is stored flat [q | k | v] and each rank takes its chunk of each."""
+
+    def __init__(self, hidden_size: int, num_k_heads: int, num_v_heads: int, head_k_dim: int, head_v_dim: int,
+                 conv_kernel: int, tp_size: int, tp_rank: int, dtype: torch.dtype | None = None):
+        super().__init__()
+        check_tp(tp_size, tp_rank)
+        divide(num_k_heads, tp_size, "linear_num_key_heads")  # the interleaved groups are split whole
+        self.num_k_heads, self.num_v_heads, self.tp_size = num_k_heads, num_v_heads, tp_size
+        self.head_k_dim, self.head_v_dim, self.conv_kernel = head_k_dim, head_v_dim, conv_kernel
+        key_dim, value_dim = num_k_heads * head_k_dim, num_v_heads * head_v_dim
+        self.conv_dim = 2 * key_dim + value_dim
+        self.in_proj_qkvz = MergedColumnParallelLinear(hidden_size, [2 * key_dim + 2 * value_dim], tp_size, tp_rank,
+                                                       dtype=dtype)
+        self.in_proj_ba = MergedColumnParallelLinear(hidden_size, [2 * num_v_heads], tp_size, tp_rank, dtype=dtype)
+        self.conv1d = _conv(conv_kernel, self.conv_dim, tp_size, tp_rank, False,
+                            segmented_loader([(key_dim, 0, False)] * 2 + [(value_dim, 0, False)], tp_size, tp_rank))
+        self.A_log = _vector(num_v_heads, tp_size, tp_rank, "linear_num_value_heads")
+        self.dt_bias = _vector(num_v_heads, tp_size, tp_rank, "linear_num_value_heads")
+        self.norm = nn.Parameter(torch.ones(head_v_dim, dtype=dtype), requires_grad=False)  # per head: replicated
+        self.norm.weight_loader = lambda p, w: copy_checked(p.data, w)
+        self.out_proj = RowParallelLinear(value_dim, hidden_size, tp_size, tp_rank, dtype=dtype)
+
+    def state_shapes(self) -> list[tuple[int, ...]]:
+        """Conv state [conv_dim/tp, kernel-1] and recurrent state [v_heads/tp, head_v_dim, head_k_dim]."""
+        return [(self.conv_dim // self.tp_size, self.conv_kernel - 1),
+                (self.num_v_heads // self.tp_size, self.head_v_dim, self.head_k_dim)]
+
+
+class Mamba2Mixer(nn.Module):
+    """Mamba2 (Nemotron-H): in_proj = [z | x | B | C | dt]. When tp divides n_groups each part is cut by
+    rank; with one group (tp does not divide it) B and C are replicated so every rank keeps its heads' group."""
+
+    def __init__(self, hidden_size: int, num_heads: int, head_dim: int, n_groups: int, state_size: int,
+                 conv_kernel: int, tp_size: int, tp_rank: int, conv_bias: bool = True, bias: bool = False,
+                 dtype: torch.dtype | None = None):
+        super().__init__()
+        check_tp(tp_size, tp_rank)
+        divide(num_heads, tp_size, "mamba_num_heads")
+        if n_groups % tp_size and n_groups != 1:
+            divide(n_groups, tp_size, "n_groups")  # vLLM replicates a single group only
+        self.num_heads, self.head_dim, self.state_size, self.tp_size = num_heads, head_dim, state_size, tp_size
+        self.conv_kernel, inter = conv_kernel, num_heads * head_dim
+        groups = n_groups if n_groups % tp_size == 0 else tp_size  # replicated up to one group per rank
+        gs = groups * state_size
+        self.conv_dim = inter + 2 * gs
+        if n_groups % tp_size == 0:
+            self.in_proj = MergedColumnParallelLinear(hidden_size, [inter, inter, gs, gs, num_heads], tp_size, tp_rank,
+                                                      bias=bias, dtype=dtype)
+            self.conv1d = _conv(conv_kernel, self.conv_dim, tp_size, tp_rank, conv_bias, sizes=[inter, gs, gs])
+        else:
+            group = (gs, (groups - n_groups) * state_size, n_groups == 1)
+            segments = [(inter, 0, False), group, group]
+            self.in_proj = ColumnParallelLinear(hidden_size, inter + self.conv_dim + num_heads, tp_size, tp_rank,
+                                                bias=bias, dtype=dtype)
+            self.in_proj.weight.weight_loader = segmented_loader(
+                [(inter, 0, False)] + segments + [(num_heads, 0, False)], tp_size, tp_rank)
+            self.conv1d = _conv(conv_kernel, self.conv_dim, tp_size, tp_rank, conv_bias,
+                                segmented_loader(segments, tp_size, tp_rank))
+        self.A_log = _vector(num_heads, tp_size, tp_rank, "mamba_num_heads")
+        self.D = _vector(num_heads, tp_size, tp_rank, "mamba_num_heads")
+        self.dt_bias = _vector(num_heads, tp_size, tp_rank, "mamba_num_heads")
+        self.norm = _vector(inter, tp_size, tp_rank, "mamba_num_heads * mamba_head_dim")  # gated norm, per group
+        self.out_proj = RowParallelLinear(inter, hidden_size, tp_size, tp_rank, bias=bias, dtype=dtype)
+
+    def state_shapes(self) -> list[tuple[int, ...]]:
+        """Conv state [conv_dim/tp, kernel-1] and SSM state [heads/tp, head_dim, state_size]."""
+        return [(self.conv_dim // self.tp_size, self.conv_kernel - 1),
+                (self.num_heads // self.tp_size, self.head_dim, self.state_size)]
+
+
+class ShortConv(nn.Module):
+    """LFM2's gated short convolution: in_proj = [B | C | x] (merged column), a depthwise conv over the
+    hidden channels (column), out_proj (row)."""
+
+    def __init__(self, hidden_size: int, conv_kernel: int, tp_size: int, tp_rank: int, bias: bool = False,
+                 dtype: torch.dtype | None = None):
+        super().__init__()
+        check_tp(tp_size, tp_rank)
+        self.hidden_size, self.conv_kernel, self.tp_size = hidden_size, conv_kernel, tp_size
+        self.in_proj = MergedColumnParallelLinear(hidden_size, [hidden_size] * 3, tp_size, tp_rank, bias=bias,
+                                                  dtype=dtype)
+        self.conv = _conv(conv_kernel, hidden_size, tp_size, tp_rank, bias)
+        self.out_proj = RowParallelLinear(hidden_size, hidden_size, tp_size, tp_rank, bias=bias, dtype=dtype)
+
+    def state_shapes(self) -> list[tuple[int, ...]]:
+        """Conv state [hidden/tp, kernel-1]."""
+        return [(divide(self.hidden_size, self.tp_size, "hidden_size"), self.conv_kernel - 1)]

@@ -1,0 +1,61 @@
+"""Which layer class holds each checkpoint tensor of an architecture, as data the tracer executes.
+
+The plan walks the model's layer groups: every distinct mixer (by the dims that decide its tensors)
+and every distinct FFN is planned once, for the layers that share it. Everything that needs "which
+tensors does this architecture have" (the tracer, the checkpoint comparison) reads the plan.
+"""
+from tpviz.arch import Ffn, Mixer
+from tpviz.plan import attention, ffn, ssm
+from tpviz.plan.classic import CLASSIC_NAMES, extra_globals, falcon_names
+from tpviz.plan.core import DT, PROBE, ParamPlan, Source, embed, norm
+from tpviz.plan.names import ARCH_NAMES, LLAMA, Names
+from tpviz.plan.ssm import state_plans
+from tpviz.spec import ModelSpec
+
+MIXERS = {"attention": attention.attention, "mla": attention.mla, "gated_deltanet": ssm.gated_deltanet,
+          "mamba2": ssm.mamba2, "short_conv": ssm.short_conv}
+FFNS = {"dense": ffn.dense, "moe": ffn.moe}
+
+
+def arch_names(spec: ModelSpec) -> Names:
+    """The checkpoint names of this architecture (Llama's for unknown ones)."""
+    if spec.model_type == "falcon":
+        return falcon_names(spec.variant, spec.num_key_value_heads)
+    return ARCH_NAMES.get(spec.model_type) or CLASSIC_NAMES.get(spec.model_type) or LLAMA
+
+
+def _by_key(spec: ModelSpec, key) -> dict:
+    groups: dict = {}
+    for i, layer in enumerate(spec.layers):
+        groups.setdefault(key(layer), []).append(i)
+    return groups
+
+
+def mixer_groups(spec: ModelSpec) -> dict[Mixer, list[int]]:
+    """Layers whose mixers hold the same tensors (a sliding and a full attention layer do)."""
+    return _by_key(spec, lambda layer: layer.mixer.weights)
+
+
+def ffn_groups(spec: ModelSpec) -> dict[Ffn, list[int]]:
+    return _by_key(spec, lambda layer: layer.ffn.__class__(layer.ffn.kind, layer.ffn.size, layer.ffn.experts, 0,
+                                                           layer.ffn.shared))
+
+
+def build_plan(spec: ModelSpec, rules: str = "vllm") -> list[ParamPlan]:
+    """Every local parameter of the model, with the checkpoint tensors each one loads."""
+    names = arch_names(spec)
+    hidden, p, nb = spec.hidden_size, names.layer, names.norm_bias
+    plans = embed(spec, names, rules) + norm(names.final_norm, hidden, bias=nb) + extra_globals(spec, names)
+    every = list(range(spec.num_hidden_layers))
+    plans += [pl for n in names.block_norms for pl in norm(f"{p}{n}", hidden, every, bias=nb)]
+    with_mixer = [i for i, layer in enumerate(spec.layers) if layer.mixer.kind != "none"]
+    with_ffn = [i for i, layer in enumerate(spec.layers) if layer.ffn.kind != "none"]
+    for names_, layers in ((names.mixer_norms, with_mixer), (names.ffn_norms, with_ffn)):
+        plans += [pl for n in names_ if layers for pl in norm(f"{p}{n}", hidden, layers, bias=nb)]
+    for mixer, layers in mixer_groups(spec).items():
+        if mixer.kind != "none":
+            plans += MIXERS[mixer.kind](spec, names, rules, mixer, layers)
+    for f, layers in ffn_groups(spec).items():
+        if f.kind != "none":
+            plans += FFNS[f.kind](spec, names, f, layers)
+    return plans

@@ -1,0 +1,110 @@
+"""Attention mixers: q/k/v (separate, or fused on disk in one of three orders), o_proj, MLA."""
+import torch
+
+from tpviz.arch import Mixer
+from tpviz.layers import ColumnParallelLinear, QKVParallelLinear
+from tpviz.plan.core import DT, PROBE, ParamPlan, Source, column, norm, param, replicated, row
+from tpviz.plan.names import Names
+from tpviz.spec import ModelSpec
+
+
+def per_head(h: int, kv: int, d: int):
+    """GPT-NeoX / BLOOM store query_key_value per head as [h, (q, k, v), d]; load_weights regroups it to
+    [q all heads | k | v] before the weight_loader, so each rank's rows come from every third head block."""
+    def prepare(x: torch.Tensor) -> torch.Tensor:
+        return x.reshape(h, 3, d, -1).transpose(0, 1).reshape((3 * h * d,) + x.shape[1:])
+    return prepare
+
+
+def per_kv_group(h: int, kv: int, d: int):
+    """Falcon's new decoder architecture stores query_key_value per KV group as [kv, (q per kv, k, v), d]."""
+    def prepare(x: torch.Tensor) -> torch.Tensor:
+        g = x.reshape(kv, h // kv + 2, d, -1)
+        q, k, v = g[:, :-2], g[:, -2:-1], g[:, -1:]
+        return torch.cat([t.reshape((-1,) + x.shape[1:]) for t in (q, k, v)])
+    return prepare
+
+
+ORDERS = {"per_head": per_head, "per_kv_group": per_kv_group}
+
+
+def qkv_sections(order: str, h: int, kv: int, d: int, qd: int, bias: str) -> list:
+    """The labelled parts of a fused q/k/v tensor as it lies on disk."""
+    if order in ("per_head", "per_head_plain"):
+        return [[f"q/k/v{bias} per head", 0, 3 * h * d, 3 * d, "head"]]
+    if order == "per_kv_group":
+        return [[f"q/k/v{bias} per KV group", 0, (h + 2 * kv) * d, (h // kv + 2) * d, "KV group"]]
+    return [[f"q{bias}", 0, h * qd, qd, "q head"], [f"k{bias}", h * qd, h * qd + kv * d, d, "KV head"],
+            [f"v{bias}", h * qd + kv * d, h * qd + 2 * kv * d, d, "KV head"]]
+
+
+def qkv(spec: ModelSpec, names: Names, rules: str, m: Mixer, layers, bias: bool) -> list[ParamPlan]:
+    """q, k and v of one attention group; with an output gate (Qwen3-Next) each q head is [q | gate]."""
+    h, kv, d, hidden = m.heads, m.kv_heads, m.head_dim, spec.hidden_size
+    qh = h * (2 if m.output_gate else 1)  # vLLM builds the gated q as twice the heads
+    qd = d * (2 if m.output_gate else 1)  # rows per real q head
+    p = f"{names.layer}{names.attn}"
+    plans = []
+    plain = names.qkv_order == "per_head_plain"  # Transformers backend (GPT-NeoX): a plain row split, no reorder
+    for suffix in ("weight", "bias") if bias else ("weight",):
+        def build(tp, r, s=suffix):
+            mod = (ColumnParallelLinear(PROBE, 3 * h * d, tp, r, bias=bias, dtype=DT) if plain else
+                   QKVParallelLinear(PROBE, d, qh, kv, tp, r, bias=bias, rules=rules, dtype=DT))
+            return mod, getattr(mod, s)
+        tail = (hidden,) if suffix == "weight" else ()
+        rows = (qh + 2 * kv) * d
+        b = " bias" if suffix == "bias" else ""
+        if names.qkv_fused:
+            order = names.qkv_order
+            sec = qkv_sections(order, h, kv, d, qd, b)
+            prepare = ORDERS[order](h, kv, d) if order in ORDERS else None
+            if names.conv1d and suffix == "weight":  # stored [hidden, 3*hidden]: transpose, then load
+                sources = [Source(f"{p}{names.qkv_fused}.{suffix}", tail + (rows,), None, dim=1, prepare=torch.t,
+                                  sections=sec)]
+            else:
+                sources = [Source(f"{p}{names.qkv_fused}.{suffix}", (rows,) + tail, None, prepare=prepare, sections=sec)]
+        else:
+            sources = [Source(f"{p}{n}.{suffix}", ((h * qd if sid == "q" else kv * d),) + tail, sid,
+                              sections=[s for s in qkv_sections("qkv", h, kv, d, qd, b) if s[0][0] == sid])
+                       for sid, n in zip("qkv", (names.q, names.k, names.v))]
+            for src in sources:  # sections of a separate tensor start at its own row 0
+                src.sections = [[lab, 0, b_ - a, hs, w] for lab, a, b_, hs, w in src.sections]
+        param_name = f"{p}{names.qkv_fused or 'qkv_proj'}.{suffix}"
+        plans.append(param(param_name, "qkv", build, (rows,) + tail, sources, layers=layers, heads=h))
+    return plans
+
+
+def attention(spec: ModelSpec, names: Names, rules: str, m: Mixer, layers) -> list[ParamPlan]:
+    """A softmax-attention mixer: q/k/v, optional q/k norms, o_proj, gpt-oss sinks."""
+    p = f"{names.layer}{names.attn}"
+    plans = qkv(spec, names, rules, m, layers, spec.attention_bias)
+    if spec.qk_norm:
+        plans += [pl for n in (names.q_norm, names.k_norm) for pl in norm(f"{p}{n}", m.head_dim, layers)]
+    plans += row(f"{p}{names.o}", m.heads * m.head_dim, spec.hidden_size, "o_proj", layers, spec.o_proj_bias,
+                 ("num_attention_heads", m.heads), disk_t=names.conv1d)
+    if spec.model_type == "gpt_oss":  # one attention-sink logit per head, split with the heads
+        sink = column(f"{p}sinks", PROBE, m.heads, "qkv", layers, True, ("num_attention_heads", m.heads))[1]
+        sink.name = sink.sources[0].name = f"{p}sinks"
+        plans.append(sink)
+    return plans
+
+
+def mla(spec: ModelSpec, names: Names, rules: str, m: Mixer, layers) -> list[ParamPlan]:
+    """DeepSeek multi-head latent attention: the latent down-projections are replicated, the per-head
+    up-projections column-split, o_proj row-split (as vLLM does)."""
+    p, hidden, h = f"{names.layer}{names.attn}", spec.hidden_size, m.heads
+    qk, heads = spec.qk_nope_head_dim + spec.qk_rope_head_dim, ("num_attention_heads", h)
+    plans = []
+    if spec.q_lora_rank:
+        plans += [replicated(f"{p}q_a_proj.weight", spec.q_lora_rank, hidden, layers),
+                  *norm(f"{p}q_a_layernorm", spec.q_lora_rank, layers)]
+        plans += column(f"{p}q_b_proj", spec.q_lora_rank, h * qk, "qkv", layers, False, heads, heads=h)
+    else:
+        plans += column(f"{p}q_proj", hidden, h * qk, "qkv", layers, False, heads, heads=h)
+    plans += [replicated(f"{p}kv_a_proj_with_mqa.weight", spec.kv_lora_rank + spec.qk_rope_head_dim, hidden, layers,
+                         note="MLA latent: every rank computes and caches the compressed KV"),
+              *norm(f"{p}kv_a_layernorm", spec.kv_lora_rank, layers)]
+    plans += column(f"{p}kv_b_proj", spec.kv_lora_rank, h * (spec.qk_nope_head_dim + spec.v_head_dim), "qkv",
+                    layers, False, heads, heads=h)
+    plans += row(f"{p}o_proj", h * spec.v_head_dim, hidden, "o_proj", layers, False, heads, heads=h)
+    return plans

@@ -1,0 +1,153 @@
+"""The plan's data model and the builders every architecture shares.
+
+A ParamPlan says how to build one rank's layer (at probe size) and which checkpoint tensors its
+weight_loader receives. Checkpoint names follow each architecture's Hugging Face layout.
+"""
+from dataclasses import dataclass, field
+from typing import Callable
+
+import torch
+
+from tpviz.layers import (ColumnParallelLinear, LayerNorm, MergedColumnParallelLinear, ParallelLMHead, ReplicatedLinear,
+                          RMSNorm, RowParallelLinear, VocabParallelEmbedding)
+from tpviz.rules import divide
+
+PROBE = 1  # size kept for the dimension that is not split: cost follows tensors x tp, not parameters
+DT = torch.float64  # exact integer tags up to 2**53
+
+
+@dataclass
+class Source:
+    """One checkpoint tensor fed to a weight_loader.
+
+    dim is the split dim on disk when it differs from the parameter's (GPT-2's Conv1D weights are stored
+    transposed); prepare is what the model's load_weights does to the tensor before the weight_loader
+    (a transpose, GPT-NeoX's per-head q/k/v reorder). sections name the tensor's parts along dim.
+    """
+    name: str
+    shape: tuple
+    shard_id: str | int | None = None
+    split: bool = True  # False: every rank receives it whole
+    dim: int | None = None
+    prepare: Callable[[torch.Tensor], torch.Tensor] | None = None
+    sections: list = field(default_factory=list)  # [label, start, stop, head_size or 0, head word]
+
+
+@dataclass
+class ParamPlan:
+    """One local parameter: how to build it on a rank, and which checkpoint tensors load into it."""
+    name: str
+    family: str
+    build: Callable[[int, int], tuple]  # (tp_size, tp_rank) -> (module, param)
+    shape: tuple  # full logical shape; the traced dim's local size comes from the built param
+    tp_dim: int  # the dim that is traced (split dim, or 0 for replicated params)
+    sources: list[Source]
+    layers: list[int] | None = None
+    experts: int = 0
+    quantity: tuple | None = None  # (config key, value) named when tp does not divide it
+    note: str = ""
+    layer_class: str = ""
+    split: bool = True
+
+    @property
+    def count(self) -> int:
+        """How many copies of this parameter the model has (layers x experts)."""
+        return (len(self.layers) if self.layers is not None else 1) * max(self.experts, 1)
+
+
+def class_name(build) -> str:
+    module, _ = build(1, 0)
+    return type(module).__name__
+
+
+def param(name, family, build, shape, sources, tp_dim=0, heads=0, **kw) -> ParamPlan:
+    """A ParamPlan whose layer class is read off the module it builds."""
+    if heads:  # layers that split h*size as a whole must still not cut a head in two
+        build = (lambda b: lambda tp, r: (divide(heads, tp, "num_attention_heads"), b(tp, r))[1])(build)
+    plan = ParamPlan(name, family, build, tuple(shape), tp_dim, sources, **kw)
+    plan.layer_class = class_name(build)
+    plan.split = all(src.split for src in sources)
+    return plan
+
+
+def norm(prefix, size, layers=None, bias=False) -> list[ParamPlan]:
+    """A replicated norm: RMSNorm, or LayerNorm with weight and bias."""
+    out = []
+    for suffix in ("weight", "bias") if bias else ("weight",):
+        name = f"{prefix}.{suffix}"
+        build = (lambda s: lambda tp, r: (lambda m: (m, getattr(m, s)))(
+            (LayerNorm if bias else RMSNorm)(size, dtype=DT)))(suffix)
+        out.append(param(name, "replicated", build, (size,), [Source(name, (size,), split=False)], layers=layers))
+    return out
+
+
+def replicated(name, out, inp, layers=None, experts=0, note="", bias=False) -> ParamPlan:
+    def build(tp, r):
+        m = ReplicatedLinear(PROBE, out, bias=bias, dtype=DT)
+        return m, (m.bias if bias else m.weight)
+    shape = (out,) if bias else (out, inp)
+    return param(name, "replicated", build, shape, [Source(name, shape, split=False)], layers=layers,
+                 experts=experts, note=note)
+
+
+def row(prefix, inp, out, family, layers, bias, quantity, experts=0, note="", heads=0, disk_t=False) -> list[ParamPlan]:
+    """A row-parallel weight (and its bias, held whole); disk_t: stored transposed ([in, out], Conv1D)."""
+    w = f"{prefix}.weight"
+    build = lambda tp, r: (lambda m: (m, m.weight))(RowParallelLinear(inp, PROBE, tp, r, dtype=DT))
+    src = Source(w, (inp, out), dim=0, prepare=torch.t) if disk_t else Source(w, (out, inp))
+    plans = [param(w, family, build, (out, inp), [src], tp_dim=1, layers=layers,
+                   experts=experts, quantity=quantity, note=note, heads=heads)]
+    if bias:  # input_size=tp keeps the (irrelevant) weight tiny while the bias is real size
+        b = f"{prefix}.bias"
+        bb = lambda tp, r: (lambda m: (m, m.bias))(RowParallelLinear(tp, out, tp, r, bias=True, dtype=DT))
+        plans.append(param(b, "replicated", bb, (out,), [Source(b, (out,), split=False)], layers=layers,
+                           experts=experts, note="row-parallel bias: every rank holds it, only rank 0 adds it"))
+    return plans
+
+
+def column(prefix, inp, out, family, layers, bias, quantity, experts=0, note="", heads=0,
+           disk_t=False) -> list[ParamPlan]:
+    """A column-parallel weight (and bias); disk_t: the weight is stored transposed ([in, out], Conv1D)."""
+    plans = []
+    for suffix, shape in (("weight", (out, inp)),) + ((("bias", (out,)),) if bias else ()):
+        name = f"{prefix}.{suffix}"
+        build = lambda tp, r, s=suffix: (lambda m: (m, getattr(m, s)))(
+            ColumnParallelLinear(PROBE, out, tp, r, bias=bias, dtype=DT))
+        src = Source(name, (inp, out), dim=1, prepare=torch.t) if disk_t and suffix == "weight" else Source(name, shape)
+        plans.append(param(name, family, build, shape, [src], layers=layers, experts=experts,
+                           quantity=quantity, note=note, heads=heads))
+    return plans
+
+
+def merged(name, parts, fused, inp, sizes, family, layers, quantity, experts=0, bias=False, note="",
+           labels=("gate", "up")) -> list[ParamPlan]:
+    """gate_up_proj (or any merged column table): parts are the separate checkpoint tensors, fused the on-disk one."""
+    plans = []
+    for suffix in ("weight", "bias") if bias else ("weight",):
+        def build(tp, r, s=suffix):
+            m = MergedColumnParallelLinear(PROBE, sizes, tp, r, bias=bias, dtype=DT)
+            return m, getattr(m, s)
+        tail = (inp,) if suffix == "weight" else ()
+        if fused:
+            starts = [sum(sizes[:i]) for i in range(len(sizes) + 1)]
+            secs = [[lab, a, b, 0, ""] for lab, a, b in zip(labels, starts, starts[1:])]
+            sources = [Source(f"{fused}.{suffix}", (sum(sizes),) + tail, None, sections=secs)]
+        else:
+            sources = [Source(f"{p}.{suffix}", (n,) + tail, i) for i, (p, n) in enumerate(zip(parts, sizes))]
+        plans.append(param(f"{name}.{suffix}", family, build, (sum(sizes),) + tail, sources, layers=layers,
+                           experts=experts, quantity=quantity, note=note))
+    return plans
+
+
+def embed(spec, names, rules: str) -> list[ParamPlan]:
+    """embed_tokens and lm_head: vocab-parallel (lm_head absent when tied)."""
+    v, hidden = spec.vocab_size, spec.hidden_size
+    plans = []
+    for name, cls, family in ((names.embed, VocabParallelEmbedding, "embed"), (names.lm_head, ParallelLMHead, "lm_head")):
+        if family == "lm_head" and spec.tie_word_embeddings:
+            continue
+        build = lambda tp, r, c=cls: (lambda m: (m, m.weight))(c(v, PROBE, tp, r, rules=rules, dtype=DT))
+        note = "tied: lm_head reuses this matrix" if spec.tie_word_embeddings and family == "embed" else ""
+        plans.append(param(name, family, build, (v, hidden), [Source(name, (v, hidden))], note=note,
+                           quantity=("vocab_size", v)))
+    return plans

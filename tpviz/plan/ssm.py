@@ -1,0 +1,97 @@
+"""Plans of the non-attention mixers: which checkpoint tensors each loads, and the state it keeps."""
+from tpviz.arch import STATEFUL, Mixer
+from tpviz.layers.ssm import GatedDeltaNet, Mamba2Mixer, ShortConv
+from tpviz.plan.core import DT, PROBE, ParamPlan, Source, param
+from tpviz.plan.names import Names
+
+FAMILY = {"gated_deltanet": "linear_attn", "mamba2": "mamba", "short_conv": "conv"}
+
+
+def build_mixer(spec, m: Mixer, tp: int, r: int, kernel: int = PROBE):
+    """One rank's mixer module; tensors are traced at probe width (hidden and kernel) to stay cheap."""
+    hidden = PROBE if kernel == PROBE else spec.hidden_size
+    if m.kind == "gated_deltanet":
+        return GatedDeltaNet(hidden, m.groups, m.heads, m.key_dim, m.head_dim, kernel, tp, r, dtype=DT)
+    if m.kind == "mamba2":
+        return Mamba2Mixer(hidden, m.heads, m.head_dim, m.groups, m.state, kernel, tp, r,
+                           conv_bias=spec.conv_bias, bias=spec.mlp_bias, dtype=DT)
+    return ShortConv(hidden, kernel, tp, r, bias=spec.conv_bias, dtype=DT)
+
+
+def _plans(spec, m: Mixer, layers, prefix: str, tensors: list) -> list[ParamPlan]:
+    """tensors: (checkpoint suffix, attribute path, full shape, split dim, sections, quantity)."""
+    out = []
+    for suffix, attr, shape, dim, secs, quantity in tensors:
+        def build(tp, r, a=attr):
+            mod = build_mixer(spec, m, tp, r)
+            obj = mod
+            for part in a.split("."):
+                obj = getattr(obj, part)
+            return mod, obj
+        name = f"{prefix}{suffix}"
+        src = Source(name, shape, None, split=dim is not None, sections=secs)
+        plan = param(name, FAMILY[m.kind], build, shape, [src], tp_dim=dim or 0, layers=layers, quantity=quantity)
+        out.append(plan)
+    return out
+
+
+def gated_deltanet(spec, names: Names, rules: str, m: Mixer, layers) -> list[ParamPlan]:
+    nk, nv, dk, dv = m.groups, m.heads, m.key_dim, m.head_dim
+    per = nv // nk  # value heads per key head
+    kd, vd = nk * dk, nv * dv
+    group = 2 * dk + 2 * per * dv
+    heads = ("linear_num_value_heads", nv)
+    return _plans(spec, m, layers, f"{names.layer}{names.linear_attn}", [
+        ("in_proj_qkvz.weight", "in_proj_qkvz.weight", (nk * group, PROBE), 0,
+         [["q|k|v|z per key-head group", 0, nk * group, group, "key-head group"]], ("linear_num_key_heads", nk)),
+        ("in_proj_ba.weight", "in_proj_ba.weight", (2 * nv, PROBE), 0,
+         [["b|a per key-head group", 0, 2 * nv, 2 * per, "key-head group"]], ("linear_num_key_heads", nk)),
+        ("conv1d.weight", "conv1d.weight", (2 * kd + vd, 1, PROBE), 0,
+         [["q", 0, kd, dk, "key head"], ["k", kd, 2 * kd, dk, "key head"], ["v", 2 * kd, 2 * kd + vd, dv, "value head"]],
+         ("linear_num_key_heads", nk)),
+        ("A_log", "A_log", (nv,), 0, [], heads),
+        ("dt_bias", "dt_bias", (nv,), 0, [], heads),
+        ("norm.weight", "norm", (dv,), None, [], None),
+        ("out_proj.weight", "out_proj.weight", (PROBE, vd), 1, [["value heads", 0, vd, dv, "value head"]], heads),
+    ])
+
+
+def mamba2(spec, names: Names, rules: str, m: Mixer, layers) -> list[ParamPlan]:
+    h, d, g, n = m.heads, m.head_dim, m.groups, m.state
+    inter, gs = h * d, g * n
+    heads = ("mamba_num_heads", h)
+    secs = [["z", 0, inter, d, "head"], ["x", inter, 2 * inter, d, "head"], ["B", 2 * inter, 2 * inter + gs, n, "group"],
+            ["C", 2 * inter + gs, 2 * inter + 2 * gs, n, "group"], ["dt", 2 * inter + 2 * gs, 2 * inter + 2 * gs + h, 1, "head"]]
+    conv_secs = [["x", 0, inter, d, "head"], ["B", inter, inter + gs, n, "group"], ["C", inter + gs, inter + 2 * gs, n, "group"]]
+    tensors = [("in_proj.weight", "in_proj.weight", (2 * inter + 2 * gs + h, PROBE), 0, secs, heads),
+               ("conv1d.weight", "conv1d.weight", (inter + 2 * gs, 1, PROBE), 0, conv_secs, heads)]
+    if spec.conv_bias:
+        tensors.append(("conv1d.bias", "conv1d.bias", (inter + 2 * gs,), 0, conv_secs, heads))
+    tensors += [("A_log", "A_log", (h,), 0, [], heads), ("D", "D", (h,), 0, [], heads),
+                ("dt_bias", "dt_bias", (h,), 0, [], heads),
+                ("norm.weight", "norm", (inter,), 0, [["heads", 0, inter, d, "head"]], heads),
+                ("out_proj.weight", "out_proj.weight", (PROBE, inter), 1, [["heads", 0, inter, d, "head"]], heads)]
+    return _plans(spec, m, layers, f"{names.layer}{names.mamba}", tensors)
+
+
+def short_conv(spec, names: Names, rules: str, m: Mixer, layers) -> list[ParamPlan]:
+    h = spec.hidden_size
+    q = ("hidden_size", h)
+    tensors = [("in_proj.weight", "in_proj.weight", (3 * h, PROBE), 0,
+                [["B", 0, h, 0, ""], ["C", h, 2 * h, 0, ""], ["x", 2 * h, 3 * h, 0, ""]], q),
+               ("conv.weight", "conv.weight", (h, 1, PROBE), 0, [], q),
+               ("out_proj.weight", "out_proj.weight", (PROBE, h), 1, [], q)]
+    if spec.conv_bias:
+        tensors[1:1] = [("in_proj.bias", "in_proj.bias", (3 * h,), 0, [], q)]
+        tensors += [("conv.bias", "conv.bias", (h,), 0, [], q), ("out_proj.bias", "out_proj.bias", (h,), None, [], q)]
+    return _plans(spec, m, layers, f"{names.layer}{names.conv}", tensors)
+
+
+def state_plans(spec) -> list[tuple[list[int], object]]:
+    """(layers, build(tp, rank) -> module with state_shapes()) for every stateful mixer group."""
+    groups: dict = {}
+    for i, layer in enumerate(spec.layers):
+        if layer.mixer.kind in STATEFUL:
+            groups.setdefault(layer.mixer, []).append(i)
+    return [(layers, (lambda m: lambda tp, r: build_mixer(spec, m, tp, r, m.conv_kernel))(m))
+            for m, layers in groups.items()]

@@ -1,0 +1,236 @@
+"""Config readers: each turns one source of per-layer information into the list of LayerSpecs.
+
+The readers follow the HF configs as vLLM 0.33 reads them (models/<arch>.py); an unknown combination
+is refused with one line naming the field.
+"""
+from dataclasses import replace
+
+from tpviz.arch import Ffn, LayerSpec, Mixer, index_list, layer_list, per_layer
+from tpviz.errors import ConfigError
+
+LAYER_TYPES = {"full_attention": "attention", "attention": "attention", "sliding_attention": "sliding_attention",
+               "chunked_attention": "chunked_attention", "linear_attention": "gated_deltanet",
+               "conv": "short_conv", "mamba": "mamba2"}
+# mixers tpviz does not model, by the config field that reveals them: refused, never drawn as attention
+UNMODELLED = {"jamba": "Mamba1 layers (Jamba)", "minimax": "lightning attention (MiniMax)",
+              "minimax_m1": "lightning attention (MiniMax)", "minimax_text_01": "lightning attention (MiniMax)",
+              "kimi_linear": "Kimi Delta Attention (Kimi-Linear)", "falcon_h1": "parallel Mamba2 + attention layers (Falcon-H1)",
+              "mamba": "Mamba1 layers", "mamba2": "a pure Mamba2 model without attention config",
+              "bamba": "Mamba2 layers (Bamba)", "zamba2": "Mamba2 + shared attention blocks (Zamba2)",
+              "rwkv": "RWKV time mixing", "recurrent_gemma": "RG-LRU recurrent layers (RecurrentGemma)"}
+HYBRID_HINTS = ("ssm_cfg", "mamba_d_state", "mamba_expand", "ssm_state_size", "attn_type_list", "attn_layer_period",
+                "linear_attn_config", "conv_L_cache", "linear_num_key_heads", "hybrid_override_pattern", "block_configs",
+                "layer_types", "mamba_num_heads")
+
+
+def _mixers(cfg: dict, model_type: str, n: int, attn: Mixer) -> list[Mixer]:
+    """Each layer's mixer: full attention unless a per-layer field says otherwise."""
+    window = cfg.get("sliding_window") if isinstance(cfg.get("sliding_window"), int) else 0
+    sliding = replace(attn, kind="sliding_attention", window=window) if window else None
+    kinds = layer_list(cfg, "layer_types", n, LAYER_TYPES)
+    if kinds is None and isinstance(cfg.get("full_attention_interval"), int) and cfg["full_attention_interval"] > 0:
+        k = cfg["full_attention_interval"]  # Qwen3-Next: every k-th layer is full attention, the rest linear
+        kinds = ["attention" if (i + 1) % k == 0 else "gated_deltanet" for i in range(n)]
+    if kinds is None and (full := index_list(cfg, "full_attn_idxs", n)) is not None:  # LFM2
+        kinds = ["attention" if i in full else "short_conv" for i in range(n)]
+    if model_type == "gpt_oss" and sliding:  # vLLM ignores layer_types here: every even layer is sliding
+        kinds = ["sliding_attention" if i % 2 == 0 else "attention" for i in range(n)]
+    if kinds is None and sliding and model_type in ("gemma2", "gemma3", "gemma3_text", "cohere2"):
+        every = cfg.get("sliding_window_pattern") or (2 if model_type == "gemma2" else 6)
+        if not isinstance(every, int) or every < 1:
+            raise ConfigError(f"sliding_window_pattern={every!r} must be a positive integer")
+        kinds = ["attention" if (i + 1) % every == 0 else "sliding_attention" for i in range(n)]
+    if kinds is None:
+        uses_window = sliding and (cfg.get("use_sliding_window", model_type in ("mistral", "mixtral", "starcoder2")))
+        kinds = ["sliding_attention" if uses_window else "attention"] * n
+    if model_type == "qwen2" or (model_type.startswith("qwen") and cfg.get("use_sliding_window") is False):
+        kinds = ["attention" if k == "sliding_attention" else k for k in kinds]  # Qwen: windows only if enabled
+    chunk = cfg.get("attention_chunk_size")
+    no_rope = cfg.get("no_rope_layers")
+    mixers = []
+    for i, kind in enumerate(kinds):
+        if kind == "sliding_attention":
+            if not sliding:
+                raise ConfigError("layer_types has sliding_attention layers but sliding_window is not set")
+            m = sliding
+        elif kind == "attention":
+            m = attn
+            if isinstance(chunk, int) and chunk > 0:  # Llama-4: RoPE layers attend within chunks, NoPE layers fully
+                m = replace(attn, kind="chunked_attention", window=chunk)
+            if isinstance(no_rope, list) and len(no_rope) == n and not no_rope[i]:
+                m = replace(attn, rope=False)
+        else:
+            m = _linear_mixer(cfg, kind)
+        mixers.append(m)
+    if isinstance(no_rope, list) and len(no_rope) != n:
+        raise ConfigError(f"no_rope_layers has {len(no_rope)} entries but num_hidden_layers={n}")
+    return mixers
+
+
+def _int(cfg: dict, key: str, default=None) -> int:
+    value = cfg.get(key, default)
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ConfigError(f"{key}={value!r} must be an integer >= 1" if value is not None else f"config is missing {key}")
+    if value > 1 << 20:
+        raise ConfigError(f"{key}={value} is larger than {1 << 20}; this does not look like a real model config")
+    return value
+
+
+def _linear_mixer(cfg: dict, kind: str) -> Mixer:
+    if kind == "gated_deltanet":
+        return Mixer(kind, heads=_int(cfg, "linear_num_value_heads"), head_dim=_int(cfg, "linear_value_head_dim"),
+                     groups=_int(cfg, "linear_num_key_heads"), key_dim=_int(cfg, "linear_key_head_dim"),
+                     conv_kernel=_int(cfg, "linear_conv_kernel_dim", 4))
+    if kind == "mamba2":
+        return Mixer(kind, heads=_int(cfg, "mamba_num_heads"), head_dim=_int(cfg, "mamba_head_dim"),
+                     groups=_int(cfg, "n_groups", 1), state=_int(cfg, "ssm_state_size"),
+                     conv_kernel=_int(cfg, "conv_kernel", 4))
+    if kind == "short_conv":
+        return Mixer(kind, conv_kernel=_int(cfg, "conv_L_cache", 3))
+    raise ConfigError(f"layer kind {kind!r} is not one tpviz models")
+
+
+def _moe_layers(cfg: dict, n: int, experts: int) -> list[bool]:
+    """Which layers carry experts: DeepSeek's first_k_dense_replace and moe_layer_freq, Qwen-MoE's
+    decoder_sparse_step and mlp_only_layers, Llama-4's interleave_moe_layer_step / moe_layers."""
+    if not experts:
+        return [False] * n
+    if (listed := index_list(cfg, "moe_layers", n)) is not None:
+        return [i in listed for i in range(n)]
+    first = cfg.get("first_k_dense_replace") or 0
+    freq = _int(cfg, "moe_layer_freq", 1) if not isinstance(cfg.get("moe_layer_freq"), list) else 1
+    step = _int(cfg, "decoder_sparse_step", 1)
+    inter = _int(cfg, "interleave_moe_layer_step", 1)
+    if isinstance(first, bool) or not isinstance(first, int) or first < 0:
+        raise ConfigError(f"first_k_dense_replace={first!r} must be an integer >= 0")
+    dense = set(index_list(cfg, "mlp_only_layers", n) or [])
+    return [i >= first and i % freq == 0 and (i + 1) % step == 0 and (i + 1) % inter == 0 and i not in dense
+            for i in range(n)]
+
+
+def derive(cfg: dict, model_type: str, n: int, hidden: int, attn: Mixer, dense: Ffn, moe: Ffn | None) -> list[LayerSpec]:
+    """Every layer's LayerSpec from the config's per-layer fields."""
+    if "block_configs" in cfg:
+        return _block_configs(cfg, n, hidden, attn, dense)
+    if "hybrid_override_pattern" in cfg:
+        return _hybrid_pattern(cfg, n, attn, dense, moe)
+    if model_type in UNMODELLED:
+        raise ConfigError(f"{model_type} uses {UNMODELLED[model_type]}, which tpviz does not model yet")
+    mixers = _mixers(cfg, model_type, n, attn)
+    has_moe = _moe_layers(cfg, n, moe.experts if moe else 0)
+    top_k = per_layer(cfg, "moe_topk_per_layer", n, moe.top_k if moe else 0) if moe else [0] * n
+    return [LayerSpec(m, replace(moe, top_k=k if isinstance(k, int) else moe.top_k) if is_moe else dense)
+            for m, is_moe, k in zip(mixers, has_moe, top_k)]
+
+
+def _hybrid_pattern(cfg: dict, n: int, attn: Mixer, dense: Ffn, moe: Ffn | None) -> list[LayerSpec]:
+    """Nemotron-H: one char per layer: M = Mamba2, * = attention, - = MLP, E = MoE; each layer is one of them."""
+    pattern = cfg["hybrid_override_pattern"]
+    if not isinstance(pattern, str) or len(pattern) != n:
+        raise ConfigError(f"hybrid_override_pattern must be a string of num_hidden_layers={n} characters "
+                          f"(M, *, -, E), got {len(pattern) if isinstance(pattern, str) else type(pattern).__name__}")
+    none_mixer, none_ffn = Mixer("none"), Ffn("none")
+    sizes = cfg.get("mlp_sizes")
+    if isinstance(sizes, list) and len(sizes) not in (1, pattern.count("-")):
+        raise ConfigError(f"intermediate_size has {len(sizes)} entries but hybrid_override_pattern has "
+                          f"{pattern.count('-')} MLP layers")
+    out = []
+    for ch in pattern:
+        if ch == "M":
+            out.append(LayerSpec(_linear_mixer(cfg, "mamba2"), none_ffn))
+        elif ch == "*":  # Nemotron-H attention uses no RoPE
+            out.append(LayerSpec(replace(attn, rope=False), none_ffn))
+        elif ch == "-":
+            k = sum(1 for layer in out if layer.ffn.kind == "dense")
+            size = sizes[k if len(sizes) > 1 else 0] if isinstance(sizes, list) else dense.size
+            out.append(LayerSpec(none_mixer, replace(dense, size=_int({"intermediate_size": size}, "intermediate_size"))))
+        elif ch == "E" and moe:
+            out.append(LayerSpec(none_mixer, moe))
+        else:
+            raise ConfigError(f"hybrid_override_pattern has {ch!r}; tpviz knows M, *, - and E (with n_routed_experts)")
+    return out
+
+
+def ffn_mult_to_intermediate(ffn_mult: float, hidden: int) -> int:
+    """Nemotron-NAS (DeciLM): intermediate = 2/3 * ffn_mult * hidden, rounded up to a multiple of 256."""
+    size = int(2 * ffn_mult * hidden / 3)
+    return size + (-size % 256)
+
+
+def _block_configs(cfg: dict, n: int, hidden: int, attn: Mixer, dense: Ffn) -> list[LayerSpec]:
+    """Llama-Nemotron (nemotron-nas): per-layer attention (no_op or n_heads_in_group) and FFN (no_op or ffn_mult)."""
+    blocks = cfg["block_configs"]
+    if not isinstance(blocks, list) or len(blocks) != n:
+        raise ConfigError(f"block_configs must have one entry per layer (num_hidden_layers={n})")
+    out = []
+    for i, block in enumerate(blocks):
+        a = block.get("attention") if isinstance(block, dict) else None
+        f = block.get("ffn") if isinstance(block, dict) else None
+        if not isinstance(a, dict) or not isinstance(f, dict):
+            raise ConfigError(f"block_configs[{i}] needs an 'attention' and an 'ffn' object")
+        for part, d in (("attention", a), ("ffn", f)):
+            if d.get("replace_with_linear"):
+                raise ConfigError(f"block_configs[{i}].{part}.replace_with_linear: tpviz does not model linear "
+                                  "replacement blocks yet")
+        if a.get("no_op"):
+            mixer = Mixer("none")
+        else:
+            group = a.get("n_heads_in_group")
+            if isinstance(group, bool) or not isinstance(group, int) or group < 1 or attn.heads % group:
+                raise ConfigError(f"block_configs[{i}].attention.n_heads_in_group={group!r} must divide "
+                                  f"num_attention_heads={attn.heads}")
+            mixer = replace(attn, kv_heads=attn.heads // group)
+        if f.get("no_op"):
+            ffn = Ffn("none")
+        else:
+            mult = f.get("ffn_mult")
+            if isinstance(mult, bool) or not isinstance(mult, (int, float)) or not 0 < mult < 1000:
+                raise ConfigError(f"block_configs[{i}].ffn.ffn_mult={mult!r} must be a positive number")
+            ffn = replace(dense, size=ffn_mult_to_intermediate(mult, hidden))
+        out.append(LayerSpec(mixer, ffn))
+    return out
+
+
+def hybrid_hint(cfg: dict) -> str | None:
+    """The field that shows a config is not a plain attention decoder, if any."""
+    return next((k for k in HYBRID_HINTS if k in cfg), None) or next(
+        (k for k in cfg if any(w in k.lower() for w in ("mamba", "ssm", "conv_"))), None)
+
+
+def lfm2_ff_dim(cfg: dict) -> int:
+    """LFM2's MLP size: block_ff_dim, adjusted to 2/3, times the multiplier, rounded up to block_multiple_of."""
+    size = _int(cfg, "block_ff_dim", cfg.get("intermediate_size"))
+    if cfg.get("block_auto_adjust_ff_dim", True):
+        size = int(2 * size / 3)
+        mult = cfg.get("block_ffn_dim_multiplier")
+        if mult is not None:
+            if isinstance(mult, bool) or not isinstance(mult, (int, float)) or mult <= 0:
+                raise ConfigError(f"block_ffn_dim_multiplier={mult!r} must be a positive number")
+            size = int(mult * size)
+        of = _int(cfg, "block_multiple_of", 256)
+        size = of * ((size + of - 1) // of)
+    return size
+
+
+def family_defaults(cfg: dict, model_type: str) -> dict:
+    """The config with each family's own field names mapped to the common ones, as vLLM reads them."""
+    cfg = dict(cfg)
+    if model_type == "lfm2":
+        cfg["intermediate_size"] = lfm2_ff_dim(cfg)
+    if model_type in ("llama4", "llama4_text"):  # experts and the shared expert use intermediate_size
+        size = cfg.get("intermediate_size", 8192)
+        cfg.update(moe_intermediate_size=size, shared_expert_intermediate_size=size,
+                   intermediate_size=cfg.get("intermediate_size_mlp", 16384))
+    if model_type == "nemotron_h":
+        if isinstance(cfg.get("intermediate_size"), list):  # per MLP layer; resolved by the pattern reader
+            cfg["mlp_sizes"] = cfg["intermediate_size"]
+            cfg["intermediate_size"] = max(cfg["intermediate_size"], default=None)
+        shared = cfg.get("moe_shared_expert_intermediate_size")
+        if cfg.get("n_shared_experts") and isinstance(shared, int):
+            cfg["shared_expert_intermediate_size"] = shared * cfg["n_shared_experts"]
+        cfg["n_shared_experts"] = None
+        if cfg.get("moe_latent_size"):
+            raise ConfigError("moe_latent_size (latent MoE) is set; tpviz does not model latent MoE projections yet")
+    if isinstance(cfg.get("moe_topk"), list):  # Hunyuan: per layer; the model-wide value is the largest
+        cfg["moe_topk_per_layer"], cfg["moe_topk"] = cfg["moe_topk"], max(cfg["moe_topk"], default=0)
+    return cfg
