@@ -218,6 +218,9 @@ def family_defaults(cfg: dict, model_type: str) -> dict:
     if model_type == "lfm2":
         cfg["intermediate_size"] = lfm2_ff_dim(cfg)
     if model_type in ("llama4", "llama4_text"):  # experts and the shared expert use intermediate_size
+        n = cfg.get("num_hidden_layers")
+        if not cfg.get("no_rope_layers") and isinstance(n, int) and 0 < n <= 100_000:  # HF default: every 4th is NoPE
+            cfg["no_rope_layers"] = [int((i + 1) % cfg.get("no_rope_layer_interval", 4) != 0) for i in range(n)]
         size = cfg.get("intermediate_size", 8192)
         cfg.update(moe_intermediate_size=size, shared_expert_intermediate_size=size,
                    intermediate_size=cfg.get("intermediate_size_mlp", 16384))

@@ -79,6 +79,12 @@ class ModelSpec:
             out.setdefault(layer, []).append(i)
         return list(out.items())
 
+    @classmethod
+    def from_dict(cls, d: dict) -> "ModelSpec":
+        """The inverse of dataclasses.asdict (a spec sent to spawned ranks)."""
+        layers = [LayerSpec(Mixer(**x["mixer"]), Ffn(**x["ffn"])) for x in d.get("layers", [])]
+        return cls(**{**{k: v for k, v in d.items() if k != "moe_layers"}, "layers": layers})
+
     def first_layers(self, n: int) -> "ModelSpec":
         """The same model cut to its first n layers (the live check's shrink)."""
         from dataclasses import replace
@@ -210,7 +216,8 @@ def normalize(cfg: dict, name: str = "model") -> ModelSpec:
         or _int(cfg, "n_shared_experts", default=0, minimum=0) * (moe_inter or 0),
         gated_mlp=model_type not in UNGATED_MLP,
         conv_bias=_bool(cfg, "conv_bias", False) or _bool(cfg, "use_conv_bias", False),
-        max_positions=_int(cfg, "n_positions", "max_position_embeddings", default=0, minimum=0, maximum=1 << 22),
+        max_positions=_int(cfg, "n_positions", "max_position_embeddings", default=0, minimum=0, maximum=1 << 22)
+        if model_type in ("gpt2", "gpt_bigcode") else 0,
         state_dtype=str(cfg.get("mamba_ssm_cache_dtype") or ("float32" if model_type == "nemotron_h" else "")),
         variant=falcon_variant(cfg) if model_type == "falcon" else "",
         q_lora_rank=_int(cfg, "q_lora_rank", default=0, minimum=0),

@@ -14,7 +14,7 @@ from tpviz.arch import ATTENTION_KINDS
 from tpviz.plan import DT, PROBE, ParamPlan, build_plan, mixer_groups, state_plans
 from tpviz.rules import check_rules, check_tp
 from tpviz.shardmap import FAMILIES, LayerGroup, ParamMap, Piece, RankInfo, ShardMap, TensorMap, _numel
-from tpviz.spec import ModelSpec
+from tpviz.spec import DTYPE_BYTES, ModelSpec
 
 _GENERIC = ("output_size=", "input_size=", "output_sizes[")
 
@@ -190,10 +190,11 @@ def _caches(spec: ModelSpec, tensors: list[TensorMap], rank: int) -> tuple[int, 
 
 def _state_bytes(spec: ModelSpec, tp_size: int, rank: int) -> int:
     """Recurrent state per sequence on this rank, from the stateful layers' own state shapes."""
+    ssm_bytes = DTYPE_BYTES.get(spec.state_dtype, spec.dtype_bytes)  # Nemotron-H keeps its SSM state in float32
     total = 0
     for layers, build in state_plans(spec):
-        module = build(tp_size, rank)
-        total += sum(_numel(shape) for shape in module.state_shapes()) * len(layers) * spec.dtype_bytes
+        conv, *ssm = build(tp_size, rank).state_shapes()
+        total += (_numel(conv) * spec.dtype_bytes + sum(_numel(s) for s in ssm) * ssm_bytes) * len(layers)
     return total
 
 

@@ -132,14 +132,14 @@ class ShortConv(nn.Module):
     hidden channels (column), out_proj (row)."""
 
     def __init__(self, hidden_size: int, conv_kernel: int, tp_size: int, tp_rank: int, bias: bool = False,
-                 dtype: torch.dtype | None = None):
+                 dtype: torch.dtype | None = None, input_size: int | None = None):
         super().__init__()
         check_tp(tp_size, tp_rank)
         self.hidden_size, self.conv_kernel, self.tp_size = hidden_size, conv_kernel, tp_size
-        self.in_proj = MergedColumnParallelLinear(hidden_size, [hidden_size] * 3, tp_size, tp_rank, bias=bias,
-                                                  dtype=dtype)
+        inp = input_size or hidden_size  # the residual width (a probe when tracing); channels stay hidden_size
+        self.in_proj = MergedColumnParallelLinear(inp, [hidden_size] * 3, tp_size, tp_rank, bias=bias, dtype=dtype)
         self.conv = _conv(conv_kernel, hidden_size, tp_size, tp_rank, bias)
-        self.out_proj = RowParallelLinear(hidden_size, hidden_size, tp_size, tp_rank, bias=bias, dtype=dtype)
+        self.out_proj = RowParallelLinear(hidden_size, inp, tp_size, tp_rank, bias=bias, dtype=dtype)
 
     def state_shapes(self) -> list[tuple[int, ...]]:
         """Conv state [hidden/tp, kernel-1]."""

@@ -42,7 +42,7 @@ class LiveConfig:
 
     @classmethod
     def from_dict(cls, d: dict) -> "LiveConfig":
-        return cls(**{**d, "spec": ModelSpec(**d["spec"])})
+        return cls(**{**d, "spec": ModelSpec.from_dict(d["spec"])})
 
 
 def check_supported(spec: ModelSpec) -> None:

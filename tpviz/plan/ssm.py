@@ -15,7 +15,7 @@ def build_mixer(spec, m: Mixer, tp: int, r: int, kernel: int = PROBE):
     if m.kind == "mamba2":
         return Mamba2Mixer(hidden, m.heads, m.head_dim, m.groups, m.state, kernel, tp, r,
                            conv_bias=spec.conv_bias, bias=spec.mlp_bias, dtype=DT)
-    return ShortConv(hidden, kernel, tp, r, bias=spec.conv_bias, dtype=DT)
+    return ShortConv(spec.hidden_size, kernel, tp, r, bias=spec.conv_bias, dtype=DT, input_size=hidden)
 
 
 def _plans(spec, m: Mixer, layers, prefix: str, tensors: list) -> list[ParamPlan]:
@@ -36,51 +36,51 @@ def _plans(spec, m: Mixer, layers, prefix: str, tensors: list) -> list[ParamPlan
 
 
 def gated_deltanet(spec, names: Names, rules: str, m: Mixer, layers) -> list[ParamPlan]:
-    nk, nv, dk, dv = m.groups, m.heads, m.key_dim, m.head_dim
+    nk, nv, dk, dv, hidden, k = m.groups, m.heads, m.key_dim, m.head_dim, spec.hidden_size, m.conv_kernel
     per = nv // nk  # value heads per key head
     kd, vd = nk * dk, nv * dv
     group = 2 * dk + 2 * per * dv
     heads = ("linear_num_value_heads", nv)
     return _plans(spec, m, layers, f"{names.layer}{names.linear_attn}", [
-        ("in_proj_qkvz.weight", "in_proj_qkvz.weight", (nk * group, PROBE), 0,
+        ("in_proj_qkvz.weight", "in_proj_qkvz.weight", (nk * group, hidden), 0,
          [["q|k|v|z per key-head group", 0, nk * group, group, "key-head group"]], ("linear_num_key_heads", nk)),
-        ("in_proj_ba.weight", "in_proj_ba.weight", (2 * nv, PROBE), 0,
+        ("in_proj_ba.weight", "in_proj_ba.weight", (2 * nv, hidden), 0,
          [["b|a per key-head group", 0, 2 * nv, 2 * per, "key-head group"]], ("linear_num_key_heads", nk)),
-        ("conv1d.weight", "conv1d.weight", (2 * kd + vd, 1, PROBE), 0,
+        ("conv1d.weight", "conv1d.weight", (2 * kd + vd, 1, k), 0,
          [["q", 0, kd, dk, "key head"], ["k", kd, 2 * kd, dk, "key head"], ["v", 2 * kd, 2 * kd + vd, dv, "value head"]],
          ("linear_num_key_heads", nk)),
         ("A_log", "A_log", (nv,), 0, [], heads),
         ("dt_bias", "dt_bias", (nv,), 0, [], heads),
         ("norm.weight", "norm", (dv,), None, [], None),
-        ("out_proj.weight", "out_proj.weight", (PROBE, vd), 1, [["value heads", 0, vd, dv, "value head"]], heads),
+        ("out_proj.weight", "out_proj.weight", (hidden, vd), 1, [["value heads", 0, vd, dv, "value head"]], heads),
     ])
 
 
 def mamba2(spec, names: Names, rules: str, m: Mixer, layers) -> list[ParamPlan]:
-    h, d, g, n = m.heads, m.head_dim, m.groups, m.state
+    h, d, g, n, hidden, k = m.heads, m.head_dim, m.groups, m.state, spec.hidden_size, m.conv_kernel
     inter, gs = h * d, g * n
     heads = ("mamba_num_heads", h)
     secs = [["z", 0, inter, d, "head"], ["x", inter, 2 * inter, d, "head"], ["B", 2 * inter, 2 * inter + gs, n, "group"],
             ["C", 2 * inter + gs, 2 * inter + 2 * gs, n, "group"], ["dt", 2 * inter + 2 * gs, 2 * inter + 2 * gs + h, 1, "head"]]
     conv_secs = [["x", 0, inter, d, "head"], ["B", inter, inter + gs, n, "group"], ["C", inter + gs, inter + 2 * gs, n, "group"]]
-    tensors = [("in_proj.weight", "in_proj.weight", (2 * inter + 2 * gs + h, PROBE), 0, secs, heads),
-               ("conv1d.weight", "conv1d.weight", (inter + 2 * gs, 1, PROBE), 0, conv_secs, heads)]
+    tensors = [("in_proj.weight", "in_proj.weight", (2 * inter + 2 * gs + h, hidden), 0, secs, heads),
+               ("conv1d.weight", "conv1d.weight", (inter + 2 * gs, 1, k), 0, conv_secs, heads)]
     if spec.conv_bias:
         tensors.append(("conv1d.bias", "conv1d.bias", (inter + 2 * gs,), 0, conv_secs, heads))
     tensors += [("A_log", "A_log", (h,), 0, [], heads), ("D", "D", (h,), 0, [], heads),
                 ("dt_bias", "dt_bias", (h,), 0, [], heads),
                 ("norm.weight", "norm", (inter,), 0, [["heads", 0, inter, d, "head"]], heads),
-                ("out_proj.weight", "out_proj.weight", (PROBE, inter), 1, [["heads", 0, inter, d, "head"]], heads)]
+                ("out_proj.weight", "out_proj.weight", (hidden, inter), 1, [["heads", 0, inter, d, "head"]], heads)]
     return _plans(spec, m, layers, f"{names.layer}{names.mamba}", tensors)
 
 
 def short_conv(spec, names: Names, rules: str, m: Mixer, layers) -> list[ParamPlan]:
-    h = spec.hidden_size
+    h, k = spec.hidden_size, m.conv_kernel
     q = ("hidden_size", h)
-    tensors = [("in_proj.weight", "in_proj.weight", (3 * h, PROBE), 0,
+    tensors = [("in_proj.weight", "in_proj.weight", (3 * h, h), 0,
                 [["B", 0, h, 0, ""], ["C", h, 2 * h, 0, ""], ["x", 2 * h, 3 * h, 0, ""]], q),
-               ("conv.weight", "conv.weight", (h, 1, PROBE), 0, [], q),
-               ("out_proj.weight", "out_proj.weight", (PROBE, h), 1, [], q)]
+               ("conv.weight", "conv.weight", (h, 1, k), 0, [], q),
+               ("out_proj.weight", "out_proj.weight", (h, h), 1, [], q)]
     if spec.conv_bias:
         tensors[1:1] = [("in_proj.bias", "in_proj.bias", (3 * h,), 0, [], q)]
         tensors += [("conv.bias", "conv.bias", (h,), 0, [], q), ("out_proj.bias", "out_proj.bias", (h,), None, [], q)]
