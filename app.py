@@ -17,7 +17,8 @@ from tpviz import summary as S
 from tpviz.cli import fmt_bytes, valid_table
 from tpviz.errors import ConfigError, TPSizeError, TpvizError
 from tpviz.export import NO_CHROMIUM, PngRenderer, chromium_path, file_stem, figures_zip, png_names, shard_map_json
-from tpviz.plots import all_figures
+from tpviz.plots import all_figures, export_figures
+from tpviz.plots.strip import layer_strip
 from tpviz.rules import RULES
 from tpviz.shardmap import ShardMap
 from tpviz.sources import LOCAL_ROOT_ENV, find_preset, local_config, parse_config, presets
@@ -39,6 +40,7 @@ class Page:
     m: ShardMap
     figs: dict
     json_bytes: bytes
+    key: tuple  # (config JSON, name, tp, rules): what page_for was called with
 
 
 @st.cache_data(show_spinner=False, max_entries=256, ttl=3600)
@@ -54,11 +56,28 @@ def valid_rows(cfg_json: str, name: str) -> list[dict]:
     return valid_table(load_spec(json.loads(cfg_json), name), S.MAX_TP)[1]
 
 
+@st.cache_resource(show_spinner=False, max_entries=64, ttl=3600)
+def checkpoint_names(checkpoint: str) -> tuple[frozenset | None, str]:
+    """The tensor names of 'hub:owner/name' (its index) or 'local:/path' (index or header), and where from."""
+    kind, _, where = checkpoint.partition(":")
+    if kind == "hub":
+        from tpviz.checkpoint import hub_tensor_names
+        names = hub_tensor_names(where)
+    else:
+        from tpviz.checkpoint import local_folder, local_tensor_names
+        folder = local_folder(where)
+        names = local_tensor_names(folder) if folder else None
+    return (frozenset(names) if names else None), where
+
+
 @st.cache_resource(show_spinner=False, max_entries=32)
-def page_for(cfg_json: str, name: str, tp: int, rules: str) -> Page:
-    """Shard map, figures and JSON of one view; kept as objects (no copy per rerun) since nothing mutates them."""
-    m = shard_map(load_spec(json.loads(cfg_json), name), tp, rules)
-    return Page(m, all_figures(m), shard_map_json(m))
+def page_for(cfg_json: str, name: str, tp: int, rules: str, checkpoint: str = "") -> Page:
+    """Shard map, figures and JSON of one view; kept as objects (no copy per rerun) since nothing mutates them.
+    checkpoint names the checkpoint whose tensor list the map is checked against ('' for none)."""
+    names, where = checkpoint_names(checkpoint) if checkpoint else (None, "")
+    m = shard_map(load_spec(json.loads(cfg_json), name), tp, rules, tensor_names=set(names) if names else None,
+                  checkpoint_source=where)
+    return Page(m, all_figures(m), shard_map_json(m), (cfg_json, name, tp, rules, checkpoint))
 
 
 @st.cache_resource(show_spinner=False)
@@ -99,6 +118,15 @@ def source_config(values: dict, upload: UploadedFile | None) -> tuple[str, str]:
         raise NeedInput(f"Upload a model's config.json (at most {UPLOAD_MB} MB).")
     cfg = parse_config(upload.getvalue(), f"uploaded {upload.name}")
     return json.dumps(cfg, sort_keys=True), str(cfg.get("_name_or_path") or Path(upload.name).stem)
+
+
+def checkpoint_key(values: dict) -> str:
+    """Which checkpoint the view is checked against: a hub repo's index, or a local folder's weights."""
+    if values["source"] == "Hub repo id" and values["hub"].strip() and not find_preset(values["hub"].strip()):
+        return f"hub:{values['hub'].strip()}"
+    if values["source"] == "Local path" and values["path"].strip():
+        return f"local:{values['path'].strip()}"
+    return ""
 
 
 def explain(error: Exception, name: str | None, rows: list[dict] | None, rules: str) -> str:
@@ -163,7 +191,7 @@ def sidebar_exports(page: Page, values: dict) -> None:
     st.download_button("Shard map (JSON)", page.json_bytes, f"{stem}.json", "application/json",
                        key="dl_json", on_click="ignore", icon=":material/data_object:", width="stretch")
     has_browser = chromium_path() is not None
-    st.download_button("All figures (ZIP of PNGs)", lambda: figures_zip(page.m, page.figs, png_renderer()),
+    st.download_button("All figures (ZIP of PNGs)", lambda: figures_zip(page.m, export_figures(page.m), png_renderer()),
                        f"{stem}_figures.zip", "application/zip", key="dl_zip", on_click="ignore",
                        icon=":material/folder_zip:", width="stretch", disabled=not has_browser)
     if not has_browser:
@@ -172,6 +200,29 @@ def sidebar_exports(page: Page, values: dict) -> None:
     if values["source"] == "Upload config.json":
         st.caption("An uploaded config cannot travel in a link; the link keeps tp and rules.")
     st.markdown(f"[Link to this view](?{urlencode(query, safe='/')})")
+
+
+@st.cache_resource(show_spinner=False, max_entries=64)
+def group_figures(cfg_json: str, name: str, tp: int, rules: str, checkpoint: str, group: int) -> dict:
+    """The figures of one layer group (cached like the page; nothing mutates them)."""
+    m = page_for(cfg_json, name, tp, rules, checkpoint).m
+    return all_figures(m, m.groups[group])
+
+
+def layer_groups(m: ShardMap) -> int | None:
+    """The layer strip and the group picker; returns the selected group's index (None: all layers)."""
+    labels = [f"{i + 1}. {g.label} · layers {S.layer_span(g.layers)}" for i, g in enumerate(m.groups)]
+    options = list(range(len(labels))) + [-1]
+    if st.session_state.get("layer_group") not in options:
+        st.session_state.layer_group = 0
+    event = st.plotly_chart(layer_strip(m, st.session_state.layer_group if st.session_state.layer_group >= 0 else None),
+                            theme=None, key="strip", on_select="rerun", selection_mode="points", config=PLOTLY_CONFIG)
+    points = (event or {}).get("selection", {}).get("points", []) if isinstance(event, dict) else []
+    if points and points[0].get("customdata") is not None:
+        st.session_state.layer_group = int(points[0]["customdata"])
+    chosen = st.radio("Layer group", options, key="layer_group", horizontal=False,
+                      format_func=lambda i: "All layers" if i < 0 else labels[i])
+    return None if chosen < 0 else chosen
 
 
 def versus(value: float, naive: float) -> dict:
@@ -192,6 +243,9 @@ def render_page(page: Page, rows: list[dict]) -> None:
                f"{heads} · vocab {spec['vocab_size']:,} · {spec['dtype']}")
     for note in spec.get("notes", []):
         st.caption(f"Note: {note}")
+    if m.checkpoint:
+        from tpviz.checkpoint import checkpoint_sentence
+        (st.success if m.checkpoint["verified"] else st.warning)(checkpoint_sentence(m.checkpoint))
     mem, coll = S.memory_rows(m), S.collectives(m)
     worst = max(mem, key=lambda r: r["weights"])
     c1, c2, c3, c4 = st.columns(4)
@@ -201,16 +255,23 @@ def render_page(page: Page, rows: list[dict]) -> None:
     c3.metric("Collectives per forward", sum(c.count for c in coll),
               f"{fmt_bytes(sum(c.total_per_token for c in coll))} per token", delta_color="off", delta_arrow="off")
     c4.metric(f"Valid tp sizes ({RULE_LABELS[m.rules]})", " ".join(map(str, S.valid_sizes(rows, m.rules))))
-    for sentence in filter(None, [*S.special_cases(m).values(), S.mla_kv_sentence(m)]):
+    for sentence in filter(None, [*S.special_cases(m).values(), S.mla_kv_sentence(m), *S.cache_sentences(m)]):
         st.info(sentence)
     if absent := S.absent_cases(m):
         st.caption("Not in this view: " + "; ".join(absent) + ".")
     has_browser = chromium_path() is not None
-    names = png_names(m, list(page.figs))
+    figs = page.figs
     st.markdown("### Where every matrix goes")
+    if len(m.groups) > 1:
+        group = layer_groups(m)
+        if group is not None:
+            g = m.groups[group]
+            figs = group_figures(*page.key, group)
+            st.markdown(f"#### Layers {S.layer_span(g.layers)}: {g.label}")
+    names = png_names(m, list(figs))
     st.caption("Hover a band for its GPU, head, global range and local offset. "
                "Each GPU keeps one colour everywhere on this page.")
-    for key, fig in page.figs.items():
+    for key, fig in figs.items():
         with st.container(border=True):
             st.plotly_chart(fig, theme=None, key=f"fig_{key}", config=PLOTLY_CONFIG)
             st.download_button("PNG", lambda f=fig: png_renderer().render(f), names[key], "image/png",
@@ -219,7 +280,8 @@ def render_page(page: Page, rows: list[dict]) -> None:
     with st.expander("Memory table (bytes)"):
         st.dataframe(mem, hide_index=True, width="stretch")
     st.markdown("### Does it fit? KV-cache room per GPU")
-    st.dataframe(S.fit_rows(m), hide_index=True, width="stretch")
+    context = st.number_input("Context length per sequence (tokens)", 1, 10_000_000, 8192, step=1024, key="context")
+    st.dataframe(S.fit_rows(m, context=int(context)), hide_index=True, width="stretch")
     st.caption(f"Weights on the fullest GPU: {fmt_bytes(worst['weights'])}; every GPU caches its share of every "
                f"token ({fmt_bytes(worst['kv_per_token'])} per token). Estimates at vLLM's default "
                "gpu_memory_utilization; activations, CUDA graphs and NCCL buffers take a few GiB more.")
@@ -268,8 +330,9 @@ def main() -> None:
     page = None
     if cfg_json is not None and rows is not None:
         try:
-            page = page_for(cfg_json, name, values["tp"], values["rules"])
-            st.session_state.good = (cfg_json, name, values["tp"], values["rules"])
+            checkpoint = checkpoint_key(values)
+            page = page_for(cfg_json, name, values["tp"], values["rules"], checkpoint)
+            st.session_state.good = (cfg_json, name, values["tp"], values["rules"], checkpoint)
             query = S.query_from_controls(values)
             if st.query_params.to_dict() != query:
                 st.query_params.from_dict(query)

@@ -86,15 +86,17 @@ def check_shard_map(m) -> None:
     for t in m.tensors:
         assert (t.param, tuple(t.layers or ())) in params, (t.name, t.param)
         p = params[(t.param, tuple(t.layers or ()))]
-        assert t.split_dim == p.split_dim, t.name
+        transposed = t.shape[::-1] == p.shape and len(t.shape) == 2  # Conv1D weights are stored [in, out]
+        assert t.split_dim == p.split_dim or (transposed and t.split_dim == 1 - p.split_dim), t.name
         if t.layers is not None:
             assert t.layers == p.layers and all(0 <= i < model["num_hidden_layers"] for i in t.layers), t.name
         for piece in t.pieces:
             assert 0 <= piece.rank < tp, (t.name, piece)
             assert piece.stop > piece.start >= 0 and piece.param_start >= 0, (t.name, piece)
             dim = 0 if t.split_dim is None else t.split_dim
+            pdim = 0 if p.split_dim is None else p.split_dim
             assert piece.stop <= t.shape[dim], (t.name, piece, t.shape)
-            assert piece.param_start + piece.size <= p.local_shapes[piece.rank][dim], (t.name, piece)
+            assert piece.param_start + piece.size <= p.local_shapes[piece.rank][pdim], (t.name, piece)
             by_param_rank.setdefault((t.param, tuple(t.layers or ()), piece.rank), []).append(
                 (piece.param_start, piece.size))
         if t.split_dim is None:

@@ -53,13 +53,15 @@ def rebuild_from_pieces(spec, m: ShardMap, rules: str) -> None:
     tagged tensors, and compare with the parameter reconstructed from the map's pieces."""
     tp = m.tp_size
     plans = build_plan(spec, rules)
-    params = {p.name: p for p in m.params}
+    params = {(p.name, tuple(p.layers or ())): p for p in m.params}
     assert [p.name for p in plans] == [p.name for p in m.params]
     for plan in plans:
-        pm, dim = params[plan.name], plan.tp_dim
-        tensors = [t for t in m.tensors if t.param == plan.name]
+        pm, dim = params[(plan.name, tuple(plan.layers or ()))], plan.tp_dim
+        tensors = [t for t in m.tensors if t.param == plan.name and t.layers == plan.layers]
         assert sorted(t.name for t in tensors) == sorted(s.name for s in plan.sources)
-        tags = {s.name: tagged(s.shape, dim) for s in plan.sources}
+        # tagged along the split dim on disk, then prepared as the model's load_weights does (transpose, reorder)
+        tags = {s.name: (s.prepare or (lambda x: x))(tagged(s.shape, dim if s.dim is None else s.dim))
+                for s in plan.sources}
         for rank in range(tp):
             _, param = build_rank(plan, tp, rank)
             param.data.fill_(float("nan"))

@@ -5,10 +5,20 @@ from tpviz.sources import load_spec
 from tpviz.spec import ModelSpec
 
 
-def shard_map(config_or_source, tp_size: int, rules: str = "vllm") -> ShardMap:
-    """The shard map of a model (config dict, preset or hub id, path, bytes or ModelSpec) at tp_size."""
+def shard_map(config_or_source, tp_size: int, rules: str = "vllm", tensor_names: set[str] | None = None,
+              checkpoint_source: str = "") -> ShardMap:
+    """The shard map of a model (config dict, preset or hub id, path, bytes or ModelSpec) at tp_size.
+
+    When a checkpoint's tensor names are at hand (given, or read from a local folder's safetensors
+    index or header), the map is compared with them; an unknown architecture must match or is refused."""
+    from tpviz.checkpoint import checked, local_folder, local_tensor_names
+    from tpviz.spec import KNOWN_TYPES
     from tpviz.tracer import trace
-    return trace(load_spec(config_or_source), tp_size, rules)
+    spec = load_spec(config_or_source)
+    if tensor_names is None and (folder := local_folder(config_or_source)) is not None:
+        tensor_names, checkpoint_source = local_tensor_names(folder), str(folder)
+    m = trace(spec, tp_size, rules)
+    return checked(m, tensor_names, checkpoint_source or "the checkpoint", spec.model_type in KNOWN_TYPES)
 
 
 __all__ = ["shard_map", "load_spec", "ShardMap", "ModelSpec", "TpvizError", "TPSizeError", "ConfigError",

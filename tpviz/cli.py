@@ -35,16 +35,23 @@ def summary(m: ShardMap) -> str:
     """A compact per-tensor table and per-rank memory, as the `map` command prints it."""
     spec = m.model
     lines = [f"{spec['name']}  tp={m.tp_size}  rules={m.rules}  ({spec['num_hidden_layers']} layers, {spec['dtype']})"]
+    from tpviz.summary import layer_span
+    if len(m.groups) > 1:
+        lines += [f"group {i + 1}: layers {layer_span(g.layers)} ({len(g.layers)}): {g.label}" for i, g in enumerate(m.groups)]
     width = max(len(t.name) for t in m.tensors)
     for t in m.tensors:
         split = "-" if t.split_dim is None else f"dim{t.split_dim}"
         shard = "" if t.shard_id is None else f"[{t.shard_id}]"
         shape = "x".join(map(str, t.shape))
-        lines.append(f"{t.name:<{width}}  {shape:>13}  {split:<4}  {t.layer_class + shard:<30}  {_ranges(t, m.tp_size)}")
+        where = f"  [layers {layer_span(t.layers, 4)}]" if t.layers and len(m.groups) > 1 else ""
+        lines.append(f"{t.name:<{width}}  {shape:>13}  {split:<4}  {t.layer_class + shard:<30}  {_ranges(t, m.tp_size)}{where}")
     naive = m.total_weight_bytes / m.tp_size
     for r in m.ranks:
+        windowed = "".join(f" + {fmt_bytes(w['bytes_per_token'])}/token up to {w['window']} tokens ({w['layers']} "
+                           f"{w['kind'].split('_')[0]} layers)" for w in r.kv_cache_windowed)
+        state = f", state {fmt_bytes(r.state_bytes_per_sequence)}/sequence" if r.state_bytes_per_sequence else ""
         lines.append(f"rank {r.rank}: weights {fmt_bytes(r.weight_bytes)} (naive total/tp {fmt_bytes(naive)}), "
-                     f"KV cache {fmt_bytes(r.kv_cache_bytes_per_token)}/token")
+                     f"KV cache {fmt_bytes(r.kv_cache_bytes_per_token)}/token{windowed}{state}")
     for note in spec.get("notes", []):
         lines.append(f"note: {note}")
     return "\n".join(lines)
@@ -64,8 +71,12 @@ def valid_table(source, max_tp: int = 64) -> tuple[str, list[dict]]:
 
 def cmd_map(args) -> int:
     from tpviz import shard_map
-    m = shard_map(args.model, args.tp, args.rules)
+    from tpviz.checkpoint import checkpoint_sentence, tensor_names_for
+    names, where = tensor_names_for(args.model)
+    m = shard_map(args.model, args.tp, args.rules, tensor_names=names, checkpoint_source=where)
     print(summary(m))
+    if m.checkpoint:
+        print(checkpoint_sentence(m.checkpoint))
     if args.json:
         Path(args.json).write_text(m.to_json(indent=1))
         print(f"wrote {args.json}")

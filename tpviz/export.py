@@ -165,10 +165,10 @@ def shard_map_json(m: ShardMap) -> bytes:
 
 def write_pngs(m: ShardMap, out_dir: str | Path) -> list[Path]:
     """Write one PNG per figure (the app's figures) into out_dir; returns the paths written."""
-    from tpviz.plots import all_figures
+    from tpviz.plots import export_figures
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    figs = all_figures(m)
+    figs = export_figures(m)
     paths = []
     for key, name in png_names(m, list(figs)).items():
         path = out / name

@@ -6,11 +6,11 @@ from dataclasses import dataclass
 
 from tpviz.cli import fmt_bytes
 from tpviz.rules import RULES
-from tpviz.shardmap import FAMILIES, ShardMap
+from tpviz.shardmap import FAMILIES, ShardMap, in_group
 
 MAX_TP = 64  # the explorer offers tp 1..64
 FAMILY_LABELS = {"qkv": "q/k/v", "o_proj": "o_proj", "gate_up": "gate/up", "down_proj": "down_proj",
-                 "experts": "MoE experts", "embed": "embed_tokens", "lm_head": "lm_head",
+                 "linear_attn": "Gated DeltaNet", "mamba": "Mamba2", "conv": "short conv", "experts": "MoE experts", "embed": "embed_tokens", "lm_head": "lm_head",
                  "replicated": "replicated (norms, biases, routers)"}
 
 
@@ -22,9 +22,9 @@ def short_name(name: str) -> str:
     return name
 
 
-def families_present(m: ShardMap) -> list[str]:
-    """The matrix families this model has, in display order."""
-    have = {t.family for t in m.tensors}
+def families_present(m: ShardMap, group=None) -> list[str]:
+    """The matrix families this model has (in one layer group), in display order."""
+    have = {t.family for t in m.tensors if in_group(t, group)}
     return [f for f in FAMILIES if f in have]
 
 
@@ -48,11 +48,33 @@ def memory_rows(m: ShardMap) -> list[dict]:
 
 
 def kv_cache_total_per_token(m: ShardMap) -> int:
-    """KV-cache bytes per token of the unsplit model (tp=1)."""
-    spec = m.model
-    if spec.get("kv_lora_rank"):  # MLA caches one latent + rope key per token, not per head
-        return (spec["kv_lora_rank"] + spec["qk_rope_head_dim"]) * spec["num_hidden_layers"] * m.model_dtype_bytes
-    return 2 * spec["num_key_value_heads"] * spec["head_dim"] * spec["num_hidden_layers"] * m.model_dtype_bytes
+    """KV-cache bytes per token of the unsplit model (tp=1), full-attention and MLA layers only."""
+    spec, b, total = m.model, m.model_dtype_bytes, 0
+    for g in m.groups:
+        kind = g.mixer["kind"]
+        if kind == "mla":  # MLA caches one latent + rope key per token, not per head
+            total += (spec["kv_lora_rank"] + spec["qk_rope_head_dim"]) * len(g.layers) * b
+        elif kind == "attention":
+            total += 2 * g.mixer["kv_heads"] * g.mixer["head_dim"] * len(g.layers) * b
+    return total
+
+
+def cache_sentences(m: ShardMap) -> list[str]:
+    """One sentence each on windowed KV caches and recurrent state, when the model has them (numbers per GPU)."""
+    r = max(m.ranks, key=lambda x: x.cache_bytes(1 << 20))
+    out = []
+    for w in r.kv_cache_windowed:
+        word = "sliding-window" if w["kind"] == "sliding_attention" else "chunked-attention"
+        out.append(f"{w['layers']} {word} layers cache at most {w['window']:,} tokens: "
+                   f"{fmt_bytes(w['bytes_per_token'])} per token per GPU up to the window, capped at "
+                   f"{fmt_bytes(w['bytes_per_token'] * w['window'])} per sequence per GPU.")
+    if r.state_bytes_per_sequence:
+        kinds = sorted({g.label.split(" + ")[0] for g in m.groups if g.mixer["kind"] in ("gated_deltanet", "mamba2",
+                                                                                        "short_conv")})
+        out.append(f"{' and '.join(kinds)} layers keep a fixed state instead of a KV cache: "
+                   f"{fmt_bytes(r.state_bytes_per_sequence)} per sequence per GPU (conv and recurrent state, "
+                   "split by heads as vLLM splits it), whatever the context length.")
+    return out
 
 
 @dataclass
@@ -134,6 +156,18 @@ def kv_sharing(m: ShardMap) -> dict[int, list[int]]:
     return holders
 
 
+def layer_span(layers: list[int], most: int = 8) -> str:
+    """'0–3, 5, 7, …' for a list of layer indices: runs collapsed, long lists cut."""
+    runs, start = [], None
+    for i, x in enumerate(layers):
+        if start is None:
+            start = x
+        if i + 1 == len(layers) or layers[i + 1] != x + 1:
+            runs.append(f"{start}" if start == x else f"{start}–{x}")
+            start = None
+    return ", ".join(runs[:most]) + (", …" if len(runs) > most else "")
+
+
 def _span(ranks: list[int]) -> str:
     return f"GPU {ranks[0]}" if len(ranks) == 1 else (
         f"GPUs {ranks[0]}–{ranks[-1]}" if ranks == list(range(ranks[0], ranks[-1] + 1)) else
@@ -201,18 +235,23 @@ def _tokens(n: float) -> str:
     return f"{n / 1e6:.2f} M" if n >= 1e6 else f"{n / 1e3:.0f} k" if n >= 1e3 else f"{int(n)}"
 
 
-def fit_rows(m: ShardMap, sizes: tuple[int, ...] = GPU_SIZES_GIB, utilization: float = GPU_UTILIZATION) -> list[dict]:
-    """Per GPU size: what vLLM may use, the fullest GPU's weights, the room left for KV cache and how many
-    tokens of KV cache that holds (each GPU caches its share of every token, so this is the whole batch's)."""
+def fit_rows(m: ShardMap, sizes: tuple[int, ...] = GPU_SIZES_GIB, utilization: float = GPU_UTILIZATION,
+             context: int = 8192) -> list[dict]:
+    """Per GPU size: what vLLM may use, the fullest GPU's weights, the room left for KV cache, how many tokens
+    of full-attention KV cache that holds, and how many sequences of `context` tokens fit (windowed layers
+    capped at their window, recurrent state once per sequence)."""
     weights = max(r.weight_bytes for r in m.ranks)
     kv = max(r.kv_cache_bytes_per_token for r in m.ranks)
+    per_seq = max(r.cache_bytes(context) for r in m.ranks)
+    uniform = not any(r.kv_cache_windowed or r.state_bytes_per_sequence for r in m.ranks)
     rows = []
     for gib in sizes:
         usable = gib * 2**30 * utilization
         room = usable - weights
         rows.append({"GPU memory": f"{gib} GiB", f"vLLM may use (×{utilization:g})": fmt_bytes(usable),
                      "left for KV cache": fmt_bytes(room) if room > 0 else "does not fit",
-                     "KV-cache tokens": _tokens(room // kv) if room > 0 and kv else "—"})
+                     "KV-cache tokens": _tokens(room // kv) if room > 0 and kv and uniform else "—",
+                     f"sequences of {context:,} tokens": f"{int(room // per_seq):,}" if room > 0 and per_seq else "—"})
     return rows
 
 

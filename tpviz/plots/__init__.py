@@ -12,7 +12,8 @@ from tpviz.plots.replicated import replicated_figure
 from tpviz.plots.source import SourceView, source_view
 from tpviz.plots.style import INK, MUTED, axis, base_layout
 from tpviz.plots.memory import memory_figure
-from tpviz.shardmap import ShardMap
+from tpviz.plots.strip import layer_strip
+from tpviz.shardmap import LayerGroup, ShardMap
 from tpviz.summary import families_present
 
 # (title, one-line explanation) per family; the explanation is shown in the app and as the figure subtitle
@@ -25,6 +26,15 @@ FAMILY_INFO = {
                 "gate and up are each split by rows, then packed as [gate | up] in each GPU's gate_up_proj."),
     "down_proj": ("down_proj · row-parallel",
                   "Each GPU takes the columns matching its gate/up rows; an all-reduce sums the outputs."),
+    "linear_attn": ("Gated DeltaNet (linear attention) · split by key-head groups",
+                    "in_proj_qkvz / in_proj_ba are stored per key-head group, so each GPU takes whole groups; conv1d "
+                    "takes its chunk of q, k and v; A_log and dt_bias follow the value heads; out_proj is row-parallel."),
+    "mamba": ("Mamba2 · split by heads (and groups)",
+              "in_proj = [z | x | B | C | dt] and conv1d = [x | B | C] are cut part by part; with one group, B and C "
+              "are replicated to every GPU; A_log, D, dt_bias and the gated norm follow the heads; out_proj is row-parallel."),
+    "conv": ("Short convolution · column then row",
+             "in_proj = [B | C | x] is a merged column-parallel table, the depthwise conv follows the channels, "
+             "out_proj is row-parallel."),
     "experts": ("MoE experts · gate/up column-parallel, down row-parallel",
                 "Every expert is split like a dense MLP over moe_intermediate_size: each GPU holds a slice of all experts."),
     "embed": ("embed_tokens · vocab-parallel",
@@ -50,9 +60,9 @@ def _panel_title(text: str, domain: tuple[float, float]) -> dict:
                 yanchor="bottom", yshift=42, showarrow=False, font=dict(size=12, color=MUTED))
 
 
-def _notes(m: ShardMap, family: str) -> str:
+def _notes(m: ShardMap, family: str, group=None) -> str:
     """How many copies the figure stands for (layers, experts), and the plan's note on the layout."""
-    tensors = [t for t in m.family(family) if t.split_dim is not None]
+    tensors = [t for t in m.family(family, group) if t.split_dim is not None]
     extra, groups = [], {}
     for t in tensors:
         groups.setdefault((len(t.layers or []) or 1, len(t.experts or [])), []).append(tensor_label(t))
@@ -109,11 +119,11 @@ def _stagger_labels(src: SourceView, px: float) -> None:
             src.annotations[index].update(y=bottom, yanchor="top", yshift=-2)
 
 
-def family_figure(m: ShardMap, family: str) -> go.Figure:
-    """Source view and rank view of one matrix family, side by side."""
+def family_figure(m: ShardMap, family: str, group: LayerGroup | None = None) -> go.Figure:
+    """Source view and rank view of one matrix family (in one layer group), side by side."""
     if family == "replicated":
-        return replicated_figure(m, FAMILY_INFO["replicated"])
-    split = [t for t in m.family(family) if t.split_dim is not None]
+        return replicated_figure(m, FAMILY_INFO["replicated"], group)
+    split = [t for t in m.family(family, group) if t.split_dim is not None]
     if not split:
         raise KeyError(f"{m.model['name']} has no split tensors in family {family!r}")
     # vectors (column-parallel biases, attention sinks) follow their matrix's rows: named, not drawn
@@ -124,7 +134,7 @@ def family_figure(m: ShardMap, family: str) -> go.Figure:
         line = MLA_LINE
     src, rk = source_view(m, tensors), rank_view(m, tensors)
     layout = base_layout(title, figure_height(m.tp_size))
-    note = _notes(m, family)
+    note = _notes(m, family, group)
     if vectors:
         names = ", ".join(dict.fromkeys(tensor_label(t) for t in vectors))
         note = " · ".join(filter(None, [note, f"split like their rows, not drawn: {names}"]))
@@ -162,8 +172,23 @@ def family_figure(m: ShardMap, family: str) -> go.Figure:
     return go.Figure(data=traces, layout=layout)
 
 
-def all_figures(m: ShardMap) -> dict[str, go.Figure]:
-    """Every figure of the page, keyed by a file-safe name: one per family present, then memory."""
-    figs = {family: family_figure(m, family) for family in families_present(m)}
+def all_figures(m: ShardMap, group: LayerGroup | None = None) -> dict[str, go.Figure]:
+    """Every figure of a view, keyed by a file-safe name: one per family present (in the group), then memory."""
+    figs = {family: family_figure(m, family, group) for family in families_present(m, group)}
+    figs["memory"] = memory_figure(m)
+    return figs
+
+
+def export_figures(m: ShardMap) -> dict[str, go.Figure]:
+    """Every figure of every layer group (a family drawn once per distinct tensor set), the strip and memory."""
+    if len(m.groups) <= 1:
+        return all_figures(m)
+    figs, seen = {"layers": layer_strip(m)}, set()
+    for i, g in enumerate(m.groups):
+        for family in families_present(m, g):
+            key = tuple((t.name, tuple(t.layers or ())) for t in m.family(family, g))
+            if key not in seen:
+                seen.add(key)
+                figs[f"group{i + 1}_{family}"] = family_figure(m, family, g)
     figs["memory"] = memory_figure(m)
     return figs

@@ -40,6 +40,8 @@ def tensor_label(t: TensorMap) -> str:
 
 def sections(t: TensorMap, model: dict) -> list[Section]:
     """The labelled parts of a tensor along its split dim: q|k|v, gate|up, heads, or the whole tensor."""
+    if t.sections:  # declared by the plan: fused parts, per-head or per-group interleaving, each group's head dims
+        return [Section(label, a, b, size or None, word or "head") for label, a, b, size, word in t.sections]
     n = t.shape[t.split_dim or 0]
     h, kv, d = model["num_attention_heads"], model["num_key_value_heads"], model["head_dim"]
     shared = "shared " if "shared_expert" in t.name else ""

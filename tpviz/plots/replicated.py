@@ -4,7 +4,7 @@ import plotly.graph_objects as go
 from tpviz.plots.geometry import Bars, tensor_label
 from tpviz.plots.rank import gpu_label
 from tpviz.plots.style import INK, MUTED, axis, base_layout, rank_color
-from tpviz.shardmap import ShardMap
+from tpviz.shardmap import ShardMap, in_group
 from tpviz.summary import row_bias_params, short_name
 
 SOURCE_DOMAIN, RANK_DOMAIN = (0.0, 0.40), (0.55, 1.0)
@@ -14,10 +14,10 @@ def _label(name: str, shape: list[int]) -> str:
     return f"{short_name(name)} [{'×'.join(map(str, shape))}]"
 
 
-def replicated_figure(m: ShardMap, info: tuple[str, str]) -> go.Figure:
+def replicated_figure(m: ShardMap, info: tuple[str, str], group=None) -> go.Figure:
     """Source view: each replicated tensor striped with every GPU's colour (a full copy each).
     Rank view: GPU × tensor grid; a row-parallel bias is hatched on GPUs other than 0 (held, not added)."""
-    tensors = [t for t in m.tensors if t.split_dim is None]
+    tensors = [t for t in m.tensors if t.split_dim is None and in_group(t, group)]
     biases = set(row_bias_params(m))
     tp, n = m.tp_size, len(tensors)
     src, grid = Bars("h"), Bars("h")
