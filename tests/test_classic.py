@@ -149,8 +149,6 @@ def test_gpt_bigcode_multi_query(tp):
     assert sized.tensor(p + "mlp.c_fc.weight").shape == [24, 8]
 
 
-@pytest.mark.xfail(reason="vLLM 0.33 runs GPTBigCode on the Transformers backend with no tp_plan: c_fc and c_proj "
-                          "are ReplicatedLinear (research fused.md section 6); tpviz splits them", strict=True)
 def test_gpt_bigcode_mlp_is_replicated_in_vllm_033():
     m = shard_map(dict(GPT2, model_type="gpt_bigcode", multi_query=True), 2)
     assert m.tensor("transformer.h.*.mlp.c_fc.weight").split_dim is None

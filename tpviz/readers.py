@@ -28,8 +28,9 @@ def _mixers(cfg: dict, model_type: str, n: int, attn: Mixer) -> list[Mixer]:
     window = cfg.get("sliding_window") if isinstance(cfg.get("sliding_window"), int) else 0
     sliding = replace(attn, kind="sliding_attention", window=window) if window else None
     kinds = layer_list(cfg, "layer_types", n, LAYER_TYPES)
-    if kinds is None and isinstance(cfg.get("full_attention_interval"), int) and cfg["full_attention_interval"] > 0:
-        k = cfg["full_attention_interval"]  # Qwen3-Next: every k-th layer is full attention, the rest linear
+    interval = cfg.get("full_attention_interval", 4 if model_type == "qwen3_next" else None)
+    if kinds is None and isinstance(interval, int) and interval > 0:
+        k = interval  # Qwen3-Next: every k-th layer is full attention, the rest linear (HF default 4)
         kinds = ["attention" if (i + 1) % k == 0 else "gated_deltanet" for i in range(n)]
     if kinds is None and (full := index_list(cfg, "full_attn_idxs", n)) is not None:  # LFM2
         kinds = ["attention" if i in full else "short_conv" for i in range(n)]
@@ -45,7 +46,7 @@ def _mixers(cfg: dict, model_type: str, n: int, attn: Mixer) -> list[Mixer]:
         kinds = ["sliding_attention" if uses_window else "attention"] * n
     if model_type == "qwen2" or (model_type.startswith("qwen") and cfg.get("use_sliding_window") is False):
         kinds = ["attention" if k == "sliding_attention" else k for k in kinds]  # Qwen: windows only if enabled
-    chunk = cfg.get("attention_chunk_size")
+    chunk = cfg.get("attention_chunk_size", 8192 if model_type in ("llama4", "llama4_text") else None)
     no_rope = cfg.get("no_rope_layers")
     mixers = []
     for i, kind in enumerate(kinds):

@@ -18,7 +18,7 @@ UNGATED_MLP = CLASSIC | {"nemotron_h"}
 TIED_BY_DEFAULT = {"gemma", "gemma2", "gemma3", "gemma3_text", "gpt2", "gpt_bigcode", "bloom", "falcon", "starcoder2",
                    "lfm2"}
 QKV_BIAS_ALWAYS = {"qwen2", "qwen2_moe"}
-QK_NORM = {"qwen3", "qwen3_moe", "gemma3", "gemma3_text"}
+QK_NORM = {"qwen3", "qwen3_moe", "gemma3", "gemma3_text", "qwen3_next", "lfm2"}
 
 
 @dataclass

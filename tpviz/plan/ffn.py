@@ -9,6 +9,11 @@ def dense(spec: ModelSpec, names: Names, f: Ffn, layers) -> list[ParamPlan]:
     """gate/up merged column-parallel (or one up projection) and down row-parallel over the layer's size."""
     p, hidden, inter = f"{names.layer}{names.mlp}", spec.hidden_size, f.size
     quantity = ("intermediate_size", inter)
+    if spec.model_type == "gpt_bigcode":  # vLLM 0.33 runs it on the Transformers backend, with no TP plan for the MLP
+        note = "vLLM 0.33 serves GPTBigCode through its Transformers backend, which does not split this MLP"
+        return [replicated(f"{p}{n}.{s}", out, inp, layers, note=note, bias=s == "bias")
+                for n, out, inp in ((names.up, inter, hidden), (names.down, hidden, inter))
+                for s in ("weight", "bias")[:1 + spec.mlp_bias]]
     if not spec.gated_mlp:
         return (column(f"{p}{names.up}", hidden, inter, "gate_up", layers, spec.mlp_bias, quantity,
                        disk_t=names.conv1d)
