@@ -60,6 +60,8 @@ def _expected_cover(t, tp: int, replicas: int, q_rows: int, d: int) -> torch.Ten
             expected[:] = replicas
         elif t.shard_id is None:
             expected[q_rows:] = replicas
+    if isinstance(t.shard_id, list):  # one tensor loaded into several shards (Gemma-4's K = V)
+        expected *= len(t.shard_id)
     return expected
 
 

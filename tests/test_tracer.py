@@ -66,7 +66,8 @@ def rebuild_from_pieces(spec, m: ShardMap, rules: str) -> None:
             _, param = build_rank(plan, tp, rank)
             param.data.fill_(float("nan"))
             for src in plan.sources:
-                load(param, tags[src.name], src.shard_id)
+                for shard_id in src.shard_id if isinstance(src.shard_id, list) else [src.shard_id]:
+                    load(param, tags[src.name], shard_id)
             got = param.data
             assert got.size(dim) == pm.local_shapes[rank][dim], (plan.name, rank)
             want = torch.full_like(got, float("nan"))

@@ -33,6 +33,7 @@ class Mixer:
     window: int = 0  # sliding window, or attention chunk, in tokens
     rope: bool = True
     output_gate: bool = False  # Qwen3-Next: q_proj also emits a sigmoid gate per head (twice as wide)
+    k_eq_v: bool = False  # Gemma-4 global layers: no v_proj on disk, k_proj is loaded as both K and V
 
     @property
     def is_attention(self) -> bool:

@@ -12,6 +12,8 @@ LAYER_TYPES = {"full_attention": "attention", "attention": "attention", "sliding
                "chunked_attention": "chunked_attention", "linear_attention": "gated_deltanet",
                "conv": "short_conv", "mamba": "mamba2"}
 # mixers tpviz does not model, by the config field that reveals them: refused, never drawn as attention
+GEMMA4_UNMODELLED = {"num_kv_shared_layers": "KV-shared layers", "num_experts": "MoE blocks beside the MLP",
+                     "hidden_size_per_layer_input": "per-layer input embeddings"}
 UNMODELLED = {"jamba": "Mamba1 layers (Jamba)", "minimax": "lightning attention (MiniMax)",
               "minimax_m1": "lightning attention (MiniMax)", "minimax_text_01": "lightning attention (MiniMax)",
               "kimi_linear": "Kimi Delta Attention (Kimi-Linear)", "falcon_h1": "parallel Mamba2 + attention layers (Falcon-H1)",
@@ -47,6 +49,12 @@ def _mixers(cfg: dict, model_type: str, n: int, attn: Mixer) -> list[Mixer]:
     if model_type == "qwen2" or (model_type.startswith("qwen") and cfg.get("use_sliding_window") is False):
         kinds = ["attention" if k == "sliding_attention" else k for k in kinds]  # Qwen: windows only if enabled
     chunk = cfg.get("attention_chunk_size", 8192 if model_type in ("llama4", "llama4_text") else None)
+    if model_type in ("gemma4", "gemma4_text"):  # global layers: their own head size, and K = V with fewer KV heads
+        k_eq_v = cfg.get("attention_k_eq_v") is True
+        kv = cfg.get("num_global_key_value_heads") if k_eq_v and cfg.get("num_global_key_value_heads") else attn.kv_heads
+        attn = replace(attn, head_dim=_int(cfg, "global_head_dim", 512), kv_heads=_int({"kv": kv}, "kv"), k_eq_v=k_eq_v)
+        if attn.heads % attn.kv_heads:
+            raise ConfigError(f"num_attention_heads={attn.heads} is not a multiple of num_global_key_value_heads={kv}")
     no_rope = cfg.get("no_rope_layers")
     mixers = []
     for i, kind in enumerate(kinds):
@@ -117,6 +125,10 @@ def derive(cfg: dict, model_type: str, n: int, hidden: int, attn: Mixer, dense: 
         return _hybrid_pattern(cfg, n, attn, dense, moe)
     if model_type in UNMODELLED:
         raise ConfigError(f"{model_type} uses {UNMODELLED[model_type]}, which tpviz does not model yet")
+    if model_type in ("gemma4", "gemma4_text"):
+        for key, part in GEMMA4_UNMODELLED.items():
+            if cfg.get(key):
+                raise ConfigError(f"{key}={cfg[key]!r}: Gemma-4 {part} are not modelled by tpviz yet")
     mixers = _mixers(cfg, model_type, n, attn)
     has_moe = _moe_layers(cfg, n, moe.experts if moe else 0)
     top_k = per_layer(cfg, "moe_topk_per_layer", n, moe.top_k if moe else 0) if moe else [0] * n

@@ -11,14 +11,16 @@ DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2, "float8_e4m3fn": 1, "f
 KNOWN_TYPES = {"llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe", "gemma", "gemma2",
                "gemma3", "gemma3_text", "phi3", "gpt_oss", "deepseek_v3", "deepseek_v2", "chatglm", "qwen3_next",
                "nemotron_h", "nemotron-nas", "llama4", "llama4_text", "lfm2", "gpt_neox", "bloom", "falcon", "gpt2",
-               "gpt_bigcode", "starcoder2"}
+               "gpt_bigcode", "starcoder2", "gemma4", "gemma4_text", "qwen3_5", "qwen3_5_text", "qwen3_5_moe",
+               "qwen3_5_moe_text"}
 # classic decoders: LayerNorm with bias and a plain (not gated) MLP of n_inner, by default 4 x hidden
 CLASSIC = {"gpt_neox", "bloom", "falcon", "gpt2", "gpt_bigcode", "starcoder2"}
 UNGATED_MLP = CLASSIC | {"nemotron_h"}
-TIED_BY_DEFAULT = {"gemma", "gemma2", "gemma3", "gemma3_text", "gpt2", "gpt_bigcode", "bloom", "falcon", "starcoder2",
+TIED_BY_DEFAULT = {"gemma", "gemma2", "gemma3", "gemma3_text", "gemma4", "gemma4_text", "gpt2", "gpt_bigcode", "bloom", "falcon", "starcoder2",
                    "lfm2"}
 QKV_BIAS_ALWAYS = {"qwen2", "qwen2_moe"}
-QK_NORM = {"qwen3", "qwen3_moe", "gemma3", "gemma3_text", "qwen3_next", "lfm2"}
+QK_NORM = {"qwen3", "qwen3_moe", "gemma3", "gemma3_text", "gemma4", "gemma4_text", "qwen3_next", "lfm2", "qwen3_5",
+           "qwen3_5_text", "qwen3_5_moe", "qwen3_5_moe_text"}
 
 
 @dataclass
@@ -159,7 +161,8 @@ def normalize(cfg: dict, name: str = "model") -> ModelSpec:
         raise ConfigError(f"config must be a JSON object, got {type(cfg).__name__}")
     outer = cfg
     if isinstance(cfg.get("text_config"), dict):  # multimodal wrappers (Gemma-3, Llama-4, Mistral-3)
-        cfg = {**{k: v for k, v in outer.items() if k in ("torch_dtype", "dtype")}, **cfg["text_config"]}
+        kept = ("torch_dtype", "dtype", "tie_word_embeddings")  # model-wide keys some wrappers keep outside
+        cfg = {**{k: v for k, v in outer.items() if k in kept}, **cfg["text_config"]}
     wrapped = cfg is not outer
     model_type = str(_pick(cfg, "model_type", default=outer.get("model_type", "unknown")))
     notes = []
@@ -257,7 +260,7 @@ def normalize(cfg: dict, name: str = "model") -> ModelSpec:
         spec.attention_bias = spec.o_proj_bias = spec.mlp_bias = (
             _bool(cfg, "bias", False) if model_type == "falcon" else _bool(cfg, "use_bias", True))
     attn = Mixer("mla" if spec.kv_lora_rank else "attention", heads, kv_heads, head_dim,
-                 output_gate=_bool(cfg, "attn_output_gate", model_type in ("qwen3_next", "qwen3_5", "qwen3_5_moe")))
+                 output_gate=_bool(cfg, "attn_output_gate", model_type.startswith(("qwen3_next", "qwen3_5"))))
     moe = Ffn("moe", spec.moe_intermediate_size, experts, spec.num_experts_per_tok,
               spec.shared_expert_intermediate_size) if experts else None
     spec.layers = derive(cfg, model_type, num_layers, hidden, attn, Ffn("dense", spec.intermediate_size), moe)

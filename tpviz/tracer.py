@@ -116,7 +116,8 @@ def trace_plan(plan: ParamPlan, tp_size: int) -> tuple[list[TensorMap], ParamMap
         covered = torch.zeros(param.size(plan.tp_dim), dtype=torch.bool)
         for src in plan.sources:
             param.data.fill_(float("nan"))
-            load(param, tags[src.name], src.shard_id)
+            for shard_id in src.shard_id if isinstance(src.shard_id, list) else [src.shard_id]:
+                load(param, tags[src.name], shard_id)  # a list: one tensor loaded into several shards (K = V)
             found, mask = read_pieces(param.data, plan.tp_dim, rank)
             pieces[src.name] += found
             covered |= mask
@@ -136,9 +137,10 @@ def trace_plan(plan: ParamPlan, tp_size: int) -> tuple[list[TensorMap], ParamMap
 
 def _kv_heads(tensors: list[TensorMap], layers: list[int], d: int, rank: int) -> list[int]:
     """Which global KV heads a rank holds in one attention group, read off the loaded k rows."""
-    k = next(t for t in tensors if t.family == "qkv" and t.shard_id in ("k", None) and t.name.endswith("weight")
+    k = next(t for t in tensors if t.family == "qkv" and (t.shard_id in ("k", None) or (
+             isinstance(t.shard_id, list) and "k" in t.shard_id)) and t.name.endswith("weight")
              and t.layers == layers and t.split_dim is not None)
-    if k.shard_id == "k":
+    if k.shard_id is not None:  # a separate k tensor ("k", or ["k", "v"] when it also fills V)
         first, kv = 0, k.shape[k.split_dim] // d
     else:  # fused: the k section as declared by the plan, in the order the loader saw it
         sec = next((s for s in k.sections if s[0].startswith("k")), None)

@@ -131,9 +131,12 @@ class MergedColumnParallelLinear(ColumnParallelLinear):
             divide(size, tp_size, f"output_sizes[{i}]")
         super().__init__(input_size, sum(self.output_sizes), tp_size, tp_rank, bias, dtype)
 
-    def weight_loader(self, param: nn.Parameter, loaded_weight: torch.Tensor, loaded_shard_id: int | None = None):
-        if loaded_shard_id is None:  # fused on disk (Phi-3 gate_up_proj): split by the total sizes
-            for shard_id, part in enumerate(split_fused(loaded_weight, self.output_sizes, self.tp_dim)):
+    def weight_loader(self, param: nn.Parameter, loaded_weight: torch.Tensor,
+                      loaded_shard_id: int | tuple | None = None):
+        if loaded_shard_id is None or isinstance(loaded_shard_id, tuple):
+            # fused on disk: all projections (Phi-3 gate_up_proj), or some of them (Qwen3.5's in_proj_qkv)
+            ids = range(len(self.output_sizes)) if loaded_shard_id is None else loaded_shard_id
+            for shard_id, part in zip(ids, split_fused(loaded_weight, [self.output_sizes[i] for i in ids], self.tp_dim)):
                 self.weight_loader(param, part, shard_id)
             return
         if not 0 <= loaded_shard_id < len(self.output_sizes):

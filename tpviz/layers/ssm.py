@@ -55,12 +55,15 @@ def _conv(kernel: int, channels: int, tp_size: int, tp_rank: int, bias: bool, lo
 
 
 class GatedDeltaNet(nn.Module):
-    """Qwen3-Next linear attention. in_proj_qkvz and in_proj_ba are stored interleaved per key-head group
-    ([q, k, v..., z...] of one key head, then the next), so a plain row split gives each rank whole
-    key-head groups; conv1d is stored flat [q | k | v] and each rank takes its chunk of each."""
+    """Gated DeltaNet linear attention. Qwen3-Next stores in_proj_qkvz and in_proj_ba interleaved per
+    key-head group ([q, k, v..., z...] of one key head, then the next), so a plain row split gives each rank
+    whole key-head groups. Qwen3.5 (interleaved=False) stores in_proj_qkv, in_proj_z, in_proj_b and
+    in_proj_a apart: merged tables of [q | k | v | z] and [b | a], each part cut by rank. conv1d is stored
+    flat [q | k | v] and each rank takes its chunk of each."""
 
     def __init__(self, hidden_size: int, num_k_heads: int, num_v_heads: int, head_k_dim: int, head_v_dim: int,
-                 conv_kernel: int, tp_size: int, tp_rank: int, dtype: torch.dtype | None = None):
+                 conv_kernel: int, tp_size: int, tp_rank: int, dtype: torch.dtype | None = None,
+                 interleaved: bool = True):
         super().__init__()
         check_tp(tp_size, tp_rank)
         divide(num_k_heads, tp_size, "linear_num_key_heads")  # the interleaved groups are split whole
@@ -68,9 +71,10 @@ class GatedDeltaNet(nn.Module):
         self.head_k_dim, self.head_v_dim, self.conv_kernel = head_k_dim, head_v_dim, conv_kernel
         key_dim, value_dim = num_k_heads * head_k_dim, num_v_heads * head_v_dim
         self.conv_dim = 2 * key_dim + value_dim
-        self.in_proj_qkvz = MergedColumnParallelLinear(hidden_size, [2 * key_dim + 2 * value_dim], tp_size, tp_rank,
-                                                       dtype=dtype)
-        self.in_proj_ba = MergedColumnParallelLinear(hidden_size, [2 * num_v_heads], tp_size, tp_rank, dtype=dtype)
+        qkvz = [2 * key_dim + 2 * value_dim] if interleaved else [key_dim, key_dim, value_dim, value_dim]
+        ba = [2 * num_v_heads] if interleaved else [num_v_heads, num_v_heads]
+        self.in_proj_qkvz = MergedColumnParallelLinear(hidden_size, qkvz, tp_size, tp_rank, dtype=dtype)
+        self.in_proj_ba = MergedColumnParallelLinear(hidden_size, ba, tp_size, tp_rank, dtype=dtype)
         self.conv1d = _conv(conv_kernel, self.conv_dim, tp_size, tp_rank, False,
                             segmented_loader([(key_dim, 0, False)] * 2 + [(value_dim, 0, False)], tp_size, tp_rank))
         self.A_log = _vector(num_v_heads, tp_size, tp_rank, "linear_num_value_heads")

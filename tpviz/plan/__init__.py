@@ -7,7 +7,7 @@ tensors does this architecture have" (the tracer, the checkpoint comparison) rea
 from tpviz.arch import Ffn, Mixer
 from tpviz.plan import attention, ffn, ssm
 from tpviz.plan.classic import CLASSIC_NAMES, extra_globals, falcon_names
-from tpviz.plan.core import DT, PROBE, ParamPlan, Source, embed, norm
+from tpviz.plan.core import DT, PROBE, ParamPlan, Source, embed, norm, replicated
 from tpviz.plan.names import ARCH_NAMES, LLAMA, Names
 from tpviz.plan.ssm import state_plans
 from tpviz.spec import ModelSpec
@@ -48,6 +48,8 @@ def build_plan(spec: ModelSpec, rules: str = "vllm") -> list[ParamPlan]:
     plans = embed(spec, names, rules) + norm(names.final_norm, hidden, bias=nb) + extra_globals(spec, names)
     every = list(range(spec.num_hidden_layers))
     plans += [pl for n in names.block_norms for pl in norm(f"{p}{n}", hidden, every, bias=nb)]
+    if spec.model_type.startswith("gemma4"):  # a saved per-layer output scale (a buffer, but in the checkpoint)
+        plans.append(replicated(f"{p}layer_scalar", 1, hidden, every, bias=True))
     with_mixer = [i for i, layer in enumerate(spec.layers) if layer.mixer.kind != "none"]
     with_ffn = [i for i, layer in enumerate(spec.layers) if layer.ffn.kind != "none"]
     for names_, layers in ((names.mixer_norms, with_mixer), (names.ffn_norms, with_ffn)):

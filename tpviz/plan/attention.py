@@ -67,6 +67,10 @@ def qkv(spec: ModelSpec, names: Names, rules: str, m: Mixer, layers, bias: bool)
             sources = [Source(f"{p}{n}.{suffix}", ((h * qd if sid == "q" else kv * d),) + tail, sid,
                               sections=[s for s in qkv_sections("qkv", h, kv, d, qd, b) if s[0][0] == sid])
                        for sid, n in zip("qkv", (names.q, names.k, names.v))]
+            if m.k_eq_v:  # Gemma-4 global layers: k_proj fills both the K and the V slots
+                sources = sources[:2]
+                sources[1].shard_id = ["k", "v"]
+                sources[1].sections = [[f"k = v{b}", 0, kv * d, d, "KV head"]]
             for src in sources:  # sections of a separate tensor start at its own row 0
                 src.sections = [[lab, 0, b_ - a, hs, w] for lab, a, b_, hs, w in src.sections]
         param_name = f"{p}{names.qkv_fused or 'qkv_proj'}.{suffix}"

@@ -48,7 +48,7 @@ ARCH_NAMES = {
     "qwen3_next": replace(LLAMA, shared_gate="shared_expert_gate"),
     "deepseek_v3": replace(LLAMA, shared="shared_experts."),
     "deepseek_v2": replace(LLAMA, shared="shared_experts."),
-    "gemma2": GEMMA2, "gemma3": GEMMA2, "gemma3_text": GEMMA2,
+    "gemma2": GEMMA2, "gemma3": GEMMA2, "gemma3_text": GEMMA2, "gemma4": GEMMA2, "gemma4_text": GEMMA2,
     "gpt_oss": replace(LLAMA, router="router", experts="experts.", expert_gate_up=("gate_up_proj",)),
     "nemotron_h": replace(LLAMA, embed="backbone.embeddings.weight", final_norm="backbone.norm_f",
                           layer="backbone.layers.*.", block_norms=("norm",), mixer_norms=(), ffn_norms=(),

@@ -11,7 +11,8 @@ def build_mixer(spec, m: Mixer, tp: int, r: int, kernel: int = PROBE):
     """One rank's mixer module; tensors are traced at probe width (hidden and kernel) to stay cheap."""
     hidden = PROBE if kernel == PROBE else spec.hidden_size
     if m.kind == "gated_deltanet":
-        return GatedDeltaNet(hidden, m.groups, m.heads, m.key_dim, m.head_dim, kernel, tp, r, dtype=DT)
+        return GatedDeltaNet(hidden, m.groups, m.heads, m.key_dim, m.head_dim, kernel, tp, r, dtype=DT,
+                             interleaved=not spec.model_type.startswith("qwen3_5"))
     if m.kind == "mamba2":
         return Mamba2Mixer(hidden, m.heads, m.head_dim, m.groups, m.state, kernel, tp, r,
                            conv_bias=spec.conv_bias, bias=spec.mlp_bias, dtype=DT)
@@ -19,20 +20,42 @@ def build_mixer(spec, m: Mixer, tp: int, r: int, kernel: int = PROBE):
 
 
 def _plans(spec, m: Mixer, layers, prefix: str, tensors: list) -> list[ParamPlan]:
-    """tensors: (checkpoint suffix, attribute path, full shape, split dim, sections, quantity)."""
+    """tensors: (checkpoint suffix, attribute path, full shape, split dim, sections, quantity), or for a
+    parameter loaded from several checkpoint tensors, (param suffix, attribute, shape, dim, sources, quantity)
+    where sources are (checkpoint suffix, shape, shard id, sections)."""
     out = []
     for suffix, attr, shape, dim, secs, quantity in tensors:
-        def build(tp, r, a=attr):
-            mod = build_mixer(spec, m, tp, r)
-            obj = mod
-            for part in a.split("."):
-                obj = getattr(obj, part)
-            return mod, obj
+        if secs and isinstance(secs[0], tuple):  # several checkpoint tensors into one parameter
+            srcs = [Source(f"{prefix}{n}", sh, sid, sections=sec) for n, sh, sid, sec in secs]
+            out.append(param(f"{prefix}{suffix}", FAMILY[m.kind], (lambda a: lambda tp, r: _attr(spec, m, tp, r, a))(
+                attr), shape, srcs, tp_dim=0, layers=layers, quantity=quantity))
+            continue
+        build = (lambda a: lambda tp, r: _attr(spec, m, tp, r, a))(attr)
         name = f"{prefix}{suffix}"
         src = Source(name, shape, None, split=dim is not None, sections=secs)
         plan = param(name, FAMILY[m.kind], build, shape, [src], tp_dim=dim or 0, layers=layers, quantity=quantity)
         out.append(plan)
     return out
+
+
+def _attr(spec, m: Mixer, tp: int, r: int, attr: str):
+    mod = build_mixer(spec, m, tp, r)
+    obj = mod
+    for part in attr.split("."):
+        obj = getattr(obj, part)
+    return mod, obj
+
+
+def _split_projections(nk, nv, dk, dv, hidden) -> list:
+    """Qwen3.5: in_proj_qkv [q | k | v] and in_proj_z into one merged table, in_proj_b and in_proj_a into another."""
+    kd, vd = nk * dk, nv * dv
+    qkv = [["q", 0, kd, dk, "key head"], ["k", kd, 2 * kd, dk, "key head"], ["v", 2 * kd, 2 * kd + vd, dv, "value head"]]
+    return [("in_proj_qkvz.weight", "in_proj_qkvz.weight", (2 * kd + 2 * vd, hidden), 0,
+             [("in_proj_qkv.weight", (2 * kd + vd, hidden), (0, 1, 2), qkv),
+              ("in_proj_z.weight", (vd, hidden), 3, [["z", 0, vd, dv, "value head"]])], ("linear_num_key_heads", nk)),
+            ("in_proj_ba.weight", "in_proj_ba.weight", (2 * nv, hidden), 0,
+             [("in_proj_b.weight", (nv, hidden), 0, []), ("in_proj_a.weight", (nv, hidden), 1, [])],
+             ("linear_num_value_heads", nv))]
 
 
 def gated_deltanet(spec, names: Names, rules: str, m: Mixer, layers) -> list[ParamPlan]:
@@ -41,11 +64,12 @@ def gated_deltanet(spec, names: Names, rules: str, m: Mixer, layers) -> list[Par
     kd, vd = nk * dk, nv * dv
     group = 2 * dk + 2 * per * dv
     heads = ("linear_num_value_heads", nv)
-    return _plans(spec, m, layers, f"{names.layer}{names.linear_attn}", [
+    projections = _split_projections(nk, nv, dk, dv, hidden) if spec.model_type.startswith("qwen3_5") else [
         ("in_proj_qkvz.weight", "in_proj_qkvz.weight", (nk * group, hidden), 0,
          [["q|k|v|z per key-head group", 0, nk * group, group, "key-head group"]], ("linear_num_key_heads", nk)),
         ("in_proj_ba.weight", "in_proj_ba.weight", (2 * nv, hidden), 0,
-         [["b|a per key-head group", 0, 2 * nv, 2 * per, "key-head group"]], ("linear_num_key_heads", nk)),
+         [["b|a per key-head group", 0, 2 * nv, 2 * per, "key-head group"]], ("linear_num_key_heads", nk))]
+    return _plans(spec, m, layers, f"{names.layer}{names.linear_attn}", projections + [
         ("conv1d.weight", "conv1d.weight", (2 * kd + vd, 1, k), 0,
          [["q", 0, kd, dk, "key head"], ["k", kd, 2 * kd, dk, "key head"], ["v", 2 * kd, 2 * kd + vd, dv, "value head"]],
          ("linear_num_key_heads", nk)),
