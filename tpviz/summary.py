@@ -107,14 +107,15 @@ def collectives(m: ShardMap) -> list[Collective]:
         return []
     hidden = m.model["hidden_size"] * b
     ring = 2 * (tp - 1) / tp  # a ring all-reduce sends this fraction of the tensor from every GPU
-    attn = len(_layers_of(m, ("o_proj",)))
+    attn = len(_layers_of(m, ("o_proj", "linear_attn", "mamba", "conv")))  # every mixer's out-projection reduces
     mlp = len(_layers_of(m, ("down_proj", "experts")))  # a MoE layer reduces routed + shared experts once
     vocab_param = next((p for p in m.params if p.family == "lm_head"), None) or next(
         p for p in m.params if p.family == "embed")
     padded_vocab = vocab_param.local_shapes[0][0] * tp
     logits = padded_vocab * b
     return [
-        Collective("all-reduce", "after o_proj (attention output, row-parallel)", attn, hidden, ring * hidden),
+        Collective("all-reduce", "after o_proj / out_proj (the mixer's output, row-parallel)", attn, hidden,
+                   ring * hidden),
         Collective("all-reduce", "after down_proj (MLP / MoE output, row-parallel)", mlp, hidden, ring * hidden),
         Collective("all-reduce", "after embed_tokens (each GPU looks up only its vocab rows)", 1, hidden, ring * hidden),
         Collective("gather", "lm_head logits to GPU 0 (each GPU has its vocab block)", 1, logits, logits / tp),

@@ -39,11 +39,12 @@ def _plans(spec, m: Mixer, layers, prefix: str, tensors: list) -> list[ParamPlan
 
 
 def _attr(spec, m: Mixer, tp: int, r: int, attr: str):
-    mod = build_mixer(spec, m, tp, r)
-    obj = mod
-    for part in attr.split("."):
-        obj = getattr(obj, part)
-    return mod, obj
+    """(the layer that owns the parameter, the parameter): out_proj's RowParallelLinear, or the mixer itself."""
+    owner = build_mixer(spec, m, tp, r)
+    *path, last = attr.split(".")
+    for part in path:
+        owner = getattr(owner, part)
+    return owner, getattr(owner, last)
 
 
 def _split_projections(nk, nv, dk, dv, hidden) -> list:
