@@ -17,7 +17,7 @@ from tpviz import summary as S
 from tpviz.cli import fmt_bytes, valid_table
 from tpviz.errors import ConfigError, TPSizeError, TpvizError
 from tpviz.export import NO_CHROMIUM, PngRenderer, chromium_path, file_stem, figures_zip, png_names, shard_map_json
-from tpviz.plots import all_figures, export_figures
+from tpviz.plots import all_figures, export_figures, grouped_figures
 from tpviz.plots.strip import layer_strip
 from tpviz.rules import RULES
 from tpviz.shardmap import ShardMap
@@ -209,17 +209,26 @@ def group_figures(cfg_json: str, name: str, tp: int, rules: str, checkpoint: str
     return all_figures(m, m.groups[group])
 
 
+@st.cache_resource(show_spinner=False, max_entries=16)
+def every_group_figures(cfg_json: str, name: str, tp: int, rules: str, checkpoint: str) -> list:
+    """"All layers": each group's heading with the figures it adds (shared families drawn once)."""
+    return grouped_figures(page_for(cfg_json, name, tp, rules, checkpoint).m)
+
+
 def layer_groups(m: ShardMap) -> int | None:
     """The layer strip and the group picker; returns the selected group's index (None: all layers)."""
     labels = [f"{i + 1}. {g.label} · layers {S.layer_span(g.layers)}" for i, g in enumerate(m.groups)]
     options = list(range(len(labels))) + [-1]
     if st.session_state.get("layer_group") not in options:
         st.session_state.layer_group = 0
-    event = st.plotly_chart(layer_strip(m, st.session_state.layer_group if st.session_state.layer_group >= 0 else None),
-                            theme=None, key="strip", on_select="rerun", selection_mode="points", config=PLOTLY_CONFIG)
-    points = (event or {}).get("selection", {}).get("points", []) if isinstance(event, dict) else []
-    if points and points[0].get("customdata") is not None:
+    group = st.session_state.layer_group
+    # keyed by the group, so a click's own selection highlight is dropped once the group is shown
+    event = st.plotly_chart(layer_strip(m, group if group >= 0 else None), theme=None, key=f"strip_{group}",
+                            on_select="rerun", selection_mode="points", config=PLOTLY_CONFIG)
+    points = event.get("selection", {}).get("points", []) if isinstance(event, dict) else []
+    if points and points[0].get("customdata") is not None and int(points[0]["customdata"]) != group:
         st.session_state.layer_group = int(points[0]["customdata"])
+        st.rerun()
     chosen = st.radio("Layer group", options, key="layer_group", horizontal=False,
                       format_func=lambda i: "All layers" if i < 0 else labels[i])
     return None if chosen < 0 else chosen
@@ -260,23 +269,24 @@ def render_page(page: Page, rows: list[dict]) -> None:
     if absent := S.absent_cases(m):
         st.caption("Not in this view: " + "; ".join(absent) + ".")
     has_browser = chromium_path() is not None
-    figs = page.figs
     st.markdown("### Where every matrix goes")
+    sections = [(None, page.figs)]  # (layer group or None, its figures)
     if len(m.groups) > 1:
         group = layer_groups(m)
-        if group is not None:
-            g = m.groups[group]
-            figs = group_figures(*page.key, group)
-            st.markdown(f"#### Layers {S.layer_span(g.layers)}: {g.label}")
-    names = png_names(m, list(figs))
+        sections = ([(m.groups[group], group_figures(*page.key, group))] if group is not None else
+                    every_group_figures(*page.key) + [(None, {"memory": page.figs["memory"]})])
     st.caption("Hover a band for its GPU, head, global range and local offset. "
                "Each GPU keeps one colour everywhere on this page.")
-    for key, fig in figs.items():
-        with st.container(border=True):
-            st.plotly_chart(fig, theme=None, key=f"fig_{key}", config=PLOTLY_CONFIG)
-            st.download_button("PNG", lambda f=fig: png_renderer().render(f), names[key], "image/png",
-                               key=f"png_{key}", on_click="ignore", icon=":material/download:",
-                               disabled=not has_browser, type="tertiary")
+    for g, figs in sections:
+        if g is not None:
+            st.markdown(f"#### Layers {S.layer_span(g.layers)}: {g.label}")
+        names = png_names(m, list(figs))
+        for key, fig in figs.items():
+            with st.container(border=True):
+                st.plotly_chart(fig, theme=None, key=f"fig_{key}", config=PLOTLY_CONFIG)
+                st.download_button("PNG", lambda f=fig: png_renderer().render(f), names[key], "image/png",
+                                   key=f"png_{key}", on_click="ignore", icon=":material/download:",
+                                   disabled=not has_browser, type="tertiary")
     with st.expander("Memory table (bytes)"):
         st.dataframe(mem, hide_index=True, width="stretch")
     st.markdown("### Does it fit? KV-cache room per GPU")

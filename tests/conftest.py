@@ -44,6 +44,10 @@ def _kv_replicas(model: dict, tp: int) -> int:
 def _expected_cover(t, tp: int, replicas: int, q_rows: int, d: int) -> torch.Tensor:
     """How many ranks hold each source row: once, except replicated KV heads and Mamba2's single group."""
     expected = torch.ones(t.shape[t.split_dim], dtype=torch.int64)
+    fused_kv = [sec for sec in t.sections if t.family == "qkv" and not sec[3] and sec[0].split(" ")[0] in "kv"]
+    n_kv = len(fused_kv) // 2  # per-head / per-KV-group fused q/k/v: one k and one v section per KV head
+    for _, a, b, _, _ in fused_kv:
+        expected[a:b] = tp // n_kv if tp > n_kv else 1
     for label, a, b, size, word in t.sections if t.family in ("qkv", "mamba") else []:
         if not size:
             continue

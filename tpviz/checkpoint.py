@@ -29,6 +29,8 @@ def read_header(path: Path) -> dict:
             header = json.loads(f.read(size))
     except (OSError, struct.error, ValueError, RecursionError) as e:
         raise SourceError(f"cannot read the safetensors header of {path.name}: {e}") from None
+    if not isinstance(header, dict):
+        raise SourceError(f"{path.name} is not a safetensors file (its header is not a JSON object)")
     header.pop("__metadata__", None)
     return header
 
@@ -38,9 +40,12 @@ def local_tensor_names(folder: Path) -> set[str] | None:
     index = folder / INDEX_FILE
     if index.is_file():
         try:
-            return set(json.loads(index.read_text())["weight_map"])
+            weight_map = json.loads(index.read_text())["weight_map"]
         except (OSError, ValueError, KeyError, TypeError, RecursionError) as e:
             raise SourceError(f"{index} is not a valid safetensors index ({e})") from None
+        if not isinstance(weight_map, dict):
+            raise SourceError(f"{index} is not a valid safetensors index (weight_map is not an object)")
+        return set(weight_map)
     single = folder / "model.safetensors"  # as transformers picks: the index's shards, else this one file
     return set(read_header(single)) if single.is_file() else None
 
@@ -71,6 +76,12 @@ def _prefix(map_names: set[str], names: set[str]) -> tuple[str, str]:
     return best
 
 
+def _beyond(name: str, num_layers: int) -> bool:
+    """A layer past the decoder's (DeepSeek's MTP layer 61): vLLM loads it only for speculative decoding."""
+    match = re.search(r"layers\.(\d+)\.", name)
+    return bool(match) and int(match.group(1)) >= num_layers
+
+
 def _patterns(names: list[str], most: int = 6) -> list[str]:
     """Names with their numbers collapsed to '*', most frequent first."""
     counts: dict[str, int] = {}
@@ -85,10 +96,13 @@ def compare(m: ShardMap, names: set[str], source: str) -> dict:
     mapped = expand(m)
     drop, add = _prefix(set(mapped), names)
     seen, extra, quant = set(), [], []
+    layers = m.model["num_hidden_layers"]
     for n in names:
-        if IGNORED.search(n) or n.startswith(VISION) or any(v in n for v in (".vision_tower.", ".visual.")):
+        if IGNORED.search(n) or n.startswith(VISION) or any(f".{v}" in n for v in VISION) or _beyond(n, layers):
             continue
         key = add + n[len(drop):] if n.startswith(drop) else n
+        if key not in mapped:  # the old multimodal layout keeps lm_head beside the decoder: language_model.lm_head
+            key = next((k for k in (n.split("language_model.", 1)[-1], key) if k in mapped), key)
         if key in mapped:
             seen.add(key)
         elif key.endswith(QUANT_SUFFIXES):

@@ -221,7 +221,9 @@ def normalize(cfg: dict, name: str = "model") -> ModelSpec:
         conv_bias=_bool(cfg, "conv_bias", False) or _bool(cfg, "use_conv_bias", False),
         max_positions=_int(cfg, "n_positions", "max_position_embeddings", default=0, minimum=0, maximum=1 << 22)
         if model_type in ("gpt2", "gpt_bigcode") else 0,
-        state_dtype=str(cfg.get("mamba_ssm_cache_dtype") or ("float32" if model_type == "nemotron_h" else "")),
+        # the SSM state dtype vLLM takes from the config (Qwen3.5's mamba_ssm_dtype; Nemotron-H's default float32)
+        state_dtype=str(cfg.get("mamba_ssm_cache_dtype") or cfg.get("mamba_ssm_dtype")
+                        or ("float32" if model_type == "nemotron_h" else "")),
         variant=falcon_variant(cfg) if model_type == "falcon" else "",
         q_lora_rank=_int(cfg, "q_lora_rank", default=0, minimum=0),
         kv_lora_rank=_int(cfg, "kv_lora_rank", default=0, minimum=0),

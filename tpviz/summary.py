@@ -16,7 +16,10 @@ FAMILY_LABELS = {"qkv": "q/k/v", "o_proj": "o_proj", "gate_up": "gate/up", "down
 
 def short_name(name: str) -> str:
     """A checkpoint name without the per-layer prefix: 'model.layers.*.self_attn.q_proj.weight' -> 'self_attn.q_proj.weight'."""
-    for prefix in ("model.layers.*.", "transformer.encoder.layers.*.", "model.", "transformer."):
+    for marker in ("layers.*.", "h.*."):  # everything up to the layer wildcard: model.layers.*., transformer.h.*.
+        if name.startswith(marker) or f".{marker}" in name:
+            return name.split(marker, 1)[1]
+    for prefix in ("model.", "transformer.", "backbone.", "gpt_neox."):
         if name.startswith(prefix):
             return name[len(prefix):]
     return name

@@ -141,29 +141,18 @@ def _kv_heads(tensors: list[TensorMap], layers: list[int], d: int, rank: int) ->
              isinstance(t.shard_id, list) and "k" in t.shard_id)) and t.name.endswith("weight")
              and t.layers == layers and t.split_dim is not None)
     if k.shard_id is not None:  # a separate k tensor ("k", or ["k", "v"] when it also fills V)
-        first, kv = 0, k.shape[k.split_dim] // d
-    else:  # fused: the k section as declared by the plan, in the order the loader saw it
-        sec = next((s for s in k.sections if s[0].startswith("k")), None)
-        return _fused_kv_heads(k, rank, d) if sec is None else _kv_in(k, rank, sec[1], sec[2], d)
-    return _kv_in(k, rank, first, first + kv * d, d)
+        return _kv_in(k, rank, 0, k.shape[k.split_dim], d)
+    # fused on disk: the k sections the plan declares (one [k] block, or one per head / KV group)
+    ks = [s for s in k.sections if s[0].split(" ")[0] == "k"]
+    if len(ks) == 1:
+        return _kv_in(k, rank, ks[0][1], ks[0][2], d)
+    pieces = k.rank_pieces(rank)
+    return [i for i, s in enumerate(ks) if any(p.start < s[2] and s[1] < p.stop for p in pieces)]
 
 
 def _kv_in(k: TensorMap, rank: int, first: int, last: int, d: int) -> list[int]:
     rows = [(max(p.start, first), min(p.stop, last)) for p in k.rank_pieces(rank)]
     return sorted({(row - first) // d for a, b in rows if a < b for row in range(a, b, d)})
-
-
-def _fused_kv_heads(k: TensorMap, rank: int, d: int) -> list[int]:
-    """Per-head or per-group fused q/k/v: the KV head of every k row this rank holds (rows k of each block)."""
-    sec = k.sections[0]
-    block = sec[3]  # rows per head (NeoX: q,k,v of one head) or per KV group (Falcon: q..., k, v)
-    k_at = block - 2 * d if sec[4] == "KV group" else d  # where k begins inside a block
-    heads = set()
-    for p in k.rank_pieces(rank):
-        for row in range(p.start, p.stop, d):
-            if (row % block) // d == k_at // d:
-                heads.add(row // block)
-    return sorted(heads)
 
 
 def _caches(spec: ModelSpec, tensors: list[TensorMap], rank: int) -> tuple[int, list[dict], list[int]]:

@@ -146,3 +146,21 @@ def test_eight_sessions_at_once_all_render(browser, app_url):
         c.close()
     assert problems == []
     assert elapsed < 120
+
+
+def test_layer_strip_click_selects_a_group(page, app_url):
+    """A hybrid model: the strip draws every layer; clicking a full-attention layer shows that group's figures."""
+    page.goto(app_url + "/?model=Qwen/Qwen3-Next-80B-A3B-Thinking&tp=4&rules=vllm")
+    wait_for_charts(page, 5)
+    no_errors(page)
+    strip = page.locator("div.stPlotlyChart").first
+    cells = strip.locator("g.trace.bars g.point path")
+    assert cells.count() == 48
+    assert page.locator("h4").filter(has_text="Gated DeltaNet").count() == 1  # group 1 by default
+    box = cells.nth(36).bounding_box()  # cells are in group order (36 GDN, then 12): layer 3 is the 37th
+    page.mouse.click(box["x"] + box["width"] / 2, box["y"] + box["height"] / 2)  # as a user clicks: on the plot
+    page.wait_for_function("[...document.querySelectorAll('h4')].some(h => h.innerText.startsWith('Layers 3, 7, 11'))",
+                           timeout=60_000)
+    wait_for_charts(page, 5)
+    no_errors(page)
+    page.screenshot(path=SCREENSHOTS / "hybrid_group.png", full_page=False)

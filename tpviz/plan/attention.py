@@ -30,10 +30,13 @@ ORDERS = {"per_head": per_head, "per_kv_group": per_kv_group}
 
 def qkv_sections(order: str, h: int, kv: int, d: int, qd: int, bias: str) -> list:
     """The labelled parts of a fused q/k/v tensor as it lies on disk."""
-    if order in ("per_head", "per_head_plain"):
-        return [[f"q/k/v{bias} per head", 0, 3 * h * d, 3 * d, "head"]]
-    if order == "per_kv_group":
-        return [[f"q/k/v{bias} per KV group", 0, (h + 2 * kv) * d, (h // kv + 2) * d, "KV group"]]
+    if order in ("per_head", "per_head_plain"):  # [q, k, v] of head 0, then of head 1, ...
+        return [[f"{part}{bias} (head {i})", (3 * i + j) * d, (3 * i + j + 1) * d, 0, ""]
+                for i in range(h) for j, part in enumerate("qkv")]
+    if order == "per_kv_group":  # [q of its heads, k, v] of KV group 0, then of group 1, ...
+        g = h // kv + 2
+        return [[f"{part}{bias} (KV group {i})", (g * i + a) * d, (g * i + b) * d, 0, ""]
+                for i in range(kv) for part, a, b in (("q", 0, g - 2), ("k", g - 2, g - 1), ("v", g - 1, g))]
     return [[f"q{bias}", 0, h * qd, qd, "q head"], [f"k{bias}", h * qd, h * qd + kv * d, d, "KV head"],
             [f"v{bias}", h * qd + kv * d, h * qd + 2 * kv * d, d, "KV head"]]
 

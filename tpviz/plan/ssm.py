@@ -67,9 +67,9 @@ def gated_deltanet(spec, names: Names, rules: str, m: Mixer, layers) -> list[Par
     heads = ("linear_num_value_heads", nv)
     projections = _split_projections(nk, nv, dk, dv, hidden) if spec.model_type.startswith("qwen3_5") else [
         ("in_proj_qkvz.weight", "in_proj_qkvz.weight", (nk * group, hidden), 0,
-         [["q|k|v|z per key-head group", 0, nk * group, group, "key-head group"]], ("linear_num_key_heads", nk)),
+         [["q|k|v|z", 0, nk * group, group, "key-head group"]], ("linear_num_key_heads", nk)),
         ("in_proj_ba.weight", "in_proj_ba.weight", (2 * nv, hidden), 0,
-         [["b|a per key-head group", 0, 2 * nv, 2 * per, "key-head group"]], ("linear_num_key_heads", nk))]
+         [["b|a", 0, 2 * nv, 2 * per, "key-head group"]], ("linear_num_key_heads", nk))]
     return _plans(spec, m, layers, f"{names.layer}{names.linear_attn}", projections + [
         ("conv1d.weight", "conv1d.weight", (2 * kd + vd, 1, k), 0,
          [["q", 0, kd, dk, "key head"], ["k", kd, 2 * kd, dk, "key head"], ["v", 2 * kd, 2 * kd + vd, dv, "value head"]],

@@ -127,7 +127,7 @@ def family_figure(m: ShardMap, family: str, group: LayerGroup | None = None) -> 
     if not split:
         raise KeyError(f"{m.model['name']} has no split tensors in family {family!r}")
     # vectors (column-parallel biases, attention sinks) follow their matrix's rows: named, not drawn
-    tensors = [t for t in split if len(t.shape) == 2] or split
+    tensors = [t for t in split if len(t.shape) >= 2] or split
     vectors = [t for t in split if t not in tensors]
     title, line = FAMILY_INFO[family]
     if family == "qkv" and m.model.get("kv_lora_rank"):
@@ -139,9 +139,10 @@ def family_figure(m: ShardMap, family: str, group: LayerGroup | None = None) -> 
         names = ", ".join(dict.fromkeys(tensor_label(t) for t in vectors))
         note = " · ".join(filter(None, [note, f"split like their rows, not drawn: {names}"]))
     wrapped = textwrap.wrap(note, 150)  # Plotly never wraps text itself
-    layout["title"]["subtitle"] = dict(text=line + (f"<br><i>{'<br>'.join(wrapped)}</i>" if note else ""),
+    lines = textwrap.wrap(line, 150)
+    layout["title"]["subtitle"] = dict(text="<br>".join(lines) + (f"<br><i>{'<br>'.join(wrapped)}</i>" if note else ""),
                                        font=dict(size=11, color=MUTED))
-    layout["margin"]["t"] = 130 + 15 * (1 + len(wrapped))  # room for the subtitle lines and panel titles
+    layout["margin"]["t"] = 130 + 15 * (len(lines) + len(wrapped))  # room for the subtitle lines and panel titles
     pad_x = src.width * 0.03
     x_range = _source_x_range(src, layout, pad_x)
     if not src.stacked:
@@ -179,16 +180,28 @@ def all_figures(m: ShardMap, group: LayerGroup | None = None) -> dict[str, go.Fi
     return figs
 
 
-def export_figures(m: ShardMap) -> dict[str, go.Figure]:
-    """Every figure of every layer group (a family drawn once per distinct tensor set), the strip and memory."""
-    if len(m.groups) <= 1:
-        return all_figures(m)
-    figs, seen = {"layers": layer_strip(m)}, set()
+def grouped_figures(m: ShardMap) -> list[tuple[LayerGroup, dict[str, go.Figure]]]:
+    """Every layer group with the figures it adds: a family is drawn once per distinct set of tensors, so MoE
+    experts shared by all groups, the embeddings and the norms appear under the first group only."""
+    out, seen = [], set()
     for i, g in enumerate(m.groups):
+        figs = {}
         for family in families_present(m, g):
-            key = tuple((t.name, tuple(t.layers or ())) for t in m.family(family, g))
+            key = (family, tuple((t.name, tuple(t.layers or ())) for t in m.family(family, g)
+                                 if family != "replicated" or t.split_dim is None))
             if key not in seen:
                 seen.add(key)
                 figs[f"group{i + 1}_{family}"] = family_figure(m, family, g)
+        out.append((g, figs))
+    return out
+
+
+def export_figures(m: ShardMap) -> dict[str, go.Figure]:
+    """Every figure of every layer group, the layer strip and memory: what the ZIP and `map --png` write."""
+    if len(m.groups) <= 1:
+        return all_figures(m)
+    figs = {"layers": layer_strip(m)}
+    for _, group_figs in grouped_figures(m):
+        figs.update(group_figs)
     figs["memory"] = memory_figure(m)
     return figs

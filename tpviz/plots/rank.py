@@ -44,15 +44,15 @@ def _holes(covered: list[tuple[int, int]], length: int) -> list[tuple[int, int]]
 
 def rank_view(m: ShardMap, tensors: list[TensorMap]) -> RankView:
     """The rank-view geometry of one family's split tensors."""
-    names = list(dict.fromkeys(t.param for t in tensors))
-    params: list[ParamMap] = [next(p for p in m.params if p.name == n) for n in names]
+    keys = list(dict.fromkeys((t.param, tuple(t.layers or ())) for t in tensors))  # a name can repeat per group
+    params: list[ParamMap] = [next(p for p in m.params if (p.name, tuple(p.layers or ())) == k) for k in keys]
     total = sum(p.local_shapes[0][p.split_dim] for p in params)
     view = RankView(Bars("h"))
     words = {"rows" if p.split_dim == 0 else "columns" for p in params}
     view.axis_word = words.pop() if len(words) == 1 else "rows / columns"
     x0 = 0.0
     for p in params:
-        feeders = [t for t in tensors if t.param == p.name]
+        feeders = [t for t in tensors if t.param == p.name and t.layers == p.layers]
         word = "rows" if p.split_dim == 0 else "columns"
         length = p.local_shapes[0][p.split_dim]
         pname = short_name(p.name).replace(".weight", "")
@@ -66,8 +66,9 @@ def rank_view(m: ShardMap, tensors: list[TensorMap]) -> RankView:
                         covered.append((la, la + b - a))
                         heads = head_text(a, b, sec)
                         hover = (f"<b>GPU {r}</b> · {pname} local {word} {span(la, la + b - a)} of {length}"
-                                 f"<br>← {tensor_label(t)} {word} {span(a, b)}" + (f" ({heads})" if heads else ""))
-                        bars_pattern = SECTION_PATTERNS.get(sec.label.replace(" bias", ""), "")
+                                 f"<br>← {tensor_label(t)} {word} {span(a, b)}" + (f" ({heads})" if heads else "")
+                                 + (f" · {sec.label}" if sec.label != tensor_label(t) else ""))
+                        bars_pattern = SECTION_PATTERNS.get(sec.label.replace(" bias", "").split(" (")[0], "")
                         text = f"{sec.label} {span(a, b)}" if (b - a) >= 0.3 * total else sec.label
                         view.bars.add(b - a, label, x0 + la, BAR, rank_color(r), hover, text=text,
                                       pattern=bars_pattern)

@@ -34,7 +34,10 @@ def _dims(t: TensorMap, widest: int) -> tuple[int, float]:
     """(rows, drawn columns) of a tensor; vectors get a fixed drawn width."""
     if len(t.shape) == 1:
         return t.shape[0], max(1.0, widest * VECTOR_WIDTH)
-    return t.shape[0], float(t.shape[1])
+    cols = 1
+    for n in t.shape[1:]:  # a conv weight [channels, 1, kernel] is drawn as channels x kernel
+        cols *= n
+    return t.shape[0], max(float(cols), widest * VECTOR_WIDTH)  # a conv weight stays visible beside its matrices
 
 
 def _rank_list(ranks: list[int]) -> str:
@@ -72,7 +75,7 @@ def _label(t: TensorMap, x: float, y: float, stacked: bool) -> dict:
 
 def source_view(m: ShardMap, tensors: list[TensorMap]) -> SourceView:
     """The source-view geometry of one family's split tensors."""
-    widest = max((t.shape[1] for t in tensors if len(t.shape) == 2), default=1)
+    widest = max((_dims(t, 1)[1] for t in tensors if len(t.shape) >= 2), default=1)
     view = SourceView(Bars("v"))
     view.stacked = stacked_layout(tensors, widest)
     tallest = max(t.shape[0] for t in tensors)
