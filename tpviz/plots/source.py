@@ -13,7 +13,8 @@ from tpviz.summary import short_name
 
 GAP = 0.18  # gap between tensors, as a fraction of the widest one
 VECTOR_WIDTH = 0.06  # 1-D tensors (biases, sinks) are drawn this wide, relative to the widest matrix
-MIN_ASPECT, MAX_ASPECT = 0.45, 2.2  # displayed height / width; beyond this the long side is compressed
+MIN_ASPECT, MAX_ASPECT = 0.45, 2.2
+MAX_SECTION_LABELS = 8  # more sections than this (one per head) are summarised in one label  # displayed height / width; beyond this the long side is compressed
 
 
 @dataclass
@@ -88,10 +89,20 @@ def source_view(m: ShardMap, tensors: list[TensorMap]) -> SourceView:
         n_heads = sum((s.stop - s.start) // s.head_size for s in secs if s.head_size)
         heads_total = max(heads_total, n_heads)
         _bands(view, m, t, secs, x0, y0, rows, cols, by_heads=0 < n_heads <= MAX_HEAD_BARS)
-        for s in secs[1:]:  # section separators (q|k|v, gate|up) and names
+        interleaved = len(secs) > MAX_SECTION_LABELS  # per-head q/k/v (BLOOM, NeoX, Falcon): the bands show it
+        for s in secs[1:] if not interleaved else []:  # section separators (q|k|v, gate|up) and names
             view.lines.append((x0, y0 + s.start, x0 + cols, y0 + s.start) if t.split_dim == 0
                               else (x0 + s.start, y0, x0 + s.start, y0 + rows))
-        if len(secs) > 1:
+        if interleaved:
+            first = secs[0].label.split(" (")[-1].rstrip(")").split(" ")[0]  # "head" or "KV"
+            banded = len(t.rank_pieces(0)) > 1  # reordered by load_weights (BLOOM) or split as stored (NeoX)
+            how = ("every GPU's rows<br>come in thin bands" if banded else
+                   "each GPU takes one block<br>of whole heads, still<br>interleaved in its parameter")
+            view.annotations.append(dict(
+                x=x0 + cols, y=y0 + rows / 2, xshift=4, xanchor="left", yanchor="middle", showarrow=False,
+                text=f"<b>{'q / k / v of each head' if first == 'head' else 'q… / k / v of each KV group'}</b><br>"
+                     f"interleaved on disk:<br>{how}", font=dict(size=11, color=INK)))
+        elif len(secs) > 1:
             for s in secs:
                 mid = (s.start + s.stop) / 2
                 view.annotations.append(dict(  # right of a row section (the y ticks are on the left)
