@@ -139,6 +139,16 @@ def _float(cfg: dict, key: str, default: float) -> float:
     return float(value)
 
 
+def _object(cfg: dict, key: str) -> dict:
+    """A nested config object ({} when absent), or one line when it is something else."""
+    value = cfg.get(key)
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise ConfigError(f"{key} must be a JSON object, got {type(value).__name__}")
+    return value
+
+
 def _bool(cfg: dict, key: str, default: bool) -> bool:
     value = cfg.get(key, default)
     if value is None:
@@ -231,7 +241,7 @@ def normalize(cfg: dict, name: str = "model") -> ModelSpec:
         qk_rope_head_dim=_int(cfg, "qk_rope_head_dim", default=0, minimum=0),
         v_head_dim=_int(cfg, "v_head_dim", default=0, minimum=0),
         dtype=str(_pick(cfg, "torch_dtype", "dtype", default=outer.get("torch_dtype", "bfloat16"))).replace("torch.", ""),
-        rope_theta=_float(cfg, "rope_theta", _float(cfg.get("rope_parameters") or {}, "rope_theta", 10000.0)),
+        rope_theta=_float(cfg, "rope_theta", _float(_object(cfg, "rope_parameters"), "rope_theta", 10000.0)),
         mlp_bias=_bool(cfg, "mlp_bias", False),
         rms_norm_eps=_float(cfg, "rms_norm_eps", _float(cfg, "layer_norm_epsilon", 1e-6)),
         hidden_act=str(_pick(cfg, "hidden_act", "hidden_activation", default="silu")),
