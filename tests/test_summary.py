@@ -139,37 +139,3 @@ def test_short_name():
     assert S.short_name("model.layers.*.self_attn.q_proj.weight") == "self_attn.q_proj.weight"
     assert S.short_name("model.embed_tokens.weight") == "embed_tokens.weight"
     assert S.short_name("lm_head.weight") == "lm_head.weight"
-
-
-KEYS = list(presets())
-
-
-@pytest.mark.parametrize("params, expected", [
-    ({}, {"source": "Preset", "preset": QWEN8, "tp": 4, "rules": "vllm"}),
-    ({"model": LLAMA8, "tp": "16", "rules": "nano-vllm"}, {"preset": LLAMA8, "tp": 16, "rules": "nano-vllm"}),
-    ({"model": "qwen/qwen3-8b"}, {"source": "Preset", "preset": QWEN8}),
-    ({"model": "someone/some-model"}, {"source": "Hub repo id", "hub": "someone/some-model"}),
-    ({"model": "/models/x/config.json"}, {"source": "Local path", "path": "/models/x/config.json"}),
-    ({"model": "./cfg.json"}, {"source": "Local path", "path": "./cfg.json"}),
-])
-def test_controls_from_query(params, expected):
-    values, problems = S.controls_from_query(params, KEYS)
-    assert problems == []
-    assert {k: values[k] for k in expected} == expected
-
-
-@pytest.mark.parametrize("params, word", [({"tp": "abc"}, "tp='abc'"), ({"tp": "0"}, "from 1 to 64"),
-                                           ({"tp": "65"}, "showing tp=4"), ({"rules": "sglang"}, "vllm, nano-vllm")])
-def test_controls_from_query_problems(params, word):
-    values, problems = S.controls_from_query(params, KEYS)
-    assert len(problems) == 1 and word in problems[0]
-    assert values["tp"] == 4 and values["rules"] == "vllm"
-
-
-def test_query_round_trip():
-    for params in ({"model": LLAMA8, "tp": "16", "rules": "vllm"}, {"model": "a/b", "tp": "2", "rules": "nano-vllm"},
-                   {"model": "/x/config.json", "tp": "8", "rules": "vllm"}):
-        values, _ = S.controls_from_query(params, KEYS)
-        assert S.query_from_controls(values) == params
-    upload = dict(S.DEFAULT_VIEW, source="Upload config.json", tp=8)
-    assert S.query_from_controls(upload) == {"tp": "8", "rules": "vllm"}

@@ -12,6 +12,8 @@ from tpviz.plan.names import ARCH_NAMES, LLAMA, Names
 from tpviz.plan.ssm import state_plans
 from tpviz.spec import ModelSpec
 
+__all__ = ["DT", "PROBE", "ParamPlan", "Source", "Names", "build_plan", "mixer_groups", "ffn_groups", "state_plans",
+           "arch_names"]
 MIXERS = {"attention": attention.attention, "mla": attention.mla, "gated_deltanet": ssm.gated_deltanet,
           "mamba2": ssm.mamba2, "short_conv": ssm.short_conv}
 FFNS = {"dense": ffn.dense, "moe": ffn.moe}

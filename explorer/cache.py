@@ -1,0 +1,81 @@
+"""What the explorer computes once and shares between sessions: shard maps, figures, valid-tp rows, the
+checkpoint's tensor list and the PNG renderer. Nothing cached here is mutated by a page."""
+import json
+from dataclasses import dataclass
+
+import streamlit as st
+
+from tpviz import load_spec, shard_map
+from tpviz.cli import valid_table
+from tpviz.export import PngRenderer, shard_map_json
+from tpviz import plots  # looked up at call time (tests swap a figure function to inject a failure)
+from tpviz.shardmap import ShardMap
+from tpviz.summary import MAX_TP
+
+
+@dataclass(frozen=True)
+class Page:
+    """Everything one view shows, built once per (config, tp, rules) and shared by all sessions."""
+    m: ShardMap
+    figs: dict
+    json_bytes: bytes
+    key: tuple  # (config JSON, name, tp, rules): what page_for was called with
+
+
+@st.cache_data(show_spinner=False, max_entries=256, ttl=3600)
+def resolve_hub(repo_id: str) -> tuple[str, str]:
+    """A hub repo's config as canonical JSON text, and its name (cached: the hub is slow)."""
+    from tpviz.hub import fetch_config
+    return json.dumps(fetch_config(repo_id), sort_keys=True), repo_id
+
+
+@st.cache_data(show_spinner=False, max_entries=64)
+def valid_rows(cfg_json: str, name: str) -> list[dict]:
+    """cli.valid_table rows (tp 1..64, both rule sets) of a config."""
+    return valid_table(load_spec(json.loads(cfg_json), name), MAX_TP)[1]
+
+
+@st.cache_resource(show_spinner=False, max_entries=64, ttl=3600)
+def checkpoint_names(checkpoint: str) -> tuple[frozenset | None, str]:
+    """The tensor names of 'hub:owner/name' (its index) or 'local:/path' (index or header), and where from."""
+    kind, _, where = checkpoint.partition(":")
+    if kind == "hub":
+        from tpviz.checkpoint import hub_tensor_names
+        names = hub_tensor_names(where)
+    else:
+        from tpviz.checkpoint import local_folder, local_tensor_names
+        folder = local_folder(where)
+        names = local_tensor_names(folder) if folder else None
+    return (frozenset(names) if names else None), where
+
+
+@st.cache_resource(show_spinner=False, max_entries=32)
+def page_for(cfg_json: str, name: str, tp: int, rules: str, checkpoint: str = "") -> Page:
+    """Shard map, figures and JSON of one view; kept as objects (no copy per rerun) since nothing mutates them.
+    checkpoint names the checkpoint whose tensor list the map is checked against ('' for none)."""
+    names, where = checkpoint_names(checkpoint) if checkpoint else (None, "")
+    m = shard_map(load_spec(json.loads(cfg_json), name), tp, rules, tensor_names=set(names) if names else None,
+                  checkpoint_source=where)
+    return Page(m, plots.all_figures(m), shard_map_json(m), (cfg_json, name, tp, rules, checkpoint))
+
+
+@st.cache_resource(show_spinner=False)
+def png_renderer() -> PngRenderer:
+    """One persistent headless Chromium for every session's PNG downloads (closed when the server exits)."""
+    import atexit
+    renderer = PngRenderer()
+    atexit.register(renderer.close)
+    return renderer
+
+
+@st.cache_resource(show_spinner=False, max_entries=64)
+def group_figures(cfg_json: str, name: str, tp: int, rules: str, checkpoint: str, group: int) -> dict:
+    """The figures of one layer group (cached like the page; nothing mutates them)."""
+    m = page_for(cfg_json, name, tp, rules, checkpoint).m
+    return plots.all_figures(m, m.groups[group])
+
+
+@st.cache_resource(show_spinner=False, max_entries=16)
+def every_group_figures(cfg_json: str, name: str, tp: int, rules: str, checkpoint: str) -> list:
+    """"All layers": each group's heading with the figures it adds (shared families drawn once)."""
+    return plots.grouped_figures(page_for(cfg_json, name, tp, rules, checkpoint).m)

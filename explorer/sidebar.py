@@ -1,0 +1,124 @@
+"""The explorer's sidebar: model source, rules, tp (each invalid size with its reason) and exports."""
+import json
+import os
+from pathlib import Path
+from urllib.parse import urlencode
+
+import streamlit as st
+from streamlit.runtime.uploaded_file_manager import UploadedFile
+
+from explorer.cache import Page, png_renderer, resolve_hub
+from explorer.state import SOURCES, controls_from_query, query_from_controls
+from tpviz import summary as S
+from tpviz.errors import TpvizError
+from tpviz.export import NO_CHROMIUM, chromium_path, file_stem, figures_zip
+from tpviz.plots import export_figures
+from tpviz.rules import RULES
+from tpviz.sources import LOCAL_ROOT_ENV, find_preset, local_config, parse_config, presets
+
+RULE_LABELS = {"vllm": "vLLM", "nano-vllm": "nano-vllm"}
+UPLOAD_MB = 1
+
+
+class NeedInput(Exception):
+    """The chosen source has nothing in it yet: a hint, not an error."""
+
+
+def source_config(values: dict, upload: UploadedFile | None) -> tuple[str, str]:
+    """(canonical config JSON, display name) for the selected source; raises TpvizError with one line."""
+    source = values["source"]
+    if source == "Preset":
+        key = find_preset(values["preset"]) or values["preset"]
+        return json.dumps(presets()[key], sort_keys=True), key
+    if source == "Hub repo id":
+        text = values["hub"].strip()
+        if not text:
+            raise NeedInput("Type a Hugging Face repo id such as Qwen/Qwen3-8B and press Enter.")
+        if key := find_preset(text):  # a preset id works offline
+            return json.dumps(presets()[key], sort_keys=True), key
+        failed = st.session_state.get("hub_failure")
+        if failed and failed[0] == text:  # don't re-probe a failing hub on every rerun
+            raise TpvizError(failed[1])
+        try:
+            return resolve_hub(text)
+        except TpvizError as e:
+            st.session_state.hub_failure = (text, str(e))
+            raise
+    if source == "Local path":
+        if not values["path"].strip():
+            raise NeedInput("Type the path of a config.json or a checkpoint folder and press Enter.")
+        cfg, name = local_config(values["path"].strip())
+        return json.dumps(cfg, sort_keys=True), name
+    if upload is None:
+        raise NeedInput(f"Upload a model's config.json (at most {UPLOAD_MB} MB).")
+    cfg = parse_config(upload.getvalue(), f"uploaded {upload.name}")
+    return json.dumps(cfg, sort_keys=True), str(cfg.get("_name_or_path") or Path(upload.name).stem)
+
+
+def checkpoint_key(values: dict) -> str:
+    """Which checkpoint the view is checked against: a hub repo's index, or a local folder's weights."""
+    if values["source"] == "Hub repo id" and values["hub"].strip() and not find_preset(values["hub"].strip()):
+        return f"hub:{values['hub'].strip()}"
+    if values["source"] == "Local path" and values["path"].strip():
+        return f"local:{values['path'].strip()}"
+    return ""
+
+
+def restore_from_query() -> None:
+    """Once per session: set the controls from ?model=&tp=&rules=."""
+    if "restored" in st.session_state:
+        return
+    values, problems = controls_from_query(st.query_params.to_dict(), list(presets()))
+    for key, value in values.items():
+        st.session_state[key] = value
+    st.session_state.restored = True
+    st.session_state.query_problems = problems
+
+
+def sidebar_source(local_off: bool) -> UploadedFile | None:
+    """The model-source controls; returns the uploaded file, if any."""
+    source = st.radio("Model source", SOURCES, key="source", persist_state="session")
+    upload = None
+    if source == "Preset":
+        st.selectbox("Preset (works offline)", list(presets()), key="preset", persist_state="session")
+    elif source == "Hub repo id":
+        st.text_input("Hugging Face repo id", key="hub", placeholder="owner/name", persist_state="session",
+                      help="Read from the local cache first; HF_TOKEN is used for gated repos.")
+    elif source == "Local path":
+        st.text_input("config.json or checkpoint folder", key="path", persist_state="session", disabled=local_off)
+        if local_off:
+            st.caption(f"Local paths are disabled on this server ({LOCAL_ROOT_ENV}=off).")
+        elif root := os.environ.get(LOCAL_ROOT_ENV, "").strip():
+            st.caption(f"Limited to {root}.")
+    else:
+        upload = st.file_uploader("config.json", type=["json"], key="upload", max_upload_size=UPLOAD_MB)
+    st.radio("Rules", RULES, key="rules", horizontal=True, format_func=RULE_LABELS.get, persist_state="session")
+    return upload
+
+
+def tp_control(rows: list[dict] | None, rules: str) -> int:
+    """tp 1..64, each invalid size marked with its reason."""
+    def label(tp: int) -> str:
+        """'4', or '3  ✗ <failing rule>'."""
+        problem = S.tp_problem(rows, tp, rules) if rows else None
+        return f"{tp}" if problem is None else f"{tp}  ✗ {problem}"
+    return st.selectbox("tp size (GPUs)", list(range(1, S.MAX_TP + 1)), key="tp", format_func=label,
+                        persist_state="session")
+
+
+def sidebar_exports(page: Page, values: dict) -> None:
+    """JSON, ZIP of PNGs and the share link."""
+    st.subheader("Export")
+    stem = file_stem(page.m)
+    st.download_button("Shard map (JSON)", page.json_bytes, f"{stem}.json", "application/json",
+                       key="dl_json", on_click="ignore", icon=":material/data_object:", width="stretch")
+    has_browser = chromium_path() is not None
+    st.download_button("All figures (ZIP of PNGs)", lambda: figures_zip(page.m, export_figures(page.m), png_renderer()),
+                       f"{stem}_figures.zip", "application/zip", key="dl_zip", on_click="ignore",
+                       icon=":material/folder_zip:", width="stretch", disabled=not has_browser)
+    if not has_browser:
+        st.error(NO_CHROMIUM)
+    query = query_from_controls(values)
+    if values["source"] == "Upload config.json":
+        st.caption("An uploaded config cannot travel in a link; the link keeps tp and rules.")
+    st.markdown(f"[Link to this view](?{urlencode(query, safe='/')})")

@@ -1,0 +1,42 @@
+"""The explorer's shareable view state: ?model=...&tp=...&rules=... <-> the controls (no Streamlit import)."""
+from tpviz.rules import RULES
+from tpviz.summary import MAX_TP
+
+SOURCES = ("Preset", "Hub repo id", "Local path", "Upload config.json")
+DEFAULT_VIEW = {"source": "Preset", "preset": "Qwen/Qwen3-8B", "hub": "", "path": "", "tp": 4, "rules": "vllm"}
+
+
+def controls_from_query(params: dict[str, str], preset_keys: list[str]) -> tuple[dict, list[str]]:
+    """Control values restored from query parameters, and one line per parameter that had to be ignored."""
+    values, problems = dict(DEFAULT_VIEW), []
+    model = str(params.get("model", "")).strip()
+    if model:
+        key = next((k for k in preset_keys if k.lower() == model.lower()), None)
+        if key:
+            values["preset"] = key
+        elif model.startswith((".", "/", "~")) or "\\" in model:
+            values.update(source="Local path", path=model)
+        else:
+            values.update(source="Hub repo id", hub=model)
+    if "tp" in params:
+        text = str(params["tp"]).strip()
+        if text.isdigit() and 1 <= int(text) <= MAX_TP:
+            values["tp"] = int(text)
+        else:
+            problems.append(f"tp={text[:20]!r} in the link is not a whole number from 1 to {MAX_TP}; "
+                            f"showing tp={values['tp']}")
+    if "rules" in params:
+        rules = str(params["rules"]).strip().lower()
+        if rules in RULES:
+            values["rules"] = rules
+        else:
+            problems.append(f"rules={rules[:20]!r} in the link is unknown; use one of {', '.join(RULES)}")
+    return values, problems
+
+
+def query_from_controls(values: dict) -> dict[str, str]:
+    """The query parameters that reproduce a view (an uploaded config cannot travel in a link)."""
+    model = {"Preset": values.get("preset"), "Hub repo id": values.get("hub"),
+             "Local path": values.get("path")}.get(values.get("source"))
+    query = {"model": str(model).strip()} if model and str(model).strip() else {}
+    return {**query, "tp": str(values["tp"]), "rules": values["rules"]}

@@ -1,0 +1,40 @@
+"""The explorer's view state: query parameters <-> controls (explorer/state.py, no Streamlit needed)."""
+import pytest
+
+from explorer.state import DEFAULT_VIEW, controls_from_query, query_from_controls
+from tpviz.sources import presets
+
+QWEN8, LLAMA8 = "Qwen/Qwen3-8B", "meta-llama/Llama-3.1-8B"
+
+KEYS = list(presets())
+
+
+@pytest.mark.parametrize("params, expected", [
+    ({}, {"source": "Preset", "preset": QWEN8, "tp": 4, "rules": "vllm"}),
+    ({"model": LLAMA8, "tp": "16", "rules": "nano-vllm"}, {"preset": LLAMA8, "tp": 16, "rules": "nano-vllm"}),
+    ({"model": "qwen/qwen3-8b"}, {"source": "Preset", "preset": QWEN8}),
+    ({"model": "someone/some-model"}, {"source": "Hub repo id", "hub": "someone/some-model"}),
+    ({"model": "/models/x/config.json"}, {"source": "Local path", "path": "/models/x/config.json"}),
+    ({"model": "./cfg.json"}, {"source": "Local path", "path": "./cfg.json"}),
+])
+def test_controls_from_query(params, expected):
+    values, problems = controls_from_query(params, KEYS)
+    assert problems == []
+    assert {k: values[k] for k in expected} == expected
+
+
+@pytest.mark.parametrize("params, word", [({"tp": "abc"}, "tp='abc'"), ({"tp": "0"}, "from 1 to 64"),
+                                           ({"tp": "65"}, "showing tp=4"), ({"rules": "sglang"}, "vllm, nano-vllm")])
+def test_controls_from_query_problems(params, word):
+    values, problems = controls_from_query(params, KEYS)
+    assert len(problems) == 1 and word in problems[0]
+    assert values["tp"] == 4 and values["rules"] == "vllm"
+
+
+def test_query_round_trip():
+    for params in ({"model": LLAMA8, "tp": "16", "rules": "vllm"}, {"model": "a/b", "tp": "2", "rules": "nano-vllm"},
+                   {"model": "/x/config.json", "tp": "8", "rules": "vllm"}):
+        values, _ = controls_from_query(params, KEYS)
+        assert query_from_controls(values) == params
+    upload = dict(DEFAULT_VIEW, source="Upload config.json", tp=8)
+    assert query_from_controls(upload) == {"tp": "8", "rules": "vllm"}
