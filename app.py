@@ -12,6 +12,7 @@ from explorer.cache import Page, every_group_figures, group_figures, page_for, p
 from explorer.sidebar import (RULE_LABELS, NeedInput, checkpoint_key, restore_from_query, sidebar_exports,
                               sidebar_source, source_config, tp_control)
 from explorer.state import DEFAULT_VIEW, query_from_controls
+from explorer.text import literal
 from tpviz import summary as S
 from tpviz.cli import fmt_bytes
 from tpviz.errors import ConfigError, TPSizeError, TpvizError
@@ -68,16 +69,16 @@ def versus(value: float, naive: float) -> dict:
 def render_page(page: Page, rows: list[dict]) -> None:
     """The main area: header, metrics, the three special cases, one figure per family, summaries."""
     m, spec = page.m, page.m.model
-    st.markdown(f"## {spec['name']} on {m.tp_size} GPU{'s' if m.tp_size > 1 else ''}")
+    st.markdown(f"## {literal(spec['name'])} on {m.tp_size} GPU{'s' if m.tp_size > 1 else ''}")
     heads = (f"{spec['num_attention_heads']} q heads, {spec['num_key_value_heads']} KV heads × {spec['head_dim']}"
              if not spec.get("kv_lora_rank") else f"{spec['num_attention_heads']} heads, MLA latent {spec['kv_lora_rank']}")
     st.caption(f"{RULE_LABELS[m.rules]} rules · {spec['num_hidden_layers']} layers · hidden {spec['hidden_size']} · "
                f"{heads} · vocab {spec['vocab_size']:,} · {spec['dtype']}")
     for note in spec.get("notes", []):
-        st.caption(f"Note: {note}")
+        st.caption(f"Note: {literal(note)}")
     if m.checkpoint:
         from tpviz.checkpoint import checkpoint_sentence
-        (st.success if m.checkpoint["verified"] else st.warning)(checkpoint_sentence(m.checkpoint))
+        (st.success if m.checkpoint["verified"] else st.warning)(literal(checkpoint_sentence(m.checkpoint)))
     mem, coll = S.memory_rows(m), S.collectives(m)
     worst = max(mem, key=lambda r: r["weights"])
     c1, c2, c3, c4 = st.columns(4)
@@ -172,7 +173,7 @@ def main() -> None:
         except Exception as e:  # noqa: BLE001
             errors.append(explain(e, name, rows, values["rules"]))
     for line in errors:
-        st.error(line)
+        st.error(literal(line))
     if hint:
         st.info(hint)
     if page is None:
@@ -183,10 +184,11 @@ def main() -> None:
         try:
             page, rows = page_for(*good), valid_rows(good[0], good[1])
         except Exception as e:  # noqa: BLE001 - even the fallback failed: say so, still no traceback
-            st.error(explain(e, good[1], None, good[3]))
+            st.error(literal(explain(e, good[1], None, good[3])))
             return
-        last = "the nearest valid view" if nearest else "the last good view"
-        st.caption(f"Showing {last}: {good[1]} at tp={good[2]} ({RULE_LABELS[good[3]]} rules).")
+        last = ("the nearest valid view" if nearest else "the last good view" if "good" in st.session_state
+                else "the default view")
+        st.caption(f"Showing {last}: {literal(good[1])} at tp={good[2]} ({RULE_LABELS[good[3]]} rules).")
     with st.sidebar:
         sidebar_exports(page, values)
     render_page(page, rows)

@@ -14,7 +14,7 @@ from tpviz.errors import TpvizError
 from tpviz.export import NO_CHROMIUM, chromium_path, file_stem, figures_zip
 from tpviz.plots import export_figures
 from tpviz.rules import RULES
-from tpviz.sources import LOCAL_ROOT_ENV, find_preset, local_config, parse_config, presets
+from tpviz.sources import LOCAL_ROOT_ENV, find_preset, local_config, parse_config, presets, repo_from_url
 
 RULE_LABELS = {"vllm": "vLLM", "nano-vllm": "nano-vllm"}
 UPLOAD_MB = 1
@@ -31,7 +31,7 @@ def source_config(values: dict, upload: UploadedFile | None) -> tuple[str, str]:
         key = find_preset(values["preset"]) or values["preset"]
         return json.dumps(presets()[key], sort_keys=True), key
     if source == "Hub repo id":
-        text = values["hub"].strip()
+        text = repo_from_url(values["hub"].strip())  # a pasted https://huggingface.co/owner/name works too
         if not text:
             raise NeedInput("Type a Hugging Face repo id such as Qwen/Qwen3-8B and press Enter.")
         if key := find_preset(text):  # a preset id works offline
@@ -57,8 +57,9 @@ def source_config(values: dict, upload: UploadedFile | None) -> tuple[str, str]:
 
 def checkpoint_key(values: dict) -> str:
     """Which checkpoint the view is checked against: a hub repo's index, or a local folder's weights."""
-    if values["source"] == "Hub repo id" and values["hub"].strip() and not find_preset(values["hub"].strip()):
-        return f"hub:{values['hub'].strip()}"
+    hub = repo_from_url(values["hub"].strip())
+    if values["source"] == "Hub repo id" and hub and not find_preset(hub):
+        return f"hub:{hub}"
     if values["source"] == "Local path" and values["path"].strip():
         return f"local:{values['path'].strip()}"
     return ""

@@ -1,5 +1,6 @@
 """The explorer's shareable view state: ?model=...&tp=...&rules=... <-> the controls (no Streamlit import)."""
 from tpviz.rules import RULES
+from tpviz.sources import repo_from_url
 from tpviz.summary import MAX_TP
 
 SOURCES = ("Preset", "Hub repo id", "Local path", "Upload config.json")
@@ -9,7 +10,7 @@ DEFAULT_VIEW = {"source": "Preset", "preset": "Qwen/Qwen3-8B", "hub": "", "path"
 def controls_from_query(params: dict[str, str], preset_keys: list[str]) -> tuple[dict, list[str]]:
     """Control values restored from query parameters, and one line per parameter that had to be ignored."""
     values, problems = dict(DEFAULT_VIEW), []
-    model = str(params.get("model", "")).strip()
+    model = repo_from_url(str(params.get("model", "")).strip())
     if model:
         key = next((k for k in preset_keys if k.lower() == model.lower()), None)
         if key:
@@ -20,7 +21,7 @@ def controls_from_query(params: dict[str, str], preset_keys: list[str]) -> tuple
             values.update(source="Hub repo id", hub=model)
     if "tp" in params:
         text = str(params["tp"]).strip()
-        if text.isdigit() and 1 <= int(text) <= MAX_TP:
+        if text.isascii() and text.isdigit() and len(text) <= 3 and 1 <= int(text) <= MAX_TP:  # not '²' or '①' 
             values["tp"] = int(text)
         else:
             problems.append(f"tp={text[:20]!r} in the link is not a whole number from 1 to {MAX_TP}; "

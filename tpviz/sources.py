@@ -37,6 +37,8 @@ def parse_config(data: bytes | str, what: str = "config") -> dict:
         cfg = json.loads(data)
     except json.JSONDecodeError as e:
         raise ConfigError(f"{what} is not valid JSON: {e.msg} at line {e.lineno} column {e.colno}") from None
+    except RecursionError:  # thousands of nested brackets: no config is built like that
+        raise ConfigError(f"{what} nests JSON too deeply to be a config.json") from None
     if not isinstance(cfg, dict):
         raise ConfigError(f"{what} must be a JSON object, got {type(cfg).__name__}")
     return cfg
@@ -92,6 +94,15 @@ def looks_local(text: str) -> bool:
         return False
 
 
+HUB_URL = re.compile(r"^https?://(?:www\.)?(?:huggingface\.co|hf\.co)/([^/?#\s]+/[^/?#\s]+)(?:[/?#].*)?$")
+
+
+def repo_from_url(text: str) -> str:
+    """'https://huggingface.co/Qwen/Qwen3-8B/tree/main' -> 'Qwen/Qwen3-8B'; anything else unchanged."""
+    match = HUB_URL.match(text.strip())
+    return match.group(1) if match else text
+
+
 def find_preset(name: str) -> str | None:
     """The preset key matching name exactly or case-insensitively, else None."""
     table = presets()
@@ -108,7 +119,7 @@ def resolve_config(source: str | Path | dict | bytes) -> tuple[dict, str]:
         return parse_config(bytes(source), "uploaded config"), "uploaded config"
     if not isinstance(source, (str, Path)) or not str(source).strip():
         raise SourceError(f"model source must be a preset, hub id, path, dict or bytes, got {source!r}")
-    text = str(source).strip()
+    text = repo_from_url(str(source).strip()) if isinstance(source, str) else str(source).strip()
     if isinstance(source, str) and (key := find_preset(text)):
         return presets()[key], key
     if isinstance(source, Path) or looks_local(text):

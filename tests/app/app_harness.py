@@ -1,5 +1,6 @@
 """AppTest helpers for the explorer: run app.py in-process, read its errors, heading and charts."""
 import json
+import re
 from pathlib import Path
 
 from streamlit.testing.v1 import AppTest
@@ -18,12 +19,17 @@ def run_app(query: dict | None = None, timeout: float = 90) -> AppTest:
 def errors(at: AppTest) -> list[str]:
     """st.error lines of the page (PNG-export notices excluded), after checking there is no traceback."""
     assert not at.exception, [e.value for e in at.exception]
-    return [e.value for e in at.error if "Chromium" not in e.value]
+    return [shown(e.value) for e in at.error if "Chromium" not in e.value]
+
+
+def shown(markdown: str) -> str:
+    """What a reader sees of escaped text (explorer/text.literal): the backslash escapes removed."""
+    return re.sub(r"\\(.)", r"\1", markdown)
 
 
 def heading(at: AppTest) -> str:
     """The view's title, e.g. 'Qwen/Qwen3-8B on 4 GPUs'."""
-    return next(m.value for m in at.markdown if m.value.startswith("## ") and " on " in m.value)[3:]
+    return shown(next(m.value for m in at.markdown if m.value.startswith("## ") and " on " in m.value)[3:])
 
 
 def charts(at: AppTest) -> list[dict]:

@@ -170,3 +170,17 @@ def test_even_a_failing_fallback_is_no_traceback(monkeypatch):
     monkeypatch.setitem(tpviz.sources.presets(), "Qwen/Qwen3-8B", dict(LLAMA, rms_norm_eps=2.5e-5))  # uncached
     at = run_app()
     assert errors(at) == ["unexpected ZeroDivisionError: division by zero"] * 2
+
+
+def test_markdown_in_a_link_or_upload_is_shown_literally():
+    hostile = "![x](http://host/p.png) [Session expired, log in](http://host/login)"
+    at = run_app({"model": hostile})
+    raw = [e.value for e in at.error]
+    assert len(raw) == 1 and "](" not in raw[0] and "http://" not in raw[0]  # no live image or link
+    assert hostile in errors(at)[0]  # the reader still sees exactly what was in the link
+    at = run_app()
+    at.radio(key="source").set_value("Upload config.json").run()
+    name = "**bold** <img src=x> [a](http://h)"
+    at = upload(at, "x.json", json.dumps(dict(LLAMA, _name_or_path=name)).encode())
+    title = next(m.value for m in at.markdown if m.value.startswith("## "))
+    assert "**bold**" not in title and "](" not in title and heading(at) == f"{name} on 4 GPUs"

@@ -38,3 +38,16 @@ def test_query_round_trip():
         assert query_from_controls(values) == params
     upload = dict(DEFAULT_VIEW, source="Upload config.json", tp=8)
     assert query_from_controls(upload) == {"tp": "8", "rules": "vllm"}
+
+
+@pytest.mark.parametrize("tp", ["²", "①", "٣", "4" * 5000, "-4", "4.0"])
+def test_odd_tp_in_a_link_is_one_problem(tp):
+    values, problems = controls_from_query({"tp": tp}, KEYS)
+    assert values["tp"] == 4 and len(problems) == 1 and "\n" not in problems[0] and len(problems[0]) < 200
+
+
+def test_pasted_hub_url_opens_the_repo():
+    values, _ = controls_from_query({"model": "https://huggingface.co/someone/some-model/tree/main"}, KEYS)
+    assert values["source"] == "Hub repo id" and values["hub"] == "someone/some-model"
+    values, _ = controls_from_query({"model": "https://huggingface.co/Qwen/Qwen3-8B"}, KEYS)
+    assert values["source"] == "Preset" and values["preset"] == "Qwen/Qwen3-8B"

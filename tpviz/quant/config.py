@@ -1,0 +1,153 @@
+"""Read a checkpoint's quantization_config into one Quant: the scheme, its block or group size, and the
+modules it leaves unquantized. Every malformed field is one ConfigError naming it."""
+import fnmatch
+import re
+from dataclasses import dataclass, field
+
+from tpviz.errors import ConfigError
+
+# bytes per stored element of each scheme's weight (packed formats count a fraction of a byte per value)
+SCHEMES = {
+    "fp8_block": "FP8 with block scales",
+    "fp8_channel": "FP8 with per-channel scales",
+    "fp8_tensor": "FP8 with per-tensor scales",
+    "mxfp4": "MXFP4 (4-bit, a shared scale per 32 values)",
+    "nvfp4": "NVFP4 (4-bit, an FP8 scale per 16 values)",
+    "int4_group": "INT4 weights with group scales",
+    "int8_group": "INT8 weights with group scales",
+}
+
+
+@dataclass(frozen=True)
+class Quant:
+    """How the linear and MoE weights of a checkpoint are stored."""
+    method: str  # the config's quant_method: fp8, mxfp4, modelopt, compressed-tensors, gptq, awq
+    scheme: str  # one of SCHEMES
+    block: tuple[int, int] | None = None  # FP8 weight_block_size (block_n, block_k)
+    group: int = 0  # values per scale along the input dim (INT4/8, NVFP4, MXFP4); -1: per channel
+    bits: int = 8
+    desc_act: bool = False  # GPTQ act-order: the input dim is permuted (g_idx)
+    packing: str = ""  # how packed values are laid out: gptq ([K/8, N]), awq ([K, N/8]), ct ([N, K/8])
+    ignore: tuple[str, ...] = field(default_factory=tuple)  # modules kept at the model dtype (patterns)
+    kv_cache: str = ""  # the checkpoint's KV-cache quantization (FP8), if it names one
+
+    @property
+    def label(self) -> str:
+        extra = f" {self.block[0]}×{self.block[1]}" if self.block else (f", group {self.group}" if self.group > 0 else "")
+        return f"{SCHEMES[self.scheme]}{extra} ({self.method})"
+
+    def quantizes(self, module: str) -> bool:
+        """Whether a module (checkpoint name without .weight, layer index as a number) is stored quantized."""
+        return not any(_matches(module, pattern) for pattern in self.ignore)
+
+    def to_dict(self) -> dict:
+        return {"method": self.method, "scheme": self.scheme, "block": list(self.block) if self.block else None,
+                "group": self.group, "bits": self.bits, "desc_act": self.desc_act, "label": self.label,
+                "ignore": list(self.ignore)}
+
+
+def _matches(module: str, pattern: str) -> bool:
+    """vLLM's rules: a 're:' prefix is a regex (compressed-tensors), '*' a wildcard (modelopt, mxfp4), else a
+    name that matches the module or one of its parents / a substring of it (fp8's ignored_layers, awq)."""
+    if pattern.startswith("re:"):
+        return re.match(pattern[3:], module) is not None
+    if "*" in pattern or "?" in pattern:
+        return fnmatch.fnmatch(module, pattern) or fnmatch.fnmatch(module, pattern + ".*")
+    return module == pattern or module.startswith(pattern + ".") or f".{pattern}." in f".{module}."
+
+
+def _positive(q: dict, key: str, default=None, allowed: tuple = ()) -> int:
+    value = q.get(key, default)
+    if isinstance(value, bool) or not isinstance(value, int) or value < -1 or value == 0:
+        raise ConfigError(f"quantization_config.{key}={value!r} must be a positive integer")
+    if allowed and value not in allowed:
+        raise ConfigError(f"quantization_config.{key}={value!r} must be one of {', '.join(map(str, allowed))}")
+    return value
+
+
+def _patterns(q: dict, *keys: str) -> tuple[str, ...]:
+    out = []
+    for key in keys:
+        value = q.get(key)
+        if value is None:
+            continue
+        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+            raise ConfigError(f"quantization_config.{key} must be a list of module names")
+        out += [v.strip() for v in value]
+    return tuple(out)
+
+
+def _fp8(q: dict) -> Quant:
+    block = q.get("weight_block_size")
+    ignore = _patterns(q, "ignored_layers", "modules_to_not_convert")
+    if block is None:
+        return Quant("fp8", "fp8_tensor", ignore=ignore)
+    if (not isinstance(block, list) or len(block) != 2
+            or not all(isinstance(b, int) and not isinstance(b, bool) and b > 0 for b in block)):
+        raise ConfigError(f"quantization_config.weight_block_size={block!r} must be two positive integers")
+    return Quant("fp8", "fp8_block", block=(block[0], block[1]), ignore=ignore)
+
+
+def _modelopt(q: dict) -> Quant:
+    algo = str(q.get("quant_algo", "")).upper()
+    ignore = _patterns(q, "exclude_modules", "ignore")
+    kv = str(q.get("kv_cache_quant_algo") or "")
+    if algo == "FP8":
+        return Quant("modelopt", "fp8_tensor", ignore=ignore, kv_cache=kv)
+    if algo == "NVFP4":
+        return Quant("modelopt", "nvfp4", group=_positive(q, "group_size", 16, (16,)), bits=4, ignore=ignore,
+                     kv_cache=kv)
+    raise ConfigError(f"quantization_config.quant_algo={q.get('quant_algo')!r}: tpviz reads ModelOpt FP8 and NVFP4")
+
+
+def _gptq_awq(q: dict, method: str) -> Quant:
+    bits = _positive(q, "bits", q.get("w_bit", 4), (4, 8))
+    group = q.get("group_size", q.get("q_group_size", 128))
+    if isinstance(group, bool) or not isinstance(group, int) or group == 0 or group < -1:
+        raise ConfigError(f"quantization_config.group_size={group!r} must be a positive integer or -1")
+    return Quant(method, f"int{bits}_group", group=group, bits=bits, desc_act=bool(q.get("desc_act", False)),
+                 packing=method, ignore=_patterns(q, "modules_to_not_convert"))
+
+
+def _compressed(q: dict) -> Quant:
+    """compressed-tensors: one config group for the Linear targets (FP8 dynamic, or pack-quantized W4A16)."""
+    groups = q.get("config_groups")
+    if not isinstance(groups, dict) or not groups:
+        raise ConfigError("quantization_config.config_groups must name at least one quantization scheme")
+    first = next(iter(groups.values()))
+    weights = first.get("weights") if isinstance(first, dict) else None
+    if not isinstance(weights, dict):
+        raise ConfigError("quantization_config.config_groups needs a 'weights' scheme")
+    ignore = _patterns(q, "ignore")
+    bits, kind = weights.get("num_bits"), weights.get("type", "int")
+    strategy = weights.get("strategy", "tensor")
+    if kind == "float" and bits == 8:
+        scheme = {"tensor": "fp8_tensor", "channel": "fp8_channel", "block": "fp8_block"}.get(strategy)
+        if scheme is None:
+            raise ConfigError(f"quantization_config weights.strategy={strategy!r} is not one tpviz reads for FP8")
+        block = weights.get("block_structure") if scheme == "fp8_block" else None
+        return Quant("compressed-tensors", scheme, block=tuple(block) if block else None, ignore=ignore)
+    if kind == "int" and bits in (4, 8):
+        group = weights.get("group_size") if strategy == "group" else -1
+        if isinstance(group, bool) or not isinstance(group, int) or group == 0 or group < -1:
+            raise ConfigError(f"quantization_config weights.group_size={group!r} must be a positive integer")
+        return Quant("compressed-tensors", f"int{bits}_group", group=group, bits=bits, packing="ct", ignore=ignore)
+    raise ConfigError(f"quantization_config weights num_bits={bits!r} type={kind!r}: tpviz reads FP8 and INT4/INT8")
+
+
+READERS = {"fp8": _fp8, "modelopt": _modelopt, "modelopt_fp4": _modelopt, "compressed-tensors": _compressed,
+           "gptq": lambda q: _gptq_awq(q, "gptq"), "awq": lambda q: _gptq_awq(q, "awq"),
+           "mxfp4": lambda q: Quant("mxfp4", "mxfp4", group=32, bits=4, ignore=_patterns(q, "modules_to_not_convert"))}
+
+
+def read_quant(q: dict | None) -> tuple[Quant | None, str]:
+    """(the Quant, a note) for a quantization_config; an unknown method maps unquantized with a note."""
+    if not q:
+        return None, ""
+    if not isinstance(q, dict):
+        raise ConfigError(f"quantization_config must be a JSON object, got {type(q).__name__}")
+    method = str(q.get("quant_method") or ("modelopt" if "quant_algo" in q else "")).lower()
+    if method not in READERS:
+        return None, (f"the checkpoint is {method or 'an unnamed'}-quantized, which tpviz does not model yet: "
+                      "it is mapped as if unquantized and its memory is counted at the model dtype")
+    return READERS[method](q), ""
