@@ -13,10 +13,10 @@ from tpviz import summary as S
 from tpviz.errors import TpvizError
 from tpviz.export import NO_CHROMIUM, chromium_path, file_stem, figures_zip
 from tpviz.plots import export_figures
-from tpviz.rules import RULES
+from tpviz.rules import ENGINE, RULE_NOTES, RULES
 from tpviz.sources import LOCAL_ROOT_ENV, find_preset, local_config, parse_config, presets, repo_from_url
 
-RULE_LABELS = {"vllm": "vLLM", "nano-vllm": "nano-vllm"}
+RULE_LABELS = ENGINE  # "vLLM 0.33", "vLLM 0.28", "nano-vllm": the UI names the engine version
 UPLOAD_MB = 1
 
 
@@ -93,7 +93,8 @@ def sidebar_source(local_off: bool) -> UploadedFile | None:
             st.caption(f"Limited to {root}.")
     else:
         upload = st.file_uploader("config.json", type=["json"], key="upload", max_upload_size=UPLOAD_MB)
-    st.radio("Rules", RULES, key="rules", horizontal=True, format_func=RULE_LABELS.get, persist_state="session")
+    st.radio("Rules", RULES, key="rules", format_func=RULE_LABELS.get, persist_state="session",
+             help=" · ".join(RULE_NOTES.values()))
     return upload
 
 

@@ -105,6 +105,9 @@ def check_shard_map(m) -> None:
             assert piece.param_start + piece.size <= p.local_shapes[piece.rank][pdim], (t.name, piece)
             by_param_rank.setdefault((t.param, tuple(t.layers or ()), piece.rank), []).append(
                 (piece.param_start, piece.size))
+        if t.split_dim is None and "GPU 0 only" in t.note:  # gpt-oss MXFP4 down bias: the others hold zeros
+            assert sorted((x.rank, x.start, x.stop) for x in t.pieces) == [(0, 0, t.shape[0])], t.name
+            continue
         if t.split_dim is None:
             got = sorted((x.rank, x.start, x.stop, x.param_start) for x in t.pieces)
             assert got == [(r, 0, t.shape[0], 0) for r in range(tp)], (t.name, got)
@@ -131,11 +134,23 @@ def check_shard_map(m) -> None:
             assert loaded + p.padding[r] == local[dim], (p.name, r, loaded, p.padding[r], local)
         if p.family in ("embed", "lm_head"):
             vocab = model["vocab_size"]
-            padded = -(-vocab // VOCAB_PADDING) * VOCAB_PADDING if m.rules == "vllm" else vocab
+            padded = -(-vocab // VOCAB_PADDING) * VOCAB_PADDING if m.rules != "nano-vllm" else vocab
             assert sum(p.padding) == padded - vocab, (p.name, p.padding)
             assert all(s[0] * tp == padded for s in p.local_shapes), (p.name, p.local_shapes)
             for r in range(tp):  # real rows first, padding after them
                 assert min(a for a, _ in by_param_rank.get((p.name, (), r), [(0, 0)])) == 0, (p.name, r)
+        elif p.layer_class == "Mxfp4Down" and p.name.endswith("bias"):  # loaded by GPU 0 only
+            assert p.padding == [0] + [p.shape[0]] * (tp - 1), (p.name, p.padding)
+        elif "_blocks" in p.name or "_scales" in p.name or p.name.endswith("gate_up_proj_bias"):
+            # gpt-oss MXFP4: rank r loads whole 32-row blocks, [r*per, (r+1)*per) capped at I, into an
+            # allocation of I/tp rounded up to 64; the rest of the parameter is padding
+            inter = model["moe_intermediate_size"]
+            per, alloc = -(-(inter // 32) // tp) * 32, -(-(inter // tp) // 64) * 64
+            unit = {"gate": 0.5, "down_proj_blocks": 2, "down_proj_scales": 32}
+            scale = next(v for k, v in unit.items() if k in p.name)
+            for r in range(tp):
+                rows = max(0, min((r + 1) * per, inter) - min(r * per, inter))
+                assert p.padding[r] == int((alloc - rows) / scale), (p.name, r, p.padding)
         else:
             assert not any(p.padding), (p.name, p.padding)
     for r in m.ranks:

@@ -69,10 +69,10 @@ def test_valid_lists_both_rule_sets(capsys):
     assert rc == 0 and err == ""
     rows = {int(line.split()[0]): line for line in out.splitlines()[2:]}
     assert sorted(rows) == list(range(1, 17))
-    assert rows[8].split()[1:] == ["valid", "valid"]
-    assert rows[16].split()[1] == "valid" and "num_key_value_heads=8" in rows[16]  # vllm replicates, nano refuses
-    assert rows[3].count("num_attention_heads=32 is not divisible by tp_size=3") == 2
-    assert "vllm" in out.splitlines()[1] and "nano-vllm" in out.splitlines()[1]
+    assert rows[8].split()[1:] == ["valid", "valid", "valid"]
+    assert rows[16].split()[1:3] == ["valid", "valid"] and "num_key_value_heads=8" in rows[16]  # vLLM replicates
+    assert rows[3].count("num_attention_heads=32 is not divisible by tp_size=3") == 3
+    assert out.splitlines()[1].split()[1:] == ["vLLM", "0.33", "vLLM", "0.28", "nano-vllm"]
 
 
 def test_valid_default_max_tp(capsys):

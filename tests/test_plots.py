@@ -148,9 +148,9 @@ def test_geometry_helpers():
     assert [s.label for s in sections(m.tensor("model.layers.*.mlp.up_proj.weight"), m.model)] == ["up"]
 
 
-@pytest.mark.parametrize("model", ["meta-llama/Llama-3.1-405B", "deepseek-ai/DeepSeek-V3"])
-def test_payload_stays_small_at_tp64(model):
-    total = sum(len(fig.to_json()) for fig in figs(model, 64).values())
+@pytest.mark.parametrize("model, tp", [("meta-llama/Llama-3.1-405B", 64), ("deepseek-ai/DeepSeek-V3", 16)])
+def test_payload_stays_small_at_tp64(model, tp):  # DeepSeek-V3's FP8 blocks stop at tp 16 (down_proj at 32)
+    total = sum(len(fig.to_json()) for fig in figs(model, tp).values())
     assert total < 2 * MB, total
     assert figure_height(64) <= 1000
 
@@ -172,8 +172,9 @@ def tensor_labels(fig) -> dict[str, str]:
 def test_side_by_side_names_never_run_into_each_other():
     # tall, narrow gate/up tensors: the second name moves below its tensor
     assert tensor_labels(figs("Qwen/Qwen2.5-7B-Instruct", 4)["gate_up"]) == {"gate_proj": "bottom", "up_proj": "top"}
-    ds = tensor_labels(figs("deepseek-ai/DeepSeek-V3", 16)["gate_up"])
-    assert ds == {"gate_proj": "bottom", "up_proj": "top", "shared gate_proj": "bottom", "shared up_proj": "top"}
+    ds = tensor_labels(figs("deepseek-ai/DeepSeek-V3", 16)["gate_up"])  # FP8: the block scales sit beside them
+    assert {k: v for k, v in ds.items() if "scale" not in k} == {
+        "gate_proj": "bottom", "up_proj": "top", "shared gate_proj": "bottom", "shared up_proj": "top"}
     # names that fit stay above
     assert set(tensor_labels(figs("Qwen/Qwen3-8B", 4)["gate_up"]).values()) == {"bottom"}
     assert set(tensor_labels(figs("Qwen/Qwen3-8B", 4)["o_proj"]).values()) == {"bottom"}

@@ -58,7 +58,7 @@ def test_padded_vocab(vocab, padded):
 
 
 def test_check_rules():
-    assert RULES == ("vllm", "nano-vllm")
+    assert RULES == ("vllm", "vllm-0.28", "nano-vllm")
     for r in RULES:
         assert check_rules(r) == r
     for bad in ("VLLM", "", "sglang", None, 3):

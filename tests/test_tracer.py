@@ -104,8 +104,8 @@ def round_trip(cfg, tp: int, rules: str, invariants) -> None:
 def expected_problem(spec, tp: int, rules: str) -> bool:
     """Hand rule (non-MLA configs): does any split fail at this tp?"""
     kv = spec.num_key_value_heads
-    kv_ok = kv % tp == 0 or (rules == "vllm" and tp % kv == 0)
-    vocab = -(-spec.vocab_size // 64) * 64 if rules == "vllm" else spec.vocab_size
+    kv_ok = kv % tp == 0 or (rules != "nano-vllm" and tp % kv == 0)
+    vocab = -(-spec.vocab_size // 64) * 64 if rules != "nano-vllm" else spec.vocab_size
     dense_ok = not spec.dense_layers or spec.intermediate_size % tp == 0
     moe_ok = not spec.is_moe or spec.moe_intermediate_size % tp == 0
     return not (spec.num_attention_heads % tp == 0 and kv_ok and dense_ok and moe_ok and vocab % tp == 0)

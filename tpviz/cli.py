@@ -1,10 +1,11 @@
 """Command line: `python -m tpviz map|valid|verify ...`. User errors exit 2 with one line on stderr."""
 import argparse
+import json
 import sys
 from pathlib import Path
 
 from tpviz.errors import TpvizError
-from tpviz.rules import RULES
+from tpviz.rules import ENGINE, RULES
 from tpviz.shardmap import ShardMap, TensorMap
 
 
@@ -58,14 +59,18 @@ def summary(m: ShardMap) -> str:
 
 
 def valid_table(source, max_tp: int = 64) -> tuple[str, list[dict]]:
-    """Rows {tp, vllm, nano-vllm} giving None (valid) or the first failing rule, for tp 1..max_tp."""
+    """Rows {tp, <rules>: None (valid) or the first failing rule, "warnings": {<rules>: [...]}} for tp 1..max_tp;
+    a warning marks a layout an engine accepts only through a fallback."""
     from tpviz.plan import build_plan
     from tpviz.sources import load_spec
-    from tpviz.tracer import first_problem
+    from tpviz.tracer import check_layout
     spec = load_spec(source)
     plans = {rules: build_plan(spec, rules) for rules in RULES}
-    rows = [{"tp": tp, **{rules: first_problem(spec, tp, rules, plans[rules]) for rules in RULES}}
-            for tp in range(1, max_tp + 1)]
+    rows = []
+    for tp in range(1, max_tp + 1):
+        checks = {rules: check_layout(spec, tp, rules, plans[rules]) for rules in RULES}
+        rows.append({"tp": tp, **{r: c[0] for r, c in checks.items()},
+                     "warnings": {r: c[1] for r, c in checks.items() if c[1] and c[0] is None}})
     return spec.name, rows
 
 
@@ -91,12 +96,22 @@ def cmd_valid(args) -> int:
     if not 1 <= args.max_tp <= 1024:
         raise TpvizError(f"--max-tp={args.max_tp} must be between 1 and 1024")
     name, rows = valid_table(args.model, args.max_tp)
+    if args.json:
+        print(json.dumps({"schema": "tpviz.valid/1", "model": name, "rules": {r: ENGINE[r] for r in RULES},
+                          "rows": [{"tp": row["tp"], **{r: {"valid": row[r] is None, "problem": row[r],
+                                                               "warnings": row["warnings"].get(r, [])}
+                                                           for r in RULES}} for row in rows]}, indent=1))
+        return 0
     print(f"{name}: valid tp sizes")
-    cells = [["valid" if row[r] is None else row[r] for r in RULES] for row in rows]
-    width = max(len(c[0]) for c in cells)
-    print(f"{'tp':>4}  {'vllm':<{width}}  nano-vllm")
-    for row, (vllm, nano) in zip(rows, cells):
-        print(f"{row['tp']:>4}  {vllm:<{width}}  {nano}")
+    cells = [["valid" + (" (fallback)" if row["warnings"].get(r) else "") if row[r] is None else row[r]
+              for r in RULES[:-1]] + ["valid" if row[RULES[-1]] is None else row[RULES[-1]]] for row in rows]
+    widths = [max(len(ENGINE[r]), *(len(c[i]) for c in cells)) for i, r in enumerate(RULES)]
+    print(f"{'tp':>4}  " + "  ".join(f"{ENGINE[r]:<{w}}" for r, w in zip(RULES, widths)).rstrip())
+    for row, cell in zip(rows, cells):
+        print(f"{row['tp']:>4}  " + "  ".join(f"{c:<{w}}" for c, w in zip(cell, widths)).rstrip())
+    notes = sorted({w for row in rows for ws in row["warnings"].values() for w in ws})
+    for w in notes[:5]:
+        print(f"fallback: {w}")
     return 0
 
 
@@ -113,6 +128,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("valid", help="which tp sizes work, under both rule sets")
     p.add_argument("model")
     p.add_argument("--max-tp", type=int, default=64)
+    p.add_argument("--json", action="store_true", help="print the table as JSON (schema tpviz.valid/1)")
     p.set_defaults(func=cmd_valid)
     sub.add_parser("verify", help="run a real TP forward pass and check it against one device (see verify -h)",
                    add_help=False)

@@ -239,14 +239,16 @@ def family_defaults(cfg: dict, model_type: str) -> dict:
                    intermediate_size=cfg.get("intermediate_size_mlp", 16384))
     if model_type == "nemotron_h":
         if isinstance(cfg.get("intermediate_size"), list):  # per MLP layer; resolved by the pattern reader
-            cfg["mlp_sizes"] = cfg["intermediate_size"]
-            cfg["intermediate_size"] = max(cfg["intermediate_size"], default=None)
-        shared = cfg.get("moe_shared_expert_intermediate_size")
-        if cfg.get("n_shared_experts") and isinstance(shared, int):
-            cfg["shared_expert_intermediate_size"] = shared * cfg["n_shared_experts"]
+            cfg["mlp_sizes"] = [_int({"intermediate_size": v}, "intermediate_size") for v in cfg["intermediate_size"]]
+            cfg["intermediate_size"] = max(cfg["mlp_sizes"], default=None)
+        shared, count = cfg.get("moe_shared_expert_intermediate_size"), cfg.get("n_shared_experts")
+        if count and shared is not None:
+            cfg["shared_expert_intermediate_size"] = _int(cfg, "moe_shared_expert_intermediate_size") * _int(
+                cfg, "n_shared_experts")
         cfg["n_shared_experts"] = None
         if cfg.get("moe_latent_size"):
             raise ConfigError("moe_latent_size (latent MoE) is set; tpviz does not model latent MoE projections yet")
     if isinstance(cfg.get("moe_topk"), list):  # Hunyuan: per layer; the model-wide value is the largest
-        cfg["moe_topk_per_layer"], cfg["moe_topk"] = cfg["moe_topk"], max(cfg["moe_topk"], default=0)
+        tops = [_int({"moe_topk": v}, "moe_topk") for v in cfg["moe_topk"]]
+        cfg["moe_topk_per_layer"], cfg["moe_topk"] = tops, max(tops, default=0)
     return cfg

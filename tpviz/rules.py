@@ -1,7 +1,18 @@
-"""The two rule sets: nano-vllm (everything must divide) and vLLM (replicate KV heads, pad the vocab)."""
+"""The rule sets: vLLM as released (replicate KV heads, pad the vocab, its quantization checks), an older
+vLLM whose FP8 MoE check had no fallback yet, and nano-vllm (everything must divide)."""
 from tpviz.errors import TPSizeError, TpvizError
 
-RULES = ("vllm", "nano-vllm")
+RULES = ("vllm", "vllm-0.28", "nano-vllm")
+ENGINE = {"vllm": "vLLM 0.33", "vllm-0.28": "vLLM 0.28", "nano-vllm": "nano-vllm"}
+# what changed between the rule sets, for the UI, the CLI and the JSON
+RULE_NOTES = {
+    "vllm": "vLLM 0.33.0: KV heads replicated past their count, vocab padded to 64; FP8 MoE slices that miss the "
+            "128 block use smaller scale blocks (since 0.29, Triton MoE kernel only); merged layers skip the "
+            "create-time block check (since 0.14) but still cannot load misaligned scales.",
+    "vllm-0.28": "vLLM 0.28.0 (0.14 to 0.28): as 0.33, except that an FP8 MoE slice that misses the 128 block "
+                 "is refused (the 'gate's and up's weight = 192' reports).",
+    "nano-vllm": "nano-vllm: every split must divide; no KV-head replication, no vocab padding.",
+}
 MAX_TP = 1024  # far beyond any deployment; keeps a typo from tracing a billion ranks
 VOCAB_PADDING = 64  # vLLM pads the vocabulary to a multiple of this before splitting it
 

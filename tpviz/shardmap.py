@@ -65,6 +65,7 @@ class ParamMap:
     sources: list[str]
     count: int  # copies in the model: layers x experts
     layers: list[int] | None = None
+    element_bytes: int = 0  # bytes per stored element (quantized tensors); 0: the model dtype
 
     def to_dict(self) -> dict:
         d = asdict(self)
@@ -109,6 +110,7 @@ class ShardMap:
     ranks: list[RankInfo]
     groups: list[LayerGroup] = field(default_factory=list)
     checkpoint: dict | None = None  # comparison with a real checkpoint's tensor list, when one was at hand
+    warnings: list[str] = field(default_factory=list)  # layouts the engine accepts only through a fallback
     schema: str = SCHEMA
 
     def tensor(self, name: str) -> TensorMap:
@@ -124,7 +126,7 @@ class ShardMap:
     @property
     def total_weight_bytes(self) -> int:
         """Bytes of the unsplit model, each tensor once."""
-        return sum(_numel(p.shape) * p.count for p in self.params) * self.model_dtype_bytes
+        return sum(_numel(p.shape) * p.count * (p.element_bytes or self.model_dtype_bytes) for p in self.params)
 
     @property
     def model_dtype_bytes(self) -> int:
@@ -135,6 +137,7 @@ class ShardMap:
         return {"schema": self.schema, "tp_size": self.tp_size, "rules": self.rules, "model": self.model,
                 "tensors": [t.to_dict() for t in self.tensors], "params": [p.to_dict() for p in self.params],
                 "ranks": [asdict(r) for r in self.ranks], "groups": [asdict(g) for g in self.groups],
+                "warnings": self.warnings,
                 **({"checkpoint": self.checkpoint} if self.checkpoint is not None else {})}
 
     def to_json(self, indent: int | None = None) -> str:
@@ -148,7 +151,8 @@ class ShardMap:
         try:
             tensors = [TensorMap(**{**t, "pieces": [Piece(**p) for p in t["pieces"]]}) for t in d["tensors"]]
             return cls(d["tp_size"], d["rules"], d["model"], tensors, [ParamMap(**p) for p in d["params"]],
-                       [RankInfo(**r) for r in d["ranks"]], [LayerGroup(**g) for g in d["groups"]], d.get("checkpoint"))
+                       [RankInfo(**r) for r in d["ranks"]], [LayerGroup(**g) for g in d["groups"]], d.get("checkpoint"),
+                       d.get("warnings", []))
         except (KeyError, TypeError) as e:
             raise SourceError(f"shard map JSON is missing or has unexpected fields: {e}") from None
 

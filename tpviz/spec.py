@@ -3,6 +3,7 @@ from dataclasses import asdict, dataclass, field
 
 from tpviz.arch import ATTENTION_KINDS, Ffn, LayerSpec, Mixer
 from tpviz.errors import ConfigError
+from tpviz.quant.config import Quant, read_quant
 from tpviz.readers import derive, family_defaults, hybrid_hint
 
 MAX_DIM = 1 << 26  # no real model has a matrix dimension near this; larger means a broken config
@@ -54,6 +55,7 @@ class ModelSpec:
     rms_norm_eps: float = 1e-6
     hidden_act: str = "silu"
     quantization: str = ""  # quant_method of a quantized checkpoint (fp8, mxfp4, ...)
+    quant: Quant | None = None  # how its linear and expert weights are stored
     conv_bias: bool = False  # Mamba2 conv1d / LFM2 conv biases
     max_positions: int = 0  # learned position embeddings (GPT-2, GPTBigCode)
     state_dtype: str = ""  # recurrent (SSM) state dtype when it differs from the model's (Nemotron-H: float32)
@@ -85,7 +87,10 @@ class ModelSpec:
     def from_dict(cls, d: dict) -> "ModelSpec":
         """The inverse of dataclasses.asdict (a spec sent to spawned ranks)."""
         layers = [LayerSpec(Mixer(**x["mixer"]), Ffn(**x["ffn"])) for x in d.get("layers", [])]
-        return cls(**{**{k: v for k, v in d.items() if k != "moe_layers"}, "layers": layers})
+        q = d.get("quant")
+        quant = Quant(**{**q, "block": tuple(q["block"]) if q.get("block") else None, "ignore": tuple(q["ignore"])}) \
+            if q else None
+        return cls(**{**{k: v for k, v in d.items() if k != "moe_layers"}, "layers": layers, "quant": quant})
 
     def first_layers(self, n: int) -> "ModelSpec":
         """The same model cut to its first n layers (the live check's shrink)."""
@@ -105,8 +110,9 @@ class ModelSpec:
         return DTYPE_BYTES.get(self.dtype, 2)
 
     def to_dict(self) -> dict:
-        d = {k: v for k, v in asdict(self).items() if k != "layers"}
+        d = {k: v for k, v in asdict(self).items() if k not in ("layers", "quant")}
         d["moe_layers"] = self.moe_layers
+        d["quant"] = self.quant.to_dict() if self.quant else None
         return d
 
 
@@ -250,11 +256,13 @@ def normalize(cfg: dict, name: str = "model") -> ModelSpec:
     if wrapped:
         spec.notes.append("multimodal checkpoint: only the text decoder is mapped; its tensors are stored under a "
                           "language-model prefix (e.g. language_model.model.*) and the vision tower is not split")
-    quant = outer.get("quantization_config") or cfg.get("quantization_config")
-    if isinstance(quant, dict) and quant.get("quant_method"):
-        spec.quantization = str(quant["quant_method"])
-        spec.notes.append(f"the checkpoint is {spec.quantization}-quantized; layouts are the same, but memory "
-                          f"figures assume every weight is {spec.dtype}")
+    spec.quant, note = read_quant(outer.get("quantization_config") or cfg.get("quantization_config"))
+    if spec.quant is not None:
+        spec.quantization = spec.quant.method
+        if spec.quant.scheme == "mxfp4" and model_type != "gpt_oss":
+            spec.quant, note = None, "MXFP4 is read for gpt-oss only (as vLLM does); mapped as if unquantized"
+    if note:
+        spec.notes.append(note)
     dims = {"vocab_size": spec.vocab_size, "hidden_size": spec.hidden_size,
             "intermediate_size": spec.intermediate_size, "moe_intermediate_size": spec.moe_intermediate_size,
             "num_attention_heads * head_dim": spec.num_attention_heads * spec.head_dim,

@@ -5,7 +5,7 @@ Everything here reads the shard map (or the valid-tp rows) only, so the app, the
 from dataclasses import dataclass
 
 from tpviz.cli import fmt_bytes
-from tpviz.rules import RULES
+from tpviz.rules import ENGINE, RULES
 from tpviz.shardmap import FAMILIES, ShardMap, in_group
 
 MAX_TP = 64  # the explorer offers tp 1..64
@@ -134,7 +134,8 @@ def collective_rows(m: ShardMap) -> list[dict]:
 
 def valid_tp_rows(rows: list[dict]) -> list[dict]:
     """cli.valid_table rows as display rows: '✓' for a valid size, else the first failing rule."""
-    return [{"tp": row["tp"], **{rules: "✓" if row[rules] is None else "✗ " + row[rules] for rules in RULES}}
+    return [{"tp": row["tp"], **{ENGINE[rules]: ("✓ " + "; ".join(row.get("warnings", {}).get(rules, []))).strip()
+                                 if row[rules] is None else "✗ " + row[rules] for rules in RULES}}
             for row in rows]
 
 

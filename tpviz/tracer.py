@@ -43,14 +43,28 @@ def single_thread():
 
 
 def build_rank(plan: ParamPlan, tp_size: int, tp_rank: int) -> tuple:
-    """Build one rank's module for a plan; generic divisibility errors are renamed to the config key."""
+    """Build one rank's module for a plan; generic divisibility errors are renamed to the config key, and a
+    quantization check names the layer it failed in (vLLM's own message follows)."""
     try:
         return plan.build(tp_size, tp_rank)
     except TPSizeError as e:
         if plan.quantity and str(e).startswith(_GENERIC):
             key, value = plan.quantity
             raise TPSizeError(f"{key}={value} is not divisible by tp_size={tp_size}") from None
+        if str(e).startswith(_QUANT):
+            raise TPSizeError(f"{where(plan)}: {e}") from None
         raise
+
+
+_QUANT = ("Weight ", "The output_size", "The input_size")  # vLLM's quantization messages
+
+
+def where(plan: ParamPlan) -> str:
+    """The first concrete module of a plan: 'model.layers.3.mlp.experts.0.gate_proj'."""
+    module = plan.sources[0].name.rsplit(".", 1)[0]
+    if plan.layers:
+        module = module.replace("*", str(plan.layers[0]), 1)
+    return module.replace("*", "0")
 
 
 def _check_order(plan: ParamPlan) -> int:
@@ -58,16 +72,28 @@ def _check_order(plan: ParamPlan) -> int:
 
 
 @single_thread()
-def first_problem(spec: ModelSpec, tp_size: int, rules: str = "vllm", plans: list[ParamPlan] | None = None) -> str | None:
-    """None if every layer of the model can be built at this tp size, else the first failing rule."""
+def check_layout(spec: ModelSpec, tp_size: int, rules: str = "vllm",
+                 plans: list[ParamPlan] | None = None) -> tuple[str | None, list[str]]:
+    """(the first failing rule or None, warnings): what fails while building the layers comes first, then
+    what would fail while loading them; warnings name layouts an engine accepts only through a fallback."""
     check_rules(rules)
+    later, warnings = [], []
     try:
         check_tp(tp_size)
         for plan in sorted(build_plan(spec, rules) if plans is None else plans, key=_check_order):
-            build_rank(plan, tp_size, 0)
+            module, _ = build_rank(plan, tp_size, 0)
+            if getattr(module, "problem", None):
+                later.append(f"{where(plan)}: {module.problem}")
+            if getattr(module, "warning", None):
+                warnings.append(f"{where(plan)}: {module.warning}")
     except TPSizeError as e:
-        return str(e)
-    return None
+        return str(e), list(dict.fromkeys(warnings))
+    return (later[0] if later else None), list(dict.fromkeys(warnings))
+
+
+def first_problem(spec: ModelSpec, tp_size: int, rules: str = "vllm", plans: list[ParamPlan] | None = None) -> str | None:
+    """None if every layer of the model can be built (and loaded) at this tp size, else the first failing rule."""
+    return check_layout(spec, tp_size, rules, plans)[0]
 
 
 def tagged(shape: tuple, dim: int) -> torch.Tensor:
@@ -131,7 +157,8 @@ def trace_plan(plan: ParamPlan, tp_size: int) -> tuple[list[TensorMap], ParamMap
                          [list(s) for s in src.sections])
                for src in plan.sources]
     param_map = ParamMap(plan.name, plan.layer_class, plan.family, plan.tp_dim if plan.split else None,
-                         list(plan.shape), local_shapes, padding, [s.name for s in plan.sources], plan.count, plan.layers)
+                         list(plan.shape), local_shapes, padding, [s.name for s in plan.sources], plan.count, plan.layers,
+                         plan.element_bytes)
     return tensors, param_map
 
 
@@ -199,7 +226,7 @@ def trace(spec: ModelSpec, tp_size: int, rules: str = "vllm") -> ShardMap:
     check_rules(rules)
     check_tp(tp_size)
     plans = build_plan(spec, rules)
-    problem = first_problem(spec, tp_size, rules, plans)
+    problem, warnings = check_layout(spec, tp_size, rules, plans)
     if problem:
         raise TPSizeError(problem)
     tensors, params = [], []
@@ -211,8 +238,9 @@ def trace(spec: ModelSpec, tp_size: int, rules: str = "vllm") -> ShardMap:
     for rank in range(tp_size):
         by_family = {}
         for p in params:
-            by_family[p.family] = by_family.get(p.family, 0) + _numel(p.local_shapes[rank]) * p.count * spec.dtype_bytes
+            size = p.element_bytes or spec.dtype_bytes
+            by_family[p.family] = by_family.get(p.family, 0) + _numel(p.local_shapes[rank]) * p.count * size
         per_token, windowed, kv_heads = _caches(spec, tensors, rank)
         ranks.append(RankInfo(rank, sum(by_family.values()), by_family, per_token, kv_heads, windowed,
                               _state_bytes(spec, tp_size, rank)))
-    return ShardMap(tp_size, rules, spec.to_dict(), tensors, params, ranks, layer_groups(spec))
+    return ShardMap(tp_size, rules, spec.to_dict(), tensors, params, ranks, layer_groups(spec), warnings=warnings)

@@ -89,8 +89,8 @@ def test_tp_change_on_405b_reruns_within_a_second():
     assert max(times.values()) < 2.0, times  # ~0.6 s when the machine is quiet; slack for a busy CI box
 
 
-@pytest.mark.parametrize("model", ["meta-llama/Llama-3.1-405B", "deepseek-ai/DeepSeek-V3"])
-def test_page_payload_under_2mb_at_tp64(model):
-    at = run_app({"model": model, "tp": "64"})
+@pytest.mark.parametrize("model, tp", [("meta-llama/Llama-3.1-405B", "64"), ("deepseek-ai/DeepSeek-V3", "16")])
+def test_page_payload_under_2mb_at_tp64(model, tp):  # DeepSeek-V3's FP8 blocks allow tp <= 16
+    at = run_app({"model": model, "tp": tp})
     assert errors(at) == []
     assert payload_bytes(at) < 2_000_000

@@ -9,6 +9,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from tpviz.errors import WeightsError
+from tpviz.layers import quantized
 from tpviz.rules import check_rules, check_tp, divide, kv_split
 
 
@@ -34,13 +35,17 @@ class LinearBase(nn.Module):
     """One weight table plus a loading hook; tp_dim is the dim it is split along (0, 1 or None)."""
 
     def __init__(self, input_size: int, output_size: int, tp_size: int, tp_rank: int,
-                 bias: bool = False, tp_dim: int | None = None, dtype: torch.dtype | None = None):
+                 bias: bool = False, tp_dim: int | None = None, dtype: torch.dtype | None = None,
+                 quant: "quantized.QuantContext | None" = None):
         super().__init__()
         check_tp(tp_size, tp_rank)
         self.tp_dim, self.tp_size, self.tp_rank = tp_dim, tp_size, tp_rank
         # shapes are already this rank's: subclasses shrink output/input before calling us
-        self.weight = nn.Parameter(torch.empty(output_size, input_size, dtype=dtype), requires_grad=False)
-        self.weight.weight_loader = self.weight_loader
+        if quant is not None:  # the scheme's stored tensors (weight, scales, packed ints) instead of one weight
+            quantized.create(self, quant, self.partition_sizes(output_size), input_size)
+        else:
+            self.weight = nn.Parameter(torch.empty(output_size, input_size, dtype=dtype), requires_grad=False)
+            self.weight.weight_loader = self.weight_loader
         if bias:
             self.bias = nn.Parameter(torch.empty(output_size, dtype=dtype), requires_grad=False)
             self.bias.weight_loader = self.weight_loader
@@ -50,6 +55,16 @@ class LinearBase(nn.Module):
     def weight_loader(self, param: nn.Parameter, loaded_weight: torch.Tensor):
         raise NotImplementedError
 
+    def partition_sizes(self, output_size: int | None = None) -> list[int]:
+        """This rank's logical output parts (one, or gate/up, or q/k/v)."""
+        return [self.weight.size(0) if output_size is None else output_size]
+
+    def shard_index(self, shard_id) -> int:
+        return 0
+
+    def checkpoint_index(self, shard_id) -> int:
+        return self.tp_rank
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         raise NotImplementedError
 
@@ -58,10 +73,12 @@ class ReplicatedLinear(LinearBase):
     """Not split: every rank holds and computes the whole layer (MoE router, MLA down-projections)."""
 
     def __init__(self, input_size: int, output_size: int, tp_size: int = 1, tp_rank: int = 0,
-                 bias: bool = False, dtype: torch.dtype | None = None):
-        super().__init__(input_size, output_size, tp_size, tp_rank, bias, None, dtype)
+                 bias: bool = False, dtype: torch.dtype | None = None, quant=None):
+        super().__init__(input_size, output_size, tp_size, tp_rank, bias, None, dtype, quant)
 
     def weight_loader(self, param: nn.Parameter, loaded_weight: torch.Tensor):
+        if hasattr(param, "qtensor"):
+            return quantized.load(self, param, loaded_weight)
         copy_checked(param.data, loaded_weight)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -72,11 +89,14 @@ class ColumnParallelLinear(LinearBase):
     """Splits output rows: weight [output_size/tp, input_size]; input whole, output sharded, no comm."""
 
     def __init__(self, input_size: int, output_size: int, tp_size: int, tp_rank: int,
-                 bias: bool = False, dtype: torch.dtype | None = None):
+                 bias: bool = False, dtype: torch.dtype | None = None, quant=None):
         check_tp(tp_size, tp_rank)
-        super().__init__(input_size, divide(output_size, tp_size, "output_size"), tp_size, tp_rank, bias, 0, dtype)
+        super().__init__(input_size, divide(output_size, tp_size, "output_size"), tp_size, tp_rank, bias, 0, dtype,
+                         quant)
 
     def weight_loader(self, param: nn.Parameter, loaded_weight: torch.Tensor):
+        if hasattr(param, "qtensor"):
+            return quantized.load(self, param, loaded_weight)
         shard_size = param.size(self.tp_dim)  # out/tp
         start = self.tp_rank * shard_size
         if loaded_weight.size(self.tp_dim) != shard_size * self.tp_size:
@@ -95,13 +115,16 @@ class RowParallelLinear(LinearBase):
     """
 
     def __init__(self, input_size: int, output_size: int, tp_size: int, tp_rank: int,
-                 bias: bool = False, dtype: torch.dtype | None = None):
+                 bias: bool = False, dtype: torch.dtype | None = None, quant=None):
         check_tp(tp_size, tp_rank)
-        super().__init__(divide(input_size, tp_size, "input_size"), output_size, tp_size, tp_rank, bias, 1, dtype)
+        super().__init__(divide(input_size, tp_size, "input_size"), output_size, tp_size, tp_rank, bias, 1, dtype,
+                         quant)
         self.reduce_results = True  # False skips the all_reduce (a bug the live check can inject)
         self.bias_on_all_ranks = False  # True adds the bias tp times (another injectable bug)
 
     def weight_loader(self, param: nn.Parameter, loaded_weight: torch.Tensor):
+        if hasattr(param, "qtensor"):
+            return quantized.load(self, param, loaded_weight)
         if param.data.ndim == 1:  # bias: the output dim is not split, copy it whole
             copy_checked(param.data, loaded_weight)
             return
@@ -124,15 +147,26 @@ class MergedColumnParallelLinear(ColumnParallelLinear):
     first which projection (its segment of the local table), then which rank (chunk of that projection)."""
 
     def __init__(self, input_size: int, output_sizes: list[int], tp_size: int, tp_rank: int,
-                 bias: bool = False, dtype: torch.dtype | None = None):
+                 bias: bool = False, dtype: torch.dtype | None = None, quant=None):
         check_tp(tp_size, tp_rank)
         self.output_sizes = list(output_sizes)
         for i, size in enumerate(self.output_sizes):
             divide(size, tp_size, f"output_sizes[{i}]")
-        super().__init__(input_size, sum(self.output_sizes), tp_size, tp_rank, bias, dtype)
+        super().__init__(input_size, sum(self.output_sizes), tp_size, tp_rank, bias, dtype, quant)
+
+    def partition_sizes(self, output_size: int | None = None) -> list[int]:
+        return [size // self.tp_size for size in self.output_sizes]
+
+    def shard_index(self, shard_id) -> int:
+        return int(shard_id)
+
+    def shard_ids(self) -> list:
+        return list(range(len(self.output_sizes)))
 
     def weight_loader(self, param: nn.Parameter, loaded_weight: torch.Tensor,
                       loaded_shard_id: int | tuple | None = None):
+        if hasattr(param, "qtensor") and not isinstance(loaded_shard_id, tuple):
+            return quantized.load(self, param, loaded_weight, loaded_shard_id)
         if loaded_shard_id is None or isinstance(loaded_shard_id, tuple):
             # fused on disk: all projections (Phi-3 gate_up_proj), or some of them (Qwen3.5's in_proj_qkv)
             ids = range(len(self.output_sizes)) if loaded_shard_id is None else loaded_shard_id
@@ -156,7 +190,7 @@ class QKVParallelLinear(ColumnParallelLinear):
 
     def __init__(self, hidden_size: int, head_size: int, total_num_heads: int, total_num_kv_heads: int,
                  tp_size: int, tp_rank: int, bias: bool = False, rules: str = "vllm",
-                 dtype: torch.dtype | None = None):
+                 dtype: torch.dtype | None = None, quant=None):
         check_tp(tp_size, tp_rank)
         self.rules, self.head_size = check_rules(rules), head_size
         self.total_num_heads, self.total_num_kv_heads = total_num_heads, total_num_kv_heads
@@ -165,7 +199,19 @@ class QKVParallelLinear(ColumnParallelLinear):
         self.q_size, self.kv_size = self.num_heads * head_size, self.num_kv_heads * head_size
         self.wrong_kv_head = False  # True maps ranks to KV heads round-robin (an injectable bug)
         output_size = (self.num_heads + 2 * self.num_kv_heads) * head_size * tp_size
-        super().__init__(hidden_size, output_size, tp_size, tp_rank, bias, dtype)
+        super().__init__(hidden_size, output_size, tp_size, tp_rank, bias, dtype, quant)
+
+    def partition_sizes(self, output_size: int | None = None) -> list[int]:
+        return [self.q_size, self.kv_size, self.kv_size]
+
+    def shard_index(self, shard_id) -> int:
+        return "qkv".index(shard_id)
+
+    def shard_ids(self) -> list:
+        return list("qkv")
+
+    def checkpoint_index(self, shard_id) -> int:
+        return self.tp_rank if shard_id == "q" else self.kv_shard_index()
 
     def kv_shard_index(self) -> int:
         """Which block of num_kv_heads KV heads this rank holds."""
@@ -174,6 +220,8 @@ class QKVParallelLinear(ColumnParallelLinear):
         return self.tp_rank // self.num_kv_head_replicas
 
     def weight_loader(self, param: nn.Parameter, loaded_weight: torch.Tensor, loaded_shard_id: str | None = None):
+        if hasattr(param, "qtensor"):
+            return quantized.load(self, param, loaded_weight, loaded_shard_id)
         sizes = {"q": self.total_num_heads * self.head_size, "k": self.total_num_kv_heads * self.head_size}
         sizes["v"] = sizes["k"]
         if loaded_shard_id is None:  # fused on disk (Phi-3 qkv_proj): split by the total sizes

@@ -61,5 +61,5 @@ def build_plan(spec: ModelSpec, rules: str = "vllm") -> list[ParamPlan]:
             plans += MIXERS[mixer.kind](spec, names, rules, mixer, layers)
     for f, layers in ffn_groups(spec).items():
         if f.kind != "none":
-            plans += FFNS[f.kind](spec, names, f, layers)
+            plans += FFNS[f.kind](spec, names, f, layers, rules)
     return plans

@@ -1,9 +1,12 @@
 """Attention mixers: q/k/v (separate, or fused on disk in one of three orders), o_proj, MLA."""
+from dataclasses import replace
+
 import torch
 
 from tpviz.arch import Mixer
 from tpviz.layers import ColumnParallelLinear, QKVParallelLinear
-from tpviz.plan.core import DT, PROBE, ParamPlan, Source, column, norm, param, replicated, row
+from tpviz.plan.core import DT, PROBE, ParamPlan, Source, column, norm, param, replicated, row, stored
+from tpviz.plan.quantized import qplan
 from tpviz.plan.names import Names
 from tpviz.spec import ModelSpec
 
@@ -47,6 +50,14 @@ def qkv(spec: ModelSpec, names: Names, rules: str, m: Mixer, layers, bias: bool)
     qh = h * (2 if m.output_gate else 1)  # vLLM builds the gated q as twice the heads
     qd = d * (2 if m.output_gate else 1)  # rows per real q head
     p = f"{names.layer}{names.attn}"
+    q = qplan(spec, rules, f"{p}{names.qkv_fused or names.q}", layers)
+    if q is not None and not names.qkv_fused and not m.k_eq_v:
+        make = lambda ctx, tp, r: QKVParallelLinear(PROBE, d, qh, kv, tp, r, rules=rules, dtype=DT, quant=ctx)
+        parts = [(f"{p}{n}", (h * qd if sid == "q" else kv * d), sid) for sid, n in zip("qkv", (names.q, names.k, names.v))]
+        plans = stored(q, False, make, parts, (qh + 2 * kv) * d, hidden, "qkv", f"{p}qkv_proj", slots=3, layers=layers,
+                       heads=h)
+        return plans + ([pl for pl in qkv(replace(spec, quant=None), names, rules, m, layers, bias) if
+                         pl.name.endswith(".bias")] if bias else [])
     plans = []
     plain = names.qkv_order == "per_head_plain"  # Transformers backend (GPT-NeoX): a plain row split, no reorder
     for suffix in ("weight", "bias") if bias else ("weight",):
@@ -88,12 +99,16 @@ def attention(spec: ModelSpec, names: Names, rules: str, m: Mixer, layers) -> li
     if spec.qk_norm:
         plans += [pl for n in (names.q_norm, names.k_norm) for pl in norm(f"{p}{n}", m.head_dim, layers)]
     plans += row(f"{p}{names.o}", m.heads * m.head_dim, spec.hidden_size, "o_proj", layers, spec.o_proj_bias,
-                 ("num_attention_heads", m.heads), disk_t=names.conv1d)
+                 ("num_attention_heads", m.heads), disk_t=names.conv1d, q=qplan(spec, rules, f"{p}{names.o}", layers))
     if spec.model_type == "gpt_oss":  # one attention-sink logit per head, split with the heads
         sink = column(f"{p}sinks", PROBE, m.heads, "qkv", layers, True, ("num_attention_heads", m.heads))[1]
         sink.name = sink.sources[0].name = f"{p}sinks"
         plans.append(sink)
     return plans
+
+
+def _list(plan) -> list[ParamPlan]:
+    return plan if isinstance(plan, list) else [plan]
 
 
 def mla(spec: ModelSpec, names: Names, rules: str, m: Mixer, layers) -> list[ParamPlan]:
@@ -103,15 +118,20 @@ def mla(spec: ModelSpec, names: Names, rules: str, m: Mixer, layers) -> list[Par
     qk, heads = spec.qk_nope_head_dim + spec.qk_rope_head_dim, ("num_attention_heads", h)
     plans = []
     if spec.q_lora_rank:
-        plans += [replicated(f"{p}q_a_proj.weight", spec.q_lora_rank, hidden, layers),
+        plans += [*_list(replicated(f"{p}q_a_proj.weight", spec.q_lora_rank, hidden, layers,
+                                    q=qplan(spec, rules, f"{p}q_a_proj", layers))),
                   *norm(f"{p}q_a_layernorm", spec.q_lora_rank, layers)]
-        plans += column(f"{p}q_b_proj", spec.q_lora_rank, h * qk, "qkv", layers, False, heads, heads=h)
+        plans += column(f"{p}q_b_proj", spec.q_lora_rank, h * qk, "qkv", layers, False, heads, heads=h,
+                        q=qplan(spec, rules, f"{p}q_b_proj", layers))
     else:
-        plans += column(f"{p}q_proj", hidden, h * qk, "qkv", layers, False, heads, heads=h)
-    plans += [replicated(f"{p}kv_a_proj_with_mqa.weight", spec.kv_lora_rank + spec.qk_rope_head_dim, hidden, layers,
-                         note="MLA latent: every rank computes and caches the compressed KV"),
+        plans += column(f"{p}q_proj", hidden, h * qk, "qkv", layers, False, heads, heads=h,
+                        q=qplan(spec, rules, f"{p}q_proj", layers))
+    plans += [*_list(replicated(f"{p}kv_a_proj_with_mqa.weight", spec.kv_lora_rank + spec.qk_rope_head_dim, hidden,
+                                layers, note="MLA latent: every rank computes and caches the compressed KV",
+                                q=qplan(spec, rules, f"{p}kv_a_proj_with_mqa", layers))),
               *norm(f"{p}kv_a_layernorm", spec.kv_lora_rank, layers)]
     plans += column(f"{p}kv_b_proj", spec.kv_lora_rank, h * (spec.qk_nope_head_dim + spec.v_head_dim), "qkv",
-                    layers, False, heads, heads=h)
-    plans += row(f"{p}o_proj", h * spec.v_head_dim, hidden, "o_proj", layers, False, heads, heads=h)
+                    layers, False, heads, heads=h, q=qplan(spec, rules, f"{p}kv_b_proj", layers))
+    plans += row(f"{p}o_proj", h * spec.v_head_dim, hidden, "o_proj", layers, False, heads, heads=h,
+                 q=qplan(spec, rules, f"{p}o_proj", layers))
     return plans

@@ -48,6 +48,7 @@ class ParamPlan:
     note: str = ""
     layer_class: str = ""
     split: bool = True
+    element_bytes: int = 0  # bytes per stored element (0: the model dtype); quantized tensors set their own
 
     @property
     def count(self) -> int:
@@ -81,7 +82,12 @@ def norm(prefix, size, layers=None, bias=False) -> list[ParamPlan]:
     return out
 
 
-def replicated(name, out, inp, layers=None, experts=0, note="", bias=False) -> ParamPlan:
+def replicated(name, out, inp, layers=None, experts=0, note="", bias=False, q=None) -> ParamPlan | list[ParamPlan]:
+    if q is not None:  # a quantized replicated layer (MLA latents): its stored tensors, whole on every GPU
+        make = lambda ctx, tp, r: ReplicatedLinear(PROBE, out, dtype=DT, quant=ctx)
+        return stored(q, False, make, [(name.removesuffix(".weight"), out, None)], out, inp, "replicated",
+                      name.removesuffix(".weight"), whole=True, layers=layers, experts=experts, note=note)
+
     def build(tp, r):
         m = ReplicatedLinear(PROBE, out, bias=bias, dtype=DT)
         return m, (m.bias if bias else m.weight)
@@ -90,9 +96,35 @@ def replicated(name, out, inp, layers=None, experts=0, note="", bias=False) -> P
                  experts=experts, note=note)
 
 
-def row(prefix, inp, out, family, layers, bias, quantity, experts=0, note="", heads=0, disk_t=False) -> list[ParamPlan]:
+def stored(q, row: bool, make, parts: list[tuple], out: int, inp: int, family: str, name: str, slots: int = 1,
+           whole: bool = False, **kw) -> list[ParamPlan]:
+    """One ParamPlan per tensor a quantized layer stores. parts: (checkpoint prefix, rows, shard id) per
+    logical part (one for a plain layer, gate/up or q/k/v for merged ones); make(ctx) builds the layer."""
+    plans = []
+    for qt in q.tensors(row):
+        dim = qt.in_dim if row else qt.out_dim
+        build = (lambda t: lambda tp, r: (lambda m: (m, getattr(m, t.name)))(make(q.ctx(row), tp, r)))(qt)
+        if qt.per_shard or dim is None or whole:  # replicated: per-tensor scales (one slot per part), weight_shape
+            sources = [Source(f"{p}.{qt.name}", qt.shape(n, inp), sid, split=False) for p, n, sid in parts]
+            shape = (slots,) if qt.per_shard else qt.shape(out, inp)
+        else:
+            sources = [Source(f"{p}.{qt.name}", qt.shape(n, inp), sid) for p, n, sid in parts]
+            shape = qt.shape(out, inp)
+        note = " · ".join(filter(None, [kw.get("note", ""), qt.note]))
+        plans.append(param(f"{name}.{qt.name}", family, build, shape, sources, tp_dim=dim or 0,
+                           element_bytes=qt.element_bytes(q.model_bytes), **{**kw, "note": note}))
+    return plans
+
+
+def row(prefix, inp, out, family, layers, bias, quantity, experts=0, note="", heads=0, disk_t=False,
+        q=None) -> list[ParamPlan]:
     """A row-parallel weight (and its bias, held whole); disk_t: stored transposed ([in, out], Conv1D)."""
     w = f"{prefix}.weight"
+    if q is not None:
+        make = lambda ctx, tp, r: RowParallelLinear(inp, PROBE, tp, r, dtype=DT, quant=ctx)
+        plans = stored(q, True, make, [(prefix, out, None)], out, inp, family, prefix, layers=layers, experts=experts,
+                       quantity=quantity, note=note, heads=heads)
+        return plans + (row(prefix, inp, out, family, layers, bias, quantity, experts, note)[1:] if bias else [])
     build = lambda tp, r: (lambda m: (m, m.weight))(RowParallelLinear(inp, PROBE, tp, r, dtype=DT))
     src = Source(w, (inp, out), dim=0, prepare=torch.t) if disk_t else Source(w, (out, inp))
     plans = [param(w, family, build, (out, inp), [src], tp_dim=1, layers=layers,
@@ -106,8 +138,14 @@ def row(prefix, inp, out, family, layers, bias, quantity, experts=0, note="", he
 
 
 def column(prefix, inp, out, family, layers, bias, quantity, experts=0, note="", heads=0,
-           disk_t=False) -> list[ParamPlan]:
+           disk_t=False, q=None) -> list[ParamPlan]:
     """A column-parallel weight (and bias); disk_t: the weight is stored transposed ([in, out], Conv1D)."""
+    if q is not None:
+        make = lambda ctx, tp, r: ColumnParallelLinear(PROBE, out, tp, r, dtype=DT, quant=ctx)
+        plans = stored(q, False, make, [(prefix, out, None)], out, inp, family, prefix, layers=layers,
+                       experts=experts, quantity=quantity, note=note, heads=heads)
+        return plans + (column(prefix, inp, out, family, layers, bias, quantity, experts, note, heads)[1:]
+                        if bias else [])
     plans = []
     for suffix, shape in (("weight", (out, inp)),) + ((("bias", (out,)),) if bias else ()):
         name = f"{prefix}.{suffix}"
@@ -120,8 +158,15 @@ def column(prefix, inp, out, family, layers, bias, quantity, experts=0, note="",
 
 
 def merged(name, parts, fused, inp, sizes, family, layers, quantity, experts=0, bias=False, note="",
-           labels=("gate", "up")) -> list[ParamPlan]:
+           labels=("gate", "up"), q=None) -> list[ParamPlan]:
     """gate_up_proj (or any merged column table): parts are the separate checkpoint tensors, fused the on-disk one."""
+    if q is not None:
+        make = lambda ctx, tp, r: MergedColumnParallelLinear(PROBE, sizes, tp, r, dtype=DT, quant=ctx)
+        on_disk = [(fused, sum(sizes), None)] if fused else [(p, n, i) for i, (p, n) in enumerate(zip(parts, sizes))]
+        plans = stored(q, False, make, on_disk, sum(sizes), inp, family, name, slots=len(sizes), layers=layers,
+                       experts=experts, quantity=quantity, note=note)
+        return plans + (merged(name, parts, fused, inp, sizes, family, layers, quantity, experts, bias, note,
+                               labels)[1:] if bias else [])
     plans = []
     for suffix in ("weight", "bias") if bias else ("weight",):
         def build(tp, r, s=suffix):

@@ -1,11 +1,13 @@
 """FFN parts: a dense MLP (gated SwiGLU or a plain up/down), or routed experts with optional shared ones."""
 from tpviz.arch import Ffn
-from tpviz.plan.core import ParamPlan, column, merged, replicated, row
+from tpviz.layers.mxfp4 import Mxfp4Down, Mxfp4GateUp
+from tpviz.plan.core import PROBE, ParamPlan, Source, column, merged, param, replicated, row
 from tpviz.plan.names import Names
+from tpviz.plan.quantized import qplan
 from tpviz.spec import ModelSpec
 
 
-def dense(spec: ModelSpec, names: Names, f: Ffn, layers) -> list[ParamPlan]:
+def dense(spec: ModelSpec, names: Names, f: Ffn, layers, rules: str = "vllm") -> list[ParamPlan]:
     """gate/up merged column-parallel (or one up projection) and down row-parallel over the layer's size."""
     p, hidden, inter = f"{names.layer}{names.mlp}", spec.hidden_size, f.size
     quantity = ("intermediate_size", inter)
@@ -20,13 +22,15 @@ def dense(spec: ModelSpec, names: Names, f: Ffn, layers) -> list[ParamPlan]:
                 + row(f"{p}{names.down}", inter, hidden, "down_proj", layers, spec.mlp_bias, quantity,
                       disk_t=names.conv1d))
     fused = names.gate_up_fused
+    q_up = qplan(spec, rules, f"{p}{fused or names.gate}", layers)
     return (merged(f"{p}{fused or 'gate_up_proj'}", [f"{p}{names.gate}", f"{p}{names.up}"],
                    f"{p}{fused}" if fused else None, hidden, [inter, inter], "gate_up", layers, quantity,
-                   bias=spec.mlp_bias)
-            + row(f"{p}{names.down}", inter, hidden, "down_proj", layers, spec.mlp_bias, quantity))
+                   bias=spec.mlp_bias, q=q_up)
+            + row(f"{p}{names.down}", inter, hidden, "down_proj", layers, spec.mlp_bias, quantity,
+                  q=qplan(spec, rules, f"{p}{names.down}", layers)))
 
 
-def moe(spec: ModelSpec, names: Names, f: Ffn, layers) -> list[ParamPlan]:
+def moe(spec: ModelSpec, names: Names, f: Ffn, layers, rules: str = "vllm") -> list[ParamPlan]:
     """Experts: gate/up column-split and down row-split over moe_intermediate_size; router replicated."""
     p, hidden, e, inter = f"{names.layer}{names.mlp}", spec.hidden_size, f.experts, f.size
     quantity, ex = ("moe_intermediate_size", inter), f"{p}{names.experts}"
@@ -36,7 +40,9 @@ def moe(spec: ModelSpec, names: Names, f: Ffn, layers) -> list[ParamPlan]:
         plans.append(replicated(f"{p}{names.router}.bias", e, hidden, layers, bias=True))
     if spec.model_type.startswith("deepseek") or spec.model_type == "nemotron_h":
         plans.append(replicated(f"{p}{names.router}.e_score_correction_bias", e, hidden, layers, bias=True))
-    if gpt_oss:
+    if gpt_oss and spec.quant is not None and spec.quant.scheme == "mxfp4":
+        plans += mxfp4_experts(ex, hidden, inter, e, layers, quantity)
+    elif gpt_oss:
         note = ("stored stacked and transposed as [experts, hidden, 2*intermediate] with gate/up interleaved; "
                 "shown per expert as [2*intermediate, hidden]: each rank takes one contiguous block of interleaved rows")
         stacked = column(f"{ex}gate_up_proj", hidden, 2 * inter, "experts", layers, True, quantity, e, note)
@@ -51,16 +57,43 @@ def moe(spec: ModelSpec, names: Names, f: Ffn, layers) -> list[ParamPlan]:
         plans += row(f"{ex}{names.expert_down}", inter, hidden, "experts", layers, False, quantity, e)
     else:
         parts = [f"{ex}{n}" for n in names.expert_gate_up]
-        plans += merged(f"{ex}gate_up_proj", parts, None, hidden, [inter, inter], "experts", layers, quantity, e)
-        plans += row(f"{ex}{names.expert_down}", inter, hidden, "experts", layers, False, quantity, e)
+        q_e = qplan(spec, rules, parts[0], layers, role="moe")
+        plans += merged(f"{ex}gate_up_proj", parts, None, hidden, [inter, inter], "experts", layers, quantity, e, q=q_e)
+        plans += row(f"{ex}{names.expert_down}", inter, hidden, "experts", layers, False, quantity, e,
+                     q=qplan(spec, rules, f"{ex}{names.expert_down}", layers, role="moe"))
     if f.shared:
-        sh, q = f"{p}{names.shared}", ("shared_expert_intermediate_size", f.shared)
+        sh, qty = f"{p}{names.shared}", ("shared_expert_intermediate_size", f.shared)
+        q_sh = qplan(spec, rules, f"{sh}gate_proj", layers)
         if spec.gated_mlp:
             plans += merged(f"{sh}gate_up_proj", [f"{sh}gate_proj", f"{sh}up_proj"], None, hidden, [f.shared] * 2,
-                            "gate_up", layers, q, note="shared expert")
+                            "gate_up", layers, qty, note="shared expert", q=q_sh)
         else:
-            plans += column(f"{sh}{names.up}", hidden, f.shared, "gate_up", layers, False, q, note="shared expert")
-        plans += row(f"{sh}down_proj", f.shared, hidden, "down_proj", layers, False, q, note="shared expert")
+            plans += column(f"{sh}{names.up}", hidden, f.shared, "gate_up", layers, False, qty, note="shared expert",
+                            q=qplan(spec, rules, f"{sh}{names.up}", layers))
+        plans += row(f"{sh}down_proj", f.shared, hidden, "down_proj", layers, False, qty, note="shared expert",
+                     q=qplan(spec, rules, f"{sh}down_proj", layers))
     if names.shared_gate and f.shared:
         plans.append(replicated(f"{p}{names.shared_gate}.weight", 1, hidden, layers))
     return plans
+
+
+def mxfp4_experts(ex: str, hidden: int, inter: int, experts: int, layers, quantity) -> list[ParamPlan]:
+    """gpt-oss MXFP4 experts: blocks (2 fp4 per byte), E8M0 scales (one per 32) and bf16 biases, cut by
+    vLLM's 32-value rule (layers/mxfp4.py); shown per expert."""
+    stacked = "stored stacked for all experts; gate/up rows interleaved; shown per expert"
+    out = []
+    for cls, part, attr, shape, dim, nbytes, note in (
+            (Mxfp4GateUp, "gate_up_proj", "blocks", (2 * inter, hidden // 2), 0, 1, "2 fp4 values per byte"),
+            (Mxfp4GateUp, "gate_up_proj", "scales", (2 * inter, hidden // 32), 0, 1, "one E8M0 scale per 32 values"),
+            (Mxfp4GateUp, "gate_up_proj", "bias", (2 * inter,), 0, 2, ""),
+            (Mxfp4Down, "down_proj", "blocks", (hidden, inter // 2), 1, 1, "2 fp4 values per byte"),
+            (Mxfp4Down, "down_proj", "scales", (hidden, inter // 32), 1, 1, "one E8M0 scale per 32 values"),
+            (Mxfp4Down, "down_proj", "bias", (hidden,), 0, 2, "loaded by GPU 0 only: the others hold zeros")):
+        name = f"{ex}{part}_{attr}"
+        width = hidden if (part, attr) == ("down_proj", "bias") else PROBE  # the traced dim at full size
+        build = (lambda c, a, w: lambda tp, r: (lambda m: (m, getattr(m, a)))(c(w, inter, tp, r)))(cls, attr, width)
+        out.append(param(name, "experts" if attr != "bias" or part == "gate_up_proj" else "replicated", build,
+                         shape, [Source(name, shape, dim=dim, split=part == "gate_up_proj" or attr != "bias")],
+                         tp_dim=dim, layers=layers, experts=experts, quantity=quantity, element_bytes=nbytes,
+                         note=" · ".join(filter(None, [stacked, note]))))
+    return out

@@ -1,0 +1,80 @@
+"""Quantized linear layers in the plan: one ParamPlan per stored tensor, and vLLM's checks per rule set."""
+import math
+from dataclasses import dataclass
+
+from tpviz.errors import TPSizeError
+from tpviz.layers.quantized import QuantContext
+from tpviz.quant.config import Quant
+from tpviz.quant.storage import QTensor, linear_tensors
+from tpviz.rules import ENGINE
+
+
+@dataclass(frozen=True)
+class QPlan:
+    """A quantized layer's scheme, the rule set that judges it, and whether it is a MoE expert."""
+    quant: Quant
+    rules: str
+    role: str  # "dense" or "moe"
+    hidden: int
+    model_bytes: int
+
+    def tensors(self, row: bool) -> list[QTensor]:
+        return linear_tensors(self.quant, row)
+
+    def ctx(self, row: bool) -> QuantContext:
+        return QuantContext(self.tensors(row), self.rules, self._check, self.hidden if self.role == "moe" else 0)
+
+    def _check(self, layer, out_sizes: list[int], in_size: int) -> None:
+        """vLLM's create-time checks (raise), and what fails later at load time or needs a fallback (recorded)."""
+        q, tp = self.quant, layer.tp_size
+        if tp == 1 or layer.tp_dim is None:
+            return
+        row = layer.tp_dim == 1
+        if q.scheme == "fp8_block":
+            bn, bk = q.block
+            if self.role == "moe":
+                return self._moe_fp8(layer, in_size if row else out_sizes[0], row)
+            if row and in_size % bk:
+                raise TPSizeError(f"Weight input_size_per_partition = {in_size} is not divisible by weight "
+                                  f"quantization block_k = {bk}.")
+            bad = [s for s in out_sizes if s % bn]
+            if not row and bad:
+                message = (f"Weight output_partition_size = {bad[0]} is not divisible by weight quantization "
+                           f"block_n = {bn}.")
+                if len(out_sizes) > 1 and q.method == "fp8" and self.rules != "nano-vllm":
+                    layer.problem = (f"{message} {ENGINE[self.rules]} skips this check for merged layers (since 0.14) "
+                                     "but then cannot cut the block scales: loading fails (start + length exceeds "
+                                     "the scale rows)")
+                    return
+                raise TPSizeError(message)
+        elif q.group > 0 and row and in_size % q.group:  # INT4/INT8 groups, NVFP4: a group may not straddle GPUs
+            raise TPSizeError(f"Weight input_size_per_partition={in_size} is not divisible by group_size={q.group}: "
+                              "a quantization group would be split between GPUs.")
+
+    def _moe_fp8(self, layer, i_p: int, row: bool) -> None:
+        bn, bk = self.quant.block
+        if i_p % bn == 0 and i_p % bk == 0:
+            return
+        r = math.gcd(math.gcd(bn, bk), math.gcd(i_p, self.hidden))
+        if self.rules == "vllm" and self.quant.method == "fp8" and r >= 32:  # vLLM >= 0.29 refines the blocks
+            layer.warning = (f"expert intermediate per GPU = {i_p} is not a multiple of the FP8 block ({bn}); "
+                             f"{ENGINE[self.rules]} refines the scales to {r}×{r} blocks, which only its Triton MoE "
+                             "kernel runs")
+            layer.refine = bn // r
+            return
+        if row:
+            raise TPSizeError(f"The input_size of down's weight = {i_p} is not divisible by weight quantization "
+                              f"block_k = {bk}.")
+        raise TPSizeError(f"The output_size of gate's and up's weight = {i_p} is not divisible by weight "
+                          f"quantization block_n = {bn}.")
+
+
+def qplan(spec, rules: str, module: str, layers, role: str = "dense") -> QPlan | None:
+    """The QPlan of a linear module (checkpoint name without .weight, '*' for the layer), or None if unquantized."""
+    q = spec.quant
+    if q is None or q.scheme == "mxfp4":  # gpt-oss: MXFP4 covers the experts only, every Linear stays bf16
+        return None
+    first = (layers or [0])[0]
+    if not q.quantizes(module.replace("*", str(first), 1).replace("*", "0")):
+        return None
+    return QPlan(q, rules, role, spec.hidden_size, spec.dtype_bytes)

@@ -1,0 +1,1 @@
+"""Quantized checkpoints: the scheme read from quantization_config, and the tensors each scheme stores."""
