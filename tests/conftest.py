@@ -1,5 +1,6 @@
 """Shared fixtures: the real configs in ../shared/configs, and the shard-map invariants checker."""
 import json
+import math
 from pathlib import Path
 
 import pytest
@@ -41,7 +42,7 @@ def _kv_replicas(model: dict, tp: int) -> int:
     return tp // kv if tp > kv else 1
 
 
-def _expected_cover(t, tp: int, replicas: int, q_rows: int, d: int) -> torch.Tensor:
+def _expected_cover(t, tp: int, replicas: int, q_rows: int, d: int, model: dict) -> torch.Tensor:
     """How many ranks hold each source row: once, except replicated KV heads and Mamba2's single group."""
     expected = torch.ones(t.shape[t.split_dim], dtype=torch.int64)
     fused_kv = [sec for sec in t.sections if t.family == "qkv" and not sec[3] and sec[0].split(" ")[0] in "kv"]
@@ -66,6 +67,13 @@ def _expected_cover(t, tp: int, replicas: int, q_rows: int, d: int) -> torch.Ten
             expected[q_rows:] = replicas
     if isinstance(t.shard_id, list):  # one tensor loaded into several shards (Gemma-4's K = V)
         expected *= len(t.shard_id)
+    quant = model.get("quant") or {}
+    if t.family == "experts" and quant.get("block") and t.name.endswith(("_scale_inv", ".weight_scale")):
+        # a slice of I/tp rows that misses the 128 block is refined to r x r blocks (vLLM >= 0.29): each
+        # checkpoint block's scale is loaded once per r-row sub-block, by the GPU that holds that sub-block
+        per, (bn, bk) = model["moe_intermediate_size"] // tp, quant["block"]
+        r = bn if per % bn == 0 else math.gcd(math.gcd(bn, bk), math.gcd(per, model["hidden_size"]))
+        expected[:] = bn // r
     return expected
 
 
@@ -110,13 +118,14 @@ def check_shard_map(m) -> None:
             continue
         if t.split_dim is None:
             got = sorted((x.rank, x.start, x.stop, x.param_start) for x in t.pieces)
-            assert got == [(r, 0, t.shape[0], 0) for r in range(tp)], (t.name, got)
+            slot = got[0][3] if t.shape == [1] else 0  # a per-tensor scale lands in its projection's slot
+            assert got == [(r, 0, t.shape[0], slot) for r in range(tp)], (t.name, got)
             continue
         n = t.shape[t.split_dim]
         counts = torch.zeros(n, dtype=torch.int64)
         for piece in t.pieces:
             counts[piece.start:piece.stop] += 1
-        expected = _expected_cover(t, tp, replicas, q_rows, model["head_dim"])
+        expected = _expected_cover(t, tp, replicas, q_rows, model["head_dim"], model)
         bad = torch.nonzero(counts != expected).flatten()
         assert not len(bad), (f"{t.name} (shard_id={t.shard_id}, tp={tp}): source index {int(bad[0])} covered "
                               f"{int(counts[bad[0]])} times, expected {int(expected[bad[0]])}")

@@ -12,6 +12,10 @@ class TPSizeError(TpvizError):
     """A tp size the model cannot be split by under the chosen rules."""
 
 
+class QuantError(TPSizeError):
+    """A tp size a quantized layer cannot be split by (vLLM's block or group checks); the layer is named."""
+
+
 class ConfigError(TpvizError):
     """A config that is malformed, incomplete or of an unsupported architecture."""
 

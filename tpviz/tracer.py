@@ -9,7 +9,7 @@ from contextlib import contextmanager
 
 import torch
 
-from tpviz.errors import TPSizeError
+from tpviz.errors import QuantError, TPSizeError
 from tpviz.arch import ATTENTION_KINDS
 from tpviz.plan import DT, PROBE, ParamPlan, build_plan, mixer_groups, state_plans
 from tpviz.rules import check_rules, check_tp
@@ -47,16 +47,13 @@ def build_rank(plan: ParamPlan, tp_size: int, tp_rank: int) -> tuple:
     quantization check names the layer it failed in (vLLM's own message follows)."""
     try:
         return plan.build(tp_size, tp_rank)
+    except QuantError as e:
+        raise QuantError(f"{where(plan)} at tp_size={tp_size}: {e}") from None
     except TPSizeError as e:
         if plan.quantity and str(e).startswith(_GENERIC):
             key, value = plan.quantity
             raise TPSizeError(f"{key}={value} is not divisible by tp_size={tp_size}") from None
-        if str(e).startswith(_QUANT):
-            raise TPSizeError(f"{where(plan)}: {e}") from None
         raise
-
-
-_QUANT = ("Weight ", "The output_size", "The input_size")  # vLLM's quantization messages
 
 
 def where(plan: ParamPlan) -> str:

@@ -40,9 +40,10 @@ class LinearBase(nn.Module):
         super().__init__()
         check_tp(tp_size, tp_rank)
         self.tp_dim, self.tp_size, self.tp_rank = tp_dim, tp_size, tp_rank
+        self.output_size_per_partition = output_size
         # shapes are already this rank's: subclasses shrink output/input before calling us
         if quant is not None:  # the scheme's stored tensors (weight, scales, packed ints) instead of one weight
-            quantized.create(self, quant, self.partition_sizes(output_size), input_size)
+            quantized.create(self, quant, self.partition_sizes(), input_size)
         else:
             self.weight = nn.Parameter(torch.empty(output_size, input_size, dtype=dtype), requires_grad=False)
             self.weight.weight_loader = self.weight_loader
@@ -55,9 +56,9 @@ class LinearBase(nn.Module):
     def weight_loader(self, param: nn.Parameter, loaded_weight: torch.Tensor):
         raise NotImplementedError
 
-    def partition_sizes(self, output_size: int | None = None) -> list[int]:
+    def partition_sizes(self) -> list[int]:
         """This rank's logical output parts (one, or gate/up, or q/k/v)."""
-        return [self.weight.size(0) if output_size is None else output_size]
+        return [self.output_size_per_partition]
 
     def shard_index(self, shard_id) -> int:
         return 0
@@ -154,7 +155,7 @@ class MergedColumnParallelLinear(ColumnParallelLinear):
             divide(size, tp_size, f"output_sizes[{i}]")
         super().__init__(input_size, sum(self.output_sizes), tp_size, tp_rank, bias, dtype, quant)
 
-    def partition_sizes(self, output_size: int | None = None) -> list[int]:
+    def partition_sizes(self) -> list[int]:
         return [size // self.tp_size for size in self.output_sizes]
 
     def shard_index(self, shard_id) -> int:
@@ -201,7 +202,7 @@ class QKVParallelLinear(ColumnParallelLinear):
         output_size = (self.num_heads + 2 * self.num_kv_heads) * head_size * tp_size
         super().__init__(hidden_size, output_size, tp_size, tp_rank, bias, dtype, quant)
 
-    def partition_sizes(self, output_size: int | None = None) -> list[int]:
+    def partition_sizes(self) -> list[int]:
         return [self.q_size, self.kv_size, self.kv_size]
 
     def shard_index(self, shard_id) -> int:

@@ -104,14 +104,15 @@ def stored(q, row: bool, make, parts: list[tuple], out: int, inp: int, family: s
     for qt in q.tensors(row):
         dim = qt.in_dim if row else qt.out_dim
         build = (lambda t: lambda tp, r: (lambda m: (m, getattr(m, t.name)))(make(q.ctx(row), tp, r)))(qt)
-        if qt.per_shard or dim is None or whole:  # replicated: per-tensor scales (one slot per part), weight_shape
+        replicated_ = qt.per_shard or dim is None or whole
+        if replicated_:  # replicated: per-tensor scales (one slot per part), weight_shape
             sources = [Source(f"{p}.{qt.name}", qt.shape(n, inp), sid, split=False) for p, n, sid in parts]
             shape = (slots,) if qt.per_shard else qt.shape(out, inp)
         else:
             sources = [Source(f"{p}.{qt.name}", qt.shape(n, inp), sid) for p, n, sid in parts]
             shape = qt.shape(out, inp)
         note = " · ".join(filter(None, [kw.get("note", ""), qt.note]))
-        plans.append(param(f"{name}.{qt.name}", family, build, shape, sources, tp_dim=dim or 0,
+        plans.append(param(f"{name}.{qt.name}", family, build, shape, sources, tp_dim=0 if replicated_ else dim,
                            element_bytes=qt.element_bytes(q.model_bytes), **{**kw, "note": note}))
     return plans
 

@@ -2,11 +2,25 @@
 import math
 from dataclasses import dataclass
 
-from tpviz.errors import TPSizeError
+from tpviz.errors import QuantError
 from tpviz.layers.quantized import QuantContext
 from tpviz.quant.config import Quant
 from tpviz.quant.storage import QTensor, linear_tensors
 from tpviz.rules import ENGINE
+
+
+# vLLM 0.33's words when a row-parallel shard would split a quantization group (research: quantization/*.py)
+GROUP_MESSAGES = {
+    "gptq": "Weight in_features per partition {k} is not divisible by group_size = {g} (the Marlin kernel's check).",
+    "awq": "The input size is not aligned with the quantized weight shape (input per GPU {k}, group_size {g}). "
+           "This can be caused by too large tensor parallel size.",
+    "compressed-tensors": "Weight input_size_per_partition={k} is not divisible by group_size={g}. This happens when "
+                          "tensor_parallel_size splits the layer input into shards that are not a whole number of "
+                          "quant groups.",
+    "modelopt": "Unsupported model when in features size is not multiple of {g} (input per GPU {k}).",
+}
+DESC_ACT = ("GPTQ group activation ordering (desc_act=True) is no longer supported. Use a checkpoint with static "
+            "activation ordering or desc_act=False.")
 
 
 @dataclass(frozen=True)
@@ -27,6 +41,8 @@ class QPlan:
     def _check(self, layer, out_sizes: list[int], in_size: int) -> None:
         """vLLM's create-time checks (raise), and what fails later at load time or needs a fallback (recorded)."""
         q, tp = self.quant, layer.tp_size
+        if q.desc_act and q.group > 0 and self.rules == "vllm":  # vLLM >= 0.30 refuses act-order at any tp
+            raise QuantError(DESC_ACT)
         if tp == 1 or layer.tp_dim is None:
             return
         row = layer.tp_dim == 1
@@ -35,7 +51,7 @@ class QPlan:
             if self.role == "moe":
                 return self._moe_fp8(layer, in_size if row else out_sizes[0], row)
             if row and in_size % bk:
-                raise TPSizeError(f"Weight input_size_per_partition = {in_size} is not divisible by weight "
+                raise QuantError(f"Weight input_size_per_partition = {in_size} is not divisible by weight "
                                   f"quantization block_k = {bk}.")
             bad = [s for s in out_sizes if s % bn]
             if not row and bad:
@@ -46,10 +62,10 @@ class QPlan:
                                      "but then cannot cut the block scales: loading fails (start + length exceeds "
                                      "the scale rows)")
                     return
-                raise TPSizeError(message)
+                raise QuantError(message)
         elif q.group > 0 and row and in_size % q.group:  # INT4/INT8 groups, NVFP4: a group may not straddle GPUs
-            raise TPSizeError(f"Weight input_size_per_partition={in_size} is not divisible by group_size={q.group}: "
-                              "a quantization group would be split between GPUs.")
+            raise QuantError(GROUP_MESSAGES.get(q.method, GROUP_MESSAGES["compressed-tensors"]).format(
+                k=in_size, g=q.group))
 
     def _moe_fp8(self, layer, i_p: int, row: bool) -> None:
         bn, bk = self.quant.block
@@ -63,9 +79,9 @@ class QPlan:
             layer.refine = bn // r
             return
         if row:
-            raise TPSizeError(f"The input_size of down's weight = {i_p} is not divisible by weight quantization "
+            raise QuantError(f"The input_size of down's weight = {i_p} is not divisible by weight quantization "
                               f"block_k = {bk}.")
-        raise TPSizeError(f"The output_size of gate's and up's weight = {i_p} is not divisible by weight "
+        raise QuantError(f"The output_size of gate's and up's weight = {i_p} is not divisible by weight "
                           f"quantization block_n = {bn}.")
 
 
