@@ -24,8 +24,8 @@ def text(cfg: dict) -> dict:
     return {**cfg, **cfg["text_config"]} if isinstance(cfg.get("text_config"), dict) else cfg
 
 
-def nbytes(c: dict) -> int:  # tpviz sizes a config without a dtype (gpt2) as bfloat16
-    return DT[str(c.get("torch_dtype") or c.get("dtype") or "bfloat16")]
+def nbytes(c: dict) -> int:  # as vLLM's dtype=auto serves it: no dtype (gpt2) or float32 (starcoderbase) -> bf16
+    return min(DT[str(c.get("torch_dtype") or c.get("dtype") or "bfloat16")], 2)
 
 
 def att(kind, kv, d, w=0):

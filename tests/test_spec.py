@@ -43,7 +43,7 @@ def test_nested_text_config():
     s = normalize(cfg)
     assert (s.model_type, s.hidden_size, s.num_key_value_heads, s.head_dim) == ("gemma3_text", 5376, 16, 128)
     assert s.tie_word_embeddings is True  # gemma ties by default
-    assert s.dtype == "float32"  # the outer dtype applies to the text decoder
+    assert s.config_dtype == "float32" and s.dtype == "bfloat16"  # the outer dtype applies; vLLM's auto serves bf16
     assert s.qk_norm
 
 
@@ -152,7 +152,9 @@ def test_attention_bias():
 
 def test_dtype_names():
     assert normalize({**LLAMA, "torch_dtype": "torch.float16"}).dtype == "float16"
-    assert normalize({**LLAMA, "torch_dtype": None, "dtype": "float32"}).dtype_bytes == 4
+    fp32 = normalize({**LLAMA, "torch_dtype": None, "dtype": "float32"})
+    assert fp32.dtype_bytes == 2 and any("dtype=auto" in n for n in fp32.notes)  # vLLM serves float32 in bf16
+    assert fp32.served("float32").dtype_bytes == 4 and fp32.served("auto", "fp8").kv_bytes == 1
     s = normalize({**LLAMA, "torch_dtype": "int4_weird"})
     assert s.dtype_bytes == 2 and any("int4_weird" in n for n in s.notes)
 

@@ -6,7 +6,7 @@ from tpviz.spec import ModelSpec
 
 
 def shard_map(config_or_source, tp_size: int, rules: str = "vllm", tensor_names: set[str] | None = None,
-              checkpoint_source: str = "") -> ShardMap:
+              checkpoint_source: str = "", dtype: str = "auto", kv_cache_dtype: str = "auto") -> ShardMap:
     """The shard map of a model (config dict, preset or hub id, path, bytes or ModelSpec) at tp_size.
 
     When a checkpoint's tensor names are at hand (given, or read from a local folder's safetensors
@@ -15,6 +15,8 @@ def shard_map(config_or_source, tp_size: int, rules: str = "vllm", tensor_names:
     from tpviz.spec import KNOWN_TYPES
     from tpviz.tracer import trace
     spec = load_spec(config_or_source)
+    if (dtype, kv_cache_dtype) != ("auto", "auto"):
+        spec = spec.served(dtype, kv_cache_dtype)
     if tensor_names is None and (folder := local_folder(config_or_source)) is not None:
         tensor_names, checkpoint_source = local_tensor_names(folder), str(folder)
     m = trace(spec, tp_size, rules)

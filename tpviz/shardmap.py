@@ -129,6 +129,12 @@ class ShardMap:
         return sum(_numel(p.shape) * p.count * (p.element_bytes or self.model_dtype_bytes) for p in self.params)
 
     @property
+    def kv_bytes(self) -> int:
+        """Bytes per cached KV value (the KV-cache dtype when one was chosen)."""
+        from tpviz.spec import DTYPE_BYTES
+        return DTYPE_BYTES.get(self.model.get("kv_cache_dtype"), self.model_dtype_bytes)
+
+    @property
     def model_dtype_bytes(self) -> int:
         from tpviz.spec import DTYPE_BYTES
         return DTYPE_BYTES.get(self.model.get("dtype"), 2)

@@ -7,6 +7,8 @@ from tpviz.quant.config import Quant, read_quant
 from tpviz.readers import derive, family_defaults, hybrid_hint
 
 MAX_DIM = 1 << 26  # no real model has a matrix dimension near this; larger means a broken config
+SERVE_DTYPES = ("auto", "bfloat16", "float16", "float32")
+KV_DTYPES = {"auto": "", "fp8": "float8_e4m3fn"}
 DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2, "float8_e4m3fn": 1, "float64": 8}
 # model_types with a known checkpoint layout; anything else with standard keys is read as Llama-like
 KNOWN_TYPES = {"llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe", "gemma", "gemma2",
@@ -50,7 +52,9 @@ class ModelSpec:
     qk_nope_head_dim: int = 0
     qk_rope_head_dim: int = 0
     v_head_dim: int = 0
-    dtype: str = "bfloat16"
+    dtype: str = "bfloat16"  # as served (see served()); config_dtype is what the config says
+    config_dtype: str = "bfloat16"
+    kv_cache_dtype: str = ""  # "" : the model dtype; "float8_e4m3fn" for --kv-cache-dtype fp8
     rope_theta: float = 10000.0
     rms_norm_eps: float = 1e-6
     hidden_act: str = "silu"
@@ -108,6 +112,22 @@ class ModelSpec:
     @property
     def dtype_bytes(self) -> int:
         return DTYPE_BYTES.get(self.dtype, 2)
+
+    @property
+    def kv_bytes(self) -> int:
+        """Bytes per cached value: the KV-cache dtype when one is chosen (fp8), else the model's."""
+        return DTYPE_BYTES.get(self.kv_cache_dtype, self.dtype_bytes)
+
+    def served(self, dtype: str = "auto", kv_cache_dtype: str = "auto") -> "ModelSpec":
+        """The spec as vLLM serves it: dtype 'auto' runs a float32 config in bfloat16; kv_cache_dtype 'fp8'
+        stores the KV cache (and nothing else) in one byte per value."""
+        from dataclasses import replace
+        if dtype not in SERVE_DTYPES or kv_cache_dtype not in KV_DTYPES:
+            raise ConfigError(f"dtype={dtype!r} / kv_cache_dtype={kv_cache_dtype!r}: use dtype one of "
+                              f"{', '.join(SERVE_DTYPES)} and kv_cache_dtype one of {', '.join(KV_DTYPES)}")
+        served = self.config_dtype if dtype == "auto" else dtype
+        served = "bfloat16" if dtype == "auto" and served == "float32" else served
+        return replace(self, dtype=served, kv_cache_dtype=KV_DTYPES[kv_cache_dtype])
 
     def to_dict(self) -> dict:
         d = {k: v for k, v in asdict(self).items() if k not in ("layers", "quant")}
@@ -246,7 +266,8 @@ def normalize(cfg: dict, name: str = "model") -> ModelSpec:
         qk_nope_head_dim=_int(cfg, "qk_nope_head_dim", default=0, minimum=0),
         qk_rope_head_dim=_int(cfg, "qk_rope_head_dim", default=0, minimum=0),
         v_head_dim=_int(cfg, "v_head_dim", default=0, minimum=0),
-        dtype=str(_pick(cfg, "torch_dtype", "dtype", default=outer.get("torch_dtype", "bfloat16"))).replace("torch.", ""),
+        config_dtype=str(_pick(cfg, "torch_dtype", "dtype", default=outer.get("torch_dtype", "bfloat16"))).replace(
+            "torch.", ""),
         rope_theta=_float(cfg, "rope_theta", _float(_object(cfg, "rope_parameters"), "rope_theta", 10000.0)),
         mlp_bias=_bool(cfg, "mlp_bias", False),
         rms_norm_eps=_float(cfg, "rms_norm_eps", _float(cfg, "layer_norm_epsilon", 1e-6)),
@@ -291,6 +312,9 @@ def normalize(cfg: dict, name: str = "model") -> ModelSpec:
                           f"{spec.moe_intermediate_size}; it must be >= 1")
     if any(layer.ffn.kind == "dense" and not layer.ffn.size for layer in spec.layers):
         raise ConfigError("config is missing intermediate_size, needed by its dense MLP layers")
+    spec.dtype = "bfloat16" if spec.config_dtype == "float32" else spec.config_dtype  # vLLM's dtype=auto
+    if spec.config_dtype == "float32":
+        spec.notes.append("the config says float32; vLLM's dtype=auto serves it in bfloat16, as sized here")
     if spec.dtype not in DTYPE_BYTES:
         spec.notes.append(f"dtype {spec.dtype!r} is unknown; sized as 2 bytes per weight")
     return spec

@@ -52,7 +52,7 @@ def memory_rows(m: ShardMap) -> list[dict]:
 
 def kv_cache_total_per_token(m: ShardMap) -> int:
     """KV-cache bytes per token of the unsplit model (tp=1), full-attention and MLA layers only."""
-    spec, b, total = m.model, m.model_dtype_bytes, 0
+    spec, b, total = m.model, m.kv_bytes, 0
     for g in m.groups:
         kind = g.mixer["kind"]
         if kind == "mla":  # MLA caches one latent + rope key per token, not per head

@@ -181,7 +181,7 @@ def _kv_in(k: TensorMap, rank: int, first: int, last: int, d: int) -> list[int]:
 
 def _caches(spec: ModelSpec, tensors: list[TensorMap], rank: int) -> tuple[int, list[dict], list[int]]:
     """Per rank: KV bytes per token of unbounded layers, the windowed layers' entries, and the KV heads held."""
-    b, per_token, windowed, heads_seen = spec.dtype_bytes, 0, {}, None
+    b, per_token, windowed, heads_seen = spec.kv_bytes, 0, {}, None
     for mixer, layers in mixer_groups(spec).items():
         if mixer.kind == "mla":  # the compressed latent and rope key are cached whole on every rank
             per_token += (spec.kv_lora_rank + spec.qk_rope_head_dim) * len(layers) * b
