@@ -8,6 +8,7 @@ import os
 
 import streamlit as st
 
+from explorer.fit import fit_section
 from explorer.cache import Page, every_group_figures, group_figures, page_for, png_renderer, valid_rows
 from explorer.sidebar import (RULE_LABELS, NeedInput, checkpoint_key, restore_from_query, sidebar_exports,
                               sidebar_source, source_config, tp_control)
@@ -74,8 +75,13 @@ def render_page(page: Page, rows: list[dict]) -> None:
              if not spec.get("kv_lora_rank") else f"{spec['num_attention_heads']} heads, MLA latent {spec['kv_lora_rank']}")
     st.caption(f"{RULE_LABELS[m.rules]} rules · {spec['num_hidden_layers']} layers · hidden {spec['hidden_size']} · "
                f"{heads} · vocab {spec['vocab_size']:,} · {spec['dtype']}")
+    if spec.get("quant"):
+        st.caption(f"Quantized checkpoint: {literal(spec['quant']['label'])}; weights and scales are counted at the "
+                   "bytes they are stored in.")
     for note in spec.get("notes", []):
         st.caption(f"Note: {literal(note)}")
+    for warning in m.warnings:
+        st.warning(literal(warning))
     if m.checkpoint:
         from tpviz.checkpoint import checkpoint_sentence
         (st.success if m.checkpoint["verified"] else st.warning)(literal(checkpoint_sentence(m.checkpoint)))
@@ -113,12 +119,7 @@ def render_page(page: Page, rows: list[dict]) -> None:
                                    disabled=not has_browser, type="tertiary")
     with st.expander("Memory table (bytes)"):
         st.dataframe(mem, hide_index=True, width="stretch")
-    st.markdown("### Does it fit? KV-cache room per GPU")
-    context = st.number_input("Context length per sequence (tokens)", 1, 10_000_000, 8192, step=1024, key="context")
-    st.dataframe(S.fit_rows(m, context=int(context)), hide_index=True, width="stretch")
-    st.caption(f"Weights on the fullest GPU: {fmt_bytes(worst['weights'])}; every GPU caches its share of every "
-               f"token ({fmt_bytes(worst['kv_per_token'])} per token). Estimates at vLLM's default "
-               "gpu_memory_utilization; activations, CUDA graphs and NCCL buffers take a few GiB more.")
+    fit_section(m)
     st.markdown("### Collectives per forward pass")
     if coll:
         st.dataframe(S.collective_rows(m), hide_index=True, width="stretch")
@@ -165,8 +166,9 @@ def main() -> None:
     if cfg_json is not None and rows is not None:
         try:
             checkpoint = checkpoint_key(values)
-            page = page_for(cfg_json, name, values["tp"], values["rules"], checkpoint)
-            st.session_state.good = (cfg_json, name, values["tp"], values["rules"], checkpoint)
+            serving = f"{st.session_state.get('serve_dtype', 'auto')},{st.session_state.get('kv_dtype', 'auto')}"
+            page = page_for(cfg_json, name, values["tp"], values["rules"], checkpoint, serving)
+            st.session_state.good = (cfg_json, name, values["tp"], values["rules"], checkpoint, serving)
             query = query_from_controls(values)
             if st.query_params.to_dict() != query:
                 st.query_params.from_dict(query)

@@ -50,13 +50,14 @@ def checkpoint_names(checkpoint: str) -> tuple[frozenset | None, str]:
 
 
 @st.cache_resource(show_spinner=False, max_entries=32)
-def page_for(cfg_json: str, name: str, tp: int, rules: str, checkpoint: str = "") -> Page:
+def page_for(cfg_json: str, name: str, tp: int, rules: str, checkpoint: str = "", serving: str = "auto,auto") -> Page:
     """Shard map, figures and JSON of one view; kept as objects (no copy per rerun) since nothing mutates them.
     checkpoint names the checkpoint whose tensor list the map is checked against ('' for none)."""
     names, where = checkpoint_names(checkpoint) if checkpoint else (None, "")
+    dtype, kv_cache_dtype = serving.split(",")
     m = shard_map(load_spec(json.loads(cfg_json), name), tp, rules, tensor_names=set(names) if names else None,
-                  checkpoint_source=where)
-    return Page(m, plots.all_figures(m), shard_map_json(m), (cfg_json, name, tp, rules, checkpoint))
+                  checkpoint_source=where, dtype=dtype, kv_cache_dtype=kv_cache_dtype)
+    return Page(m, plots.all_figures(m), shard_map_json(m), (cfg_json, name, tp, rules, checkpoint, serving))
 
 
 @st.cache_resource(show_spinner=False)
@@ -69,13 +70,13 @@ def png_renderer() -> PngRenderer:
 
 
 @st.cache_resource(show_spinner=False, max_entries=64)
-def group_figures(cfg_json: str, name: str, tp: int, rules: str, checkpoint: str, group: int) -> dict:
+def group_figures(cfg_json: str, name: str, tp: int, rules: str, checkpoint: str, serving: str, group: int) -> dict:
     """The figures of one layer group (cached like the page; nothing mutates them)."""
-    m = page_for(cfg_json, name, tp, rules, checkpoint).m
+    m = page_for(cfg_json, name, tp, rules, checkpoint, serving).m
     return plots.all_figures(m, m.groups[group])
 
 
 @st.cache_resource(show_spinner=False, max_entries=16)
-def every_group_figures(cfg_json: str, name: str, tp: int, rules: str, checkpoint: str) -> list:
+def every_group_figures(cfg_json: str, name: str, tp: int, rules: str, checkpoint: str, serving: str) -> list:
     """"All layers": each group's heading with the figures it adds (shared families drawn once)."""
-    return plots.grouped_figures(page_for(cfg_json, name, tp, rules, checkpoint).m)
+    return plots.grouped_figures(page_for(cfg_json, name, tp, rules, checkpoint, serving).m)

@@ -14,6 +14,7 @@ from tpviz.errors import TpvizError
 from tpviz.export import NO_CHROMIUM, chromium_path, file_stem, figures_zip
 from tpviz.plots import export_figures
 from tpviz.rules import ENGINE, RULE_NOTES, RULES
+from tpviz.spec import KV_DTYPES, SERVE_DTYPES
 from tpviz.sources import LOCAL_ROOT_ENV, find_preset, local_config, parse_config, presets, repo_from_url
 
 RULE_LABELS = ENGINE  # "vLLM 0.33", "vLLM 0.28", "nano-vllm": the UI names the engine version
@@ -95,6 +96,11 @@ def sidebar_source(local_off: bool) -> UploadedFile | None:
         upload = st.file_uploader("config.json", type=["json"], key="upload", max_upload_size=UPLOAD_MB)
     st.radio("Rules", RULES, key="rules", format_func=RULE_LABELS.get, persist_state="session",
              help=" · ".join(RULE_NOTES.values()))
+    with st.expander("Serving choices"):
+        st.selectbox("Weight dtype", SERVE_DTYPES, key="serve_dtype", persist_state="session",
+                     help="vLLM's auto serves a float32 config in bfloat16; quantized weights keep their own bytes.")
+        st.selectbox("KV-cache dtype", list(KV_DTYPES), key="kv_dtype", persist_state="session",
+                     help="fp8 stores the KV cache in one byte per value.")
     return upload
 
 

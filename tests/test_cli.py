@@ -141,4 +141,4 @@ def test_subprocess_map_and_bad_input(tmp_path):
     bad = subprocess.run([sys.executable, "-m", "tpviz", "map", "Qwen/Qwen3-8B", "--tp", "3"],
                          capture_output=True, text=True, cwd=tmp_path, env=env, timeout=120)
     assert bad.returncode == 2 and bad.stdout == ""
-    assert bad.stderr == "error: num_attention_heads=32 is not divisible by tp_size=3\n"
+    assert bad.stderr == "error: num_attention_heads=32 is not divisible by tp_size=3. Valid tp sizes under vLLM 0.33 rules: 1, 2, 4, 8, 16, 32.\n"

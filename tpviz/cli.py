@@ -6,6 +6,7 @@ from pathlib import Path
 
 from tpviz.errors import TpvizError
 from tpviz.rules import ENGINE, RULES
+from tpviz.spec import KV_DTYPES, SERVE_DTYPES
 from tpviz.shardmap import ShardMap, TensorMap
 
 
@@ -74,14 +75,39 @@ def valid_table(source, max_tp: int = 64) -> tuple[str, list[dict]]:
     return spec.name, rows
 
 
+def fit_line(m: ShardMap, args) -> str:
+    """One line: does it fit on these GPUs, and how many sequences of the context."""
+    from tpviz.summary import fit
+    if not 0 < args.util <= 1 or args.context < 1 or args.concurrency < 1 or not 0 < args.gpu_mem <= 10_000:
+        raise TpvizError("--gpu-mem must be in GiB (0-10000], --util in (0, 1], --context and --concurrency >= 1")
+    f = fit(m, args.gpu_mem, args.util, args.context, args.concurrency)
+    if f.room <= 0:
+        return (f"fit: does not fit: {fmt_bytes(f.weights)} of weights on the fullest GPU, vLLM may use "
+                f"{fmt_bytes(f.usable)} of {args.gpu_mem:g} GiB at gpu_memory_utilization {args.util:g}")
+    tokens = f" = {f.kv_tokens:,} KV-cache tokens" if f.kv_tokens is not None else ""
+    return (f"fit: {fmt_bytes(f.room)} left for KV cache per GPU{tokens}; {f.max_sequences:,} concurrent sequences of "
+            f"{args.context:,} tokens ({'enough' if f.fits else 'fewer than'} the {args.concurrency:,} asked for)")
+
+
 def cmd_map(args) -> int:
     from tpviz import shard_map
     from tpviz.checkpoint import checkpoint_sentence, tensor_names_for
+    from tpviz.errors import TPSizeError
     names, where = tensor_names_for(args.model)
-    m = shard_map(args.model, args.tp, args.rules, tensor_names=names, checkpoint_source=where)
+    try:
+        m = shard_map(args.model, args.tp, args.rules, tensor_names=names, checkpoint_source=where, dtype=args.dtype,
+                      kv_cache_dtype=args.kv_cache_dtype)
+    except TPSizeError as e:  # say what would work: the tp sizes this model splits by under these rules
+        _, rows = valid_table(args.model, 64)
+        sizes = ", ".join(str(r["tp"]) for r in rows if r[args.rules] is None) or "none"
+        raise TpvizError(f"{str(e).rstrip('.')}. Valid tp sizes under {ENGINE[args.rules]} rules: {sizes}.") from None
     print(summary(m))
+    for w in m.warnings:
+        print(f"warning: {w}")
     if m.checkpoint:
         print(checkpoint_sentence(m.checkpoint))
+    if args.gpu_mem:
+        print(fit_line(m, args))
     if args.json:
         Path(args.json).write_text(m.to_json(indent=1))
         print(f"wrote {args.json}")
@@ -124,6 +150,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--rules", choices=RULES, default="vllm")
     p.add_argument("--json", metavar="PATH", help="write the shard map (schema tpviz.shardmap/2)")
     p.add_argument("--png", metavar="DIR", help="write one PNG per figure into DIR")
+    p.add_argument("--dtype", choices=SERVE_DTYPES, default="auto", help="weight dtype served (auto: float32 -> bf16)")
+    p.add_argument("--kv-cache-dtype", choices=list(KV_DTYPES), default="auto")
+    p.add_argument("--gpu-mem", type=float, metavar="GIB", help="GPU memory: print whether it fits and how many sequences")
+    p.add_argument("--util", type=float, default=0.9, help="gpu_memory_utilization (default 0.9)")
+    p.add_argument("--context", type=int, default=8192, help="tokens per sequence for --gpu-mem")
+    p.add_argument("--concurrency", type=int, default=1, help="sequences that should fit at once")
     p.set_defaults(func=cmd_map)
     p = sub.add_parser("valid", help="which tp sizes work, under both rule sets")
     p.add_argument("model")

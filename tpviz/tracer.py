@@ -48,7 +48,9 @@ def build_rank(plan: ParamPlan, tp_size: int, tp_rank: int) -> tuple:
     try:
         return plan.build(tp_size, tp_rank)
     except QuantError as e:
-        raise QuantError(f"{where(plan)} at tp_size={tp_size}: {e}") from None
+        hint = (" Expert parallelism (--enable-expert-parallel) keeps every expert whole on one GPU and avoids "
+                "this split." if plan.family == "experts" else "")
+        raise QuantError(f"{where(plan)} at tp_size={tp_size}: {e}{hint}") from None
     except TPSizeError as e:
         if plan.quantity and str(e).startswith(_GENERIC):
             key, value = plan.quantity

@@ -78,3 +78,26 @@ def test_unknown_hybrid_upload_is_refused_in_one_line():
     at.radio(key="source").set_value("Hub repo id").run()
     at.text_input(key="hub").input("MiniMaxAI/MiniMax-M1-40k").run()  # offline: refused by the hub, one line
     assert len(errors(at)) == 1
+
+
+def test_fit_inputs_give_the_answer_for_the_users_gpu():
+    at = run_app({"model": "deepseek-ai/DeepSeek-V3", "tp": "8"})
+    assert errors(at) == []
+    assert any(w.value.startswith("Does not fit: 79.29 GiB") for w in at.warning)  # 80 GiB at 0.9: no room
+    at.number_input(key="gpu_mem").set_value(141.0).run()
+    at.number_input(key="context").set_value(32768).run()
+    ok = [s.value for s in at.success]
+    assert errors(at) == [] and len(ok) == 1 and "concurrent sequences of 32,768 tokens fit" in ok[0]
+    before = int(ok[0].split(": ")[1].split(" concurrent")[0].replace(",", ""))
+    at.selectbox(key="kv_dtype").set_value("fp8").run()  # the MLA latent in one byte: twice the sequences
+    after = int(at.success[0].value.split(": ")[1].split(" concurrent")[0].replace(",", ""))
+    assert errors(at) == [] and after in (2 * before, 2 * before + 1)
+
+
+def test_quantized_preset_shows_its_scheme_and_the_fallback_warning():
+    at = run_app({"model": "Qwen/Qwen3-235B-A22B-FP8", "tp": "8"})
+    assert errors(at) == []
+    assert any("FP8 with block scales 128×128" in c.value for c in at.caption)
+    assert any("refines the scales to 64×64 blocks" in w.value for w in at.warning)
+    at.radio(key="rules").set_value("vllm-0.28").run()  # the older release refuses tp 8
+    assert any("= 192 is not divisible by weight quantization block_n = 128" in e for e in errors(at))

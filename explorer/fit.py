@@ -1,0 +1,38 @@
+"""The "does it fit" section: the user's GPU memory, utilization, context and concurrency against the map."""
+import streamlit as st
+
+from tpviz import summary as S
+from tpviz.cli import fmt_bytes
+from tpviz.shardmap import ShardMap
+
+QUICK_GIB = (24, 40, 48, 80, 94, 141, 192, 288)  # common accelerator memory sizes (nominal GiB)
+
+
+def _pick() -> None:
+    if st.session_state.get("gpu_pick"):
+        st.session_state.gpu_mem = float(st.session_state.gpu_pick)
+
+
+def fit_section(m: ShardMap) -> None:
+    """Inputs, the answer for the user's GPU, and the same at common sizes."""
+    st.markdown("### Does it fit?")
+    st.pills("Quick picks (GiB)", QUICK_GIB, key="gpu_pick", on_change=_pick)
+    c1, c2, c3, c4 = st.columns(4)
+    gib = c1.number_input("GPU memory (GiB)", 1.0, 10_000.0, 80.0, step=1.0, key="gpu_mem")
+    util = c2.slider("gpu_memory_utilization", 0.5, 0.98, S.GPU_UTILIZATION, 0.01, key="gpu_util")
+    context = c3.number_input("Context per sequence (tokens)", 1, 10_000_000, 8192, step=1024, key="context")
+    concurrency = c4.number_input("Concurrent sequences", 1, 100_000, 16, key="concurrency")
+    f = S.fit(m, gib, util, int(context), int(concurrency))
+    if f.room <= 0:
+        st.warning(f"Does not fit: {fmt_bytes(f.weights)} of weights on the fullest GPU, and vLLM may use "
+                 f"{fmt_bytes(f.usable)} of {gib:g} GiB at gpu_memory_utilization {util:g}.")
+    else:
+        tokens = f" ({f.kv_tokens:,} tokens of KV cache)" if f.kv_tokens is not None else ""
+        verdict = st.success if f.fits else st.warning
+        verdict(f"{fmt_bytes(f.room)} per GPU left for KV cache{tokens}: {f.max_sequences:,} concurrent sequences "
+                f"of {int(context):,} tokens fit ({'enough for' if f.fits else 'fewer than'} the "
+                f"{int(concurrency):,} asked for).")
+    st.dataframe(S.fit_rows(m, utilization=util, context=int(context)), hide_index=True, width="stretch")
+    st.caption(f"Every GPU caches its share of every token; one sequence of {int(context):,} tokens holds "
+               f"{fmt_bytes(f.per_sequence)} on the fullest GPU (windowed layers capped, recurrent state once). "
+               "Activations, CUDA graphs and NCCL buffers take a few GiB more.")
