@@ -39,6 +39,11 @@ def folder(tmp_path, names=NAMES, cfg=TINY, fname="model.safetensors", sub="ckpt
     return f
 
 
+def names_only(c: dict) -> dict:
+    """The name comparison (the stored-bytes part is tested on its own: these files hold dummy data)."""
+    return {k: v for k, v in c.items() if k != "bytes"}
+
+
 def check(f, **changes):
     return {"source": str(f.resolve()), "tensors": len(NAMES), "matched": len(NAMES), "prefix": "",
             "missing_in_checkpoint": [], "missing_in_map": [], "quantization_tensors": 0, "verified": True, **changes}
@@ -56,8 +61,8 @@ def test_exact_match_from_folder_and_config_path(tmp_path):
     f = folder(tmp_path)
     for source, tp in ((str(f), 1), (str(f / "config.json"), 2), (f, 4)):
         m = shard_map(source, tp)
-        assert m.checkpoint == check(f), source
-    assert checkpoint_sentence(m.checkpoint) == f"Checkpoint check: all 21 tensors of {f.resolve()} match the map."
+        assert names_only(m.checkpoint) == check(f), source
+    assert checkpoint_sentence(names_only(m.checkpoint)) == f"Checkpoint check: all 21 tensors of {f.resolve()} match the map."
     assert shard_map(TINY, 1).checkpoint is None  # a dict source has no checkpoint at hand
 
 
@@ -69,11 +74,11 @@ def test_missing_extra_and_ignored_tensors(tmp_path):
                "mtp.layers.0.mlp.up_proj.weight", "model.visual.patch_embed.weight"}
     f = folder(tmp_path, (NAMES - dropped) | extra | ignored)
     m = shard_map(str(f), 1)
-    assert m.checkpoint == check(f, tensors=21 - 3 + 3 + 4, matched=18, verified=False,
+    assert names_only(m.checkpoint) == check(f, tensors=21 - 3 + 3 + 4, matched=18, verified=False,
                                  missing_in_checkpoint=["model.layers.*.mlp.down_proj.weight (2)",
                                                         "model.layers.*.self_attn.q_proj.weight"],
                                  missing_in_map=["model.layers.*.mlp.extra_norm.weight (2)", "model.final_logit_bias"])
-    assert checkpoint_sentence(m.checkpoint) == (
+    assert checkpoint_sentence(names_only(m.checkpoint)) == (
         f"Checkpoint check against {f.resolve()}: the checkpoint lacks model.layers.*.mlp.down_proj.weight (2), "
         "model.layers.*.self_attn.q_proj.weight; the map lacks model.layers.*.mlp.extra_norm.weight (2), "
         "model.final_logit_bias.")
@@ -84,19 +89,19 @@ def test_multimodal_language_model_prefix(tmp_path):
     names |= {"model.visual.blocks.0.attn.qkv.weight", "model.vision_tower.encoder.layers.0.fc1.weight",
               "vision_tower.x.weight", "multi_modal_projector.linear_1.weight"}
     f = folder(tmp_path, names)
-    assert shard_map(str(f), 2).checkpoint == check(f, tensors=25, prefix="model.language_model.")
+    assert names_only(shard_map(str(f), 2).checkpoint) == check(f, tensors=25, prefix="model.language_model.")
 
 
 def test_multimodal_projector_under_model_is_ignored(tmp_path):
     names = {"model.language_model." + n[6:] if n.startswith("model.") else n for n in NAMES}
     f = folder(tmp_path, names | {"model.multi_modal_projector.linear_1.weight", "model.vision_tower.a.weight"})
-    assert shard_map(str(f), 1).checkpoint == check(f, tensors=23, prefix="model.language_model.")
+    assert names_only(shard_map(str(f), 1).checkpoint) == check(f, tensors=23, prefix="model.language_model.")
 
 
 def test_old_multimodal_layout_lm_head(tmp_path):
     names = {"language_model." + n for n in NAMES} | {"vision_model.x.weight", "multi_modal_projector.linear_1.weight"}
     f = folder(tmp_path, names)
-    assert shard_map(str(f), 1).checkpoint == check(f, tensors=23, prefix="language_model.model.")
+    assert names_only(shard_map(str(f), 1).checkpoint) == check(f, tensors=23, prefix="language_model.model.")
 
 
 def test_sharded_index(tmp_path):
@@ -105,10 +110,10 @@ def test_sharded_index(tmp_path):
     f = folder(tmp_path, NAMES - {"lm_head.weight"})  # a stray single file: the index wins, as in transformers
     (f / "model.safetensors.index.json").write_text(json.dumps({"metadata": {"total_size": 84}, "weight_map": {
         n: shards[i % 2] for i, n in enumerate(order)}}))
-    assert shard_map(str(f), 1).checkpoint == check(f)  # the shards need not exist: only the index is read
+    assert names_only(shard_map(str(f), 1).checkpoint) == check(f)  # the shards need not exist: only the index is read
     for k, shard in enumerate(shards):
         save(f / shard, order[k::2])
-    assert shard_map(str(f), 1).checkpoint == check(f)
+    assert names_only(shard_map(str(f), 1).checkpoint) == check(f)
     (f / "model.safetensors.index.json").write_text('{"weight_map": [1, ')
     with pytest.raises(SourceError) as e:
         shard_map(str(f), 1)
@@ -125,13 +130,13 @@ def test_index_weight_map_must_be_an_object(tmp_path):
 def test_quantization_tensors_counted_apart(tmp_path):
     fp8 = NAMES | {n + ".weight_scale_inv" for n in LINEARS} | {"model.layers.0.self_attn.k_scale"}
     f = folder(tmp_path, fp8)
-    assert shard_map(str(f), 1).checkpoint == check(f, tensors=21 + 15, quantization_tensors=15)
+    assert names_only(shard_map(str(f), 1).checkpoint) == check(f, tensors=21 + 15, quantization_tensors=15)
     gptq = (NAMES - {n + ".weight" for n in LINEARS}) | {
         n + s for n in LINEARS for s in (".qweight", ".qzeros", ".scales", ".g_idx")}
     g = folder(tmp_path, gptq, sub="gptq")
     m = shard_map(str(g), 1)
-    assert m.checkpoint == check(g, tensors=7 + 14 * 4, quantization_tensors=56)
-    assert checkpoint_sentence(m.checkpoint).endswith("match the map (plus 56 quantization tensors).")
+    assert names_only(m.checkpoint) == check(g, tensors=7 + 14 * 4, quantization_tensors=56)
+    assert checkpoint_sentence(names_only(m.checkpoint)).endswith("match the map (plus 56 quantization tensors).")
 
 
 def test_gpt_oss_mxfp4_blocks_and_scales(tmp_path):
@@ -182,9 +187,9 @@ def test_non_object_header_is_source_error(tmp_path, header):
 def test_stray_consolidated_file_is_not_read(tmp_path):
     f = folder(tmp_path)
     save(f / "consolidated.safetensors", {"layers.0.attention.wq.weight", "tok_embeddings.weight", "output.weight"})
-    assert shard_map(str(f), 1).checkpoint == check(f)
+    assert names_only(shard_map(str(f), 1).checkpoint) == check(f)
     (f / "consolidated.safetensors").write_bytes(b"garbage")  # never opened
-    assert shard_map(str(f), 1).checkpoint == check(f)
+    assert names_only(shard_map(str(f), 1).checkpoint) == check(f)
     (f / "model.safetensors").unlink()
     assert shard_map(str(f), 1).checkpoint is None and local_tensor_names(f) is None
 
@@ -197,7 +202,7 @@ def test_unknown_model_type_verified_by_checkpoint(tmp_path):
     assert m.checkpoint is None and any("mapped as a Llama-like decoder" in n for n in m.model["notes"])
     f = folder(tmp_path, NAMES | {"model.layers.0.self_attn.rotary_emb.inv_freq"}, MYSTERY)
     m = shard_map(str(f), 2)
-    assert m.checkpoint == check(f, tensors=22)
+    assert names_only(m.checkpoint) == check(f, tensors=22)
     notes = [n for n in m.model["notes"] if "mystery_lm" in n]
     assert notes == [f"model_type 'mystery_lm' is not one tpviz knows; mapped as a Llama-like decoder, and every tensor "
                      f"name was verified against {f.resolve()}"]
@@ -238,11 +243,11 @@ def test_real_indexes_verify(stem, shared_configs, tmp_path):
     names = set(index["weight_map"])
     m = shard_map(shared_configs[stem], 1, tensor_names=names, checkpoint_source=stem)
     real = {n for n in names if not n.endswith("rotary_emb.inv_freq")}
-    assert m.checkpoint == {"source": stem, "tensors": len(names), "matched": len(real), "prefix": "",
+    assert names_only(m.checkpoint) == {"source": stem, "tensors": len(names), "matched": len(real), "prefix": "",
                             "missing_in_checkpoint": [], "missing_in_map": [], "quantization_tensors": 0, "verified": True}
     f = folder(tmp_path, None, shared_configs[stem])  # the same through a local folder holding config + index
     (f / "model.safetensors.index.json").write_text(json.dumps(index))
-    assert shard_map(str(f), 2).checkpoint == {**m.checkpoint, "source": str(f.resolve())}
+    assert names_only(shard_map(str(f), 2).checkpoint) == {**names_only(m.checkpoint), "source": str(f.resolve())}
 
 
 def test_deepseek_mtp_layer_ignored():
@@ -305,3 +310,28 @@ def test_tensor_names_for_non_hub_sources(tmp_path):
     f = folder(tmp_path)
     for source in ("meta-llama/Llama-3.1-8B", "qwen/qwen3-8b", str(f), "./ckpt", TINY, b"{}", "not a repo id"):
         assert tensor_names_for(source) == (None, ""), source
+
+
+def test_stored_bytes_are_compared_with_the_map(tmp_path):
+    """With the weight files at hand, each tensor's stored bytes (from the header) are checked against the map."""
+    from tpviz.spec import normalize
+    spec = normalize(TINY)
+    m = shard_map(TINY, 1)
+    shapes = {}
+    for t in m.tensors:  # a real-sized bf16 checkpoint of the tiny config
+        for i in t.layers or [None]:
+            shapes[t.name if i is None else t.name.replace("*", str(i))] = t.shape
+    tensors = {n: torch.zeros(shape, dtype=torch.bfloat16) for n, shape in shapes.items()}
+    f = tmp_path / "real"
+    f.mkdir()
+    (f / "config.json").write_text(json.dumps(TINY))
+    save_file(tensors, str(f / "model.safetensors"))
+    c = shard_map(str(f), 2).checkpoint
+    assert c["verified"] and c["bytes"] == {"checked": True, "differ": [], "count": 0}
+    assert checkpoint_sentence(c).endswith("match the map, byte for byte.")
+    tensors["lm_head.weight"] = tensors["lm_head.weight"].float()  # one tensor stored in float32
+    save_file(tensors, str(f / "model.safetensors"))
+    c = shard_map(str(f), 2).checkpoint
+    want = spec.vocab_size * spec.hidden_size
+    assert c["verified"] and c["bytes"]["differ"] == [f"lm_head.weight (checkpoint {4 * want} bytes, map {2 * want})"]
+    assert "1 tensors are stored in other sizes" in checkpoint_sentence(c)

@@ -35,6 +35,26 @@ def read_header(path: Path) -> dict:
     return header
 
 
+def local_tensor_bytes(folder: Path) -> dict[str, int] | None:
+    """Stored bytes of every tensor in a local checkpoint's safetensors headers (the index's shards, or
+    model.safetensors); None when a shard is missing here (an index alone says nothing of dtypes)."""
+    index = folder / INDEX_FILE
+    files = [folder / "model.safetensors"]
+    if index.is_file():
+        names = local_tensor_names(folder)
+        weight_map = json.loads(index.read_text())["weight_map"]
+        files = sorted({folder / str(weight_map[n]) for n in names})
+    if not all(f.is_file() and f.resolve().parent == folder.resolve() for f in files):
+        return None
+    out = {}
+    for f in files:
+        for name, info in read_header(f).items():
+            offsets = info.get("data_offsets") if isinstance(info, dict) else None
+            if isinstance(offsets, list) and len(offsets) == 2 and all(isinstance(o, int) for o in offsets):
+                out[name] = offsets[1] - offsets[0]
+    return out
+
+
 def local_tensor_names(folder: Path) -> set[str] | None:
     """The tensor names of a local checkpoint folder: its index, else its safetensors headers; None without weights."""
     index = folder / INDEX_FILE
@@ -91,8 +111,23 @@ def _patterns(names: list[str], most: int = 6) -> list[str]:
     return [f"{k} ({v})" if v > 1 else k for k, v in sorted(counts.items(), key=lambda kv: -kv[1])[:most]]
 
 
-def compare(m: ShardMap, names: set[str], source: str) -> dict:
-    """What the map has that the checkpoint lacks, and the other way round (as '*' patterns with counts)."""
+def expected_bytes(m: ShardMap) -> dict[str, int]:
+    """Map name (with '*') -> the bytes one concrete checkpoint tensor of it stores, as the map sizes it."""
+    params = {(p.name, tuple(p.layers or ())): p for p in m.params}
+    out = {}
+    for t in m.tensors:
+        p = params[(t.param, tuple(t.layers or ()))]
+        n = 1
+        for d in t.shape:
+            n *= d
+        stacked = len(t.experts) if t.experts and t.name.count("*") < 2 else 1  # gpt-oss: all experts in one tensor
+        out[t.name] = n * stacked * (p.element_bytes or m.model_dtype_bytes)
+    return out
+
+
+def compare(m: ShardMap, names: set[str], source: str, sizes: dict[str, int] | None = None) -> dict:
+    """What the map has that the checkpoint lacks, and the other way round (as '*' patterns with counts);
+    with the headers' sizes, also the tensors whose stored bytes differ from the map's."""
     mapped = expand(m)
     drop, add = _prefix(set(mapped), names)
     seen, extra, quant = set(), [], []
@@ -114,18 +149,32 @@ def compare(m: ShardMap, names: set[str], source: str) -> dict:
         else:
             extra.append(n)
     missing = sorted(set(mapped) - seen)
+    differ = []
+    if sizes:
+        want = expected_bytes(m)
+        for n, size in sizes.items():
+            key = add + n[len(drop):] if n.startswith(drop) else n
+            if key in mapped and key in seen and size != want[mapped[key]]:
+                differ.append(f"{n} (checkpoint {size} bytes, map {want[mapped[key]]})")
     return {"source": source, "tensors": len(names), "matched": len(seen), "prefix": drop,
             "missing_in_checkpoint": _patterns(missing), "missing_in_map": _patterns(extra),
-            "quantization_tensors": len(quant), "verified": not missing and not extra}
+            "quantization_tensors": len(quant), "verified": not missing and not extra,
+            # stored bytes (from the headers) against the map's: a float32 file of a model served in bf16 differs
+            "bytes": {"checked": sizes is not None, "differ": sorted(differ)[:6], "count": len(differ)}}
 
 
 def checkpoint_sentence(check: dict) -> str:
     """One line on the comparison, for the CLI and the app."""
-    if check["verified"]:
+    sizes = check.get("bytes") or {}
+    if check["verified"] and not sizes.get("count"):
         return (f"Checkpoint check: all {check['matched']} tensors of {check['source']} match the map"
+                + (", byte for byte" if sizes.get("checked") else "")
                 + (f" (plus {check['quantization_tensors']} quantization tensors)" if check["quantization_tensors"] else "")
                 + ".")
     parts = []
+    if sizes.get("count"):
+        parts.append(f"{sizes['count']} tensors are stored in other sizes than the map counts, e.g. "
+                     + sizes["differ"][0])
     if check["missing_in_checkpoint"]:
         parts.append("the checkpoint lacks " + ", ".join(check["missing_in_checkpoint"]))
     if check["missing_in_map"]:
@@ -143,11 +192,12 @@ def local_folder(source) -> Path | None:
     return folder if (folder / INDEX_FILE).is_file() or (folder / "model.safetensors").is_file() else None
 
 
-def checked(m: ShardMap, names: set[str] | None, source: str, known: bool) -> ShardMap:
+def checked(m: ShardMap, names: set[str] | None, source: str, known: bool,
+            sizes: dict[str, int] | None = None) -> ShardMap:
     """Attach the comparison; an architecture tpviz does not know must verify, or it is refused."""
     if not names:
         return m
-    m.checkpoint = compare(m, names, source)
+    m.checkpoint = compare(m, names, source, sizes)
     if not known:
         if not m.checkpoint["verified"]:
             raise ConfigError(f"model_type {m.model['model_type']!r} is not one tpviz knows and its checkpoint does "
