@@ -171,9 +171,6 @@ def test_compressed_tensors_w4a16_layout(tp):
         assert pc(f"{name}.weight_shape") == [(r, 0, 2, 0) for r in range(tp)]
 
 
-@pytest.mark.xfail(reason="BUG: _kv_heads looks for a qkv tensor ending in 'weight'; CT's weight_packed has none, "
-                          "so shard_map raises StopIteration for every compressed-tensors pack-quantized model",
-                   strict=True)
 def test_compressed_tensors_w4a16_shard_map():
     m = shard_map(llama(CT), 2)
     assert [r.kv_heads for r in m.ranks] == [[0], [1]]
@@ -302,23 +299,17 @@ def test_malformed_quantization_config_is_one_line(q, key):
     assert key in str(e.value) and "\n" not in str(e.value)
 
 
-@pytest.mark.xfail(reason="BUG: qplan judges ignored modules on the group's first layer only, so an ignore entry "
-                          "for layer 1 alone is not applied", strict=True)
 def test_ignore_entry_for_one_layer():
     m = shard_map(llama({**BLOCK, "ignored_layers": ["model.layers.1.mlp.down_proj"]}, num_hidden_layers=2), 1)
     assert m.tensor(f"{L}down_proj.weight_scale_inv").layers == [0]
 
 
-@pytest.mark.xfail(reason="BUG: a q/k/v fused on disk (Phi-3 qkv_proj) is never quantized: qkv() skips qplan when "
-                          "names.qkv_fused, so it is counted in bf16 and has no scale grid", strict=True)
 def test_fused_qkv_on_disk_is_quantized():
     m = shard_map({**TINY, "model_type": "phi3", "num_key_value_heads": 2, "quantization_config": BLOCK}, 1)
     assert m.tensor(f"{A}qkv_proj.weight_scale_inv").shape == [6, 2]  # 768 rows, 256 columns in 128 blocks
     assert next(p for p in m.params if p.name == f"{A}qkv_proj.weight").element_bytes == 1
 
 
-@pytest.mark.xfail(reason="BUG: KV heads per GPU are read off k_proj.qweight, which AWQ packs along N (32 units for "
-                          "256 rows): the KV cache is halved and every GPU reports KV head 0", strict=True)
 def test_awq_kv_cache_matches_unquantized():
     for tp in (1, 2):
         plain = shard_map({k: v for k, v in llama(None).items() if k != "quantization_config"}, tp)

@@ -59,7 +59,16 @@ def fetch_config(repo_id: str, revision: str | None = None, timeout: float = 3.0
     path = _fetch(repo_id, CONFIG_FILE, revision, timeout, missing_ok=False)
     if path is None:  # not reached: missing_ok=False raises instead
         raise HubError(f"{repo_id} has no {CONFIG_FILE}")
-    return _read_json(path, repo_id, CONFIG_FILE)
+    cfg = _read_json(path, repo_id, CONFIG_FILE)
+    if "quantization_config" not in cfg:  # ModelOpt's older exports keep it in hf_quant_config.json
+        from tpviz.sources import QUANT_FILE, with_quant_file
+        try:  # from the cache only: one more download per hub id would slow every lookup
+            extra = try_to_load_from_cache(repo_id, QUANT_FILE, cache_dir=_cache_dir(), revision=revision)
+        except (OSError, ValueError):
+            extra = None
+        if isinstance(extra, str):
+            cfg = with_quant_file(cfg, _read_json(extra, repo_id, QUANT_FILE))
+    return cfg
 
 
 def fetch_index(repo_id: str, revision: str | None = None, timeout: float = 3.0) -> dict | None:

@@ -76,9 +76,24 @@ def local_config(path: str | Path) -> tuple[dict, str]:
         if size > MAX_CONFIG_BYTES:
             raise SourceError(f"{path} is {size / 1e6:.1f} MB; expected a config.json of a few KB")
         data = p.read_bytes()
+        cfg = parse_config(data, str(path))
+        extra = p.parent / QUANT_FILE
+        if "quantization_config" not in cfg and extra.is_file():  # ModelOpt's older exports, as vLLM reads them
+            cfg = with_quant_file(cfg, parse_config(extra.read_bytes(), str(extra)))
     except OSError as e:  # permissions, a name too long, a vanished file
         raise SourceError(f"cannot read {path}: {e.strerror or e}") from None
-    return parse_config(data, str(path)), name
+    return cfg, name
+
+
+QUANT_FILE = "hf_quant_config.json"
+
+
+def with_quant_file(cfg: dict, quant_file: dict) -> dict:
+    """A config whose quantization lives in hf_quant_config.json ({"producer": ..., "quantization": {...}})."""
+    q = quant_file.get("quantization", quant_file)
+    if not isinstance(q, dict):
+        raise ConfigError(f"{QUANT_FILE} has no 'quantization' object")
+    return {**cfg, "quantization_config": {"quant_method": "modelopt", **q}}
 
 
 def looks_local(text: str) -> bool:

@@ -12,6 +12,7 @@ import torch
 from tpviz.errors import QuantError, TPSizeError
 from tpviz.arch import ATTENTION_KINDS
 from tpviz.plan import DT, PROBE, ParamPlan, build_plan, mixer_groups, state_plans
+from tpviz.plan.quantized import DESC_ACT
 from tpviz.rules import check_rules, check_tp
 from tpviz.shardmap import FAMILIES, LayerGroup, ParamMap, Piece, RankInfo, ShardMap, TensorMap, _numel
 from tpviz.spec import DTYPE_BYTES, ModelSpec
@@ -77,6 +78,9 @@ def check_layout(spec: ModelSpec, tp_size: int, rules: str = "vllm",
     what would fail while loading them; warnings name layouts an engine accepts only through a fallback."""
     check_rules(rules)
     later, warnings = [], []
+    q = spec.quant
+    if q is not None and q.desc_act and q.group > 0 and rules == "vllm":  # refused at any tp since vLLM 0.30
+        return DESC_ACT, []
     try:
         check_tp(tp_size)
         for plan in sorted(build_plan(spec, rules) if plans is None else plans, key=_check_order):
@@ -137,7 +141,7 @@ def trace_plan(plan: ParamPlan, tp_size: int) -> tuple[list[TensorMap], ParamMap
         tag = tagged(src.shape, dims[src.name])
         tags[src.name] = src.prepare(tag) if src.prepare else tag
     for rank in range(tp_size):
-        _, param = build_rank(plan, tp_size, rank)
+        _, param = build_rank(plan, tp_size, rank)  # _: the layer (a refined MoE scale grid reads its factor)
         covered = torch.zeros(param.size(plan.tp_dim), dtype=torch.bool)
         for src in plan.sources:
             param.data.fill_(float("nan"))
@@ -148,6 +152,9 @@ def trace_plan(plan: ParamPlan, tp_size: int) -> tuple[list[TensorMap], ParamMap
             covered |= mask
         shape = list(plan.shape)
         shape[plan.tp_dim] = param.size(plan.tp_dim)
+        refine = getattr(_, "refine", 1) if getattr(param, "qtensor", None) is not None else 1
+        if refine > 1 and param.qtensor.out_unit > 1 and param.qtensor.in_unit > 1:  # r x r blocks: the other dim too
+            shape = [n if i == plan.tp_dim else n * refine for i, n in enumerate(shape)]
         local_shapes.append(shape)
         padding.append(int((~covered).sum()))
     experts = list(range(plan.experts)) if plan.experts else None
@@ -163,9 +170,11 @@ def trace_plan(plan: ParamPlan, tp_size: int) -> tuple[list[TensorMap], ParamMap
 
 def _kv_heads(tensors: list[TensorMap], layers: list[int], d: int, rank: int) -> list[int]:
     """Which global KV heads a rank holds in one attention group, read off the loaded k rows."""
-    k = next(t for t in tensors if t.family == "qkv" and (t.shard_id in ("k", None) or (
-             isinstance(t.shard_id, list) and "k" in t.shard_id)) and t.name.endswith("weight")
-             and t.layers == layers and t.split_dim is not None)
+    ks = [t for t in tensors if t.family == "qkv" and (t.shard_id in ("k", None) or (
+          isinstance(t.shard_id, list) and "k" in t.shard_id)) and t.split_dim is not None
+          and set(t.layers or ()) & set(layers) and not t.name.endswith("bias")]
+    # the k tensor in whole output rows: quantized layers also store scales, and AWQ packs the rows 8 to an int32
+    k = max(ks, key=lambda t: t.shape[t.split_dim])
     if k.shard_id is not None:  # a separate k tensor ("k", or ["k", "v"] when it also fills V)
         return _kv_in(k, rank, 0, k.shape[k.split_dim], d)
     # fused on disk: the k sections the plan declares (one [k] block, or one per head / KV group)

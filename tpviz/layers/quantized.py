@@ -37,12 +37,15 @@ def create(layer: nn.Module, ctx: QuantContext, out_sizes: list[int], in_size: i
         out_unit, in_unit = units(layer, qt)
         if qt.per_shard:
             shape = (len(out_sizes),)
+        elif qt.vector:
+            shape = (math.ceil(in_size / in_unit),)
         else:
             dims = [1, 1]
             if qt.out_dim is not None:
                 dims[qt.out_dim] = math.ceil(sum(out_sizes) / out_unit)
-            if qt.in_dim is not None:
-                dims[qt.in_dim] = math.ceil(in_size / in_unit)
+            if qt.in_dim is not None:  # a whole input dim on a row layer spans every GPU's inputs
+                whole = not qt.in_split and layer.tp_dim == 1
+                dims[qt.in_dim] = math.ceil(in_size * (layer.tp_size if whole else 1) / in_unit)
             shape = (2,) if qt.out_dim is None and qt.in_dim is None else tuple(dims)
         param = nn.Parameter(torch.zeros(shape, dtype=torch.float64), requires_grad=False)
         param.qtensor, param.weight_loader = qt, layer.weight_loader
@@ -75,7 +78,7 @@ def load(layer: nn.Module, param: nn.Parameter, loaded: torch.Tensor, shard_id=N
         loaded = loaded.repeat_interleave(factor, dim=0 if column else 1)
         if loaded.size(1 if column else 0) * factor == param.size(1 if column else 0):
             loaded = loaded.repeat_interleave(factor, dim=1 if column else 0)
-    dim, unit = (qt.out_dim, out_unit) if column else (qt.in_dim, in_unit)
+    dim, unit = (qt.out_dim, out_unit) if column else (qt.in_dim if qt.in_split else None, in_unit)
     if dim is None or layer.tp_dim is None:  # held whole: per-channel scales on row layers, weight_shape
         _copy(param.data, loaded, qt.name)
         return

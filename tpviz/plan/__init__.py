@@ -58,8 +58,23 @@ def build_plan(spec: ModelSpec, rules: str = "vllm") -> list[ParamPlan]:
         plans += [pl for n in names_ if layers for pl in norm(f"{p}{n}", hidden, layers, bias=nb)]
     for mixer, layers in mixer_groups(spec).items():
         if mixer.kind != "none":
-            plans += MIXERS[mixer.kind](spec, names, rules, mixer, layers)
+            plans += by_quant(spec, lambda ls, m=mixer: MIXERS[m.kind](spec, names, rules, m, ls), layers)
     for f, layers in ffn_groups(spec).items():
         if f.kind != "none":
-            plans += FFNS[f.kind](spec, names, f, layers, rules)
+            plans += by_quant(spec, lambda ls, f=f: FFNS[f.kind](spec, names, f, ls, rules), layers)
     return plans
+
+
+def by_quant(spec: ModelSpec, plan_for, layers: list[int]) -> list[ParamPlan]:
+    """Plans of one layer group, planned apart for the layers an ignore list keeps unquantized (a
+    checkpoint may leave one layer's down_proj in bf16)."""
+    plans = plan_for(layers)
+    q = spec.quant
+    if q is None or not q.ignore or len(layers) < 2:
+        return plans
+    modules = sorted({src.name.rsplit(".", 1)[0] for pl in plans for src in pl.sources if "*" in src.name})
+    subsets: dict[tuple, list[int]] = {}
+    for i in layers:
+        key = tuple(q.quantizes(m.replace("*", str(i), 1).replace("*", "0")) for m in modules)
+        subsets.setdefault(key, []).append(i)
+    return plans if len(subsets) == 1 else [pl for subset in subsets.values() for pl in plan_for(subset)]

@@ -51,11 +51,13 @@ def qkv(spec: ModelSpec, names: Names, rules: str, m: Mixer, layers, bias: bool)
     qd = d * (2 if m.output_gate else 1)  # rows per real q head
     p = f"{names.layer}{names.attn}"
     q = qplan(spec, rules, f"{p}{names.qkv_fused or names.q}", layers)
-    if q is not None and not names.qkv_fused and not m.k_eq_v:
+    if q is not None and names.qkv_order == "qkv" and not m.k_eq_v:
         make = lambda ctx, tp, r: QKVParallelLinear(PROBE, d, qh, kv, tp, r, rules=rules, dtype=DT, quant=ctx)
-        parts = [(f"{p}{n}", (h * qd if sid == "q" else kv * d), sid) for sid, n in zip("qkv", (names.q, names.k, names.v))]
-        plans = stored(q, False, make, parts, (qh + 2 * kv) * d, hidden, "qkv", f"{p}qkv_proj", slots=3, layers=layers,
-                       heads=h)
+        parts = ([(f"{p}{names.qkv_fused}", (qh + 2 * kv) * d, None)] if names.qkv_fused else  # Phi-3: one tensor
+                 [(f"{p}{n}", (h * qd if sid == "q" else kv * d), sid) for sid, n in zip("qkv", (names.q, names.k, names.v))])
+        plans = stored(q, False, make, parts, (qh + 2 * kv) * d, hidden, "qkv", f"{p}{names.qkv_fused or 'qkv_proj'}",
+                       slots=3, layers=layers, heads=h,
+                       sections=qkv_sections("qkv", h, kv, d, qd, "") if names.qkv_fused else None)
         return plans + ([pl for pl in qkv(replace(spec, quant=None), names, rules, m, layers, bias) if
                          pl.name.endswith(".bias")] if bias else [])
     plans = []

@@ -8,6 +8,7 @@ from typing import Callable
 
 import torch
 
+from tpviz.layers.linear import copy_checked
 from tpviz.layers import (ColumnParallelLinear, LayerNorm, MergedColumnParallelLinear, ParallelLMHead, ReplicatedLinear,
                           RMSNorm, RowParallelLinear, VocabParallelEmbedding)
 from tpviz.rules import divide
@@ -96,24 +97,39 @@ def replicated(name, out, inp, layers=None, experts=0, note="", bias=False, q=No
                  experts=experts, note=note)
 
 
+def _holder(shape: tuple):
+    """A replicated parameter of this exact shape (what every GPU holds of a whole-copied quantization tensor)."""
+    def build(tp, r):  # traced along dim 0, probe-wide elsewhere
+        m = ReplicatedLinear(PROBE, shape[0], bias=len(shape) == 1, dtype=DT)
+        p = m.bias if len(shape) == 1 else m.weight
+        p.weight_loader = lambda param, loaded, *shard: copy_checked(param.data, loaded)  # each part: the same copy
+        return m, p
+    return build
+
+
 def stored(q, row: bool, make, parts: list[tuple], out: int, inp: int, family: str, name: str, slots: int = 1,
-           whole: bool = False, **kw) -> list[ParamPlan]:
+           whole: bool = False, sections: list | None = None, **kw) -> list[ParamPlan]:
     """One ParamPlan per tensor a quantized layer stores. parts: (checkpoint prefix, rows, shard id) per
     logical part (one for a plain layer, gate/up or q/k/v for merged ones); make(ctx) builds the layer."""
     plans = []
     for qt in q.tensors(row):
-        dim = qt.in_dim if row else qt.out_dim
+        dim = (qt.in_dim if qt.in_split else None) if row else qt.out_dim
         build = (lambda t: lambda tp, r: (lambda m: (m, getattr(m, t.name)))(make(q.ctx(row), tp, r)))(qt)
         replicated_ = qt.per_shard or dim is None or whole
+        if dim is None and not qt.per_shard and not whole:  # held whole and sized by a probed dim ([K] g_idx,
+            build = _holder(qt.shape(out, inp))  # a row layer's [N, 1] channel scales): traced at full size
         if replicated_:  # replicated: per-tensor scales (one slot per part), weight_shape
             sources = [Source(f"{p}.{qt.name}", qt.shape(n, inp), sid, split=False) for p, n, sid in parts]
             shape = (slots,) if qt.per_shard else qt.shape(out, inp)
-        else:
-            sources = [Source(f"{p}.{qt.name}", qt.shape(n, inp), sid) for p, n, sid in parts]
+        else:  # a tensor in whole output rows keeps the parts' sections (q/k/v heads of a fused qkv)
+            secs = sections if sections and not row and qt.out_unit == 1 else []
+            sources = [Source(f"{p}.{qt.name}", qt.shape(n, inp), sid, sections=secs) for p, n, sid in parts]
             shape = qt.shape(out, inp)
         note = " · ".join(filter(None, [kw.get("note", ""), qt.note]))
-        plans.append(param(f"{name}.{qt.name}", family, build, shape, sources, tp_dim=0 if replicated_ else dim,
-                           element_bytes=qt.element_bytes(q.model_bytes), **{**kw, "note": note}))
+        plan = param(f"{name}.{qt.name}", family, build, shape, sources, tp_dim=0 if replicated_ else dim,
+                     element_bytes=qt.element_bytes(q.model_bytes), **{**kw, "note": note})
+        plan.layer_class = class_name(lambda tp, r: (make(q.ctx(row), tp, r), None))  # the owning layer's class
+        plans.append(plan)
     return plans
 
 

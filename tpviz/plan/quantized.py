@@ -33,7 +33,7 @@ class QPlan:
     model_bytes: int
 
     def tensors(self, row: bool) -> list[QTensor]:
-        return linear_tensors(self.quant, row)
+        return linear_tensors(self.quant, row, self.rules)
 
     def ctx(self, row: bool) -> QuantContext:
         return QuantContext(self.tensors(row), self.rules, self._check, self.hidden if self.role == "moe" else 0)
@@ -41,8 +41,6 @@ class QPlan:
     def _check(self, layer, out_sizes: list[int], in_size: int) -> None:
         """vLLM's create-time checks (raise), and what fails later at load time or needs a fallback (recorded)."""
         q, tp = self.quant, layer.tp_size
-        if q.desc_act and q.group > 0 and self.rules == "vllm":  # vLLM >= 0.30 refuses act-order at any tp
-            raise QuantError(DESC_ACT)
         if tp == 1 or layer.tp_dim is None:
             return
         row = layer.tp_dim == 1

@@ -24,11 +24,15 @@ class QTensor:
     in_unit: int = 1  # input features per element along in_dim (block_k, group size, packing)
     per_shard: bool = False  # a scalar per logical shard (per-tensor scales): [1 | 2 | 3] slots
     note: str = ""
+    vector: bool = False  # one value per input feature (GPTQ's g_idx [K])
+    in_split: bool = True  # False: the input dim is held whole even on row-parallel layers (act-order scales)
 
     def shape(self, n: int, k: int) -> tuple[int, ...]:
         """The full (unsplit) shape for n outputs and k inputs."""
         if self.per_shard:
             return (1,)
+        if self.vector:
+            return (k,)
         dims = [1, 1]
         if self.out_dim is not None:
             dims[self.out_dim] = math.ceil(n / self.out_unit)
@@ -46,7 +50,7 @@ class QTensor:
         return DTYPE_BYTES.get(self.dtype, model_bytes)
 
 
-def linear_tensors(q: Quant, row_parallel: bool = False) -> list[QTensor]:
+def linear_tensors(q: Quant, row_parallel: bool = False, rules: str = "vllm") -> list[QTensor]:
     """The stored tensors of a quantized Linear (column- or row-parallel) under scheme q."""
     if q.scheme == "fp8_block":
         bn, bk = q.block
@@ -70,6 +74,14 @@ def linear_tensors(q: Quant, row_parallel: bool = False) -> list[QTensor]:
         pack = 32 // q.bits
         per_channel = q.group == -1
         group_in = None if per_channel and row_parallel else 0  # a per-channel scale is whole on row layers
+        if q.packing == "gptq" and q.desc_act and rules == "vllm-0.28":
+            # act-order up to vLLM 0.29: the input dim is permuted, so a row layer keeps every group's scales
+            # and zeros whole on each GPU, and g_idx (one group index per input feature) is loaded by rows
+            return [QTensor("qweight", "int32", out_dim=1, in_dim=0, in_unit=pack, note=f"{pack} int{q.bits} per int32"),
+                    QTensor("scales", "", out_dim=1, in_dim=0, in_unit=q.group, in_split=False,
+                            note="act-order: every GPU holds every group's scales"),
+                    QTensor("qzeros", "int32", out_dim=1, in_dim=0, out_unit=pack, in_unit=q.group, in_split=False),
+                    QTensor("g_idx", "int32", out_dim=None, in_dim=0, vector=True, note="act-order group of each input")]
         if q.packing == "gptq":  # [K/8, N] int32; scales [K/g, N]; zeros [K/g, N/8]
             return [QTensor("qweight", "int32", out_dim=1, in_dim=0, in_unit=pack, note=f"{pack} int{q.bits} per int32"),
                     QTensor("scales", "", out_dim=1, in_dim=group_in, in_unit=q.group if not per_channel else 1 << 30),
