@@ -36,27 +36,30 @@ def valid_rows(cfg_json: str, name: str) -> list[dict]:
 
 
 @st.cache_resource(show_spinner=False, max_entries=64, ttl=3600)
-def checkpoint_names(checkpoint: str) -> tuple[frozenset | None, str]:
-    """The tensor names of 'hub:owner/name' (its index) or 'local:/path' (index or header), and where from."""
+def checkpoint_names(checkpoint: str) -> tuple[frozenset | None, str, dict | None]:
+    """The tensor names of 'hub:owner/name' (its index) or 'local:/path' (index or header), where from, and
+    for a hub repo the stored bytes of each tensor when the hub answers (a local folder's are read by shard_map)."""
     kind, _, where = checkpoint.partition(":")
+    sizes = None
     if kind == "hub":
-        from tpviz.checkpoint import hub_tensor_names
+        from tpviz.checkpoint import hub_sizes, hub_tensor_names
         names = hub_tensor_names(where)
+        sizes = hub_sizes(where) if names else None
     else:
         from tpviz.checkpoint import local_folder, local_tensor_names
         folder = local_folder(where)
         names = local_tensor_names(folder) if folder else None
-    return (frozenset(names) if names else None), where
+    return (frozenset(names) if names else None), where, sizes
 
 
 @st.cache_resource(show_spinner=False, max_entries=32)
 def page_for(cfg_json: str, name: str, tp: int, rules: str, checkpoint: str = "", serving: str = "auto,auto") -> Page:
     """Shard map, figures and JSON of one view; kept as objects (no copy per rerun) since nothing mutates them.
     checkpoint names the checkpoint whose tensor list the map is checked against ('' for none)."""
-    names, where = checkpoint_names(checkpoint) if checkpoint else (None, "")
+    names, where, sizes = checkpoint_names(checkpoint) if checkpoint else (None, "", None)
     dtype, kv_cache_dtype = serving.split(",")
     m = shard_map(load_spec(json.loads(cfg_json), name), tp, rules, tensor_names=set(names) if names else None,
-                  checkpoint_source=where, dtype=dtype, kv_cache_dtype=kv_cache_dtype)
+                  checkpoint_source=where, dtype=dtype, kv_cache_dtype=kv_cache_dtype, tensor_bytes=sizes)
     return Page(m, plots.all_figures(m), shard_map_json(m), (cfg_json, name, tp, rules, checkpoint, serving))
 
 

@@ -6,7 +6,8 @@ from tpviz.spec import ModelSpec
 
 
 def shard_map(config_or_source, tp_size: int, rules: str = "vllm", tensor_names: set[str] | None = None,
-              checkpoint_source: str = "", dtype: str = "auto", kv_cache_dtype: str = "auto") -> ShardMap:
+              checkpoint_source: str = "", dtype: str = "auto", kv_cache_dtype: str = "auto",
+              tensor_bytes: dict[str, int] | None = None) -> ShardMap:
     """The shard map of a model (config dict, preset or hub id, path, bytes or ModelSpec) at tp_size.
 
     When a checkpoint's tensor names are at hand (given, or read from a local folder's safetensors
@@ -17,7 +18,7 @@ def shard_map(config_or_source, tp_size: int, rules: str = "vllm", tensor_names:
     spec = load_spec(config_or_source)
     if (dtype, kv_cache_dtype) != ("auto", "auto"):
         spec = spec.served(dtype, kv_cache_dtype)
-    sizes = None
+    sizes = tensor_bytes
     if tensor_names is None and (folder := local_folder(config_or_source)) is not None:
         tensor_names, checkpoint_source = local_tensor_names(folder), str(folder)
         sizes = local_tensor_bytes(folder)  # the headers' stored bytes, when the weight files are here

@@ -228,3 +228,13 @@ def tensor_names_for(source) -> tuple[set[str] | None, str]:
             and not looks_local(source.strip()):
         return hub_tensor_names(source.strip()), f"{source.strip()} ({INDEX_FILE})"
     return None, ""
+
+
+def hub_sizes(source) -> dict[str, int] | None:
+    """Stored bytes per tensor of a hub id, from its safetensors headers when the hub answers (else None)."""
+    from tpviz.hub import fetch_tensor_bytes
+    from tpviz.sources import REPO_ID, find_preset, looks_local
+    if isinstance(source, str) and REPO_ID.match(source.strip()) and not find_preset(source.strip()) \
+            and not looks_local(source.strip()):
+        return fetch_tensor_bytes(source.strip())
+    return None

@@ -91,12 +91,12 @@ def fit_line(m: ShardMap, args) -> str:
 
 def cmd_map(args) -> int:
     from tpviz import shard_map
-    from tpviz.checkpoint import checkpoint_sentence, tensor_names_for
+    from tpviz.checkpoint import checkpoint_sentence, hub_sizes, tensor_names_for
     from tpviz.errors import TPSizeError
     names, where = tensor_names_for(args.model)
     try:
         m = shard_map(args.model, args.tp, args.rules, tensor_names=names, checkpoint_source=where, dtype=args.dtype,
-                      kv_cache_dtype=args.kv_cache_dtype)
+                      kv_cache_dtype=args.kv_cache_dtype, tensor_bytes=hub_sizes(args.model) if names else None)
     except TPSizeError as e:  # say what would work: the tp sizes this model splits by under these rules
         _, rows = valid_table(args.model, 64)
         sizes = ", ".join(str(r["tp"]) for r in rows if r[args.rules] is None) or "none"
@@ -106,6 +106,9 @@ def cmd_map(args) -> int:
         print(f"warning: {w}")
     if m.checkpoint:
         print(checkpoint_sentence(m.checkpoint))
+        if not m.checkpoint["bytes"]["checked"]:
+            print("note: the stored dtypes were not read (no weight files here, or the hub is offline): "
+                  "memory is sized from the config")
     if args.gpu_mem:
         print(fit_line(m, args))
     if args.json:

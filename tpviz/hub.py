@@ -263,3 +263,19 @@ def _read_json(path: str, repo_id: str, filename: str) -> dict:
     if not isinstance(data, dict):
         raise SourceError(f"{filename} of {repo_id} is not a JSON object (got {type(data).__name__})")
     return data
+
+
+def fetch_tensor_bytes(repo_id: str, timeout: float = 3.0) -> dict[str, int] | None:
+    """Stored bytes of every tensor of a hub repo, from its safetensors headers (huggingface_hub's
+    get_safetensors_metadata reads only the headers). None offline or on any failure: the map is then sized
+    from the config alone, and says so."""
+    from huggingface_hub import get_safetensors_metadata
+    validate_repo_id(repo_id)
+    if _offline() or not _reachable(_endpoint(), min(timeout, 2.0)):
+        return None
+    try:
+        meta = get_safetensors_metadata(repo_id, token=os.environ.get("HF_TOKEN") or None)
+        return {name: info.data_offsets[1] - info.data_offsets[0] for f in meta.files_metadata.values()
+                for name, info in f.tensors.items()}
+    except Exception:  # noqa: BLE001 - httpx2 errors are no OSError; any failure just means "not checked"
+        return None
