@@ -26,7 +26,8 @@ def test_lookups(qwen):
 
 def test_to_dict_shape(qwen):
     d = qwen.to_dict()
-    assert list(d)[:4] == ["schema", "tp_size", "rules", "model"] and d["schema"] == SCHEMA
+    assert list(d)[:5] == ["schema", "tp_size", "rules", "engine", "model"] and d["schema"] == SCHEMA
+    assert d["engine"] == "vLLM 0.33"
     emb = d["tensors"][0]
     assert emb["name"] == "model.embed_tokens.weight" and "layers" not in emb and "experts" not in emb
     assert emb["note"].startswith("tied")  # kept when present...

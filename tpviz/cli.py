@@ -151,7 +151,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("model", help="preset or hub id (owner/name), or a local config.json / checkpoint folder")
     p.add_argument("--tp", type=int, required=True, help="tensor-parallel size")
     p.add_argument("--rules", choices=RULES, default="vllm")
-    p.add_argument("--json", metavar="PATH", help="write the shard map (schema tpviz.shardmap/2)")
+    p.add_argument("--json", metavar="PATH", help="write the shard map (schema tpviz.shardmap/3)")
     p.add_argument("--png", metavar="DIR", help="write one PNG per figure into DIR")
     p.add_argument("--dtype", choices=SERVE_DTYPES, default="auto", help="weight dtype served (auto: float32 -> bf16)")
     p.add_argument("--kv-cache-dtype", choices=list(KV_DTYPES), default="auto")

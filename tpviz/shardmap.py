@@ -4,7 +4,7 @@ from dataclasses import asdict, dataclass, field
 
 from tpviz.errors import SourceError
 
-SCHEMA = "tpviz.shardmap/2"
+SCHEMA = "tpviz.shardmap/3"
 FAMILIES = ("qkv", "o_proj", "linear_attn", "mamba", "conv", "gate_up", "down_proj", "experts", "embed", "lm_head",
             "replicated")
 
@@ -140,7 +140,9 @@ class ShardMap:
         return DTYPE_BYTES.get(self.model.get("dtype"), 2)
 
     def to_dict(self) -> dict:
-        return {"schema": self.schema, "tp_size": self.tp_size, "rules": self.rules, "model": self.model,
+        from tpviz.rules import ENGINE
+        return {"schema": self.schema, "tp_size": self.tp_size, "rules": self.rules, "engine": ENGINE[self.rules],
+                "model": self.model,
                 "tensors": [t.to_dict() for t in self.tensors], "params": [p.to_dict() for p in self.params],
                 "ranks": [asdict(r) for r in self.ranks], "groups": [asdict(g) for g in self.groups],
                 "warnings": self.warnings,
