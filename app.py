@@ -199,4 +199,5 @@ def main() -> None:
 if __name__ == "__main__":  # spawned Run-live ranks re-import this file: build no page there
     st.navigation([st.Page(main, title="Explorer", icon=":material/view_column:", default=True),
                    st.Page("pages/1_Run_live.py", title="Run live", icon=":material/play_circle:",
-                           url_path="Run_live")]).run()
+                           url_path="Run_live"),
+                   st.Page("pages/2_Plan.py", title="Plan", icon=":material/grid_view:", url_path="Plan")]).run()

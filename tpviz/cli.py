@@ -144,6 +144,28 @@ def cmd_valid(args) -> int:
     return 0
 
 
+def cmd_plan(args) -> int:
+    """Every layout of --gpus GPUs: accepted ones ranked (fits, then KV room), rejected ones with their rule."""
+    from tpviz.planner import plan, plan_rows
+    from tpviz.sources import load_spec
+    spec = load_spec(args.model)
+    rows = plan(spec, args.gpus, args.gpu_mem, args.rules, args.util, args.context)
+    if args.json:
+        print(json.dumps({"schema": "tpviz.plan/1", "model": spec.name, "rules": args.rules, "engine": ENGINE[args.rules],
+                          "gpus": args.gpus, "gpu_mem_gib": args.gpu_mem, "utilization": args.util,
+                          "context": args.context, "layouts": plan_rows(rows)}, indent=1))
+        return 0
+    print(f"{spec.name} on {args.gpus} × {args.gpu_mem:g} GiB ({ENGINE[args.rules]} rules, context {args.context:,})")
+    print(f"{'layout':<28} {'weights/GPU':>12} {'KV tokens':>11} {'sequences':>10} {'comm/token':>11}  verdict")
+    for r in rows:
+        verdict = ("fits" if r.fits else "does not fit") + (" (fallback)" if r.warnings else "") \
+            if r.problem is None else f"rejected: {r.problem}"
+        numbers = (f"{fmt_bytes(r.weights):>12} {r.kv_tokens:>11,} {r.max_sequences:>10,} {fmt_bytes(r.comm_per_token):>11}"
+                   if r.problem is None else f"{'':>12} {'':>11} {'':>10} {'':>11}")
+        print(f"{r.layout.label:<28} {numbers}  {verdict}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="python -m tpviz", description="See and check tensor-parallel weight sharding.")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
@@ -165,6 +187,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-tp", type=int, default=64)
     p.add_argument("--json", action="store_true", help="print the table as JSON (schema tpviz.valid/1)")
     p.set_defaults(func=cmd_valid)
+    p = sub.add_parser("plan", help="every tp x pp x dp (+ expert parallel) layout of N GPUs, ranked")
+    p.add_argument("model")
+    p.add_argument("--gpus", type=int, required=True, help="GPUs in total")
+    p.add_argument("--gpu-mem", type=float, required=True, metavar="GIB", help="memory of each GPU")
+    p.add_argument("--rules", choices=RULES, default="vllm")
+    p.add_argument("--util", type=float, default=0.9, help="gpu_memory_utilization (default 0.9)")
+    p.add_argument("--context", type=int, default=8192, help="tokens per sequence")
+    p.add_argument("--json", action="store_true", help="print the plan as JSON (schema tpviz.plan/1)")
+    p.set_defaults(func=cmd_plan)
     sub.add_parser("verify", help="run a real TP forward pass and check it against one device (see verify -h)",
                    add_help=False)
     return parser

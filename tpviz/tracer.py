@@ -72,10 +72,12 @@ def _check_order(plan: ParamPlan) -> int:
 
 
 @single_thread()
-def check_layout(spec: ModelSpec, tp_size: int, rules: str = "vllm",
-                 plans: list[ParamPlan] | None = None) -> tuple[str | None, list[str]]:
+def check_layout(spec: ModelSpec, tp_size: int, rules: str = "vllm", plans: list[ParamPlan] | None = None,
+                 moe_tp: int | None = None) -> tuple[str | None, list[str]]:
     """(the first failing rule or None, warnings): what fails while building the layers comes first, then
-    what would fail while loading them; warnings name layouts an engine accepts only through a fallback."""
+    what would fail while loading them; warnings name layouts an engine accepts only through a fallback.
+    moe_tp: how many ways the routed experts are cut when it differs from tp (tp x dp, or 1 with expert
+    parallelism)."""
     check_rules(rules)
     later, warnings = [], []
     q = spec.quant
@@ -84,7 +86,7 @@ def check_layout(spec: ModelSpec, tp_size: int, rules: str = "vllm",
     try:
         check_tp(tp_size)
         for plan in sorted(build_plan(spec, rules) if plans is None else plans, key=_check_order):
-            module, _ = build_rank(plan, tp_size, 0)
+            module, _ = build_rank(plan, moe_tp if moe_tp and plan.family == "experts" else tp_size, 0)
             if getattr(module, "problem", None):
                 later.append(f"{where(plan)}: {module.problem}")
             if getattr(module, "warning", None):
@@ -190,28 +192,33 @@ def _kv_in(k: TensorMap, rank: int, first: int, last: int, d: int) -> list[int]:
     return sorted({(row - first) // d for a, b in rows if a < b for row in range(a, b, d)})
 
 
-def _caches(spec: ModelSpec, tensors: list[TensorMap], rank: int) -> tuple[int, list[dict], list[int]]:
-    """Per rank: KV bytes per token of unbounded layers, the windowed layers' entries, and the KV heads held."""
-    b, per_token, windowed, heads_seen = spec.kv_bytes, 0, {}, None
+def layer_caches(spec: ModelSpec, tensors: list[TensorMap], rank: int) -> tuple[dict[int, tuple[int, int]], list]:
+    """Per attention layer on this rank: (KV bytes per token, window or 0), and the first group's KV heads."""
+    b, out, heads_seen = spec.kv_bytes, {}, None
     for mixer, layers in mixer_groups(spec).items():
         if mixer.kind == "mla":  # the compressed latent and rope key are cached whole on every rank
-            per_token += (spec.kv_lora_rank + spec.qk_rope_head_dim) * len(layers) * b
-            continue
-        if mixer.kind not in ATTENTION_KINDS:
-            continue
-        heads = _kv_heads(tensors, layers, mixer.head_dim, rank)
-        heads_seen = heads if heads_seen is None else heads_seen
-        layer_bytes = 2 * len(heads) * mixer.head_dim * b
-        for i in layers:
-            m = spec.layers[i].mixer
-            if m.kind == "attention":
-                per_token += layer_bytes
-            else:
-                key = (m.kind, m.window)
-                windowed[key] = windowed.get(key, 0) + layer_bytes
-    entries = [{"kind": kind, "window": w, "layers": sum(1 for l in spec.layers if (l.mixer.kind, l.mixer.window) == (kind, w)),
-                "bytes_per_token": v} for (kind, w), v in windowed.items()]
-    return per_token, entries, heads_seen or []
+            out.update({i: ((spec.kv_lora_rank + spec.qk_rope_head_dim) * b, 0) for i in layers})
+        elif mixer.kind in ATTENTION_KINDS:
+            heads = _kv_heads(tensors, layers, mixer.head_dim, rank)
+            heads_seen = heads if heads_seen is None else heads_seen
+            out.update({i: (2 * len(heads) * mixer.head_dim * b, spec.layers[i].mixer.window) for i in layers})
+    return out, heads_seen or []
+
+
+def _caches(spec: ModelSpec, tensors: list[TensorMap], rank: int) -> tuple[int, list[dict], list[int]]:
+    """Per rank: KV bytes per token of unbounded layers, the windowed layers' entries, and the KV heads held."""
+    per_layer, heads = layer_caches(spec, tensors, rank)
+    per_token, windowed = 0, {}
+    for i, (size, window) in per_layer.items():
+        if not window:
+            per_token += size
+        else:
+            key = (spec.layers[i].mixer.kind, window)
+            windowed[key] = windowed.get(key, 0) + size
+    entries = [{"kind": kind, "window": w, "layers": sum(1 for x in spec.layers if (x.mixer.kind, x.mixer.window) ==
+                                                          (kind, w)), "bytes_per_token": v}
+               for (kind, w), v in windowed.items()]
+    return per_token, entries, heads
 
 
 def _state_bytes(spec: ModelSpec, tp_size: int, rank: int) -> int:

@@ -1,0 +1,85 @@
+"""Plan: every tp x pp x dp (+ expert parallel) layout of N GPUs for a checkpoint, ranked by what fits and by
+the KV-cache room it leaves; rejected layouts with the rule that rejects them. A thin view over tpviz.planner."""
+import json
+from urllib.parse import urlencode
+
+import streamlit as st
+
+from explorer.fit import QUICK_GIB
+from explorer.sidebar import RULE_LABELS
+from explorer.text import literal
+from tpviz import load_spec
+from tpviz.cli import fmt_bytes
+from tpviz.errors import TpvizError
+from tpviz.planner import plan, plan_rows
+from tpviz.rules import RULES
+from tpviz.sources import find_preset, presets, repo_from_url
+
+
+@st.cache_data(show_spinner=False, max_entries=64)
+def cached_plan(cfg_json: str, name: str, gpus: int, gib: float, rules: str, util: float, context: int) -> list[dict]:
+    """plan_rows of one question (the same answer for every visitor who asks it)."""
+    return plan_rows(plan(load_spec(json.loads(cfg_json), name), gpus, gib, rules, util, context))
+
+
+def model_config(text: str) -> tuple[str, str]:
+    """(config JSON, name) for a preset or a hub id."""
+    text = repo_from_url(text.strip())
+    key = find_preset(text)
+    if key:
+        return json.dumps(presets()[key], sort_keys=True), key
+    from tpviz.hub import fetch_config
+    return json.dumps(fetch_config(text), sort_keys=True), text
+
+
+def _pick() -> None:
+    if st.session_state.get("plan_pick"):
+        st.session_state.plan_gib = float(st.session_state.plan_pick)
+
+
+def main() -> None:
+    st.title("Plan a deployment")
+    st.caption("Every layout of your GPUs that vLLM would accept for this checkpoint, ranked: what fits first, "
+               "then the most concurrent sequences. Per-GPU bytes come from the traced maps of each cut.")
+    c1, c2, c3 = st.columns([3, 1, 1])
+    text = c1.selectbox("Model (preset) or type a hub id", list(presets()), index=list(presets()).index(
+        "deepseek-ai/DeepSeek-V3"), key="plan_model", accept_new_options=True)
+    gpus = c2.number_input("GPUs", 1, 1024, 8, key="plan_gpus")
+    rules = c3.radio("Rules", RULES, key="plan_rules", format_func=RULE_LABELS.get)
+    st.pills("GPU memory quick picks (GiB)", QUICK_GIB, key="plan_pick", on_change=_pick)
+    c4, c5, c6 = st.columns(3)
+    gib = c4.number_input("GPU memory (GiB)", 1.0, 10_000.0, 141.0, key="plan_gib")
+    util = c5.slider("gpu_memory_utilization", 0.5, 0.98, 0.9, 0.01, key="plan_util")
+    context = c6.number_input("Context per sequence (tokens)", 1, 10_000_000, 8192, step=1024, key="plan_context")
+    try:
+        cfg_json, name = model_config(str(text or ""))
+        with st.spinner("Tracing each cut of the model…"):
+            rows = cached_plan(cfg_json, name, int(gpus), float(gib), rules, float(util), int(context))
+    except TpvizError as e:
+        st.error(literal(str(e)))
+        return
+    accepted = [r for r in rows if r["valid"]]
+    if not accepted:
+        st.warning(f"No layout of {int(gpus)} GPUs is accepted for {literal(name)}; the reasons are below.")
+    table = [{"layout": r["layout"], "verdict": ("fits" if r["fits"] else "does not fit") if r["valid"] else "rejected",
+              "weights / GPU": fmt_bytes(r["weights_per_gpu"]) if r["valid"] else "",
+              "KV tokens": f"{r['kv_tokens']:,}" if r["valid"] else "",
+              f"sequences of {int(context):,}": f"{r['max_sequences']:,}" if r["valid"] else "",
+              "comm / token": fmt_bytes(r["comm_per_token"]) if r["valid"] else "",
+              "why": r["problem"] or "; ".join(r["warnings"])} for r in rows]
+    event = st.dataframe(table, hide_index=True, width="stretch", key="plan_table", on_select="rerun",
+                         selection_mode="single-row")
+    picked = event.selection.rows if event and hasattr(event, "selection") else []
+    if picked:
+        r = rows[picked[0]]
+        query = urlencode({"model": name, "tp": r["tp"], "rules": rules}, safe="/")
+        st.markdown(f"**{literal(r['layout'])}**: [open its tp={r['tp']} map in the explorer](/?{query}) "
+                    "(the explorer draws the tensor-parallel cut; stages and expert placement are listed here).")
+        if r["valid"]:
+            st.caption("Weights per GPU by stage: " + ", ".join(fmt_bytes(b) for b in r["stage_weights"]))
+    st.caption("Comm / token: ring all-reduces of the tensor-parallel layers, the expert-parallel dispatch and "
+               "combine (top-k copies of the hidden state each way), and one hidden state per pipeline hand-off.")
+
+
+if __name__ == "__main__":  # spawned Run-live ranks re-import pages: build nothing there
+    main()

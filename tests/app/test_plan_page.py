@@ -1,0 +1,36 @@
+"""AppTest of the Plan page: layouts of N GPUs ranked, rejected ones with their rule, a row opens its map."""
+from pathlib import Path
+
+from streamlit.testing.v1 import AppTest
+
+PAGE = str(Path(__file__).resolve().parents[2] / "pages" / "2_Plan.py")
+
+
+def run(**values) -> AppTest:
+    at = AppTest.from_file(PAGE, default_timeout=120)
+    at.run()
+    for key, value in values.items():
+        widget = at.selectbox(key=key) if key == "plan_model" else at.radio(key=key) if key == "plan_rules" \
+            else at.number_input(key=key)
+        widget.set_value(value)
+        at.run()
+    return at
+
+
+def test_plan_lists_layouts_and_rejects_the_reported_failure():
+    at = run(plan_model="Qwen/Qwen3-235B-A22B-FP8", plan_gpus=8, plan_gib=80.0, plan_rules="vllm-0.28")
+    assert not at.exception and not at.error
+    table = at.dataframe[0].value
+    rows = dict(zip(table["layout"], table["verdict"]))
+    assert rows["TP 8 × PP 1 × DP 1"] == "rejected" and rows["TP 8 × PP 1 × DP 1 + EP"] == "fits"
+    assert rows["TP 4 × PP 2 × DP 1"] == "fits"
+    why = dict(zip(table["layout"], table["why"]))
+    assert "= 192 is not divisible by weight quantization block_n = 128" in why["TP 8 × PP 1 × DP 1"]
+    assert list(table["verdict"])[0] == "fits"  # ranked: what fits first
+
+
+def test_plan_of_a_dense_model_has_no_expert_parallel_rows():
+    at = run(plan_model="meta-llama/Llama-3.1-8B", plan_gpus=4, plan_gib=24.0)
+    assert not at.exception and not at.error
+    layouts = list(at.dataframe[0].value["layout"])
+    assert len(layouts) == 6 and not any(x.endswith("+ EP") for x in layouts)  # 4 = 1x1x4 ... 4x1x1: six layouts

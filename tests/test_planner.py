@@ -1,0 +1,101 @@
+"""Pipeline partitions, expert placement and the planner, against hand-computed answers (vLLM 0.33's rules:
+distributed/utils.py get_pp_indices, fused_moe/expert_map_manager.py determine_expert_map)."""
+import pytest
+
+from tpviz import shard_map
+from tpviz.cli import main
+from tpviz.parallel import Layout, LayoutError, expert_placement, pp_partition, stage_layers
+from tpviz.planner import Planner, layouts, plan
+from tpviz.sources import load_spec
+
+
+@pytest.mark.parametrize("layers, pp, parts", [
+    (32, 4, [8, 8, 8, 8]),
+    (61, 4, [15, 16, 15, 15]) if False else (61, 4, [15, 15, 16, 15]),  # remainder 1: the stage before the last
+    (62, 4, [15, 16, 16, 15]),  # remainder 2: the two stages before the last
+    (94, 8, [11, 12, 12, 12, 12, 12, 12, 11]),  # remainder 6
+    (5, 5, [1, 1, 1, 1, 1]),
+])
+def test_pp_partition_by_hand(layers, pp, parts):
+    assert pp_partition(layers, pp, override="") == parts and sum(parts) == layers
+
+
+def test_pp_override_and_bad_input(monkeypatch):
+    assert pp_partition(61, 2, override="30,31") == [30, 31]
+    monkeypatch.setenv("VLLM_PP_LAYER_PARTITION", "20,41")
+    assert stage_layers(61, 2)[1] == list(range(20, 61))
+    for bad, word in (("30,30", "gives 60 layers"), ("61", "1 stages"), ("a,b", "comma-separated")):
+        with pytest.raises(LayoutError) as e:
+            pp_partition(61, 2, override=bad)
+        assert word in str(e.value) and "\n" not in str(e.value)
+    with pytest.raises(LayoutError, match="more pipeline stages than the model's 2 layers"):
+        pp_partition(2, 3, override="")
+
+
+def test_expert_placement_linear_and_round_robin_uneven():
+    assert expert_placement(10, 4) == [[0, 1, 2], [3, 4, 5], [6, 7], [8, 9]]  # the first ranks take one more
+    assert expert_placement(10, 4, "round_robin") == [[0, 4, 8], [1, 5, 9], [2, 6], [3, 7]]
+    assert expert_placement(256, 16)[15] == list(range(240, 256))
+    with pytest.raises(LayoutError, match="placement"):
+        expert_placement(8, 2, "random")
+
+
+def test_layouts_multiply_to_n():
+    all8 = layouts(8, ep=True)
+    assert all(x.gpus == 8 for x in all8) and Layout(8, 1, 1, True) in all8 and Layout(1, 1, 8) in all8
+    assert Layout(1, 8, 1, True) not in all8  # tp x dp = 1: nothing to spread experts over
+
+
+def verdicts(model: str, gpus: int, gib: float, rules: str) -> dict:
+    return {r.layout: r for r in plan(load_spec(model), gpus, gib, rules)}
+
+
+@pytest.mark.parametrize("gpus", [8, 16])
+def test_planner_qwen3_235b_fp8(gpus):
+    old, new = verdicts("Qwen/Qwen3-235B-A22B-FP8", gpus, 141, "vllm-0.28"), verdicts(
+        "Qwen/Qwen3-235B-A22B-FP8", gpus, 141, "vllm")
+    tp8 = Layout(8, gpus // 8, 1)  # TP 8 (x PP 2 on 16 GPUs): each expert cut 8 ways, 1536 / 8 = 192
+    assert "= 192 is not divisible by weight quantization block_n = 128" in old[tp8].problem  # the reports
+    assert old[Layout(8, gpus // 8, 1, True)].problem is None  # TP 8 + EP works
+    assert old[Layout(4, 2 * gpus // 8, 1)].problem is None  # TP 4 x PP 2 (x 2) works
+    assert new[tp8].problem is None and new[tp8].warnings  # 0.33: valid through the 64x64 fallback
+    if gpus == 16:  # without EP, vLLM cuts experts over tp x dp: TP 4 x PP 2 x DP 2 is 8 ways again
+        assert "= 192 is not divisible" in old[Layout(4, 2, 2)].problem
+
+
+@pytest.mark.parametrize("gpus", [8, 16])
+def test_planner_deepseek_v3(gpus):
+    for rules in ("vllm", "vllm-0.28"):
+        v = verdicts("deepseek-ai/DeepSeek-V3", gpus, 141, rules)
+        assert v[Layout(8, gpus // 8, 1)].problem is None and v[Layout(8, 1, gpus // 8, True)].problem is None
+    rows = plan(load_spec("deepseek-ai/DeepSeek-V3"), 32, 141, "vllm")
+    for ep in (False, True):  # its dense layers and shared experts stay TP-split, EP or not
+        tp32 = next(r for r in rows if r.layout == Layout(32, 1, 1, ep))
+        assert "down_proj" in tp32.problem and "= 576 is not divisible" in tp32.problem
+
+
+def test_planner_bytes_match_the_map_and_stages_sum_up():
+    p = Planner(load_spec("deepseek-ai/DeepSeek-V3"), "vllm")
+    one = p.row(Layout(8), 141 * 2**30, 0.9, 8192)
+    assert one.weights == max(r.weight_bytes for r in shard_map("deepseek-ai/DeepSeek-V3", 8).ranks)
+    two = p.row(Layout(8, 2), 141 * 2**30, 0.9, 8192)  # the same layers split over two stages
+    assert sum(two.stage_weights) == one.weights > max(two.stage_weights)  # untied: every tensor on one stage
+    ep = p.row(Layout(8, 1, 1, True), 141 * 2**30, 0.9, 8192)
+    assert ep.weights == one.weights  # 256 experts / 8 whole = 32 each, the same bytes as 1/8 of each
+
+
+def test_planner_bad_input():
+    with pytest.raises(LayoutError, match="gpus=0"):
+        plan(load_spec("Qwen/Qwen3-8B"), 0, 80)
+    dense = Planner(load_spec("Qwen/Qwen3-8B"), "vllm").row(Layout(2, 1, 1, True), 80 * 2**30, 0.9, 8192)
+    assert "needs a MoE model" in dense.problem
+    tiny = Planner(load_spec("Qwen/Qwen3-0.6B"), "vllm").row(Layout(1, 64), 80 * 2**30, 0.9, 8192)
+    assert "more pipeline stages than the model's 28 layers" in tiny.problem
+
+
+def test_plan_cli(capsys):
+    assert main(["plan", "Qwen/Qwen3-235B-A22B-FP8", "--gpus", "8", "--gpu-mem", "80", "--rules", "vllm-0.28"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].startswith("Qwen/Qwen3-235B-A22B-FP8 on 8 × 80 GiB (vLLM 0.28 rules")
+    assert any(x.startswith("TP 8 × PP 1 × DP 1 ") and "rejected" in x for x in out)
+    assert main(["plan", "Qwen/Qwen3-8B", "--gpus", "0", "--gpu-mem", "80"]) == 2

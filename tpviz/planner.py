@@ -1,0 +1,176 @@
+"""The planner: every tp x pp x dp (+ expert parallelism) layout of N GPUs that vLLM would accept for a
+checkpoint, with what each GPU holds and how much KV cache it leaves.
+
+Per-GPU bytes are read off traced maps, not estimated: the non-expert layers traced at tp, the routed
+experts at tp x dp (or whole, one expert at a time, under expert parallelism), summed over each pipeline
+stage's layers; the embedding sits on the first stage, the final norm and lm_head on the last.
+"""
+from dataclasses import dataclass, field
+
+from tpviz.parallel import Layout, LayoutError, expert_placement, stage_layers
+from tpviz.plan import build_plan
+from tpviz.shardmap import _numel
+from tpviz.spec import ModelSpec
+from tpviz.tracer import check_layout, single_thread, trace_plan
+
+FIRST_STAGE = ("embed",)  # families held by the first pipeline stage; lm_head and the final norm by the last
+
+
+@dataclass
+class PlanRow:
+    """One layout: valid or its first failing rule, and per-GPU figures for the fullest stage."""
+    layout: Layout
+    problem: str | None = None
+    warnings: list[str] = field(default_factory=list)
+    weights: int = 0  # bytes on the fullest GPU
+    stage_weights: list[int] = field(default_factory=list)
+    kv_per_token: int = 0  # on the fullest GPU (its stage's layers)
+    room: float = 0.0  # bytes left for KV cache on the tightest GPU
+    kv_tokens: int = 0  # tokens of KV cache the tightest stage holds
+    max_sequences: int = 0  # sequences of the context that fit (the whole deployment: x dp replicas)
+    comm_per_token: float = 0.0  # bytes each token moves: TP all-reduces, EP all-to-all, PP hand-offs
+
+    @property
+    def fits(self) -> bool:
+        return self.problem is None and self.room > 0
+
+
+def layouts(gpus: int, ep: bool) -> list[Layout]:
+    """Every tp x pp x dp = gpus, with and without expert parallelism."""
+    out = []
+    for tp in range(1, gpus + 1):
+        for pp in range(1, gpus // tp + 1):
+            if gpus % (tp * pp) == 0:
+                dp = gpus // (tp * pp)
+                out.append(Layout(tp, pp, dp))
+                if ep and tp * dp > 1:
+                    out.append(Layout(tp, pp, dp, True))
+    return out
+
+
+class Planner:
+    """Traces each plan once per cut (tp for the layers, moe_tp for the experts) and sums per stage."""
+
+    def __init__(self, spec: ModelSpec, rules: str = "vllm"):
+        self.spec, self.rules = spec, rules
+        self.plans = build_plan(spec, rules)
+        self._traced: dict = {}
+
+    def _bytes(self, plan, tp: int) -> list[int]:
+        """Per layer (or once, for model-wide tensors), the bytes each rank holds of this plan at tp."""
+        key = (id(plan), tp)
+        if key not in self._traced:
+            _, pm = trace_plan(plan, tp)
+            size = pm.element_bytes or self.spec.dtype_bytes
+            self._traced[key] = [_numel(shape) * size * max(plan.experts, 1) for shape in pm.local_shapes]
+        return self._traced[key]
+
+    def _stage_bytes(self, layout: Layout, layers: set[int], first: bool, last: bool) -> int:
+        """The fullest GPU of one stage: its layers' share of every plan, plus the model-wide tensors it holds."""
+        total = 0
+        for plan in self.plans:
+            if plan.layers is None:
+                held = (plan.family in FIRST_STAGE and first) or (plan.family not in FIRST_STAGE and last) or (
+                    plan.family == "embed" and last and self.spec.tie_word_embeddings)  # tied: lm_head's own copy
+                total += max(self._bytes(plan, layout.tp)) if held else 0
+                continue
+            count = len(layers & set(plan.layers))
+            if not count:
+                continue
+            if plan.family == "experts" and layout.ep:  # whole experts: this GPU's share of them
+                per_expert = max(self._bytes(plan, 1)) // max(plan.experts, 1)
+                most = max(len(e) for e in expert_placement(plan.experts, layout.ep_size))
+                total += per_expert * most * count
+            else:
+                tp = layout.moe_tp if plan.family == "experts" else layout.tp
+                total += max(self._bytes(plan, tp)) * count
+        return total
+
+    @single_thread()
+    def row(self, layout: Layout, gpu_bytes: float, utilization: float, context: int) -> PlanRow:
+        """Validate one layout and size it."""
+        r = PlanRow(layout)
+        spec = self.spec
+        if layout.ep and not spec.is_moe:
+            r.problem = "expert parallelism needs a MoE model; this one has no routed experts"
+            return r
+        try:
+            stages = stage_layers(spec.num_hidden_layers, layout.pp)
+        except LayoutError as e:
+            r.problem = str(e)
+            return r
+        r.problem, r.warnings = check_layout(spec, layout.tp, self.rules, self.plans, moe_tp=layout.moe_tp)
+        if r.problem:
+            return r
+        kv_layer = self._kv_per_layer(layout.tp, context)
+        usable = gpu_bytes * utilization
+        replicas = []  # sequences of `context` tokens each stage can hold
+        for i, layers in enumerate(stages):
+            weights = self._stage_bytes(layout, set(layers), i == 0, i == len(stages) - 1)
+            r.stage_weights.append(weights)
+            per_token = sum(kv_layer.get(j, (0, 0))[0] for j in layers)
+            per_seq = sum(size * min(context, window or context) for size, window in
+                          (kv_layer.get(j, (0, 0)) for j in layers))
+            r.kv_per_token = max(r.kv_per_token, per_token)
+            room = usable - weights
+            tokens = int(room // per_token) if per_token and room > 0 else 0
+            r.kv_tokens = tokens if i == 0 else min(r.kv_tokens, tokens)
+            replicas.append(int(room // per_seq) if per_seq and room > 0 else (1 << 30 if room > 0 else 0))
+        r.weights = max(r.stage_weights)
+        r.room = usable - r.weights
+        r.max_sequences = min(replicas) * layout.dp if r.room > 0 else 0
+        r.comm_per_token = self._comm(layout)
+        return r
+
+    def _kv_per_layer(self, tp: int, context: int) -> dict[int, tuple[int, int]]:
+        """KV bytes per token (and window) per attention layer on the fullest GPU at tp, read off the k rows of
+        a trace of the attention layers alone."""
+        from tpviz.tracer import layer_caches, trace
+        key = ("kv", tp)
+        if key not in self._traced:
+            m = trace(_without_experts(self.spec), tp, self.rules)
+            per_rank = [layer_caches(self.spec, m.tensors, rank)[0] for rank in range(tp)]
+            self._traced[key] = {i: max(pr[i] for pr in per_rank) for i in per_rank[0]}
+        return self._traced[key]
+
+    def _comm(self, layout: Layout) -> float:
+        """Bytes per token: ring all-reduces after each layer's mixer and FFN at tp, the EP dispatch and
+        combine (top_k copies of the hidden state each way), and one hidden state per pipeline hand-off."""
+        s, b = self.spec, self.spec.dtype_bytes
+        hidden = s.hidden_size * b
+        ring = 2 * (layout.tp - 1) / layout.tp if layout.tp > 1 else 0.0
+        total = ring * hidden * 2 * s.num_hidden_layers
+        if layout.ep:
+            total += 2 * s.num_experts_per_tok * hidden * len(s.moe_layers)
+        return total + (layout.pp - 1) * hidden
+
+
+def _without_experts(spec: ModelSpec) -> ModelSpec:
+    """The same model with dense stand-ins for its experts, to read the attention KV heads at any tp."""
+    from dataclasses import replace
+    from tpviz.arch import Ffn, LayerSpec
+    layers = [LayerSpec(layer.mixer, Ffn("none")) for layer in spec.layers]
+    return replace(spec, layers=layers, quant=None)
+
+
+def plan(spec: ModelSpec, gpus: int, gpu_gib: float, rules: str = "vllm", utilization: float = 0.9,
+         context: int = 8192, ep: bool = True) -> list[PlanRow]:
+    """Every layout of `gpus` GPUs, accepted ones first (fitting, then by KV room), rejected ones with their rule."""
+    if gpus < 1 or gpus > 1024:
+        raise LayoutError(f"gpus={gpus} must be between 1 and 1024")
+    if not 0 < gpu_gib <= 10_000:
+        raise LayoutError(f"gpu memory {gpu_gib} GiB must be between 0 and 10000")
+    planner = Planner(spec, rules)
+    rows = [planner.row(layout, gpu_gib * 2**30, utilization, context) for layout in layouts(gpus, ep and spec.is_moe)]
+    # accepted first; among them what fits, then the most sequences the whole deployment holds, then less traffic
+    return sorted(rows, key=lambda r: (r.problem is not None, not r.fits, -r.max_sequences, -r.kv_tokens,
+                                       r.comm_per_token))
+
+
+def plan_rows(rows: list[PlanRow]) -> list[dict]:
+    """Display rows: the layout, its verdict, and per-GPU numbers (bytes; views format them)."""
+    return [{"layout": r.layout.label, "tp": r.layout.tp, "pp": r.layout.pp, "dp": r.layout.dp, "ep": r.layout.ep,
+             "valid": r.problem is None, "fits": r.fits, "problem": r.problem, "warnings": r.warnings,
+             "weights_per_gpu": r.weights, "stage_weights": r.stage_weights, "kv_per_token": r.kv_per_token,
+             "kv_tokens": r.kv_tokens, "max_sequences": r.max_sequences, "comm_per_token": r.comm_per_token}
+            for r in rows]
