@@ -15,7 +15,7 @@ from explorer.sidebar import (RULE_LABELS, NeedInput, checkpoint_key, restore_fr
 from explorer.state import DEFAULT_VIEW, query_from_controls
 from explorer.text import literal
 from tpviz import summary as S
-from tpviz.cli import fmt_bytes
+from tpviz.format import fmt_bytes
 from tpviz.errors import ConfigError, TPSizeError, TpvizError
 from tpviz.export import chromium_path, png_names
 from tpviz.plots.strip import layer_strip

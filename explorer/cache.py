@@ -6,7 +6,7 @@ from dataclasses import dataclass
 import streamlit as st
 
 from tpviz import load_spec, shard_map
-from tpviz.cli import valid_table
+from tpviz.format import valid_table
 from tpviz.export import PngRenderer, shard_map_json
 from tpviz import plots  # looked up at call time (tests swap a figure function to inject a failure)
 from tpviz.shardmap import ShardMap

@@ -2,7 +2,7 @@
 import streamlit as st
 
 from tpviz import summary as S
-from tpviz.cli import fmt_bytes
+from tpviz.format import fmt_bytes
 from tpviz.shardmap import ShardMap
 
 QUICK_GIB = (24, 40, 48, 80, 94, 141, 192, 288)  # common accelerator memory sizes (nominal GiB)

@@ -9,7 +9,7 @@ from explorer.fit import QUICK_GIB
 from explorer.sidebar import RULE_LABELS
 from explorer.text import literal
 from tpviz import load_spec
-from tpviz.cli import fmt_bytes
+from tpviz.format import fmt_bytes
 from tpviz.errors import TpvizError
 from tpviz.planner import plan, plan_rows
 from tpviz.rules import RULES

@@ -5,7 +5,7 @@ import pytest
 
 from tpviz import shard_map as _shard_map
 from tpviz import summary as S
-from tpviz.cli import valid_table
+from tpviz.format import valid_table
 from tpviz.sources import presets
 
 QWEN8, LLAMA8 = "Qwen/Qwen3-8B", "meta-llama/Llama-3.1-8B"

@@ -5,6 +5,7 @@ import sys
 from pathlib import Path
 
 from tpviz.errors import TpvizError
+from tpviz.format import fmt_bytes, valid_table  # noqa: F401 - re-exported: the CLI's helpers
 from tpviz.rules import ENGINE, RULES
 from tpviz.spec import KV_DTYPES, SERVE_DTYPES
 from tpviz.shardmap import ShardMap, TensorMap
@@ -13,14 +14,6 @@ from tpviz.shardmap import ShardMap, TensorMap
 class _Parser(argparse.ArgumentParser):
     def error(self, message):  # argparse's own usage errors: one line, exit 2
         raise TpvizError(f"{self.prog}: {message}")
-
-
-def fmt_bytes(n: float) -> str:
-    """Human-readable bytes (GiB, MiB, KiB)."""
-    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
-        if n >= scale:
-            return f"{n / scale:.2f} {unit}"
-    return f"{int(n)} B"
 
 
 def _ranges(t: TensorMap, tp: int) -> str:
@@ -57,22 +50,6 @@ def summary(m: ShardMap) -> str:
     for note in spec.get("notes", []):
         lines.append(f"note: {note}")
     return "\n".join(lines)
-
-
-def valid_table(source, max_tp: int = 64) -> tuple[str, list[dict]]:
-    """Rows {tp, <rules>: None (valid) or the first failing rule, "warnings": {<rules>: [...]}} for tp 1..max_tp;
-    a warning marks a layout an engine accepts only through a fallback."""
-    from tpviz.plan import build_plan
-    from tpviz.sources import load_spec
-    from tpviz.tracer import check_layout
-    spec = load_spec(source)
-    plans = {rules: build_plan(spec, rules) for rules in RULES}
-    rows = []
-    for tp in range(1, max_tp + 1):
-        checks = {rules: check_layout(spec, tp, rules, plans[rules]) for rules in RULES}
-        rows.append({"tp": tp, **{r: c[0] for r, c in checks.items()},
-                     "warnings": {r: c[1] for r, c in checks.items() if c[1] and c[0] is None}})
-    return spec.name, rows
 
 
 def fit_line(m: ShardMap, args) -> str:

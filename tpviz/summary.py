@@ -4,7 +4,7 @@ Everything here reads the shard map (or the valid-tp rows) only, so the app, the
 """
 from dataclasses import dataclass
 
-from tpviz.cli import fmt_bytes
+from tpviz.format import fmt_bytes
 from tpviz.rules import ENGINE, RULES
 from tpviz.shardmap import FAMILIES, ShardMap, in_group
 

@@ -28,10 +28,6 @@ class ModelSource:
     random_weights: bool
     tokenizer_dir: Path | None = None
 
-    def to_dict(self) -> dict:
-        return {"name": self.name, "checkpoint": str(self.checkpoint), "random_weights": self.random_weights,
-                "tokenizer": str(self.tokenizer_dir) if self.tokenizer_dir else None, "config": self.cfg.to_dict()}
-
 
 def live_config(spec: ModelSpec, raw: dict | None = None, layers: int | None = None) -> LiveConfig:
     """Spec plus the raw-config facts it lacks (rope, mlp_bias, sliding window, norm_topk_prob), optionally shrunk."""

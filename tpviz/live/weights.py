@@ -26,7 +26,6 @@ class ReadStats:
     """Bytes this rank read: `read` counts slice bytes, `spanned` the file range those slices cover."""
     read: int = 0
     spanned: int = 0  # a column slice of a row-major tensor spans (and pages in) nearly all of it
-    tensors: int = 0
 
 
 class CheckpointTensor:
@@ -88,7 +87,6 @@ class CheckpointTensor:
         t = self._slice[tuple(slice(a, b) for a, b in box)] if box else self._handle.get_tensor(self.name)
         self._stats.read += t.numel() * t.element_size()
         self._stats.spanned += _span(self._full, box, t.element_size())
-        self._stats.tensors += 1
         return t
 
 

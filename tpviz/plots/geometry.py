@@ -60,11 +60,6 @@ def sections(t: TensorMap, model: dict) -> list[Section]:
     return [Section(tensor_label(t), 0, n)]
 
 
-def section_at(secs: list[Section], index: int) -> Section:
-    """The section containing a source index."""
-    return next((s for s in secs if s.start <= index < s.stop), secs[-1])
-
-
 def split_piece(p: Piece, secs: list[Section], by_heads: bool) -> list[tuple[int, int, Section]]:
     """Cut a piece at section (and, if by_heads, head) boundaries: [(start, stop, section)]."""
     out = []

@@ -5,7 +5,7 @@ each already cut to this rank's share. Rows never loaded (vocab padding) show as
 """
 from dataclasses import dataclass, field
 
-from tpviz.plots.geometry import Bars, head_text, section_at, sections, span, split_piece, tensor_label
+from tpviz.plots.geometry import Bars, head_text, sections, span, split_piece, tensor_label
 from tpviz.plots.style import INK, PADDING_COLOR, SECTION_PATTERNS, rank_color
 from tpviz.shardmap import ParamMap, ShardMap, TensorMap
 from tpviz.summary import short_name
@@ -94,8 +94,3 @@ def param_label(name: str) -> str:
     parts = [q for q in short_name(name).split(".") if q not in ("weight", "*", "mlp", "self_attn", "experts")]
     shared = "shared " if "shared_expert" in name else ""
     return shared + (parts[-1] if parts else name)
-
-
-def section_label(t: TensorMap, model: dict, index: int) -> str:
-    """The label of the section of t containing a source index (for tests and captions)."""
-    return section_at(sections(t, model), index).label

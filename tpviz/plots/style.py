@@ -17,7 +17,6 @@ RANK_COLORS = _BASE + [_extra(i) for i in range(64 - len(_BASE))]
 PADDING_COLOR = "#d0d4da"
 INK = "#1f2933"
 MUTED = "#66788a"
-GRID = "#e8ecf0"
 FONT = "Inter, 'Segoe UI', Helvetica, Arial, sans-serif"
 # families get their own muted palette, so a family is never mistaken for a rank
 FAMILY_COLORS = {"qkv": "#3b5b92", "o_proj": "#8aa6d6", "gate_up": "#2f7f6f", "down_proj": "#8fcdbf",
