@@ -11,7 +11,10 @@ from explorer.text import literal
 from tpviz import load_spec
 from tpviz.format import fmt_bytes
 from tpviz.errors import TpvizError
+from tpviz.layout import layout_map
+from tpviz.parallel import Layout
 from tpviz.planner import plan, plan_rows
+from tpviz.plots.layout import device_grid, expert_figure
 from tpviz.rules import RULES
 from tpviz.sources import find_preset, presets, repo_from_url
 
@@ -20,6 +23,12 @@ from tpviz.sources import find_preset, presets, repo_from_url
 def cached_plan(cfg_json: str, name: str, gpus: int, gib: float, rules: str, util: float, context: int) -> list[dict]:
     """plan_rows of one question (the same answer for every visitor who asks it)."""
     return plan_rows(plan(load_spec(json.loads(cfg_json), name), gpus, gib, rules, util, context))
+
+
+@st.cache_data(show_spinner=False, max_entries=64)
+def cached_layout(cfg_json: str, name: str, tp: int, pp: int, dp: int, ep: bool, rules: str) -> dict:
+    """The chosen layout's GPUs: stages, experts and bytes (tpviz.layout.layout_map)."""
+    return layout_map(load_spec(json.loads(cfg_json), name), Layout(tp, pp, dp, ep), rules)
 
 
 def model_config(text: str) -> tuple[str, str]:
@@ -77,6 +86,10 @@ def main() -> None:
                     "(the explorer draws the tensor-parallel cut; stages and expert placement are listed here).")
         if r["valid"]:
             st.caption("Weights per GPU by stage: " + ", ".join(fmt_bytes(b) for b in r["stage_weights"]))
+            lay = cached_layout(cfg_json, name, r["tp"], r["pp"], r["dp"], r["ep"], rules)
+            st.plotly_chart(device_grid(lay), theme=None, key="grid")
+            if (fig := expert_figure(lay)) is not None:
+                st.plotly_chart(fig, theme=None, key="experts")
     st.caption("Comm / token: ring all-reduces of the tensor-parallel layers, the expert-parallel dispatch and "
                "combine (top-k copies of the hidden state each way), and one hidden state per pipeline hand-off.")
 

@@ -88,7 +88,7 @@ def check_shard_map(m) -> None:
     - padding exists only in the vocab tables, and equals the vocab padded to 64 (vllm) minus the vocab.
     """
     tp, model = m.tp_size, m.model
-    assert m.schema == "tpviz.shardmap/3"
+    assert m.schema == "tpviz.shardmap/4"
     assert [r.rank for r in m.ranks] == list(range(tp))
     params = {(p.name, tuple(p.layers or ())): p for p in m.params}
     assert len(params) == len(m.params), "duplicate parameters (a name may repeat only for other layers)"

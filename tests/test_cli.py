@@ -44,7 +44,7 @@ def test_map_prints_summary_and_writes_json(tmp_path, capsys):
     assert sum(line.startswith("rank ") for line in lines) == 8
     assert f"wrote {path}" in out
     d = json.loads(path.read_text())
-    assert d["schema"] == "tpviz.shardmap/3" and d["tp_size"] == 8 and d["rules"] == "vllm"
+    assert d["schema"] == "tpviz.shardmap/4" and d["tp_size"] == 8 and d["rules"] == "vllm"
     assert d == m.to_dict()
 
 

@@ -99,3 +99,29 @@ def test_plan_cli(capsys):
     assert out[0].startswith("Qwen/Qwen3-235B-A22B-FP8 on 8 × 80 GiB (vLLM 0.28 rules")
     assert any(x.startswith("TP 8 × PP 1 × DP 1 ") and "rejected" in x for x in out)
     assert main(["plan", "Qwen/Qwen3-8B", "--gpus", "0", "--gpu-mem", "80"]) == 2
+
+
+def test_layout_map_ranks_stages_and_experts():
+    from tpviz.layout import layout_map
+    from tpviz.plots.layout import device_grid, expert_figure
+    lay = layout_map(load_spec("Qwen/Qwen3-30B-A3B"), Layout(2, 2, 2, True), "vllm", "round_robin")
+    assert [g["rank"] for g in lay["gpus"]] == list(range(8))
+    g5 = lay["gpus"][5]  # rank 5 = (dp 1 * pp 2 + stage 0) * tp 2 + tp 1
+    assert (g5["dp"], g5["pp"], g5["tp"]) == (1, 0, 1) and g5["layers"] == [0, 24]
+    assert g5["experts"] == list(range(3, 128, 4))  # EP rank dp * tp + tp = 3 of 4, round-robin
+    assert lay["stages"] == [[0, 24], [24, 48]] and lay["comm_bytes_per_token"]["pp_send_recv"] == 2048 * 2
+    assert len(device_grid(lay).data[0].z) == 2 and expert_figure(lay) is not None
+    with pytest.raises(LayoutError, match="needs a MoE model"):
+        layout_map(load_spec("Qwen/Qwen3-8B"), Layout(2, 1, 1, True))
+
+
+def test_map_cli_with_a_layout(capsys, tmp_path):
+    import json
+    out = tmp_path / "m.json"
+    assert main(["map", "deepseek-ai/DeepSeek-V3", "--tp", "4", "--pp", "2", "--ep", "--json", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "GPU   7 (stage 1, replica 0, tp rank 3): layers 31–60, experts 192–255" in text
+    d = json.loads(out.read_text())
+    assert d["schema"] == "tpviz.shardmap/4" and d["layout"]["stages"] == [[0, 31], [31, 61]]
+    assert main(["map", "Qwen/Qwen3-8B", "--tp", "2", "--ep"]) == 2  # EP on a dense model: one line
+    assert capsys.readouterr().err.count("\n") == 1

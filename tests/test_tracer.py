@@ -207,7 +207,7 @@ def test_invariant_checker_catches_a_broken_map(shard_map_invariants):
 def test_json_round_trip_and_schema():
     m = shard_map("mistralai/Mixtral-8x7B-v0.1", 4)
     d = m.to_dict()
-    assert d["schema"] == "tpviz.shardmap/3" and d["tp_size"] == 4 and d["rules"] == "vllm"
+    assert d["schema"] == "tpviz.shardmap/4" and d["tp_size"] == 4 and d["rules"] == "vllm"
     assert d["model"]["name"] == "mistralai/Mixtral-8x7B-v0.1"
     assert json.loads(m.to_json()) == d
     assert ShardMap.from_dict(json.loads(m.to_json())).to_dict() == d

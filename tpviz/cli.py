@@ -7,6 +7,7 @@ from pathlib import Path
 from tpviz.errors import TpvizError
 from tpviz.format import fmt_bytes, valid_table  # noqa: F401 - re-exported: the CLI's helpers
 from tpviz.rules import ENGINE, RULES
+from tpviz.parallel import PLACEMENTS
 from tpviz.spec import KV_DTYPES, SERVE_DTYPES
 from tpviz.shardmap import ShardMap, TensorMap
 
@@ -66,6 +67,32 @@ def fit_line(m: ShardMap, args) -> str:
             f"{args.context:,} tokens ({'enough' if f.fits else 'fewer than'} the {args.concurrency:,} asked for)")
 
 
+def expert_span(experts: list[int]) -> str:
+    """'0–63' for a contiguous block, '1, 5, 9, … (32)' for round-robin, 'none' for none."""
+    if not experts:
+        return "none"
+    if experts == list(range(experts[0], experts[-1] + 1)):
+        return f"{experts[0]}–{experts[-1]}"
+    return ", ".join(map(str, experts[:3])) + f", … ({len(experts)})"
+
+
+def layout_lines(lay: dict) -> str:
+    """The device grid as text: one line per GPU (stage, replica, tp rank, layers, experts, bytes)."""
+    lines = [f"layout {lay['label']}: stages hold layers " + ", ".join(f"{a}–{b - 1}" for a, b in lay["stages"])]
+    for g in lay["gpus"][:64]:
+        experts = "" if g["experts"] is None else f", experts {expert_span(g['experts'])}"
+        lines.append(f"GPU {g['rank']:>3} (stage {g['pp']}, replica {g['dp']}, tp rank {g['tp']}): layers "
+                     f"{g['layers'][0]}–{g['layers'][1] - 1}{experts}, weights {fmt_bytes(g['weight_bytes'])}, "
+                     f"KV cache {fmt_bytes(g['kv_cache_bytes_per_token'])}/token")
+    if len(lay["gpus"]) > 64:
+        lines.append(f"... {len(lay['gpus']) - 64} more GPUs in the JSON")
+    c = lay["comm_bytes_per_token"]
+    lines.append(f"per token and GPU: TP all-reduces {fmt_bytes(c['tp_all_reduce'])}, MoE all-reduces "
+                 f"{fmt_bytes(c['moe_all_reduce'])}, EP all-to-all {fmt_bytes(c['ep_all_to_all'])}, PP send/recv "
+                 f"{fmt_bytes(c['pp_send_recv'])}")
+    return "\n".join(lines)
+
+
 def cmd_map(args) -> int:
     from tpviz import shard_map
     from tpviz.checkpoint import checkpoint_sentence, hub_sizes, tensor_names_for
@@ -78,6 +105,12 @@ def cmd_map(args) -> int:
         _, rows = valid_table(args.model, 64)
         sizes = ", ".join(str(r["tp"]) for r in rows if r[args.rules] is None) or "none"
         raise TpvizError(f"{str(e).rstrip('.')}. Valid tp sizes under {ENGINE[args.rules]} rules: {sizes}.") from None
+    if args.pp > 1 or args.dp > 1 or args.ep:  # checked before anything is printed: one line if it cannot exist
+        from tpviz.layout import layout_map
+        from tpviz.parallel import Layout
+        from tpviz.sources import load_spec
+        m.layout = layout_map(load_spec(args.model), Layout(args.tp, args.pp, args.dp, args.ep), args.rules,
+                              args.placement)
     print(summary(m))
     for w in m.warnings:
         print(f"warning: {w}")
@@ -88,6 +121,8 @@ def cmd_map(args) -> int:
                   "memory is sized from the config")
     if args.gpu_mem:
         print(fit_line(m, args))
+    if m.layout:
+        print(layout_lines(m.layout))
     if args.json:
         Path(args.json).write_text(m.to_json(indent=1))
         print(f"wrote {args.json}")
@@ -150,7 +185,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("model", help="preset or hub id (owner/name), or a local config.json / checkpoint folder")
     p.add_argument("--tp", type=int, required=True, help="tensor-parallel size")
     p.add_argument("--rules", choices=RULES, default="vllm")
-    p.add_argument("--json", metavar="PATH", help="write the shard map (schema tpviz.shardmap/3)")
+    p.add_argument("--json", metavar="PATH", help="write the shard map (schema tpviz.shardmap/4)")
     p.add_argument("--png", metavar="DIR", help="write one PNG per figure into DIR")
     p.add_argument("--dtype", choices=SERVE_DTYPES, default="auto", help="weight dtype served (auto: float32 -> bf16)")
     p.add_argument("--kv-cache-dtype", choices=list(KV_DTYPES), default="auto")
@@ -158,6 +193,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--util", type=float, default=0.9, help="gpu_memory_utilization (default 0.9)")
     p.add_argument("--context", type=int, default=8192, help="tokens per sequence for --gpu-mem")
     p.add_argument("--concurrency", type=int, default=1, help="sequences that should fit at once")
+    p.add_argument("--pp", type=int, default=1, help="pipeline stages (vLLM's partition of the layers)")
+    p.add_argument("--dp", type=int, default=1, help="data-parallel replicas")
+    p.add_argument("--ep", action="store_true", help="expert parallelism: whole experts on the tp x dp GPUs")
+    p.add_argument("--placement", choices=PLACEMENTS, default="linear", help="expert placement with --ep")
     p.set_defaults(func=cmd_map)
     p = sub.add_parser("valid", help="which tp sizes work, under both rule sets")
     p.add_argument("model")

@@ -159,7 +159,7 @@ def figures_zip(m: ShardMap, figs: dict[str, go.Figure], renderer: PngRenderer |
 
 
 def shard_map_json(m: ShardMap) -> bytes:
-    """The shard map as JSON bytes (schema tpviz.shardmap/3), as the download button serves it."""
+    """The shard map as JSON bytes (schema tpviz.shardmap/4), as the download button serves it."""
     return m.to_json(indent=1).encode()
 
 

@@ -134,15 +134,8 @@ class Planner:
         return self._traced[key]
 
     def _comm(self, layout: Layout) -> float:
-        """Bytes per token: ring all-reduces after each layer's mixer and FFN at tp, the EP dispatch and
-        combine (top_k copies of the hidden state each way), and one hidden state per pipeline hand-off."""
-        s, b = self.spec, self.spec.dtype_bytes
-        hidden = s.hidden_size * b
-        ring = 2 * (layout.tp - 1) / layout.tp if layout.tp > 1 else 0.0
-        total = ring * hidden * 2 * s.num_hidden_layers
-        if layout.ep:
-            total += 2 * s.num_experts_per_tok * hidden * len(s.moe_layers)
-        return total + (layout.pp - 1) * hidden
+        """Bytes per token: every GPU's share of the collectives (see comm_per_token)."""
+        return sum(comm_per_token(self.spec, layout).values())
 
 
 def _without_experts(spec: ModelSpec) -> ModelSpec:
@@ -174,3 +167,18 @@ def plan_rows(rows: list[PlanRow]) -> list[dict]:
              "weights_per_gpu": r.weights, "stage_weights": r.stage_weights, "kv_per_token": r.kv_per_token,
              "kv_tokens": r.kv_tokens, "max_sequences": r.max_sequences, "comm_per_token": r.comm_per_token}
             for r in rows]
+
+
+def comm_per_token(spec: ModelSpec, layout: Layout) -> dict[str, float]:
+    """Bytes each token moves per GPU: ring all-reduces after the mixers and dense FFNs at tp; MoE layers
+    reduce over the tp x dp GPUs their experts are cut across, or (with EP) dispatch and combine top_k copies
+    of the hidden state; one hidden state per pipeline hand-off."""
+    hidden = spec.hidden_size * spec.dtype_bytes
+    ring = lambda n: 2 * (n - 1) / n if n > 1 else 0.0  # noqa: E731 - the ring all-reduce's share per GPU
+    moe = len(spec.moe_layers)
+    dense = sum(1 for layer in spec.layers if layer.ffn.kind == "dense")
+    mixers = sum(1 for layer in spec.layers if layer.mixer.kind != "none")
+    return {"tp_all_reduce": ring(layout.tp) * hidden * (mixers + dense),
+            "moe_all_reduce": 0.0 if layout.ep else ring(layout.moe_tp) * hidden * moe,
+            "ep_all_to_all": 2 * spec.num_experts_per_tok * hidden * moe if layout.ep else 0.0,
+            "pp_send_recv": (layout.pp - 1) * hidden}

@@ -4,7 +4,7 @@ from dataclasses import asdict, dataclass, field
 
 from tpviz.errors import SourceError
 
-SCHEMA = "tpviz.shardmap/3"
+SCHEMA = "tpviz.shardmap/4"
 FAMILIES = ("qkv", "o_proj", "linear_attn", "mamba", "conv", "gate_up", "down_proj", "experts", "embed", "lm_head",
             "replicated")
 
@@ -111,6 +111,7 @@ class ShardMap:
     groups: list[LayerGroup] = field(default_factory=list)
     checkpoint: dict | None = None  # comparison with a real checkpoint's tensor list, when one was at hand
     warnings: list[str] = field(default_factory=list)  # layouts the engine accepts only through a fallback
+    layout: dict | None = None  # a pp / dp / ep deployment's GPUs (tpviz.layout.layout_map), when one was asked
     schema: str = SCHEMA
 
     def tensor(self, name: str) -> TensorMap:
@@ -145,7 +146,7 @@ class ShardMap:
                 "model": self.model,
                 "tensors": [t.to_dict() for t in self.tensors], "params": [p.to_dict() for p in self.params],
                 "ranks": [asdict(r) for r in self.ranks], "groups": [asdict(g) for g in self.groups],
-                "warnings": self.warnings,
+                "warnings": self.warnings, **({"layout": self.layout} if self.layout else {}),
                 **({"checkpoint": self.checkpoint} if self.checkpoint is not None else {})}
 
     def to_json(self, indent: int | None = None) -> str:
@@ -160,7 +161,7 @@ class ShardMap:
             tensors = [TensorMap(**{**t, "pieces": [Piece(**p) for p in t["pieces"]]}) for t in d["tensors"]]
             return cls(d["tp_size"], d["rules"], d["model"], tensors, [ParamMap(**p) for p in d["params"]],
                        [RankInfo(**r) for r in d["ranks"]], [LayerGroup(**g) for g in d["groups"]], d.get("checkpoint"),
-                       d.get("warnings", []))
+                       d.get("warnings", []), d.get("layout"))
         except (KeyError, TypeError) as e:
             raise SourceError(f"shard map JSON is missing or has unexpected fields: {e}") from None
 
