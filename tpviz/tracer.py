@@ -172,9 +172,9 @@ def trace_plan(plan: ParamPlan, tp_size: int) -> tuple[list[TensorMap], ParamMap
 
 def _kv_heads(tensors: list[TensorMap], layers: list[int], d: int, rank: int) -> list[int]:
     """Which global KV heads a rank holds in one attention group, read off the loaded k rows."""
-    ks = [t for t in tensors if t.family == "qkv" and (t.shard_id in ("k", None) or (
-          isinstance(t.shard_id, list) and "k" in t.shard_id)) and t.split_dim is not None
-          and set(t.layers or ()) & set(layers) and not t.name.endswith("bias")]
+    ks = [t for t in tensors if t.family == "qkv" and t.split_dim is not None and set(t.layers or ()) & set(layers)
+          and not t.name.endswith("bias") and (t.shard_id == "k" or (isinstance(t.shard_id, list) and "k" in t.shard_id)
+                                               or (t.shard_id is None and any(s[0].split(" ")[0] == "k" for s in t.sections)))]
     # the k tensor in whole output rows: quantized layers also store scales, and AWQ packs the rows 8 to an int32
     k = max(ks, key=lambda t: t.shape[t.split_dim])
     if k.shard_id is not None:  # a separate k tensor ("k", or ["k", "v"] when it also fills V)
