@@ -255,3 +255,13 @@ def test_text_upload_size_counts_bytes_not_characters():
     from tpviz.sources import MAX_CONFIG_BYTES, parse_config
     with pytest.raises(SourceError, match="MB"):
         parse_config("€" * (MAX_CONFIG_BYTES // 3 + 1))  # 3 bytes per character in UTF-8
+
+
+def test_special_files_are_refused_without_opening(tmp_path, monkeypatch):
+    monkeypatch.delenv("TPVIZ_LOCAL_ROOT", raising=False)
+    fifo = tmp_path / "config.json"
+    os.mkfifo(fifo)  # reading it would block for ever
+    with pytest.raises(SourceError, match="not a regular file"):
+        load_spec(str(fifo))
+    with pytest.raises(SourceError, match="has no config.json"):  # a folder whose config.json is a FIFO
+        load_spec(str(tmp_path))

@@ -212,3 +212,24 @@ def test_huge_layer_count_fails_fast(experts):
         pytest.fail(f"normalize() did not finish within 5 s for num_hidden_layers=2**40, num_local_experts={experts}")
     assert out.returncode == 0 and "Traceback" not in out.stderr, out.stderr[-500:]
     assert out.stdout.startswith("ValueError: num_hidden_layers="), out.stdout
+
+
+@pytest.mark.parametrize("key, value", [("vocab_size", (1 << 20) + 1), ("hidden_size", (1 << 17) + 64),
+                                        ("num_local_experts", (1 << 14) + 1), ("num_hidden_layers", (1 << 12) + 1),
+                                        ("intermediate_size", (1 << 19) + 1)])
+def test_implausible_sizes_are_refused_naming_the_limit(key, value):
+    cfg = {**LLAMA, key: value, "num_experts_per_tok": 1, "moe_intermediate_size": 64} if "experts" in key else {
+        **LLAMA, key: value}
+    with pytest.raises(ConfigError) as e:
+        normalize(cfg)
+    assert "is larger than" in str(e.value) and "real model config" in str(e.value)
+
+
+def test_a_config_at_the_limits_maps_quickly():
+    """The bounded cost the limits buy: vocab and MLP at their limits map in well under two seconds."""
+    import time
+    from tpviz import shard_map
+    cfg = {**LLAMA, "vocab_size": 1 << 20, "intermediate_size": 1 << 19, "num_hidden_layers": 2}
+    t = time.perf_counter()
+    shard_map(cfg, 8)
+    assert time.perf_counter() - t < 4  # measured ~0.6 s on 2 cores; the margin covers a busy CI machine

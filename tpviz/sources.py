@@ -70,6 +70,8 @@ def local_config(path: str | Path) -> tuple[dict, str]:
             name, p = p.name, p / "config.json"
         elif p.is_file():
             name = p.parent.name if p.name == "config.json" else p.stem
+        elif p.exists():  # a FIFO, device or socket: never opened (a FIFO would block the read)
+            raise SourceError(f"{path} is not a regular file; give a config.json or a checkpoint folder")
         else:
             raise SourceError(f"no such file or folder: {path}")
         size = p.stat().st_size

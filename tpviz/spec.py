@@ -6,7 +6,10 @@ from tpviz.errors import ConfigError
 from tpviz.quant.config import Quant, read_quant
 from tpviz.readers import derive, family_defaults, hybrid_hint
 
-MAX_DIM = 1 << 26  # no real model has a matrix dimension near this; larger means a broken config
+# plausibility limits, far above any real model (vocab 262k, hidden 18k, 512 experts, 126 layers): larger values
+# mean a broken config, and they keep the cost of a map bounded (any config that passes maps in about a second)
+MAX_DIM = 1 << 19
+LIMITS = {"vocab_size": 1 << 20, "hidden_size": 1 << 17, "num_experts": 1 << 14, "num_hidden_layers": 1 << 12}
 SERVE_DTYPES = ("auto", "bfloat16", "float16", "float32")
 KV_DTYPES = {"auto": "", "fp8": "float8_e4m3fn"}
 DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2, "float8_e4m3fn": 1, "float64": 8}
@@ -209,7 +212,7 @@ def normalize(cfg: dict, name: str = "model") -> ModelSpec:
         notes.append(f"model_type {model_type!r} is not one tpviz knows; mapped as a Llama-like decoder "
                      "(q/k/v/o, gate/up/down, Llama checkpoint names)")
     cfg = family_defaults(cfg, model_type)
-    hidden = _int(cfg, "hidden_size", "n_embd", "d_model", "model_dim")
+    hidden = _int(cfg, "hidden_size", "n_embd", "d_model", "model_dim", maximum=LIMITS["hidden_size"])
     heads = _int(cfg, "num_attention_heads", "n_head", "num_heads", "n_heads")
     if cfg.get("new_decoder_architecture") is True:  # Falcon-40B/180B: grouped KV heads
         kv_heads = _int(cfg, "num_kv_heads", "n_head_kv", default=heads)
@@ -231,17 +234,18 @@ def normalize(cfg: dict, name: str = "model") -> ModelSpec:
             raise ConfigError(f"hidden_size={hidden} is not divisible by num_attention_heads={heads} and no head_dim is given")
         head_dim = hidden // heads
     head_dim = _int({"head_dim": head_dim}, "head_dim")
-    experts = _int(cfg, "num_local_experts", "num_experts", "n_routed_experts", "moe_num_experts", default=0, minimum=0)
+    experts = _int(cfg, "num_local_experts", "num_experts", "n_routed_experts", "moe_num_experts", default=0, minimum=0,
+                   maximum=LIMITS["num_experts"])
     inter = _pick(cfg, "intermediate_size", "ffn_hidden_size", "n_inner")
     if inter is None and model_type in CLASSIC:
         inter = 4 * hidden
     moe_inter = _pick(cfg, "moe_intermediate_size", default=inter if experts else 0)
-    num_layers = _int(cfg, "num_hidden_layers", "n_layer", "num_layers", maximum=100_000)
+    num_layers = _int(cfg, "num_hidden_layers", "n_layer", "num_layers", maximum=LIMITS["num_hidden_layers"])
     spec = ModelSpec(
         name=name, model_type=model_type, hidden_size=hidden, num_attention_heads=heads,
         num_key_value_heads=kv_heads, head_dim=head_dim,
         intermediate_size=_int({"intermediate_size": inter}, "intermediate_size", minimum=0) if inter is not None else 0,
-        vocab_size=_int(cfg, "vocab_size", "padded_vocab_size", "n_vocab"),
+        vocab_size=_int(cfg, "vocab_size", "padded_vocab_size", "n_vocab", maximum=LIMITS["vocab_size"]),
         num_hidden_layers=num_layers,
         tie_word_embeddings=_bool(cfg, "tie_word_embeddings", model_type in TIED_BY_DEFAULT),
         attention_bias=model_type in QKV_BIAS_ALWAYS or _bool(cfg, "attention_bias", False)
@@ -293,8 +297,9 @@ def normalize(cfg: dict, name: str = "model") -> ModelSpec:
             "kv_lora_rank": spec.kv_lora_rank, "q_lora_rank": spec.q_lora_rank,
             "shared_expert_intermediate_size": spec.shared_expert_intermediate_size}
     for key, value in dims.items():
-        if value > MAX_DIM:
-            raise ConfigError(f"{key}={value} is larger than {MAX_DIM}; this does not look like a real model config")
+        limit = LIMITS.get(key, MAX_DIM)
+        if value > limit:
+            raise ConfigError(f"{key}={value} is larger than {limit}; this does not look like a real model config")
     if model_type in ("gpt2", "gpt_bigcode") and not spec.max_positions:
         raise ConfigError(f"config is missing n_positions, the size of {model_type}'s learned position embeddings")
     if model_type in CLASSIC:  # one switch for every bias: Falcon's "bias" (off by default), the others' use_bias

@@ -80,7 +80,7 @@ def test_random_cache_is_pruned_oldest_first(tmp_path):
     ({"weight_map": {"a": None}}, "not a valid safetensors index"),
     ({"weight_map": {"a": ""}}, "not a valid safetensors index"),
     ([1, 2], "not a valid safetensors index"),
-    ({"weight_map": {"a": "missing.safetensors"}}, "missing.safetensors, which is not in"),
+    ({"weight_map": {"a": "missing.safetensors"}}, "missing.safetensors, which is not a regular file in"),
 ])
 def test_bad_indexes_are_one_line_weights_errors(tmp_path, index, match):
     folder = tmp_path / "ckpt"
@@ -126,3 +126,22 @@ def test_half_written_phase_lines_are_skipped(tmp_path):
     assert [m[0] for m in marks[2]] == ["init"]
     message, rank = _hang_message(tmp_path, 3, 30, alive=[0, 1, 2])
     assert message.startswith("rank 1, 2 hung in init")
+
+
+def test_checkpoint_files_as_transformers_picks_them(tmp_path):
+    """model.safetensors alone (a stray adapter or consolidated file is never read); a FIFO or a symlink
+    out of the folder is refused in one line, never opened."""
+    from safetensors.torch import save_file
+    save_file({"w": torch.zeros(2)}, str(tmp_path / "model.safetensors"))
+    save_file({"x": torch.zeros(2)}, str(tmp_path / "consolidated.safetensors"))
+    assert checkpoint_files(tmp_path) == [(tmp_path / "model.safetensors").resolve()]
+    fifo = tmp_path / "fifo"
+    fifo.mkdir()
+    os.mkfifo(fifo / "model.safetensors")
+    with pytest.raises(WeightsError, match="not a regular file"):
+        checkpoint_files(fifo)
+    link = tmp_path / "link"
+    link.mkdir()
+    (link / "model.safetensors").symlink_to(tmp_path / "model.safetensors")
+    with pytest.raises(WeightsError, match="points outside"):
+        checkpoint_files(link)

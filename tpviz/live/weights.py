@@ -140,11 +140,21 @@ def checkpoint_files(folder: Path) -> list[Path]:
             if not f.is_relative_to(root):
                 raise WeightsError(f"{index.name} names {name!r}, which is outside {folder}")
             files.append(f)
-        missing = [f.name for f in files if not f.is_file()]
+        missing = [f.name for f in files if not f.is_file()]  # is_file: a FIFO or device is no weight file
         if missing:
-            raise WeightsError(f"{index.name} names {missing[0]}, which is not in {folder}")
+            raise WeightsError(f"{index.name} names {missing[0]}, which is not a regular file in {folder}")
         return files
-    return sorted(folder.glob("*.safetensors"))
+    # as transformers picks: the index's shards, else model.safetensors (never a stray adapter or consolidated file)
+    single = folder / "model.safetensors"
+    try:
+        resolved = single.resolve()
+    except (OSError, RuntimeError) as e:
+        raise WeightsError(f"{single} cannot be resolved ({e})") from None
+    if single.exists() and not resolved.is_relative_to(folder.resolve()):  # a symlink out of the folder
+        raise WeightsError(f"{single.name} points outside {folder}; copy the weights into the folder")
+    if single.exists() and not resolved.is_file():
+        raise WeightsError(f"{single.name} in {folder} is not a regular file (a FIFO, device or socket?)")
+    return [resolved] if single.exists() else []
 
 
 def param_target(name: str, num_layers: int) -> tuple[str, object] | None:
