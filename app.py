@@ -17,7 +17,7 @@ from explorer.text import literal
 from tpviz import summary as S
 from tpviz.format import fmt_bytes
 from tpviz.errors import ConfigError, TPSizeError, TpvizError
-from tpviz.export import chromium_path, png_names
+from tpviz.export import chromium_path, figure_png, png_names
 from tpviz.plots.strip import layer_strip
 from tpviz.shardmap import ShardMap
 from tpviz.sources import LOCAL_ROOT_ENV, presets
@@ -57,6 +57,10 @@ def layer_groups(m: ShardMap) -> int | None:
     chosen = st.radio("Layer group", options, key="layer_group", horizontal=False,
                       format_func=lambda i: "All layers" if i < 0 else labels[i])
     return None if chosen < 0 else chosen
+
+
+LABELS = {"rank": "GPU", "weights": "weights", "naive": "total / tp", "overhead": "above total / tp",
+          "kv_per_token": "KV cache / token", "kv_naive_per_token": "KV total / tp / token"}
 
 
 def versus(value: float, naive: float) -> dict:
@@ -114,11 +118,12 @@ def render_page(page: Page, rows: list[dict]) -> None:
         for key, fig in figs.items():
             with st.container(border=True):
                 st.plotly_chart(fig, theme=None, key=f"fig_{key}", config=PLOTLY_CONFIG)
-                st.download_button("PNG", lambda f=fig: png_renderer().render(f), names[key], "image/png",
+                st.download_button("PNG", lambda f=fig: figure_png(f, png_renderer(), page.m), names[key], "image/png",
                                    key=f"png_{key}", on_click="ignore", icon=":material/download:",
                                    disabled=not has_browser, type="tertiary")
-    with st.expander("Memory table (bytes)"):
-        st.dataframe(mem, hide_index=True, width="stretch")
+    with st.expander("Memory table"):
+        st.dataframe([{S.FAMILY_LABELS.get(k, k) if k not in LABELS else LABELS[k]: (v if k == "rank" else fmt_bytes(v))
+                       for k, v in row.items()} for row in mem], hide_index=True, width="stretch")
     fit_section(m)
     st.markdown("### Collectives per forward pass")
     if coll:

@@ -121,8 +121,13 @@ def sidebar_exports(page: Page, values: dict) -> None:
     st.download_button("Shard map (JSON)", page.json_bytes, f"{stem}.json", "application/json",
                        key="dl_json", on_click="ignore", icon=":material/data_object:", width="stretch")
     has_browser = chromium_path() is not None
-    st.download_button("All figures (ZIP of PNGs)", lambda: figures_zip(page.m, export_figures(page.m), png_renderer()),
+    st.download_button("All figures (ZIP of PNGs + JSON)",
+                       lambda: figures_zip(page.m, export_figures(page.m), png_renderer()),
                        f"{stem}_figures.zip", "application/zip", key="dl_zip", on_click="ignore",
+                       icon=":material/folder_zip:", width="stretch", disabled=not has_browser)
+    st.download_button("All figures (ZIP of SVGs + JSON)",
+                       lambda: figures_zip(page.m, export_figures(page.m), png_renderer(), "svg"),
+                       f"{stem}_figures_svg.zip", "application/zip", key="dl_zip_svg", on_click="ignore",
                        icon=":material/folder_zip:", width="stretch", disabled=not has_browser)
     if not has_browser:
         st.error(NO_CHROMIUM)

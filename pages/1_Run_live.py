@@ -52,23 +52,23 @@ def model_input() -> str | bytes:
     root = os.environ.get(LOCAL_ROOT_ENV, "").strip()
     local_off = root.lower() in ("off", "none", "0", "false")
     kind = st.radio("Model source", [s for s in SOURCES if not (local_off and s == "Local folder")],
-                    horizontal=True, key="source")
+                    horizontal=True, key="live_source")
     if local_off:
         st.caption(f"Local paths are disabled on this server ({LOCAL_ROOT_ENV}=off).")
     if kind == "Preset":
         names = list(presets())
-        return st.selectbox("Preset (random weights from a seed)", names, key="preset",
+        return st.selectbox("Preset (random weights from a seed)", names, key="live_preset",
                             index=names.index(DEFAULT_PRESET) if DEFAULT_PRESET in names else 0)
     if kind == "Hub repo id":
-        return st.text_input("Hugging Face repo id (its config; random weights)", key="hub",
+        return st.text_input("Hugging Face repo id (its config; random weights)", key="live_hub",
                              placeholder="Qwen/Qwen3-0.6B")
     if kind == "Local folder":
         folder = st.text_input("Checkpoint folder (config.json, *.safetensors; random weights if none)",
-                               key="folder", placeholder="/models/Qwen3-0.6B")
+                               key="live_folder", placeholder="/models/Qwen3-0.6B")
         if root:
             st.caption(f"Limited to {root}.")
         return folder
-    upload = st.file_uploader("config.json (random weights)", type=["json"], key="upload")
+    upload = st.file_uploader("config.json (random weights)", type=["json"], key="live_upload")
     return upload.getvalue() if upload is not None else ""
 
 
@@ -132,24 +132,24 @@ def main() -> None:
     left, right = st.columns([1, 2])
     with left:
         model = model_input()
-        tp = int(st.number_input("tp size", min_value=1, max_value=64, value=2, key="tp"))
-        device = st.selectbox("Device", ["auto", "cpu", "cuda"], key="device")
-        dtype = st.selectbox("dtype", ["float32", "bfloat16", "float16"], key="dtype",
+        tp = int(st.number_input("tp size", min_value=1, max_value=64, value=2, key="live_tp"))
+        device = st.selectbox("Device", ["auto", "cpu", "cuda"], key="live_device")
+        dtype = st.selectbox("dtype", ["float32", "bfloat16", "float16"], key="live_dtype",
                              help=f"bf16/fp16 pass within {NOISE_MULTIPLE:g}x the measured noise floor")
-        layers = int(st.number_input("Layers to keep (0 = all)", min_value=0, max_value=512, value=2, key="layers",
+        layers = int(st.number_input("Layers to keep (0 = all)", min_value=0, max_value=512, value=2, key="live_layers",
                                      help="Keep only the first layers: a quick check of a big config"))
-        inject = st.multiselect("Inject a TP bug", list(INJECTIONS), key="inject",
+        inject = st.multiselect("Inject a TP bug", list(INJECTIONS), key="live_inject",
                                 help="; ".join(f"{k}: {v}" for k, v in INJECTIONS.items()))
         if local_tokenizer(model) is not None:
-            prompt = st.text_area("Prompt (tokenized with the folder's tokenizer)", key="prompt",
+            prompt = st.text_area("Prompt (tokenized with the folder's tokenizer)", key="live_prompt",
                                   value="Tensor parallelism splits every weight matrix")
         else:
-            prompt = st.text_input("Token ids (e.g. 1 2 3, or [[1, 2], [3, 4]]; empty = random)", key="ids")
+            prompt = st.text_input("Token ids (e.g. 1 2 3, or [[1, 2], [3, 4]]; empty = random)", key="live_ids")
         with st.expander("Advanced"):
-            seq_len = int(st.number_input("Random ids per row", 1, 4096, 32, key="seq_len"))
-            seed = int(st.number_input("Seed", 0, 2**31 - 1, 0, key="seed"))
-            timeout = float(st.number_input("Timeout (s)", 5, 3600, 300, key="timeout"))
-        run = st.button("Run", type="primary", key="run")
+            seq_len = int(st.number_input("Random ids per row", 1, 4096, 32, key="live_seq_len"))
+            seed = int(st.number_input("Seed", 0, 2**31 - 1, 0, key="live_seed"))
+            timeout = float(st.number_input("Timeout (s)", 5, 3600, 300, key="live_timeout"))
+        run = st.button("Run", type="primary", key="live_run")
     with right:
         try:
             env = choose_backend(tp, device)

@@ -90,8 +90,18 @@ def test_renderer_is_thread_safe(renderer, qwen):
 def test_zip_holds_every_figure(renderer, qwen):
     figs = all_figures(qwen)
     with zipfile.ZipFile(io.BytesIO(figures_zip(qwen, figs, renderer))) as z:
-        assert z.namelist() == list(png_names(qwen, list(figs)).values())
-        assert all(z.read(name)[:8] == PNG_MAGIC for name in z.namelist())
+        names = z.namelist()
+        assert names == list(png_names(qwen, list(figs)).values()) + [f"{file_stem(qwen)}.json"]
+        assert all(z.read(name)[:8] == PNG_MAGIC for name in names[:-1])
+        assert json.loads(z.read(names[-1]))["tp_size"] == qwen.tp_size
+
+
+@needs_chromium
+def test_svg_zip_is_titled_with_model_tp_and_rules(renderer, qwen):
+    figs = {"embed": family_figure(qwen, "embed")}
+    with zipfile.ZipFile(io.BytesIO(figures_zip(qwen, figs, renderer, fmt="svg"))) as z:
+        svg = z.read(f"{file_stem(qwen)}_01_embed.svg").decode()
+    assert svg.lstrip().startswith("<svg") and "tp 4" in svg and "Qwen3-8B" in svg
 
 
 @needs_chromium
@@ -122,7 +132,7 @@ def test_renderer_recovers_after_a_failure(monkeypatch, qwen):
 
 
 def test_output_dir_is_created(tmp_path, monkeypatch, qwen):
-    monkeypatch.setattr("tpviz.export.figure_png", lambda fig, renderer=None: PNG_MAGIC)
+    monkeypatch.setattr("tpviz.export.figure_png", lambda fig, renderer=None, m=None, fmt="png": PNG_MAGIC)
     paths = write_pngs(qwen, tmp_path / "deep" / "dir")
     assert all(Path(p).exists() for p in paths) and len(paths) == 8
 

@@ -85,9 +85,9 @@ class PngRenderer:
             raise
 
     def render(self, fig: go.Figure, width: int = PNG_WIDTH, height: int | None = None,
-               scale: float = PNG_SCALE) -> bytes:
-        """PNG bytes of a figure (height defaults to the figure's own)."""
-        opts = dict(format="png", width=width, height=height or fig.layout.height or 500, scale=scale)
+               scale: float = PNG_SCALE, fmt: str = "png") -> bytes:
+        """PNG (or SVG) bytes of a figure (height defaults to the figure's own)."""
+        opts = dict(format=fmt, width=width, height=height or fig.layout.height or 500, scale=scale)
         with self._lock:
             try:
                 if self._kaleido is None:
@@ -133,9 +133,19 @@ def default_renderer() -> PngRenderer:
         return _default
 
 
-def figure_png(fig: go.Figure, renderer: PngRenderer | None = None) -> bytes:
-    """One figure as PNG bytes."""
-    return (renderer or default_renderer()).render(fig)
+def titled(m: ShardMap, fig: go.Figure) -> go.Figure:
+    """A copy of a figure whose title names the model, tp and rules, so an exported image stands alone."""
+    from tpviz.rules import ENGINE
+    out = go.Figure(fig)
+    title = out.layout.title.text or ""
+    out.update_layout(title_text=f"{m.model.get('name', 'model')} · tp {m.tp_size} · {ENGINE[m.rules]} — {title}")
+    return out
+
+
+def figure_png(fig: go.Figure, renderer: PngRenderer | None = None, m: ShardMap | None = None,
+               fmt: str = "png") -> bytes:
+    """One figure as PNG (or SVG) bytes; with the map, its title names the model, tp and rules."""
+    return (renderer or default_renderer()).render(titled(m, fig) if m is not None else fig, fmt=fmt)
 
 
 def file_stem(m: ShardMap) -> str:
@@ -149,12 +159,14 @@ def png_names(m: ShardMap, keys: list[str]) -> dict[str, str]:
     return {key: f"{file_stem(m)}_{i:02d}_{key}.png" for i, key in enumerate(keys, 1)}
 
 
-def figures_zip(m: ShardMap, figs: dict[str, go.Figure], renderer: PngRenderer | None = None) -> bytes:
-    """Every figure as a PNG, in one ZIP."""
+def figures_zip(m: ShardMap, figs: dict[str, go.Figure], renderer: PngRenderer | None = None,
+                fmt: str = "png") -> bytes:
+    """Every figure as a PNG (or SVG) titled with the model, tp and rules, and the shard map JSON, in one ZIP."""
     buf = io.BytesIO()
-    with zipfile.ZipFile(buf, "w", zipfile.ZIP_STORED) as z:  # PNGs are already compressed
+    with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED) as z:
         for key, name in png_names(m, list(figs)).items():
-            z.writestr(name, figure_png(figs[key], renderer))
+            z.writestr(name.removesuffix(".png") + f".{fmt}", figure_png(figs[key], renderer, m, fmt))
+        z.writestr(f"{file_stem(m)}.json", shard_map_json(m))
     return buf.getvalue()
 
 
@@ -172,6 +184,6 @@ def write_pngs(m: ShardMap, out_dir: str | Path) -> list[Path]:
     paths = []
     for key, name in png_names(m, list(figs)).items():
         path = out / name
-        path.write_bytes(figure_png(figs[key]))
+        path.write_bytes(figure_png(figs[key], m=m))
         paths.append(path)
     return paths

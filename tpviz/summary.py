@@ -303,8 +303,9 @@ def absent_cases(m: ShardMap) -> list[str]:
         out.append("no replicated KV heads (MLA caches a shared latent)" if m.model.get("kv_lora_rank") else
                    f"no replicated KV heads (tp={m.tp_size} ≤ {m.model['num_key_value_heads']} KV heads)")
     if cases["padding"] is None:
-        out.append(f"no vocab padding (vocab {m.model['vocab_size']} splits evenly"
-                   + (")" if m.rules == "nano-vllm" else " after padding to a multiple of 64)"))
+        vocab = m.model["vocab_size"]
+        out.append(f"no vocab padding (nano-vllm never pads; vocab {vocab} splits evenly)" if m.rules == "nano-vllm"
+                   else f"no vocab padding rows (vocab {vocab} is already a multiple of 64 and splits evenly)")
     if cases["bias"] is None:
         out.append("no row-parallel biases (o_proj / down_proj have no bias)")
     return out

@@ -127,3 +127,14 @@ def test_link_to_this_view():
     at = run_app({"model": "meta-llama/Llama-3.1-8B", "tp": "8"})
     links = [m.value for m in at.markdown if "Link to this view" in m.value]
     assert links == ["[Link to this view](?model=meta-llama/Llama-3.1-8B&tp=8&rules=vllm)"]
+
+
+def test_pages_keep_their_own_controls():
+    """Explorer -> Run live -> explorer: each page's widgets keep their own state (no leaked source or tp)."""
+    at = run_app({"model": "meta-llama/Llama-3.1-8B", "tp": "8"})
+    at.radio(key="source").set_value("Local path").run()
+    at.switch_page("pages/1_Run_live.py").run()
+    assert not at.exception
+    assert at.radio(key="live_source").value == "Preset" and at.number_input(key="live_tp").value == 2
+    at.switch_page("app.py").run()
+    assert not at.exception and at.radio(key="source").value == "Local path" and at.selectbox(key="tp").value == 8

@@ -51,7 +51,7 @@ def test_png_buttons_one_per_figure(downloads):
         ["qkv", "o_proj", "gate_up", "down_proj", "embed", "lm_head", "replicated", "memory"], 1)]
     assert all(deferred[n][1] == "image/png" for n in pngs) and "Qwen3-8B_tp4_vllm_figures.zip" in deferred
     keys = [b.key for b in at.get("download_button")]
-    assert sorted(keys) == sorted(["dl_json", "dl_zip"] + [f"png_{n.split('_', 4)[-1][:-4]}" for n in pngs])
+    assert sorted(keys) == sorted(["dl_json", "dl_zip", "dl_zip_svg"] + [f"png_{n.split('_', 4)[-1][:-4]}" for n in pngs])
 
 
 @pytest.mark.skipif(chromium_path() is None, reason="PNG export needs Chromium (apt-get install chromium)")
@@ -64,7 +64,9 @@ def test_png_and_zip_downloads_are_valid(downloads):
     assert deferred["Qwen3-0.6B_tp2_vllm_07_memory.png"][0]()[:8] == PNG_MAGIC  # tied: no lm_head figure
     assert time.perf_counter() - start < 1.5  # the browser is already running (st.cache_resource)
     with zipfile.ZipFile(io.BytesIO(deferred["Qwen3-0.6B_tp2_vllm_figures.zip"][0]())) as z:
-        assert len(z.namelist()) == 7 and all(z.read(n)[:8] == PNG_MAGIC for n in z.namelist())
+        names = z.namelist()
+        assert len(names) == 8 and all(z.read(n)[:8] == PNG_MAGIC for n in names[:-1])
+        assert names[-1] == "Qwen3-0.6B_tp2_vllm.json"
 
 
 def test_no_chromium_is_one_error_line_and_disabled_buttons(monkeypatch):

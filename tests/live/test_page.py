@@ -11,10 +11,10 @@ PAGE = "../../pages/1_Run_live.py"  # AppTest resolves this against this test fi
 def _page(folder) -> AppTest:
     at = AppTest.from_file(PAGE, default_timeout=120).run()
     assert not at.exception
-    at.radio(key="source").set_value("Local folder").run()
-    at.text_input(key="folder").set_value(str(folder))
-    at.selectbox(key="device").set_value("cpu")
-    at.number_input(key="seq_len").set_value(8)
+    at.radio(key="live_source").set_value("Local folder").run()
+    at.text_input(key="live_folder").set_value(str(folder))
+    at.selectbox(key="live_device").set_value("cpu")
+    at.number_input(key="live_seq_len").set_value(8)
     return at
 
 
@@ -22,9 +22,9 @@ def _page(folder) -> AppTest:
 def test_page_runs_tp2_on_cpu(tiny):
     folder, hf_model = tiny["qwen2"]
     at = _page(folder)
-    at.number_input(key="tp").set_value(2)
-    at.text_input(key="ids").set_value("1 2 3 4 5 1002")  # no tokenizer in the folder: token ids
-    at.button(key="run").click().run()
+    at.number_input(key="live_tp").set_value(2)
+    at.text_input(key="live_ids").set_value("1 2 3 4 5 1002")  # no tokenizer in the folder: token ids
+    at.button(key="live_run").click().run()
     assert not at.exception and not at.error
     assert at.success[0].value.startswith("PASS: tp=2 vs tp=1 float32")
     metrics = {m.label: m.value for m in at.metric}
@@ -48,33 +48,33 @@ def test_page_runs_tp2_on_cpu(tiny):
 @pytest.mark.slow
 def test_page_shows_an_injected_bug_and_user_errors_in_one_line(tiny):
     at = _page(tiny["qwen2"][0])
-    at.number_input(key="tp").set_value(2)
-    at.multiselect(key="inject").set_value(["skip-allreduce"])
-    at.button(key="run").click().run()
+    at.number_input(key="live_tp").set_value(2)
+    at.multiselect(key="live_inject").set_value(["skip-allreduce"])
+    at.button(key="live_run").click().run()
     assert not at.exception and not at.error
     assert at.warning[0].value.startswith("MISMATCH") and "diverges at layer 0" in at.warning[0].value
     assert {m.label: m.value for m in at.metric}["first beyond tolerance"] == "layer 0"
-    at.number_input(key="tp").set_value(3)
-    at.button(key="run").click().run()
+    at.number_input(key="live_tp").set_value(3)
+    at.button(key="live_run").click().run()
     assert not at.exception
     assert len(at.error) == 1 and "not divisible by tp_size=3" in at.error[0].value and "\n" not in at.error[0].value
     assert at.warning[0].value.startswith("MISMATCH")  # the last good result stays visible
-    at.text_input(key="folder").set_value("/no/such/folder")
-    at.button(key="run").click().run()
+    at.text_input(key="live_folder").set_value("/no/such/folder")
+    at.button(key="live_run").click().run()
     assert not at.exception and "no such file" in at.error[0].value
 
 
 def test_page_user_errors_are_one_line(monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     at = AppTest.from_file(PAGE, default_timeout=60).run()
-    at.radio(key="source").set_value("Hub repo id").run()
-    at.button(key="run").click().run()
+    at.radio(key="live_source").set_value("Hub repo id").run()
+    at.button(key="live_run").click().run()
     assert not at.exception and "give a model" in at.error[0].value
-    at.text_input(key="hub").set_value("nobody/nothing-here")
-    at.button(key="run").click().run()
+    at.text_input(key="live_hub").set_value("nobody/nothing-here")
+    at.button(key="live_run").click().run()
     assert not at.exception and len(at.error) == 1 and "nobody/nothing-here" in at.error[0].value
     if not torch.cuda.is_available():
-        at.selectbox(key="device").set_value("cuda").run()
+        at.selectbox(key="live_device").set_value("cuda").run()
         assert not at.exception and "no CUDA GPU" in at.error[0].value
     assert all("\n" not in e.value for e in at.error)
 
@@ -83,7 +83,7 @@ def test_page_hides_local_folder_when_local_paths_are_off(monkeypatch):
     monkeypatch.setenv("TPVIZ_LOCAL_ROOT", "off")
     at = AppTest.from_file(PAGE, default_timeout=60).run()
     assert not at.exception
-    assert "Local folder" not in at.radio(key="source").options
+    assert "Local folder" not in at.radio(key="live_source").options
     assert any("Local paths are disabled on this server (TPVIZ_LOCAL_ROOT=off)." == c.value for c in at.caption)
 
 
@@ -92,16 +92,16 @@ def test_page_turns_an_unexpected_error_into_one_line(monkeypatch):
         raise RuntimeError("something broke\nTraceback details")
     monkeypatch.setattr("tpviz.live.check.verify", boom)
     at = AppTest.from_file(PAGE, default_timeout=60).run()
-    at.selectbox(key="device").set_value("cpu")
-    at.button(key="run").click().run()
+    at.selectbox(key="live_device").set_value("cpu")
+    at.button(key="live_run").click().run()
     assert not at.exception
     assert [e.value for e in at.error] == ["unexpected RuntimeError: something broke"]
 
 
 def test_page_refuses_a_huge_preset_in_one_line():
     at = AppTest.from_file(PAGE, default_timeout=60).run()
-    at.selectbox(key="preset").set_value("meta-llama/Llama-3.1-405B")
-    at.selectbox(key="device").set_value("cpu")
-    at.button(key="run").click().run()
+    at.selectbox(key="live_preset").set_value("meta-llama/Llama-3.1-405B")
+    at.selectbox(key="live_device").set_value("cpu")
+    at.button(key="live_run").click().run()
     assert not at.exception and len(at.error) == 1
     assert "parameters on CPU (limit 2.0B)" in at.error[0].value and "\n" not in at.error[0].value
