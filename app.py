@@ -4,7 +4,6 @@ Run: streamlit run app.py  (optionally ?model=Qwen/Qwen3-8B&tp=8&rules=vllm). A 
 figures, summaries and exports all come from tpviz/.
 """
 import json
-import os
 
 import streamlit as st
 
@@ -20,7 +19,7 @@ from tpviz.errors import ConfigError, TPSizeError, TpvizError
 from tpviz.export import chromium_path, figure_png, png_names
 from tpviz.plots.strip import layer_strip
 from tpviz.shardmap import ShardMap
-from tpviz.sources import LOCAL_ROOT_ENV, presets
+from tpviz.sources import presets, web_local_root
 
 PLOTLY_CONFIG = {"displaylogo": False, "modeBarButtonsToRemove": ["select2d", "lasso2d", "autoScale2d"]}
 FIELDS_HINT = ("a decoder config.json needs hidden_size, num_attention_heads, num_hidden_layers, "
@@ -150,7 +149,7 @@ def main() -> None:
     """Read the controls, build (or recall) the view, and render it; errors keep the last good view."""
     st.set_page_config(page_title="tpviz explorer", page_icon="🧩", layout="wide")
     restore_from_query()
-    local_off = os.environ.get(LOCAL_ROOT_ENV, "").strip().lower() in ("off", "none", "0", "false")
+    local_off = web_local_root() is None
     errors = list(st.session_state.pop("query_problems", []))
     with st.sidebar:
         st.markdown("## :material/view_column: tpviz")

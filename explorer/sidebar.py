@@ -1,6 +1,5 @@
 """The explorer's sidebar: model source, rules, tp (each invalid size with its reason) and exports."""
 import json
-import os
 from pathlib import Path
 from urllib.parse import urlencode
 
@@ -10,12 +9,13 @@ from streamlit.runtime.uploaded_file_manager import UploadedFile
 from explorer.cache import Page, png_renderer, resolve_hub
 from explorer.state import SOURCES, controls_from_query, query_from_controls
 from tpviz import summary as S
-from tpviz.errors import TpvizError
+from tpviz.errors import SourceError, TpvizError
 from tpviz.export import NO_CHROMIUM, chromium_path, file_stem, figures_zip
 from tpviz.plots import export_figures
 from tpviz.rules import ENGINE, RULE_NOTES, RULES
 from tpviz.spec import KV_DTYPES, SERVE_DTYPES
-from tpviz.sources import LOCAL_ROOT_ENV, find_preset, local_config, parse_config, presets, repo_from_url
+from tpviz.sources import (LOCAL_ROOT_ENV, WEB_LOCAL_OFF, find_preset, local_config, parse_config, presets,
+                           repo_from_url, web_local_root)
 
 RULE_LABELS = ENGINE  # "vLLM 0.33", "vLLM 0.28", "nano-vllm": the UI names the engine version
 UPLOAD_MB = 1
@@ -46,6 +46,8 @@ def source_config(values: dict, upload: UploadedFile | None) -> tuple[str, str]:
             st.session_state.hub_failure = (text, str(e))
             raise
     if source == "Local path":
+        if web_local_root() is None:  # e.g. ?model=/etc/... in a link: never probe the server's files
+            raise SourceError(WEB_LOCAL_OFF)
         if not values["path"].strip():
             raise NeedInput("Type the path of a config.json or a checkpoint folder and press Enter.")
         cfg, name = local_config(values["path"].strip())
@@ -61,7 +63,7 @@ def checkpoint_key(values: dict) -> str:
     hub = repo_from_url(values["hub"].strip())
     if values["source"] == "Hub repo id" and hub and not find_preset(hub):
         return f"hub:{hub}"
-    if values["source"] == "Local path" and values["path"].strip():
+    if values["source"] == "Local path" and values["path"].strip() and web_local_root() is not None:
         return f"local:{values['path'].strip()}"
     return ""
 
@@ -89,9 +91,10 @@ def sidebar_source(local_off: bool) -> UploadedFile | None:
     elif source == "Local path":
         st.text_input("config.json or checkpoint folder", key="path", persist_state="session", disabled=local_off)
         if local_off:
-            st.caption(f"Local paths are disabled on this server ({LOCAL_ROOT_ENV}=off).")
-        elif root := os.environ.get(LOCAL_ROOT_ENV, "").strip():
-            st.caption(f"Limited to {root}.")
+            st.caption(f"Local paths are off in the web app; start it with {LOCAL_ROOT_ENV}=/folder/of/models "
+                       "to allow that folder.")
+        else:
+            st.caption(f"Limited to {web_local_root()}.")
     else:
         upload = st.file_uploader("config.json", type=["json"], key="upload", max_upload_size=UPLOAD_MB)
     st.radio("Rules", RULES, key="rules", format_func=RULE_LABELS.get, persist_state="session",

@@ -4,12 +4,13 @@ Spawn-safe: Streamlit runs this file as __main__, and every spawned rank re-impo
 whole body lives in main() under the guard below; the ranks' code is in tpviz.live.
 """
 import json
-import os
 import time
+from pathlib import Path
 
 import streamlit as st
 import torch
 
+from explorer.text import literal
 from tpviz.errors import TpvizError
 from tpviz.live.check import NOISE_MULTIPLE, verify
 from tpviz.live.inject import INJECTIONS
@@ -48,28 +49,40 @@ class PhaseStatus:
 
 def model_input() -> str | bytes:
     """The model widget(s): the explorer's presets, a hub id, a local checkpoint folder, or an uploaded config."""
-    from tpviz.sources import LOCAL_ROOT_ENV, presets
-    root = os.environ.get(LOCAL_ROOT_ENV, "").strip()
-    local_off = root.lower() in ("off", "none", "0", "false")
-    kind = st.radio("Model source", [s for s in SOURCES if not (local_off and s == "Local folder")],
+    from tpviz.sources import LOCAL_ROOT_ENV, presets, web_local_root
+    root = web_local_root()
+    kind = st.radio("Model source", [s for s in SOURCES if root or s != "Local folder"],
                     horizontal=True, key="live_source")
-    if local_off:
-        st.caption(f"Local paths are disabled on this server ({LOCAL_ROOT_ENV}=off).")
+    if root is None:
+        st.caption(f"Local folders are off in the web app; start it with {LOCAL_ROOT_ENV}=/folder/of/models "
+                   "to allow that folder.")
     if kind == "Preset":
         names = list(presets())
         return st.selectbox("Preset (random weights from a seed)", names, key="live_preset",
                             index=names.index(DEFAULT_PRESET) if DEFAULT_PRESET in names else 0)
     if kind == "Hub repo id":
-        return st.text_input("Hugging Face repo id (its config; random weights)", key="live_hub",
-                             placeholder="Qwen/Qwen3-0.6B")
+        return hub_id(st.text_input("Hugging Face repo id (its config; random weights)", key="live_hub",
+                                    placeholder="Qwen/Qwen3-0.6B"), root)
     if kind == "Local folder":
         folder = st.text_input("Checkpoint folder (config.json, *.safetensors; random weights if none)",
                                key="live_folder", placeholder="/models/Qwen3-0.6B")
-        if root:
-            st.caption(f"Limited to {root}.")
+        st.caption(f"Limited to {root}.")
         return folder
     upload = st.file_uploader("config.json (random weights)", type=["json"], key="live_upload")
     return upload.getvalue() if upload is not None else ""
+
+
+def hub_id(text: str, root: str | None) -> str:
+    """A hub id or preset from the hub box, never a server path (unless local folders are allowed);
+    an error line and no model otherwise."""
+    from tpviz.sources import REPO_ID, find_preset, repo_from_url
+    text = repo_from_url(text.strip())
+    if not text or find_preset(text) or root:  # with a root set, the library confines local paths
+        return text
+    if REPO_ID.match(text) and not {".", ".."} & set(text.split("/")) and not Path(text).exists():
+        return text
+    st.error(f"{literal(text)} is not a Hugging Face repo id (owner/name); pick Preset for the built-in models")
+    return ""
 
 
 def input_ids_for(model: str | bytes, prompt: str, tp: int, layers: int | None, seed: int) -> torch.Tensor | None:

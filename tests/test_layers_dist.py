@@ -18,6 +18,7 @@ def free_port() -> int:
 
 @pytest.mark.slow
 def test_row_allreduce_embedding_allreduce_and_lmhead_gather(tmp_path):
+    """Also: a layer whose tp_size differs from the group's size raises TPGroupError instead of skipping."""
     tp = 2
     mp.start_processes(worker, args=(tp, free_port(), str(tmp_path)), nprocs=tp, start_method="spawn", join=True)
     got = load_file(tmp_path / "rank0.safetensors")
@@ -29,3 +30,4 @@ def test_row_allreduce_embedding_allreduce_and_lmhead_gather(tmp_path):
     torch.testing.assert_close(got["embed"], F.embedding(ids, vocab))
     assert got["logits"].shape == (3, 100)  # gathered, padding rows 100..127 trimmed
     torch.testing.assert_close(got["logits"], F.linear(x, vocab))
+    assert got["group_size_refused"].item() == 1  # a tp=4 layer in a 2-rank group raises, it never skips

@@ -316,3 +316,10 @@ def test_awq_kv_cache_matches_unquantized():
         m = shard_map(llama(AWQ), tp)
         assert [(r.kv_heads, r.kv_cache_bytes_per_token) for r in m.ranks] == \
                [(r.kv_heads, r.kv_cache_bytes_per_token) for r in plain.ranks]
+
+
+def test_mxfp4_refuses_an_intermediate_size_off_the_32_block():
+    from tpviz.sources import presets
+    cfg = dict(presets()["openai/gpt-oss-20b"], intermediate_size=48)
+    with pytest.raises(ConfigError, match="MXFP4 experts need intermediate_size divisible by 32.*got 48"):
+        shard_map(cfg, 2)

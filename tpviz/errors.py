@@ -30,3 +30,7 @@ class HubError(SourceError):
 
 class WeightsError(SourceError):
     """Checkpoint weights that are missing or do not match the config."""
+
+
+class TPGroupError(TpvizError):
+    """A process group whose size is not the layer's tp_size: its collectives would be wrong or skipped."""

@@ -44,10 +44,22 @@ def parse_config(data: bytes | str, what: str = "config") -> dict:
     return cfg
 
 
+OFF = ("off", "none", "0", "false")
+WEB_LOCAL_OFF = (f"local paths are off in the web app; start it with {LOCAL_ROOT_ENV}=/folder/of/models "
+                 "to allow that folder, or pick a preset, a hub id or upload a config.json")
+
+
+def web_local_root() -> str | None:
+    """The web app's local-path folder: opt-in, so visitors cannot probe the server's files unless its owner
+    set TPVIZ_LOCAL_ROOT to a folder (the CLI keeps full local access when it is unset)."""
+    root = os.environ.get(LOCAL_ROOT_ENV, "").strip()
+    return root if root and root.lower() not in OFF else None
+
+
 def check_local_path(path: str | Path) -> Path:
     """Resolve a local path, refusing it when TPVIZ_LOCAL_ROOT disables or confines local access."""
     root = os.environ.get(LOCAL_ROOT_ENV, "").strip()
-    if root.lower() in ("off", "none", "0", "false"):
+    if root.lower() in OFF:
         raise SourceError("local paths are disabled on this server; pick a preset, a hub id or upload a config.json")
     try:
         resolved = Path(path).expanduser().resolve()

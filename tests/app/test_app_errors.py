@@ -143,11 +143,16 @@ def test_local_path_confined_and_disabled(monkeypatch, tmp_path):
     still_showing_last_good(at, "tiny-llama on 4 GPUs")
     at.text_input(key="path").input(str(tmp_path / "models" / "missing")).run()
     assert "no such file or folder" in one_error(at)
-    monkeypatch.setenv("TPVIZ_LOCAL_ROOT", "off")
-    off = run_app({"model": str(folder)})
-    assert "local paths are disabled on this server" in one_error(off)
-    assert off.text_input(key="path").disabled
-    assert heading(off) == "Qwen/Qwen3-8B on 4 GPUs"
+    for root in ("off", None):  # the web app needs the owner's opt-in: a link cannot probe the server's files
+        if root is None:
+            monkeypatch.delenv("TPVIZ_LOCAL_ROOT")
+        else:
+            monkeypatch.setenv("TPVIZ_LOCAL_ROOT", root)
+        for probe in (str(folder), "/etc/passwd", "/no/such/file"):
+            off = run_app({"model": probe})
+            assert one_error(off).startswith("local paths are off in the web app; start it with TPVIZ_LOCAL_ROOT=")
+            assert off.text_input(key="path").disabled
+            assert heading(off) == "Qwen/Qwen3-8B on 4 GPUs"
 
 
 def test_unexpected_failure_is_one_line_not_a_traceback(monkeypatch):

@@ -5,6 +5,7 @@ import torch
 import torch.distributed as dist
 from safetensors.torch import save_file
 
+from tpviz.errors import TPGroupError
 from tpviz.layers import ColumnParallelLinear, ParallelLMHead, RowParallelLinear, VocabParallelEmbedding
 
 
@@ -26,6 +27,12 @@ def worker(rank: int, tp: int, port: int, out_dir: str) -> None:
         head.weight_loader(head.weight, vocab)
         y = row(col(x))  # column output stays sharded and feeds the row layer directly
         result = {"mlp": y, "embed": emb(ids), "logits": head(x)}
+        wrong = RowParallelLinear(8, 5, 2 * tp, rank)  # a layer built for another tp: refused, never skipped
+        try:
+            wrong(torch.randn(3, 8 // (2 * tp)))
+            result["group_size_refused"] = torch.tensor(0)
+        except TPGroupError as e:
+            result["group_size_refused"] = torch.tensor(int(f"process group has {tp} ranks" in str(e)))
         if rank == 0:
             save_file({k: v.contiguous() for k, v in result.items()}, os.path.join(out_dir, "rank0.safetensors"))
     finally:

@@ -8,6 +8,12 @@ from streamlit.testing.v1 import AppTest
 PAGE = "../../pages/1_Run_live.py"  # AppTest resolves this against this test file
 
 
+@pytest.fixture(autouse=True)
+def local_root(monkeypatch):
+    """The server's owner opts in to local folders (the web app refuses them otherwise)."""
+    monkeypatch.setenv("TPVIZ_LOCAL_ROOT", "/")
+
+
 def _page(folder) -> AppTest:
     at = AppTest.from_file(PAGE, default_timeout=120).run()
     assert not at.exception
@@ -42,7 +48,7 @@ def test_page_runs_tp2_on_cpu(tiny):
     assert "device" not in ranks.columns  # one device for all ranks: it is in the environment table
     env = at.dataframe[1].value
     assert "gloo" in " ".join(env["value"]) and "GPUs found" in list(env["what"])
-    assert "Backend: **gloo**" in at.caption[1].value
+    assert any("Backend: **gloo**" in c.value for c in at.caption)
 
 
 @pytest.mark.slow
@@ -79,12 +85,21 @@ def test_page_user_errors_are_one_line(monkeypatch):
     assert all("\n" not in e.value for e in at.error)
 
 
-def test_page_hides_local_folder_when_local_paths_are_off(monkeypatch):
-    monkeypatch.setenv("TPVIZ_LOCAL_ROOT", "off")
+@pytest.mark.parametrize("root", ["off", None])
+def test_page_hides_local_folder_unless_the_server_opts_in(monkeypatch, root):
+    if root is None:
+        monkeypatch.delenv("TPVIZ_LOCAL_ROOT")
+    else:
+        monkeypatch.setenv("TPVIZ_LOCAL_ROOT", root)
     at = AppTest.from_file(PAGE, default_timeout=60).run()
     assert not at.exception
     assert "Local folder" not in at.radio(key="live_source").options
-    assert any("Local paths are disabled on this server (TPVIZ_LOCAL_ROOT=off)." == c.value for c in at.caption)
+    assert any(c.value.startswith("Local folders are off in the web app; start it with TPVIZ_LOCAL_ROOT=")
+               for c in at.caption)
+    at.radio(key="live_source").set_value("Hub repo id").run()
+    for probe in ("/etc", "~/x", "tests/..", "tests/live"):  # paths, not hub ids: never looked up as files
+        at.text_input(key="live_hub").set_value(probe).run()
+        assert not at.exception and len(at.error) == 1 and "is not a Hugging Face repo id" in at.error[0].value
 
 
 def test_page_turns_an_unexpected_error_into_one_line(monkeypatch):

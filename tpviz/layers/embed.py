@@ -9,7 +9,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from tpviz.errors import TPSizeError
-from tpviz.layers.linear import check_rows, copy_checked, tp_group_active
+from tpviz.layers.linear import check_rows, copy_checked, tp_group
 from tpviz.rules import check_rules, check_tp, divide, padded_vocab
 
 
@@ -53,8 +53,8 @@ class VocabParallelEmbedding(nn.Module):
         mask = (x >= self.vocab_start_idx) & (x < self.vocab_end_idx)
         y = F.embedding(mask * (x - self.vocab_start_idx), self.weight)
         y = mask.unsqueeze(-1) * y
-        if tp_group_active(self.tp_size):
-            dist.all_reduce(y)
+        if (group := tp_group(self.tp_size)) is not None:
+            dist.all_reduce(y, group=group)
         return y
 
 
@@ -68,8 +68,8 @@ class ParallelLMHead(VocabParallelEmbedding):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor | None:
         logits = F.linear(x, self.weight)
-        if not tp_group_active(self.tp_size):
+        if (group := tp_group(self.tp_size)) is None:
             return logits[..., :self.org_vocab_size] if self.tp_size == 1 else logits
         parts = [torch.empty_like(logits) for _ in range(self.tp_size)] if self.tp_rank == 0 else None
-        dist.gather(logits.contiguous(), parts, dst=0)
+        dist.gather(logits.contiguous(), parts, dst=0, group=group)
         return torch.cat(parts, -1)[..., :self.org_vocab_size] if self.tp_rank == 0 else None

@@ -8,14 +8,21 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
 
-from tpviz.errors import WeightsError
+from tpviz.errors import TPGroupError, WeightsError
 from tpviz.layers import quantized
 from tpviz.rules import check_rules, check_tp, divide, kv_split
 
 
-def tp_group_active(tp_size: int) -> bool:
-    """True when a process group of exactly tp_size ranks is up, so collectives are real."""
-    return tp_size > 1 and dist.is_available() and dist.is_initialized() and dist.get_world_size() == tp_size
+def tp_group(tp_size: int) -> "dist.ProcessGroup | None":
+    """The group a layer's collectives run on: None for tp=1 or outside a distributed run (one process tracing
+    loaders or computing one rank's partial result); never a silent skip when a group of another size is up."""
+    if tp_size == 1 or not (dist.is_available() and dist.is_initialized()):
+        return None
+    group = dist.group.WORLD
+    if dist.get_world_size(group) != tp_size:
+        raise TPGroupError(f"layer has tp_size={tp_size} but the process group has {dist.get_world_size(group)} "
+                           "ranks; start one rank per tp slice")
+    return group
 
 
 def copy_checked(param_data: torch.Tensor, loaded_weight: torch.Tensor) -> None:
@@ -138,8 +145,8 @@ class RowParallelLinear(LinearBase):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         add_bias = self.tp_rank == 0 or self.bias_on_all_ranks
         y = F.linear(x, self.weight, self.bias if add_bias else None)
-        if self.reduce_results and tp_group_active(self.tp_size):
-            dist.all_reduce(y)
+        if self.reduce_results and (group := tp_group(self.tp_size)) is not None:
+            dist.all_reduce(y, group=group)
         return y
 
 

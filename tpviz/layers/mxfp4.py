@@ -10,6 +10,7 @@ import math
 import torch
 from torch import nn
 
+from tpviz.errors import ConfigError
 from tpviz.rules import check_tp, divide
 
 ALIGN = 64  # the Triton MoE backend rounds each GPU's intermediate size to this (oracle/mxfp4.py)
@@ -19,6 +20,13 @@ def mxfp4_rows(inter: int, tp: int, rank: int) -> tuple[int, int]:
     """The expert-intermediate rows [start, end) rank loads (end == start: none)."""
     per = math.ceil((inter // 32) / tp) * 32
     return min(rank * per, inter), min((rank + 1) * per, inter)
+
+
+def check_blocks(intermediate_size: int) -> None:
+    """MXFP4 packs 32 values per scale along the down's contraction dim, and GPUs get whole blocks of it."""
+    if intermediate_size % 32:
+        raise ConfigError(f"MXFP4 experts need intermediate_size divisible by 32 (one scale block), "
+                          f"got {intermediate_size}")
 
 
 def _param(shape: tuple, loader) -> nn.Parameter:
@@ -34,6 +42,7 @@ class Mxfp4GateUp(nn.Module):
     def __init__(self, hidden_size: int, intermediate_size: int, tp_size: int, tp_rank: int):
         super().__init__()
         check_tp(tp_size, tp_rank)
+        check_blocks(intermediate_size)
         self.tp_dim, self.tp_size, self.tp_rank = 0, tp_size, tp_rank
         alloc = math.ceil(divide(intermediate_size, tp_size, "intermediate_size") / ALIGN) * ALIGN
         self.start, self.end = mxfp4_rows(intermediate_size, tp_size, tp_rank)
@@ -53,6 +62,7 @@ class Mxfp4Down(nn.Module):
     def __init__(self, hidden_size: int, intermediate_size: int, tp_size: int, tp_rank: int):
         super().__init__()
         check_tp(tp_size, tp_rank)
+        check_blocks(intermediate_size)
         self.tp_dim, self.tp_size, self.tp_rank = 1, tp_size, tp_rank
         alloc = math.ceil(divide(intermediate_size, tp_size, "intermediate_size") / ALIGN) * ALIGN
         self.start, self.end = mxfp4_rows(intermediate_size, tp_size, tp_rank)

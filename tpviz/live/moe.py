@@ -9,7 +9,7 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
 
-from tpviz.layers import MergedColumnParallelLinear, ReplicatedLinear, RowParallelLinear, tp_group_active
+from tpviz.layers import MergedColumnParallelLinear, ReplicatedLinear, RowParallelLinear, tp_group
 from tpviz.spec import ModelSpec
 
 # model_type -> (the block's checkpoint name, the expert down projection's name); gate/up load into gate_up_proj
@@ -70,6 +70,6 @@ class SparseMoeBlock(nn.Module):
             # sums each token's top-k at once: the same up to rounding). Weighting a partial sum is exact.
             y = expert(x[token]) * weights[token, slot, None]
             out.index_add_(0, token, y.to(out.dtype))
-        if self.reduce_results and tp_group_active(self.tp_size):
-            dist.all_reduce(out)  # the block's only collective (expert downs skip theirs)
+        if self.reduce_results and (group := tp_group(self.tp_size)) is not None:
+            dist.all_reduce(out, group=group)  # the block's only collective (expert downs skip theirs)
         return out.view(shape)
