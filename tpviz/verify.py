@@ -84,7 +84,9 @@ def main(argv: list[str] | None = None) -> int:
     """Entry point of `python -m tpviz verify` and `python -m tpviz.verify`; returns the exit code."""
     try:
         args = build_parser().parse_args(argv)
-        return _run(args)
+        from tpviz.live.runner import interrupt_on_sigterm
+        with interrupt_on_sigterm():
+            return _run(args)
     except SystemExit as e:  # --help
         return e.code if isinstance(e.code, int) else 0
     except _UsageError as e:

@@ -1,26 +1,12 @@
 """A rank that raises or hangs stops the whole group with a one-line error naming it, and leaves no process."""
 import os
 import time
-from pathlib import Path
 
 import pytest
 
+from tests.helpers.procs import spawned_by
 from tpviz.live import RankFailure, verify
 from tpviz.live.worker import FAULT_ENV
-
-
-def spawned_children() -> list[int]:
-    """Our living spawn children (not the multiprocessing resource tracker, not zombies)."""
-    out = []
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-            cmdline = (stat.parent / "cmdline").read_bytes()
-        except OSError:
-            continue
-        if int(fields[1]) == os.getpid() and fields[0] != "Z" and b"spawn_main" in cmdline:
-            out.append(int(stat.parent.name))
-    return out
 
 
 @pytest.mark.slow
@@ -43,4 +29,4 @@ def test_failing_rank_is_named_and_stopped(tiny_config, monkeypatch, kind, phase
     else:
         assert "hung in load" in message and "rank 0 waited for it in forward" in message
         assert timeout <= elapsed < timeout + 8
-    assert spawned_children() == []
+    assert spawned_by(os.getpid()) == []

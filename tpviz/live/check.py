@@ -14,7 +14,7 @@ from tpviz.live.errors import LiveError
 from tpviz.live.inject import Injection, check_injections, describe_injections
 from tpviz.live.inputs import check_input_ids, random_input_ids
 from tpviz.live.results import Environment, LayerDiff, RankReport, VerifyResult
-from tpviz.live.runner import choose_backend, run_group
+from tpviz.live.runner import choose_backend, run_group, run_within
 from tpviz.live.source import ModelSource, resolve_model
 from tpviz.live.worker import DTYPES, run_model
 
@@ -129,8 +129,10 @@ def verify(model, tp_size: int, *, device: str = "auto", dtype: str = "float32",
 
     progress("spawn")
     if tp_size == 1:  # nothing to spawn: the "TP" run is one more in-process run, injections included
-        ref = timed_reference()
-        logits, hidden, report = run_model(prep.job, 0, 1, ref_device, mark=progress)  # marks load, forward
+        ref = run_within(lambda mark: timed_reference(), timeout, "the tp=1 reference")
+        left = max(1e-3, timeout - (time.perf_counter() - t0))
+        logits, hidden, report = run_within(lambda mark: run_model(prep.job, 0, 1, ref_device, mark=mark), left,
+                                            "the tp=1 run", progress)  # marks load, forward
         phases.update(spawn=0.0, load=report["load_s"], forward=report["forward_s"])
         reports = [report]
     else:

@@ -4,10 +4,14 @@ Every run has its own temp folder and its own TCPStore on a port the OS picks (p
 parent until the end), so concurrent runs never share a port or a file.
 """
 import json
+import os
 import shutil
 import signal
+import queue
 import tempfile
+import threading
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import timedelta
 from multiprocessing.connection import wait
@@ -153,39 +157,105 @@ def _stop(ctx) -> None:
         Path(f).unlink(missing_ok=True)
 
 
+class Background:
+    """fn() on a daemon thread, so the watchdog keeps its clock while the parent works too: a hang there
+    ends at the timeout like a rank's. The thread is abandoned then (Python cannot kill one); a CLI run exits."""
+
+    def __init__(self, fn):
+        self.result, self.error = None, None
+        self.thread = threading.Thread(target=self._run, args=(fn,), daemon=True, name="tpviz-reference")
+        self.thread.start()
+
+    def _run(self, fn) -> None:
+        try:
+            self.result = fn()
+        except BaseException as e:  # noqa: BLE001 - re-raised in the caller's thread by get()
+            self.error = e
+
+    @property
+    def done(self) -> bool:
+        return not self.thread.is_alive()
+
+    def get(self):
+        if self.error is not None:
+            raise self.error
+        return self.result
+
+
+def run_within(fn, timeout: float, what: str, progress=None):
+    """fn(mark) in this process, given at most `timeout` s, so the tp=1 run obeys the same timeout as the
+    ranks; the phases it marks reach progress() on the caller's thread (a UI may only draw from there)."""
+    marks = queue.SimpleQueue()
+    job, deadline = Background(lambda: fn(marks.put)), time.monotonic() + timeout
+    while True:
+        job.thread.join(0.1)
+        while not marks.empty():
+            phase = marks.get()
+            if progress:
+                progress(phase)
+        if job.done:
+            return job.get()
+        if time.monotonic() > deadline:
+            raise LiveError(f"{what} did not finish within the {timeout:g} s timeout")
+
+
+@contextmanager
+def interrupt_on_sigterm():
+    """SIGTERM unwinds like Ctrl-C while a run lasts: ranks stopped, the run's temp folder removed."""
+    if threading.current_thread() is not threading.main_thread():  # only the main thread may set handlers
+        yield
+        return
+
+    def interrupt(signum, frame):
+        raise KeyboardInterrupt
+    previous = signal.signal(signal.SIGTERM, interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
 def run_group(job: dict, tp_size: int, timeout: float, progress=None, overlap=None) -> GroupRun:
     """Spawn tp_size ranks running `job`, wait at most `timeout` s, and collect rank 0's outputs.
 
-    `overlap()` (the tp=1 reference) runs in this process while the ranks start; `progress(phase)` is
-    called as the slowest rank enters each phase.
+    `overlap()` (the tp=1 reference) runs on a thread of this process while the ranks run, under the same
+    timeout; `progress(phase)` is called as the slowest rank enters each phase.
     """
     run_dir = Path(tempfile.mkdtemp(prefix="tpviz-live-"))
     store = dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False, timeout=timedelta(seconds=timeout))
-    job = {**job, "run_dir": str(run_dir), "store_port": store.port, "tp_size": tp_size, "timeout": timeout}
+    job = {**job, "run_dir": str(run_dir), "store_port": store.port, "tp_size": tp_size, "timeout": timeout,
+           "parent_pid": os.getpid()}
     t0, started = time.time(), time.monotonic()
     ctx = mp.start_processes(spawn_entry, args=(job,), nprocs=tp_size, join=False, daemon=True,
                              start_method="spawn")
+    ref = Background(overlap or (lambda: None))
     try:
-        overlap_result = overlap() if overlap else None
         reported = "start"
         while True:
-            wait([p.sentinel for p in ctx.processes if p.exitcode is None], timeout=0.1)  # wakes when one exits
+            if running := [p.sentinel for p in ctx.processes if p.exitcode is None]:
+                wait(running, timeout=0.1)  # wakes when one exits
+            else:
+                ref.thread.join(0.1)
+            if ref.done and ref.error is not None:
+                ref.get()  # the reference's own error (a user error, or a bug) ends the run too
             codes = [p.exitcode for p in ctx.processes]
             dead = {r: c for r, c in enumerate(codes) if c not in (None, 0)}
             if dead:  # snapshot before we stop anyone, so our own SIGTERMs never look like the cause
                 message, rank, user_error = _failure_message(run_dir, dead)
                 raise LiveError(message) if user_error else RankFailure(message, rank)
-            if all(c == 0 for c in codes):
+            if all(c == 0 for c in codes) and ref.done:
                 break
             slowest = min((_current(m) for m in _phases(run_dir, tp_size)), key=PHASES.index)
             while progress and PHASES.index(slowest) > PHASES.index(reported):  # no phase skipped
                 reported = PHASES[PHASES.index(reported) + 1]
                 progress(reported)
             if time.monotonic() - started > timeout:
+                if all(c == 0 for c in codes):
+                    raise LiveError(f"the tp=1 reference did not finish within the {timeout:g} s timeout")
                 alive = [r for r, p in enumerate(ctx.processes) if p.is_alive()]
                 message, rank = _hang_message(run_dir, tp_size, timeout, alive)
                 raise RankFailure(message, rank)
-        return _collect(run_dir, tp_size, t0, overlap_result)
+        return _collect(run_dir, tp_size, t0, ref.get())
     finally:
         _stop(ctx)
         del store

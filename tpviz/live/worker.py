@@ -3,6 +3,7 @@
 `spawn_entry` is the importable target of torch.multiprocessing spawn; `run_model` is shared with the
 in-process tp=1 reference and with torchrun ranks.
 """
+import ctypes
 import json
 import os
 import signal
@@ -97,9 +98,15 @@ def spawn_device(job: dict, rank: int) -> torch.device:
     return torch.device("cuda", rank % torch.cuda.device_count())
 
 
-def _watch_parent() -> None:
-    """Exit when the parent dies, even if the main thread is stuck inside a C++ collective."""
-    parent = os.getppid()
+def _watch_parent(parent: int) -> None:
+    """Exit when the parent dies, even if the main thread is stuck inside a C++ collective: the kernel's
+    parent-death signal on Linux, a watcher thread elsewhere, and at once if it died while we started."""
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):  # not Linux: the thread below covers it
+        pass
+    if os.getppid() != parent:  # reparented: the parent died while this rank imported torch
+        os._exit(3)
 
     def loop():
         while os.getppid() == parent:
@@ -123,7 +130,7 @@ def _fault(rank: int, phase: str) -> None:
 
 def spawn_entry(rank: int, job: dict) -> None:
     """Body of one spawned rank: join the group over the parent's TCPStore, run, write results to run_dir."""
-    _watch_parent()
+    _watch_parent(job["parent_pid"])
     run_dir, tp_size = Path(job["run_dir"]), job["tp_size"]
     log = os.open(run_dir / f"rank{rank}.log", os.O_WRONLY | os.O_CREAT | os.O_APPEND)
     os.dup2(log, 1)  # library warnings go to the run's log, so the caller's terminal keeps one clean line

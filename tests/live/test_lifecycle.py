@@ -1,0 +1,82 @@
+"""The timeout covers the in-process tp=1 reference too; ranks die with their parent; SIGTERM cleans up."""
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.helpers.procs import alive, spawned_by
+from tpviz.live import verify
+from tpviz.live.errors import LiveError
+from tpviz.live.worker import FAULT_ENV
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def wait_for(predicate, seconds: float, step: float = 0.1):
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if value := predicate():
+            return value
+        time.sleep(step)
+    return predicate()
+
+
+def hang(*args, **kwargs):
+    time.sleep(3600)
+
+
+def test_a_hanging_tp1_reference_ends_at_the_timeout(tiny_config, monkeypatch):
+    monkeypatch.setattr("tpviz.live.check.reference", hang)
+    start = time.monotonic()
+    with pytest.raises(LiveError, match="the tp=1 reference did not finish within the 2 s timeout"):
+        verify(tiny_config, 1, device="cpu", seq_len=8, timeout=2)
+    assert time.monotonic() - start < 6
+
+
+@pytest.mark.slow
+def test_a_hanging_reference_beside_ranks_ends_at_the_timeout(tiny_config, monkeypatch):
+    monkeypatch.setattr("tpviz.live.check.reference", hang)
+    start = time.monotonic()
+    with pytest.raises(LiveError, match="the tp=1 reference did not finish within the 30 s timeout"):
+        verify(tiny_config, 2, device="cpu", seq_len=8, timeout=30)  # the ranks finish well before
+    assert 30 <= time.monotonic() - start < 38
+
+
+def start_cli(tiny_config, tmp_path) -> subprocess.Popen:
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1", FAULT_ENV: "1:hang:load",
+           "TMPDIR": str(tmp_path)}
+    return subprocess.Popen([sys.executable, "-m", "tpviz", "verify", str(tiny_config), "--tp", "2", "--device",
+                             "cpu", "--timeout", "300", "--quiet"], cwd=ROOT, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+@pytest.mark.slow
+def test_ranks_exit_when_the_parent_is_killed_while_they_start(tiny_config, tmp_path):
+    proc = start_cli(tiny_config, tmp_path)
+    try:
+        ranks = wait_for(lambda: spawned_by(proc.pid) if len(spawned_by(proc.pid)) == 2 else [], 60, 0.02)
+        assert len(ranks) == 2
+        proc.kill()  # while they still import torch: no finally, no cleanup from the parent
+        proc.wait()
+        assert wait_for(lambda: not alive(ranks), 30), "ranks outlived their parent"
+    finally:
+        proc.kill()
+
+
+@pytest.mark.slow
+def test_sigterm_stops_the_ranks_and_removes_the_run_folder(tiny_config, tmp_path):
+    proc = start_cli(tiny_config, tmp_path)
+    try:
+        ranks = wait_for(lambda: spawned_by(proc.pid) if len(spawned_by(proc.pid)) == 2 else [], 60, 0.02)
+        assert len(ranks) == 2 and list(tmp_path.glob("tpviz-live-*"))
+        time.sleep(1)
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=30)
+        assert proc.returncode == 130 and err.strip().splitlines()[-1] == "tpviz verify: interrupted"
+        assert not alive(ranks) and not list(tmp_path.glob("tpviz-live-*"))
+    finally:
+        proc.kill()
