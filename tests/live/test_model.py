@@ -120,3 +120,40 @@ def test_bad_tp_and_ids_fail_before_any_rank_starts(tiny_config):
         prepare(tiny_config, 2, device="cpu", input_ids=[[1, 2, 1000]])
     with pytest.raises(LiveError, match="unknown inject"):
         prepare(tiny_config, 2, device="cpu", inject=["nope"])
+
+
+def _edited_checkpoint(tiny, tmp_path, name, edit):
+    from safetensors.torch import load_file, save_file
+    folder = tiny["qwen3"][0]
+    tensors = load_file(str(folder / "model.safetensors"))
+    tensors[name] = edit(tensors[name])
+    save_file(tensors, str(tmp_path / "model.safetensors"))
+    (tmp_path / "config.json").write_text((folder / "config.json").read_text())
+    return resolve_model(tmp_path)
+
+
+@pytest.mark.parametrize("name, edit, match", [
+    ("model.layers.0.mlp.down_proj.weight", lambda t: t.index_fill(0, torch.tensor([3]), float("nan")),
+     r"model.layers.0.mlp.down_proj.weight holds NaN or Inf values .*the checkpoint itself is broken"),
+    ("model.norm.weight", lambda t: torch.full_like(t, float("inf")), r"model.norm.weight holds NaN or Inf"),
+    ("model.layers.1.input_layernorm.weight", lambda t: t > 0, r"input_layernorm.weight is stored as BOOL"),
+    ("model.layers.0.self_attn.q_proj.weight", lambda t: t.to(torch.int32), r"q_proj.weight is stored as I32"),
+    ("model.layers.0.self_attn.o_proj.weight", lambda t: t[:, :-2].contiguous(),
+     r"model.layers.0.self_attn.o_proj.weight"),
+    ("model.layers.1.input_layernorm.weight", lambda t: t[:-1].contiguous(),
+     r"checkpoint tensor model.layers.1.input_layernorm.weight does not fit .*shape"),
+])
+def test_broken_weights_are_named_not_reported_as_a_tp_mismatch(tiny, tmp_path, name, edit, match):
+    source = _edited_checkpoint(tiny, tmp_path, name, edit)
+    for rank in (0, 1):
+        with pytest.raises(WeightsError, match=match) as e:
+            load_weights(LiveForCausalLM(source.cfg, 2, rank), tmp_path)
+        assert "\n" not in str(e.value)
+
+
+def test_nan_weights_end_verify_with_the_tensor_named(tiny, tmp_path):
+    _edited_checkpoint(tiny, tmp_path, "model.embed_tokens.weight", lambda t: t.index_fill(0, torch.tensor([7]),
+                                                                                            float("nan")))
+    with pytest.raises(TpvizError, match="model.embed_tokens.weight holds NaN or Inf"):
+        from tpviz.live import verify
+        verify(tmp_path, 1, device="cpu", seq_len=8)

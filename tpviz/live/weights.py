@@ -28,11 +28,17 @@ class ReadStats:
     spanned: int = 0  # a column slice of a row-major tensor spans (and pages in) nearly all of it
 
 
+FLOAT_DTYPES = ("F32", "F16", "BF16", "F64")  # safetensors' names; Run live computes in floating point
+
+
 class CheckpointTensor:
     """A checkpoint tensor not read yet; `narrow` and `chunk(...)[i]` read just that part."""
 
     def __init__(self, handle, name: str, stats: ReadStats, box: list[tuple[int, int]] | None = None):
         self._slice, self._handle, self.name, self._stats = handle.get_slice(name), handle, name, stats
+        if (dtype := self._slice.get_dtype()) not in FLOAT_DTYPES:  # a bool or int "weight" is no weight
+            raise WeightsError(f"checkpoint tensor {name} is stored as {dtype}; Run live reads float weights "
+                               f"({', '.join(FLOAT_DTYPES)})")
         self._full = list(self._slice.get_shape())
         self._box = box or [(0, n) for n in self._full]
 
@@ -85,6 +91,10 @@ class CheckpointTensor:
 
     def _read(self, box: list[tuple[int, int]]) -> torch.Tensor:
         t = self._slice[tuple(slice(a, b) for a, b in box)] if box else self._handle.get_tensor(self.name)
+        if not torch.isfinite(t).all():  # a broken checkpoint, not a TP mismatch: say so before any forward
+            where = ", ".join(f"{a}:{b}" for a, b in box) if box else "all"
+            raise WeightsError(f"checkpoint tensor {self.name} holds NaN or Inf values (in the part [{where}] this "
+                               "rank reads); the checkpoint itself is broken, whatever the tp")
         self._stats.read += t.numel() * t.element_size()
         self._stats.spanned += _span(self._full, box, t.element_size())
         return t
@@ -217,10 +227,15 @@ def load_weights(model: nn.Module, folder: str | Path) -> ReadStats:
                 data = CheckpointTensor(handle, ckpt_name, stats)
                 if tp_dim is None or param.ndim <= tp_dim:
                     data = data.materialize()
-                if shard_id is None:
-                    param.weight_loader(param, data)
-                else:
-                    param.weight_loader(param, data, shard_id)
+                try:
+                    if shard_id is None:
+                        param.weight_loader(param, data)
+                    else:
+                        param.weight_loader(param, data, shard_id)
+                except (WeightsError, RuntimeError) as e:  # name the tensor, whatever the loader said
+                    if ckpt_name in str(e):
+                        raise
+                    raise WeightsError(f"checkpoint tensor {ckpt_name} does not fit {pname}: {e}") from None
                 loaded.setdefault(pname, set()).add(shard_id)
     missing = [n for n in params if not _complete(owners[n], loaded.get(n, set()))]
     if missing:
