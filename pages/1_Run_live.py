@@ -17,8 +17,11 @@ from tpviz.live.inject import INJECTIONS
 from tpviz.live.inputs import parse_ids_text, tokenize
 from tpviz.live.report import environment_rows, rank_figure, stage_figure
 from tpviz.live.runner import choose_backend
+from tpviz.live.slot import max_ranks, one_run_at_a_time
 from tpviz.live.source import local_tokenizer, resolve_model
 
+UPLOAD_MB = 1  # a config.json is a few KB; as in the explorer
+QUEUED = "Another run is in progress on this server; yours starts when it ends (one live run at a time)."
 PHASES = {"spawn": "Spawn ranks and join the process group", "load": "Load each rank's weight slices",
           "forward": "Forward pass on every rank", "compare": "Compare against tp=1"}
 SOURCES = ("Preset", "Hub repo id", "Local folder", "Upload config.json")
@@ -68,7 +71,8 @@ def model_input() -> str | bytes:
                                key="live_folder", placeholder="/models/Qwen3-0.6B")
         st.caption(f"Limited to {root}.")
         return folder
-    upload = st.file_uploader("config.json (random weights)", type=["json"], key="live_upload")
+    upload = st.file_uploader("config.json (random weights)", type=["json"], key="live_upload",
+                              max_upload_size=UPLOAD_MB)
     return upload.getvalue() if upload is not None else ""
 
 
@@ -167,7 +171,9 @@ def main() -> None:
         try:
             env = choose_backend(tp, device)
             gpus = ", ".join(env.gpus) if env.gpus else "none"
-            st.caption(f"GPUs found: {gpus}. Backend: **{env.backend}** on {env.device} ({env.reason}).")
+            cap = max_ranks(len(env.gpus))
+            st.caption(f"GPUs found: {gpus}. Backend: **{env.backend}** on {env.device} ({env.reason}). "
+                       + (f"This machine runs at most {cap} ranks; one live run at a time." if cap else ""))
         except TpvizError as e:
             st.error(str(e))
             return
@@ -175,9 +181,10 @@ def main() -> None:
             status = PhaseStatus()
             try:
                 ids = input_ids_for(model, prompt, tp, layers or None, seed)
-                result, _ = verify(model, tp, device=device, dtype=dtype, input_ids=ids, inject=inject,
-                                   layers=layers or None, seed=seed, seq_len=seq_len, timeout=timeout,
-                                   progress=status)
+                with one_run_at_a_time(on_wait=lambda: st.info(QUEUED)):
+                    result, _ = verify(model, tp, device=device, dtype=dtype, input_ids=ids, inject=inject,
+                                       layers=layers or None, seed=seed, seq_len=seq_len, timeout=timeout,
+                                       progress=status)
                 st.session_state["live_result"] = result
             except TpvizError as e:  # every user error (and a failed rank) is one line, never a traceback
                 status.finish("error")

@@ -120,3 +120,28 @@ def test_page_refuses_a_huge_preset_in_one_line():
     at.button(key="live_run").click().run()
     assert not at.exception and len(at.error) == 1
     assert "parameters on CPU (limit 2.0B)" in at.error[0].value and "\n" not in at.error[0].value
+
+
+def test_a_second_visitor_is_queued_until_the_running_one_ends(monkeypatch, tiny):
+    import threading
+
+    from tpviz.live.slot import one_run_at_a_time
+    held, release = threading.Event(), threading.Event()
+
+    def other_visitor():
+        with one_run_at_a_time():
+            held.set()
+            release.wait(30)
+    t = threading.Thread(target=other_visitor)
+    t.start()
+    held.wait(5)
+    threading.Timer(1.0, release.set).start()
+    at = _page(tiny["qwen3"][0])
+    at.number_input(key="live_tp").set_value(1)
+    at.button(key="live_run").click().run()
+    t.join()
+    assert not at.exception and not at.error
+    assert [i.value for i in at.info][:1] == ["Another run is in progress on this server; yours starts when it ends "
+                                              "(one live run at a time)."]
+    assert at.success[0].value.startswith("PASS: tp=1")
+    assert any("runs at most" in c.value and "one live run at a time" in c.value for c in at.caption)

@@ -15,6 +15,7 @@ from tpviz.live.inject import Injection, check_injections, describe_injections
 from tpviz.live.inputs import check_input_ids, random_input_ids
 from tpviz.live.results import Environment, LayerDiff, RankReport, VerifyResult
 from tpviz.live.runner import choose_backend, run_group, run_within
+from tpviz.live.slot import check_ranks
 from tpviz.live.source import ModelSource, resolve_model
 from tpviz.live.worker import DTYPES, run_model
 
@@ -43,6 +44,8 @@ def prepare(model, tp_size: int, *, device: str = "auto", dtype: str = "float32"
     names = check_injections(inject)
     env = env or choose_backend(tp_size, device)
     source = resolve_model(model, layers, seed, tp_size)  # an invalid split fails before weights are made
+    if env.launcher == "spawn":  # torchrun starts its own ranks
+        check_ranks(tp_size, len(env.gpus))
     cfg = source.cfg
     vocab = cfg.spec.vocab_size
     ids = random_input_ids(vocab, batch, seq_len, seed) if input_ids is None else check_input_ids(input_ids, vocab)
