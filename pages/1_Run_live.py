@@ -8,6 +8,7 @@ import time
 from pathlib import Path
 
 import streamlit as st
+from streamlit.runtime.scriptrunner_utils.exceptions import RerunException, StopException
 import torch
 
 from explorer.text import literal
@@ -37,12 +38,20 @@ class PhaseStatus:
     """One st.status per phase: the previous one completes (with its time) when the next begins."""
 
     def __init__(self):
-        self.box, self.phase, self.started = None, None, 0.0
+        self.box, self.phase, self.started, self.shown = None, None, 0.0, 0.0
 
     def __call__(self, phase: str) -> None:
         self.finish()
         if phase in PHASES:
             self.box, self.phase, self.started = st.status(f"{PHASES[phase]}…", state="running"), phase, time.time()
+
+    def tick(self) -> None:
+        """Every 0.1 s of a run: the elapsed time in the running box, twice a second. Each update is also a
+        point where Streamlit can end the script, so Stop (or a changed control) ends the run at once."""
+        now = time.time()
+        if self.box is not None and now - self.shown >= 0.5:
+            self.box.update(label=f"{PHASES[self.phase]}… {now - self.started:.0f} s")
+            self.shown = now
 
     def finish(self, state: str = "complete") -> None:
         if self.box is not None:
@@ -177,6 +186,8 @@ def main() -> None:
         except TpvizError as e:
             st.error(str(e))
             return
+        if stopped := st.session_state.pop("live_stopped", None):
+            st.warning(f"The last run was stopped during “{stopped.lower()}”; its ranks were ended.")
         if run:
             status = PhaseStatus()
             try:
@@ -184,7 +195,7 @@ def main() -> None:
                 with one_run_at_a_time(on_wait=lambda: st.info(QUEUED)):
                     result, _ = verify(model, tp, device=device, dtype=dtype, input_ids=ids, inject=inject,
                                        layers=layers or None, seed=seed, seq_len=seq_len, timeout=timeout,
-                                       progress=status)
+                                       progress=status, tick=status.tick)
                 st.session_state["live_result"] = result
             except TpvizError as e:  # every user error (and a failed rank) is one line, never a traceback
                 status.finish("error")
@@ -197,6 +208,9 @@ def main() -> None:
                 st.error(f"unexpected {type(e).__name__}: {first}")
                 if "live_result" in st.session_state:
                     st.caption("The previous run's result:")
+            except (StopException, RerunException):  # run_group's finally has stopped the ranks already;
+                st.session_state["live_stopped"] = PHASES.get(status.phase, "Start")  # the page can only say so
+                raise                                                                 # on its next run
         if "live_result" in st.session_state:
             show_result(st.session_state["live_result"])
         else:

@@ -80,3 +80,23 @@ def test_sigterm_stops_the_ranks_and_removes_the_run_folder(tiny_config, tmp_pat
         assert not alive(ranks) and not list(tmp_path.glob("tpviz-live-*"))
     finally:
         proc.kill()
+
+
+class Stopped(BaseException):
+    """What a UI's stop looks like from inside the run: not an Exception, so nothing swallows it."""
+
+
+@pytest.mark.slow
+def test_a_stop_from_tick_ends_the_ranks_within_seconds(tiny_config, monkeypatch, tmp_path):
+    import tempfile
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    monkeypatch.setenv(FAULT_ENV, "1:hang:load")
+    start = time.monotonic()
+
+    def tick():
+        if spawned_by(os.getpid()) and time.monotonic() - start > 3:
+            raise Stopped
+    with pytest.raises(Stopped):
+        verify(tiny_config, 2, device="cpu", seq_len=8, timeout=120, tick=tick)
+    assert time.monotonic() - start < 3 + 5  # terminate, then kill after 3 s at most
+    assert spawned_by(os.getpid()) == [] and not list(tmp_path.glob("tpviz-live-*"))

@@ -145,3 +145,21 @@ def test_a_second_visitor_is_queued_until_the_running_one_ends(monkeypatch, tiny
                                               "(one live run at a time)."]
     assert at.success[0].value.startswith("PASS: tp=1")
     assert any("runs at most" in c.value and "one live run at a time" in c.value for c in at.caption)
+
+
+def test_a_stopped_run_is_reported_on_the_next_run(monkeypatch):
+    from streamlit.runtime.scriptrunner_utils.exceptions import StopException
+
+    def stopped(*args, progress=None, tick=None, **kwargs):
+        progress("spawn")
+        raise StopException()  # what Streamlit raises at a yield point (tick's update) after Stop
+    monkeypatch.setattr("tpviz.live.check.verify", stopped)
+    at = AppTest.from_file(PAGE, default_timeout=60).run()
+    at.selectbox(key="live_device").set_value("cpu")
+    at.button(key="live_run").click().run()
+    assert not at.exception
+    at.run()
+    assert [w.value for w in at.warning] == ["The last run was stopped during “spawn ranks and join the process "
+                                             "group”; its ranks were ended."]
+    at.run()
+    assert not at.warning  # said once

@@ -114,8 +114,9 @@ def build_result(prep: Prepared, tp_size: int, tp_logits, tp_hidden, ref: dict, 
 
 def verify(model, tp_size: int, *, device: str = "auto", dtype: str = "float32", input_ids=None,
            inject: list[str] | None = None, layers: int | None = None, seed: int = 0, batch: int = 2,
-           seq_len: int = 32, timeout: float = 300.0, progress=None) -> tuple[VerifyResult, torch.Tensor]:
-    """Run `model` at tp_size and at tp=1 on the same ids; return the result and the TP logits."""
+           seq_len: int = 32, timeout: float = 300.0, progress=None, tick=None) -> tuple[VerifyResult, torch.Tensor]:
+    """Run `model` at tp_size and at tp=1 on the same ids; return the result and the TP logits.
+    `tick()` is called every 0.1 s while ranks or the tp=1 run work; an exception from it stops the run."""
     progress = progress or (lambda phase: None)
     t0 = time.perf_counter()
     prep = prepare(model, tp_size, device=device, dtype=dtype, input_ids=input_ids, inject=inject, layers=layers,
@@ -132,15 +133,15 @@ def verify(model, tp_size: int, *, device: str = "auto", dtype: str = "float32",
 
     progress("spawn")
     if tp_size == 1:  # nothing to spawn: the "TP" run is one more in-process run, injections included
-        ref = run_within(lambda mark: timed_reference(), timeout, "the tp=1 reference")
+        ref = run_within(lambda mark: timed_reference(), timeout, "the tp=1 reference", tick=tick)
         left = max(1e-3, timeout - (time.perf_counter() - t0))
         logits, hidden, report = run_within(lambda mark: run_model(prep.job, 0, 1, ref_device, mark=mark), left,
-                                            "the tp=1 run", progress)  # marks load, forward
+                                            "the tp=1 run", progress, tick)  # marks load, forward
         phases.update(spawn=0.0, load=report["load_s"], forward=report["forward_s"])
         reports = [report]
     else:
         group = run_group(prep.job, tp_size, timeout, lambda p: p in ("load", "forward") and progress(p),
-                          overlap=timed_reference)
+                          overlap=timed_reference, tick=tick)
         logits, hidden, reports, ref = group.logits, group.hidden, group.reports, group.overlap_result
         phases.update(group.phases)
     phases.update(timed)

@@ -182,13 +182,15 @@ class Background:
         return self.result
 
 
-def run_within(fn, timeout: float, what: str, progress=None):
+def run_within(fn, timeout: float, what: str, progress=None, tick=None):
     """fn(mark) in this process, given at most `timeout` s, so the tp=1 run obeys the same timeout as the
     ranks; the phases it marks reach progress() on the caller's thread (a UI may only draw from there)."""
     marks = queue.SimpleQueue()
     job, deadline = Background(lambda: fn(marks.put)), time.monotonic() + timeout
     while True:
         job.thread.join(0.1)
+        if tick:
+            tick()
         while not marks.empty():
             phase = marks.get()
             if progress:
@@ -215,11 +217,12 @@ def interrupt_on_sigterm():
         signal.signal(signal.SIGTERM, previous)
 
 
-def run_group(job: dict, tp_size: int, timeout: float, progress=None, overlap=None) -> GroupRun:
+def run_group(job: dict, tp_size: int, timeout: float, progress=None, overlap=None, tick=None) -> GroupRun:
     """Spawn tp_size ranks running `job`, wait at most `timeout` s, and collect rank 0's outputs.
 
     `overlap()` (the tp=1 reference) runs on a thread of this process while the ranks run, under the same
-    timeout; `progress(phase)` is called as the slowest rank enters each phase.
+    timeout; `progress(phase)` is called as the slowest rank enters each phase, and `tick()` every 0.1 s:
+    whatever it raises (a UI's stop) ends the run, and the ranks are stopped on the way out.
     """
     run_dir = Path(tempfile.mkdtemp(prefix="tpviz-live-"))
     store = dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False, timeout=timedelta(seconds=timeout))
@@ -236,6 +239,8 @@ def run_group(job: dict, tp_size: int, timeout: float, progress=None, overlap=No
                 wait(running, timeout=0.1)  # wakes when one exits
             else:
                 ref.thread.join(0.1)
+            if tick:
+                tick()
             if ref.done and ref.error is not None:
                 ref.get()  # the reference's own error (a user error, or a bug) ends the run too
             codes = [p.exitcode for p in ctx.processes]
