@@ -145,3 +145,16 @@ def test_checkpoint_files_as_transformers_picks_them(tmp_path):
     (link / "model.safetensors").symlink_to(tmp_path / "model.safetensors")
     with pytest.raises(WeightsError, match="points outside"):
         checkpoint_files(link)
+
+
+def test_random_cache_key_covers_every_field_the_folder_holds(tmp_path, monkeypatch, tiny_config):
+    from dataclasses import replace
+
+    from tpviz.live.random_weights import random_checkpoint
+    monkeypatch.setenv("TPVIZ_CACHE", str(tmp_path))
+    cfg = resolve_model(tiny_config, layers=1).cfg
+    plain = random_checkpoint(cfg)
+    windowed = random_checkpoint(replace(cfg, sliding_window=4, notes=[]))
+    assert plain != windowed and json.loads((windowed / "config.json").read_text())["sliding_window"] == 4
+    assert "sliding_window" not in json.loads((plain / "config.json").read_text())
+    assert random_checkpoint(replace(cfg, notes=[])) == plain  # same fields: the cache is hit

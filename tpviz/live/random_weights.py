@@ -27,9 +27,8 @@ def cache_root() -> Path:
 def random_checkpoint(cfg: LiveConfig, seed: int = 0) -> Path:
     """Make (once) and return a safetensors checkpoint folder of seeded random weights for cfg."""
     cfg.notes.append(f"random weights (seed {seed}): no checkpoint weights were given")
-    shape = {k: v for k, v in cfg.to_dict()["spec"].items() if k not in ("name", "notes")}
-    key = json.dumps([RANDOM_FORMAT, seed, shape, cfg.mlp_bias] + ([cfg.norm_topk_prob] if cfg.spec.is_moe else []),
-                     sort_keys=True)  # norm_topk_prob goes into config.json, so it keys the cache too
+    # keyed by exactly what the folder holds: the config.json it writes and every tensor's shape
+    key = json.dumps([RANDOM_FORMAT, seed, hf_config(cfg), checkpoint_shapes(cfg)], sort_keys=True)
     slug = "".join(c if c.isalnum() or c in "-_." else "_" for c in cfg.spec.name)[-48:]
     folder = cache_root() / "random" / f"{slug}-{hashlib.sha256(key.encode()).hexdigest()[:12]}"
     if (folder / "model.safetensors").is_file():
