@@ -1,4 +1,7 @@
 """FFN parts: a dense MLP (gated SwiGLU or a plain up/down), or routed experts with optional shared ones."""
+import torch
+from torch import nn
+
 from tpviz.arch import Ffn
 from tpviz.layers.mxfp4 import Mxfp4Down, Mxfp4GateUp
 from tpviz.plan.core import PROBE, ParamPlan, Source, column, merged, param, replicated, row
@@ -77,6 +80,15 @@ def moe(spec: ModelSpec, names: Names, f: Ffn, layers, rules: str = "vllm") -> l
     return plans
 
 
+def _full_bias(hidden: int, inter: int):
+    def build(tp, r):
+        m = Mxfp4Down(PROBE, inter, tp, r)
+        m.bias = nn.Parameter(torch.zeros(hidden, dtype=torch.float64), requires_grad=False)
+        m.bias.weight_loader = m.weight_loader  # the layer's own rule: GPU 0 loads it, the others keep zeros
+        return m, m.bias
+    return build
+
+
 def mxfp4_experts(ex: str, hidden: int, inter: int, experts: int, layers, quantity) -> list[ParamPlan]:
     """gpt-oss MXFP4 experts: blocks (2 fp4 per byte), E8M0 scales (one per 32) and bf16 biases, cut by
     vLLM's 32-value rule (layers/mxfp4.py); shown per expert."""
@@ -90,8 +102,9 @@ def mxfp4_experts(ex: str, hidden: int, inter: int, experts: int, layers, quanti
             (Mxfp4Down, "down_proj", "scales", (hidden, inter // 32), 1, 1, "one E8M0 scale per 32 values"),
             (Mxfp4Down, "down_proj", "bias", (hidden,), 0, 2, "loaded by GPU 0 only: the others hold zeros")):
         name = f"{ex}{part}_{attr}"
-        width = hidden if (part, attr) == ("down_proj", "bias") else PROBE  # the traced dim at full size
-        build = (lambda c, a, w: lambda tp, r: (lambda m: (m, getattr(m, a)))(c(w, inter, tp, r)))(cls, attr, width)
+        build = (lambda c, a: lambda tp, r: (lambda m: (m, getattr(m, a)))(c(PROBE, inter, tp, r)))(cls, attr)
+        if (part, attr) == ("down_proj", "bias"):  # traced along hidden: a full-width bias on a probe-wide
+            build = _full_bias(hidden, inter)       # layer, so the blocks never cost hidden x inter
         out.append(param(name, "experts" if attr != "bias" or part == "gate_up_proj" else "replicated", build,
                          shape, [Source(name, shape, dim=dim, split=part == "gate_up_proj" or attr != "bias")],
                          tp_dim=dim, layers=layers, experts=experts, quantity=quantity, element_bytes=nbytes,
