@@ -114,7 +114,7 @@ def test_unsupported_or_missing_models_fail_in_one_line(model, match):
 
 
 def test_bad_tp_and_ids_fail_before_any_rank_starts(tiny_config):
-    with pytest.raises(TpvizError, match="not divisible by tp_size=3"):
+    with pytest.raises(TpvizError, match=r"not divisible by tp_size=3\. Valid tp sizes for this model: 1, 2, 4\.$"):
         prepare(tiny_config, 3, device="cpu")
     with pytest.raises(LiveError, match="outside the vocabulary"):
         prepare(tiny_config, 2, device="cpu", input_ids=[[1, 2, 1000]])

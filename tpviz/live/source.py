@@ -65,9 +65,25 @@ def check_split(cfg: LiveConfig, tp_size: int) -> None:
     from tpviz.tracer import first_problem
     problem = first_problem(cfg.spec, tp_size)  # heads before vocab: the rule a user should hear first
     if problem:
-        raise TPSizeError(problem)
+        raise TPSizeError(f"{problem.rstrip('.')}. Valid tp sizes for this model: {valid_live_sizes(cfg)}.")
     with torch.device("meta"):
         LiveForCausalLM(cfg, tp_size, 0)
+
+
+def valid_live_sizes(cfg: LiveConfig, max_tp: int = 64) -> str:
+    """The tp sizes (up to max_tp) both the layout rules and the live model's own layers accept."""
+    from tpviz.live.model import LiveForCausalLM
+    from tpviz.tracer import first_problem
+    sizes = []
+    for tp in range(1, max_tp + 1):
+        if first_problem(cfg.spec, tp) is None:
+            try:
+                with torch.device("meta"):
+                    LiveForCausalLM(cfg, tp, 0)
+                sizes.append(str(tp))
+            except TPSizeError:
+                pass
+    return ", ".join(sizes) or "none"
 
 
 def resolve_model(model, layers: int | None = None, seed: int = 0, tp_size: int | None = None) -> ModelSource:
