@@ -121,7 +121,7 @@ def render_page(page: Page, rows: list[dict]) -> None:
                                    key=f"png_{key}", on_click="ignore", icon=":material/download:",
                                    disabled=not has_browser, type="tertiary")
     with st.expander("Memory table"):
-        st.dataframe([{S.FAMILY_LABELS.get(k, k) if k not in LABELS else LABELS[k]: (v if k == "rank" else fmt_bytes(v))
+        st.dataframe([{LABELS.get(k) or S.FAMILY_LABELS.get(k, k): (v if k == "rank" else fmt_bytes(v))
                        for k, v in row.items()} for row in mem], hide_index=True, width="stretch")
     fit_section(m)
     st.markdown("### Collectives per forward pass")

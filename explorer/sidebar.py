@@ -14,7 +14,7 @@ from tpviz.export import NO_CHROMIUM, chromium_path, file_stem, figures_zip
 from tpviz.plots import export_figures
 from tpviz.rules import ENGINE, RULE_NOTES, RULES
 from tpviz.spec import KV_DTYPES, SERVE_DTYPES
-from tpviz.sources import (LOCAL_ROOT_ENV, WEB_LOCAL_OFF, find_preset, local_config, parse_config, presets,
+from tpviz.sources import (WEB_LOCAL_HINT, WEB_LOCAL_OFF, find_preset, local_config, parse_config, presets,
                            repo_from_url, web_local_root)
 
 RULE_LABELS = ENGINE  # "vLLM 0.33", "vLLM 0.28", "nano-vllm": the UI names the engine version
@@ -91,8 +91,7 @@ def sidebar_source(local_off: bool) -> UploadedFile | None:
     elif source == "Local path":
         st.text_input("config.json or checkpoint folder", key="path", persist_state="session", disabled=local_off)
         if local_off:
-            st.caption(f"Local paths are off in the web app; start it with {LOCAL_ROOT_ENV}=/folder/of/models "
-                       "to allow that folder.")
+            st.caption(f"Local paths are off in the web app; {WEB_LOCAL_HINT}.")
         else:
             st.caption(f"Limited to {web_local_root()}.")
     else:

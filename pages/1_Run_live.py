@@ -61,13 +61,12 @@ class PhaseStatus:
 
 def model_input() -> str | bytes:
     """The model widget(s): the explorer's presets, a hub id, a local checkpoint folder, or an uploaded config."""
-    from tpviz.sources import LOCAL_ROOT_ENV, presets, web_local_root
+    from tpviz.sources import WEB_LOCAL_HINT, presets, web_local_root
     root = web_local_root()
     kind = st.radio("Model source", [s for s in SOURCES if root or s != "Local folder"],
                     horizontal=True, key="live_source")
     if root is None:
-        st.caption(f"Local folders are off in the web app; start it with {LOCAL_ROOT_ENV}=/folder/of/models "
-                   "to allow that folder.")
+        st.caption(f"Local folders are off in the web app; {WEB_LOCAL_HINT}.")
     if kind == "Preset":
         names = list(presets())
         return st.selectbox("Preset (random weights from a seed)", names, key="live_preset",

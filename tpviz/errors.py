@@ -32,5 +32,9 @@ class WeightsError(SourceError):
     """Checkpoint weights that are missing or do not match the config."""
 
 
+class TensorError(WeightsError):
+    """A problem with one checkpoint tensor, whose message already names it."""
+
+
 class TPGroupError(TpvizError):
     """A process group whose size is not the layer's tp_size: its collectives would be wrong or skipped."""

@@ -45,8 +45,8 @@ def parse_config(data: bytes | str, what: str = "config") -> dict:
 
 
 OFF = ("off", "none", "0", "false")
-WEB_LOCAL_OFF = (f"local paths are off in the web app; start it with {LOCAL_ROOT_ENV}=/folder/of/models "
-                 "to allow that folder, or pick a preset, a hub id or upload a config.json")
+WEB_LOCAL_HINT = f"start it with {LOCAL_ROOT_ENV}=/folder/of/models to allow that folder"
+WEB_LOCAL_OFF = f"local paths are off in the web app; {WEB_LOCAL_HINT}, or pick a preset, a hub id or upload a config.json"
 
 
 def web_local_root() -> str | None:

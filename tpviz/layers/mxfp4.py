@@ -35,17 +35,26 @@ def _param(shape: tuple, loader) -> nn.Parameter:
     return p
 
 
-class Mxfp4GateUp(nn.Module):
+class _Mxfp4Split(nn.Module):
+    """What both expert projections share: this GPU's rows [start, end) of the intermediate dim, and the
+    allocated size (I/tp rounded up to the kernel's alignment)."""
+
+    def __init__(self, intermediate_size: int, tp_size: int, tp_rank: int, tp_dim: int):
+        super().__init__()
+        check_tp(tp_size, tp_rank)
+        check_blocks(intermediate_size)
+        self.tp_dim, self.tp_size, self.tp_rank = tp_dim, tp_size, tp_rank
+        self.alloc = math.ceil(divide(intermediate_size, tp_size, "intermediate_size") / ALIGN) * ALIGN
+        self.start, self.end = mxfp4_rows(intermediate_size, tp_size, tp_rank)
+
+
+class Mxfp4GateUp(_Mxfp4Split):
     """One expert's gate/up (w13) on one GPU: rows are gate and up interleaved, so rank r takes rows
     [2*start, 2*end) of blocks, scales and bias alike."""
 
     def __init__(self, hidden_size: int, intermediate_size: int, tp_size: int, tp_rank: int):
-        super().__init__()
-        check_tp(tp_size, tp_rank)
-        check_blocks(intermediate_size)
-        self.tp_dim, self.tp_size, self.tp_rank = 0, tp_size, tp_rank
-        alloc = math.ceil(divide(intermediate_size, tp_size, "intermediate_size") / ALIGN) * ALIGN
-        self.start, self.end = mxfp4_rows(intermediate_size, tp_size, tp_rank)
+        super().__init__(intermediate_size, tp_size, tp_rank, tp_dim=0)
+        alloc = self.alloc
         self.blocks = _param((2 * alloc, max(1, hidden_size // 2)), self.weight_loader)  # 2 fp4 per byte
         self.scales = _param((2 * alloc, max(1, hidden_size // 32)), self.weight_loader)  # one E8M0 per 32
         self.bias = _param((2 * alloc,), self.weight_loader)
@@ -55,17 +64,13 @@ class Mxfp4GateUp(nn.Module):
         param.data[:rows.size(0)].copy_(rows)
 
 
-class Mxfp4Down(nn.Module):
+class Mxfp4Down(_Mxfp4Split):
     """One expert's down (w2) on one GPU: columns [start, end) of the intermediate dim, counted in the
     stored units (2 fp4 per byte for blocks, 32 values per scale); the bias is loaded by rank 0 only."""
 
     def __init__(self, hidden_size: int, intermediate_size: int, tp_size: int, tp_rank: int):
-        super().__init__()
-        check_tp(tp_size, tp_rank)
-        check_blocks(intermediate_size)
-        self.tp_dim, self.tp_size, self.tp_rank = 1, tp_size, tp_rank
-        alloc = math.ceil(divide(intermediate_size, tp_size, "intermediate_size") / ALIGN) * ALIGN
-        self.start, self.end = mxfp4_rows(intermediate_size, tp_size, tp_rank)
+        super().__init__(intermediate_size, tp_size, tp_rank, tp_dim=1)
+        alloc = self.alloc
         self.blocks = _param((hidden_size, alloc // 2), self.weight_loader)
         self.scales = _param((hidden_size, alloc // 32), self.weight_loader)
         self.bias = _param((hidden_size,), self.weight_loader)

@@ -5,9 +5,9 @@ parent until the end), so concurrent runs never share a port or a file.
 """
 import json
 import os
+import queue
 import shutil
 import signal
-import queue
 import tempfile
 import threading
 import time
@@ -163,7 +163,7 @@ class Background:
 
     def __init__(self, fn):
         self.result, self.error = None, None
-        self.thread = threading.Thread(target=self._run, args=(fn,), daemon=True, name="tpviz-reference")
+        self.thread = threading.Thread(target=self._run, args=(fn,), daemon=True, name="tpviz-in-process")
         self.thread.start()
 
     def _run(self, fn) -> None:

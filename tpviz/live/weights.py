@@ -11,7 +11,7 @@ import torch
 from safetensors import safe_open
 from torch import nn
 
-from tpviz.errors import WeightsError
+from tpviz.errors import TensorError, WeightsError
 
 # checkpoint module name -> (fused module in our model, loaded_shard_id); matched as a whole name component
 PACKED_MODULES = {"q_proj": ("qkv_proj", "q"), "k_proj": ("qkv_proj", "k"), "v_proj": ("qkv_proj", "v"),
@@ -37,7 +37,7 @@ class CheckpointTensor:
     def __init__(self, handle, name: str, stats: ReadStats, box: list[tuple[int, int]] | None = None):
         self._slice, self._handle, self.name, self._stats = handle.get_slice(name), handle, name, stats
         if (dtype := self._slice.get_dtype()) not in FLOAT_DTYPES:  # a bool or int "weight" is no weight
-            raise WeightsError(f"checkpoint tensor {name} is stored as {dtype}; Run live reads float weights "
+            raise TensorError(f"checkpoint tensor {name} is stored as {dtype}; Run live reads float weights "
                                f"({', '.join(FLOAT_DTYPES)})")
         self._full = list(self._slice.get_shape())
         self._box = box or [(0, n) for n in self._full]
@@ -59,7 +59,7 @@ class CheckpointTensor:
     def _sub(self, dim: int, start: int, length: int) -> list[tuple[int, int]]:
         dim = dim % self.ndim
         if start < 0 or length < 0 or start + length > self.shape[dim]:
-            raise WeightsError(f"{self.name}: slice {start}:{start + length} is outside dim {dim} "
+            raise TensorError(f"{self.name}: slice {start}:{start + length} is outside dim {dim} "
                                f"of {tuple(self.shape)}")
         box = list(self._box)
         box[dim] = (box[dim][0] + start, box[dim][0] + start + length)
@@ -93,7 +93,7 @@ class CheckpointTensor:
         t = self._slice[tuple(slice(a, b) for a, b in box)] if box else self._handle.get_tensor(self.name)
         if not torch.isfinite(t).all():  # a broken checkpoint, not a TP mismatch: say so before any forward
             where = ", ".join(f"{a}:{b}" for a, b in box) if box else "all"
-            raise WeightsError(f"checkpoint tensor {self.name} holds NaN or Inf values (in the part [{where}] this "
+            raise TensorError(f"checkpoint tensor {self.name} holds NaN or Inf values (in the part [{where}] this "
                                "rank reads); the checkpoint itself is broken, whatever the tp")
         self._stats.read += t.numel() * t.element_size()
         self._stats.spanned += _span(self._full, box, t.element_size())
@@ -232,10 +232,10 @@ def load_weights(model: nn.Module, folder: str | Path) -> ReadStats:
                         param.weight_loader(param, data)
                     else:
                         param.weight_loader(param, data, shard_id)
+                except TensorError:  # already names the tensor
+                    raise
                 except (WeightsError, RuntimeError) as e:  # name the tensor, whatever the loader said
-                    if ckpt_name in str(e):
-                        raise
-                    raise WeightsError(f"checkpoint tensor {ckpt_name} does not fit {pname}: {e}") from None
+                    raise TensorError(f"checkpoint tensor {ckpt_name} does not fit {pname}: {e}") from None
                 loaded.setdefault(pname, set()).add(shard_id)
     missing = [n for n in params if not _complete(owners[n], loaded.get(n, set()))]
     if missing:
