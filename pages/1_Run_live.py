@@ -97,11 +97,12 @@ def hub_id(text: str, root: str | None) -> str:
     return ""
 
 
-def input_ids_for(model: str | bytes, prompt: str, tp: int, layers: int | None, seed: int) -> torch.Tensor | None:
+def input_ids_for(model: str | bytes, prompt: str, tp: int, layers: int | None, seed: int,
+                  ep: bool = False) -> torch.Tensor | None:
     """Ids from the prompt: tokenized when the folder has a tokenizer, typed ids otherwise; None = random."""
     if not prompt.strip():
         return None
-    source = resolve_model(model, layers, seed, tp)
+    source = resolve_model(model, layers, seed, tp, ep=ep)
     vocab = source.cfg.spec.vocab_size
     if source.tokenizer_dir is not None:
         return tokenize(prompt, source.tokenizer_dir, vocab)
@@ -134,7 +135,8 @@ def show_result(result) -> None:
     st.plotly_chart(stage_figure(result), config=PLOTLY_CONFIG, key="stage_chart")
     st.subheader("Per rank")
     one_device = len({r.device for r in result.ranks}) == 1  # then the device is in the environment table
-    st.dataframe([{k: v for k, v in r.row().items() if not (one_device and k == "device")} for r in result.ranks],
+    rows = [r.row(result.pp_size > 1, result.ep) for r in result.ranks]
+    st.dataframe([{k: v for k, v in row.items() if not (one_device and k == "device")} for row in rows],
                  hide_index=True, column_config=RANK_COLUMNS)
     st.plotly_chart(rank_figure(result), config=PLOTLY_CONFIG, key="rank_chart")
     with st.expander("Local parameter shapes per rank"):
@@ -152,12 +154,20 @@ def main() -> None:
     """The page: inputs on the left, phases and results on the right."""
     st.set_page_config(page_title="tpviz · Run live", layout="wide")
     st.title("Run live")
-    st.caption("Split a real model over tp ranks (one process each), run one forward pass, and check it against "
-               "a single device: is a TP difference a bug or float noise, and where does it start?")
+    st.caption("Split a real model over tp ranks (one process each; pipeline stages and expert parallelism too), "
+               "run one forward pass, and check it against a single device: is a difference a bug or float noise, "
+               "and where does it start?")
     left, right = st.columns([1, 2])
     with left:
         model = model_input()
         tp = int(st.number_input("tp size", min_value=1, max_value=64, value=2, key="live_tp"))
+        pp = int(st.number_input("Pipeline stages", min_value=1, max_value=16, value=1, key="live_pp",
+                                 help="Each stage runs its share of the layers on tp ranks and sends the hidden "
+                                      "state on (point-to-point)"))
+        ep = st.checkbox("Expert parallelism", key="live_ep",
+                         help="MoE models: each routed expert lives whole on one of the tp ranks")
+        placement = st.radio("Expert placement", ["linear", "round_robin"], horizontal=True, key="live_placement",
+                             disabled=not ep)
         device = st.selectbox("Device", ["auto", "cpu", "cuda"], key="live_device")
         dtype = st.selectbox("dtype", ["float32", "bfloat16", "float16"], key="live_dtype",
                              help=f"bf16/fp16 pass within {NOISE_MULTIPLE:g}x the measured noise floor")
@@ -177,7 +187,7 @@ def main() -> None:
         run = st.button("Run", type="primary", key="live_run")
     with right:
         try:
-            env = choose_backend(tp, device)
+            env = choose_backend(tp * pp, device)
             gpus = ", ".join(env.gpus) if env.gpus else "none"
             cap = max_ranks(len(env.gpus))
             st.caption(f"GPUs found: {gpus}. Backend: **{env.backend}** on {env.device} ({env.reason}). "
@@ -190,11 +200,11 @@ def main() -> None:
         if run:
             status = PhaseStatus()
             try:
-                ids = input_ids_for(model, prompt, tp, layers or None, seed)
+                ids = input_ids_for(model, prompt, tp, layers or None, seed, ep)
                 with one_run_at_a_time(on_wait=lambda: st.info(QUEUED)):
                     result, _ = verify(model, tp, device=device, dtype=dtype, input_ids=ids, inject=inject,
                                        layers=layers or None, seed=seed, seq_len=seq_len, timeout=timeout,
-                                       progress=status, tick=status.tick)
+                                       progress=status, tick=status.tick, pp=pp, ep=ep, placement=placement)
                 st.session_state["live_result"] = result
             except TpvizError as e:  # every user error (and a failed rank) is one line, never a traceback
                 status.finish("error")

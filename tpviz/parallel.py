@@ -10,6 +10,7 @@ from tpviz.errors import TpvizError
 
 PARTITION_ENV = "VLLM_PP_LAYER_PARTITION"
 PLACEMENTS = ("linear", "round_robin")
+EP_DENSE = "expert parallelism needs a MoE model; this one has no routed experts"
 
 
 class LayoutError(TpvizError):

@@ -7,7 +7,7 @@ stage's layers; the embedding sits on the first stage, the final norm and lm_hea
 """
 from dataclasses import dataclass, field
 
-from tpviz.parallel import Layout, LayoutError, expert_placement, stage_layers
+from tpviz.parallel import EP_DENSE, Layout, LayoutError, expert_placement, stage_layers
 from tpviz.plan import build_plan
 from tpviz.shardmap import _numel
 from tpviz.spec import ModelSpec
@@ -92,7 +92,7 @@ class Planner:
         r = PlanRow(layout)
         spec = self.spec
         if layout.ep and not spec.is_moe:
-            r.problem = "expert parallelism needs a MoE model; this one has no routed experts"
+            r.problem = EP_DENSE
             return r
         try:
             stages = stage_layers(spec.num_hidden_layers, layout.pp)

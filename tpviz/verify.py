@@ -28,6 +28,10 @@ def build_parser() -> argparse.ArgumentParser:
     p = _Parser(prog="tpviz verify", description="Run MODEL split over tp ranks and check it against one device.")
     p.add_argument("model", help="checkpoint folder, config.json, or preset/hub id (random weights)")
     p.add_argument("--tp", type=int, default=None, help="tensor-parallel size (default: WORLD_SIZE under torchrun)")
+    p.add_argument("--pp", type=int, default=1, help="pipeline stages of tp ranks each, passing hidden states on")
+    p.add_argument("--ep", action="store_true", help="expert parallelism: routed experts whole on the tp ranks")
+    p.add_argument("--placement", choices=["linear", "round_robin"], default="linear",
+                   help="how experts are placed on the ranks with --ep")
     p.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto")
     p.add_argument("--dtype", choices=["float32", "bfloat16", "float16"], default="float32")
     p.add_argument("--input-ids", metavar="FILE", help=".safetensors with int64 input_ids [batch, seq], or .json")
@@ -53,7 +57,8 @@ def _run(args) -> int:
     # read early so a bad file fails before any rank starts; the vocabulary range is checked with the model
     input_ids = read_input_ids(args.input_ids) if args.input_ids else None
     options = dict(device=args.device, dtype=args.dtype, input_ids=input_ids, inject=args.inject, layers=args.layers,
-                   seed=args.seed, batch=args.batch, seq_len=args.seq_len, timeout=args.timeout)
+                   seed=args.seed, batch=args.batch, seq_len=args.seq_len, timeout=args.timeout, pp=args.pp,
+                   ep=args.ep, placement=args.placement)
     if launched_by_torchrun():
         result, logits, passed = verify_torchrun(args.model, args.tp, **options)
         if result is None:  # not rank 0: rank 0 reports

@@ -163,3 +163,29 @@ def test_a_stopped_run_is_reported_on_the_next_run(monkeypatch):
                                              "group”; its ranks were ended."]
     at.run()
     assert not at.warning  # said once
+
+
+@pytest.mark.slow
+def test_page_runs_pipeline_stages_with_expert_parallelism(tiny_moe, tiny):
+    at = _page(tiny_moe["qwen3_moe"][0])
+    assert at.radio(key="live_placement").disabled  # placement means something only with EP on
+    at.number_input(key="live_tp").set_value(2)
+    at.number_input(key="live_pp").set_value(2)
+    at.checkbox(key="live_ep").check().run()
+    at.radio(key="live_placement").set_value("round_robin")
+    at.button(key="live_run").click().run()
+    assert not at.exception and not at.error
+    assert at.success[0].value.startswith("PASS: tp=2 × pp=2 + EP vs tp=1 float32")
+    ranks = at.dataframe[0].value
+    assert list(ranks["stage"]) == [0, 0, 1, 1] and list(ranks["layers"]) == ["0", "0", "1", "1"]
+    assert list(ranks["experts"]) == ["0, 2", "1, 3"] * 2
+    at.checkbox(key="live_ep").uncheck()
+    at.text_input(key="live_folder").set_value(str(tiny["qwen3"][0]))
+    at.number_input(key="live_pp").set_value(3)
+    at.button(key="live_run").click().run()
+    assert not at.exception and [e.value for e in at.error] == ["pp=3 is more pipeline stages than the model's 2 "
+                                                                "layers"]
+    at.number_input(key="live_pp").set_value(1)
+    at.checkbox(key="live_ep").check()
+    at.button(key="live_run").click().run()
+    assert not at.exception and "expert parallelism needs a MoE model" in at.error[0].value

@@ -71,5 +71,5 @@ class ParallelLMHead(VocabParallelEmbedding):
         if (group := tp_group(self.tp_size)) is None:
             return logits[..., :self.org_vocab_size] if self.tp_size == 1 else logits
         parts = [torch.empty_like(logits) for _ in range(self.tp_size)] if self.tp_rank == 0 else None
-        dist.gather(logits.contiguous(), parts, dst=0, group=group)
+        dist.gather(logits.contiguous(), parts, dst=dist.get_global_rank(group, 0), group=group)
         return torch.cat(parts, -1)[..., :self.org_vocab_size] if self.tp_rank == 0 else None

@@ -13,12 +13,20 @@ from tpviz.layers import quantized
 from tpviz.rules import check_rules, check_tp, divide, kv_split
 
 
+_GROUP: list = [None]  # the TP group of this process's pipeline stage, when it is not the whole world
+
+
+def use_tp_group(group: "dist.ProcessGroup | None") -> None:
+    """Make `group` (one pipeline stage's TP ranks) the group layers reduce over; None: the whole world."""
+    _GROUP[0] = group
+
+
 def tp_group(tp_size: int) -> "dist.ProcessGroup | None":
     """The group a layer's collectives run on: None for tp=1 or outside a distributed run (one process tracing
     loaders or computing one rank's partial result); never a silent skip when a group of another size is up."""
     if tp_size == 1 or not (dist.is_available() and dist.is_initialized()):
         return None
-    group = dist.group.WORLD
+    group = _GROUP[0] or dist.group.WORLD
     if dist.get_world_size(group) != tp_size:
         raise TPGroupError(f"layer has tp_size={tp_size} but the process group has {dist.get_world_size(group)} "
                            "ranks; start one rank per tp slice")

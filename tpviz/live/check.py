@@ -18,6 +18,7 @@ from tpviz.live.runner import choose_backend, run_group, run_within
 from tpviz.live.slot import check_ranks
 from tpviz.live.source import ModelSource, resolve_model
 from tpviz.live.worker import DTYPES, run_model
+from tpviz.parallel import LayoutError, expert_placement, pp_partition
 
 FP32_TOL = 1e-4
 NOISE_MULTIPLE = 4.0  # correct TP lands near 1x the floor; measured bugs land at 25-40x
@@ -35,28 +36,34 @@ class Prepared:
 
 def prepare(model, tp_size: int, *, device: str = "auto", dtype: str = "float32", input_ids=None,
             inject: list[str] | None = None, layers: int | None = None, seed: int = 0, batch: int = 2,
-            seq_len: int = 32, env: Environment | None = None) -> Prepared:
-    """Resolve the model, check tp/dtype/ids/injections, choose the backend, and build the rank job."""
+            seq_len: int = 32, env: Environment | None = None, pp: int = 1, ep: bool = False,
+            placement: str = "linear") -> Prepared:
+    """Resolve the model, check tp/pp/ep/dtype/ids/injections, choose the backend, and build the rank job."""
     if isinstance(tp_size, bool) or not isinstance(tp_size, int) or tp_size < 1:
         raise TPSizeError(f"tp={tp_size!r} must be a positive integer")
+    if isinstance(pp, bool) or not isinstance(pp, int) or pp < 1:
+        raise LayoutError(f"pp={pp!r} must be a positive integer")
     if dtype not in DTYPES:
         raise LiveError(f"dtype {dtype!r} must be one of: {', '.join(DTYPES)}")
     names = check_injections(inject)
-    env = env or choose_backend(tp_size, device)
-    source = resolve_model(model, layers, seed, tp_size)  # an invalid split fails before weights are made
-    if env.launcher == "spawn":  # torchrun starts its own ranks
-        check_ranks(tp_size, len(env.gpus))
+    expert_placement(1, 1, placement)  # an unknown placement fails here, in one line
+    env = env or choose_backend(tp_size * pp, device)
+    source = resolve_model(model, layers, seed, tp_size, ep=ep)  # an invalid split fails before weights are made
     cfg = source.cfg
+    pp_partition(cfg.spec.num_hidden_layers, pp)  # more stages than layers (or a bad override): one line
+    if env.launcher == "spawn":  # torchrun starts its own ranks
+        check_ranks(tp_size, len(env.gpus), pp)
     vocab = cfg.spec.vocab_size
     ids = random_input_ids(vocab, batch, seq_len, seed) if input_ids is None else check_input_ids(input_ids, vocab)
     job = {"cfg": cfg.to_dict(), "checkpoint": str(source.checkpoint), "input_ids": ids.tolist(), "dtype": dtype,
-           "device": env.device, "backend": env.backend, "inject": names}
+           "device": env.device, "backend": env.backend, "inject": names, "pp_size": pp, "ep": ep,
+           "placement": placement}
     return Prepared(source, ids, describe_injections(names, cfg, tp_size), env, job)
 
 
 def reference(job: dict, device: torch.device) -> dict:
     """The single-device run(s): tp=1 in the run's dtype, plus fp32 when that dtype is low precision."""
-    clean = {**job, "inject": []}
+    clean = {**job, "inject": [], "pp_size": 1, "ep": False}
     out = {"logits": None, "hidden": None, "logits32": None, "hidden32": None}
     out["logits"], out["hidden"], _ = run_model(clean, 0, 1, device)
     if job["dtype"] != "float32":
@@ -106,21 +113,26 @@ def build_result(prep: Prepared, tp_size: int, tp_logits, tp_hidden, ref: dict, 
     phases["compare"] = time.perf_counter() - start
     notes = list(prep.source.cfg.notes)
     notes += [f"--inject {i.name} has no effect here: {i.reason}" for i in prep.injections if not i.has_effect]
+    if prep.job["ep"] and tp_size == 1:
+        notes.append("expert parallelism over one rank per stage holds every expert: the same split as without it")
     return VerifyResult(model=prep.source.name, tp_size=tp_size, dtype=prep.job["dtype"],
                         input_shape=list(prep.input_ids.shape), ranks=[RankReport(**r) for r in reports],
                         environment=prep.env, injections=prep.injections, phases=phases, notes=notes,
-                        random_weights=prep.source.random_weights, seed=seed, **fields)
+                        random_weights=prep.source.random_weights, seed=seed, pp_size=prep.job["pp_size"],
+                        ep=prep.job["ep"], **fields)
 
 
 def verify(model, tp_size: int, *, device: str = "auto", dtype: str = "float32", input_ids=None,
            inject: list[str] | None = None, layers: int | None = None, seed: int = 0, batch: int = 2,
-           seq_len: int = 32, timeout: float = 300.0, progress=None, tick=None) -> tuple[VerifyResult, torch.Tensor]:
-    """Run `model` at tp_size and at tp=1 on the same ids; return the result and the TP logits.
-    `tick()` is called every 0.1 s while ranks or the tp=1 run work; an exception from it stops the run."""
+           seq_len: int = 32, timeout: float = 300.0, progress=None, tick=None, pp: int = 1, ep: bool = False,
+           placement: str = "linear") -> tuple[VerifyResult, torch.Tensor]:
+    """Run `model` at tp_size (x pp stages, experts whole with ep) and at tp=1 on the same ids; return the
+    result and the TP logits. `tick()` is called every 0.1 s while ranks or the tp=1 run work; an exception
+    from it stops the run."""
     progress = progress or (lambda phase: None)
     t0 = time.perf_counter()
     prep = prepare(model, tp_size, device=device, dtype=dtype, input_ids=input_ids, inject=inject, layers=layers,
-                   seed=seed, batch=batch, seq_len=seq_len)
+                   seed=seed, batch=batch, seq_len=seq_len, pp=pp, ep=ep, placement=placement)
     phases = {"prepare": time.perf_counter() - t0}
     ref_device = torch.device("cuda", 0) if prep.env.device == "cuda" else torch.device("cpu")
     timed: dict = {}
@@ -132,7 +144,7 @@ def verify(model, tp_size: int, *, device: str = "auto", dtype: str = "float32",
         return out
 
     progress("spawn")
-    if tp_size == 1:  # nothing to spawn: the "TP" run is one more in-process run, injections included
+    if tp_size * pp == 1:  # nothing to spawn: the "TP" run is one more in-process run, injections included
         ref = run_within(lambda mark: timed_reference(), timeout, "the tp=1 reference", tick=tick)
         left = max(1e-3, timeout - (time.perf_counter() - t0))
         logits, hidden, report = run_within(lambda mark: run_model(prep.job, 0, 1, ref_device, mark=mark), left,

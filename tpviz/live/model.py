@@ -2,6 +2,7 @@
 
 Parameter names mirror the Hugging Face checkpoint (`model.layers.0.self_attn.qkv_proj.weight`), with
 q/k/v and gate/up fused as in nano-vllm; weights.py maps checkpoint names onto them. MoE blocks: moe.py.
+A Stage (pipeline parallelism, expert parallelism) says which layers and experts one rank builds.
 """
 from dataclasses import asdict, dataclass, field
 
@@ -13,6 +14,7 @@ from tpviz.layers import (MergedColumnParallelLinear, ParallelLMHead, QKVParalle
                           RowParallelLinear, VocabParallelEmbedding)
 from tpviz.live.errors import LiveError
 from tpviz.live.moe import MOE_FAMILIES, SparseMoeBlock
+from tpviz.parallel import expert_placement, stage_layers
 from tpviz.spec import ModelSpec
 
 FAMILIES = ("llama", "mistral", "qwen2", "qwen3", *MOE_FAMILIES)
@@ -43,6 +45,37 @@ class LiveConfig:
     @classmethod
     def from_dict(cls, d: dict) -> "LiveConfig":
         return cls(**{**d, "spec": ModelSpec.from_dict(d["spec"])})
+
+
+@dataclass(frozen=True)
+class Stage:
+    """One rank's share beyond its TP slice: its pipeline stage's decoder layers and, under expert
+    parallelism, the global experts it holds whole (vLLM: PPMissingLayer elsewhere, an expert_map)."""
+    layers: tuple[int, ...]
+    first: bool = True
+    last: bool = True
+    experts: tuple[int, ...] | None = None
+
+    @classmethod
+    def of(cls, spec: ModelSpec, tp_size: int = 1, tp_rank: int = 0, pp_size: int = 1, pp_rank: int = 0,
+           ep: bool = False, placement: str = "linear") -> "Stage":
+        """vLLM's layer partition for pp_rank and, with ep, the experts of EP rank tp_rank (EP size = tp, dp 1)."""
+        layers = stage_layers(spec.num_hidden_layers, pp_size)[pp_rank]
+        experts = tuple(expert_placement(spec.num_experts, tp_size, placement)[tp_rank]) if ep else None
+        return cls(tuple(layers), pp_rank == 0, pp_rank == pp_size - 1, experts)
+
+    def elsewhere(self, name: str) -> bool:
+        """A checkpoint tensor another stage or EP rank holds: this rank skips it without reading it."""
+        parts = name.split(".")
+        if parts[:2] == ["model", "layers"] and len(parts) > 2 and parts[2].isdigit():
+            if int(parts[2]) not in self.layers:
+                return True
+            k = parts.index("experts") if "experts" in parts else -1
+            return (self.experts is not None and 0 <= k < len(parts) - 1 and parts[k + 1].isdigit()
+                    and int(parts[k + 1]) not in self.experts)
+        if parts[:2] == ["model", "embed_tokens"]:
+            return not self.first
+        return not self.last and (parts[:2] == ["model", "norm"] or parts[0] == "lm_head")
 
 
 def check_supported(spec: ModelSpec) -> None:
@@ -145,7 +178,8 @@ class MLP(nn.Module):
 class DecoderLayer(nn.Module):
     """Pre-norm residual block: h += attn(norm(h)); h += mlp(norm(h)), the MLP dense or a sparse MoE block."""
 
-    def __init__(self, cfg: LiveConfig, tp_size: int, tp_rank: int, index: int = 0):
+    def __init__(self, cfg: LiveConfig, tp_size: int, tp_rank: int, index: int = 0,
+                 experts: tuple[int, ...] | None = None):
         super().__init__()
         s = cfg.spec
         self.input_layernorm = RMSNorm(s.hidden_size, s.rms_norm_eps)
@@ -153,7 +187,7 @@ class DecoderLayer(nn.Module):
         self.post_attention_layernorm = RMSNorm(s.hidden_size, s.rms_norm_eps)
         if s.is_moe and index in s.moe_layers:  # Qwen3-MoE's mlp_only_layers stay dense (spec.dense_layers)
             self.ffn_name = MOE_FAMILIES[s.model_type][0]  # Mixtral: block_sparse_moe, Qwen3-MoE: mlp
-            self.add_module(self.ffn_name, SparseMoeBlock(s, cfg.norm_topk_prob, tp_size, tp_rank))
+            self.add_module(self.ffn_name, SparseMoeBlock(s, cfg.norm_topk_prob, tp_size, tp_rank, experts))
         else:
             self.ffn_name, self.mlp = "mlp", MLP(cfg, tp_size, tp_rank)
 
@@ -162,37 +196,50 @@ class DecoderLayer(nn.Module):
         return h + getattr(self, self.ffn_name)(self.post_attention_layernorm(h))
 
 
-class DecoderModel(nn.Module):
-    """`model.*` of the checkpoint: embedding, decoder layers, final norm."""
+class Elsewhere(nn.Module):
+    """A decoder layer held by another pipeline stage (vLLM's PPMissingLayer): no parameters here."""
 
-    def __init__(self, cfg: LiveConfig, tp_size: int, tp_rank: int):
+
+class DecoderModel(nn.Module):
+    """`model.*` of the checkpoint: embedding (first stage), this stage's decoder layers, final norm (last)."""
+
+    def __init__(self, cfg: LiveConfig, tp_size: int, tp_rank: int, stage: Stage):
         super().__init__()
         s = cfg.spec
-        self.embed_tokens = VocabParallelEmbedding(s.vocab_size, s.hidden_size, tp_size, tp_rank, rules=cfg.rules)
-        self.layers = nn.ModuleList(DecoderLayer(cfg, tp_size, tp_rank, i) for i in range(s.num_hidden_layers))
-        self.norm = RMSNorm(s.hidden_size, s.rms_norm_eps)
+        if stage.first:
+            self.embed_tokens = VocabParallelEmbedding(s.vocab_size, s.hidden_size, tp_size, tp_rank, rules=cfg.rules)
+        self.layers = nn.ModuleList(DecoderLayer(cfg, tp_size, tp_rank, i, stage.experts) if i in stage.layers
+                                    else Elsewhere() for i in range(s.num_hidden_layers))
+        if stage.last:
+            self.norm = RMSNorm(s.hidden_size, s.rms_norm_eps)
 
 
 class LiveForCausalLM(nn.Module):
-    """The whole model for one rank; forward returns (logits on rank 0 else None, per-layer hidden states)."""
+    """The model for one rank; forward returns (logits, gathered to the last stage's TP rank 0, else None;
+    the hidden state after each of this stage's steps, the last of which a pipeline stage sends on)."""
 
-    def __init__(self, cfg: LiveConfig, tp_size: int = 1, tp_rank: int = 0):
+    def __init__(self, cfg: LiveConfig, tp_size: int = 1, tp_rank: int = 0, stage: Stage | None = None):
         super().__init__()
         check_supported(cfg.spec)
         self.cfg, self.tp_size, self.tp_rank = cfg, tp_size, tp_rank
-        self.model = DecoderModel(cfg, tp_size, tp_rank)
-        self.lm_head = ParallelLMHead(cfg.spec.vocab_size, cfg.spec.hidden_size, tp_size, tp_rank, rules=cfg.rules)
-        if cfg.spec.tie_word_embeddings:  # same padded row block per rank, so one Parameter serves both
-            self.lm_head.weight = self.model.embed_tokens.weight
+        self.stage = stage = stage or Stage(tuple(range(cfg.spec.num_hidden_layers)))
+        self.model = DecoderModel(cfg, tp_size, tp_rank, stage)
+        if stage.last:
+            self.lm_head = ParallelLMHead(cfg.spec.vocab_size, cfg.spec.hidden_size, tp_size, tp_rank, rules=cfg.rules)
+            if cfg.spec.tie_word_embeddings and stage.first:  # same padded row block per rank: one Parameter
+                self.lm_head.weight = self.model.embed_tokens.weight
 
-    def forward(self, input_ids: torch.Tensor) -> tuple[torch.Tensor | None, dict[str, torch.Tensor]]:
-        """Logits [B, S, vocab] (gathered to rank 0, padding trimmed) and the hidden state after each stage."""
+    def forward(self, input_ids: torch.Tensor, h: torch.Tensor | None = None
+                ) -> tuple[torch.Tensor | None, dict[str, torch.Tensor]]:
+        """Logits [B, S, vocab] (padding trimmed) on the last stage, and the hidden state after each step;
+        `h` is what the previous pipeline stage sent (None on the first stage)."""
         positions = torch.arange(input_ids.shape[1], device=input_ids.device).expand_as(input_ids)
-        h = self.model.embed_tokens(input_ids)
-        hidden = {"embed": h}
-        for i, layer in enumerate(self.model.layers):
-            h = layer(positions, h)
-            hidden[f"layer {i}"] = h
-        h = self.model.norm(h)
-        hidden["final norm"] = h
+        hidden = {}
+        if self.stage.first:
+            h = hidden["embed"] = self.model.embed_tokens(input_ids)
+        for i in self.stage.layers:
+            h = hidden[f"layer {i}"] = self.model.layers[i](positions, h)
+        if not self.stage.last:
+            return None, hidden
+        h = hidden["final norm"] = self.model.norm(h)
         return self.lm_head(h), hidden

@@ -3,6 +3,10 @@
 The router is a ReplicatedLinear, so every rank computes the same full routing. Each expert's gate_up is
 column-split and its down row-split over moe_intermediate_size, with the down's own all_reduce off: a rank
 weights and sums its partial expert outputs locally, and the block issues ONE all_reduce, like a dense MLP.
+
+Under expert parallelism (vLLM 0.33 with dp 1: EP size = tp) a rank holds its placement's experts whole.
+Every rank already has every token (attention ends in an all-reduce), so dispatch is local: each rank runs
+the tokens routed to its own experts, and the combine is the same one all_reduce of the weighted sums.
 """
 import torch
 import torch.distributed as dist
@@ -45,15 +49,18 @@ def route(logits: torch.Tensor, top_k: int, renormalize: bool, keep_fp32: bool) 
 class SparseMoeBlock(nn.Module):
     """Replicated router -> this rank's slice of each chosen expert -> weighted local sum -> one all_reduce."""
 
-    def __init__(self, spec: ModelSpec, norm_topk_prob: bool, tp_size: int, tp_rank: int):
+    def __init__(self, spec: ModelSpec, norm_topk_prob: bool, tp_size: int, tp_rank: int,
+                 experts: tuple[int, ...] | None = None):
         super().__init__()
         self.top_k, self.tp_size = spec.num_experts_per_tok, tp_size
         self.mixtral = spec.model_type == "mixtral"
         self.renormalize = self.mixtral or norm_topk_prob  # Mixtral always renormalizes the top-k
         self.gate = ReplicatedLinear(spec.hidden_size, spec.num_experts, tp_size, tp_rank)
         down_name = MOE_FAMILIES[spec.model_type][1]
-        self.experts = nn.ModuleList(Expert(spec.hidden_size, spec.moe_intermediate_size, tp_size, tp_rank, down_name)
-                                     for _ in range(spec.num_experts))
+        cut = (1, 0) if experts is not None else (tp_size, tp_rank)  # EP: whole experts, only this rank's
+        ids = range(spec.num_experts) if experts is None else experts
+        self.experts = nn.ModuleDict({str(e): Expert(spec.hidden_size, spec.moe_intermediate_size, *cut, down_name)
+                                      for e in ids})  # keyed by global id: names stay experts.N.*
         self.reduce_results = True  # False (the skip-allreduce injection) leaves each rank its partial sum
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -62,8 +69,8 @@ class SparseMoeBlock(nn.Module):
         weights, ids = route(self.gate(x), self.top_k, self.renormalize, keep_fp32=self.mixtral)
         out = torch.zeros_like(x)
         slots = ids.T  # [top_k, tokens]: where() then lists hits by (slot, token), as transformers does
-        for e, expert in enumerate(self.experts):
-            slot, token = torch.where(slots == e)
+        for e, expert in self.experts.items():
+            slot, token = torch.where(slots == int(e))
             if token.numel() == 0:
                 continue
             # as transformers' eager experts: weight, cast, index_add_ per expert (its default grouped_mm path

@@ -1,7 +1,7 @@
 """User-facing results of a live run: plain dataclasses whose to_dict() feeds the CLI, the page and JSON."""
 from dataclasses import asdict, dataclass, field
 
-SCHEMA = "tpviz.verify/1"
+SCHEMA = "tpviz.verify/2"  # 2: pp_size, ep; per rank stage, tp_rank, layers, experts
 
 
 @dataclass
@@ -17,18 +17,36 @@ class RankReport:
     load_s: float
     forward_s: float
     collectives: dict[str, dict[str, int]]  # op -> {"count", "bytes"} issued during the forward pass
+    stage: int = 0  # pipeline stage
+    tp_rank: int = 0
+    layers: list[int] = field(default_factory=list)  # decoder layers this rank built
+    experts: list[int] | None = None  # expert parallelism: the global experts held whole here
 
     def to_dict(self) -> dict:
         return asdict(self)
 
-    def row(self) -> dict:
-        """One flat table row (the page's per-rank table, the CLI summary)."""
-        return {"rank": self.rank, "device": self.device, "params MiB": round(self.param_bytes / 2**20, 3),
+    def row(self, pp: bool = False, ep: bool = False) -> dict:
+        """One flat table row (the page's per-rank table, the CLI summary); stage/experts columns for PP/EP."""
+        where = {"stage": self.stage, "layers": _spans(self.layers)} if pp else {}
+        if ep:
+            where["experts"] = _spans(self.experts or [])
+        return {"rank": self.rank, **where, "device": self.device, "params MiB": round(self.param_bytes / 2**20, 3),
                 "read MiB": round(self.bytes_read / 2**20, 3),
                 "read % of checkpoint": round(100 * self.bytes_read / max(1, self.checkpoint_bytes), 1),
                 "load s": round(self.load_s, 3), "forward s": round(self.forward_s, 3),
                 "collectives": sum(c["count"] for c in self.collectives.values()),
                 "collective MiB": round(sum(c["bytes"] for c in self.collectives.values()) / 2**20, 3)}
+
+
+def _spans(ids: list[int]) -> str:
+    """[0, 1, 2, 5] -> "0-2, 5": layer and expert ids as short ranges."""
+    out, start = [], None
+    for i, n in enumerate(ids):
+        start = n if start is None else start
+        if i + 1 == len(ids) or ids[i + 1] != n + 1:
+            out.append(str(n) if start == n else f"{start}-{n}")
+            start = None
+    return ", ".join(out) or "none"
 
 
 @dataclass
@@ -82,6 +100,13 @@ class VerifyResult:
     notes: list[str] = field(default_factory=list)
     random_weights: bool = False
     seed: int = 0
+    pp_size: int = 1  # pipeline stages (tp_size ranks each)
+    ep: bool = False  # routed experts placed whole on the ranks (expert parallelism)
+
+    @property
+    def layout(self) -> str:
+        """"tp=2", or with pipeline / expert parallelism "tp=2 × pp=2 + EP"."""
+        return f"tp={self.tp_size}" + (f" × pp={self.pp_size}" if self.pp_size > 1 else "") + (" + EP" if self.ep else "")
 
     @property
     def verdict(self) -> str:
@@ -95,7 +120,7 @@ class VerifyResult:
         """One line: verdict, the gap against its tolerance, argmax agreement, and where it diverges."""
         where = f"; diverges at {self.diverges_at}" if self.diverges_at else ""
         floor = f" (noise floor {self.noise_floor:.3g})" if self.noise_floor is not None else ""
-        return (f"{self.verdict}: tp={self.tp_size} vs tp=1 {self.dtype} max|Δlogit| {self.max_abs_diff:.3g} "
+        return (f"{self.verdict}: {self.layout} vs tp=1 {self.dtype} max|Δlogit| {self.max_abs_diff:.3g} "
                 f"{'<=' if self.passed else '>'} tolerance {self.tolerance:.3g}{floor}, "
                 f"argmax agreement {100 * self.argmax_agreement:.1f}%{where}")
 
@@ -114,7 +139,8 @@ class VerifyResult:
                   + (" <-- exceeds" if d.exceeds else "") for d in self.layers]
         lines = [line.rstrip() for line in lines]
         lines.append("  per rank:")
-        lines += ["    " + ", ".join(f"{k} {v}" for k, v in r.row().items()) for r in self.ranks]
+        lines += ["    " + ", ".join(f"{k} {v}" for k, v in r.row(self.pp_size > 1, self.ep).items())
+                  for r in self.ranks]
         lines.append("  phases: " + ", ".join(f"{k} {v:.2f}s" for k, v in self.phases.items()))
         lines += [f"  note: {n}" for n in self.notes if not n.startswith("--inject")]  # listed above
         return "\n".join(lines)

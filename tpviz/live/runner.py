@@ -1,4 +1,4 @@
-"""Spawn tp_size ranks, watch them, and stop the whole group on any failure or hang.
+"""Spawn tp_size x pp_size ranks, watch them, and stop the whole group on any failure or hang.
 
 Every run has its own temp folder and its own TCPStore on a port the OS picks (port 0, held by the
 parent until the end), so concurrent runs never share a port or a file.
@@ -37,7 +37,7 @@ def gpu_names() -> list[str]:
     return [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
 
 
-def choose_backend(tp_size: int, device: str = "auto", launcher: str = "spawn", gpus: list[str] | None = None,
+def choose_backend(world: int, device: str = "auto", launcher: str = "spawn", gpus: list[str] | None = None,
                    ranks_per_node: int | None = None) -> Environment:
     """NCCL with one GPU per rank when there are enough GPUs; else gloo, on CUDA tensors if any GPU exists."""
     if device not in DEVICES:
@@ -45,15 +45,15 @@ def choose_backend(tp_size: int, device: str = "auto", launcher: str = "spawn", 
     gpus = gpu_names() if gpus is None else gpus
     if device == "cuda" and not gpus:
         raise LiveError("device cuda was asked for, but torch sees no CUDA GPU")
-    ranks = ranks_per_node or tp_size
-    launcher = "in-process" if tp_size == 1 and launcher == "spawn" else launcher  # tp=1 spawns nothing
+    ranks = ranks_per_node or world
+    launcher = "in-process" if world == 1 and launcher == "spawn" else launcher  # tp=1 spawns nothing
     env = dict(launcher=launcher, gpus=gpus, torch=torch.__version__)
     if device == "cpu" or not gpus:
         why = "device cpu was asked for" if device == "cpu" else "no CUDA GPU found"
-        if tp_size == 1:
+        if world == 1:
             return Environment(device="cpu", backend="none", reason=f"{why}; tp=1 needs no process group", **env)
         return Environment(device="cpu", backend="gloo", reason=f"{why}: gloo on CPU", **env)
-    if tp_size == 1:
+    if world == 1:
         return Environment(device="cuda", backend="none", reason="tp=1 needs no process group", **env)
     if len(gpus) >= ranks:
         return Environment(device="cuda", backend="nccl",
@@ -73,9 +73,9 @@ class GroupRun:
     overlap_result: object = None
 
 
-def _phases(run_dir: Path, tp_size: int) -> list[list[tuple[str, float]]]:
+def _phases(run_dir: Path, world: int) -> list[list[tuple[str, float]]]:
     out = []
-    for rank in range(tp_size):
+    for rank in range(world):
         path, marks = run_dir / f"rank{rank}.phase", []
         try:
             lines = path.read_text(errors="replace").splitlines() if path.is_file() else []
@@ -97,9 +97,9 @@ def _current(marks: list[tuple[str, float]]) -> str:
     return marks[-1][0] if marks else "start"
 
 
-def _hang_message(run_dir: Path, tp_size: int, timeout: float, alive: list[int]) -> tuple[str, int | None]:
+def _hang_message(run_dir: Path, world: int, timeout: float, alive: list[int]) -> tuple[str, int | None]:
     """Name the rank(s) furthest behind: the others are waiting for them in a collective."""
-    where = {r: _current(m) for r, m in enumerate(_phases(run_dir, tp_size)) if r in alive}
+    where = {r: _current(m) for r, m in enumerate(_phases(run_dir, world)) if r in alive}
     if not where:
         return f"the ranks did not finish within {timeout:g} s", None
     behind = min(PHASES.index(p) for p in where.values())
@@ -218,7 +218,7 @@ def interrupt_on_sigterm():
 
 
 def run_group(job: dict, tp_size: int, timeout: float, progress=None, overlap=None, tick=None) -> GroupRun:
-    """Spawn tp_size ranks running `job`, wait at most `timeout` s, and collect rank 0's outputs.
+    """Spawn tp_size x job["pp_size"] ranks running `job`, wait at most `timeout` s, and collect the outputs.
 
     `overlap()` (the tp=1 reference) runs on a thread of this process while the ranks run, under the same
     timeout; `progress(phase)` is called as the slowest rank enters each phase, and `tick()` every 0.1 s:
@@ -226,10 +226,11 @@ def run_group(job: dict, tp_size: int, timeout: float, progress=None, overlap=No
     """
     run_dir = Path(tempfile.mkdtemp(prefix="tpviz-live-"))
     store = dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False, timeout=timedelta(seconds=timeout))
-    job = {**job, "run_dir": str(run_dir), "store_port": store.port, "tp_size": tp_size, "timeout": timeout,
-           "parent_pid": os.getpid()}
+    world = tp_size * job.get("pp_size", 1)
+    job = {**job, "run_dir": str(run_dir), "store_port": store.port, "tp_size": tp_size, "world_size": world,
+           "timeout": timeout, "parent_pid": os.getpid()}
     t0, started = time.time(), time.monotonic()
-    ctx = mp.start_processes(spawn_entry, args=(job,), nprocs=tp_size, join=False, daemon=True,
+    ctx = mp.start_processes(spawn_entry, args=(job,), nprocs=world, join=False, daemon=True,
                              start_method="spawn")
     ref = Background(overlap or (lambda: None))
     try:
@@ -250,7 +251,7 @@ def run_group(job: dict, tp_size: int, timeout: float, progress=None, overlap=No
                 raise LiveError(message) if user_error else RankFailure(message, rank)
             if all(c == 0 for c in codes) and ref.done:
                 break
-            slowest = min((_current(m) for m in _phases(run_dir, tp_size)), key=PHASES.index)
+            slowest = min((_current(m) for m in _phases(run_dir, world)), key=PHASES.index)
             while progress and PHASES.index(slowest) > PHASES.index(reported):  # no phase skipped
                 reported = PHASES[PHASES.index(reported) + 1]
                 progress(reported)
@@ -258,27 +259,32 @@ def run_group(job: dict, tp_size: int, timeout: float, progress=None, overlap=No
                 if all(c == 0 for c in codes):
                     raise LiveError(f"the tp=1 reference did not finish within the {timeout:g} s timeout")
                 alive = [r for r, p in enumerate(ctx.processes) if p.is_alive()]
-                message, rank = _hang_message(run_dir, tp_size, timeout, alive)
+                message, rank = _hang_message(run_dir, world, timeout, alive)
                 raise RankFailure(message, rank)
-        return _collect(run_dir, tp_size, t0, ref.get())
+        return _collect(run_dir, world, tp_size, t0, ref.get())
     finally:
         _stop(ctx)
         del store
         shutil.rmtree(run_dir, ignore_errors=True)
 
 
-def _collect(run_dir: Path, tp_size: int, t0: float, overlap_result) -> GroupRun:
-    missing = [r for r in range(tp_size) if not (run_dir / f"rank{r}.json").is_file()]
-    if missing or not (run_dir / "rank0.safetensors").is_file():  # e.g. a rank stopped by Ctrl-C exits 0
-        rank = missing[0] if missing else 0
-        raise RankFailure(f"rank {rank} exited without a result; all ranks were stopped", rank)
-    reports = [json.loads((run_dir / f"rank{r}.json").read_text()) for r in range(tp_size)]
-    tensors = load_file(str(run_dir / "rank0.safetensors"))
-    names = reports[0].pop("hidden_names")
-    hidden = {n: tensors[f"hidden.{i}"] for i, n in enumerate(names)}
+def _collect(run_dir: Path, world: int, tp_size: int, t0: float, overlap_result) -> GroupRun:
+    """Every rank's report; the hidden states of each stage's TP rank 0 in stage order, the last one's logits."""
+    leads = range(0, world, tp_size)
+    missing = [r for r in range(world) if not (run_dir / f"rank{r}.json").is_file()]
+    missing += [r for r in leads if not (run_dir / f"rank{r}.safetensors").is_file()]
+    if missing:  # e.g. a rank stopped by Ctrl-C exits 0
+        raise RankFailure(f"rank {missing[0]} exited without a result; all ranks were stopped", missing[0])
+    reports = [json.loads((run_dir / f"rank{r}.json").read_text()) for r in range(world)]
+    hidden, logits = {}, None
+    for r in leads:
+        tensors = load_file(str(run_dir / f"rank{r}.safetensors"))
+        names = reports[r].pop("hidden_names")
+        hidden.update({n: tensors[f"hidden.{i}"] for i, n in enumerate(names)})
+        logits = tensors.get("logits", logits)
     # a phase ends when its slowest rank leaves it
-    entered = {p: max(t for marks in _phases(run_dir, tp_size) for name, t in marks if name == p)
+    entered = {p: max(t for marks in _phases(run_dir, world) for name, t in marks if name == p)
                for p in ("load", "forward", "done")}
     phases = {"spawn": entered["load"] - t0, "load": entered["forward"] - entered["load"],
               "forward": entered["done"] - entered["forward"]}
-    return GroupRun(tensors["logits"], hidden, reports, phases, overlap_result)
+    return GroupRun(logits, hidden, reports, phases, overlap_result)

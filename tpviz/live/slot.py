@@ -22,12 +22,14 @@ def max_ranks(gpus: int = 0) -> int | None:
     return max(2 * (os.cpu_count() or 1), gpus)
 
 
-def check_ranks(tp_size: int, gpus: int = 0) -> None:
-    """Refuse, in one line, more rank processes than this machine can run at once."""
-    limit = max_ranks(gpus)
-    if limit is not None and tp_size > limit:
-        raise LiveError(f"tp={tp_size} needs {tp_size} rank processes; this machine ({os.cpu_count()} CPU cores, "
-                        f"{gpus} GPUs) runs at most {limit}: pick tp ≤ {limit}, or set {MAX_RANKS_ENV}")
+def check_ranks(tp_size: int, gpus: int = 0, pp: int = 1) -> None:
+    """Refuse, in one line, more rank processes (tp x pp) than this machine can run at once."""
+    limit, ranks = max_ranks(gpus), tp_size * pp
+    if limit is not None and ranks > limit:
+        what = f"tp={tp_size}" if pp == 1 else f"tp={tp_size} × pp={pp}"
+        pick = f"tp ≤ {limit}" if pp == 1 else f"tp × pp ≤ {limit}"
+        raise LiveError(f"{what} needs {ranks} rank processes; this machine ({os.cpu_count()} CPU cores, "
+                        f"{gpus} GPUs) runs at most {limit}: pick {pick}, or set {MAX_RANKS_ENV}")
 
 
 @contextmanager

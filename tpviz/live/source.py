@@ -12,6 +12,7 @@ from tpviz.live.model import LiveConfig, check_supported
 from tpviz.live.moe import MOE_FAMILIES
 from tpviz.live.random_weights import checkpoint_shapes, random_checkpoint
 from tpviz.live.weights import checkpoint_files
+from tpviz.parallel import EP_DENSE, LayoutError
 from tpviz.spec import ModelSpec, normalize
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "tokenizer_config.json")
@@ -59,15 +60,18 @@ def live_config(spec: ModelSpec, raw: dict | None = None, layers: int | None = N
     return cfg
 
 
-def check_split(cfg: LiveConfig, tp_size: int) -> None:
-    """Raise the layers' own one-line TPSizeError when cfg cannot be split over tp_size (meta tensors: free)."""
-    from tpviz.live.model import LiveForCausalLM
-    from tpviz.tracer import first_problem
-    problem = first_problem(cfg.spec, tp_size)  # heads before vocab: the rule a user should hear first
+def check_split(cfg: LiveConfig, tp_size: int, ep: bool = False) -> None:
+    """Raise the layers' own one-line TPSizeError when cfg cannot be split over tp_size (meta tensors: free);
+    with ep the routed experts stay whole, so only the other layers must split."""
+    from tpviz.live.model import LiveForCausalLM, Stage
+    from tpviz.tracer import check_layout
+    if ep and not cfg.spec.is_moe:
+        raise LayoutError(EP_DENSE)
+    problem = check_layout(cfg.spec, tp_size, moe_tp=1 if ep else None)[0]  # heads before vocab, as users expect
     if problem:
         raise TPSizeError(f"{problem.rstrip('.')}. Valid tp sizes for this model: {valid_live_sizes(cfg)}.")
     with torch.device("meta"):
-        LiveForCausalLM(cfg, tp_size, 0)
+        LiveForCausalLM(cfg, tp_size, 0, Stage.of(cfg.spec, tp_size, 0, ep=ep))
 
 
 def valid_live_sizes(cfg: LiveConfig, max_tp: int = 64) -> str:
@@ -86,7 +90,8 @@ def valid_live_sizes(cfg: LiveConfig, max_tp: int = 64) -> str:
     return ", ".join(sizes) or "none"
 
 
-def resolve_model(model, layers: int | None = None, seed: int = 0, tp_size: int | None = None) -> ModelSource:
+def resolve_model(model, layers: int | None = None, seed: int = 0, tp_size: int | None = None,
+                  ep: bool = False) -> ModelSource:
     """Turn a checkpoint folder, config.json path, config dict/bytes, or preset/hub id into a ModelSource.
 
     Local paths obey the explorer's TPVIZ_LOCAL_ROOT confinement; a folder with *.safetensors uses its own
@@ -106,7 +111,7 @@ def resolve_model(model, layers: int | None = None, seed: int = 0, tp_size: int 
     raw, name = local_config(path) if is_dir else resolve_config(model)
     cfg = live_config(normalize(raw, name), raw, layers)
     if tp_size is not None:
-        check_split(cfg, tp_size)
+        check_split(cfg, tp_size, ep)
     check_size(cfg, layers)  # before any weights are made, here or in the tp=1 reference
     if is_dir:
         tokenizer = path if any((path / f).is_file() for f in TOKENIZER_FILES) else None

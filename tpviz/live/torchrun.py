@@ -39,6 +39,9 @@ def verify_torchrun(model, tp_size: int | None = None, *, device: str = "auto", 
     local_rank = int(os.environ.get("LOCAL_RANK", 0))
     local_world = int(os.environ.get("LOCAL_WORLD_SIZE", world))
     tp_size = world if tp_size is None else tp_size
+    if kwargs.get("pp", 1) != 1:
+        raise SharedError("pipeline stages run with the built-in launcher (tpviz verify --pp P, no torchrun); "
+                          "under torchrun every rank is one tp slice")
     if tp_size != world:
         raise SharedError(f"--tp {tp_size} must equal the launched WORLD_SIZE={world}")
     try:

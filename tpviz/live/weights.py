@@ -202,7 +202,7 @@ def load_weights(model: nn.Module, folder: str | Path) -> ReadStats:
     for mname, module in model.named_modules():
         for pname, _ in module.named_parameters(recurse=False):
             owners[f"{mname}.{pname}" if mname else pname] = module
-    tied = model.cfg.spec.tie_word_embeddings
+    tied, stage = model.cfg.spec.tie_word_embeddings, model.stage
     files = checkpoint_files(folder)
     if not files:
         raise WeightsError(f"no *.safetensors files in {folder}")
@@ -218,6 +218,10 @@ def load_weights(model: nn.Module, folder: str | Path) -> ReadStats:
                 if target is None or (tied and ckpt_name == "lm_head.weight"):
                     continue
                 pname, shard_id = target
+                if tied and pname == "model.embed_tokens.weight" and not stage.first and stage.last:
+                    pname = "lm_head.weight"  # a later pipeline stage holds the tied head itself
+                elif stage.elsewhere(pname):  # another stage's layer or another EP rank's expert: never read
+                    continue
                 if pname not in params:
                     raise WeightsError(f"checkpoint tensor {ckpt_name} has no place in this "
                                        f"{model.cfg.spec.model_type} model (wrong architecture?)")

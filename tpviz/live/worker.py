@@ -20,11 +20,12 @@ from safetensors.torch import save_file
 
 from tpviz.errors import TpvizError
 from tpviz.live.inject import apply_injections
-from tpviz.live.model import LiveConfig, LiveForCausalLM
+from tpviz.layers.linear import use_tp_group
+from tpviz.live.model import LiveConfig, LiveForCausalLM, Stage
 from tpviz.live.weights import checkpoint_files, load_weights
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
-COLLECTIVES = ("all_reduce", "gather", "all_gather", "reduce_scatter", "broadcast")
+COLLECTIVES = ("all_reduce", "gather", "all_gather", "reduce_scatter", "broadcast", "send", "recv")
 FAULT_ENV = "TPVIZ_LIVE_FAULT"  # "RANK:raise|hang|kill:PHASE", used by the tests to make one rank fail
 
 
@@ -56,14 +57,26 @@ def _sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
+def rank_stage(job: dict, rank: int, tp_size: int) -> tuple[int, int, Stage]:
+    """(pipeline stage, TP rank, Stage) of a global rank: stages are consecutive blocks of tp_size ranks."""
+    cfg, pp = LiveConfig.from_dict(job["cfg"]), job.get("pp_size", 1)
+    pp_rank, tp_rank = divmod(rank, tp_size)
+    stage = Stage.of(cfg.spec, tp_size, tp_rank, pp, pp_rank, job.get("ep", False), job.get("placement", "linear"))
+    return pp_rank, tp_rank, stage
+
+
 def run_model(job: dict, rank: int, tp_size: int, device: torch.device,
               mark: Callable[[str], None] = lambda phase: None) -> tuple:
-    """Build, load and run one rank; return (logits or None, hidden states or None, rank report dict)."""
+    """Build, load and run one rank; return (logits or None, this stage's hidden states or None, report dict).
+
+    A pipeline stage after the first receives the hidden state from the same TP rank of the stage before and
+    sends its own on; logits come from the last stage's TP rank 0, hidden states from each stage's TP rank 0."""
     cfg, dtype = LiveConfig.from_dict(job["cfg"]), DTYPES[job["dtype"]]
+    pp_rank, tp_rank, stage = rank_stage(job, rank, tp_size)
     start = time.perf_counter()
     mark("load")
     with torch.device(device):
-        model = LiveForCausalLM(cfg, tp_size, rank)
+        model = LiveForCausalLM(cfg, tp_size, tp_rank, stage)
     model.to(dtype)
     apply_injections(model, job.get("inject", []))  # before loading: wrong-kv-head changes which slice loads
     stats = load_weights(model, job["checkpoint"])
@@ -74,21 +87,39 @@ def run_model(job: dict, rank: int, tp_size: int, device: torch.device,
     collectives: dict = {}
     start = time.perf_counter()
     # only ranks of a real group patch torch.distributed (never the in-process, possibly threaded, tp=1 runs)
-    counting = count_collectives(collectives) if tp_size > 1 else nullcontext()
+    counting = count_collectives(collectives) if dist.is_initialized() else nullcontext()
     with torch.inference_mode(), counting:
-        logits, hidden = model(ids)
+        h = None
+        if not stage.first:
+            h = torch.empty(*ids.shape, cfg.spec.hidden_size, dtype=dtype, device=device)
+            dist.recv(h, src=rank - tp_size)
+        logits, hidden = model(ids, h)
+        if not stage.last:
+            dist.send(next(reversed(hidden.values())).contiguous(), dst=rank + tp_size)
     _sync(device)
     forward_s = time.perf_counter() - start
     params = dict(model.named_parameters())
-    report = {"rank": rank, "device": str(device),
+    report = {"rank": rank, "device": str(device), "stage": pp_rank, "tp_rank": tp_rank,
+              "layers": list(stage.layers), "experts": None if stage.experts is None else list(stage.experts),
               "param_shapes": {n: list(p.shape) for n, p in params.items()},
               "param_bytes": sum(p.numel() * p.element_size() for p in params.values()),
               "bytes_read": stats.read, "bytes_spanned": stats.spanned,
               "checkpoint_bytes": sum(f.stat().st_size for f in checkpoint_files(Path(job["checkpoint"]))),
               "load_s": load_s, "forward_s": forward_s, "collectives": collectives}
-    if rank != 0:
+    if tp_rank != 0:
         return None, None, report
-    return logits.float().cpu(), {k: v.float().cpu() for k, v in hidden.items()}, report
+    out = None if logits is None else logits.float().cpu()
+    return out, {k: v.float().cpu() for k, v in hidden.items()}, report
+
+
+def _tp_groups(pp: int, tp_size: int, rank: int) -> None:
+    """One TP group per pipeline stage (every rank creates every group, in the same order, as torch needs)."""
+    if pp == 1:
+        return  # the whole world is the TP group
+    for s in range(pp):
+        group = dist.new_group(list(range(s * tp_size, (s + 1) * tp_size)))
+        if rank // tp_size == s:
+            use_tp_group(group)
 
 
 def spawn_device(job: dict, rank: int) -> torch.device:
@@ -131,7 +162,7 @@ def _fault(rank: int, phase: str) -> None:
 def spawn_entry(rank: int, job: dict) -> None:
     """Body of one spawned rank: join the group over the parent's TCPStore, run, write results to run_dir."""
     _watch_parent(job["parent_pid"])
-    run_dir, tp_size = Path(job["run_dir"]), job["tp_size"]
+    run_dir, tp_size, world = Path(job["run_dir"]), job["tp_size"], job["world_size"]
     log = os.open(run_dir / f"rank{rank}.log", os.O_WRONLY | os.O_CREAT | os.O_APPEND)
     os.dup2(log, 1)  # library warnings go to the run's log, so the caller's terminal keeps one clean line
     os.dup2(log, 2)
@@ -150,12 +181,15 @@ def spawn_entry(rank: int, job: dict) -> None:
             torch.set_num_threads(1)  # ranks share the cores; more threads only thrash
         timeout = timedelta(seconds=job["timeout"])
         store = dist.TCPStore("127.0.0.1", job["store_port"], is_master=False, timeout=timeout)
-        dist.init_process_group(job["backend"], store=store, rank=rank, world_size=tp_size, timeout=timeout)
+        dist.init_process_group(job["backend"], store=store, rank=rank, world_size=world, timeout=timeout)
+        _tp_groups(job.get("pp_size", 1), tp_size, rank)
         logits, hidden, report = run_model(job, rank, tp_size, device, mark)
-        if rank == 0:
+        if hidden is not None:  # each stage's TP rank 0
             names = list(hidden)  # safetensors keys stay simple; the names travel in the report
             tensors = {f"hidden.{i}": hidden[n].contiguous() for i, n in enumerate(names)}
-            save_file({"logits": logits.contiguous(), **tensors}, str(run_dir / "rank0.safetensors"))
+            if logits is not None:
+                tensors["logits"] = logits.contiguous()
+            save_file(tensors, str(run_dir / f"rank{rank}.safetensors"))
             report["hidden_names"] = names
         (run_dir / f"rank{rank}.json").write_text(json.dumps(report))
         mark("done")
