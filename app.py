@@ -8,9 +8,10 @@ import json
 import streamlit as st
 
 from explorer.fit import fit_section
-from explorer.cache import Page, every_group_figures, group_figures, page_for, png_renderer, valid_rows
-from explorer.sidebar import (RULE_LABELS, NeedInput, checkpoint_key, restore_from_query, sidebar_exports,
-                              sidebar_source, source_config, tp_control)
+from explorer.cache import Page, every_group_figures, group_figures, layout_for, page_for, png_renderer, valid_rows
+from explorer.deploy import deployment_section
+from explorer.sidebar import (RULE_LABELS, NeedInput, checkpoint_key, layout_controls, restore_from_query,
+                              sidebar_exports, sidebar_source, source_config, tp_control)
 from explorer.state import DEFAULT_VIEW, query_from_controls
 from explorer.text import literal
 from tpviz import summary as S
@@ -70,10 +71,13 @@ def versus(value: float, naive: float) -> dict:
     return dict(delta=f"{pct:+.1f}% vs total/tp", delta_color="inverse")
 
 
-def render_page(page: Page, rows: list[dict]) -> None:
-    """The main area: header, metrics, the three special cases, one figure per family, summaries."""
+def render_page(page: Page, rows: list[dict], lay: dict | None = None) -> None:
+    """The main area: header, metrics, the three special cases, a deployment's GPUs, one figure per family,
+    summaries."""
     m, spec = page.m, page.m.model
-    st.markdown(f"## {literal(spec['name'])} on {m.tp_size} GPU{'s' if m.tp_size > 1 else ''}")
+    gpus = len(lay["gpus"]) if lay else m.tp_size
+    st.markdown(f"## {literal(spec['name'])} on {gpus} GPU{'s' if gpus > 1 else ''}"
+                + (f" · {lay['label']}" if lay else ""))
     heads = (f"{spec['num_attention_heads']} q heads, {spec['num_key_value_heads']} KV heads × {spec['head_dim']}"
              if not spec.get("kv_lora_rank") else f"{spec['num_attention_heads']} heads, MLA latent {spec['kv_lora_rank']}")
     st.caption(f"{RULE_LABELS[m.rules]} rules · {spec['num_hidden_layers']} layers · hidden {spec['hidden_size']} · "
@@ -101,6 +105,8 @@ def render_page(page: Page, rows: list[dict]) -> None:
         st.info(sentence)
     if absent := S.absent_cases(m):
         st.caption("Not in this view: " + "; ".join(absent) + ".")
+    if lay:
+        deployment_section(lay, PLOTLY_CONFIG)
     has_browser = chromium_path() is not None
     st.markdown("### Where every matrix goes")
     sections = [(None, page.figs)]  # (layer group or None, its figures)
@@ -135,6 +141,15 @@ def render_page(page: Page, rows: list[dict]) -> None:
     st.dataframe(S.valid_tp_rows(rows), hide_index=True, width="stretch", height=300)
 
 
+def deployment(cfg_json: str, name: str, values: dict, errors: list[str]) -> dict | None:
+    """The pp / dp / ep layout of the view, or None with one line in `errors` (the TP map still shows)."""
+    try:
+        return layout_for(cfg_json, name, values["tp"], values["pp"], values["dp"], values["ep"], values["rules"])
+    except TpvizError as e:
+        errors.append(f"{e} (showing the tensor-parallel map alone)")
+        return None
+
+
 def nearest_view(cfg_json: str | None, name: str | None, rows: list[dict] | None, values: dict) -> tuple | None:
     """A first view whose tp does not work: the same model at the nearest valid tp (largest below, else smallest)."""
     bad_tp = bool(cfg_json and rows and S.tp_problem(rows, values["tp"], values["rules"]))
@@ -166,13 +181,16 @@ def main() -> None:
         except Exception as e:  # noqa: BLE001 - every failure is one line, never a traceback
             errors.append(explain(e, name, rows, values["rules"]))
         values["tp"] = tp_control(rows, values["rules"])
-    page = None
+        values.update(layout_controls(values))
+    page = lay = None
     if cfg_json is not None and rows is not None:
         try:
             checkpoint = checkpoint_key(values)
             serving = f"{st.session_state.get('serve_dtype', 'auto')},{st.session_state.get('kv_dtype', 'auto')}"
             page = page_for(cfg_json, name, values["tp"], values["rules"], checkpoint, serving)
             st.session_state.good = (cfg_json, name, values["tp"], values["rules"], checkpoint, serving)
+            if values["pp"] > 1 or values["dp"] > 1 or values["ep"]:
+                lay = deployment(cfg_json, name, values, errors)
             query = query_from_controls(values)
             if st.query_params.to_dict() != query:
                 st.query_params.from_dict(query)
@@ -196,8 +214,8 @@ def main() -> None:
                 else "the default view")
         st.caption(f"Showing {last}: {literal(good[1])} at tp={good[2]} ({RULE_LABELS[good[3]]} rules).")
     with st.sidebar:
-        sidebar_exports(page, values)
-    render_page(page, rows)
+        sidebar_exports(page, values, lay)
+    render_page(page, rows, lay)
 
 
 if __name__ == "__main__":  # spawned Run-live ranks re-import this file: build no page there

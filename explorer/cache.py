@@ -83,3 +83,11 @@ def group_figures(cfg_json: str, name: str, tp: int, rules: str, checkpoint: str
 def every_group_figures(cfg_json: str, name: str, tp: int, rules: str, checkpoint: str, serving: str) -> list:
     """"All layers": each group's heading with the figures it adds (shared families drawn once)."""
     return plots.grouped_figures(page_for(cfg_json, name, tp, rules, checkpoint, serving).m)
+
+
+@st.cache_data(show_spinner=False, max_entries=64)
+def layout_for(cfg_json: str, name: str, tp: int, pp: int, dp: int, ep: bool, rules: str) -> dict:
+    """One tp x pp x dp (+ EP) deployment's GPUs: stages, experts, bytes, communication (tpviz.layout)."""
+    from tpviz.layout import layout_map
+    from tpviz.parallel import Layout
+    return layout_map(load_spec(json.loads(cfg_json), name), Layout(tp, pp, dp, ep), rules)

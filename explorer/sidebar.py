@@ -1,5 +1,6 @@
 """The explorer's sidebar: model source, rules, tp (each invalid size with its reason) and exports."""
 import json
+from dataclasses import replace
 from pathlib import Path
 from urllib.parse import urlencode
 
@@ -7,10 +8,10 @@ import streamlit as st
 from streamlit.runtime.uploaded_file_manager import UploadedFile
 
 from explorer.cache import Page, png_renderer, resolve_hub
-from explorer.state import SOURCES, controls_from_query, query_from_controls
+from explorer.state import MAX_PP_DP, SOURCES, controls_from_query, query_from_controls
 from tpviz import summary as S
 from tpviz.errors import SourceError, TpvizError
-from tpviz.export import NO_CHROMIUM, chromium_path, file_stem, figures_zip
+from tpviz.export import NO_CHROMIUM, chromium_path, file_stem, figures_zip, shard_map_json
 from tpviz.plots import export_figures
 from tpviz.rules import ENGINE, RULE_NOTES, RULES
 from tpviz.spec import KV_DTYPES, SERVE_DTYPES
@@ -116,19 +117,35 @@ def tp_control(rows: list[dict] | None, rules: str) -> int:
                         persist_state="session")
 
 
-def sidebar_exports(page: Page, values: dict) -> None:
+def layout_controls(values: dict) -> dict:
+    """pp, dp and expert parallelism: a deployment beyond one tensor-parallel group (defaults: plain TP)."""
+    wide = values["pp"] > 1 or values["dp"] > 1 or values["ep"]
+    with st.expander("Pipeline, data and expert parallelism", expanded=bool(wide)):
+        pp = st.number_input("pp: pipeline stages", 1, MAX_PP_DP, key="pp", persist_state="session",
+                             help="vLLM's --pipeline-parallel-size: the layers are divided between stages")
+        dp = st.number_input("dp: data-parallel replicas", 1, MAX_PP_DP, key="dp", persist_state="session",
+                             help="vLLM's --data-parallel-size: attention replicas; MoE experts span tp × dp GPUs")
+        ep = st.checkbox("Expert parallelism (EP)", key="ep", persist_state="session",
+                         help="vLLM's --enable-expert-parallel: each routed expert whole on one of the tp × dp GPUs "
+                              "(linear placement)")
+    return {"pp": int(pp), "dp": int(dp), "ep": bool(ep)}
+
+
+def sidebar_exports(page: Page, values: dict, lay: dict | None = None) -> None:
     """JSON, ZIP of PNGs and the share link."""
     st.subheader("Export")
-    stem = file_stem(page.m)
-    st.download_button("Shard map (JSON)", page.json_bytes, f"{stem}.json", "application/json",
-                       key="dl_json", on_click="ignore", icon=":material/data_object:", width="stretch")
+    m = replace(page.m, layout=lay) if lay else page.m  # a copy: the cached map is shared by every session
+    stem = file_stem(m)
+    st.download_button("Shard map (JSON)", shard_map_json(m) if lay else page.json_bytes, f"{stem}.json",
+                       "application/json", key="dl_json", on_click="ignore", icon=":material/data_object:",
+                       width="stretch")
     has_browser = chromium_path() is not None
     st.download_button("All figures (ZIP of PNGs + JSON)",
-                       lambda: figures_zip(page.m, export_figures(page.m), png_renderer()),
+                       lambda: figures_zip(m, export_figures(m), png_renderer()),
                        f"{stem}_figures.zip", "application/zip", key="dl_zip", on_click="ignore",
                        icon=":material/folder_zip:", width="stretch", disabled=not has_browser)
     st.download_button("All figures (ZIP of SVGs + JSON)",
-                       lambda: figures_zip(page.m, export_figures(page.m), png_renderer(), "svg"),
+                       lambda: figures_zip(m, export_figures(m), png_renderer(), "svg"),
                        f"{stem}_figures_svg.zip", "application/zip", key="dl_zip_svg", on_click="ignore",
                        icon=":material/folder_zip:", width="stretch", disabled=not has_browser)
     if not has_browser:

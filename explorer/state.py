@@ -1,10 +1,14 @@
-"""The explorer's shareable view state: ?model=...&tp=...&rules=... <-> the controls (no Streamlit import)."""
+"""The explorer's shareable view state: ?model=...&tp=...&rules=...(&pp=&dp=&ep=) <-> the controls (no Streamlit
+import)."""
 from tpviz.rules import RULES
 from tpviz.sources import repo_from_url
 from tpviz.summary import MAX_TP
 
 SOURCES = ("Preset", "Hub repo id", "Local path", "Upload config.json")
-DEFAULT_VIEW = {"source": "Preset", "preset": "Qwen/Qwen3-8B", "hub": "", "path": "", "tp": 4, "rules": "vllm"}
+DEFAULT_VIEW = {"source": "Preset", "preset": "Qwen/Qwen3-8B", "hub": "", "path": "", "tp": 4, "rules": "vllm",
+                "pp": 1, "dp": 1, "ep": False}
+MAX_PP_DP = 64
+FLAGS = {"1": True, "true": True, "on": True, "0": False, "false": False, "off": False}
 
 
 def controls_from_query(params: dict[str, str], preset_keys: list[str]) -> tuple[dict, list[str]]:
@@ -26,6 +30,20 @@ def controls_from_query(params: dict[str, str], preset_keys: list[str]) -> tuple
         else:
             problems.append(f"tp={text[:20]!r} in the link is not a whole number from 1 to {MAX_TP}; "
                             f"showing tp={values['tp']}")
+    for key in ("pp", "dp"):
+        if key in params:
+            text = str(params[key]).strip()
+            if text.isascii() and text.isdigit() and len(text) <= 3 and 1 <= int(text) <= MAX_PP_DP:
+                values[key] = int(text)
+            else:
+                problems.append(f"{key}={text[:20]!r} in the link is not a whole number from 1 to {MAX_PP_DP}; "
+                                f"showing {key}={values[key]}")
+    if "ep" in params:
+        text = str(params["ep"]).strip().lower()
+        if text in FLAGS:
+            values["ep"] = FLAGS[text]
+        else:
+            problems.append(f"ep={text[:20]!r} in the link is not 1 or 0; showing expert parallelism off")
     if "rules" in params:
         rules = str(params["rules"]).strip().lower()
         if rules in RULES:
@@ -40,4 +58,6 @@ def query_from_controls(values: dict) -> dict[str, str]:
     model = {"Preset": values.get("preset"), "Hub repo id": values.get("hub"),
              "Local path": values.get("path")}.get(values.get("source"))
     query = {"model": str(model).strip()} if model and str(model).strip() else {}
-    return {**query, "tp": str(values["tp"]), "rules": values["rules"]}
+    extra = {k: str(values[k]) for k in ("pp", "dp") if values.get(k, 1) != 1}  # plain TP links stay short
+    return {**query, "tp": str(values["tp"]), "rules": values["rules"], **extra,
+            **({"ep": "1"} if values.get("ep") else {})}

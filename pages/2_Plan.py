@@ -5,14 +5,14 @@ from urllib.parse import urlencode
 
 import streamlit as st
 
+from explorer.cache import layout_for
 from explorer.fit import QUICK_GIB
 from explorer.sidebar import RULE_LABELS
+from explorer.state import query_from_controls
 from explorer.text import literal
 from tpviz import load_spec
 from tpviz.format import fmt_bytes
 from tpviz.errors import TpvizError
-from tpviz.layout import layout_map
-from tpviz.parallel import Layout
 from tpviz.planner import plan, plan_rows
 from tpviz.plots.layout import device_grid, expert_figure
 from tpviz.rules import RULES
@@ -23,12 +23,6 @@ from tpviz.sources import find_preset, presets, repo_from_url
 def cached_plan(cfg_json: str, name: str, gpus: int, gib: float, rules: str, util: float, context: int) -> list[dict]:
     """plan_rows of one question (the same answer for every visitor who asks it)."""
     return plan_rows(plan(load_spec(json.loads(cfg_json), name), gpus, gib, rules, util, context))
-
-
-@st.cache_data(show_spinner=False, max_entries=64)
-def cached_layout(cfg_json: str, name: str, tp: int, pp: int, dp: int, ep: bool, rules: str) -> dict:
-    """The chosen layout's GPUs: stages, experts and bytes (tpviz.layout.layout_map)."""
-    return layout_map(load_spec(json.loads(cfg_json), name), Layout(tp, pp, dp, ep), rules)
 
 
 def model_config(text: str) -> tuple[str, str]:
@@ -81,17 +75,18 @@ def main() -> None:
     picked = event.selection.rows if event and hasattr(event, "selection") else []
     if picked:
         r = rows[picked[0]]
-        query = urlencode({"model": name, "tp": r["tp"], "rules": rules}, safe="/")
-        st.markdown(f"**{literal(r['layout'])}**: [open its tp={r['tp']} map in the explorer](/?{query}) "
-                    "(the explorer draws the tensor-parallel cut; stages and expert placement are listed here).")
+        query = urlencode(query_from_controls({"source": "Hub repo id", "hub": name, **r, "rules": rules}), safe="/")
+        st.markdown(f"**{literal(r['layout'])}**: [open its map in the explorer](/?{query}) (every GPU's rows and "
+                    "columns, its stage and experts, and this layout's collectives).")
         if r["valid"]:
             st.caption("Weights per GPU by stage: " + ", ".join(fmt_bytes(b) for b in r["stage_weights"]))
-            lay = cached_layout(cfg_json, name, r["tp"], r["pp"], r["dp"], r["ep"], rules)
+            lay = layout_for(cfg_json, name, r["tp"], r["pp"], r["dp"], r["ep"], rules)
             st.plotly_chart(device_grid(lay), theme=None, key="grid")
             if (fig := expert_figure(lay)) is not None:
                 st.plotly_chart(fig, theme=None, key="experts")
-    st.caption("Comm / token: ring all-reduces of the tensor-parallel layers, the expert-parallel dispatch and "
-               "combine (top-k copies of the hidden state each way), and one hidden state per pipeline hand-off.")
+    st.caption("Comm / token: ring all-reduces over the tp GPUs after attention, dense and MoE layers (with or "
+               "without EP), the MoE blocks' gather and reduce-scatter of tokens across dp replicas (vLLM 0.33's "
+               "default all2all backend), and one hidden state per pipeline hand-off.")
 
 
 if __name__ == "__main__":  # spawned Run-live ranks re-import pages: build nothing there

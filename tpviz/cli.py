@@ -88,8 +88,8 @@ def layout_lines(lay: dict) -> str:
         lines.append(f"... {len(lay['gpus']) - 64} more GPUs in the JSON")
     c = lay["comm_bytes_per_token"]
     lines.append(f"per token and GPU: TP all-reduces {fmt_bytes(c['tp_all_reduce'])}, MoE all-reduces "
-                 f"{fmt_bytes(c['moe_all_reduce'])}, EP all-to-all {fmt_bytes(c['ep_all_to_all'])}, PP send/recv "
-                 f"{fmt_bytes(c['pp_send_recv'])}")
+                 f"{fmt_bytes(c['moe_all_reduce'])}, MoE dispatch/combine over dp "
+                 f"{fmt_bytes(c['moe_dispatch_combine'])}, PP send/recv {fmt_bytes(c['pp_send_recv'])}")
     return "\n".join(lines)
 
 

@@ -151,7 +151,9 @@ def figure_png(fig: go.Figure, renderer: PngRenderer | None = None, m: ShardMap 
 def file_stem(m: ShardMap) -> str:
     """'Qwen3-8B_tp4_vllm': a file-safe name for this view."""
     name = re.sub(r"[^A-Za-z0-9._-]+", "-", str(m.model.get("name", "model")).split("/")[-1]).strip("-.")
-    return f"{name or 'model'}_tp{m.tp_size}_{m.rules}"
+    lay = m.layout or {}
+    wide = "".join(f"_{k}{lay[k]}" for k in ("pp", "dp") if lay.get(k, 1) > 1) + ("_ep" if lay.get("ep") else "")
+    return f"{name or 'model'}_tp{m.tp_size}{wide}_{m.rules}"
 
 
 def png_names(m: ShardMap, keys: list[str]) -> dict[str, str]:

@@ -28,7 +28,7 @@ class PlanRow:
     room: float = 0.0  # bytes left for KV cache on the tightest GPU
     kv_tokens: int = 0  # tokens of KV cache the tightest stage holds
     max_sequences: int = 0  # sequences of the context that fit (the whole deployment: x dp replicas)
-    comm_per_token: float = 0.0  # bytes each token moves: TP all-reduces, EP all-to-all, PP hand-offs
+    comm_per_token: float = 0.0  # bytes each token moves: all-reduces, MoE dispatch/combine over dp, PP hand-offs
 
     @property
     def fits(self) -> bool:
@@ -170,15 +170,17 @@ def plan_rows(rows: list[PlanRow]) -> list[dict]:
 
 
 def comm_per_token(spec: ModelSpec, layout: Layout) -> dict[str, float]:
-    """Bytes each token moves per GPU: ring all-reduces after the mixers and dense FFNs at tp; MoE layers
-    reduce over the tp x dp GPUs their experts are cut across, or (with EP) dispatch and combine top_k copies
-    of the hidden state; one hidden state per pipeline hand-off."""
+    """Bytes each token moves per GPU, as vLLM 0.33 runs a forward pass: ring all-reduces over the tp GPUs
+    after the mixers, dense FFNs and MoE blocks (with or without EP: the block's final reduce); with dp > 1 a
+    MoE block also gathers every replica's tokens and reduce-scatters them back (the default
+    allgather_reducescatter all2all backend, one hidden state per other replica each way); one hidden state
+    per pipeline hand-off."""
     hidden = spec.hidden_size * spec.dtype_bytes
     ring = lambda n: 2 * (n - 1) / n if n > 1 else 0.0  # noqa: E731 - the ring all-reduce's share per GPU
     moe = len(spec.moe_layers)
     dense = sum(1 for layer in spec.layers if layer.ffn.kind == "dense")
     mixers = sum(1 for layer in spec.layers if layer.mixer.kind != "none")
     return {"tp_all_reduce": ring(layout.tp) * hidden * (mixers + dense),
-            "moe_all_reduce": 0.0 if layout.ep else ring(layout.moe_tp) * hidden * moe,
-            "ep_all_to_all": 2 * spec.num_experts_per_tok * hidden * moe if layout.ep else 0.0,
+            "moe_all_reduce": ring(layout.tp) * hidden * moe,
+            "moe_dispatch_combine": 2 * (layout.dp - 1) * hidden * moe,
             "pp_send_recv": (layout.pp - 1) * hidden}

@@ -51,3 +51,22 @@ def test_pasted_hub_url_opens_the_repo():
     assert values["source"] == "Hub repo id" and values["hub"] == "someone/some-model"
     values, _ = controls_from_query({"model": "https://huggingface.co/Qwen/Qwen3-8B"}, KEYS)
     assert values["source"] == "Preset" and values["preset"] == "Qwen/Qwen3-8B"
+
+
+def test_pp_dp_ep_travel_in_the_link_and_plain_tp_links_stay_short():
+    params = {"model": "Qwen/Qwen3-30B-A3B", "tp": "4", "rules": "vllm", "pp": "2", "dp": "2", "ep": "1"}
+    values, problems = controls_from_query(params, KEYS)
+    assert problems == [] and (values["pp"], values["dp"], values["ep"]) == (2, 2, True)
+    assert query_from_controls(values) == params
+    assert "pp" not in query_from_controls(DEFAULT_VIEW) and "ep" not in query_from_controls(DEFAULT_VIEW)
+    # a Plan row's link: the layout row's own tp / pp / dp / ep
+    row = {"layout": "TP 2 × PP 2 × DP 2 + EP", "tp": 2, "pp": 2, "dp": 2, "ep": True, "valid": True}
+    assert query_from_controls({"source": "Hub repo id", "hub": "a/b", **row, "rules": "vllm-0.28"}) == {
+        "model": "a/b", "tp": "2", "rules": "vllm-0.28", "pp": "2", "dp": "2", "ep": "1"}
+
+
+@pytest.mark.parametrize("params, word", [({"pp": "0"}, "pp='0'"), ({"dp": "x"}, "showing dp=1"),
+                                           ({"ep": "maybe"}, "ep='maybe'")])
+def test_odd_pp_dp_ep_in_a_link_is_one_problem(params, word):
+    values, problems = controls_from_query(params, KEYS)
+    assert len(problems) == 1 and word in problems[0] and (values["pp"], values["dp"], values["ep"]) == (1, 1, False)

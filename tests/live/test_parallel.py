@@ -133,7 +133,7 @@ def test_torchrun_refuses_pipeline_stages_in_one_line(tiny_config, monkeypatch):
 def test_cli_pp_ep(moe5, tiny, capsys):
     assert main([str(moe5), "--tp", "2", "--pp", "2", "--ep", "--device", "cpu", "--seq-len", "4"]) == 0
     out = capsys.readouterr().out
-    assert out.startswith("PASS: tp=2 × pp=2 + EP vs tp=1") and "stage 1, layers 2, experts 3-4" in out
+    assert out.startswith("PASS: tp=2 × pp=2 + EP vs tp=1") and "stage 1, layers 2, experts 3–4" in out
     assert main([str(tiny["qwen3"][0]), "--tp", "1", "--pp", "3", "--device", "cpu"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "pp=3 is more pipeline stages" in err

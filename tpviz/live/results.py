@@ -1,6 +1,8 @@
 """User-facing results of a live run: plain dataclasses whose to_dict() feeds the CLI, the page and JSON."""
 from dataclasses import asdict, dataclass, field
 
+from tpviz.summary import layer_span
+
 SCHEMA = "tpviz.verify/2"  # 2: pp_size, ep; per rank stage, tp_rank, layers, experts
 
 
@@ -27,26 +29,15 @@ class RankReport:
 
     def row(self, pp: bool = False, ep: bool = False) -> dict:
         """One flat table row (the page's per-rank table, the CLI summary); stage/experts columns for PP/EP."""
-        where = {"stage": self.stage, "layers": _spans(self.layers)} if pp else {}
+        where = {"stage": self.stage, "layers": layer_span(self.layers) or "none"} if pp else {}
         if ep:
-            where["experts"] = _spans(self.experts or [])
+            where["experts"] = layer_span(self.experts or []) or "none"
         return {"rank": self.rank, **where, "device": self.device, "params MiB": round(self.param_bytes / 2**20, 3),
                 "read MiB": round(self.bytes_read / 2**20, 3),
                 "read % of checkpoint": round(100 * self.bytes_read / max(1, self.checkpoint_bytes), 1),
                 "load s": round(self.load_s, 3), "forward s": round(self.forward_s, 3),
                 "collectives": sum(c["count"] for c in self.collectives.values()),
                 "collective MiB": round(sum(c["bytes"] for c in self.collectives.values()) / 2**20, 3)}
-
-
-def _spans(ids: list[int]) -> str:
-    """[0, 1, 2, 5] -> "0-2, 5": layer and expert ids as short ranges."""
-    out, start = [], None
-    for i, n in enumerate(ids):
-        start = n if start is None else start
-        if i + 1 == len(ids) or ids[i + 1] != n + 1:
-            out.append(str(n) if start == n else f"{start}-{n}")
-            start = None
-    return ", ".join(out) or "none"
 
 
 @dataclass

@@ -199,9 +199,15 @@ def grouped_figures(m: ShardMap) -> list[tuple[LayerGroup, dict[str, go.Figure]]
 def export_figures(m: ShardMap) -> dict[str, go.Figure]:
     """Every figure of every layer group, the layer strip and memory: what the ZIP and `map --png` write."""
     if len(m.groups) <= 1:
-        return all_figures(m)
-    figs = {"layers": layer_strip(m)}
-    for _, group_figs in grouped_figures(m):
-        figs.update(group_figs)
-    figs["memory"] = memory_figure(m)
+        figs = dict(all_figures(m))
+    else:
+        figs = {"layers": layer_strip(m)}
+        for _, group_figs in grouped_figures(m):
+            figs.update(group_figs)
+        figs["memory"] = memory_figure(m)
+    if m.layout:  # a pp / dp / ep deployment: its device grid and expert placement too
+        from tpviz.plots.layout import device_grid, expert_figure
+        figs["device_grid"] = device_grid(m.layout)
+        if (experts := expert_figure(m.layout)) is not None:
+            figs["expert_placement"] = experts
     return figs

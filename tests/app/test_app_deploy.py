@@ -1,0 +1,64 @@
+"""AppTest of the explorer's deployment view (explorer/deploy.py): a pp / dp / ep layout from the link or the
+sidebar, its device grid, expert placement, GPUs and collectives, and exports that carry it."""
+import json
+
+import pytest
+from app_harness import charts, errors, heading, run_app
+
+from tpviz.layout import layout_map
+from tpviz.parallel import Layout
+from tpviz.sources import load_spec
+
+QWEN_MOE = "Qwen/Qwen3-30B-A3B"
+
+
+def table(at, column: str):
+    """The first dataframe with this column (the deployment's GPU table has 'GPU', its comm table 'collective')."""
+    return next(d.value for d in at.dataframe if column in d.value.columns)
+
+
+@pytest.fixture
+def served(monkeypatch):
+    """What the JSON download button serves (bytes given up front)."""
+    from streamlit.runtime.memory_media_file_storage import MemoryMediaFileStorage
+    out, store = {}, MemoryMediaFileStorage.load_and_get_id
+
+    def capture(self, data, mimetype, kind, filename=None):
+        out[filename] = data
+        return store(self, data, mimetype, kind, filename)
+    monkeypatch.setattr(MemoryMediaFileStorage, "load_and_get_id", capture)
+    return out
+
+
+def test_a_link_opens_a_deployment_with_its_grid_experts_gpus_and_collectives(served):
+    at = run_app({"model": QWEN_MOE, "tp": "4", "pp": "2", "ep": "1"})
+    assert errors(at) == []
+    assert heading(at) == f"{QWEN_MOE} on 8 GPUs · TP 4 × PP 2 × DP 1 + EP"
+    titles = [c["layout"]["title"]["text"] for c in charts(at)]
+    assert titles[0] == "Device grid · TP 4 × PP 2 × DP 1 + EP" and titles[1].startswith("Expert placement · linear")
+    gpus = table(at, "GPU")
+    expected = layout_map(load_spec(QWEN_MOE), Layout(4, 2, 1, True))
+    assert list(gpus["GPU"]) == list(range(8)) and list(gpus["stage"]) == [0] * 4 + [1] * 4
+    assert list(gpus["layers"])[:1] == ["0–23"] and list(gpus["experts"])[:2] == ["0–31", "32–63"]
+    assert expected["gpus"][0]["experts"] == list(range(32))
+    comm = table(at, "collective")
+    assert set(comm["collective"]) == {"all-reduce over the tp GPUs", "send / recv between stages"}
+    assert at.query_params == {"model": QWEN_MOE, "tp": "4", "rules": "vllm", "pp": "2", "ep": "1"}
+    data = json.loads(served[f"Qwen3-30B-A3B_tp4_pp2_ep_vllm.json"])
+    assert data["layout"]["label"] == "TP 4 × PP 2 × DP 1 + EP" and len(data["layout"]["gpus"]) == 8
+
+
+def test_sidebar_controls_change_the_layout_and_bad_layouts_are_one_line():
+    at = run_app({"model": QWEN_MOE, "tp": "4"})
+    assert errors(at) == [] and not any("Deployment" in m.value for m in at.markdown)  # plain TP: no section
+    at.number_input(key="dp").set_value(2).run()
+    assert errors(at) == [] and heading(at).endswith("on 8 GPUs · TP 4 × PP 1 × DP 2")
+    comm = table(at, "collective")
+    assert "all-gather + reduce-scatter over the dp replicas" in set(comm["collective"])
+    at.number_input(key="pp").set_value(64).run()
+    assert errors(at) == ["pp=64 is more pipeline stages than the model's 48 layers (showing the tensor-parallel "
+                          "map alone)"]
+    assert heading(at) == f"{QWEN_MOE} on 4 GPUs"  # the TP map still shows
+    dense = run_app({"model": "Qwen/Qwen3-8B", "tp": "4", "ep": "1"})
+    assert errors(dense) == ["expert parallelism needs a MoE model; this one has no routed experts (showing the "
+                             "tensor-parallel map alone)"]
