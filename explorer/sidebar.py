@@ -8,7 +8,8 @@ import streamlit as st
 from streamlit.runtime.uploaded_file_manager import UploadedFile
 
 from explorer.cache import Page, png_renderer, resolve_hub
-from explorer.state import MAX_PP_DP, SOURCES, controls_from_query, query_from_controls
+from explorer.state import DEFAULT_VIEW, MAX_PP_DP, SOURCES, controls_from_query, query_from_controls
+from explorer.text import literal
 from tpviz import summary as S
 from tpviz.errors import SourceError, TpvizError
 from tpviz.export import NO_CHROMIUM, chromium_path, file_stem, figures_zip, shard_map_json
@@ -108,13 +109,22 @@ def sidebar_source(local_off: bool) -> UploadedFile | None:
 
 
 def tp_control(rows: list[dict] | None, rules: str) -> int:
-    """tp 1..64, each invalid size marked with its reason."""
-    def label(tp: int) -> str:
-        """'4', or '3  ✗ <failing rule>'."""
-        problem = S.tp_problem(rows, tp, rules) if rows else None
-        return f"{tp}" if problem is None else f"{tp}  ✗ {problem}"
-    return st.selectbox("tp size (GPUs)", list(range(1, S.MAX_TP + 1)), key="tp", format_func=label,
-                        persist_state="session")
+    """The valid tp sizes (and the current one); with "Show invalid sizes", all of 1..64, each invalid size
+    marked, and every reason written out in full below."""
+    show_all = st.toggle("Show invalid tp sizes", key="tp_show_invalid", persist_state="session",
+                         help="List the sizes this model cannot be split by, with the rule each one breaks")
+    problems = {row["tp"]: row[rules] for row in rows or []}
+    current = st.session_state.get("tp", DEFAULT_VIEW["tp"])
+    every = list(range(1, S.MAX_TP + 1))
+    options = every if show_all or not rows else sorted({t for t in every if problems.get(t) is None} | {current})
+    tp = st.selectbox("tp size (GPUs)", options, key="tp", persist_state="session", filter_mode="prefix",
+                      format_func=lambda t: f"{t}" if problems.get(t) is None else f"{t}  ✗ invalid")
+    if show_all and rows:
+        with st.container(height=260, border=True):
+            for t in every:
+                if problems.get(t):
+                    st.caption(f"**tp={t}** ✗ {literal(problems[t])}")
+    return tp
 
 
 def layout_controls(values: dict) -> dict:

@@ -16,14 +16,21 @@ def test_opens_offline_on_the_default_preset():
     assert "no replicated KV heads" in " ".join(c.value for c in at.caption)
 
 
-def test_tp_options_mark_invalid_sizes_with_their_reason():
+def test_tp_picker_offers_valid_sizes_and_shows_invalid_ones_with_their_reason():
     at = run_app()
+    assert at.selectbox(key="tp").options == ["1", "2", "4", "8", "16", "32"]  # valid sizes only by default
+    at.toggle(key="tp_show_invalid").set_value(True).run()
     options = at.selectbox(key="tp").options
-    assert len(options) == S.MAX_TP
-    assert options[3] == "4" and options[15] == "16"
-    assert options[2] == "3  ✗ num_attention_heads=32 is not divisible by tp_size=3"
+    assert len(options) == S.MAX_TP and options[3] == "4" and options[2] == "3  ✗ invalid"
+    reasons = [c.value for c in at.caption if c.value.startswith("**tp=")]
+    assert reasons[0] == "**tp=3** ✗ num\\_attention\\_heads=32 is not divisible by tp\\_size=3"
+    assert len(reasons) == S.MAX_TP - 6  # every invalid size, its reason in full
     at.radio(key="rules").set_value("nano-vllm").run()
-    assert "never replicate KV heads" in at.selectbox(key="tp").options[15]
+    assert any("never replicate KV heads" in r.value for r in at.caption if r.value.startswith("**tp=16**"))
+    at.selectbox(key="tp").select(3).run()
+    assert errors(at)[0].startswith("num_attention_heads=32 is not divisible by tp_size=3")
+    at.toggle(key="tp_show_invalid").set_value(False).run()
+    assert at.selectbox(key="tp").options == ["1", "2", "3  ✗ invalid", "4", "8"]  # the chosen size stays listed
 
 
 def test_preset_and_tp_change_update_the_view_and_the_link():
@@ -39,6 +46,7 @@ def test_preset_and_tp_change_update_the_view_and_the_link():
 
 def test_invalid_tp_shows_the_reason_and_keeps_the_last_good_view():
     at = run_app()
+    at.toggle(key="tp_show_invalid").set_value(True).run()
     at.selectbox(key="tp").select(3).run()
     (line,) = errors(at)
     assert line == ("num_attention_heads=32 is not divisible by tp_size=3. Valid tp sizes for Qwen/Qwen3-8B "

@@ -98,6 +98,15 @@ def test_change_model_and_tp_download_json_and_png(page, app_url):
 def test_invalid_tp_shows_one_error_and_keeps_the_view(page, app_url):
     page.goto(app_url + "/?model=Qwen/Qwen3-8B&tp=8")
     wait_for_charts(page, FIGURES)
+    page.get_by_text("Show invalid tp sizes").click()
+    page.wait_for_selector("text=tp=12")  # every invalid size's reason, written out
+    box = page.locator("div.stSelectbox").filter(has_text="tp size").first
+    box.locator("input").first.click()
+    box.locator("input").first.fill("3")  # a prefix filter: 3 first, then 30-39 (not 13, 23, ...)
+    listed = page.locator("[role=option]").all_inner_texts()
+    assert [x.split()[0] for x in listed] == ["3", *map(str, range(30, 40))], listed
+    box.locator("input").first.fill("")
+    page.keyboard.press("Escape")
     choose(page, "tp size", "12")
     page.wait_for_selector("[data-testid=stAlertContentError]")
     alert = page.locator("[data-testid=stAlertContentError]").first.inner_text()
