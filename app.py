@@ -166,6 +166,8 @@ def main() -> None:
     restore_from_query()
     local_off = web_local_root() is None
     errors = list(st.session_state.pop("query_problems", []))
+    if rejected := st.session_state.pop("upload_rejected", None):
+        errors.append(rejected)
     with st.sidebar:
         st.markdown("## :material/view_column: tpviz")
         st.caption("How tensor parallelism splits every weight matrix across GPUs.")

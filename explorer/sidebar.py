@@ -16,11 +16,12 @@ from tpviz.export import NO_CHROMIUM, chromium_path, file_stem, figures_zip, sha
 from tpviz.plots import export_figures
 from tpviz.rules import ENGINE, RULE_NOTES, RULES
 from tpviz.spec import KV_DTYPES, SERVE_DTYPES
-from tpviz.sources import (WEB_LOCAL_HINT, WEB_LOCAL_OFF, find_preset, local_config, parse_config, presets,
-                           repo_from_url, web_local_root)
+from tpviz.sources import (WEB_LOCAL_HINT, WEB_LOCAL_OFF, check_config_size, find_preset, local_config,
+                           parse_config, presets, repo_from_url, web_local_root)
 
 RULE_LABELS = ENGINE  # "vLLM 0.33", "vLLM 0.28", "nano-vllm": the UI names the engine version
 UPLOAD_MB = 1
+RECEIVE_MB = 16  # the browser refuses bigger files itself; between 1 and 16 MB we say why in a red line
 
 
 class NeedInput(Exception):
@@ -70,6 +71,22 @@ def checkpoint_key(values: dict) -> str:
     return ""
 
 
+def capped_upload(label: str, key: str) -> UploadedFile | None:
+    """A config.json uploader: a file over UPLOAD_MB is dropped (a fresh widget) and its one-line error kept
+    for this run in st.session_state[key + "_rejected"]; the browser's own limit message is easy to miss."""
+    turn = st.session_state.get(f"{key}_turn", 0)
+    upload = st.file_uploader(label, type=["json"], key=key if turn == 0 else f"{key}_{turn}",
+                              max_upload_size=RECEIVE_MB)
+    if upload is not None:
+        try:
+            check_config_size(upload.size, f"uploaded {upload.name}")
+        except SourceError as e:
+            st.session_state[f"{key}_turn"] = turn + 1  # the next run draws an empty uploader
+            st.session_state[f"{key}_rejected"] = str(e)
+            st.rerun()
+    return upload
+
+
 def restore_from_query() -> None:
     """Once per session: set the controls from ?model=&tp=&rules=."""
     if "restored" in st.session_state:
@@ -97,7 +114,7 @@ def sidebar_source(local_off: bool) -> UploadedFile | None:
         else:
             st.caption(f"Limited to {web_local_root()}.")
     else:
-        upload = st.file_uploader("config.json", type=["json"], key="upload", max_upload_size=UPLOAD_MB)
+        upload = capped_upload("config.json", "upload")
     st.radio("Rules", RULES, key="rules", format_func=RULE_LABELS.get, persist_state="session",
              help=" · ".join(RULE_NOTES.values()))
     with st.expander("Serving choices"):

@@ -22,12 +22,17 @@ def presets() -> dict[str, dict]:
     return json.loads((Path(__file__).parent / "presets.json").read_text())
 
 
+def check_config_size(size: int, what: str = "config") -> None:
+    """One line for a 'config' too big to be one (refused before it is read or parsed)."""
+    if size > MAX_CONFIG_BYTES:
+        raise SourceError(f"{what} is {size / 1e6:.1f} MB; a config.json is a few KB (limit 1 MB)")
+
+
 def parse_config(data: bytes | str, what: str = "config") -> dict:
     """Parse config.json bytes, refusing oversize or non-JSON input with one line."""
     if isinstance(data, str):
         data = data.encode("utf-8", "surrogatepass")
-    if len(data) > MAX_CONFIG_BYTES:
-        raise SourceError(f"{what} is {len(data) / 1e6:.1f} MB; a config.json is a few KB (limit 1 MB)")
+    check_config_size(len(data), what)
     if isinstance(data, bytes):
         try:
             data = data.decode("utf-8-sig")

@@ -43,11 +43,14 @@ def test_upload_invalid_json():
     still_showing_last_good(at)
 
 
-def test_upload_too_large():
+def test_upload_too_large_is_one_red_line_and_the_file_is_dropped():
     at = upload(run_app(), "big.json", b'{"pad": "' + b"x" * 1_050_000 + b'"}')
     line = one_error(at)
-    assert "1.1 MB" in line and "limit 1 MB" in line
+    assert line == "uploaded big.json is 1.1 MB; a config.json is a few KB (limit 1 MB)"
+    assert [u.key for u in at.file_uploader] == ["upload_1"] and at.file_uploader[0].value is None  # dropped
     still_showing_last_good(at)
+    at.file_uploader(key="upload_1").set_value(("ok.json", json.dumps(LLAMA).encode(), "application/json")).run()
+    assert errors(at) == [] and "on 4 GPUs" in heading(at)  # a good file in the fresh uploader works
 
 
 def test_upload_missing_fields():

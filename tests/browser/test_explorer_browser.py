@@ -173,3 +173,17 @@ def test_layer_strip_click_selects_a_group(page, app_url):
     wait_for_charts(page, 5)
     no_errors(page)
     page.screenshot(path=SCREENSHOTS / "hybrid_group.png", full_page=False)
+
+
+def test_an_oversized_upload_is_one_red_line_and_dropped(page, app_url, tmp_path):
+    big = tmp_path / "big.json"
+    big.write_bytes(b'{"pad": "' + b"x" * 1_200_000 + b'"}')
+    page.goto(app_url)
+    wait_for_charts(page, FIGURES)
+    page.get_by_text("Upload config.json").click()
+    page.locator("[data-testid=stFileUploaderDropzoneInput]").set_input_files(str(big))
+    page.wait_for_selector("[data-testid=stAlertContentError]")
+    alert = page.locator("[data-testid=stAlertContentError]").first.inner_text()
+    assert alert == "uploaded big.json is 1.2 MB; a config.json is a few KB (limit 1 MB)"
+    assert page.locator("[data-testid=stFileUploaderFile]").count() == 0  # the file is dropped
+    assert heading(page) == "Qwen/Qwen3-8B on 4 GPUs"  # the last good view stays
