@@ -221,7 +221,7 @@ def main() -> None:
 
 
 if __name__ == "__main__":  # spawned Run-live ranks re-import this file: build no page there
-    st.navigation([st.Page(main, title="Explorer", icon=":material/view_column:", default=True),
-                   st.Page("pages/1_Run_live.py", title="Run live", icon=":material/play_circle:",
+    st.navigation([st.Page(main, title="Explorer", icon="🧩", default=True),
+                   st.Page("pages/1_Run_live.py", title="Run live", icon="▶️",
                            url_path="Run_live"),
-                   st.Page("pages/2_Plan.py", title="Plan", icon=":material/grid_view:", url_path="Plan")]).run()
+                   st.Page("pages/2_Plan.py", title="Plan", icon="🗺️", url_path="Plan")]).run()

@@ -187,3 +187,17 @@ def test_an_oversized_upload_is_one_red_line_and_dropped(page, app_url, tmp_path
     assert alert == "uploaded big.json is 1.2 MB; a config.json is a few KB (limit 1 MB)"
     assert page.locator("[data-testid=stFileUploaderFile]").count() == 0  # the file is dropped
     assert heading(page) == "Qwen/Qwen3-8B on 4 GPUs"  # the last good view stays
+
+
+def test_nothing_is_loaded_from_the_internet(browser, app_url):
+    """Offline use: no font, icon or script is fetched from anywhere but the app's own server."""
+    for path in ("/", "/Run_live", "/Plan"):
+        context = browser.new_context(viewport=VIEWPORT)
+        pg = context.new_page()
+        outside = []
+        pg.on("request", lambda r: outside.append(r.url) if not r.url.startswith((app_url, "data:", "blob:")) else None)
+        pg.goto(app_url + path)
+        pg.wait_for_selector("[data-testid=stMain] h1, [data-testid=stMain] h2", timeout=60_000)
+        pg.wait_for_timeout(1500)
+        context.close()
+        assert outside == [], (path, outside)
