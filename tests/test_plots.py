@@ -31,8 +31,8 @@ def figs(model, tp: int, rules: str = "vllm"):
 def bars(fig, view: int) -> list[dict]:
     """The rectangles of a view (0 = source, 1 = rank) as dicts."""
     t = fig.data[view]
-    return [dict(x=x, y=y, base=b, width=w, color=c, hover=h, text=tx) for x, y, b, w, c, h, tx in
-            zip(t.x, t.y, t.base, t.width, t.marker.color, t.hovertext, t.text)]
+    return [dict(x=x, y=y, base=b, width=w, color=c, hover=h, text=tx, pattern=pt) for x, y, b, w, c, h, tx, pt in
+            zip(t.x, t.y, t.base, t.width, t.marker.color, t.hovertext, t.text, t.marker.pattern.shape)]
 
 
 def test_one_figure_per_family_then_memory():
@@ -84,13 +84,18 @@ def test_row_parallel_is_banded_by_columns():
     assert all(b["y"] == 4096 for b in src) and "columns 0–3071" in src[0]["hover"]
 
 
-def test_replicated_kv_heads_are_striped_across_sharing_ranks():
+def test_replicated_kv_heads_are_one_hatched_band_named_in_the_legend():
     fig = figs("meta-llama/Llama-3.1-8B", 16)["qkv"]
     k_head0 = [b for b in bars(fig, 0) if "k_proj rows 0–127" in b["hover"]]
-    assert len(k_head0) == 2  # GPUs 0 and 1 share KV head 0: two half-width stripes
-    assert {b["color"] for b in k_head0} == {rank_color(0), rank_color(1)}
-    assert k_head0[0]["width"] == pytest.approx(4096 / 2)
-    assert all("replicated: GPUs 0, 1 all hold this" in b["hover"] for b in k_head0)
+    assert len(k_head0) == 1 and k_head0[0]["width"] == 4096  # one full-width band, not a fake column split
+    assert k_head0[0]["pattern"] == "x" and "GPUs 0, 1 each hold a full copy" in k_head0[0]["hover"]
+    legend = [t.name for t in fig.data if t.showlegend is not False]
+    assert legend == [f"KV head shared by GPUs {2 * i}–{2 * i + 1}" for i in range(8)]
+    assert [b["pattern"] for b in bars(fig, 0) if "q_proj" in b["hover"]][0] == ""  # q heads are not shared
+    gpu1 = [b["text"] for b in bars(fig, 1) if b["y"].endswith("GPU 1")]
+    assert gpu1 == ["q h2–3 (256–511)", "k h0 (0–127)", "v h0 (0–127)"]  # head ranges readable without hovering
+    assert list(fig.layout.yaxis.ticktext) == ["0", "2,048", "4,096", "0", "512", "1,024", "0", "512", "1,024"]
+    assert [t.showlegend for t in figs("Qwen/Qwen3-8B", 4)["qkv"].data] == [False, False]  # nothing shared: no legend
 
 
 def test_rank_view_is_the_double_cut():

@@ -119,6 +119,9 @@ def _stagger_labels(src: SourceView, px: float) -> None:
             src.annotations[index].update(y=bottom, yanchor="top", yshift=-2)
 
 
+MAX_SHARED_LEGEND = 16  # legend entries for replicated ranges (KV heads); the rest are named on hover
+
+
 def family_figure(m: ShardMap, family: str, group: LayerGroup | None = None) -> go.Figure:
     """Source view and rank view of one matrix family (in one layer group), side by side."""
     if family == "replicated":
@@ -149,10 +152,12 @@ def family_figure(m: ShardMap, family: str, group: LayerGroup | None = None) -> 
         _stagger_labels(src, _px_per_unit(src, layout, x_range))
     layout["xaxis"] = axis(domain=SOURCE_DOMAIN, range=x_range,
                            showticklabels=False, constrain="domain", constraintoward="right" if src.stacked else "left")
-    layout["yaxis"] = axis("" if src.stacked else "rows of the checkpoint tensor" if any(
+    stacked_ticks = dict(tickvals=[y for y, _ in src.ticks], ticktext=[t for _, t in src.ticks], side="right",
+                         tickfont=dict(size=9, color=MUTED)) if src.stacked else dict(tickformat="~s")
+    layout["yaxis"] = axis("rows of each tensor" if src.stacked else "rows of the checkpoint tensor" if any(
                            t.split_dim == 0 for t in tensors) else "rows", range=[src.height * 1.01, 0],
                            scaleanchor="x", scaleratio=src.y_scale, constrain="domain", constraintoward="top",
-                           tickformat="~s", showticklabels=not src.stacked)
+                           **stacked_ticks)
     layout["xaxis2"] = axis(f"local {rk.axis_word} of each GPU's parameter", domain=RANK_DOMAIN, anchor="y2",
                             range=[0, rk.width * 1.01], showgrid=True, gridcolor="#eef1f4",
                             tickvals=[x for x, _ in rk.ticks], ticktext=[t for _, t in rk.ticks])
@@ -170,6 +175,22 @@ def family_figure(m: ShardMap, family: str, group: LayerGroup | None = None) -> 
         + [dict(a, xref="x2", yref="y2") for a in rk.annotations])
     traces = [src.bars.trace("x", "y", line_width=0 if src.dense else 0.6),
               rk.bars.trace("x2", "y2", line_width=0.8)]
+    for trace in traces:
+        trace.showlegend = False
+    shown = list(src.shared.items())[:MAX_SHARED_LEGEND]
+    traces += [go.Bar(x=[None], y=[None], name=name, marker=dict(color=color, pattern=dict(  # legend entries only
+        shape="x", fillmode="overlay", fgcolor="rgba(255,255,255,0.5)", size=7, solidity=0.25)), hoverinfo="skip")
+        for name, color in shown]
+    if shown:
+        rows = -(-len(shown) // 4)
+        extra = 70 + 22 * rows  # below the rank view's axis title; the plots keep their height
+        layout["margin"]["b"] += extra
+        layout["height"] += extra
+        more = f"{len(src.shared) - len(shown)} more shared heads in the hover · " if len(src.shared) > len(shown) else ""
+        layout.update(showlegend=True, legend=dict(
+            orientation="h", x=SOURCE_DOMAIN[0], y=0, yref="container", yanchor="bottom", entrywidth=230,
+            font=dict(size=10, color=MUTED), title=dict(text=f"{more}hatched: one band held by several GPUs",
+                                                          side="top")))
     return go.Figure(data=traces, layout=layout)
 
 

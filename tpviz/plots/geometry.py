@@ -87,6 +87,14 @@ def head_text(a: int, b: int, s: Section) -> str:
     return f"{s.head_word} {first}" if first == last else f"{s.head_word}s {first}–{last}"
 
 
+def head_short(a: int, b: int, s: Section) -> str:
+    """'h0' or 'h0–3' for the source range [a, b) inside s, '' when s has no heads (a label inside a bar)."""
+    if not s.head_size:
+        return ""
+    first, last = (a - s.start) // s.head_size, (b - 1 - s.start) // s.head_size
+    return f"h{first}" if first == last else f"h{first}–{last}"
+
+
 def span(a: int, b: int) -> str:
     """Inclusive display of a half-open range."""
     return f"{a}" if b - a == 1 else f"{a}–{b - 1}"

@@ -5,7 +5,7 @@ each already cut to this rank's share. Rows never loaded (vocab padding) show as
 """
 from dataclasses import dataclass, field
 
-from tpviz.plots.geometry import Bars, head_text, sections, span, split_piece, tensor_label
+from tpviz.plots.geometry import Bars, head_short, head_text, sections, span, split_piece, tensor_label
 from tpviz.plots.style import INK, PADDING_COLOR, SECTION_PATTERNS, rank_color
 from tpviz.shardmap import ParamMap, ShardMap, TensorMap
 from tpviz.summary import short_name
@@ -69,7 +69,9 @@ def rank_view(m: ShardMap, tensors: list[TensorMap]) -> RankView:
                                  f"<br>← {tensor_label(t)} {word} {span(a, b)}" + (f" ({heads})" if heads else "")
                                  + (f" · {sec.label}" if sec.label != tensor_label(t) else ""))
                         bars_pattern = SECTION_PATTERNS.get(sec.label.replace(" bias", "").split(" (")[0], "")
-                        text = f"{sec.label} {span(a, b)}" if (b - a) >= 0.3 * total else sec.label
+                        short = head_short(a, b, sec)  # k and v name their heads: "k h0 (0–127)"
+                        text = " ".join(filter(None, [sec.label, short])) + (
+                            f" ({span(a, b)})" if short or (b - a) >= 0.3 * total else "")
                         view.bars.add(b - a, label, x0 + la, BAR, rank_color(r), hover, text=text,
                                       pattern=bars_pattern)
             for a, b in _holes(covered, length):

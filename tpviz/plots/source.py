@@ -1,7 +1,7 @@
 """Source view: each checkpoint tensor drawn in proportion, with a band per rank along its split dim.
 
 Column-parallel tensors get horizontal bands (rows), row-parallel ones vertical bands (columns).
-Ranges held by several ranks (replicated KV heads) are striped side by side, one stripe per rank.
+A range held by several ranks (replicated KV heads) is one cross-hatched band with a legend entry naming them.
 """
 import math
 from dataclasses import dataclass, field
@@ -29,6 +29,8 @@ class SourceView:
     dense: bool = False  # many thin bars: drop outlines
     stacked: bool = False  # tensors drawn top to bottom (labels on the left) instead of side by side
     labels: list = field(default_factory=list)  # (annotation index, x centre, y bottom, text width px) per tensor
+    ticks: list = field(default_factory=list)  # stacked tensors: (y, text), rows restarting at 0 for each tensor
+    shared: dict = field(default_factory=dict)  # legend: "KV head shared by GPUs 0–1" -> that band's colour
 
 
 def _dims(t: TensorMap, widest: int) -> tuple[int, float]:
@@ -41,7 +43,10 @@ def _dims(t: TensorMap, widest: int) -> tuple[int, float]:
     return t.shape[0], max(float(cols), widest * VECTOR_WIDTH)  # a conv weight stays visible beside its matrices
 
 
-def _rank_list(ranks: list[int]) -> str:
+def _rank_list(ranks: list[int], run: str = "") -> str:
+    """'0, 1, 2' (or '0–2' with run='–' for consecutive ranks); long lists as first–last."""
+    if run and len(ranks) > 1 and ranks == list(range(ranks[0], ranks[-1] + 1)):
+        return f"{ranks[0]}{run}{ranks[-1]}"
     return ", ".join(map(str, ranks)) if len(ranks) <= 6 else f"{ranks[0]}–{ranks[-1]}"
 
 
@@ -109,6 +114,8 @@ def source_view(m: ShardMap, tensors: list[TensorMap]) -> SourceView:
                     x=x0 + cols if t.split_dim == 0 else x0 + mid, y=y0 + mid if t.split_dim == 0 else y0 + rows,
                     text=f"<b>{s.label}</b>", showarrow=False, font=dict(size=11, color=INK), xshift=4,
                     xanchor="left" if t.split_dim == 0 else "center", yanchor="middle" if t.split_dim == 0 else "top"))
+        if view.stacked:
+            view.ticks += [(y0 + rows * f, f"{round(rows * f):,}") for f in (0, 0.5, 1)]
         label = _label(t, x0, y0 + rows / 2, True) if view.stacked else _label(t, x0 + cols / 2, 0, False)
         view.labels.append((len(view.annotations), x0 + cols / 2, y0 + rows, label_px(label["text"])))
         view.annotations.append(label)
@@ -136,21 +143,23 @@ def _bands(view: SourceView, m: ShardMap, t: TensorMap, secs, x0: float, y0: flo
     for p in t.pieces:
         groups.setdefault((p.start, p.stop), []).append(p)
     for same in groups.values():
-        holders = [p.rank for p in same]
-        for i, p in enumerate(same):
-            for a, b, sec in split_piece(p, secs, by_heads):
-                la = p.param_start + a - p.start
-                heads = head_text(a, b, sec)
-                hover = (f"<b>GPU {p.rank}</b> · {tensor_label(t)} {axis_word} {span(a, b)} of {t.shape[t.split_dim]}"
-                         + (f"<br>{heads}" if heads else "")
-                         + f"<br>local {axis_word} {span(la, la + b - a)} of {_param_name(m, t)} on GPU {p.rank}"
-                         + (f"<br>replicated: GPUs {_rank_list(holders)} all hold this" if len(same) > 1 else ""))
-                if t.split_dim == 0:  # a band of rows; a shared band is split across the width
-                    w = cols / len(same)
-                    view.bars.add(x0 + w * (i + 0.5), b - a, y0 + a, w, rank_color(p.rank), hover)
-                else:  # a band of columns
-                    h = rows / len(same)
-                    view.bars.add(x0 + a + (b - a) / 2, h, y0 + h * i, b - a, rank_color(p.rank), hover)
+        p, holders = same[0], [q.rank for q in same]
+        color, pattern = rank_color(p.rank), ""
+        if len(same) > 1:  # one band for every holder, hatched, named in the legend (never a fake column split)
+            pattern = "x"
+            view.shared.setdefault(f"{'KV head' if t.family == 'qkv' else 'range'} shared by GPUs "
+                                   f"{_rank_list(holders, '–')}", color)
+        for a, b, sec in split_piece(p, secs, by_heads):
+            heads = head_text(a, b, sec)
+            where = "<br>".join(f"local {axis_word} {span(la, la + b - a)} of {_param_name(m, t)} on GPU {q.rank}"
+                                for q in same[:8] for la in [q.param_start + a - q.start])
+            hover = (f"<b>GPU {_rank_list(holders)}</b> · {tensor_label(t)} {axis_word} {span(a, b)} of "
+                     f"{t.shape[t.split_dim]}" + (f"<br>{heads}" if heads else "") + f"<br>{where}"
+                     + (f"<br>replicated: GPUs {_rank_list(holders)} each hold a full copy" if len(same) > 1 else ""))
+            if t.split_dim == 0:  # a band of rows
+                view.bars.add(x0 + cols / 2, b - a, y0 + a, cols, color, hover, pattern=pattern)
+            else:  # a band of columns
+                view.bars.add(x0 + a + (b - a) / 2, rows, y0, b - a, color, hover, pattern=pattern)
 
 
 def _padding_band(view: SourceView, t: TensorMap, pad, x0: float, cols: float, rows: int) -> None:
