@@ -16,7 +16,7 @@ from explorer.state import DEFAULT_VIEW, query_from_controls
 from explorer.text import literal
 from tpviz import summary as S
 from tpviz.format import fmt_bytes
-from tpviz.errors import ConfigError, TPSizeError, TpvizError
+from tpviz.errors import MissingFieldError, NotJSONError, TPSizeError, TpvizError
 from tpviz.export import chromium_path, figure_png, png_names
 from tpviz.plots.strip import layer_strip
 from tpviz.shardmap import ShardMap
@@ -33,9 +33,9 @@ def explain(error: Exception, name: str | None, rows: list[dict] | None, rules: 
     if isinstance(error, TPSizeError) and rows:
         sizes = ", ".join(map(str, S.valid_sizes(rows, rules))) or "none"
         return f"{text}. Valid tp sizes for {name} under {RULE_LABELS[rules]} rules: {sizes}."
-    if isinstance(error, ConfigError) and "missing" in text:
+    if isinstance(error, MissingFieldError):
         return f"{text}; {FIELDS_HINT}."
-    if isinstance(error, ConfigError) and "JSON" in text:
+    if isinstance(error, NotJSONError):
         return f"{text}. Upload the model's config.json as plain JSON."
     return text if isinstance(error, TpvizError) else f"unexpected {type(error).__name__}: {text.splitlines()[0] if text else ''}"
 

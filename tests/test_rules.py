@@ -84,3 +84,21 @@ def test_check_tp_huge_and_ranks():
         with pytest.raises(TPSizeError) as err:
             check_tp(4, rank)
         assert "tp_rank" in one_line(err.value)
+
+
+def test_errors_carry_structured_fields():
+    with pytest.raises(TPSizeError) as e:
+        divide(14336, 3, "intermediate_size")
+    assert (e.value.quantity, e.value.value, e.value.tp, e.value.generic) == ("intermediate_size", 14336, 3, False)
+    from tpviz import shard_map
+    from tpviz.errors import MissingFieldError, NotJSONError
+    from tpviz.sources import parse_config
+    with pytest.raises(TPSizeError) as e:  # a layer's own 'output_size' is renamed to the config key behind it
+        shard_map("Qwen/Qwen3-8B", 3)
+    assert (e.value.quantity, e.value.value, e.value.tp) == ("num_attention_heads", 32, 3) and not e.value.generic
+    with pytest.raises(MissingFieldError) as e:
+        shard_map({"model_type": "llama", "num_attention_heads": 8, "num_hidden_layers": 2, "intermediate_size": 64,
+                   "vocab_size": 100}, 1)
+    assert e.value.field == "hidden_size" and isinstance(e.value, ConfigError)
+    with pytest.raises(NotJSONError):
+        parse_config(b"{nope")

@@ -9,7 +9,13 @@ class TpvizError(ValueError):
 
 
 class TPSizeError(TpvizError):
-    """A tp size the model cannot be split by under the chosen rules."""
+    """A tp size the model cannot be split by under the chosen rules: `quantity`=`value` does not divide by
+    `tp` when those are known; `generic` marks a layer's own size name (output_size...), not a config key."""
+
+    def __init__(self, message: str, quantity: str | None = None, value: int | None = None, tp: int | None = None,
+                 generic: bool = False):
+        super().__init__(message)
+        self.quantity, self.value, self.tp, self.generic = quantity, value, tp, generic
 
 
 class QuantError(TPSizeError):
@@ -18,6 +24,18 @@ class QuantError(TPSizeError):
 
 class ConfigError(TpvizError):
     """A config that is malformed, incomplete or of an unsupported architecture."""
+
+
+class MissingFieldError(ConfigError):
+    """A config without a field its architecture needs (`field`)."""
+
+    def __init__(self, message: str, field: str | None = None):
+        super().__init__(message)
+        self.field = field
+
+
+class NotJSONError(ConfigError):
+    """Bytes that are not a JSON config at all (not UTF-8, not valid JSON)."""
 
 
 class SourceError(TpvizError):

@@ -6,7 +6,7 @@ is refused with one line naming the field.
 from dataclasses import replace
 
 from tpviz.arch import Ffn, LayerSpec, Mixer, index_list, layer_list, per_layer
-from tpviz.errors import ConfigError
+from tpviz.errors import ConfigError, MissingFieldError
 
 LAYER_TYPES = {"full_attention": "attention", "attention": "attention", "sliding_attention": "sliding_attention",
                "chunked_attention": "chunked_attention", "linear_attention": "gated_deltanet",
@@ -79,7 +79,9 @@ def _mixers(cfg: dict, model_type: str, n: int, attn: Mixer) -> list[Mixer]:
 def _int(cfg: dict, key: str, default=None) -> int:
     value = cfg.get(key, default)
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ConfigError(f"{key}={value!r} must be an integer >= 1" if value is not None else f"config is missing {key}")
+        if value is None:
+            raise MissingFieldError(f"config is missing {key}", key)
+        raise ConfigError(f"{key}={value!r} must be an integer >= 1")
     if value > 1 << 20:
         raise ConfigError(f"{key}={value} is larger than {1 << 20}; this does not look like a real model config")
     return value

@@ -34,10 +34,12 @@ def check_tp(tp_size, tp_rank: int = 0) -> None:
         raise TPSizeError(f"tp_rank={tp_rank!r} must be in 0..{tp_size - 1} for tp_size={tp_size}")
 
 
-def divide(numerator: int, denominator: int, what: str = "size") -> int:
-    """numerator // denominator, raising a TPSizeError naming `what` when it does not divide."""
+def divide(numerator: int, denominator: int, what: str = "size", generic: bool = False) -> int:
+    """numerator // denominator, raising a TPSizeError naming `what` when it does not divide; generic: `what`
+    is a layer's own size name, which the tracer replaces with the config key behind it."""
     if numerator % denominator:
-        raise TPSizeError(f"{what}={numerator} is not divisible by tp_size={denominator}")
+        raise TPSizeError(f"{what}={numerator} is not divisible by tp_size={denominator}", what, numerator, denominator,
+                          generic)
     return numerator // denominator
 
 

@@ -8,7 +8,7 @@ import re
 from functools import lru_cache
 from pathlib import Path
 
-from tpviz.errors import ConfigError, SourceError
+from tpviz.errors import ConfigError, NotJSONError, SourceError
 from tpviz.spec import ModelSpec, normalize
 
 MAX_CONFIG_BYTES = 1_000_000  # real config.json files are a few KB
@@ -37,13 +37,13 @@ def parse_config(data: bytes | str, what: str = "config") -> dict:
         try:
             data = data.decode("utf-8-sig")
         except UnicodeDecodeError:
-            raise ConfigError(f"{what} is not UTF-8 text; upload the model's config.json") from None
+            raise NotJSONError(f"{what} is not UTF-8 text; upload the model's config.json") from None
     try:
         cfg = json.loads(data)
     except json.JSONDecodeError as e:
-        raise ConfigError(f"{what} is not valid JSON: {e.msg} at line {e.lineno} column {e.colno}") from None
+        raise NotJSONError(f"{what} is not valid JSON: {e.msg} at line {e.lineno} column {e.colno}") from None
     except RecursionError:  # thousands of nested brackets: no config is built like that
-        raise ConfigError(f"{what} nests JSON too deeply to be a config.json") from None
+        raise NotJSONError(f"{what} nests JSON too deeply to be a config.json") from None
     if not isinstance(cfg, dict):
         raise ConfigError(f"{what} must be a JSON object, got {type(cfg).__name__}")
     return cfg

@@ -2,7 +2,7 @@
 from dataclasses import asdict, dataclass, field
 
 from tpviz.arch import ATTENTION_KINDS, Ffn, LayerSpec, Mixer
-from tpviz.errors import ConfigError
+from tpviz.errors import ConfigError, MissingFieldError
 from tpviz.quant.config import Quant, read_quant
 from tpviz.readers import derive, family_defaults, hybrid_hint
 
@@ -18,7 +18,7 @@ KNOWN_TYPES = {"llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3", "qw
                "gemma3", "gemma3_text", "phi3", "gpt_oss", "deepseek_v3", "deepseek_v2", "chatglm", "qwen3_next",
                "nemotron_h", "nemotron-nas", "llama4", "llama4_text", "lfm2", "gpt_neox", "bloom", "falcon", "gpt2",
                "gpt_bigcode", "starcoder2", "gemma4", "gemma4_text", "qwen3_5", "qwen3_5_text", "qwen3_5_moe",
-               "qwen3_5_moe_text"}
+               "qwen3_5_moe_text", "olmo2", "olmo3"}
 # classic decoders: LayerNorm with bias and a plain (not gated) MLP of n_inner, by default 4 x hidden
 CLASSIC = {"gpt_neox", "bloom", "falcon", "gpt2", "gpt_bigcode", "starcoder2"}
 UNGATED_MLP = CLASSIC | {"nemotron_h"}
@@ -26,7 +26,8 @@ TIED_BY_DEFAULT = {"gemma", "gemma2", "gemma3", "gemma3_text", "gemma4", "gemma4
                    "lfm2"}
 QKV_BIAS_ALWAYS = {"qwen2", "qwen2_moe"}
 QK_NORM = {"qwen3", "qwen3_moe", "gemma3", "gemma3_text", "gemma4", "gemma4_text", "qwen3_next", "lfm2", "qwen3_5",
-           "qwen3_5_text", "qwen3_5_moe", "qwen3_5_moe_text"}
+           "qwen3_5_text", "qwen3_5_moe", "qwen3_5_moe_text", "olmo2", "olmo3"}
+QK_NORM_FULL = {"olmo2", "olmo3"}  # q_norm/k_norm span all heads (num_heads * head_dim), not each head
 
 
 @dataclass
@@ -46,6 +47,7 @@ class ModelSpec:
     o_proj_bias: bool = False
     mlp_bias: bool = False  # gate/up/down biases (Llama's mlp_bias)
     qk_norm: bool = False
+    qk_norm_full: bool = False  # OLMo-2/3: the q/k norms span the whole projection (all-gathered under TP)
     num_experts: int = 0
     num_experts_per_tok: int = 0
     moe_intermediate_size: int = 0
@@ -150,7 +152,7 @@ def _int(cfg: dict, *keys, default=None, minimum: int = 1, maximum: int = 0) -> 
     value = _pick(cfg, *keys, default=default)
     if value is None:
         also = f" (also looked for {', '.join(keys[1:])})" if len(keys) > 1 else ""
-        raise ConfigError(f"config is missing {keys[0]}{also}")
+        raise MissingFieldError(f"config is missing {keys[0]}{also}", keys[0])
     if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
         raise ConfigError(f"{keys[0]}={value!r} must be an integer >= {minimum}")
     if value > (maximum or MAX_DIM):
@@ -166,6 +168,12 @@ def _float(cfg: dict, key: str, default: float) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise ConfigError(f"{key}={value!r} must be a number")
     return float(value)
+
+
+def _full_rope(cfg: dict) -> dict:
+    """rope_parameters, or its full-attention entry when they are given per layer type (OLMo-3, Gemma-3)."""
+    rope = _object(cfg, "rope_parameters")
+    return _object(rope, "full_attention") if isinstance(rope.get("full_attention"), dict) else rope
 
 
 def _object(cfg: dict, key: str) -> dict:
@@ -251,7 +259,7 @@ def normalize(cfg: dict, name: str = "model") -> ModelSpec:
         attention_bias=model_type in QKV_BIAS_ALWAYS or _bool(cfg, "attention_bias", False)
         or _bool(cfg, "add_qkv_bias", False) or model_type == "gpt_oss",
         o_proj_bias=(model_type not in QKV_BIAS_ALWAYS and _bool(cfg, "attention_bias", False)) or model_type == "gpt_oss",
-        qk_norm=model_type in QK_NORM,
+        qk_norm=model_type in QK_NORM, qk_norm_full=model_type in QK_NORM_FULL,
         num_experts=experts,
         num_experts_per_tok=_int(cfg, "num_experts_per_tok", "experts_per_token", "moe_topk", default=0, minimum=0),
         moe_intermediate_size=_int({"moe_intermediate_size": moe_inter}, "moe_intermediate_size", minimum=0),
@@ -272,7 +280,7 @@ def normalize(cfg: dict, name: str = "model") -> ModelSpec:
         v_head_dim=_int(cfg, "v_head_dim", default=0, minimum=0),
         config_dtype=str(_pick(cfg, "torch_dtype", "dtype", default=outer.get("torch_dtype", "bfloat16"))).replace(
             "torch.", ""),
-        rope_theta=_float(cfg, "rope_theta", _float(_object(cfg, "rope_parameters"), "rope_theta", 10000.0)),
+        rope_theta=_float(cfg, "rope_theta", _float(_full_rope(cfg), "rope_theta", 10000.0)),
         mlp_bias=_bool(cfg, "mlp_bias", False),
         rms_norm_eps=_float(cfg, "rms_norm_eps", _float(cfg, "layer_norm_epsilon", 1e-6)),
         hidden_act=str(_pick(cfg, "hidden_act", "hidden_activation", default="silu")),
@@ -301,7 +309,8 @@ def normalize(cfg: dict, name: str = "model") -> ModelSpec:
         if value > limit:
             raise ConfigError(f"{key}={value} is larger than {limit}; this does not look like a real model config")
     if model_type in ("gpt2", "gpt_bigcode") and not spec.max_positions:
-        raise ConfigError(f"config is missing n_positions, the size of {model_type}'s learned position embeddings")
+        raise MissingFieldError(f"config is missing n_positions, the size of {model_type}'s learned position "
+                                "embeddings", "n_positions")
     if model_type in CLASSIC:  # one switch for every bias: Falcon's "bias" (off by default), the others' use_bias
         spec.attention_bias = spec.o_proj_bias = spec.mlp_bias = (
             _bool(cfg, "bias", False) if model_type == "falcon" else _bool(cfg, "use_bias", True))
@@ -316,7 +325,8 @@ def normalize(cfg: dict, name: str = "model") -> ModelSpec:
         raise ConfigError(f"config has {spec.num_experts} experts but moe_intermediate_size="
                           f"{spec.moe_intermediate_size}; it must be >= 1")
     if any(layer.ffn.kind == "dense" and not layer.ffn.size for layer in spec.layers):
-        raise ConfigError("config is missing intermediate_size, needed by its dense MLP layers")
+        raise MissingFieldError("config is missing intermediate_size, needed by its dense MLP layers",
+                                "intermediate_size")
     spec.dtype = "bfloat16" if spec.config_dtype == "float32" else spec.config_dtype  # vLLM's dtype=auto
     if spec.config_dtype == "float32":
         spec.notes.append("the config says float32; vLLM's dtype=auto serves it in bfloat16, as sized here")

@@ -17,7 +17,6 @@ from tpviz.rules import check_rules, check_tp
 from tpviz.shardmap import FAMILIES, LayerGroup, ParamMap, Piece, RankInfo, ShardMap, TensorMap, _numel
 from tpviz.spec import DTYPE_BYTES, ModelSpec
 
-_GENERIC = ("output_size=", "input_size=", "output_sizes[")
 
 
 _threads_lock = threading.Lock()
@@ -53,9 +52,9 @@ def build_rank(plan: ParamPlan, tp_size: int, tp_rank: int) -> tuple:
                 "this split." if plan.family == "experts" else "")
         raise QuantError(f"{where(plan)} at tp_size={tp_size}: {e}{hint}") from None
     except TPSizeError as e:
-        if plan.quantity and str(e).startswith(_GENERIC):
+        if plan.quantity and e.generic:
             key, value = plan.quantity
-            raise TPSizeError(f"{key}={value} is not divisible by tp_size={tp_size}") from None
+            raise TPSizeError(f"{key}={value} is not divisible by tp_size={tp_size}", key, value, tp_size) from None
         raise
 
 
@@ -72,28 +71,35 @@ def _check_order(plan: ParamPlan) -> int:
 
 
 @single_thread()
-def check_layout(spec: ModelSpec, tp_size: int, rules: str = "vllm", plans: list[ParamPlan] | None = None,
-                 moe_tp: int | None = None) -> tuple[str | None, list[str]]:
-    """(the first failing rule or None, warnings): what fails while building the layers comes first, then
-    what would fail while loading them; warnings name layouts an engine accepts only through a fallback.
-    moe_tp: how many ways the routed experts are cut when it differs from tp (tp x dp, or 1 with expert
-    parallelism)."""
+def layout_error(spec: ModelSpec, tp_size: int, rules: str = "vllm", plans: list[ParamPlan] | None = None,
+                 moe_tp: int | None = None) -> tuple[TPSizeError | None, list[str]]:
+    """(the first failing rule as the error the layers raised, or None; warnings): what fails while building
+    the layers comes first, then what would fail while loading them; warnings name layouts an engine accepts
+    only through a fallback. moe_tp: how many ways the routed experts are cut when it differs from tp (tp x dp,
+    or 1 with expert parallelism)."""
     check_rules(rules)
     later, warnings = [], []
     q = spec.quant
     if q is not None and q.desc_act and q.group > 0 and rules == "vllm":  # refused at any tp since vLLM 0.30
-        return DESC_ACT, []
+        return QuantError(DESC_ACT), []
     try:
         check_tp(tp_size)
         for plan in sorted(build_plan(spec, rules) if plans is None else plans, key=_check_order):
             module, _ = build_rank(plan, moe_tp if moe_tp and plan.family == "experts" else tp_size, 0)
             if getattr(module, "problem", None):
-                later.append(f"{where(plan)}: {module.problem}")
+                later.append(TPSizeError(f"{where(plan)}: {module.problem}", tp=tp_size))
             if getattr(module, "warning", None):
                 warnings.append(f"{where(plan)}: {module.warning}")
     except TPSizeError as e:
-        return str(e), list(dict.fromkeys(warnings))
+        return e, list(dict.fromkeys(warnings))
     return (later[0] if later else None), list(dict.fromkeys(warnings))
+
+
+def check_layout(spec: ModelSpec, tp_size: int, rules: str = "vllm", plans: list[ParamPlan] | None = None,
+                 moe_tp: int | None = None) -> tuple[str | None, list[str]]:
+    """layout_error's first failing rule as one line (None when the layout works), and its warnings."""
+    error, warnings = layout_error(spec, tp_size, rules, plans, moe_tp)
+    return (str(error) if error else None), warnings
 
 
 def first_problem(spec: ModelSpec, tp_size: int, rules: str = "vllm", plans: list[ParamPlan] | None = None) -> str | None:
@@ -241,9 +247,9 @@ def trace(spec: ModelSpec, tp_size: int, rules: str = "vllm") -> ShardMap:
     check_rules(rules)
     check_tp(tp_size)
     plans = build_plan(spec, rules)
-    problem, warnings = check_layout(spec, tp_size, rules, plans)
-    if problem:
-        raise TPSizeError(problem)
+    error, warnings = layout_error(spec, tp_size, rules, plans)
+    if error:
+        raise error
     tensors, params = [], []
     for plan in plans:
         t, p = trace_plan(plan, tp_size)

@@ -107,7 +107,7 @@ class ColumnParallelLinear(LinearBase):
     def __init__(self, input_size: int, output_size: int, tp_size: int, tp_rank: int,
                  bias: bool = False, dtype: torch.dtype | None = None, quant=None):
         check_tp(tp_size, tp_rank)
-        super().__init__(input_size, divide(output_size, tp_size, "output_size"), tp_size, tp_rank, bias, 0, dtype,
+        super().__init__(input_size, divide(output_size, tp_size, "output_size", generic=True), tp_size, tp_rank, bias, 0, dtype,
                          quant)
 
     def weight_loader(self, param: nn.Parameter, loaded_weight: torch.Tensor):
@@ -133,7 +133,7 @@ class RowParallelLinear(LinearBase):
     def __init__(self, input_size: int, output_size: int, tp_size: int, tp_rank: int,
                  bias: bool = False, dtype: torch.dtype | None = None, quant=None):
         check_tp(tp_size, tp_rank)
-        super().__init__(divide(input_size, tp_size, "input_size"), output_size, tp_size, tp_rank, bias, 1, dtype,
+        super().__init__(divide(input_size, tp_size, "input_size", generic=True), output_size, tp_size, tp_rank, bias, 1, dtype,
                          quant)
         self.reduce_results = True  # False skips the all_reduce (a bug the live check can inject)
         self.bias_on_all_ranks = False  # True adds the bias tp times (another injectable bug)
@@ -167,7 +167,7 @@ class MergedColumnParallelLinear(ColumnParallelLinear):
         check_tp(tp_size, tp_rank)
         self.output_sizes = list(output_sizes)
         for i, size in enumerate(self.output_sizes):
-            divide(size, tp_size, f"output_sizes[{i}]")
+            divide(size, tp_size, f"output_sizes[{i}]", generic=True)
         super().__init__(input_size, sum(self.output_sizes), tp_size, tp_rank, bias, dtype, quant)
 
     def partition_sizes(self) -> list[int]:

@@ -4,6 +4,7 @@ from dataclasses import replace
 import torch
 
 from tpviz.arch import Mixer
+from tpviz.errors import TPSizeError
 from tpviz.layers import ColumnParallelLinear, QKVParallelLinear
 from tpviz.plan.core import DT, PROBE, ParamPlan, Source, column, norm, param, replicated, row, stored
 from tpviz.plan.quantized import qplan
@@ -98,8 +99,12 @@ def attention(spec: ModelSpec, names: Names, rules: str, m: Mixer, layers) -> li
     """A softmax-attention mixer: q/k/v, optional q/k norms, o_proj, gpt-oss sinks."""
     p = f"{names.layer}{names.attn}"
     plans = qkv(spec, names, rules, m, layers, spec.attention_bias)
-    if spec.qk_norm:
-        plans += [pl for n in (names.q_norm, names.k_norm) for pl in norm(f"{p}{n}", m.head_dim, layers)]
+    if spec.qk_norm:  # per head; OLMo-2/3's span the whole q and k (replicated, fed by an all-gather under TP)
+        widths = (m.heads * m.head_dim, m.kv_heads * m.head_dim) if spec.qk_norm_full else (m.head_dim,) * 2
+        norms = [pl for n, w in zip((names.q_norm, names.k_norm), widths) for pl in norm(f"{p}{n}", w, layers)]
+        if spec.qk_norm_full:
+            norms[-1].build = whole_k(norms[-1].build, m.kv_heads)
+        plans += norms
     plans += row(f"{p}{names.o}", m.heads * m.head_dim, spec.hidden_size, "o_proj", layers, spec.o_proj_bias,
                  ("num_attention_heads", m.heads), disk_t=names.conv1d, q=qplan(spec, rules, f"{p}{names.o}", layers))
     if spec.model_type == "gpt_oss":  # one attention-sink logit per head, split with the heads
@@ -107,6 +112,17 @@ def attention(spec: ModelSpec, names: Names, rules: str, m: Mixer, layers) -> li
         sink.name = sink.sources[0].name = f"{p}sinks"
         plans.append(sink)
     return plans
+
+
+def whole_k(build, kv_heads: int):
+    """A full-width k_norm's build, refusing a tp that replicates KV heads: vLLM 0.33 all-gathers k to norm it
+    (a TP-aware RMSNorm), which needs the ranks' k slices to tile the whole k, so it refuses replicas."""
+    def checked(tp, rank):
+        if tp > kv_heads:
+            raise TPSizeError(f"num_key_value_heads={kv_heads} is fewer than tp_size={tp}: k_norm spans all KV heads "
+                              "and vLLM 0.33 all-gathers k to apply it, which fails when KV heads are replicated")
+        return build(tp, rank)
+    return checked
 
 
 def _list(plan) -> list[ParamPlan]:

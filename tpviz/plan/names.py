@@ -41,6 +41,7 @@ class Names:
 LLAMA = Names()
 GEMMA2 = replace(LLAMA, mixer_norms=("input_layernorm", "post_attention_layernorm"),
                  ffn_norms=("pre_feedforward_layernorm", "post_feedforward_layernorm"))
+OLMO2 = replace(LLAMA, mixer_norms=("post_attention_layernorm",), ffn_norms=("post_feedforward_layernorm",))  # post-norm
 ARCH_NAMES = {
     "phi3": replace(LLAMA, qkv_fused="qkv_proj", gate_up_fused="gate_up_proj"),
     "mixtral": replace(LLAMA, mlp="block_sparse_moe.", expert_gate_up=("w1", "w3"), expert_down="w2"),
@@ -48,6 +49,7 @@ ARCH_NAMES = {
     "qwen3_next": replace(LLAMA, shared_gate="shared_expert_gate"),
     "deepseek_v3": replace(LLAMA, shared="shared_experts."),
     "deepseek_v2": replace(LLAMA, shared="shared_experts."),
+    "olmo2": OLMO2, "olmo3": OLMO2,
     "gemma2": GEMMA2, "gemma3": GEMMA2, "gemma3_text": GEMMA2, "gemma4": GEMMA2, "gemma4_text": GEMMA2,
     "gpt_oss": replace(LLAMA, router="router", experts="experts.", expert_gate_up=("gate_up_proj",)),
     "nemotron_h": replace(LLAMA, embed="backbone.embeddings.weight", final_norm="backbone.norm_f",
