@@ -13,6 +13,7 @@ from explorer.deploy import deployment_section
 from explorer.sidebar import (RULE_LABELS, NeedInput, checkpoint_key, layout_controls, restore_from_query,
                               sidebar_exports, sidebar_source, source_config, tp_control)
 from explorer.state import DEFAULT_VIEW, query_from_controls
+from explorer.style import narrow_screens
 from explorer.text import literal
 from tpviz import summary as S
 from tpviz.format import fmt_bytes
@@ -221,6 +222,7 @@ def main() -> None:
 
 
 if __name__ == "__main__":  # spawned Run-live ranks re-import this file: build no page there
+    narrow_screens()  # every page: phone-width figures scroll instead of overlapping
     st.navigation([st.Page(main, title="Explorer", icon="🧩", default=True),
                    st.Page("pages/1_Run_live.py", title="Run live", icon="▶️",
                            url_path="Run_live"),

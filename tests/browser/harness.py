@@ -31,10 +31,11 @@ def free_port() -> int:
 
 
 @contextlib.contextmanager
-def streamlit_app(env: dict | None = None, timeout: float = 60.0) -> Iterator[str]:
-    """Run app.py with `python -m streamlit run` and yield its base URL once /_stcore/health answers."""
+def streamlit_app(env: dict | None = None, timeout: float = 60.0, script: str = "app.py") -> Iterator[str]:
+    """Run a Streamlit script (app.py) with `python -m streamlit run`; yield its base URL once /_stcore/health
+    answers."""
     port = free_port()
-    cmd = [sys.executable, "-m", "streamlit", "run", "app.py", "--server.headless", "true", "--server.port",
+    cmd = [sys.executable, "-m", "streamlit", "run", script, "--server.headless", "true", "--server.port",
            str(port), "--server.address", "127.0.0.1", "--browser.gatherUsageStats", "false"]
     full_env = {**os.environ, "HF_HUB_OFFLINE": "1", **(env or {})}  # tests never touch the network
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)

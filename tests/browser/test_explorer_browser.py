@@ -201,3 +201,21 @@ def test_nothing_is_loaded_from_the_internet(browser, app_url):
         pg.wait_for_timeout(1500)
         context.close()
         assert outside == [], (path, outside)
+
+
+def test_a_phone_scrolls_the_figures_instead_of_squeezing_them(browser, app_url):
+    """390 px wide: each figure keeps its desktop proportions (source and rank panels side by side, titles apart)
+    and scrolls sideways; Plotly's toolbar, which would cover the titles, is hidden."""
+    context = browser.new_context(viewport={"width": 390, "height": 844}, is_mobile=True, has_touch=True)
+    pg = context.new_page()
+    pg.goto(app_url + "/?model=meta-llama/Llama-3.1-8B&tp=16")
+    wait_for_charts(pg, FIGURES)
+    sizes = pg.evaluate("""(() => { const c = document.querySelector('div.stPlotlyChart');
+        const box = c.closest('[data-testid=stElementContainer]');
+        const bar = c.querySelector('.modebar-container');
+        return [c.querySelector('.svg-container').getBoundingClientRect().width, box.clientWidth, box.scrollWidth,
+                bar ? getComputedStyle(bar).display : 'none']; })()""")
+    pg.screenshot(path=SCREENSHOTS / "06_phone.png")
+    context.close()
+    drawn, visible, scrollable, toolbar = sizes
+    assert drawn >= 980 and visible < 390 and scrollable >= 980 and toolbar == "none", sizes
