@@ -41,6 +41,12 @@ def explain(error: Exception, name: str | None, rows: list[dict] | None, rules: 
     return text if isinstance(error, TpvizError) else f"unexpected {type(error).__name__}: {text.splitlines()[0] if text else ''}"
 
 
+def tab_label(key: str) -> str:
+    """A figure's tab: 'q/k/v', 'gate/up', 'memory' (keys of a layer group's figures start 'group2_')."""
+    family = key.split("_", 1)[1] if key.startswith("group") and "_" in key else key
+    return "memory" if family == "memory" else S.FAMILY_LABELS.get(family, family).split(" (")[0]
+
+
 def layer_groups(m: ShardMap) -> int | None:
     """The layer strip and the group picker; returns the selected group's index (None: all layers)."""
     labels = [f"{i + 1}. {g.label} · layers {S.layer_span(g.layers)}" for i, g in enumerate(m.groups)]
@@ -115,14 +121,18 @@ def render_page(page: Page, rows: list[dict], lay: dict | None = None) -> None:
         group = layer_groups(m)
         sections = ([(m.groups[group], group_figures(*page.key, group))] if group is not None else
                     every_group_figures(*page.key) + [(None, {"memory": page.figs["memory"]})])
-    st.caption("Hover a band for its GPU, head, global range and local offset. "
+    st.caption("One tab per matrix family. Hover a band for its GPU, head, global range and local offset. "
                "Each GPU keeps one colour everywhere on this page.")
-    for g, figs in sections:
+    for i, (g, figs) in enumerate(sections):
         if g is not None:
             st.markdown(f"#### Layers {S.layer_span(g.layers)}: {g.label}")
         names = png_names(m, list(figs))
-        for key, fig in figs.items():
-            with st.container(border=True):
+        # one tab per matrix family, drawn only while open: a tp change redraws what is on screen, not every figure
+        tabs = st.tabs([tab_label(key) for key in figs], key=f"figtabs_{i}_{g.label if g else ''}", on_change="rerun")
+        for tab, (key, fig) in zip(tabs, figs.items()):
+            if tab.open is False:
+                continue
+            with tab:
                 st.plotly_chart(fig, theme=None, key=f"fig_{key}", config=PLOTLY_CONFIG)
                 st.download_button("PNG", lambda f=fig: figure_png(f, png_renderer(), page.m), names[key], "image/png",
                                    key=f"png_{key}", on_click="ignore", icon=":material/download:",

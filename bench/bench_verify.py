@@ -5,6 +5,7 @@ spawn, load, forward, compare), the in-process phase times, and the checkpoint b
 against the whole checkpoint. Target: <= 15 s end to end for a tiny model at tp=2.
 
     python bench/bench_verify.py [--model MODEL] [--layers K] [--tps 1 2 4] [--dtype float32] [--strict]
+                                 [--random-weights]
 
 The default model is a tiny Qwen3-shaped config (random weights, made once in a temporary cache).
 --strict exits 1 when the tp=2 target is missed.
@@ -29,7 +30,8 @@ TARGET_S = 15.0
 def end_to_end(model: str, tp: int, args, env: dict) -> tuple[float, int, str]:
     """Wall time of a fresh `python -m tpviz.verify` process, its exit code and verdict line."""
     cmd = [sys.executable, "-m", "tpviz.verify", model, "--tp", str(tp), "--device", "cpu", "--dtype", args.dtype,
-           "--seq-len", str(args.seq_len), "--quiet"] + (["--layers", str(args.layers)] if args.layers else [])
+           "--seq-len", str(args.seq_len), "--quiet"] + (["--layers", str(args.layers)] if args.layers else []) \
+        + (["--random-weights"] if args.random_weights else [])
     start = time.perf_counter()
     proc = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, env=env)
     line = (proc.stdout.strip() or proc.stderr.strip()).splitlines()[0]
@@ -44,6 +46,7 @@ def main() -> int:
     p.add_argument("--dtype", default="float32")
     p.add_argument("--seq-len", type=int, default=32)
     p.add_argument("--strict", action="store_true")
+    p.add_argument("--random-weights", action="store_true", help="random weights for a preset/hub --model")
     args = p.parse_args()
     os.environ.setdefault("TPVIZ_CACHE", tempfile.mkdtemp(prefix="tpviz-bench-"))
     model = args.model
@@ -53,12 +56,14 @@ def main() -> int:
     env = {**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1"}
 
     from tpviz.live import verify
-    verify(model, 1, device="cpu", layers=args.layers, seq_len=4)  # make the random checkpoint once, untimed
+    # make the random checkpoint (or download a preset/hub checkpoint) once, untimed
+    verify(model, 1, device="cpu", layers=args.layers, seq_len=4, random_weights=args.random_weights)
     print(f"model {model}  (cpu, {args.dtype}, {os.cpu_count()} cores, seq {args.seq_len} x 2)")
     missed = False
     for tp in args.tps:
         wall, code, line = end_to_end(model, tp, args, env)
-        result, _ = verify(model, tp, device="cpu", dtype=args.dtype, layers=args.layers, seq_len=args.seq_len)
+        result, _ = verify(model, tp, device="cpu", dtype=args.dtype, layers=args.layers, seq_len=args.seq_len,
+                           random_weights=args.random_weights)
         phases = ", ".join(f"{k} {v:.2f}s" for k, v in result.phases.items())
         target = f"  (target <= {TARGET_S:g} s: {'ok' if wall <= TARGET_S else 'MISSED'})" if tp == 2 else ""
         missed |= tp == 2 and wall > TARGET_S

@@ -14,6 +14,8 @@ import torch
 from explorer.text import literal
 from tpviz.errors import TpvizError
 from tpviz.live.check import NOISE_MULTIPLE, verify
+from tpviz.live.download import human_size
+from tpviz.live.errors import for_page
 from tpviz.live.inject import INJECTIONS
 from tpviz.live.inputs import parse_ids_text, tokenize
 from tpviz.live.report import environment_rows, rank_figure, stage_figure
@@ -23,11 +25,13 @@ from tpviz.live.source import local_tokenizer, resolve_model
 
 UPLOAD_MB = 1  # a config.json is a few KB; as in the explorer
 QUEUED = "Another run is in progress on this server; yours starts when it ends (one live run at a time)."
-PHASES = {"spawn": "Spawn ranks and join the process group", "load": "Load each rank's weight slices",
+PHASES = {"download": "Download the checkpoint", "spawn": "Spawn ranks and join the process group",
+          "load": "Load each rank's weight slices",
           "forward": "Forward pass on every rank", "compare": "Compare against tp=1"}
 SOURCES = ("Preset", "Hub repo id", "Local folder", "Upload config.json")
 DEFAULT_PRESET = "Qwen/Qwen3-0.6B"
 PLOTLY_CONFIG = {"displaylogo": False}
+HUB_SOURCES = ("Preset", "Hub repo id")
 RANK_COLUMNS = {"read % of checkpoint": st.column_config.NumberColumn("read %", help="share of the checkpoint read"),
                 "params MiB": st.column_config.NumberColumn("held MiB", help="local parameters this rank holds"),
                 "collective MiB": st.column_config.NumberColumn(
@@ -38,7 +42,7 @@ class PhaseStatus:
     """One st.status per phase: the previous one completes (with its time) when the next begins."""
 
     def __init__(self):
-        self.box, self.phase, self.started, self.shown = None, None, 0.0, 0.0
+        self.box, self.phase, self.started, self.shown, self.bar = None, None, 0.0, 0.0, None
 
     def __call__(self, phase: str) -> None:
         self.finish()
@@ -53,35 +57,62 @@ class PhaseStatus:
             self.box.update(label=f"{PHASES[self.phase]}… {now - self.started:.0f} s")
             self.shown = now
 
+    def download(self, message: str, done: int, total: int) -> None:
+        """Checkpoint download progress (called on the script's thread while the download runs): a bar in its
+        box, updated twice a second; like tick, each update is a point where Stop ends the run and the download."""
+        now = time.time()
+        if self.phase != "download":
+            self("download")
+            with self.box:
+                self.bar = st.progress(0.0)
+            self.shown = 0.0
+        if self.bar is not None and (now - self.shown >= 0.5 or done >= total):
+            self.bar.progress(min(1.0, done / total) if total else 1.0,
+                              text=f"{human_size(done)} of {human_size(total)}")
+            self.shown = now
+
     def finish(self, state: str = "complete") -> None:
         if self.box is not None:
             self.box.update(label=f"{PHASES[self.phase]} ({time.time() - self.started:.1f} s)", state=state)
             self.box = None
 
 
-def model_input() -> str | bytes:
-    """The model widget(s): the explorer's presets, a hub id, a local checkpoint folder, or an uploaded config."""
+def model_input() -> tuple[str | bytes, bool]:
+    """The model widget(s) (the explorer's presets, a hub id, a local checkpoint folder, or an uploaded config)
+    and whether to run random weights instead of the checkpoint's."""
     from tpviz.sources import WEB_LOCAL_HINT, presets, web_local_root
     root = web_local_root()
     kind = st.radio("Model source", [s for s in SOURCES if root or s != "Local folder"],
                     horizontal=True, key="live_source")
     if root is None:
         st.caption(f"Local folders are off in the web app; {WEB_LOCAL_HINT}.")
+    random = kind == "Upload config.json" or bool(st.session_state.get("live_random"))  # the box is drawn below
+    weights = "random weights from the seed" if random else "its checkpoint is downloaded from the Hugging Face hub"
     if kind == "Preset":
         names = list(presets())
-        return st.selectbox("Preset (random weights from a seed)", names, key="live_preset",
-                            index=names.index(DEFAULT_PRESET) if DEFAULT_PRESET in names else 0)
-    if kind == "Hub repo id":
-        return hub_id(st.text_input("Hugging Face repo id (its config; random weights)", key="live_hub",
-                                    placeholder="Qwen/Qwen3-0.6B"), root)
-    if kind == "Local folder":
-        folder = st.text_input("Checkpoint folder (config.json, *.safetensors; random weights if none)",
-                               key="live_folder", placeholder="/models/Qwen3-0.6B")
+        model = st.selectbox(f"Preset ({weights})", names, key="live_preset",
+                             index=names.index(DEFAULT_PRESET) if DEFAULT_PRESET in names else 0)
+    elif kind == "Hub repo id":
+        model = hub_id(st.text_input(f"Hugging Face repo id ({weights})", key="live_hub",
+                                     placeholder="Qwen/Qwen3-0.6B"), root)
+    elif kind == "Local folder":
+        model = st.text_input("Checkpoint folder (config.json, *.safetensors; "
+                              + ("its weights are not read: random weights)" if random else "random weights if none)"),
+                              key="live_folder", placeholder="/models/Qwen3-0.6B")
         st.caption(f"Limited to {root}.")
-        return folder
-    upload = st.file_uploader("config.json (random weights)", type=["json"], key="live_upload",
-                              max_upload_size=UPLOAD_MB)
-    return upload.getvalue() if upload is not None else ""
+    else:
+        upload = st.file_uploader("config.json (random weights)", type=["json"], key="live_upload",
+                                  max_upload_size=UPLOAD_MB)
+        st.caption("A config alone has no weights: it runs with random weights from the seed.")
+        return (upload.getvalue() if upload is not None else ""), True
+    random = st.checkbox("Random weights", key="live_random",
+                         help="Seeded random weights of the model's shapes instead of its checkpoint: nothing is "
+                              "downloaded or read, and the result says random weights")
+    if kind in HUB_SOURCES:
+        st.caption("Random weights from the seed (Advanced): nothing is downloaded." if random else
+                   "Real weights: the safetensors checkpoint is downloaded once into the Hugging Face cache and "
+                   "reused, also offline; pickle-only repos are refused.")
+    return model, random
 
 
 def hub_id(text: str, root: str | None) -> str:
@@ -98,11 +129,11 @@ def hub_id(text: str, root: str | None) -> str:
 
 
 def input_ids_for(model: str | bytes, prompt: str, tp: int, layers: int | None, seed: int,
-                  ep: bool = False) -> torch.Tensor | None:
-    """Ids from the prompt: tokenized when the folder has a tokenizer, typed ids otherwise; None = random."""
+                  ep: bool = False, random: bool = False, download=None) -> torch.Tensor | None:
+    """Ids from the prompt: tokenized when the checkpoint has a tokenizer, typed ids otherwise; None = random."""
     if not prompt.strip():
         return None
-    source = resolve_model(model, layers, seed, tp, ep=ep)
+    source = resolve_model(model, layers, seed, tp, ep=ep, random_weights=random, download=download)
     vocab = source.cfg.spec.vocab_size
     if source.tokenizer_dir is not None:
         return tokenize(prompt, source.tokenizer_dir, vocab)
@@ -120,6 +151,8 @@ def short(x: float) -> str:
 def show_result(result) -> None:
     """Verdict, per-stage chart, per-rank table, environment and downloads of one finished run."""
     (st.success if result.passed else st.warning)(result.headline())
+    st.caption(f"Weights: random, from seed {result.seed} (not the checkpoint's)." if result.random_weights
+               else "Weights: the checkpoint's own (real weights).")
     cols = st.columns([1, 1, 1, 1.35])  # the verdict is in the banner above; where it starts matters most
     cols[0].metric("max |Δlogit|", short(result.max_abs_diff))
     cols[1].metric("tolerance", short(result.tolerance))
@@ -159,7 +192,7 @@ def main() -> None:
                "and where does it start?")
     left, right = st.columns([1, 2])
     with left:
-        model = model_input()
+        model, random = model_input()
         tp = int(st.number_input("tp size", min_value=1, max_value=64, value=2, key="live_tp"))
         pp = int(st.number_input("Pipeline stages", min_value=1, max_value=16, value=1, key="live_pp",
                                  help="Each stage runs its share of the layers on tp ranks and sends the hidden "
@@ -178,6 +211,9 @@ def main() -> None:
         if local_tokenizer(model) is not None:
             prompt = st.text_area("Prompt (tokenized with the folder's tokenizer)", key="live_prompt",
                                   value="Tensor parallelism splits every weight matrix")
+        elif st.session_state.get("live_source") in HUB_SOURCES and not random:
+            prompt = st.text_area("Prompt (tokenized with the repo's tokenizer, or token ids; empty = random ids)",
+                                  key="live_prompt")
         else:
             prompt = st.text_input("Token ids (e.g. 1 2 3, or [[1, 2], [3, 4]]; empty = random)", key="live_ids")
         with st.expander("Advanced"):
@@ -200,15 +236,16 @@ def main() -> None:
         if run:
             status = PhaseStatus()
             try:
-                ids = input_ids_for(model, prompt, tp, layers or None, seed, ep)
+                ids = input_ids_for(model, prompt, tp, layers or None, seed, ep, random, status.download)
                 with one_run_at_a_time(on_wait=lambda: st.info(QUEUED)):
                     result, _ = verify(model, tp, device=device, dtype=dtype, input_ids=ids, inject=inject,
                                        layers=layers or None, seed=seed, seq_len=seq_len, timeout=timeout,
-                                       progress=status, tick=status.tick, pp=pp, ep=ep, placement=placement)
+                                       progress=status, tick=status.tick, pp=pp, ep=ep, placement=placement,
+                                       random_weights=random, download_progress=status.download)
                 st.session_state["live_result"] = result
             except TpvizError as e:  # every user error (and a failed rank) is one line, never a traceback
                 status.finish("error")
-                st.error(str(e))
+                st.error(for_page(str(e)))
                 if "live_result" in st.session_state:
                     st.caption("The previous run's result:")
             except Exception as e:  # noqa: BLE001 - last resort: still one line, never a traceback

@@ -23,7 +23,7 @@ command -v nvidia-smi >/dev/null && nvidia-smi -L
 "$PY" -c "import torch; print('torch', torch.__version__, '| CUDA available:', torch.cuda.is_available(), '| GPUs:', torch.cuda.device_count())"
 
 start=$EPOCHREALTIME
-"$PY" -c "from tpviz.live import resolve_model; print('random checkpoint:', resolve_model('$MODEL').checkpoint)" || exit 2
+"$PY" -c "from tpviz.live import resolve_model; print('random checkpoint:', resolve_model('$MODEL', random_weights=True).checkpoint)" || exit 2
 echo "random checkpoint ready in $(elapsed "$start") s (once; cached in $TPVIZ_CACHE)"
 
 status=0
@@ -31,7 +31,7 @@ run() {  # run NAME EXPECTED_EXIT ARGS...
   local name=$1 expected=$2; shift 2
   local t=$EPOCHREALTIME
   "$PY" -m tpviz.verify "$MODEL" --tp "$TP" --device "$DEVICE" --batch 2 --seq-len "$SEQ" --timeout 300 \
-    --json "$OUT/$name.json" "$@" > "$OUT/$name.txt" 2>&1
+    --random-weights --json "$OUT/$name.json" "$@" > "$OUT/$name.txt" 2>&1
   local rc=$?
   echo "== $name: exit $rc (expected $expected), $(elapsed "$t") s"
   head -n 3 "$OUT/$name.txt"

@@ -6,6 +6,7 @@ Also runs as one rank under `torchrun --nproc-per-node N -m tpviz.verify MODEL .
 import argparse
 import json
 import sys
+import time
 from pathlib import Path
 
 from tpviz.errors import TpvizError
@@ -26,7 +27,8 @@ def build_parser() -> argparse.ArgumentParser:
     """The verify command line."""
     from tpviz.live.inject import INJECTIONS
     p = _Parser(prog="tpviz verify", description="Run MODEL split over tp ranks and check it against one device.")
-    p.add_argument("model", help="checkpoint folder, config.json, or preset/hub id (random weights)")
+    p.add_argument("model", help="checkpoint folder, preset/hub id (its safetensors are downloaded into the Hugging "
+                                 "Face cache), or config.json (random weights)")
     p.add_argument("--tp", type=int, default=None, help="tensor-parallel size (default: WORLD_SIZE under torchrun)")
     p.add_argument("--pp", type=int, default=1, help="pipeline stages of tp ranks each, passing hidden states on")
     p.add_argument("--ep", action="store_true", help="expert parallelism: routed experts whole on the tp ranks")
@@ -41,6 +43,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--layers", type=int, help="keep only the first K layers (a quick check of a big model)")
     p.add_argument("--batch", type=int, default=2, help="random input rows (without --input-ids)")
     p.add_argument("--seq-len", type=int, default=32, help="random input length (without --input-ids)")
+    p.add_argument("--random-weights", action="store_true",
+                   help="seeded random weights instead of the checkpoint's: nothing is downloaded")
     p.add_argument("--seed", type=int, default=0, help="seed for random weights and random input ids")
     p.add_argument("--timeout", type=float, default=300.0, help="seconds before a hung group is stopped")
     p.add_argument("--quiet", action="store_true", help="print only the verdict line")
@@ -58,7 +62,8 @@ def _run(args) -> int:
     input_ids = read_input_ids(args.input_ids) if args.input_ids else None
     options = dict(device=args.device, dtype=args.dtype, input_ids=input_ids, inject=args.inject, layers=args.layers,
                    seed=args.seed, batch=args.batch, seq_len=args.seq_len, timeout=args.timeout, pp=args.pp,
-                   ep=args.ep, placement=args.placement)
+                   ep=args.ep, placement=args.placement, random_weights=args.random_weights,
+                   download_progress=download_progress())
     if launched_by_torchrun():
         result, logits, passed = verify_torchrun(args.model, args.tp, **options)
         if result is None:  # not rank 0: rank 0 reports
@@ -85,6 +90,28 @@ def _run(args) -> int:
     return EXIT_PASS if result.passed else EXIT_MISMATCH
 
 
+def download_progress():
+    """Report a checkpoint download on stderr: a line when it starts and ends, and every 10% when stderr is no
+    terminal (on a terminal huggingface_hub draws its own bars)."""
+    from tpviz.live.download import human_size
+    state = {"start": None, "step": 0, "ended": False}
+    tty = sys.stderr.isatty()
+
+    def report(message: str, done: int, total: int) -> None:
+        if state["start"] is None:
+            state["start"] = time.perf_counter()
+            print(f"tpviz verify: {message}", file=sys.stderr, flush=True)
+        elif done >= total:
+            if not state["ended"]:
+                state["ended"] = True
+                print(f"tpviz verify: downloaded in {time.perf_counter() - state['start']:.0f} s", file=sys.stderr,
+                      flush=True)
+        elif not tty and (step := int(10 * done / max(total, 1))) > state["step"]:
+            state["step"] = step
+            print(f"tpviz verify:   {10 * step}% of {human_size(total)}", file=sys.stderr, flush=True)
+    return report
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of `python -m tpviz verify` and `python -m tpviz.verify`; returns the exit code."""
     try:
@@ -98,13 +125,14 @@ def main(argv: list[str] | None = None) -> int:
         print(f"tpviz verify: error: {e}", file=sys.stderr)
         return EXIT_BAD_INPUT
     except TpvizError as e:
+        from tpviz.live.errors import for_cli
         from tpviz.live.torchrun import SharedError, launched_by_torchrun, torchrun_rank
         if launched_by_torchrun() and torchrun_rank() != 0:
             if isinstance(e, SharedError):
                 return EXIT_BAD_INPUT  # rank 0 prints the same line
-            print(f"tpviz verify: rank {torchrun_rank()}: error: {e}", file=sys.stderr)
+            print(f"tpviz verify: rank {torchrun_rank()}: error: {for_cli(str(e))}", file=sys.stderr)
         else:
-            print(f"tpviz verify: error: {e}", file=sys.stderr)
+            print(f"tpviz verify: error: {for_cli(str(e))}", file=sys.stderr)
         return EXIT_BAD_INPUT
     except KeyboardInterrupt:
         print("tpviz verify: interrupted", file=sys.stderr)

@@ -40,3 +40,21 @@ def charts(at: AppTest) -> list[dict]:
 def payload_bytes(at: AppTest) -> int:
     """Bytes of Plotly JSON the page sends."""
     return sum(len(c.proto.spec) for c in at.get("plotly_chart"))
+
+
+def figure_tabs(at: AppTest) -> list[str]:
+    """The labels of the figure tabs (one per matrix family, then memory)."""
+    return [t.label for t in at.get("tab")]
+
+
+def tab_charts(at: AppTest, section: str = "figtabs_0_") -> list[dict]:
+    """Every figure of a tab set, opening each tab in turn (only the open tab's figure is drawn), then the
+    first tab again; charts drawn outside the tabs (layer strip, deployment) are left out."""
+    labels, out = figure_tabs(at), []
+    for label in labels:
+        at.session_state[section] = label
+        at.run()
+        out.append(charts(at)[-1])
+    at.session_state[section] = labels[0]
+    at.run()
+    return out

@@ -1,5 +1,5 @@
 """AppTest: every control of the explorer, and the share link (query parameters) in both directions."""
-from app_harness import charts, errors, heading, run_app
+from app_harness import charts, errors, figure_tabs, heading, run_app, tab_charts
 
 from tpviz import summary as S
 
@@ -8,7 +8,10 @@ def test_opens_offline_on_the_default_preset():
     at = run_app()
     assert errors(at) == []
     assert heading(at) == "Qwen/Qwen3-8B on 4 GPUs"
-    titles = [c["layout"]["title"]["text"] for c in charts(at)]
+    assert figure_tabs(at) == ["q/k/v", "o_proj", "gate/up", "down_proj", "embed_tokens", "lm_head", "replicated",
+                               "memory"]
+    assert len(charts(at)) == 1  # only the open tab's figure is drawn
+    titles = [c["layout"]["title"]["text"] for c in tab_charts(at)]
     assert len(titles) == 8 and titles[0].startswith("q / k / v") and titles[-1] == "Memory per GPU"
     assert at.query_params == {"model": "Qwen/Qwen3-8B", "tp": "4", "rules": "vllm"}
     assert [m.label for m in at.metric][:2] == ["Weights per GPU", "KV cache per token per GPU"]
@@ -51,7 +54,7 @@ def test_invalid_tp_shows_the_reason_and_keeps_the_last_good_view():
     (line,) = errors(at)
     assert line == ("num_attention_heads=32 is not divisible by tp_size=3. Valid tp sizes for Qwen/Qwen3-8B "
                     "under vLLM 0.33 rules: 1, 2, 4, 8, 16, 32.")
-    assert heading(at) == "Qwen/Qwen3-8B on 4 GPUs" and len(charts(at)) == 8
+    assert heading(at) == "Qwen/Qwen3-8B on 4 GPUs" and len(figure_tabs(at)) == 8
     assert any("Showing the last good view: Qwen/Qwen3-8B at tp=4" in c.value for c in at.caption)
     at.selectbox(key="tp").select(8).run()
     assert errors(at) == [] and heading(at) == "Qwen/Qwen3-8B on 8 GPUs"

@@ -2,7 +2,7 @@
 import json
 
 import pytest
-from app_harness import errors, heading, run_app
+from app_harness import errors, figure_tabs, heading, run_app
 from huggingface_hub import constants
 from huggingface_hub.errors import GatedRepoError, LocalEntryNotFoundError, RepositoryNotFoundError
 
@@ -26,7 +26,7 @@ def one_error(at) -> str:
 
 
 def still_showing_last_good(at, title: str = "Qwen/Qwen3-8B on 4 GPUs") -> None:
-    assert heading(at) == title and len(at.get("plotly_chart")) >= 7
+    assert heading(at) == title and len(figure_tabs(at)) >= 7 and at.get("plotly_chart")
 
 
 def test_upload_a_valid_config():

@@ -10,13 +10,13 @@ from pathlib import Path
 import pytest
 
 from harness import (CHROMIUM, SCREENSHOTS, choose, heading, launch, shoot_explorer, streamlit_app, wait_for_charts,
-                     wait_heading)
+                     wait_heading, wait_idle)
 
 pytestmark = [pytest.mark.browser,
               pytest.mark.skipif(not Path(CHROMIUM).exists(),
                                  reason=f"{CHROMIUM} not found: install it with `apt-get install chromium` (root, Debian)")]
 playwright_api = pytest.importorskip("playwright.sync_api", reason="python playwright is not installed")
-FIGURES = 8  # Qwen3-8B and Llama-3.1-8B: 7 families + memory
+FIGURES = 1  # one tab per matrix family: only the open tab's figure is drawn
 VIEWPORT = {"width": 1400, "height": 1000}
 
 
@@ -73,6 +73,7 @@ def test_change_model_and_tp_download_json_and_png(page, app_url):
     page.wait_for_function("document.querySelector('div.stPlotlyChart .main-svg').parentNode.textContent"
                            ".includes('GPU 15')")
     assert "model=meta-llama%2FLlama-3.1-8B&tp=16&rules=vllm" in page.url  # the URL follows the controls
+    assert page.locator("[data-testid=stTab]").all_inner_texts()[:3] == ["q/k/v", "o_proj", "gate/up"]
     no_errors(page)
     # hover a band of the first source view: Plotly shows GPU, range and local offset
     box = page.locator("div.stPlotlyChart").first.locator("g.point path").first.bounding_box()
@@ -146,7 +147,7 @@ def test_eight_sessions_at_once_all_render(browser, app_url):
     for pg, view in zip(pages, LOAD_VIEWS):  # all eight sessions load concurrently
         pg.goto(app_url + "/" + view, wait_until="commit")
     for pg, view in zip(pages, LOAD_VIEWS):
-        wait_for_charts(pg, 7, timeout_ms=120_000)
+        wait_for_charts(pg, FIGURES, timeout_ms=120_000)
         no_errors(pg)
         assert view.split("=")[1].split("&")[0] in heading(pg)
     elapsed = time.perf_counter() - start
@@ -160,7 +161,7 @@ def test_eight_sessions_at_once_all_render(browser, app_url):
 def test_layer_strip_click_selects_a_group(page, app_url):
     """A hybrid model: the strip draws every layer; clicking a full-attention layer shows that group's figures."""
     page.goto(app_url + "/?model=Qwen/Qwen3-Next-80B-A3B-Thinking&tp=4&rules=vllm")
-    wait_for_charts(page, 5)
+    wait_for_charts(page, 2)  # the layer strip and the open tab's figure
     no_errors(page)
     strip = page.locator("div.stPlotlyChart").first
     cells = strip.locator("g.trace.bars g.point path")
@@ -170,7 +171,7 @@ def test_layer_strip_click_selects_a_group(page, app_url):
     page.mouse.click(box["x"] + box["width"] / 2, box["y"] + box["height"] / 2)  # as a user clicks: on the plot
     page.wait_for_function("[...document.querySelectorAll('h4')].some(h => h.innerText.startsWith('Layers 3, 7, 11'))",
                            timeout=60_000)
-    wait_for_charts(page, 5)
+    wait_for_charts(page, 2)
     no_errors(page)
     page.screenshot(path=SCREENSHOTS / "hybrid_group.png", full_page=False)
 
@@ -219,3 +220,14 @@ def test_a_phone_scrolls_the_figures_instead_of_squeezing_them(browser, app_url)
     context.close()
     drawn, visible, scrollable, toolbar = sizes
     assert drawn >= 980 and visible < 390 and scrollable >= 980 and toolbar == "none", sizes
+
+
+def test_a_tab_draws_its_figure_when_opened(page, app_url):
+    page.goto(app_url + "/?model=Qwen/Qwen3-8B&tp=4")
+    wait_for_charts(page, FIGURES)
+    page.get_by_role("tab", name="down_proj").click()
+    page.wait_for_function("[...document.querySelectorAll('div.stPlotlyChart .gtitle')].some("
+                           "t => t.textContent.startsWith('down_proj'))", timeout=60_000)
+    wait_idle(page)  # the other families are not drawn meanwhile (a stale chart may linger a moment)
+    page.wait_for_function("document.querySelectorAll('div.stPlotlyChart').length === 1", timeout=10_000)
+    no_errors(page)

@@ -25,10 +25,12 @@ def test_navigation_and_a_tp2_run_from_the_page():
             nav = page.locator("[data-testid=stSidebarNav]").inner_text()
             assert "Explorer" in nav and "Run live" in nav
             page.goto(f"{url}/Run_live")
+            page.get_by_text("Random weights", exact=True).click()  # the preset's shapes; nothing is downloaded
+            page.wait_for_selector("text=Preset (random weights from the seed)")
             page.get_by_role("button", name="Run").click()
             page.wait_for_selector("text=vs tp=1 float32", timeout=120_000)  # the verdict banner
             verdict = page.locator("[data-testid=stAlert]").filter(has_text="vs tp=1").first.inner_text()
-            assert verdict.startswith("PASS: tp=2 vs tp=1"), verdict
+            assert verdict.startswith("PASS: tp=2 vs tp=1") and "random weights (seed 0)" in verdict, verdict
             assert page.locator("text=Traceback").count() == 0
             SCREENSHOTS.mkdir(parents=True, exist_ok=True)
             page.screenshot(path=str(SCREENSHOTS / "06_run_live_tp2.png"), full_page=True)

@@ -1,4 +1,5 @@
-"""Tiny Hugging Face checkpoints (Llama, Mistral, Qwen2, Qwen3; Mixtral, Qwen3-MoE) with non-trivial weights."""
+"""Tiny Hugging Face checkpoints (Llama, Mistral, Qwen2, Qwen3; Mixtral, Qwen3-MoE; Phi-3, OLMo-2, OLMo-3) with
+non-trivial weights."""
 import os
 
 import pytest
@@ -19,15 +20,34 @@ MOE_FAMILIES = {
                       moe_intermediate_size=48, mlp_only_layers=[1], norm_topk_prob=True),
 }
 
+# Phi-3: q/k/v and gate/up fused on disk, a window (6) shorter than the test sequences; OLMo-2: biases, 2 KV heads
+# (tp=4 would replicate them, which its k_norm refuses); OLMo-3: 3 layers, sliding (window 5) / full / sliding,
+# each layer type with its own rope_theta, 4 KV heads so tp=4 runs
+NO_SPECIAL_TOKENS = dict(pad_token_id=None, bos_token_id=None, eos_token_id=None)
+EXTRA_FAMILIES = {
+    "phi3": dict(num_key_value_heads=2, vocab_size=1001, sliding_window=6, **NO_SPECIAL_TOKENS),
+    "olmo2": dict(num_key_value_heads=2, vocab_size=1001, attention_bias=True, rope_theta=500000.0,
+                  **NO_SPECIAL_TOKENS),
+    "olmo3": dict(num_key_value_heads=4, vocab_size=999, num_hidden_layers=3, sliding_window=5,
+                  layer_types=["sliding_attention", "full_attention", "sliding_attention"],
+                  rope_parameters={"sliding_attention": {"rope_type": "default", "rope_theta": 10000.0},
+                                   "full_attention": {"rope_type": "default", "rope_theta": 500000.0}},
+                  **NO_SPECIAL_TOKENS),
+}
 
-def make_tiny(family: str, folder, seed: int = 0, max_shard_size: str | None = None):
-    """Save a 2-layer transformers model of `family` with random weights, norms around 1, and biases != 0."""
+
+def make_tiny(family: str, folder, seed: int = 0, max_shard_size: str | None = None, **overrides):
+    """Save a 2-layer transformers model of `family` with random weights, norms around 1, and biases != 0;
+    `overrides` replace or add config fields (rope_parameters, max_position_embeddings, ...)."""
     import transformers
     config_cls = {"llama": transformers.LlamaConfig, "mistral": transformers.MistralConfig,
                   "qwen2": transformers.Qwen2Config, "qwen3": transformers.Qwen3Config,
-                  "mixtral": transformers.MixtralConfig, "qwen3_moe": transformers.Qwen3MoeConfig}[family]
-    config = config_cls(hidden_size=64, num_attention_heads=4, intermediate_size=96, num_hidden_layers=2,
-                        rms_norm_eps=1e-6, **{**FAMILIES, **MOE_FAMILIES}[family])
+                  "mixtral": transformers.MixtralConfig, "qwen3_moe": transformers.Qwen3MoeConfig,
+                  "phi3": transformers.Phi3Config, "olmo2": transformers.Olmo2Config,
+                  "olmo3": transformers.Olmo3Config}[family]
+    config = config_cls(**{"hidden_size": 64, "num_attention_heads": 4, "intermediate_size": 96,
+                           "num_hidden_layers": 2, "rms_norm_eps": 1e-6,
+                           **{**FAMILIES, **MOE_FAMILIES, **EXTRA_FAMILIES}[family], **overrides})
     model = transformers.AutoModelForCausalLM.from_config(config, attn_implementation="eager").float().eval()
     gen = torch.Generator().manual_seed(seed)
     with torch.no_grad():
@@ -68,6 +88,14 @@ def tiny_moe(tmp_path_factory):
     root = tmp_path_factory.mktemp("tiny-moe")
     return {family: (root / family, make_tiny(family, root / family, seed=10 + i))
             for i, family in enumerate(MOE_FAMILIES)}
+
+
+@pytest.fixture(scope="session")
+def tiny_extra(tmp_path_factory):
+    """family -> (checkpoint folder, transformers model) for Phi-3, OLMo-2 and OLMo-3."""
+    root = tmp_path_factory.mktemp("tiny-extra")
+    return {family: (root / family, make_tiny(family, root / family, seed=20 + i))
+            for i, family in enumerate(EXTRA_FAMILIES)}
 
 
 @pytest.fixture(scope="session")

@@ -20,14 +20,14 @@ def test_a_huge_preset_is_refused_before_any_weights_are_made(monkeypatch):
     random_dir = cache_root() / "random"
     before = set(random_dir.glob("*")) if random_dir.exists() else set()
     with pytest.raises(LiveError) as e:
-        resolve_model("meta-llama/Llama-3.1-405B", layers=2)
+        resolve_model("meta-llama/Llama-3.1-405B", layers=2, random_weights=True)
     msg = str(e.value)
     assert "\n" not in msg and "B parameters on CPU (limit 2.0B)" in msg and "TPVIZ_LIVE_MAX_PARAMS" in msg
     assert "even one layer is too big" in msg  # 1 layer of 405B is still 7.4B
     with pytest.raises(LiveError, match="keep fewer layers with --layers"):
-        resolve_model("Qwen/Qwen3-8B")  # all 36 layers; a few would fit
+        resolve_model("Qwen/Qwen3-8B", random_weights=True)  # all 36 layers; a few would fit
     with pytest.raises(LiveError, match=r"limit 2.0B"):  # layers=None (all) too
-        resolve_model("meta-llama/Llama-3.1-405B")
+        resolve_model("meta-llama/Llama-3.1-405B", random_weights=True)
     after = set(random_dir.glob("*")) if random_dir.exists() else set()
     assert after == before
 

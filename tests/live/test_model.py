@@ -89,13 +89,13 @@ def test_invalid_split_fails_before_random_weights_are_made():
     from tpviz.live.random_weights import cache_root
     before = set((cache_root() / "random").glob("*")) if (cache_root() / "random").exists() else set()
     with pytest.raises(TpvizError, match="tp_size=3"):
-        prepare("Qwen/Qwen3-8B", 3, device="cpu")
+        prepare("Qwen/Qwen3-8B", 3, device="cpu", random_weights=True)
     after = set((cache_root() / "random").glob("*")) if (cache_root() / "random").exists() else set()
     assert after == before
 
 
 def test_preset_gets_random_weights_and_shrinks():
-    source = resolve_model("Qwen/Qwen3-0.6B", layers=1)
+    source = resolve_model("Qwen/Qwen3-0.6B", layers=1, random_weights=True)  # asked for: nothing is downloaded
     assert source.random_weights and source.cfg.spec.num_hidden_layers == 1
     assert any("first 1 of 28 layers" in n for n in source.cfg.notes)
     assert json.loads((source.checkpoint / "config.json").read_text())["head_dim"] == 128

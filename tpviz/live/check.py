@@ -37,8 +37,11 @@ class Prepared:
 def prepare(model, tp_size: int, *, device: str = "auto", dtype: str = "float32", input_ids=None,
             inject: list[str] | None = None, layers: int | None = None, seed: int = 0, batch: int = 2,
             seq_len: int = 32, env: Environment | None = None, pp: int = 1, ep: bool = False,
-            placement: str = "linear") -> Prepared:
-    """Resolve the model, check tp/pp/ep/dtype/ids/injections, choose the backend, and build the rank job."""
+            placement: str = "linear", random_weights: bool = False, download_progress=None) -> Prepared:
+    """Resolve the model, check tp/pp/ep/dtype/ids/injections, choose the backend, and build the rank job.
+
+    A preset or hub id downloads its real weights (reporting `download_progress(message, done, total)`)
+    unless random_weights asks for seeded random ones."""
     if isinstance(tp_size, bool) or not isinstance(tp_size, int) or tp_size < 1:
         raise TPSizeError(f"tp={tp_size!r} must be a positive integer")
     if isinstance(pp, bool) or not isinstance(pp, int) or pp < 1:
@@ -48,7 +51,8 @@ def prepare(model, tp_size: int, *, device: str = "auto", dtype: str = "float32"
     names = check_injections(inject)
     expert_placement(1, 1, placement)  # an unknown placement fails here, in one line
     env = env or choose_backend(tp_size * pp, device)
-    source = resolve_model(model, layers, seed, tp_size, ep=ep)  # an invalid split fails before weights are made
+    source = resolve_model(model, layers, seed, tp_size, ep=ep, random_weights=random_weights,
+                           download=download_progress)  # an invalid split fails before weights are made
     cfg = source.cfg
     pp_partition(cfg.spec.num_hidden_layers, pp)  # more stages than layers (or a bad override): one line
     if env.launcher == "spawn":  # torchrun starts its own ranks
@@ -125,14 +129,17 @@ def build_result(prep: Prepared, tp_size: int, tp_logits, tp_hidden, ref: dict, 
 def verify(model, tp_size: int, *, device: str = "auto", dtype: str = "float32", input_ids=None,
            inject: list[str] | None = None, layers: int | None = None, seed: int = 0, batch: int = 2,
            seq_len: int = 32, timeout: float = 300.0, progress=None, tick=None, pp: int = 1, ep: bool = False,
-           placement: str = "linear") -> tuple[VerifyResult, torch.Tensor]:
+           placement: str = "linear", random_weights: bool = False,
+           download_progress=None) -> tuple[VerifyResult, torch.Tensor]:
     """Run `model` at tp_size (x pp stages, experts whole with ep) and at tp=1 on the same ids; return the
     result and the TP logits. `tick()` is called every 0.1 s while ranks or the tp=1 run work; an exception
-    from it stops the run."""
+    from it stops the run. A preset or hub id runs its real weights, downloaded first (reported to
+    `download_progress(message, bytes_done, bytes_total)`), unless random_weights asks for seeded ones."""
     progress = progress or (lambda phase: None)
     t0 = time.perf_counter()
     prep = prepare(model, tp_size, device=device, dtype=dtype, input_ids=input_ids, inject=inject, layers=layers,
-                   seed=seed, batch=batch, seq_len=seq_len, pp=pp, ep=ep, placement=placement)
+                   seed=seed, batch=batch, seq_len=seq_len, pp=pp, ep=ep, placement=placement,
+                   random_weights=random_weights, download_progress=download_progress)
     phases = {"prepare": time.perf_counter() - t0}
     ref_device = torch.device("cuda", 0) if prep.env.device == "cuda" else torch.device("cpu")
     timed: dict = {}

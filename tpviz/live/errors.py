@@ -12,3 +12,24 @@ class RankFailure(LiveError):
     def __init__(self, message: str, rank: int | None = None):
         super().__init__(message)
         self.rank = rank
+
+
+# A hint that names a control names the CLI flag and the page's control together ("--layers/Layers to keep");
+# each front end keeps only its own.
+RANDOM_FLAG = "--random-weights/Random weights"
+CONTROLS = {RANDOM_FLAG: ("--random-weights", "the Random weights box"),
+            "--layers/Layers to keep": ("--layers", "Layers to keep")}
+
+
+def for_cli(message: str) -> str:
+    """A message naming only the CLI's flags."""
+    for both, (flag, _) in CONTROLS.items():
+        message = message.replace(both, flag)
+    return message
+
+
+def for_page(message: str) -> str:
+    """A message naming only the page's controls."""
+    for both, (_, control) in CONTROLS.items():
+        message = message.replace(both, control)
+    return message

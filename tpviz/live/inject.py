@@ -5,6 +5,7 @@ from torch import nn
 
 from tpviz.layers import QKVParallelLinear, RowParallelLinear
 from tpviz.live.errors import LiveError
+from tpviz.live.families import GatheredRMSNorm
 from tpviz.live.model import LiveConfig
 from tpviz.live.moe import SparseMoeBlock
 from tpviz.rules import kv_split
@@ -14,6 +15,8 @@ INJECTIONS = {
     "skip-allreduce": "row-parallel layers and MoE blocks skip their all_reduce, so each rank keeps only its "
                       "partial sum",
     "wrong-kv-head": "under KV-head replication, ranks take KV heads round-robin instead of r // replicas",
+    "local-qk-norm": "whole-projection q/k norms (OLMo-2/3) normalize each rank's heads alone instead of "
+                     "all-gathering q and k first",
 }
 
 
@@ -54,6 +57,10 @@ def describe_injections(names: list[str], cfg: LiveConfig, tp_size: int) -> list
             free = "o_proj, down_proj and the experts are" if moe else "o_proj and down_proj are"
             reason = (f"{' and '.join(biased)} carry a bias, added {tp_size} times" if effect else
                       f"no row-parallel layer here has a bias ({free} bias-free)")
+        elif name == "local-qk-norm":
+            effect = s.qk_norm_full
+            reason = (f"q_norm and k_norm span all heads: each rank's variance covers only 1/{tp_size} of them"
+                      if effect else "this model has no q/k norm over the whole projection (none, or per head)")
         elif name == "skip-allreduce":
             skipped = ["o_proj"] + (["down_proj"] if dense else []) + (["MoE-block"] if moe else [])
             effect, reason = True, (f"{', '.join(skipped[:-1])} and {skipped[-1]} outputs stay partial sums "
@@ -84,3 +91,5 @@ def apply_injections(model: nn.Module, names: list[str]) -> None:
             module.reduce_results &= "skip-allreduce" not in names
         if isinstance(module, QKVParallelLinear):
             module.wrong_kv_head |= "wrong-kv-head" in names
+        if isinstance(module, GatheredRMSNorm):
+            module.gather &= "local-qk-norm" not in names

@@ -1,7 +1,9 @@
-"""A decoder-only Llama/Mistral/Qwen2/Qwen3 (and Mixtral/Qwen3-MoE) model built only from tpviz's TP layers.
+"""A decoder-only Llama/Mistral/Qwen2/Qwen3/Phi-3 (and Mixtral/Qwen3-MoE, OLMo-2/3) model built only from tpviz's
+TP layers.
 
 Parameter names mirror the Hugging Face checkpoint (`model.layers.0.self_attn.qkv_proj.weight`), with
-q/k/v and gate/up fused as in nano-vllm; weights.py maps checkpoint names onto them. MoE blocks: moe.py.
+q/k/v and gate/up fused as in nano-vllm; weights.py maps checkpoint names onto them. MoE blocks: moe.py;
+OLMo's post-norm blocks with all-gathered q/k norms: families.py.
 A Stage (pipeline parallelism, expert parallelism) says which layers and experts one rank builds.
 """
 from dataclasses import asdict, dataclass, field
@@ -14,10 +16,11 @@ from tpviz.layers import (MergedColumnParallelLinear, ParallelLMHead, QKVParalle
                           RowParallelLinear, VocabParallelEmbedding)
 from tpviz.live.errors import LiveError
 from tpviz.live.moe import MOE_FAMILIES, SparseMoeBlock
+from tpviz.live.rope import BY_LENGTH, frequencies
 from tpviz.parallel import expert_placement, stage_layers
 from tpviz.spec import ModelSpec
 
-FAMILIES = ("llama", "mistral", "qwen2", "qwen3", *MOE_FAMILIES)
+FAMILIES = ("llama", "mistral", "qwen2", "qwen3", "phi3", "olmo2", "olmo3", *MOE_FAMILIES)  # Phi-3, OLMo: families.py
 NO_BIAS = ("mistral", "mixtral")  # their attention never has biases, whatever the config says
 
 
@@ -28,6 +31,8 @@ class LiveConfig:
     mlp_bias: bool = False  # Llama's mlp_bias: gate/up/down carry biases (down is row-parallel)
     sliding_window: int | None = None  # Mistral/Mixtral: attend to at most this many previous tokens
     norm_topk_prob: bool = False  # MoE: renormalize the top-k routing weights (Mixtral always does)
+    rope: dict = field(default_factory=dict)  # rope.rope_parameters(): type, theta, rotated dims, scaling; {} plain
+    local_rope: dict | None = None  # OLMo-3: its sliding layers' own (unscaled) RoPE, as rope_parameters() gives
     rules: str = "vllm"
     notes: list[str] = field(default_factory=list)
 
@@ -99,19 +104,29 @@ def check_supported(spec: ModelSpec) -> None:
 
 
 class RotaryEmbedding(nn.Module):
-    """Rotate-half RoPE (Llama layout): pairs dimension i with i + head_dim/2."""
+    """Rotate-half RoPE (Llama layout): pairs dimension i with i + rotary_dim/2 within the first rotary_dim
+    (head_dim unless partial_rotary_factor) dims; frequencies and cos/sin multiplier as rope.frequencies gives."""
 
-    def __init__(self, head_dim: int, theta: float):
+    def __init__(self, head_dim: int, theta: float, rope: dict | None = None):
         super().__init__()
+        self.head_dim, self.rope = head_dim, {"rope_theta": theta, **(rope or {})}
+        self.rotary_dim = self.rope.get("rotary_dim", head_dim)
         # a plain attribute, not a buffer, so model.to(bfloat16) cannot round the frequencies
-        exponents = torch.arange(0, head_dim, 2, dtype=torch.int64, device="cpu").float() / head_dim
-        self.inv_freq = 1.0 / theta ** exponents
+        self.inv_freq, self.scale = frequencies(self.rope, head_dim)
 
     def forward(self, positions: torch.Tensor, q: torch.Tensor, k: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        freqs = positions[..., None].float() * self.inv_freq.to(positions.device)  # [B, S, hd/2]
+        inv_freq, scale = self.inv_freq, self.scale
+        if self.rope.get("rope_type") in BY_LENGTH:  # dynamic, longrope: chosen by this pass's length
+            inv_freq, scale = frequencies(self.rope, self.head_dim, int(positions.max()) + 1)
+        freqs = positions[..., None].float() * inv_freq.to(positions.device)  # [B, S, rotary_dim/2]
         emb = torch.cat((freqs, freqs), -1)[:, :, None, :]  # broadcast over heads
-        cos, sin = emb.cos().to(q.dtype), emb.sin().to(q.dtype)
-        return q * cos + rotate_half(q) * sin, k * cos + rotate_half(k) * sin
+        cos, sin = emb.cos(), emb.sin()
+        if scale != 1.0:  # YaRN / LongRoPE attention factor, in float32 as transformers applies it
+            cos, sin = cos * scale, sin * scale
+        cos, sin, d = cos.to(q.dtype), sin.to(q.dtype), self.rotary_dim
+        if d == q.shape[-1]:
+            return q * cos + rotate_half(q) * sin, k * cos + rotate_half(k) * sin
+        return tuple(torch.cat((x[..., :d] * cos + rotate_half(x[..., :d]) * sin, x[..., d:]), -1) for x in (q, k))
 
 
 def rotate_half(x: torch.Tensor) -> torch.Tensor:
@@ -135,7 +150,7 @@ class Attention(nn.Module):
         if s.qk_norm:  # Qwen3: RMSNorm over each head's head_dim, before RoPE
             self.q_norm = RMSNorm(s.head_dim, s.rms_norm_eps)
             self.k_norm = RMSNorm(s.head_dim, s.rms_norm_eps)
-        self.rotary_emb = RotaryEmbedding(s.head_dim, s.rope_theta)
+        self.rotary_emb = RotaryEmbedding(s.head_dim, s.rope_theta, cfg.rope)
 
     def forward(self, positions: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
         B, S, _ = x.shape
@@ -208,7 +223,8 @@ class DecoderModel(nn.Module):
         s = cfg.spec
         if stage.first:
             self.embed_tokens = VocabParallelEmbedding(s.vocab_size, s.hidden_size, tp_size, tp_rank, rules=cfg.rules)
-        self.layers = nn.ModuleList(DecoderLayer(cfg, tp_size, tp_rank, i, stage.experts) if i in stage.layers
+        from tpviz.live.families import decoder_layer  # its blocks build on this module's
+        self.layers = nn.ModuleList(decoder_layer(cfg, tp_size, tp_rank, i, stage.experts) if i in stage.layers
                                     else Elsewhere() for i in range(s.num_hidden_layers))
         if stage.last:
             self.norm = RMSNorm(s.hidden_size, s.rms_norm_eps)

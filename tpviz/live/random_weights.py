@@ -9,6 +9,7 @@ from pathlib import Path
 
 import torch
 
+from tpviz.live.families import FUSED_ON_DISK, POST_NORM
 from tpviz.live.model import LiveConfig
 from tpviz.live.moe import MOE_FAMILIES
 from tpviz.spec import ModelSpec
@@ -16,7 +17,8 @@ from tpviz.spec import ModelSpec
 RANDOM_FORMAT = 1  # bump when the random-weight recipe changes, so old caches are not reused
 CACHE_MAX_ENTRIES, CACHE_MAX_BYTES = 8, 8 << 30  # random checkpoints kept beyond these are pruned, oldest first
 ARCHITECTURES = {"llama": "LlamaForCausalLM", "mistral": "MistralForCausalLM", "qwen2": "Qwen2ForCausalLM",
-                 "qwen3": "Qwen3ForCausalLM", "mixtral": "MixtralForCausalLM", "qwen3_moe": "Qwen3MoeForCausalLM"}
+                 "qwen3": "Qwen3ForCausalLM", "mixtral": "MixtralForCausalLM", "qwen3_moe": "Qwen3MoeForCausalLM",
+                 "phi3": "Phi3ForCausalLM", "olmo2": "Olmo2ForCausalLM", "olmo3": "Olmo3ForCausalLM"}
 
 
 def cache_root() -> Path:
@@ -94,6 +96,17 @@ def hf_config(cfg: LiveConfig) -> dict:
            "torch_dtype": "bfloat16"}
     if cfg.sliding_window:
         out["sliding_window"] = cfg.sliding_window
+    if s.model_type == "phi3":  # transformers' default pad/eos id (32000) may lie outside the vocabulary
+        out.update(pad_token_id=None, eos_token_id=None)
+    if s.model_type == "olmo3":  # windows per layer type
+        windows = [layer.mixer.window for layer in s.layers if layer.mixer.kind == "sliding_attention"]
+        out["layer_types"] = ["sliding_attention" if layer.mixer.kind == "sliding_attention" else "full_attention"
+                              for layer in s.layers]
+        out["sliding_window"] = max(windows, default=4096)
+        if cfg.local_rope is not None:  # and RoPE per layer type, as transformers 5 writes it
+            ropes = {"full_attention": cfg.rope or {"rope_theta": s.rope_theta}, "sliding_attention": cfg.local_rope}
+            out["rope_parameters"] = {kind: {"rope_type": "default", **{k: v for k, v in p.items() if k != "rotary_dim"}}
+                                      for kind, p in ropes.items()}
     if s.is_moe:  # both families read num_experts_per_tok; Qwen3-MoE's dense layers come back as mlp_only_layers
         out.update(num_experts_per_tok=s.num_experts_per_tok, norm_topk_prob=cfg.norm_topk_prob)
         if s.model_type == "mixtral":
@@ -109,16 +122,22 @@ def checkpoint_shapes(cfg: LiveConfig) -> dict[str, tuple[int, ...]]:
     s = cfg.spec
     H, hd, I = s.hidden_size, s.head_dim, s.intermediate_size
     q, kv = s.num_attention_heads * hd, s.num_key_value_heads * hd
+    fused, post_norm = s.model_type in FUSED_ON_DISK, s.model_type in POST_NORM
+    qkv = (("qkv_proj", q + 2 * kv),) if fused else (("q_proj", q), ("k_proj", kv), ("v_proj", kv))
+    mlp = ((("gate_up_proj", (2 * I, H)),) if fused else (("gate_proj", (I, H)), ("up_proj", (I, H)))) + (
+        ("down_proj", (H, I)),)
     out = {"model.embed_tokens.weight": (s.vocab_size, H)}
     for i in range(s.num_hidden_layers):
         p = f"model.layers.{i}."
-        out[p + "input_layernorm.weight"] = (H,)
-        for proj, rows in (("q_proj", q), ("k_proj", kv), ("v_proj", kv)):
+        if not post_norm:
+            out[p + "input_layernorm.weight"] = (H,)
+        for proj, rows in qkv:
             out[f"{p}self_attn.{proj}.weight"] = (rows, H)
             if cfg.qkv_bias:
                 out[f"{p}self_attn.{proj}.bias"] = (rows,)
-        if s.qk_norm:
-            out[p + "self_attn.q_norm.weight"] = out[p + "self_attn.k_norm.weight"] = (hd,)
+        if s.qk_norm:  # per head, or (OLMo) over the whole q and k
+            out[p + "self_attn.q_norm.weight"], out[p + "self_attn.k_norm.weight"] = \
+                ((q,), (kv,)) if s.qk_norm_full else ((hd,), (hd,))
         out[p + "self_attn.o_proj.weight"] = (H, q)
         if cfg.o_bias:
             out[p + "self_attn.o_proj.bias"] = (H,)
@@ -126,10 +145,12 @@ def checkpoint_shapes(cfg: LiveConfig) -> dict[str, tuple[int, ...]]:
         if s.is_moe and i in s.moe_layers:
             out.update(moe_shapes(s, p))
             continue
-        for proj, shp in (("gate_proj", (I, H)), ("up_proj", (I, H)), ("down_proj", (H, I))):
+        for proj, shp in mlp:
             out[f"{p}mlp.{proj}.weight"] = shp
             if cfg.mlp_bias:
                 out[f"{p}mlp.{proj}.bias"] = shp[:1]
+        if post_norm:
+            out[p + "post_feedforward_layernorm.weight"] = (H,)
     out["model.norm.weight"] = (H,)
     if not s.tie_word_embeddings:
         out["lm_head.weight"] = (s.vocab_size, H)

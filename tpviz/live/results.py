@@ -108,8 +108,10 @@ class VerifyResult:
         return {"schema": SCHEMA, "verdict": self.verdict, **d}
 
     def headline(self) -> str:
-        """One line: verdict, the gap against its tolerance, argmax agreement, and where it diverges."""
+        """One line: verdict, the gap against its tolerance, argmax agreement, where it diverges, and whether the
+        weights were random."""
         where = f"; diverges at {self.diverges_at}" if self.diverges_at else ""
+        where += f"; random weights (seed {self.seed})" if self.random_weights else ""
         floor = f" (noise floor {self.noise_floor:.3g})" if self.noise_floor is not None else ""
         return (f"{self.verdict}: {self.layout} vs tp=1 {self.dtype} max|Δlogit| {self.max_abs_diff:.3g} "
                 f"{'<=' if self.passed else '>'} tolerance {self.tolerance:.3g}{floor}, "
@@ -118,8 +120,10 @@ class VerifyResult:
     def summary(self) -> str:
         """Multi-line text report for the CLI."""
         env = self.environment
+        weights = f"random weights, seed {self.seed}" if self.random_weights else "real weights"
         lines = [self.headline(), f"  tolerance: {self.tolerance_rule}",
-                 f"  model {self.model}, input {self.input_shape}, {env.launcher} on {env.device}/{env.backend}"
+                 f"  model {self.model} ({weights}), input {self.input_shape}, {env.launcher} on "
+                 f"{env.device}/{env.backend}"
                  f" ({env.reason})",
                  f"  max rel diff {self.max_rel_diff:.3g}"]
         lines += [f"  inject {i.name}: {'active' if i.has_effect else 'NO EFFECT'} ({i.reason})"

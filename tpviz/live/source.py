@@ -1,5 +1,6 @@
-"""Where a live run's model comes from: a local checkpoint folder, a config, or a preset/hub id with
-random weights (made once from a seed, cached as a safetensors checkpoint every rank loads the same way)."""
+"""Where a live run's model comes from: a local checkpoint folder, a preset/hub id (its safetensors checkpoint,
+downloaded into the Hugging Face cache), or a config with random weights (made once from a seed, cached as a
+safetensors checkpoint every rank loads the same way; any source can ask for them instead of its own)."""
 import os
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -7,10 +8,12 @@ from pathlib import Path
 import torch
 
 from tpviz.errors import TPSizeError, TpvizError
-from tpviz.live.errors import LiveError
+from tpviz.live.errors import RANDOM_FLAG, LiveError
+from tpviz.live.families import full_rope_config, sliding_rope
 from tpviz.live.model import LiveConfig, check_supported
 from tpviz.live.moe import MOE_FAMILIES
 from tpviz.live.random_weights import checkpoint_shapes, random_checkpoint
+from tpviz.live.rope import rope_parameters
 from tpviz.live.weights import checkpoint_files
 from tpviz.parallel import EP_DENSE, LayoutError
 from tpviz.spec import ModelSpec, normalize
@@ -36,14 +39,10 @@ def live_config(spec: ModelSpec, raw: dict | None = None, layers: int | None = N
     if isinstance(raw.get("text_config"), dict):
         raw = raw["text_config"]
     notes = list(spec.notes)
-    rope = raw.get("rope_parameters") or raw.get("rope_scaling") or {}
-    if isinstance(rope, dict):
-        kind = rope.get("rope_type", rope.get("type", "default"))
-        if kind not in ("default", None):
-            notes.append(f"rope scaling {kind!r} is ignored; TP vs tp=1 is still a fair comparison")
     if raw.get("use_sliding_window") is True:
         raise LiveError("use_sliding_window=true (per-layer sliding windows) is not supported by the live check")
-    window = raw.get("sliding_window") if spec.model_type in ("mistral", "mixtral") else None
+    # model-wide windows (vLLM: the config's sliding_window when there are no layer_types); OLMo-3: per layer
+    window = raw.get("sliding_window") if spec.model_type in ("mistral", "mixtral", "phi3") else None
     norm_topk = raw.get("norm_topk_prob", False)  # Qwen3-MoE's default; Mixtral always renormalizes
     if norm_topk is not None and not isinstance(norm_topk, bool):
         raise LiveError(f"norm_topk_prob={norm_topk!r} must be true or false")
@@ -57,6 +56,12 @@ def live_config(spec: ModelSpec, raw: dict | None = None, layers: int | None = N
                      sliding_window=window if isinstance(window, int) and window > 0 else None,
                      norm_topk_prob=spec.model_type == "mixtral" or bool(norm_topk), notes=notes)
     check_supported(cfg.spec)
+    # after the family check, so its error comes first; OLMo-3's sliding layers have a RoPE of their own
+    cfg.rope = rope_parameters(full_rope_config(spec.model_type, raw), spec.head_dim, spec.rope_theta)
+    cfg.local_rope = sliding_rope(spec.model_type, raw, spec.head_dim, spec.rope_theta)
+    if cfg.rope["rotary_dim"] < spec.head_dim and spec.model_type != "phi3":  # transformers' Phi-3 turns them too
+        notes.append(f"partial_rotary_factor: RoPE turns the first {cfg.rope['rotary_dim']} of {spec.head_dim} dims "
+                     f"of each head, as vLLM does (transformers' {spec.model_type} ignores it)")
     return cfg
 
 
@@ -91,12 +96,14 @@ def valid_live_sizes(cfg: LiveConfig, max_tp: int = 64) -> str:
 
 
 def resolve_model(model, layers: int | None = None, seed: int = 0, tp_size: int | None = None,
-                  ep: bool = False) -> ModelSource:
+                  ep: bool = False, random_weights: bool = False, download=None) -> ModelSource:
     """Turn a checkpoint folder, config.json path, config dict/bytes, or preset/hub id into a ModelSource.
 
     Local paths obey the explorer's TPVIZ_LOCAL_ROOT confinement; a folder with *.safetensors uses its own
-    weights, anything else gets seeded random weights. With tp_size, an invalid split fails before any
-    random weights are made.
+    weights; a preset or hub id downloads its safetensors checkpoint into the Hugging Face cache (or uses the
+    cached one offline), reporting `download(message, bytes_done, bytes_total)`. A config alone, or any source
+    with random_weights, gets seeded random weights. An invalid split and a model over the parameter cap fail
+    before any weights are made or downloaded.
     """
     from tpviz.sources import check_local_path, local_config, resolve_config
     path = is_dir = None
@@ -115,13 +122,51 @@ def resolve_model(model, layers: int | None = None, seed: int = 0, tp_size: int 
     check_size(cfg, layers)  # before any weights are made, here or in the tp=1 reference
     if is_dir:
         tokenizer = path if any((path / f).is_file() for f in TOKENIZER_FILES) else None
-        if checkpoint_files(path):
+        if not random_weights and checkpoint_files(path):
             if cfg.spec.quantization:
-                raise LiveError(f"{name} is {cfg.spec.quantization}-quantized; the live check loads "
-                                "unquantized safetensors (drop the weights to run it with random ones)")
+                raise LiveError(f"{name} is {cfg.spec.quantization}-quantized; the live check loads unquantized "
+                                f"safetensors (use {RANDOM_FLAG} to run its shapes with random ones)")
             return ModelSource(name, cfg, path, False, tokenizer)
-        return ModelSource(name, cfg, random_checkpoint(cfg, seed), True, tokenizer)
-    return ModelSource(name, cfg, random_checkpoint(cfg, seed), True)
+        return ModelSource(name, cfg, _random(cfg, seed, random_weights), True, tokenizer)
+    if path is None and isinstance(model, str) and not random_weights:  # a preset or hub id: its real weights
+        return _hub_source(name, cfg, layers, tp_size, ep, download)
+    return ModelSource(name, cfg, _random(cfg, seed, random_weights), True)
+
+
+def _random(cfg: LiveConfig, seed: int, asked: bool) -> Path:
+    """The seeded random checkpoint; its note says when they were asked for instead of the model's own."""
+    folder = random_checkpoint(cfg, seed)
+    if asked:
+        cfg.notes[:] = [f"random weights (seed {seed}), as asked: the model's own weights were not used"
+                        if n.startswith("random weights") else n for n in cfg.notes]
+    return folder
+
+
+def _hub_source(repo_id: str, cfg: LiveConfig, layers: int | None, tp_size: int | None, ep: bool,
+                download) -> ModelSource:
+    """A hub repo's real weights: checked against the cap first, then downloaded (or found in the cache)."""
+    from tpviz.hub import _read_json
+    from tpviz.live.download import download_checkpoint, shrink_note
+
+    def unquantized(c: LiveConfig) -> LiveConfig:
+        if c.spec.quantization:
+            raise LiveError(f"{repo_id} is {c.spec.quantization}-quantized; the live check loads unquantized "
+                            f"safetensors (use {RANDOM_FLAG} to run its shapes with random ones)")
+        return c
+
+    unquantized(cfg)  # before downloading what could not be loaded
+    got = download_checkpoint(repo_id, progress=download)
+    raw = _read_json(str(got.folder / "config.json"), repo_id, "config.json")
+    spec = normalize(raw, repo_id)
+    cfg = unquantized(live_config(spec, raw, layers))  # the config the weights were saved with
+    if tp_size is not None:
+        check_split(cfg, tp_size, ep)
+    check_size(cfg, layers)
+    cfg.notes.append(got.note())
+    if note := shrink_note(got, layers, spec.num_hidden_layers):
+        cfg.notes.append(note)
+    tokenizer = got.folder if any((got.folder / f).is_file() for f in TOKENIZER_FILES) else None
+    return ModelSource(repo_id, cfg, got.folder, False, tokenizer)
 
 
 def _probe(check, text: str):

@@ -127,6 +127,15 @@ def _span(full: list[int], box: list[tuple[int, int]], itemsize: int) -> int:
     return (last - first + 1) * itemsize
 
 
+def weights_root(folder: Path) -> Path:
+    """Where a checkpoint's files may resolve to: the folder itself, or for a Hugging Face cache snapshot
+    (models--owner--name/snapshots/<commit>, whose files link to ../../blobs) that repo's cache folder."""
+    folder = folder.resolve()
+    if folder.parent.name == "snapshots" and folder.parent.parent.name.startswith("models--"):
+        return folder.parent.parent
+    return folder
+
+
 def checkpoint_files(folder: Path) -> list[Path]:
     """The safetensors files of a checkpoint folder (via its index when sharded)."""
     index = folder / "model.safetensors.index.json"
@@ -141,7 +150,7 @@ def checkpoint_files(folder: Path) -> list[Path]:
                 raise ValueError(f"weight_map value {bad[0]!r} is not a file name")
         except (OSError, ValueError, KeyError, TypeError) as e:
             raise WeightsError(f"{index} is not a valid safetensors index ({e})") from None
-        root, files = folder.resolve(), []
+        root, files = weights_root(folder), []
         for name in names:
             try:
                 f = (folder / name).resolve()
@@ -160,7 +169,7 @@ def checkpoint_files(folder: Path) -> list[Path]:
         resolved = single.resolve()
     except (OSError, RuntimeError) as e:
         raise WeightsError(f"{single} cannot be resolved ({e})") from None
-    if single.exists() and not resolved.is_relative_to(folder.resolve()):  # a symlink out of the folder
+    if single.exists() and not resolved.is_relative_to(weights_root(folder)):  # a symlink out of the folder
         raise WeightsError(f"{single.name} points outside {folder}; copy the weights into the folder")
     if single.exists() and not resolved.is_file():
         raise WeightsError(f"{single.name} in {folder} is not a regular file (a FIFO, device or socket?)")

@@ -38,8 +38,10 @@ def count_collectives(stats: dict) -> Iterator[dict]:
         def counted(tensor, *args, **kwargs):
             entry = stats.setdefault(name, {"count": 0, "bytes": 0})
             entry["count"] += 1
-            if isinstance(tensor, torch.Tensor):
-                entry["bytes"] += tensor.numel() * tensor.element_size()
+            # all_gather(outputs, input): count what this rank sends, as for the others
+            sent = args[0] if isinstance(tensor, list) and args else tensor
+            if isinstance(sent, torch.Tensor):
+                entry["bytes"] += sent.numel() * sent.element_size()
             return fn(tensor, *args, **kwargs)
         return counted
 
