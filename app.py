@@ -137,19 +137,23 @@ def render_page(page: Page, rows: list[dict], lay: dict | None = None) -> None:
                 st.download_button("PNG", lambda f=fig: figure_png(f, png_renderer(), page.m), names[key], "image/png",
                                    key=f"png_{key}", on_click="ignore", icon=":material/download:",
                                    disabled=not has_browser, type="tertiary")
-    with st.expander("Memory table"):
-        st.dataframe([{LABELS.get(k) or S.FAMILY_LABELS.get(k, k): (v if k == "rank" else fmt_bytes(v))
-                       for k, v in row.items()} for row in mem], hide_index=True, width="stretch")
+    # below the fold, drawn only when opened: a tp change redraws what is on screen
+    if (table := st.expander("Memory table", key="open_memory", on_change="rerun")).open:
+        table.dataframe([{LABELS.get(k) or S.FAMILY_LABELS.get(k, k): (v if k == "rank" else fmt_bytes(v))
+                          for k, v in row.items()} for row in mem], hide_index=True, width="stretch")
     fit_section(m)
-    st.markdown("### Collectives per forward pass")
-    if coll:
-        st.dataframe(S.collective_rows(m), hide_index=True, width="stretch")
-        st.caption("Bytes are per token and per occurrence; “sent per GPU” assumes a ring all-reduce. "
-                   "Multiply by the batch's tokens for a step.")
-    else:
-        st.caption("tp=1: one GPU holds everything, so nothing is communicated.")
-    st.markdown("### Valid tp sizes")
-    st.dataframe(S.valid_tp_rows(rows), hide_index=True, width="stretch", height=300)
+    if (box := st.expander(f"Collectives per forward pass: {sum(c.count for c in coll)}", key="open_collectives",
+                           on_change="rerun")).open:
+        if coll:
+            box.dataframe(S.collective_rows(m), hide_index=True, width="stretch")
+            box.caption("Bytes are per token and per occurrence; “sent per GPU” assumes a ring all-reduce. "
+                        "Multiply by the batch's tokens for a step.")
+        else:
+            box.caption("tp=1: one GPU holds everything, so nothing is communicated.")
+    sizes = ", ".join(map(str, S.valid_sizes(rows, m.rules)))
+    if (box := st.expander(f"Valid tp sizes ({RULE_LABELS[m.rules]}: {sizes}) and why the others fail",
+                           key="open_valid", on_change="rerun")).open:
+        box.dataframe(S.valid_tp_rows(rows), hide_index=True, width="stretch", height=300)
 
 
 def deployment(cfg_json: str, name: str, values: dict, errors: list[str]) -> dict | None:

@@ -149,3 +149,17 @@ def test_pages_keep_their_own_controls():
     assert at.radio(key="live_source").value == "Preset" and at.number_input(key="live_tp").value == 2
     at.switch_page("app.py").run()
     assert not at.exception and at.radio(key="source").value == "Local path" and at.selectbox(key="tp").value == 8
+
+
+def test_sections_below_the_figures_are_drawn_when_opened():
+    at = run_app()
+    labels = [e.label for e in at.expander]
+    assert "Valid tp sizes (vLLM 0.33: 1, 2, 4, 8, 16, 32) and why the others fail" in labels
+    assert "Collectives per forward pass: 74" in labels
+    assert [list(d.value.columns)[0] for d in at.dataframe] == ["GPU memory"]  # the fit table; the rest when opened
+    for key in ("open_valid", "open_collectives", "open_memory"):
+        at.session_state[key] = True
+    at.run()
+    columns = [list(d.value.columns) for d in at.dataframe]
+    assert ["tp", "vLLM 0.33", "vLLM 0.28", "nano-vllm"] in columns and any("collective" in c for c in columns)
+    assert any("GPU" in c and "KV cache / token" in c for c in columns)

@@ -51,6 +51,9 @@ def test_mamba_preset_shows_mamba_and_state():
     assert any("Mamba2 layers keep a fixed state" in i.value for i in at.info)
     fit = next(df.value for df in at.dataframe if "GPU memory" in df.value.columns)
     assert "sequences of 8,192 tokens" in fit.columns and set(fit["KV-cache tokens"]) == {"—"}  # not tokens alone
+    assert not any("collective" in df.value.columns for df in at.dataframe)  # drawn only when opened
+    at.session_state["open_collectives"] = True
+    at.run()
     coll = next(df.value for df in at.dataframe if "collective" in df.value.columns)
     assert list(coll["per forward"])[:2] == [64, 54]  # 54 Mamba2 + 10 attention out-projections; 54 MLPs
 
