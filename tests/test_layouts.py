@@ -294,3 +294,18 @@ def test_vocab_failure_names_vocab_and_tp():
         shard_map(cfg, 3)  # 1000 padded to 1024, and 1024 % 3 != 0
     msg = str(err.value)
     assert "vocab_size" in msg and "1000" in msg and "1024" in msg and "tp_size=3" in msg and "\n" not in msg
+
+
+def test_qwen_moe_refuses_more_tp_ranks_than_experts_and_v2_has_no_score_bias():
+    """vLLM 0.33 qwen3_moe.py raises when tp_size > num_experts (EP or not); nano-vllm rules have no such block."""
+    cfg = dict(presets()["Qwen/Qwen3-30B-A3B"], num_experts=8, num_hidden_layers=2)
+    with pytest.raises(TPSizeError) as e:
+        shard_map(cfg, 16)
+    assert str(e.value) == "tp_size=16 is greater than num_experts=8; vLLM's qwen3_moe MoE block refuses it"
+    assert (e.value.quantity, e.value.value, e.value.tp) == ("num_experts", 8, 16)
+    assert shard_map(cfg, 8).tp_size == 8
+    v3 = {t.name for t in shard_map("deepseek-ai/DeepSeek-V3", 8).tensors}
+    assert "model.layers.*.mlp.gate.e_score_correction_bias" in v3
+    v2 = dict(presets()["deepseek-ai/DeepSeek-V3"], model_type="deepseek_v2", topk_method="group_limited_greedy",
+              quantization_config=None)
+    assert not any("e_score_correction_bias" in t.name for t in shard_map(v2, 8).tensors)  # V2 routers have none

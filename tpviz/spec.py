@@ -50,6 +50,7 @@ class ModelSpec:
     qk_norm_full: bool = False  # OLMo-2/3: the q/k norms span the whole projection (all-gathered under TP)
     num_experts: int = 0
     num_experts_per_tok: int = 0
+    router_score_bias: bool = False  # the router holds e_score_correction_bias (DeepSeek noaux_tc, Nemotron-H)
     moe_intermediate_size: int = 0
     shared_expert_intermediate_size: int = 0
     q_lora_rank: int = 0  # MLA (DeepSeek); kv_lora_rank > 0 means MLA
@@ -262,6 +263,9 @@ def normalize(cfg: dict, name: str = "model") -> ModelSpec:
         qk_norm=model_type in QK_NORM, qk_norm_full=model_type in QK_NORM_FULL,
         num_experts=experts,
         num_experts_per_tok=_int(cfg, "num_experts_per_tok", "experts_per_token", "moe_topk", default=0, minimum=0),
+        # vLLM 0.33 deepseek_v2.py: the bias exists only for topk_method noaux_tc (V3's default, never V2's)
+        router_score_bias=model_type == "nemotron_h" or (model_type.startswith("deepseek") and cfg.get(
+            "topk_method", "noaux_tc" if model_type == "deepseek_v3" else None) == "noaux_tc"),
         moe_intermediate_size=_int({"moe_intermediate_size": moe_inter}, "moe_intermediate_size", minimum=0),
         shared_expert_intermediate_size=_int(cfg, "shared_expert_intermediate_size", default=0, minimum=0)
         or _int(cfg, "n_shared_experts", default=0, minimum=0) * (moe_inter or 0),

@@ -64,7 +64,7 @@ def _bad_inputs(cfg: Path, tmp: Path) -> list[tuple[list[str], str]]:
             ([str(cfg), "--tp", "2", "--input-ids", str(tmp / "missing.json")], "does not exist"),
             ([str(tmp / "broken.json"), "--tp", "2"], "not valid JSON"),
             (["no-such-org/no-such-model-anywhere", "--tp", "2"], "no-such-org/no-such-model-anywhere"),
-            (["google/gemma-2-9b-it", "--tp", "2"], "model_type 'gemma2'"),
+            (["google/gemma-4-31B-it", "--tp", "2"], "model_type 'gemma4_text'"),
             ([str(cfg), "--tp", "2", "--timeout", "0"], "must be positive"),
             ([str(cfg), "--tp", "2", "--layers", "0"], "positive integer")]
 

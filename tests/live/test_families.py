@@ -2,7 +2,6 @@
 norms (and that a per-rank norm is wrong), Phi-3's fused tensors read per rank, random weights, the explorer."""
 import pytest
 import torch
-from safetensors import safe_open
 
 import tpviz
 from tpviz.errors import TPSizeError
@@ -12,20 +11,13 @@ from tpviz.live.random_weights import checkpoint_shapes
 from tpviz.live.worker import run_model
 
 from .conftest import EXTRA_FAMILIES
+from .checks import saved_shapes, tp1_logits
 
 IDS = torch.randint(0, 999, (2, 12), generator=torch.Generator().manual_seed(7))  # longer than every window
 
 
-def _shapes(folder) -> dict:
-    with safe_open(str(folder / "model.safetensors"), "pt") as f:
-        return {k: tuple(f.get_slice(k).get_shape()) for k in f.keys()}
 
 
-def _ours(folder, patch=None) -> torch.Tensor:
-    prep = prepare(folder, 1, device="cpu", input_ids=IDS)
-    if patch:
-        patch(prep.job["cfg"])
-    return run_model(prep.job, 0, 1, torch.device("cpu"))[0]
 
 
 @pytest.mark.parametrize("family", list(EXTRA_FAMILIES))
@@ -37,7 +29,7 @@ def test_tp1_matches_transformers_fp32(tiny_extra, family):
     logits, _, report = run_model(prep.job, 0, 1, torch.device("cpu"))
     assert (logits - expected).abs().max() < 1e-4
     # random weights write exactly this layout: the same names (fused for Phi-3, OLMo's norms) and shapes
-    assert checkpoint_shapes(prep.source.cfg) == _shapes(folder)
+    assert checkpoint_shapes(prep.source.cfg) == saved_shapes(folder)
     shapes = report["param_shapes"]
     if family == "phi3":
         assert prep.source.cfg.sliding_window == 6
@@ -65,7 +57,7 @@ def test_family_details_matter(tiny_extra, family, patch):
     folder, hf_model = tiny_extra[family]
     with torch.no_grad():
         expected = hf_model(IDS).logits
-    assert (_ours(folder, patch) - expected).abs().max() > 1e-2
+    assert (tp1_logits(folder, IDS, patch) - expected).abs().max() > 1e-2
 
 
 @pytest.mark.slow
@@ -134,7 +126,7 @@ def test_random_weights_run_and_load_in_transformers(tiny_extra, family):
     hf_model = AutoModelForCausalLM.from_pretrained(resolve_model(config).checkpoint, dtype=torch.float32).eval()
     with torch.no_grad():
         expected = hf_model(IDS).logits
-    assert (_ours(config) - expected).abs().max() < 1e-4
+    assert (tp1_logits(config, IDS) - expected).abs().max() < 1e-4
 
 
 @pytest.mark.parametrize("family", list(EXTRA_FAMILIES))

@@ -102,8 +102,8 @@ def test_preset_gets_random_weights_and_shrinks():
 
 
 @pytest.mark.parametrize("model, match", [
-    ("Qwen/Qwen1.5-MoE-A2.7B", "qwen2_moe MoE"),
-    ("google/gemma-2-9b-it", "model_type 'gemma2'"),
+    ("Qwen/Qwen3-Next-80B-A3B-Thinking", "qwen3_next MoE"),  # Qwen2-MoE and DeepSeek run now
+    ("google/gemma-4-31B-it", "model_type 'gemma4_text'"),
     ("/no/such/folder", "no such file"),
     ("", "give a model"),
 ])

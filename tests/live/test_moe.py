@@ -1,7 +1,6 @@
 """MoE (Mixtral, Qwen3-MoE) in the live model: transformers parity, TP parity, one all-reduce per block, injections."""
 import pytest
 import torch
-from safetensors import safe_open
 
 from tpviz.live import LiveForCausalLM, load_weights, prepare, resolve_model, verify
 from tpviz.live.inject import apply_injections, describe_injections
@@ -10,21 +9,15 @@ from tpviz.live.weights import param_target
 from tpviz.live.worker import run_model
 
 from .conftest import MOE_FAMILIES
+from .checks import saved_shapes, tp1_logits
 
 IDS = torch.randint(0, 999, (2, 12), generator=torch.Generator().manual_seed(7))
 INTER = {"mixtral": 96, "qwen3_moe": 48}  # each family's expert intermediate size in conftest
 DOWN = {"mixtral": "block_sparse_moe.experts.0.w2", "qwen3_moe": "mlp.experts.0.down_proj"}
 
 
-def _ours(folder, cfg_patch: dict | None = None) -> torch.Tensor:
-    prep = prepare(folder, 1, device="cpu", input_ids=IDS)
-    prep.job["cfg"].update(cfg_patch or {})
-    return run_model(prep.job, 0, 1, torch.device("cpu"))[0]
 
 
-def _shapes(folder) -> dict:
-    with safe_open(str(folder / "model.safetensors"), "pt") as f:
-        return {k: list(f.get_slice(k).get_shape()) for k in f.keys()}
 
 
 @pytest.mark.parametrize("family", list(MOE_FAMILIES))
@@ -53,7 +46,7 @@ def test_qwen3_moe_norm_topk_prob_is_read_and_matters(tiny_moe):
             router.norm_topk_prob = norm
             with torch.no_grad():
                 expected = hf_model(IDS).logits
-            outs.append(_ours(folder, {"norm_topk_prob": norm}))
+            outs.append(tp1_logits(folder, IDS, lambda c: c.update({"norm_topk_prob": norm})))
             assert (outs[-1] - expected).abs().max() < 1e-4
     finally:
         router.norm_topk_prob = True
@@ -76,12 +69,12 @@ def test_random_weights_use_the_checkpoint_layout(tiny_moe, family):
     import transformers
     folder, _ = tiny_moe[family]
     source = resolve_model(folder / "config.json", seed=1)  # a config alone: seeded random weights
-    assert source.random_weights and _shapes(source.checkpoint) == _shapes(folder)
+    assert source.random_weights and saved_shapes(source.checkpoint) == saved_shapes(folder)
     # transformers reads the written config.json back to the same model, and agrees with us on the random weights
     hf_model = transformers.AutoModelForCausalLM.from_pretrained(source.checkpoint, dtype=torch.float32).eval()
     with torch.no_grad():
         expected = hf_model(IDS).logits
-    assert (_ours(source.checkpoint) - expected).abs().max() < 1e-4
+    assert (tp1_logits(source.checkpoint, IDS) - expected).abs().max() < 1e-4
 
 
 @pytest.mark.parametrize("tp", [2, 4])

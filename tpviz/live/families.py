@@ -18,6 +18,8 @@ from torch import nn
 
 from tpviz.errors import TPGroupError, TPSizeError
 from tpviz.layers import RMSNorm, tp_group
+from tpviz.live.gemma import GEMMA, GemmaDecoderLayer, GemmaRMSNorm
+from tpviz.live.mla import MLADecoderLayer
 from tpviz.live.model import MLP, Attention, DecoderLayer, LiveConfig, RotaryEmbedding
 from tpviz.live.rope import rope_parameters
 
@@ -121,7 +123,16 @@ class PostNormDecoderLayer(nn.Module):
 
 def decoder_layer(cfg: LiveConfig, tp_size: int, tp_rank: int, index: int,
                   experts: tuple[int, ...] | None = None) -> nn.Module:
-    """Layer `index` of this family: OLMo's post-norm block, else the Llama-style pre-norm block."""
+    """Layer `index` of this family: OLMo's post-norm block, Gemma's four-norm block, else Llama's pre-norm block."""
+    if cfg.spec.model_type in GEMMA:
+        return GemmaDecoderLayer(cfg, tp_size, tp_rank, index)
     if cfg.spec.model_type in POST_NORM:
         return PostNormDecoderLayer(cfg, tp_size, tp_rank, index)
+    if cfg.spec.is_mla:  # DeepSeek: MLA, then a dense MLP or the MoE block with shared experts
+        return MLADecoderLayer(cfg, tp_size, tp_rank, index, experts)
     return DecoderLayer(cfg, tp_size, tp_rank, index, experts)
+
+
+def final_norm(cfg: LiveConfig) -> nn.Module:
+    """The last stage's final norm: Gemma's (1 + w) RMSNorm, else the plain one."""
+    return (GemmaRMSNorm if cfg.spec.model_type in GEMMA else RMSNorm)(cfg.spec.hidden_size, cfg.spec.rms_norm_eps)

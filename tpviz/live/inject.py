@@ -48,23 +48,33 @@ def describe_injections(names: list[str], cfg: LiveConfig, tp_size: int) -> list
     s, out = cfg.spec, []
     moe = [i for i in s.moe_layers if i < s.num_hidden_layers] if s.is_moe else []
     dense = [i for i in range(s.num_hidden_layers) if i not in moe]  # layers with a dense down_proj
+    shared = bool(moe and s.shared_expert_intermediate_size)  # Qwen2-MoE, DeepSeek: summed before the reduce
     for name in check_injections(names):
         if tp_size == 1:
             effect, reason = False, "tp=1 has a single rank, so there is nothing to get wrong across ranks"
         elif name == "bias-all-ranks":
             biased = [n for n, has in (("o_proj", cfg.o_bias), ("down_proj", cfg.mlp_bias and dense)) if has]
             effect = bool(biased)
-            free = "o_proj, down_proj and the experts are" if moe else "o_proj and down_proj are"
+            free = ("o_proj, down_proj, the experts and the shared experts are" if shared else
+                    "o_proj, down_proj and the experts are" if moe else "o_proj and down_proj are")
             reason = (f"{' and '.join(biased)} carry a bias, added {tp_size} times" if effect else
                       f"no row-parallel layer here has a bias ({free} bias-free)")
+        elif name == "local-qk-norm" and s.is_mla:
+            norms = "q_a_layernorm and kv_a_layernorm normalize" if s.q_lora_rank else "kv_a_layernorm normalizes"
+            effect, reason = False, (f"MLA has no per-head q/k norm: its {norms} latents every rank computes "
+                                     "whole (replicated), so there is nothing to gather")
         elif name == "local-qk-norm":
             effect = s.qk_norm_full
             reason = (f"q_norm and k_norm span all heads: each rank's variance covers only 1/{tp_size} of them"
                       if effect else "this model has no q/k norm over the whole projection (none, or per head)")
         elif name == "skip-allreduce":
-            skipped = ["o_proj"] + (["down_proj"] if dense else []) + (["MoE-block"] if moe else [])
+            block = "MoE-block (routed + shared expert)" if shared else "MoE-block"
+            skipped = ["o_proj"] + (["down_proj"] if dense else []) + ([block] if moe else [])
             effect, reason = True, (f"{', '.join(skipped[:-1])} and {skipped[-1]} outputs stay partial sums "
                                     f"over 1/{tp_size} of the inputs")
+        elif s.is_mla:
+            effect, reason = False, ("MLA has no KV heads to replicate: every rank computes the whole latent KV "
+                                     "(kv_a_proj_with_mqa) and expands k and v for its own query heads (kv_b_proj)")
         else:
             _, replicas = kv_split(s.num_key_value_heads, tp_size, cfg.rules)
             right = [r // replicas for r in range(tp_size)]

@@ -1,9 +1,10 @@
-"""A decoder-only Llama/Mistral/Qwen2/Qwen3/Phi-3 (and Mixtral/Qwen3-MoE, OLMo-2/3) model built only from tpviz's
-TP layers.
+"""A decoder-only Llama/Mistral/Qwen2/Qwen3/Phi-3 (and Mixtral/Qwen3-MoE, OLMo-2/3, Gemma-2/3) model built only
+from tpviz's TP layers.
 
 Parameter names mirror the Hugging Face checkpoint (`model.layers.0.self_attn.qkv_proj.weight`), with
 q/k/v and gate/up fused as in nano-vllm; weights.py maps checkpoint names onto them. MoE blocks: moe.py;
-OLMo's post-norm blocks with all-gathered q/k norms: families.py.
+OLMo's post-norm blocks with all-gathered q/k norms: families.py; Gemma's blocks: gemma.py; DeepSeek's MLA:
+mla.py (with its MoE and Qwen2-MoE's shared expert in moe.py).
 A Stage (pipeline parallelism, expert parallelism) says which layers and experts one rank builds.
 """
 from dataclasses import asdict, dataclass, field
@@ -15,13 +16,16 @@ from torch import nn
 from tpviz.layers import (MergedColumnParallelLinear, ParallelLMHead, QKVParallelLinear, RMSNorm,
                           RowParallelLinear, VocabParallelEmbedding)
 from tpviz.live.errors import LiveError
-from tpviz.live.moe import MOE_FAMILIES, SparseMoeBlock
+from tpviz.live.moe import MOE_FAMILIES, SHARED_EXPERTS, SparseMoeBlock
 from tpviz.live.rope import BY_LENGTH, frequencies
 from tpviz.parallel import expert_placement, stage_layers
 from tpviz.spec import ModelSpec
 
-FAMILIES = ("llama", "mistral", "qwen2", "qwen3", "phi3", "olmo2", "olmo3", *MOE_FAMILIES)  # Phi-3, OLMo: families.py
+GEMMA_FAMILIES = ("gemma2", "gemma3", "gemma3_text")  # gemma.py (gemma3: a multimodal config's text decoder)
+FAMILIES = ("llama", "mistral", "qwen2", "qwen3", "phi3", "olmo2", "olmo3", *MOE_FAMILIES,  # Phi-3, OLMo: families.py
+            *GEMMA_FAMILIES)
 NO_BIAS = ("mistral", "mixtral")  # their attention never has biases, whatever the config says
+MLA_FAMILIES = ("deepseek_v2", "deepseek_v3")  # multi-head latent attention: mla.py
 
 
 @dataclass
@@ -32,7 +36,13 @@ class LiveConfig:
     sliding_window: int | None = None  # Mistral/Mixtral: attend to at most this many previous tokens
     norm_topk_prob: bool = False  # MoE: renormalize the top-k routing weights (Mixtral always does)
     rope: dict = field(default_factory=dict)  # rope.rope_parameters(): type, theta, rotated dims, scaling; {} plain
-    local_rope: dict | None = None  # OLMo-3: its sliding layers' own (unscaled) RoPE, as rope_parameters() gives
+    local_rope: dict | None = None  # OLMo-3, Gemma-3: the sliding layers' own (unscaled) RoPE, as rope_parameters()
+    attn_scale: float | None = None  # Gemma: query_pre_attn_scalar ** -0.5; None: head_dim ** -0.5
+    attn_softcap: float | None = None  # Gemma-2: attention scores become c * tanh(scores / c)
+    final_softcap: float | None = None  # Gemma: logits become c * tanh(logits / c), after the vocabulary gather
+    embed_scale: float | None = None  # Gemma: embeddings times sqrt(hidden_size), rounded to the activation dtype
+    routing: dict = field(default_factory=dict)  # DeepSeek: grouped top-k (moe.routing_config); {} softmax top-k
+    rope_interleave: bool = False  # DeepSeek MLA: RoPE turns (x0, x1) pairs (GPT-J style), not halves
     rules: str = "vllm"
     notes: list[str] = field(default_factory=list)
 
@@ -85,12 +95,20 @@ class Stage:
 
 def check_supported(spec: ModelSpec) -> None:
     """Raise a one-line LiveError unless the live model can run this architecture faithfully."""
-    if spec.is_mla:
-        raise LiveError(f"{spec.name} uses MLA, which the live check does not run yet; "
-                        f"it runs {', '.join(FAMILIES)} models")
-    if spec.is_moe and (spec.model_type not in MOE_FAMILIES or spec.shared_expert_intermediate_size):
+    if spec.is_mla and spec.model_type not in MLA_FAMILIES:
+        raise LiveError(f"{spec.name} uses MLA ({spec.model_type}), which the live check runs for "
+                        f"{', '.join(MLA_FAMILIES)} only")
+    if spec.model_type in MLA_FAMILIES and not spec.is_mla:
+        raise LiveError(f"{spec.name} is a {spec.model_type} config without kv_lora_rank; the live check runs "
+                        "DeepSeek with MLA only")
+    if spec.is_moe and (spec.model_type not in MOE_FAMILIES or (spec.shared_expert_intermediate_size
+                                                                and spec.model_type not in SHARED_EXPERTS)):
         raise LiveError(f"{spec.name} uses {spec.model_type} MoE, which the live check does not support yet; "
-                        f"it runs MoE for {', '.join(MOE_FAMILIES)} only")
+                        f"it runs MoE for {', '.join(MOE_FAMILIES)} only (shared experts: "
+                        f"{', '.join(SHARED_EXPERTS)})")
+    if spec.model_type in MLA_FAMILIES and (spec.attention_bias or spec.mlp_bias):
+        raise LiveError(f"{spec.name} sets attention_bias or mlp_bias; vLLM 0.33 builds DeepSeek's projections "
+                        "without biases, and so does the live check")
     if spec.model_type not in FAMILIES:
         raise LiveError(f"the live check runs {', '.join(FAMILIES)} models; "
                         f"{spec.name} is model_type {spec.model_type!r}")
@@ -99,7 +117,7 @@ def check_supported(spec: ModelSpec) -> None:
     if spec.is_moe and not 1 <= spec.num_experts_per_tok <= spec.num_experts:
         raise LiveError(f"num_experts_per_tok={spec.num_experts_per_tok} must be between 1 and "
                         f"num_experts={spec.num_experts}")
-    if spec.hidden_act != "silu":
+    if spec.hidden_act != "silu" and spec.model_type not in GEMMA_FAMILIES:  # Gemma's GELU-tanh: gemma.read_gemma
         raise LiveError(f"hidden_act={spec.hidden_act!r}: the live check runs SiLU-gated MLPs only")
 
 
@@ -152,7 +170,9 @@ class Attention(nn.Module):
             self.k_norm = RMSNorm(s.head_dim, s.rms_norm_eps)
         self.rotary_emb = RotaryEmbedding(s.head_dim, s.rope_theta, cfg.rope)
 
-    def forward(self, positions: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+    def heads(self, positions: torch.Tensor, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        """This rank's q, k, v as [B, heads, S, head_dim]: split, normed (if the family norms), rotated, and k / v
+        repeated for the local q heads they serve (GQA)."""
         B, S, _ = x.shape
         q_size, kv_size = self.qkv_proj.q_size, self.qkv_proj.kv_size
         q, k, v = self.qkv_proj(x).split([q_size, kv_size, kv_size], -1)
@@ -162,16 +182,24 @@ class Attention(nn.Module):
         if hasattr(self, "q_norm"):
             q, k = self.q_norm(q), self.k_norm(k)
         q, k = self.rotary_emb(positions, q, k)
-        q, k, v = (t.transpose(1, 2) for t in (q, k, v))  # [B, heads, S, hd]
-        group = self.num_heads // self.num_kv_heads  # local q heads per local KV head (GQA)
+        q, k, v = (t.transpose(1, 2) for t in (q, k, v))
+        group = self.num_heads // self.num_kv_heads
         if group > 1:
             k, v = k.repeat_interleave(group, 1), v.repeat_interleave(group, 1)
+        return q, k, v
+
+    def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        """Causal (windowed) SDPA over this rank's heads."""
+        S = q.shape[2]
         if self.sliding_window and S > self.sliding_window:
-            i = torch.arange(S, device=x.device)
+            i = torch.arange(S, device=q.device)
             mask = (i[None, :] <= i[:, None]) & (i[:, None] - i[None, :] < self.sliding_window)
-            o = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
-        else:
-            o = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+            return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+        return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+
+    def forward(self, positions: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+        B, S, _ = x.shape
+        o = self.attend(*self.heads(positions, x))
         return self.o_proj(o.transpose(1, 2).reshape(B, S, self.num_heads * self.head_dim))
 
 
@@ -192,17 +220,19 @@ class MLP(nn.Module):
 
 class DecoderLayer(nn.Module):
     """Pre-norm residual block: h += attn(norm(h)); h += mlp(norm(h)), the MLP dense or a sparse MoE block."""
+    attention = Attention  # DeepSeek: mla.MLAttention (mla.MLADecoderLayer)
 
     def __init__(self, cfg: LiveConfig, tp_size: int, tp_rank: int, index: int = 0,
                  experts: tuple[int, ...] | None = None):
         super().__init__()
         s = cfg.spec
         self.input_layernorm = RMSNorm(s.hidden_size, s.rms_norm_eps)
-        self.self_attn = Attention(cfg, tp_size, tp_rank)
+        self.self_attn = self.attention(cfg, tp_size, tp_rank)
         self.post_attention_layernorm = RMSNorm(s.hidden_size, s.rms_norm_eps)
         if s.is_moe and index in s.moe_layers:  # Qwen3-MoE's mlp_only_layers stay dense (spec.dense_layers)
             self.ffn_name = MOE_FAMILIES[s.model_type][0]  # Mixtral: block_sparse_moe, Qwen3-MoE: mlp
-            self.add_module(self.ffn_name, SparseMoeBlock(s, cfg.norm_topk_prob, tp_size, tp_rank, experts))
+            self.add_module(self.ffn_name, SparseMoeBlock(s, cfg.norm_topk_prob, tp_size, tp_rank, experts,
+                                                          cfg.routing))
         else:
             self.ffn_name, self.mlp = "mlp", MLP(cfg, tp_size, tp_rank)
 
@@ -223,11 +253,11 @@ class DecoderModel(nn.Module):
         s = cfg.spec
         if stage.first:
             self.embed_tokens = VocabParallelEmbedding(s.vocab_size, s.hidden_size, tp_size, tp_rank, rules=cfg.rules)
-        from tpviz.live.families import decoder_layer  # its blocks build on this module's
+        from tpviz.live.families import decoder_layer, final_norm  # its blocks build on this module's
         self.layers = nn.ModuleList(decoder_layer(cfg, tp_size, tp_rank, i, stage.experts) if i in stage.layers
                                     else Elsewhere() for i in range(s.num_hidden_layers))
         if stage.last:
-            self.norm = RMSNorm(s.hidden_size, s.rms_norm_eps)
+            self.norm = final_norm(cfg)
 
 
 class LiveForCausalLM(nn.Module):
@@ -252,10 +282,16 @@ class LiveForCausalLM(nn.Module):
         positions = torch.arange(input_ids.shape[1], device=input_ids.device).expand_as(input_ids)
         hidden = {}
         if self.stage.first:
-            h = hidden["embed"] = self.model.embed_tokens(input_ids)
+            h = self.model.embed_tokens(input_ids)
+            if self.cfg.embed_scale:  # Gemma: the scale rounded to the activation dtype first, as transformers does
+                h = h * torch.tensor(self.cfg.embed_scale, dtype=h.dtype, device=h.device)
+            hidden["embed"] = h
         for i in self.stage.layers:
             h = hidden[f"layer {i}"] = self.model.layers[i](positions, h)
         if not self.stage.last:
             return None, hidden
         h = hidden["final norm"] = self.model.norm(h)
-        return self.lm_head(h), hidden
+        logits = self.lm_head(h)  # None on TP ranks but 0: rank 0 gathered the whole vocabulary
+        if logits is not None and self.cfg.final_softcap:  # Gemma: elementwise, on the gathered logits
+            logits = torch.tanh(logits / self.cfg.final_softcap) * self.cfg.final_softcap
+        return logits, hidden

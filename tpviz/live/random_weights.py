@@ -10,15 +10,19 @@ from pathlib import Path
 import torch
 
 from tpviz.live.families import FUSED_ON_DISK, POST_NORM
+from tpviz.live.gemma import GEMMA, hf_gemma_config
+from tpviz.live.mla import hf_mla_config, mla_shapes
 from tpviz.live.model import LiveConfig
-from tpviz.live.moe import MOE_FAMILIES
+from tpviz.live.moe import MOE_FAMILIES, SHARED_EXPERTS
 from tpviz.spec import ModelSpec
 
 RANDOM_FORMAT = 1  # bump when the random-weight recipe changes, so old caches are not reused
 CACHE_MAX_ENTRIES, CACHE_MAX_BYTES = 8, 8 << 30  # random checkpoints kept beyond these are pruned, oldest first
 ARCHITECTURES = {"llama": "LlamaForCausalLM", "mistral": "MistralForCausalLM", "qwen2": "Qwen2ForCausalLM",
                  "qwen3": "Qwen3ForCausalLM", "mixtral": "MixtralForCausalLM", "qwen3_moe": "Qwen3MoeForCausalLM",
-                 "phi3": "Phi3ForCausalLM", "olmo2": "Olmo2ForCausalLM", "olmo3": "Olmo3ForCausalLM"}
+                 "phi3": "Phi3ForCausalLM", "olmo2": "Olmo2ForCausalLM", "olmo3": "Olmo3ForCausalLM",
+                 "qwen2_moe": "Qwen2MoeForCausalLM", "deepseek_v2": "DeepseekV2ForCausalLM",
+                 "deepseek_v3": "DeepseekV3ForCausalLM"}
 
 
 def cache_root() -> Path:
@@ -107,13 +111,18 @@ def hf_config(cfg: LiveConfig) -> dict:
             ropes = {"full_attention": cfg.rope or {"rope_theta": s.rope_theta}, "sliding_attention": cfg.local_rope}
             out["rope_parameters"] = {kind: {"rope_type": "default", **{k: v for k, v in p.items() if k != "rotary_dim"}}
                                       for kind, p in ropes.items()}
+    if s.model_type in GEMMA:  # soft-caps, query_pre_attn_scalar, layer types, RoPE per layer type (Gemma-3)
+        out.update(hf_gemma_config(cfg))
     if s.is_moe:  # both families read num_experts_per_tok; Qwen3-MoE's dense layers come back as mlp_only_layers
         out.update(num_experts_per_tok=s.num_experts_per_tok, norm_topk_prob=cfg.norm_topk_prob)
         if s.model_type == "mixtral":
             out.update(num_local_experts=s.num_experts, intermediate_size=s.moe_intermediate_size)
-        else:
+        elif not s.is_mla:  # Qwen-MoE; DeepSeek's fields: hf_mla_config
             out.update(num_experts=s.num_experts, moe_intermediate_size=s.moe_intermediate_size,
-                       decoder_sparse_step=1, mlp_only_layers=s.dense_layers)
+                       decoder_sparse_step=1, mlp_only_layers=s.dense_layers,
+                       shared_expert_intermediate_size=s.shared_expert_intermediate_size)
+    if s.is_mla:  # DeepSeek: MLA dims, RoPE (YaRN), first_k_dense_replace, routing
+        out.update(hf_mla_config(cfg))
     return out
 
 
@@ -122,7 +131,7 @@ def checkpoint_shapes(cfg: LiveConfig) -> dict[str, tuple[int, ...]]:
     s = cfg.spec
     H, hd, I = s.hidden_size, s.head_dim, s.intermediate_size
     q, kv = s.num_attention_heads * hd, s.num_key_value_heads * hd
-    fused, post_norm = s.model_type in FUSED_ON_DISK, s.model_type in POST_NORM
+    fused, post_norm, gemma = s.model_type in FUSED_ON_DISK, s.model_type in POST_NORM, s.model_type in GEMMA
     qkv = (("qkv_proj", q + 2 * kv),) if fused else (("q_proj", q), ("k_proj", kv), ("v_proj", kv))
     mlp = ((("gate_up_proj", (2 * I, H)),) if fused else (("gate_proj", (I, H)), ("up_proj", (I, H)))) + (
         ("down_proj", (H, I)),)
@@ -131,16 +140,19 @@ def checkpoint_shapes(cfg: LiveConfig) -> dict[str, tuple[int, ...]]:
         p = f"model.layers.{i}."
         if not post_norm:
             out[p + "input_layernorm.weight"] = (H,)
-        for proj, rows in qkv:
-            out[f"{p}self_attn.{proj}.weight"] = (rows, H)
-            if cfg.qkv_bias:
-                out[f"{p}self_attn.{proj}.bias"] = (rows,)
-        if s.qk_norm:  # per head, or (OLMo) over the whole q and k
-            out[p + "self_attn.q_norm.weight"], out[p + "self_attn.k_norm.weight"] = \
-                ((q,), (kv,)) if s.qk_norm_full else ((hd,), (hd,))
-        out[p + "self_attn.o_proj.weight"] = (H, q)
-        if cfg.o_bias:
-            out[p + "self_attn.o_proj.bias"] = (H,)
+        if s.is_mla:  # DeepSeek: latent projections and norms, per-head up-projections, o_proj
+            out.update(mla_shapes(s, p))
+        else:
+            for proj, rows in qkv:
+                out[f"{p}self_attn.{proj}.weight"] = (rows, H)
+                if cfg.qkv_bias:
+                    out[f"{p}self_attn.{proj}.bias"] = (rows,)
+            if s.qk_norm:  # per head, or (OLMo) over the whole q and k
+                out[p + "self_attn.q_norm.weight"], out[p + "self_attn.k_norm.weight"] = \
+                    ((q,), (kv,)) if s.qk_norm_full else ((hd,), (hd,))
+            out[p + "self_attn.o_proj.weight"] = (H, q)
+            if cfg.o_bias:
+                out[p + "self_attn.o_proj.bias"] = (H,)
         out[p + "post_attention_layernorm.weight"] = (H,)
         if s.is_moe and i in s.moe_layers:
             out.update(moe_shapes(s, p))
@@ -149,7 +161,9 @@ def checkpoint_shapes(cfg: LiveConfig) -> dict[str, tuple[int, ...]]:
             out[f"{p}mlp.{proj}.weight"] = shp
             if cfg.mlp_bias:
                 out[f"{p}mlp.{proj}.bias"] = shp[:1]
-        if post_norm:
+        if gemma:
+            out[p + "pre_feedforward_layernorm.weight"] = (H,)
+        if post_norm or gemma:
             out[p + "post_feedforward_layernorm.weight"] = (H,)
     out["model.norm.weight"] = (H,)
     if not s.tie_word_embeddings:
@@ -158,25 +172,35 @@ def checkpoint_shapes(cfg: LiveConfig) -> dict[str, tuple[int, ...]]:
 
 
 def moe_shapes(s: ModelSpec, prefix: str) -> dict[str, tuple[int, ...]]:
-    """One MoE layer's checkpoint tensors: the router, then each expert's gate/up/down (Mixtral: w1/w3/w2)."""
+    """One MoE layer's checkpoint tensors: the router (DeepSeek-V3: and its e_score_correction_bias), each
+    expert's gate/up/down (Mixtral: w1/w3/w2), and the shared expert (Qwen2-MoE: and its sigmoid gate)."""
     block, _ = MOE_FAMILIES[s.model_type]
     gate, up, down = ("w1", "w3", "w2") if s.model_type == "mixtral" else ("gate_proj", "up_proj", "down_proj")
     H, I = s.hidden_size, s.moe_intermediate_size
     out = {f"{prefix}{block}.gate.weight": (s.num_experts, H)}
+    if s.model_type == "deepseek_v3":
+        out[f"{prefix}{block}.gate.e_score_correction_bias"] = (s.num_experts,)
     for e in range(s.num_experts):
         ex = f"{prefix}{block}.experts.{e}."
         out.update({f"{ex}{gate}.weight": (I, H), f"{ex}{up}.weight": (I, H), f"{ex}{down}.weight": (H, I)})
+    if (shared := s.shared_expert_intermediate_size) and s.model_type in SHARED_EXPERTS:
+        sh = f"{prefix}{block}.{SHARED_EXPERTS[s.model_type]}."
+        out.update({f"{sh}gate_proj.weight": (shared, H), f"{sh}up_proj.weight": (shared, H),
+                    f"{sh}down_proj.weight": (H, shared)})
+        if s.model_type == "qwen2_moe":
+            out[f"{prefix}{block}.shared_expert_gate.weight"] = (1, H)
     return out
 
 
 def iter_random_tensors(cfg: LiveConfig, seed: int):
-    """Seeded bf16 weights, one (name, tensor) at a time: N(0, 0.02) matrices, norms 1 + N(0, 0.1),
-    biases N(0, 0.1) (nothing trivial)."""
+    """Seeded bf16 weights, one (name, tensor) at a time: N(0, 0.02) matrices, norms 1 + N(0, 0.1) (Gemma's
+    stored offsets, which scale by 1 + w: N(0, 0.1)), biases N(0, 0.1) (nothing trivial)."""
     gen = torch.Generator().manual_seed(seed)
+    offset = 0 if cfg.spec.model_type in GEMMA else 1
     for name, shape in checkpoint_shapes(cfg).items():
         t = torch.randn(shape, generator=gen)
         if name.endswith("norm.weight"):
-            t = 1 + 0.1 * t
+            t = offset + 0.1 * t
         else:
             t *= 0.1 if name.endswith(".bias") else 0.02
         yield name, t.to(torch.bfloat16)

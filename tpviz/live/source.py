@@ -10,8 +10,10 @@ import torch
 from tpviz.errors import TPSizeError, TpvizError
 from tpviz.live.errors import RANDOM_FLAG, LiveError
 from tpviz.live.families import full_rope_config, sliding_rope
+from tpviz.live.gemma import GEMMA, read_gemma
 from tpviz.live.model import LiveConfig, check_supported
-from tpviz.live.moe import MOE_FAMILIES
+from tpviz.live.mla import read_mla
+from tpviz.live.moe import MOE_FAMILIES, routing_config
 from tpviz.live.random_weights import checkpoint_shapes, random_checkpoint
 from tpviz.live.rope import rope_parameters
 from tpviz.live.weights import checkpoint_files
@@ -36,14 +38,18 @@ class ModelSource:
 def live_config(spec: ModelSpec, raw: dict | None = None, layers: int | None = None) -> LiveConfig:
     """Spec plus the raw-config facts it lacks (rope, mlp_bias, sliding window, norm_topk_prob), optionally shrunk."""
     raw = raw or {}
-    if isinstance(raw.get("text_config"), dict):
-        raw = raw["text_config"]
     notes = list(spec.notes)
+    wrapped = isinstance(raw.get("text_config"), dict)
+    if wrapped:
+        raw = raw["text_config"]
+        notes.append("Run live runs the text decoder alone: vision tower and multi-modal projector weights, if the "
+                     "checkpoint has them, are not read")
     if raw.get("use_sliding_window") is True:
         raise LiveError("use_sliding_window=true (per-layer sliding windows) is not supported by the live check")
     # model-wide windows (vLLM: the config's sliding_window when there are no layer_types); OLMo-3: per layer
     window = raw.get("sliding_window") if spec.model_type in ("mistral", "mixtral", "phi3") else None
-    norm_topk = raw.get("norm_topk_prob", False)  # Qwen3-MoE's default; Mixtral always renormalizes
+    # Qwen*-MoE's and DeepSeek-V2's default (transformers'); DeepSeek-V3's is true; Mixtral always renormalizes
+    norm_topk = raw.get("norm_topk_prob", spec.model_type == "deepseek_v3")
     if norm_topk is not None and not isinstance(norm_topk, bool):
         raise LiveError(f"norm_topk_prob={norm_topk!r} must be true or false")
     if layers is not None:
@@ -57,9 +63,15 @@ def live_config(spec: ModelSpec, raw: dict | None = None, layers: int | None = N
                      norm_topk_prob=spec.model_type == "mixtral" or bool(norm_topk), notes=notes)
     check_supported(cfg.spec)
     # after the family check, so its error comes first; OLMo-3's sliding layers have a RoPE of their own
-    cfg.rope = rope_parameters(full_rope_config(spec.model_type, raw), spec.head_dim, spec.rope_theta)
-    cfg.local_rope = sliding_rope(spec.model_type, raw, spec.head_dim, spec.rope_theta)
-    if cfg.rope["rotary_dim"] < spec.head_dim and spec.model_type != "phi3":  # transformers' Phi-3 turns them too
+    if spec.model_type in GEMMA:  # soft-caps, query_pre_attn_scalar, embedding scale, Gemma-3's two RoPEs
+        read_gemma(cfg, raw, wrapped)
+    elif spec.is_mla:  # RoPE over qk_rope_head_dim (interleaved), the mscale-adjusted softmax scale
+        read_mla(cfg, raw)
+    else:
+        cfg.rope = rope_parameters(full_rope_config(spec.model_type, raw), spec.head_dim, spec.rope_theta)
+        cfg.local_rope = sliding_rope(spec.model_type, raw, spec.head_dim, spec.rope_theta)
+    cfg.routing = routing_config(spec, raw, notes)  # DeepSeek's grouped top-k; {} for the others
+    if cfg.rope["rotary_dim"] < spec.head_dim and spec.model_type != "phi3" and not spec.is_mla:  # transformers' Phi-3 turns them too
         notes.append(f"partial_rotary_factor: RoPE turns the first {cfg.rope['rotary_dim']} of {spec.head_dim} dims "
                      f"of each head, as vLLM does (transformers' {spec.model_type} ignores it)")
     return cfg

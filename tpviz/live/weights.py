@@ -19,6 +19,11 @@ PACKED_MODULES = {"q_proj": ("qkv_proj", "q"), "k_proj": ("qkv_proj", "k"), "v_p
 # Mixtral experts call gate/up w1/w3 (w2, the down projection, keeps its name); only under experts.N
 EXPERT_PACKED = {"w1": ("gate_up_proj", 0), "w3": ("gate_up_proj", 1)}
 IGNORED_SUFFIXES = ("rotary_emb.inv_freq",)  # buffers some old checkpoints saved
+# multimodal checkpoints (Gemma-3, Mistral-3): the text decoder's tensors under a language-model prefix (before and
+# after transformers 4.52, as vLLM's hf_to_vllm_mapper reads them); the vision side is not run, so never read
+TEXT_PREFIXES = {"language_model.model.": "model.", "model.language_model.": "model.",
+                 "language_model.lm_head.": "lm_head."}
+VISION_PREFIXES = ("vision_tower.", "multi_modal_projector.", "model.vision_tower.", "model.multi_modal_projector.")
 
 
 @dataclass
@@ -176,15 +181,21 @@ def checkpoint_files(folder: Path) -> list[Path]:
     return [resolved] if single.exists() else []
 
 
-def param_target(name: str, num_layers: int) -> tuple[str, object] | None:
-    """Checkpoint name -> (our parameter name, loaded_shard_id); None for layers shrunk away or ignored names."""
-    if name.endswith(IGNORED_SUFFIXES):
+def param_target(name: str, num_layers: int, mla: bool = False) -> tuple[str, object] | None:
+    """Checkpoint name -> (our parameter name, loaded_shard_id); None for layers shrunk away or ignored names.
+    mla: DeepSeek's self_attn.q_proj (no q_lora_rank) is a plain column-parallel layer, not part of a qkv_proj."""
+    if name.endswith(IGNORED_SUFFIXES) or name.startswith(VISION_PREFIXES):
         return None
+    old = next((p for p in TEXT_PREFIXES if name.startswith(p)), None)
+    if old is not None:
+        name = TEXT_PREFIXES[old] + name[len(old):]
     parts = name.split(".")
     if len(parts) > 3 and parts[:2] == ["model", "layers"] and parts[2].isdigit() and int(parts[2]) >= num_layers:
         return None
     shard_id = None
-    if len(parts) >= 2 and parts[-2] in PACKED_MODULES:  # exact component, so v_proj never matches qkv_proj
+    if mla and len(parts) >= 2 and parts[-2] == "q_proj":
+        pass
+    elif len(parts) >= 2 and parts[-2] in PACKED_MODULES:  # exact component, so v_proj never matches qkv_proj
         parts[-2], shard_id = PACKED_MODULES[parts[-2]]
     elif len(parts) >= 4 and parts[-4] == "experts" and parts[-2] in EXPERT_PACKED:
         parts[-2], shard_id = EXPERT_PACKED[parts[-2]]
@@ -223,8 +234,8 @@ def load_weights(model: nn.Module, folder: str | Path) -> ReadStats:
             raise WeightsError(f"{path.name} is not a readable safetensors file ({e})") from None
         with handle_ctx as handle:
             for ckpt_name in handle.keys():
-                target = param_target(ckpt_name, num_layers)
-                if target is None or (tied and ckpt_name == "lm_head.weight"):
+                target = param_target(ckpt_name, num_layers, model.cfg.spec.is_mla)
+                if target is None or (tied and target[0] == "lm_head.weight"):
                     continue
                 pname, shard_id = target
                 if tied and pname == "model.embed_tokens.weight" and not stage.first and stage.last:

@@ -9,8 +9,8 @@ import os
 import signal
 import threading
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager, nullcontext
+from collections.abc import Callable
+from contextlib import nullcontext
 from datetime import timedelta
 from pathlib import Path
 
@@ -21,37 +21,12 @@ from safetensors.torch import save_file
 from tpviz.errors import TpvizError
 from tpviz.live.inject import apply_injections
 from tpviz.layers.linear import use_tp_group
+from tpviz.live.comms import CollectiveCounter
 from tpviz.live.model import LiveConfig, LiveForCausalLM, Stage
 from tpviz.live.weights import checkpoint_files, load_weights
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
-COLLECTIVES = ("all_reduce", "gather", "all_gather", "reduce_scatter", "broadcast", "send", "recv")
 FAULT_ENV = "TPVIZ_LIVE_FAULT"  # "RANK:raise|hang|kill:PHASE", used by the tests to make one rank fail
-
-
-@contextmanager
-def count_collectives(stats: dict) -> Iterator[dict]:
-    """Count the torch.distributed collectives (and their tensor bytes) the layers issue inside the block."""
-    originals = {name: getattr(dist, name) for name in COLLECTIVES}
-
-    def wrap(name, fn):
-        def counted(tensor, *args, **kwargs):
-            entry = stats.setdefault(name, {"count": 0, "bytes": 0})
-            entry["count"] += 1
-            # all_gather(outputs, input): count what this rank sends, as for the others
-            sent = args[0] if isinstance(tensor, list) and args else tensor
-            if isinstance(sent, torch.Tensor):
-                entry["bytes"] += sent.numel() * sent.element_size()
-            return fn(tensor, *args, **kwargs)
-        return counted
-
-    for name, fn in originals.items():
-        setattr(dist, name, wrap(name, fn))
-    try:
-        yield stats
-    finally:
-        for name, fn in originals.items():
-            setattr(dist, name, fn)
 
 
 def _sync(device: torch.device) -> None:
@@ -86,10 +61,10 @@ def run_model(job: dict, rank: int, tp_size: int, device: torch.device,
     load_s = time.perf_counter() - start
     mark("forward")
     ids = torch.tensor(job["input_ids"], dtype=torch.int64, device=device)
-    collectives: dict = {}
     start = time.perf_counter()
-    # only ranks of a real group patch torch.distributed (never the in-process, possibly threaded, tp=1 runs)
-    counting = count_collectives(collectives) if dist.is_initialized() else nullcontext()
+    # ranks of a real group count their collectives (torch dispatch mode: this thread and block only)
+    counter = CollectiveCounter() if dist.is_initialized() else None
+    counting = counter if counter is not None else nullcontext()
     with torch.inference_mode(), counting:
         h = None
         if not stage.first:
@@ -107,7 +82,7 @@ def run_model(job: dict, rank: int, tp_size: int, device: torch.device,
               "param_bytes": sum(p.numel() * p.element_size() for p in params.values()),
               "bytes_read": stats.read, "bytes_spanned": stats.spanned,
               "checkpoint_bytes": sum(f.stat().st_size for f in checkpoint_files(Path(job["checkpoint"]))),
-              "load_s": load_s, "forward_s": forward_s, "collectives": collectives}
+              "load_s": load_s, "forward_s": forward_s, "collectives": counter.stats if counter else {}}
     if tp_rank != 0:
         return None, None, report
     out = None if logits is None else logits.float().cpu()

@@ -3,11 +3,16 @@ import torch
 from torch import nn
 
 from tpviz.arch import Ffn
+from tpviz.errors import TPSizeError
 from tpviz.layers.mxfp4 import Mxfp4Down, Mxfp4GateUp
 from tpviz.plan.core import PROBE, ParamPlan, Source, column, merged, param, replicated, row
 from tpviz.plan.names import Names
 from tpviz.plan.quantized import qplan
 from tpviz.spec import ModelSpec
+
+
+# vLLM 0.33 qwen2_moe.py / qwen3_moe.py / qwen3_next.py (Qwen3.5 reuses the last): tp_size > num_experts raises
+EXPERTS_PER_TP_RANK = ("qwen2_moe", "qwen3_moe", "qwen3_next", "qwen3_5_moe", "qwen3_5_moe_text")
 
 
 def dense(spec: ModelSpec, names: Names, f: Ffn, layers, rules: str = "vllm") -> list[ParamPlan]:
@@ -39,9 +44,11 @@ def moe(spec: ModelSpec, names: Names, f: Ffn, layers, rules: str = "vllm") -> l
     quantity, ex = ("moe_intermediate_size", inter), f"{p}{names.experts}"
     gpt_oss = spec.model_type == "gpt_oss"
     plans = [replicated(f"{p}{names.router}.weight", e, hidden, layers)]
+    if rules != "nano-vllm" and spec.model_type in EXPERTS_PER_TP_RANK:
+        plans[0].build = _at_least_one_expert(plans[0].build, e, spec.model_type)
     if gpt_oss:
         plans.append(replicated(f"{p}{names.router}.bias", e, hidden, layers, bias=True))
-    if spec.model_type.startswith("deepseek") or spec.model_type == "nemotron_h":
+    if spec.router_score_bias:
         plans.append(replicated(f"{p}{names.router}.e_score_correction_bias", e, hidden, layers, bias=True))
     if gpt_oss and spec.quant is not None and spec.quant.scheme == "mxfp4":
         plans += mxfp4_experts(ex, hidden, inter, e, layers, quantity)
@@ -78,6 +85,16 @@ def moe(spec: ModelSpec, names: Names, f: Ffn, layers, rules: str = "vllm") -> l
     if names.shared_gate and f.shared:
         plans.append(replicated(f"{p}{names.shared_gate}.weight", 1, hidden, layers))
     return plans
+
+
+def _at_least_one_expert(build, experts: int, model_type: str):
+    """vLLM 0.33's Qwen MoE blocks refuse a tp larger than the expert count, expert parallelism or not."""
+    def checked(tp, r):
+        if tp > experts:
+            raise TPSizeError(f"tp_size={tp} is greater than num_experts={experts}; vLLM's {model_type} MoE block "
+                              "refuses it", "num_experts", experts, tp)
+        return build(tp, r)
+    return checked
 
 
 def _full_bias(hidden: int, inter: int):
