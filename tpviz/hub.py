@@ -2,6 +2,12 @@
 
 Only JSON is read (json.loads); nothing from the repo is ever executed. Every failure
 becomes a one-line tpviz.errors.SourceError / HubError.
+
+What is here and huggingface_hub does not do: a 2 s TCP probe before any download (offline, hf_hub_download
+retries DNS for ~23 s, and a dropping network waits up to 60 s per try); the environment re-read at call time
+(the library reads HF_HUB_OFFLINE / HF_HOME / HF_ENDPOINT once, at import); the repo-id check before any request;
+and one line per failure (its errors, and httpx's, which are not OSErrors). Downloads, the cache layout and the
+cache lookups are the library's (hf_hub_download, try_to_load_from_cache, get_safetensors_metadata).
 """
 
 from __future__ import annotations
