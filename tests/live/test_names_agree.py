@@ -20,7 +20,7 @@ PRESET = {"llama": "meta-llama/Llama-3.1-8B", "mistral": "mistralai/Mistral-7B-I
           "qwen2": "Qwen/Qwen2.5-0.5B", "qwen3": "Qwen/Qwen3-0.6B", "phi3": "microsoft/Phi-3-mini-128k-instruct",
           "mixtral": "mistralai/Mixtral-8x7B-v0.1", "qwen3_moe": "Qwen/Qwen3-30B-A3B",
           "qwen2_moe": "Qwen/Qwen1.5-MoE-A2.7B", "deepseek_v3": "deepseek-ai/DeepSeek-V3",
-          "gemma2": "google/gemma-2-9b-it", "gemma3": "google/gemma-3-27b-it"}
+          "gemma2": "google/gemma-2-9b-it", "gemma3": "google/gemma-3-27b-it", "gpt_oss": "openai/gpt-oss-20b"}
 
 
 def small_config(family: str) -> dict:

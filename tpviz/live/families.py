@@ -19,6 +19,7 @@ from torch import nn
 from tpviz.errors import TPGroupError, TPSizeError
 from tpviz.layers import RMSNorm, tp_group
 from tpviz.live.gemma import GEMMA, GemmaDecoderLayer, GemmaRMSNorm
+from tpviz.live.gptoss import GPT_OSS, GptOssDecoderLayer
 from tpviz.live.mla import MLADecoderLayer
 from tpviz.live.model import MLP, Attention, DecoderLayer, LiveConfig, RotaryEmbedding
 from tpviz.live.rope import rope_parameters
@@ -128,6 +129,8 @@ def decoder_layer(cfg: LiveConfig, tp_size: int, tp_rank: int, index: int,
         return GemmaDecoderLayer(cfg, tp_size, tp_rank, index)
     if cfg.spec.model_type in POST_NORM:
         return PostNormDecoderLayer(cfg, tp_size, tp_rank, index)
+    if cfg.spec.model_type == GPT_OSS:  # sinks, biased router, clamped SwiGLU experts (MXFP4 dequantized on load)
+        return GptOssDecoderLayer(cfg, tp_size, tp_rank, index, experts)
     if cfg.spec.is_mla:  # DeepSeek: MLA, then a dense MLP or the MoE block with shared experts
         return MLADecoderLayer(cfg, tp_size, tp_rank, index, experts)
     return DecoderLayer(cfg, tp_size, tp_rank, index, experts)

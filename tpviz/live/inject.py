@@ -95,7 +95,7 @@ def describe_injections(names: list[str], cfg: LiveConfig, tp_size: int) -> list
 def apply_injections(model: nn.Module, names: list[str]) -> None:
     """Flip the layers' bug flags; call before loading weights (wrong-kv-head changes what is loaded)."""
     for module in model.modules():
-        if isinstance(module, RowParallelLinear):
+        if isinstance(module, RowParallelLinear) or hasattr(module, "bias_on_all_ranks"):  # gpt-oss experts too
             module.bias_on_all_ranks |= "bias-all-ranks" in names
         if isinstance(module, (RowParallelLinear, SparseMoeBlock)):  # expert downs never reduce: stays False
             module.reduce_results &= "skip-allreduce" not in names

@@ -22,8 +22,9 @@ from tpviz.parallel import expert_placement, stage_layers
 from tpviz.spec import ModelSpec
 
 GEMMA_FAMILIES = ("gemma2", "gemma3", "gemma3_text")  # gemma.py (gemma3: a multimodal config's text decoder)
+GPT_OSS = "gpt_oss"  # attention sinks, biased router, clamped SwiGLU experts, MXFP4 checkpoints: gptoss.py
 FAMILIES = ("llama", "mistral", "qwen2", "qwen3", "phi3", "olmo2", "olmo3", *MOE_FAMILIES,  # Phi-3, OLMo: families.py
-            *GEMMA_FAMILIES)
+            *GEMMA_FAMILIES, GPT_OSS)
 NO_BIAS = ("mistral", "mixtral")  # their attention never has biases, whatever the config says
 MLA_FAMILIES = ("deepseek_v2", "deepseek_v3")  # multi-head latent attention: mla.py
 
@@ -43,6 +44,7 @@ class LiveConfig:
     embed_scale: float | None = None  # Gemma: embeddings times sqrt(hidden_size), rounded to the activation dtype
     routing: dict = field(default_factory=dict)  # DeepSeek: grouped top-k (moe.routing_config); {} softmax top-k
     rope_interleave: bool = False  # DeepSeek MLA: RoPE turns (x0, x1) pairs (GPT-J style), not halves
+    swiglu: dict = field(default_factory=dict)  # gpt-oss: the experts' clamped SwiGLU {"alpha", "limit"}
     rules: str = "vllm"
     notes: list[str] = field(default_factory=list)
 
@@ -101,7 +103,7 @@ def check_supported(spec: ModelSpec) -> None:
     if spec.model_type in MLA_FAMILIES and not spec.is_mla:
         raise LiveError(f"{spec.name} is a {spec.model_type} config without kv_lora_rank; the live check runs "
                         "DeepSeek with MLA only")
-    if spec.is_moe and (spec.model_type not in MOE_FAMILIES or (spec.shared_expert_intermediate_size
+    if spec.is_moe and spec.model_type != GPT_OSS and (spec.model_type not in MOE_FAMILIES or (spec.shared_expert_intermediate_size
                                                                 and spec.model_type not in SHARED_EXPERTS)):
         raise LiveError(f"{spec.name} uses {spec.model_type} MoE, which the live check does not support yet; "
                         f"it runs MoE for {', '.join(MOE_FAMILIES)} only (shared experts: "

@@ -11,6 +11,7 @@ import torch
 
 from tpviz.live.families import FUSED_ON_DISK, POST_NORM
 from tpviz.live.gemma import GEMMA, hf_gemma_config
+from tpviz.live.gptoss import GPT_OSS, gpt_oss_shapes, hf_gpt_oss_config
 from tpviz.live.mla import hf_mla_config, mla_shapes
 from tpviz.live.model import LiveConfig
 from tpviz.live.moe import MOE_FAMILIES, SHARED_EXPERTS
@@ -123,6 +124,10 @@ def hf_config(cfg: LiveConfig) -> dict:
                        shared_expert_intermediate_size=s.shared_expert_intermediate_size)
     if s.is_mla:  # DeepSeek: MLA dims, RoPE (YaRN), first_k_dense_replace, routing
         out.update(hf_mla_config(cfg))
+    if s.model_type == GPT_OSS:  # experts, layer types, SwiGLU clamp, RoPE (YaRN); written unquantized
+        out = {k: v for k, v in out.items() if k not in ("num_experts", "moe_intermediate_size", "mlp_only_layers",
+                                                        "decoder_sparse_step", "shared_expert_intermediate_size")}
+        out.update(hf_gpt_oss_config(cfg))
     return out
 
 
@@ -154,6 +159,9 @@ def checkpoint_shapes(cfg: LiveConfig) -> dict[str, tuple[int, ...]]:
             if cfg.o_bias:
                 out[p + "self_attn.o_proj.bias"] = (H,)
         out[p + "post_attention_layernorm.weight"] = (H,)
+        if s.model_type == GPT_OSS:  # sinks, biased router, stacked experts with biases
+            out.update(gpt_oss_shapes(cfg, p))
+            continue
         if s.is_moe and i in s.moe_layers:
             out.update(moe_shapes(s, p))
             continue

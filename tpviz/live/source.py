@@ -11,6 +11,7 @@ from tpviz.errors import TPSizeError, TpvizError
 from tpviz.live.errors import RANDOM_FLAG, LiveError
 from tpviz.live.families import full_rope_config, sliding_rope
 from tpviz.live.gemma import GEMMA, read_gemma
+from tpviz.live.gptoss import GPT_OSS, is_mxfp4, read_gpt_oss
 from tpviz.live.model import LiveConfig, check_supported
 from tpviz.live.mla import read_mla
 from tpviz.live.moe import MOE_FAMILIES, routing_config
@@ -71,6 +72,8 @@ def live_config(spec: ModelSpec, raw: dict | None = None, layers: int | None = N
         cfg.rope = rope_parameters(full_rope_config(spec.model_type, raw), spec.head_dim, spec.rope_theta)
         cfg.local_rope = sliding_rope(spec.model_type, raw, spec.head_dim, spec.rope_theta)
     cfg.routing = routing_config(spec, raw, notes)  # DeepSeek's grouped top-k; {} for the others
+    if spec.model_type == GPT_OSS:  # the experts' clamped SwiGLU; MXFP4 experts must cut in whole blocks
+        read_gpt_oss(cfg, raw)
     if cfg.rope["rotary_dim"] < spec.head_dim and spec.model_type != "phi3" and not spec.is_mla:  # transformers' Phi-3 turns them too
         notes.append(f"partial_rotary_factor: RoPE turns the first {cfg.rope['rotary_dim']} of {spec.head_dim} dims "
                      f"of each head, as vLLM does (transformers' {spec.model_type} ignores it)")
@@ -135,7 +138,7 @@ def resolve_model(model, layers: int | None = None, seed: int = 0, tp_size: int 
     if is_dir:
         tokenizer = path if any((path / f).is_file() for f in TOKENIZER_FILES) else None
         if not random_weights and checkpoint_files(path):
-            if cfg.spec.quantization:
+            if cfg.spec.quantization and not is_mxfp4(cfg):  # gpt-oss MXFP4: dequantized while loading
                 raise LiveError(f"{name} is {cfg.spec.quantization}-quantized; the live check loads unquantized "
                                 f"safetensors (use {RANDOM_FLAG} to run its shapes with random ones)")
             return ModelSource(name, cfg, path, False, tokenizer)
@@ -161,7 +164,7 @@ def _hub_source(repo_id: str, cfg: LiveConfig, layers: int | None, tp_size: int 
     from tpviz.live.download import download_checkpoint, shrink_note
 
     def unquantized(c: LiveConfig) -> LiveConfig:
-        if c.spec.quantization:
+        if c.spec.quantization and not is_mxfp4(c):  # gpt-oss MXFP4: dequantized while loading
             raise LiveError(f"{repo_id} is {c.spec.quantization}-quantized; the live check loads unquantized "
                             f"safetensors (use {RANDOM_FLAG} to run its shapes with random ones)")
         return c

@@ -34,14 +34,24 @@ class ReadStats:
 
 
 FLOAT_DTYPES = ("F32", "F16", "BF16", "F64")  # safetensors' names; Run live computes in floating point
+# gpt-oss MXFP4 experts: `<weight>_blocks` / `<weight>_scales` (uint8) load as parts of <weight>, which the experts'
+# loader dequantizes (gptoss.py); only these are read as packed integers, never silently as weights
+MXFP4_PARTS = {"_blocks": "blocks", "_scales": "scales"}
+PACKED_DTYPES = ("U8",)
 
 
 class CheckpointTensor:
     """A checkpoint tensor not read yet; `narrow` and `chunk(...)[i]` read just that part."""
 
-    def __init__(self, handle, name: str, stats: ReadStats, box: list[tuple[int, int]] | None = None):
+    def __init__(self, handle, name: str, stats: ReadStats, box: list[tuple[int, int]] | None = None,
+                 packed: bool = False):
         self._slice, self._handle, self.name, self._stats = handle.get_slice(name), handle, name, stats
-        if (dtype := self._slice.get_dtype()) not in FLOAT_DTYPES:  # a bool or int "weight" is no weight
+        self.packed = packed  # MXFP4 blocks / scales: uint8 the loader dequantizes, not a float weight
+        dtype = self._slice.get_dtype()
+        if packed and dtype not in PACKED_DTYPES:
+            raise TensorError(f"checkpoint tensor {name} is stored as {dtype}; MXFP4 blocks and scales are "
+                               f"{', '.join(PACKED_DTYPES)}")
+        if not packed and dtype not in FLOAT_DTYPES:  # a bool or int "weight" is no weight
             raise TensorError(f"checkpoint tensor {name} is stored as {dtype}; Run live reads float weights "
                                f"({', '.join(FLOAT_DTYPES)})")
         self._full = list(self._slice.get_shape())
@@ -82,7 +92,7 @@ class CheckpointTensor:
         if isinstance(sizes, int):
             sizes = [min(sizes, self.shape[dim] - s) for s in range(0, self.shape[dim], sizes)]
         starts = [sum(sizes[:i]) for i in range(len(sizes))]
-        return tuple(CheckpointTensor(self._handle, self.name, self._stats, self._sub(dim, s, n))
+        return tuple(CheckpointTensor(self._handle, self.name, self._stats, self._sub(dim, s, n), self.packed)
                      for s, n in zip(starts, sizes))
 
     def materialize(self) -> torch.Tensor:
@@ -199,6 +209,8 @@ def param_target(name: str, num_layers: int, mla: bool = False) -> tuple[str, ob
         parts[-2], shard_id = PACKED_MODULES[parts[-2]]
     elif len(parts) >= 4 and parts[-4] == "experts" and parts[-2] in EXPERT_PACKED:
         parts[-2], shard_id = EXPERT_PACKED[parts[-2]]
+    elif len(parts) >= 2 and parts[-2] == "experts" and parts[-1][-7:] in MXFP4_PARTS:  # gpt-oss MXFP4
+        parts[-1], shard_id = parts[-1][:-7], MXFP4_PARTS[parts[-1][-7:]]
     return ".".join(parts), shard_id
 
 
@@ -206,6 +218,8 @@ def _complete(owner: nn.Module, shard_ids: set) -> bool:
     """A fused parameter is loaded once all its parts are (or the fused tensor itself was)."""
     if None in shard_ids:
         return True
+    if hasattr(owner, "packed_parts"):  # gpt-oss MXFP4 experts: blocks and scales both
+        return shard_ids >= owner.packed_parts
     if hasattr(owner, "output_sizes"):  # MergedColumnParallelLinear
         return shard_ids >= set(range(len(owner.output_sizes)))
     if hasattr(owner, "kv_shard_index"):  # QKVParallelLinear
@@ -248,7 +262,7 @@ def load_weights(model: nn.Module, folder: str | Path) -> ReadStats:
                 param, owner = params[pname], owners[pname]
                 # sharded params get a lazy view; replicated ones (norms, row-parallel bias) are read whole
                 tp_dim = getattr(owner, "tp_dim", None)
-                data = CheckpointTensor(handle, ckpt_name, stats)
+                data = CheckpointTensor(handle, ckpt_name, stats, packed=shard_id in MXFP4_PARTS.values())
                 if tp_dim is None or param.ndim <= tp_dim:
                     data = data.materialize()
                 try:
