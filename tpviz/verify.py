@@ -35,8 +35,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--placement", choices=["linear", "round_robin"], default="linear",
                    help="how experts are placed on the ranks with --ep")
     p.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto")
-    p.add_argument("--dtype", choices=["float32", "bfloat16", "float16"], default="float32")
+    p.add_argument("--dtype", choices=["auto", "float32", "bfloat16", "float16"], default="float32",
+                   help="the run's dtype; auto: the dtype the checkpoint is stored in (float32 checks exactly)")
     p.add_argument("--input-ids", metavar="FILE", help=".safetensors with int64 input_ids [batch, seq], or .json")
+    p.add_argument("--prompt", metavar="TEXT", help="text input, tokenized with the checkpoint's own tokenizer")
+    p.add_argument("--generate", type=int, metavar="N", help="also continue the prompt (or one row of --input-ids) "
+                                                              "by N greedy tokens on TP and on tp=1, side by side")
     p.add_argument("--dump-logits", metavar="FILE", help="write the TP run's float32 logits as safetensors")
     p.add_argument("--inject", action="append", choices=list(INJECTIONS), default=[], help="inject a TP bug")
     p.add_argument("--json", metavar="FILE", help="write the full result as JSON ('-' for stdout)")
@@ -58,12 +62,14 @@ def _run(args) -> int:
 
     if args.timeout <= 0:
         raise TpvizError(f"--timeout {args.timeout:g} must be positive")
+    if args.generate is not None and args.generate <= 0:
+        raise TpvizError(f"--generate {args.generate} must be a positive number of new tokens")
     # read early so a bad file fails before any rank starts; the vocabulary range is checked with the model
     input_ids = read_input_ids(args.input_ids) if args.input_ids else None
     options = dict(device=args.device, dtype=args.dtype, input_ids=input_ids, inject=args.inject, layers=args.layers,
                    seed=args.seed, batch=args.batch, seq_len=args.seq_len, timeout=args.timeout, pp=args.pp,
                    ep=args.ep, placement=args.placement, random_weights=args.random_weights,
-                   download_progress=download_progress())
+                   download_progress=download_progress(), prompt=args.prompt, generate=args.generate or 0)
     if launched_by_torchrun():
         result, logits, passed = verify_torchrun(args.model, args.tp, **options)
         if result is None:  # not rank 0: rank 0 reports
@@ -74,6 +80,8 @@ def _run(args) -> int:
         result, logits = verify(args.model, args.tp, **options)
     if args.quiet:  # still say when an injection could not do anything
         print("\n".join([result.headline(), *(f"  note: {n}" for n in result.notes if n.startswith("--inject"))]))
+        if result.generation is not None:
+            print(f"  generated: {result.generation.divergence(result.layout)}")
     else:
         print(result.summary())
     if args.dump_logits:

@@ -44,7 +44,7 @@ def test_a_link_opens_a_deployment_with_its_grid_experts_gpus_and_collectives(se
     comm = table(at, "collective")
     assert set(comm["collective"]) == {"all-reduce over the tp GPUs", "send / recv between stages"}
     assert at.query_params == {"model": QWEN_MOE, "tp": "4", "rules": "vllm", "pp": "2", "ep": "1"}
-    data = json.loads(served[f"Qwen3-30B-A3B_tp4_pp2_ep_vllm.json"])
+    data = json.loads(served["Qwen3-30B-A3B_tp4_pp2_ep_vllm.json"])
     assert data["layout"]["label"] == "TP 4 × PP 2 × DP 1 + EP" and len(data["layout"]["gpus"]) == 8
 
 

@@ -25,3 +25,11 @@ def tp1_logits(folder, ids: torch.Tensor, patch=None, edit=None) -> torch.Tensor
     edit(model)
     with torch.inference_mode():
         return model(ids)[0]
+
+
+def add_tokenizer(folder, vocab_size: int) -> None:
+    """Save a WordLevel tokenizer.json in folder whose word 't<i>' is id i, over the model's whole vocabulary."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    tok = Tokenizer(models.WordLevel({f"t{i}": i for i in range(vocab_size)}, unk_token="t0"))
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    tok.save(str(folder / "tokenizer.json"))

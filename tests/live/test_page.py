@@ -189,3 +189,31 @@ def test_page_runs_pipeline_stages_with_expert_parallelism(tiny_moe, tiny):
     at.checkbox(key="live_ep").check()
     at.button(key="live_run").click().run()
     assert not at.exception and "expert parallelism needs a MoE model" in at.error[0].value
+
+
+@pytest.mark.slow
+def test_page_generates_from_a_prompt_and_shows_where_tp_and_tp1_part(tiny, tmp_path):
+    import shutil
+
+    from .checks import add_tokenizer
+    at = _page(tiny["qwen2"][0]).run()  # no tokenizer: token ids, saying why
+    assert at.text_input(key="live_ids") and not at.text_area
+    assert "Token ids, not text: this folder has no tokenizer.json or tokenizer.model." in [c.value for c in at.caption]
+    folder = tmp_path / "qwen3"
+    shutil.copytree(tiny["qwen3"][0], folder)
+    add_tokenizer(folder, 1001)
+    at.text_input(key="live_folder").set_value(str(folder)).run()
+    at.text_area(key="live_prompt").set_value("t7 t100 t3")  # the folder's tokenizer: a prompt
+    at.number_input(key="live_tp").set_value(2)
+    at.number_input(key="live_generate").set_value(4)
+    at.multiselect(key="live_inject").set_value(["skip-allreduce"])
+    at.button(key="live_run").click().run()
+    assert not at.exception and not at.error
+    tp_text, ref_text = (c.value for c in at.code)
+    assert tp_text != ref_text and tp_text.split()[0] == ref_text.split()[0]  # the second token differs
+    line = next(w.value for w in at.warning if w.value.startswith("First differ"))
+    assert "new token #2 of 4" in line and "NOT explained by float noise" in line
+    assert any(c.value == "Prompt (3 tokens): t7 t100 t3" for c in at.caption)
+    charts = [json.loads(c.proto.spec) for c in at.get("plotly_chart")]
+    assert len(charts) == 3 and charts[1]["layout"]["title"]["text"].startswith(
+        "New token #2: TP vs tp=1 on the same 4 tokens, first beyond tolerance at layer 0")

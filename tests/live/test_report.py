@@ -23,6 +23,15 @@ def test_stage_figure_labels_exact_stages_and_uses_plain_exponents():
 
 def test_rank_figure_says_which_dtype_each_bar_counts():
     fig = rank_figure(result())
-    assert [t.name for t in fig.data] == ["read from checkpoint (dtype on disk)", "parameters held (in float32)"]
-    assert "Held bytes are in float32" in fig.layout.title.subtitle.text
-    assert "whole checkpoint 100.00 MiB (on disk)" in fig.layout.annotations[0].text
+    assert [t.name for t in fig.data] == ["read from checkpoint (dtype on disk)", "held, in the run's float32"]
+    assert "whole checkpoint 100.00 MiB (dtype on disk)" in fig.layout.annotations[0].text
+    res = result()  # with the checkpoint's dtype known: held bytes in it, next to the run's
+    res.checkpoint_dtype = "bfloat16"
+    for r in res.ranks:
+        r.stored_dtype, r.stored_bytes, r.dtype = "bfloat16", 100 * 2**20, "float32"
+    fig = rank_figure(res)
+    assert [t.name for t in fig.data] == ["read from checkpoint (bfloat16)", "held, in bfloat16",
+                                          "held, in the run's float32"]
+    assert "whole checkpoint 100.00 MiB (bfloat16)" in fig.layout.annotations[0].text
+    assert "counted in the checkpoint’s bfloat16" in fig.layout.title.subtitle.text
+    assert "The run computes in float32, so it holds those parameters in 2x the bytes" in fig.layout.title.subtitle.text

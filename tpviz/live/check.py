@@ -4,20 +4,24 @@ fp32 passes when max|Δlogit| <= 1e-4 (scaled by the logits when they exceed 1).
 that, so the tolerance is calibrated: the noise floor is how far the low-precision tp=1 run is from an
 fp32 tp=1 run, and TP passes when its gap stays within NOISE_MULTIPLE times that floor.
 """
+import json
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
 from tpviz.errors import TPSizeError
 from tpviz.live.errors import LiveError
 from tpviz.live.inject import Injection, check_injections, describe_injections
-from tpviz.live.inputs import check_input_ids, random_input_ids
+from tpviz.live.errors import IDS_FLAG, PROMPT_FLAG
+from tpviz.live.generate import build_generation, check_generate
+from tpviz.live.inputs import TextTokenizer, check_input_ids, random_input_ids, tokenize
+from tpviz.live.memory import DTYPE_CHOICES, checkpoint_dtype, run_dtype
 from tpviz.live.results import Environment, LayerDiff, RankReport, VerifyResult
 from tpviz.live.runner import choose_backend, run_group, run_within
 from tpviz.live.slot import check_ranks
 from tpviz.live.source import ModelSource, resolve_model
-from tpviz.live.worker import DTYPES, run_model
+from tpviz.live.worker import DTYPES, REF_TOKENS_KEY, run_model
 from tpviz.parallel import LayoutError, expert_placement, pp_partition
 
 FP32_TOL = 1e-4
@@ -32,22 +36,28 @@ class Prepared:
     injections: list[Injection]
     env: Environment
     job: dict
+    notes: list[str] = field(default_factory=list)
 
 
 def prepare(model, tp_size: int, *, device: str = "auto", dtype: str = "float32", input_ids=None,
             inject: list[str] | None = None, layers: int | None = None, seed: int = 0, batch: int = 2,
             seq_len: int = 32, env: Environment | None = None, pp: int = 1, ep: bool = False,
-            placement: str = "linear", random_weights: bool = False, download_progress=None) -> Prepared:
+            placement: str = "linear", random_weights: bool = False, download_progress=None,
+            prompt: str | None = None, generate: int = 0) -> Prepared:
     """Resolve the model, check tp/pp/ep/dtype/ids/injections, choose the backend, and build the rank job.
 
     A preset or hub id downloads its real weights (reporting `download_progress(message, done, total)`)
-    unless random_weights asks for seeded random ones."""
+    unless random_weights asks for seeded random ones. A prompt is tokenized with the model's own tokenizer;
+    generate=N continues the prompt (or the one row of input ids) by N greedy tokens. dtype 'auto' runs in
+    the dtype the checkpoint is stored in."""
     if isinstance(tp_size, bool) or not isinstance(tp_size, int) or tp_size < 1:
         raise TPSizeError(f"tp={tp_size!r} must be a positive integer")
     if isinstance(pp, bool) or not isinstance(pp, int) or pp < 1:
         raise LayoutError(f"pp={pp!r} must be a positive integer")
-    if dtype not in DTYPES:
-        raise LiveError(f"dtype {dtype!r} must be one of: {', '.join(DTYPES)}")
+    if dtype not in DTYPE_CHOICES:
+        raise LiveError(f"dtype {dtype!r} must be one of: {', '.join(DTYPE_CHOICES)}")
+    if prompt is not None and input_ids is not None:
+        raise LiveError(f"give {PROMPT_FLAG} or {IDS_FLAG}, not both")
     names = check_injections(inject)
     expert_placement(1, 1, placement)  # an unknown placement fails here, in one line
     env = env or choose_backend(tp_size * pp, device)
@@ -58,20 +68,35 @@ def prepare(model, tp_size: int, *, device: str = "auto", dtype: str = "float32"
     if env.launcher == "spawn":  # torchrun starts its own ranks
         check_ranks(tp_size, len(env.gpus), pp)
     vocab = cfg.spec.vocab_size
+    if prompt is not None:
+        if source.tokenizer_dir is None:
+            why = ("random weights come from its config alone, with no tokenizer" if source.random_weights else
+                   "its checkpoint has no tokenizer.json or tokenizer.model")
+            raise LiveError(f"{source.name} has no tokenizer ({why}), so give {IDS_FLAG} instead of {PROMPT_FLAG}")
+        input_ids = tokenize(prompt, source.tokenizer_dir, vocab)
     ids = random_input_ids(vocab, batch, seq_len, seed) if input_ids is None else check_input_ids(input_ids, vocab)
+    n = check_generate(generate, None if input_ids is None else ids)
+    stored = checkpoint_dtype(source.checkpoint)
+    dtype, note = run_dtype(dtype, stored)
     job = {"cfg": cfg.to_dict(), "checkpoint": str(source.checkpoint), "input_ids": ids.tolist(), "dtype": dtype,
            "device": env.device, "backend": env.backend, "inject": names, "pp_size": pp, "ep": ep,
-           "placement": placement}
-    return Prepared(source, ids, describe_injections(names, cfg, tp_size), env, job)
+           "placement": placement, "stored_dtype": stored, "generate": n}
+    return Prepared(source, ids, describe_injections(names, cfg, tp_size), env, job, [note] if note else [])
 
 
 def reference(job: dict, device: torch.device) -> dict:
-    """The single-device run(s): tp=1 in the run's dtype, plus fp32 when that dtype is low precision."""
-    clean = {**job, "inject": [], "pp_size": 1, "ep": False}
-    out = {"logits": None, "hidden": None, "logits32": None, "hidden32": None}
-    out["logits"], out["hidden"], _ = run_model(clean, 0, 1, device)
+    """The single-device run(s): tp=1 in the run's dtype, plus fp32 when that dtype is low precision. With
+    job["generate"] the first generates its own greedy tokens and the fp32 run follows them: out["gen"]."""
+    clean = {**job, "inject": [], "pp_size": 1, "ep": False, "ref_tokens": None}
+    out = {"logits": None, "hidden": None, "logits32": None, "hidden32": None, "gen": None}
+    out["logits"], out["hidden"], report = run_model(clean, 0, 1, device)
+    out["gen"] = report.get("generation")
     if job["dtype"] != "float32":
-        out["logits32"], out["hidden32"], _ = run_model({**clean, "dtype": "float32"}, 0, 1, device)
+        follow = out["gen"]["gen.tokens"].tolist() if out["gen"] else None
+        out["logits32"], out["hidden32"], report = run_model({**clean, "dtype": "float32", "follow": follow}, 0, 1,
+                                                             device)
+        if out["gen"]:
+            out["gen"]["gen.last32"] = report["generation"]["gen.last"]
     return out
 
 
@@ -109,13 +134,32 @@ def compare(tp_logits, tp_hidden, ref: dict, dtype: str) -> dict:
             "noise_floor": logits_diff.floor, "diverges_at": first, "layers": diffs}
 
 
+def generation(prep: Prepared, gen: dict, ref: dict, layers: list[LayerDiff], device: torch.device):
+    """The two continuations and their first difference; when it is past the first step, that step's forward
+    pass is compared stage by stage: TP's kept outputs against a tp=1 run on the same common prefix."""
+    n, prompt, dtype = prep.job["generate"], prep.input_ids[0].tolist(), prep.job["dtype"]
+    d = int(gen["gen.diverged"][0])
+    if d > 0:
+        prefix = prompt + ref["gen"]["gen.tokens"][:d].tolist()
+        ref_d = reference({**prep.job, "input_ids": [prefix], "generate": 0}, device)
+        # in the check's stage order (safetensors hands the ranks' tensors back sorted by name)
+        hidden = {x.name: gen[f"gen.hidden.{x.name}"] for x in layers if f"gen.hidden.{x.name}" in gen}
+        layers = compare(gen["gen.logits"], hidden, ref_d, dtype)["layers"]
+    tokenizer = prep.source.tokenizer_dir
+    decode = TextTokenizer(tokenizer).decode if tokenizer is not None else None
+    return build_generation(n, prompt, gen, ref["gen"], dtype, layers if d >= 0 else [], decode)
+
+
 def build_result(prep: Prepared, tp_size: int, tp_logits, tp_hidden, ref: dict, reports: list[dict],
-                 phases: dict, seed: int) -> VerifyResult:
-    """Compare and wrap everything into the user-facing VerifyResult."""
+                 phases: dict, seed: int, gen: dict | None = None, device: torch.device | None = None) -> VerifyResult:
+    """Compare and wrap everything into the user-facing VerifyResult; `gen`: TP's gen.* tensors."""
     start = time.perf_counter()
     fields = compare(tp_logits, tp_hidden, ref, prep.job["dtype"])
+    if gen:
+        fields["generation"] = generation(prep, gen, ref, fields["layers"], device or torch.device("cpu"))
+        phases["generate"] = max(r.get("generate_s", 0.0) for r in reports)
     phases["compare"] = time.perf_counter() - start
-    notes = list(prep.source.cfg.notes)
+    notes = list(prep.source.cfg.notes) + prep.notes
     notes += [f"--inject {i.name} has no effect here: {i.reason}" for i in prep.injections if not i.has_effect]
     if prep.job["ep"] and tp_size == 1:
         notes.append("expert parallelism over one rank per stage holds every expert: the same split as without it")
@@ -123,28 +167,31 @@ def build_result(prep: Prepared, tp_size: int, tp_logits, tp_hidden, ref: dict, 
                         input_shape=list(prep.input_ids.shape), ranks=[RankReport(**r) for r in reports],
                         environment=prep.env, injections=prep.injections, phases=phases, notes=notes,
                         random_weights=prep.source.random_weights, seed=seed, pp_size=prep.job["pp_size"],
-                        ep=prep.job["ep"], **fields)
+                        ep=prep.job["ep"], checkpoint_dtype=prep.job["stored_dtype"], **fields)
 
 
 def verify(model, tp_size: int, *, device: str = "auto", dtype: str = "float32", input_ids=None,
            inject: list[str] | None = None, layers: int | None = None, seed: int = 0, batch: int = 2,
            seq_len: int = 32, timeout: float = 300.0, progress=None, tick=None, pp: int = 1, ep: bool = False,
-           placement: str = "linear", random_weights: bool = False,
-           download_progress=None) -> tuple[VerifyResult, torch.Tensor]:
+           placement: str = "linear", random_weights: bool = False, download_progress=None,
+           prompt: str | None = None, generate: int = 0) -> tuple[VerifyResult, torch.Tensor]:
     """Run `model` at tp_size (x pp stages, experts whole with ep) and at tp=1 on the same ids; return the
     result and the TP logits. `tick()` is called every 0.1 s while ranks or the tp=1 run work; an exception
     from it stops the run. A preset or hub id runs its real weights, downloaded first (reported to
-    `download_progress(message, bytes_done, bytes_total)`), unless random_weights asks for seeded ones."""
+    `download_progress(message, bytes_done, bytes_total)`), unless random_weights asks for seeded ones.
+    A prompt is tokenized with the model's tokenizer; generate=N also continues it by N greedy tokens on TP
+    and on tp=1 (result.generation), in the same spawned group."""
     progress = progress or (lambda phase: None)
     t0 = time.perf_counter()
     prep = prepare(model, tp_size, device=device, dtype=dtype, input_ids=input_ids, inject=inject, layers=layers,
                    seed=seed, batch=batch, seq_len=seq_len, pp=pp, ep=ep, placement=placement,
-                   random_weights=random_weights, download_progress=download_progress)
+                   random_weights=random_weights, download_progress=download_progress, prompt=prompt,
+                   generate=generate)
     phases = {"prepare": time.perf_counter() - t0}
     ref_device = torch.device("cuda", 0) if prep.env.device == "cuda" else torch.device("cpu")
     timed: dict = {}
 
-    def timed_reference():
+    def timed_reference():  # with generation its picks go to the ranks: publish (spawned) or job (in-process)
         start = time.perf_counter()
         out = reference(prep.job, ref_device)
         timed["reference"] = time.perf_counter() - start
@@ -154,18 +201,24 @@ def verify(model, tp_size: int, *, device: str = "auto", dtype: str = "float32",
     if tp_size * pp == 1:  # nothing to spawn: the "TP" run is one more in-process run, injections included
         ref = run_within(lambda mark: timed_reference(), timeout, "the tp=1 reference", tick=tick)
         left = max(1e-3, timeout - (time.perf_counter() - t0))
-        logits, hidden, report = run_within(lambda mark: run_model(prep.job, 0, 1, ref_device, mark=mark), left,
+        job = {**prep.job, "ref_tokens": ref["gen"]["gen.tokens"].tolist() if ref["gen"] else None}
+        logits, hidden, report = run_within(lambda mark: run_model(job, 0, 1, ref_device, mark=mark), left,
                                             "the tp=1 run", progress, tick)  # marks load, forward
         phases.update(spawn=0.0, load=report["load_s"], forward=report["forward_s"])
-        reports = [report]
+        gen, reports = report.pop("generation", None), [report]
     else:
+        publish = (lambda ref: {REF_TOKENS_KEY: json.dumps(ref["gen"]["gen.tokens"].tolist())}) if prep.job[
+            "generate"] else None
         group = run_group(prep.job, tp_size, timeout, lambda p: p in ("load", "forward") and progress(p),
-                          overlap=timed_reference, tick=tick)
+                          overlap=timed_reference, tick=tick, publish=publish)
         logits, hidden, reports, ref = group.logits, group.hidden, group.reports, group.overlap_result
         phases.update(group.phases)
+        gen = group.extra or None
+        if gen:  # the group's forward phase ran every step; the first is the forward pass
+            phases["forward"] = max(0.0, phases["forward"] - max(r.get("generate_s", 0.0) for r in reports))
     phases.update(timed)
     progress("compare")
-    result = build_result(prep, tp_size, logits, hidden, ref, reports, phases, seed)
+    result = build_result(prep, tp_size, logits, hidden, ref, reports, phases, seed, gen, ref_device)
     result.phases["total"] = time.perf_counter() - t0
     progress("done")
     return result, logits

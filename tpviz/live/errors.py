@@ -17,8 +17,10 @@ class RankFailure(LiveError):
 # A hint that names a control names the CLI flag and the page's control together ("--layers/Layers to keep");
 # each front end keeps only its own.
 RANDOM_FLAG = "--random-weights/Random weights"
+PROMPT_FLAG, IDS_FLAG = "--prompt/Prompt", "--input-ids/Token ids"
 CONTROLS = {RANDOM_FLAG: ("--random-weights", "the Random weights box"),
-            "--layers/Layers to keep": ("--layers", "Layers to keep")}
+            "--layers/Layers to keep": ("--layers", "Layers to keep"),
+            PROMPT_FLAG: ("--prompt TEXT", "a prompt"), IDS_FLAG: ("--input-ids", "token ids")}
 
 
 def for_cli(message: str) -> str:

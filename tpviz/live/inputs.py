@@ -65,20 +65,44 @@ def parse_ids_text(text: str, vocab_size: int) -> torch.Tensor:
             raise LiveError("token ids are not valid JSON; write e.g. [[1, 2, 3]] or 1 2 3") from None
     parts = text.replace(",", " ").split()
     if not parts or not all(p.lstrip("-").isdigit() for p in parts):
-        raise LiveError("token ids must be integers, e.g. 1 2 3 (this model folder has no tokenizer for text)")
+        raise LiveError("token ids must be integers, e.g. 1 2 3 (this model has no tokenizer, so its input is token "
+                        "ids, not text)")
     return check_input_ids([[int(p) for p in parts]], vocab_size)
+
+
+class TextTokenizer:
+    """A checkpoint folder's own tokenizer: the tokenizers library on tokenizer.json when there is one (no
+    transformers import, no remote code), else transformers' AutoTokenizer on local files (tokenizer.model)."""
+
+    def __init__(self, folder: str | Path):
+        folder = Path(folder)
+        try:
+            if (folder / "tokenizer.json").is_file():
+                from tokenizers import Tokenizer
+                self._fast, self._tok = True, Tokenizer.from_file(str(folder / "tokenizer.json"))
+            else:
+                from transformers import AutoTokenizer
+                self._fast = False
+                self._tok = AutoTokenizer.from_pretrained(str(folder), local_files_only=True)
+        except Exception as e:  # both libraries raise many kinds for a broken tokenizer folder
+            raise LiveError(f"cannot load the tokenizer in {folder} ({type(e).__name__})") from None
+
+    def encode(self, text: str) -> list[int]:
+        return self._tok.encode(text).ids if self._fast else self._tok(text)["input_ids"]
+
+    def decode(self, ids: list[int]) -> str:
+        """Text of ids; ids the tokenizer does not know (a padded vocabulary's spare rows) are left out."""
+        return self._tok.decode(list(ids), skip_special_tokens=False)
 
 
 def tokenize(prompt: str, tokenizer_dir: str | Path, vocab_size: int) -> torch.Tensor:
     """Tokenize a text prompt with the checkpoint folder's own tokenizer (local files only, no remote code)."""
     if not prompt.strip():
         raise LiveError("the prompt is empty")
-    try:
-        from transformers import AutoTokenizer
-        tok = AutoTokenizer.from_pretrained(str(tokenizer_dir), local_files_only=True)
-    except Exception as e:  # transformers raises many kinds for a broken tokenizer folder
-        raise LiveError(f"cannot load the tokenizer in {tokenizer_dir} ({type(e).__name__})") from None
-    return check_input_ids([tok(prompt)["input_ids"]], vocab_size)
+    ids = TextTokenizer(tokenizer_dir).encode(prompt)
+    if not ids:
+        raise LiveError("the prompt tokenizes to no tokens")
+    return check_input_ids([ids], vocab_size)
 
 
 def random_input_ids(vocab_size: int, batch: int = 2, seq_len: int = 32, seed: int = 0) -> torch.Tensor:

@@ -1,9 +1,10 @@
 """User-facing results of a live run: plain dataclasses whose to_dict() feeds the CLI, the page and JSON."""
+import json
 from dataclasses import asdict, dataclass, field
 
 from tpviz.summary import layer_span
 
-SCHEMA = "tpviz.verify/2"  # 2: pp_size, ep; per rank stage, tp_rank, layers, experts
+SCHEMA = "tpviz.verify/3"  # 2: pp_size, ep; per rank stage, tp_rank, layers, experts. 3: generation, stored bytes
 
 
 @dataclass
@@ -23,16 +24,31 @@ class RankReport:
     tp_rank: int = 0
     layers: list[int] = field(default_factory=list)  # decoder layers this rank built
     experts: list[int] | None = None  # expert parallelism: the global experts held whole here
+    dtype: str = ""  # the run's dtype, in which param_bytes are held
+    stored_dtype: str = ""  # the checkpoint's (most of its bytes); stored_bytes: the same parameters in it
+    stored_bytes: int = 0
+    generate_s: float = 0.0  # greedy steps after the first forward pass
 
     def to_dict(self) -> dict:
         return asdict(self)
+
+    def held(self) -> dict:
+        """Held MiB in the checkpoint's dtype (comparable with the checkpoint) and, when it differs, in the run's."""
+        mib = lambda b: round(b / 2**20, 3)  # noqa: E731
+        if not self.stored_dtype:
+            return {"held MiB": mib(self.param_bytes)}
+        out = {f"held MiB ({self.stored_dtype})": mib(self.stored_bytes),
+               "held % of checkpoint": round(100 * self.stored_bytes / max(1, self.checkpoint_bytes), 1)}
+        if self.dtype and self.dtype != self.stored_dtype:
+            out[f"held MiB ({self.dtype}, as run)"] = mib(self.param_bytes)
+        return out
 
     def row(self, pp: bool = False, ep: bool = False) -> dict:
         """One flat table row (the page's per-rank table, the CLI summary); stage/experts columns for PP/EP."""
         where = {"stage": self.stage, "layers": layer_span(self.layers) or "none"} if pp else {}
         if ep:
             where["experts"] = layer_span(self.experts or []) or "none"
-        return {"rank": self.rank, **where, "device": self.device, "params MiB": round(self.param_bytes / 2**20, 3),
+        return {"rank": self.rank, **where, "device": self.device, **self.held(),
                 "read MiB": round(self.bytes_read / 2**20, 3),
                 "read % of checkpoint": round(100 * self.bytes_read / max(1, self.checkpoint_bytes), 1),
                 "load s": round(self.load_s, 3), "forward s": round(self.forward_s, 3),
@@ -69,6 +85,41 @@ class Environment:
 
 
 @dataclass
+class Generation:
+    """Greedy generation from one prompt on TP and on tp=1, each following its own picks (no teacher forcing)."""
+    new_tokens: int
+    prompt_ids: list[int]
+    tp_tokens: list[int]
+    ref_tokens: list[int]
+    diverged_at: int | None  # 0-based index of the first new token that differs; None: identical
+    explanation: str  # whether float noise explains the first difference (see generate.explain)
+    steps: list[LayerDiff] = field(default_factory=list)  # last-position logits per step while both inputs agree
+    layers: list[LayerDiff] = field(default_factory=list)  # per stage at the diverging step, on the common prefix
+    first_stage: str | None = None  # the first of those stages beyond tolerance
+    margin: float | None = None  # tp=1's lead of its own pick over TP's at the diverging position
+    floor: float | None = None  # the noise floor there (low precision)
+    noise_explained: bool | None = None
+    prompt_text: str | None = None  # decoded with the model's tokenizer, when it has one
+    tp_text: str | None = None
+    ref_text: str | None = None
+    pieces: list[str] | None = None  # the decoded TP and tp=1 tokens at the diverging position
+
+    def outputs(self, tp_label: str) -> list[tuple[str, str]]:
+        """(label, the continuation quoted on one line: text with escapes, or the token ids)."""
+        show = lambda text, ids: json.dumps(text, ensure_ascii=False) if text is not None else str(ids)  # noqa: E731
+        return [(tp_label, show(self.tp_text, self.tp_tokens)), ("tp=1", show(self.ref_text, self.ref_tokens))]
+
+    def divergence(self, tp_label: str) -> str:
+        """'identical for all 8 new tokens' or where the two continuations first differ."""
+        if self.diverged_at is None:
+            return f"identical for all {self.new_tokens} new tokens"
+        d, (tp, ref) = self.diverged_at, self.pieces or ("", "")
+        show = lambda piece, token: (json.dumps(piece, ensure_ascii=False) + " " if self.pieces else "") + f"#{token}"  # noqa: E731
+        return (f"first differ at new token #{d + 1} of {self.new_tokens} (position {len(self.prompt_ids) + d}): "
+                f"{tp_label} {show(tp, self.tp_tokens[d])} vs tp=1 {show(ref, self.ref_tokens[d])}")
+
+
+@dataclass
 class VerifyResult:
     """The verdict of one TP-vs-tp=1 check and everything needed to explain it."""
     model: str
@@ -93,6 +144,8 @@ class VerifyResult:
     seed: int = 0
     pp_size: int = 1  # pipeline stages (tp_size ranks each)
     ep: bool = False  # routed experts placed whole on the ranks (expert parallelism)
+    checkpoint_dtype: str = ""  # the dtype most of the checkpoint's bytes are stored in
+    generation: Generation | None = None  # greedy continuation on TP and on tp=1
 
     @property
     def layout(self) -> str:
@@ -136,6 +189,25 @@ class VerifyResult:
         lines.append("  per rank:")
         lines += ["    " + ", ".join(f"{k} {v}" for k, v in r.row(self.pp_size > 1, self.ep).items())
                   for r in self.ranks]
+        lines += self.generation_lines()
         lines.append("  phases: " + ", ".join(f"{k} {v:.2f}s" for k, v in self.phases.items()))
         lines += [f"  note: {n}" for n in self.notes if not n.startswith("--inject")]  # listed above
         return "\n".join(lines)
+
+    def generation_lines(self) -> list[str]:
+        """The two continuations (one quoted line each), where they part, why, and that step's stages."""
+        g = self.generation
+        if g is None:
+            return []
+        label = self.layout
+        lines = [f"  generated {g.new_tokens} new tokens greedily, each run following its own picks:"]
+        if g.prompt_text is not None:
+            lines.append(f"    prompt {json.dumps(g.prompt_text, ensure_ascii=False)}")
+        lines += [f"    {who:<6} {text}" for who, text in g.outputs(label)]
+        lines += ([] if g.diverged_at is None else [f"    {g.divergence(label)}"]) + [f"    {g.explanation}"]
+        if g.layers and g.diverged_at:
+            lines.append(f"    per stage max|Δ| at new token #{g.diverged_at + 1} (same "
+                         f"{len(g.prompt_ids) + g.diverged_at} input tokens on both):")
+            lines += [f"      {d.name:<14} {d.max_abs:10.3g}  tol {d.limit:.3g}" + (" <-- exceeds" if d.exceeds else "")
+                      for d in g.layers]
+        return lines

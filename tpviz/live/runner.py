@@ -71,6 +71,7 @@ class GroupRun:
     reports: list[dict]
     phases: dict[str, float] = field(default_factory=dict)
     overlap_result: object = None
+    extra: dict[str, torch.Tensor] = field(default_factory=dict)  # the leads' gen.* tensors (generation)
 
 
 def _phases(run_dir: Path, world: int) -> list[list[tuple[str, float]]]:
@@ -217,12 +218,14 @@ def interrupt_on_sigterm():
         signal.signal(signal.SIGTERM, previous)
 
 
-def run_group(job: dict, tp_size: int, timeout: float, progress=None, overlap=None, tick=None) -> GroupRun:
+def run_group(job: dict, tp_size: int, timeout: float, progress=None, overlap=None, tick=None,
+              publish=None) -> GroupRun:
     """Spawn tp_size x job["pp_size"] ranks running `job`, wait at most `timeout` s, and collect the outputs.
 
     `overlap()` (the tp=1 reference) runs on a thread of this process while the ranks run, under the same
     timeout; `progress(phase)` is called as the slowest rank enters each phase, and `tick()` every 0.1 s:
-    whatever it raises (a UI's stop) ends the run, and the ranks are stopped on the way out.
+    whatever it raises (a UI's stop) ends the run, and the ranks are stopped on the way out. Once overlap() is
+    done, the {key: text} of `publish(its result)` are set in the group's store, for ranks that wait for them.
     """
     run_dir = Path(tempfile.mkdtemp(prefix="tpviz-live-"))
     store = dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False, timeout=timedelta(seconds=timeout))
@@ -234,7 +237,7 @@ def run_group(job: dict, tp_size: int, timeout: float, progress=None, overlap=No
                              start_method="spawn")
     ref = Background(overlap or (lambda: None))
     try:
-        reported = "start"
+        reported, published = "start", publish is None
         while True:
             if running := [p.sentinel for p in ctx.processes if p.exitcode is None]:
                 wait(running, timeout=0.1)  # wakes when one exits
@@ -244,6 +247,10 @@ def run_group(job: dict, tp_size: int, timeout: float, progress=None, overlap=No
                 tick()
             if ref.done and ref.error is not None:
                 ref.get()  # the reference's own error (a user error, or a bug) ends the run too
+            if not published and ref.done:
+                for key, text in publish(ref.get()).items():
+                    store.set(key, text)
+                published = True
             codes = [p.exitcode for p in ctx.processes]
             dead = {r: c for r, c in enumerate(codes) if c not in (None, 0)}
             if dead:  # snapshot before we stop anyone, so our own SIGTERMs never look like the cause
@@ -276,15 +283,16 @@ def _collect(run_dir: Path, world: int, tp_size: int, t0: float, overlap_result)
     if missing:  # e.g. a rank stopped by Ctrl-C exits 0
         raise RankFailure(f"rank {missing[0]} exited without a result; all ranks were stopped", missing[0])
     reports = [json.loads((run_dir / f"rank{r}.json").read_text()) for r in range(world)]
-    hidden, logits = {}, None
+    hidden, logits, extra = {}, None, {}
     for r in leads:
         tensors = load_file(str(run_dir / f"rank{r}.safetensors"))
         names = reports[r].pop("hidden_names")
         hidden.update({n: tensors[f"hidden.{i}"] for i, n in enumerate(names)})
         logits = tensors.get("logits", logits)
+        extra.update({k: v for k, v in tensors.items() if k.startswith("gen.")})
     # a phase ends when its slowest rank leaves it
     entered = {p: max(t for marks in _phases(run_dir, world) for name, t in marks if name == p)
                for p in ("load", "forward", "done")}
     phases = {"spawn": entered["load"] - t0, "load": entered["forward"] - entered["load"],
               "forward": entered["done"] - entered["forward"]}
-    return GroupRun(logits, hidden, reports, phases, overlap_result)
+    return GroupRun(logits, hidden, reports, phases, overlap_result, extra)

@@ -68,16 +68,25 @@ def verify_torchrun(model, tp_size: int | None = None, *, device: str = "auto", 
     if prep is None:
         prep = prepare(model, world, device=device, env=env, **kwargs)
     phases = {"prepare": time.perf_counter() - t0}
-    logits, hidden, report = run_model(prep.job, rank, world, dev)
+    refs: dict = {}
+
+    def timed_reference() -> dict:  # rank 0 only; with generation, when its first pick needs the tp=1 ones
+        if "ref" not in refs:
+            start = time.perf_counter()
+            refs["ref"] = reference(prep.job, dev)
+            phases["reference"] = time.perf_counter() - start
+        return refs["ref"]
+
+    ref_tokens = (lambda: timed_reference()["gen"]["gen.tokens"].tolist()) if rank == 0 else None
+    logits, hidden, report = run_model(prep.job, rank, world, dev, ref_tokens=ref_tokens)
+    gen = report.pop("generation", None)
     phases.update(load=report["load_s"], forward=report["forward_s"])
     reports = [None] * world if rank == 0 else None
     dist.gather_object(report, reports, dst=0)
     result = None
     if rank == 0:
-        start = time.perf_counter()
-        ref = reference(prep.job, dev)
-        phases["reference"] = time.perf_counter() - start
-        result = build_result(prep, world, logits, hidden, ref, reports, phases, kwargs.get("seed", 0))
+        ref = timed_reference()
+        result = build_result(prep, world, logits, hidden, ref, reports, phases, kwargs.get("seed", 0), gen, dev)
         result.phases["total"] = time.perf_counter() - t0
     verdict = [result.passed if result else None]
     dist.broadcast_object_list(verdict, src=0)

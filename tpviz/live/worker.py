@@ -22,10 +22,13 @@ from tpviz.errors import TpvizError
 from tpviz.live.inject import apply_injections
 from tpviz.layers.linear import use_tp_group
 from tpviz.live.comms import CollectiveCounter
+from tpviz.live.generate import greedy_steps
+from tpviz.live.memory import stored_bytes
 from tpviz.live.model import LiveConfig, LiveForCausalLM, Stage
 from tpviz.live.weights import checkpoint_files, load_weights
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+REF_TOKENS_KEY = "ref_tokens"  # TCPStore key: the tp=1 reference's generated tokens (JSON)
 FAULT_ENV = "TPVIZ_LIVE_FAULT"  # "RANK:raise|hang|kill:PHASE", used by the tests to make one rank fail
 
 
@@ -43,11 +46,14 @@ def rank_stage(job: dict, rank: int, tp_size: int) -> tuple[int, int, Stage]:
 
 
 def run_model(job: dict, rank: int, tp_size: int, device: torch.device,
-              mark: Callable[[str], None] = lambda phase: None) -> tuple:
+              mark: Callable[[str], None] = lambda phase: None, ref_tokens: Callable[[], list[int]] | None = None
+              ) -> tuple:
     """Build, load and run one rank; return (logits or None, this stage's hidden states or None, report dict).
 
     A pipeline stage after the first receives the hidden state from the same TP rank of the stage before and
-    sends its own on; logits come from the last stage's TP rank 0, hidden states from each stage's TP rank 0."""
+    sends its own on; logits come from the last stage's TP rank 0, hidden states from each stage's TP rank 0.
+    With job["generate"] = N the first forward pass is step 0 of N greedy steps (generate.greedy_steps), whose
+    gen.* tensors go in report["generation"]; `ref_tokens()` (or job["ref_tokens"]) gives the tp=1 picks."""
     cfg, dtype = LiveConfig.from_dict(job["cfg"]), DTYPES[job["dtype"]]
     pp_rank, tp_rank, stage = rank_stage(job, rank, tp_size)
     start = time.perf_counter()
@@ -61,11 +67,8 @@ def run_model(job: dict, rank: int, tp_size: int, device: torch.device,
     load_s = time.perf_counter() - start
     mark("forward")
     ids = torch.tensor(job["input_ids"], dtype=torch.int64, device=device)
-    start = time.perf_counter()
-    # ranks of a real group count their collectives (torch dispatch mode: this thread and block only)
-    counter = CollectiveCounter() if dist.is_initialized() else None
-    counting = counter if counter is not None else nullcontext()
-    with torch.inference_mode(), counting:
+
+    def forward(ids: torch.Tensor) -> tuple:
         h = None
         if not stage.first:
             h = torch.empty(*ids.shape, cfg.spec.hidden_size, dtype=dtype, device=device)
@@ -73,16 +76,36 @@ def run_model(job: dict, rank: int, tp_size: int, device: torch.device,
         logits, hidden = model(ids, h)
         if not stage.last:
             dist.send(next(reversed(hidden.values())).contiguous(), dst=rank + tp_size)
+        return logits, hidden
+
+    start = time.perf_counter()
+    # ranks of a real group count their collectives (torch dispatch mode: this thread and block only)
+    counter = CollectiveCounter() if dist.is_initialized() else None
+    counting = counter if counter is not None else nullcontext()
+    with torch.inference_mode(), counting:
+        logits, hidden = forward(ids)
     _sync(device)
     forward_s = time.perf_counter() - start
     params = dict(model.named_parameters())
+    numel = sum(p.numel() for p in params.values())
     report = {"rank": rank, "device": str(device), "stage": pp_rank, "tp_rank": tp_rank,
               "layers": list(stage.layers), "experts": None if stage.experts is None else list(stage.experts),
               "param_shapes": {n: list(p.shape) for n, p in params.items()},
               "param_bytes": sum(p.numel() * p.element_size() for p in params.values()),
               "bytes_read": stats.read, "bytes_spanned": stats.spanned,
               "checkpoint_bytes": sum(f.stat().st_size for f in checkpoint_files(Path(job["checkpoint"]))),
-              "load_s": load_s, "forward_s": forward_s, "collectives": counter.stats if counter else {}}
+              "load_s": load_s, "forward_s": forward_s, "collectives": counter.stats if counter else {},
+              "dtype": job["dtype"], "stored_dtype": job.get("stored_dtype", ""),
+              "stored_bytes": stored_bytes(numel, job.get("stored_dtype", ""))}
+    if job.get("generate"):
+        start = time.perf_counter()
+        refs = ref_tokens or ((lambda: job["ref_tokens"]) if job.get("ref_tokens") is not None else None)
+        leader = (job.get("pp_size", 1) - 1) * tp_size if tp_size * job.get("pp_size", 1) > 1 else None
+        with torch.inference_mode():
+            report["generation"] = greedy_steps(forward, (logits, hidden), ids, job["generate"], keep=tp_rank == 0,
+                                                leader=leader, ref_tokens=refs, follow=job.get("follow"))
+        _sync(device)
+        report["generate_s"] = time.perf_counter() - start
     if tp_rank != 0:
         return None, None, report
     out = None if logits is None else logits.float().cpu()
@@ -160,12 +183,16 @@ def spawn_entry(rank: int, job: dict) -> None:
         store = dist.TCPStore("127.0.0.1", job["store_port"], is_master=False, timeout=timeout)
         dist.init_process_group(job["backend"], store=store, rank=rank, world_size=world, timeout=timeout)
         _tp_groups(job.get("pp_size", 1), tp_size, rank)
-        logits, hidden, report = run_model(job, rank, tp_size, device, mark)
+        # the parent posts the tp=1 reference's picks once it has them (runner.run_group's publish)
+        logits, hidden, report = run_model(job, rank, tp_size, device, mark,
+                                           lambda: json.loads(store.get(REF_TOKENS_KEY).decode()))
+        generation = report.pop("generation", None) or {}
         if hidden is not None:  # each stage's TP rank 0
             names = list(hidden)  # safetensors keys stay simple; the names travel in the report
             tensors = {f"hidden.{i}": hidden[n].contiguous() for i, n in enumerate(names)}
             if logits is not None:
                 tensors["logits"] = logits.contiguous()
+            tensors.update({k: v.contiguous() for k, v in generation.items()})
             save_file(tensors, str(run_dir / f"rank{rank}.safetensors"))
             report["hidden_names"] = names
         (run_dir / f"rank{rank}.json").write_text(json.dumps(report))

@@ -1,0 +1,220 @@
+"""The Run-live page's widgets and result view (pages/1_Run_live.py runs them); the checking is in tpviz.live."""
+import json
+import time
+from pathlib import Path
+
+import streamlit as st
+import torch
+
+from explorer.text import literal
+from tpviz.live.download import human_size
+from tpviz.live.generate import MAX_NEW_TOKENS
+from tpviz.live.inputs import parse_ids_text, tokenize
+from tpviz.live.report import environment_rows, rank_figure, stage_figure
+from tpviz.live.source import local_tokenizer, resolve_model
+
+UPLOAD_MB = 1  # a config.json is a few KB; as in the explorer
+PHASES = {"download": "Download the checkpoint", "spawn": "Spawn ranks and join the process group",
+          "load": "Load each rank's weight slices",
+          "forward": "Forward pass on every rank", "compare": "Compare against tp=1"}
+SOURCES = ("Preset", "Hub repo id", "Local folder", "Upload config.json")
+DEFAULT_PRESET = "Qwen/Qwen3-0.6B"
+DEFAULT_PROMPT = "Tensor parallelism splits every weight matrix"
+PLOTLY_CONFIG = {"displaylogo": False}
+HUB_SOURCES = ("Preset", "Hub repo id")
+RANK_COLUMNS = {"read % of checkpoint": st.column_config.NumberColumn("read %", help="share of the checkpoint read"),
+                "held % of checkpoint": st.column_config.NumberColumn(
+                    "held %", help="this rank's parameters in the checkpoint's own dtype, as a share of it"),
+                "collective MiB": st.column_config.NumberColumn(
+                    "coll. MiB", help="bytes of the tensors passed to collectives")}
+
+
+class PhaseStatus:
+    """One st.status per phase: the previous one completes (with its time) when the next begins."""
+
+    def __init__(self):
+        self.box, self.phase, self.started, self.shown, self.bar = None, None, 0.0, 0.0, None
+
+    def __call__(self, phase: str) -> None:
+        self.finish()
+        if phase in PHASES:
+            self.box, self.phase, self.started = st.status(f"{PHASES[phase]}…", state="running"), phase, time.time()
+
+    def tick(self) -> None:
+        """Every 0.1 s of a run: the elapsed time in the running box, twice a second. Each update is also a
+        point where Streamlit can end the script, so Stop (or a changed control) ends the run at once."""
+        now = time.time()
+        if self.box is not None and now - self.shown >= 0.5:
+            self.box.update(label=f"{PHASES[self.phase]}… {now - self.started:.0f} s")
+            self.shown = now
+
+    def download(self, message: str, done: int, total: int) -> None:
+        """Checkpoint download progress (called on the script's thread while the download runs): a bar in its
+        box, updated twice a second; like tick, each update is a point where Stop ends the run and the download."""
+        now = time.time()
+        if self.phase != "download":
+            self("download")
+            with self.box:
+                self.bar = st.progress(0.0)
+            self.shown = 0.0
+        if self.bar is not None and (now - self.shown >= 0.5 or done >= total):
+            self.bar.progress(min(1.0, done / total) if total else 1.0,
+                              text=f"{human_size(done)} of {human_size(total)}")
+            self.shown = now
+
+    def finish(self, state: str = "complete") -> None:
+        if self.box is not None:
+            self.box.update(label=f"{PHASES[self.phase]} ({time.time() - self.started:.1f} s)", state=state)
+            self.box = None
+
+
+def model_input() -> tuple[str | bytes, bool]:
+    """The model widget(s) (the explorer's presets, a hub id, a local checkpoint folder, or an uploaded config)
+    and whether to run random weights instead of the checkpoint's."""
+    from tpviz.sources import WEB_LOCAL_HINT, presets, web_local_root
+    root = web_local_root()
+    kind = st.radio("Model source", [s for s in SOURCES if root or s != "Local folder"],
+                    horizontal=True, key="live_source")
+    if root is None:
+        st.caption(f"Local folders are off in the web app; {WEB_LOCAL_HINT}.")
+    random = kind == "Upload config.json" or bool(st.session_state.get("live_random"))  # the box is drawn below
+    weights = "random weights from the seed" if random else "its checkpoint is downloaded from the Hugging Face hub"
+    if kind == "Preset":
+        names = list(presets())
+        model = st.selectbox(f"Preset ({weights})", names, key="live_preset",
+                             index=names.index(DEFAULT_PRESET) if DEFAULT_PRESET in names else 0)
+    elif kind == "Hub repo id":
+        model = hub_id(st.text_input(f"Hugging Face repo id ({weights})", key="live_hub",
+                                     placeholder="Qwen/Qwen3-0.6B"), root)
+    elif kind == "Local folder":
+        model = st.text_input("Checkpoint folder (config.json, *.safetensors; "
+                              + ("its weights are not read: random weights)" if random else "random weights if none)"),
+                              key="live_folder", placeholder="/models/Qwen3-0.6B")
+        st.caption(f"Limited to {root}.")
+    else:
+        upload = st.file_uploader("config.json (random weights)", type=["json"], key="live_upload",
+                                  max_upload_size=UPLOAD_MB)
+        st.caption("A config alone has no weights: it runs with random weights from the seed.")
+        return (upload.getvalue() if upload is not None else ""), True
+    random = st.checkbox("Random weights", key="live_random",
+                         help="Seeded random weights of the model's shapes instead of its checkpoint: nothing is "
+                              "downloaded or read, and the result says random weights")
+    if kind in HUB_SOURCES:
+        st.caption("Random weights from the seed (Advanced): nothing is downloaded." if random else
+                   "Real weights: the safetensors checkpoint is downloaded once into the Hugging Face cache and "
+                   "reused, also offline; pickle-only repos are refused.")
+    return model, random
+
+
+def hub_id(text: str, root: str | None) -> str:
+    """A hub id or preset from the hub box, never a server path (unless local folders are allowed);
+    an error line and no model otherwise."""
+    from tpviz.sources import REPO_ID, find_preset, repo_from_url
+    text = repo_from_url(text.strip())
+    if not text or find_preset(text) or root:  # with a root set, the library confines local paths
+        return text
+    if REPO_ID.match(text) and not {".", ".."} & set(text.split("/")) and not Path(text).exists():
+        return text
+    st.error(f"{literal(text)} is not a Hugging Face repo id (owner/name); pick Preset for the built-in models")
+    return ""
+
+
+def text_input(model, random: bool) -> tuple[str, int]:
+    """The input box and the number of new tokens: a prompt when the model has a tokenizer (a local folder's,
+    or a hub repo's, which comes with its real weights), else token ids, saying why there is no tokenizer."""
+    kind = st.session_state.get("live_source")
+    if local_tokenizer(model) is not None:
+        text = st.text_area("Prompt (tokenized with the folder's tokenizer)", DEFAULT_PROMPT, key="live_prompt")
+    elif kind in HUB_SOURCES and not random:
+        text = st.text_area("Prompt (tokenized with the repo's own tokenizer, downloaded with its weights; a repo "
+                            "without one takes token ids; empty = random ids)", key="live_prompt",
+                            placeholder=DEFAULT_PROMPT)
+    else:
+        why = {"Upload config.json": "a config.json alone has no tokenizer",
+               "Local folder": "this folder has no tokenizer.json or tokenizer.model"}.get(
+            kind, "random weights download nothing, so there is no tokenizer")
+        text = st.text_input("Token ids (e.g. 1 2 3, or [[1, 2], [3, 4]]; empty = random)", key="live_ids")
+        st.caption(f"Token ids, not text: {why}.")
+    n = int(st.number_input("New tokens to generate (0 = none)", 0, MAX_NEW_TOKENS, 8, key="live_generate",
+                            help="Greedy continuation of the prompt on TP and on tp=1, each following its own "
+                                 "picks, shown side by side with where they part and why"))
+    return text, n
+
+
+def input_ids_for(model: str | bytes, prompt: str, tp: int, layers: int | None, seed: int,
+                  ep: bool = False, random: bool = False, download=None) -> torch.Tensor | None:
+    """Ids from the prompt: tokenized when the checkpoint has a tokenizer, typed ids otherwise; None = random."""
+    if not prompt.strip():
+        return None
+    source = resolve_model(model, layers, seed, tp, ep=ep, random_weights=random, download=download)
+    vocab = source.cfg.spec.vocab_size
+    if source.tokenizer_dir is not None:
+        return tokenize(prompt, source.tokenizer_dir, vocab)
+    return parse_ids_text(prompt, vocab)
+
+
+def short(x: float) -> str:
+    """A metric-sized number: '3.88', '0.25', '3.4e-4' (the exact values are in the line above the metrics)."""
+    if x == 0 or 1e-2 <= abs(x) < 1e4:
+        return f"{x:.3g}"
+    mantissa, exponent = f"{x:.1e}".split("e")
+    return f"{mantissa}e{int(exponent)}"
+
+
+def show_generation(result) -> None:
+    """Both continuations side by side, where they first differ and why, and that step's stage chart."""
+    g = result.generation
+    st.subheader("Greedy continuation")
+    if g.prompt_text is not None:
+        st.caption(f"Prompt ({len(g.prompt_ids)} tokens): {literal(g.prompt_text)}")
+    cols = st.columns(2)
+    for col, who, text, ids in ((cols[0], result.layout, g.tp_text, g.tp_tokens), (cols[1], "tp=1", g.ref_text,
+                                                                                     g.ref_tokens)):
+        col.caption(f"{who}: {g.new_tokens} new tokens")
+        col.code(text if text is not None else " ".join(map(str, ids)), language=None, wrap_lines=True)
+    where = g.divergence(result.layout)  # the explanation already says "Identical for all N new tokens"
+    line = g.explanation if g.diverged_at is None else f"{where[0].upper()}{where[1:]}. {g.explanation}"
+    (st.success if g.diverged_at is None else st.info if g.noise_explained else st.warning)(line)
+    if g.diverged_at:
+        st.plotly_chart(stage_figure(result, g.layers, f"New token #{g.diverged_at + 1}: TP vs tp=1 on the same "
+                                                       f"{len(g.prompt_ids) + g.diverged_at} tokens"),
+                        config=PLOTLY_CONFIG, key="generation_chart")
+    elif g.diverged_at == 0:
+        st.caption("The first new token already differs: the chart above is that step (the prompt's forward pass).")
+
+
+def show_result(result) -> None:
+    """Verdict, per-stage chart, generation, per-rank table, environment and downloads of one finished run."""
+    (st.success if result.passed else st.warning)(result.headline())
+    st.caption(f"Weights: random, from seed {result.seed} (not the checkpoint's)." if result.random_weights
+               else "Weights: the checkpoint's own (real weights).")
+    cols = st.columns([1, 1, 1, 1.35])  # the verdict is in the banner above; where it starts matters most
+    cols[0].metric("max |Δlogit|", short(result.max_abs_diff))
+    cols[1].metric("tolerance", short(result.tolerance))
+    cols[2].metric("argmax agreement", f"{100 * result.argmax_agreement:.1f}%")
+    cols[3].metric("first beyond tolerance", result.diverges_at or "none",
+                   help="The first stage whose TP output differs from tp=1 by more than its tolerance")
+    st.caption(f"Tolerance: {result.tolerance_rule}. Relative difference (max|Δ| / max|logit|): "
+               f"{result.max_rel_diff:.3g}.")
+    for inj in result.injections:
+        (st.info if inj.has_effect else st.warning)(
+            f"Injected **{inj.name}**: {inj.description}. " + ("" if inj.has_effect else "It has **no effect** here: ")
+            + inj.reason + ".")
+    st.plotly_chart(stage_figure(result), config=PLOTLY_CONFIG, key="stage_chart")
+    if result.generation is not None:
+        show_generation(result)
+    st.subheader("Per rank")
+    one_device = len({r.device for r in result.ranks}) == 1  # then the device is in the environment table
+    rows = [r.row(result.pp_size > 1, result.ep) for r in result.ranks]
+    st.dataframe([{k: v for k, v in row.items() if not (one_device and k == "device")} for row in rows],
+                 hide_index=True, column_config=RANK_COLUMNS)
+    st.plotly_chart(rank_figure(result), config=PLOTLY_CONFIG, key="rank_chart")
+    with st.expander("Local parameter shapes per rank"):
+        st.json({f"rank {r.rank}": r.param_shapes for r in result.ranks}, expanded=False)
+    st.subheader("Environment")
+    st.dataframe(environment_rows(result), hide_index=True)
+    st.caption("Phases: " + ", ".join(f"{k} {v:.2f} s" for k, v in result.phases.items()))
+    for note in result.notes:
+        st.caption(f"Note: {note}")
+    st.download_button("Download result JSON", json.dumps(result.to_dict(), indent=2), file_name="verify.json",
+                       mime="application/json", key="download_json")
