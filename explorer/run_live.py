@@ -218,3 +218,28 @@ def show_result(result) -> None:
         st.caption(f"Note: {note}")
     st.download_button("Download result JSON", json.dumps(result.to_dict(), indent=2), file_name="verify.json",
                        mime="application/json", key="download_json")
+
+
+@st.cache_data(show_spinner=False, max_entries=64, ttl=600)
+def injection_reach(model: str | bytes, tp: int, layers: int) -> dict[str, tuple[bool, str]]:
+    """Before a run: for each injectable bug, whether it can change this model's output at this tp, and why
+    ({} when the config cannot be read yet: the run itself will say why)."""
+    from tpviz.live.inject import INJECTIONS, describe_injections
+    from tpviz.live.source import live_config
+    from tpviz.sources import resolve_config
+    from tpviz.spec import normalize
+    try:
+        raw, name = resolve_config(model)
+        cfg = live_config(normalize(raw, name), raw, layers or None)
+        return {i.name: (i.has_effect, i.reason) for i in describe_injections(list(INJECTIONS), cfg, tp)}
+    except Exception:  # noqa: BLE001 - a bad or unreachable source is reported by the run, in one line
+        return {}
+
+
+def injection_hint(reach: dict[str, tuple[bool, str]], chosen: list[str]) -> str | None:
+    """One caption: the chosen bugs that cannot bite here and why, with one that can."""
+    idle = [f"{n} has no effect here ({reach[n][1]})" for n in chosen if n in reach and not reach[n][0]]
+    biting = [n for n, (effect, _) in reach.items() if effect and n not in chosen]
+    if not idle:
+        return None
+    return "; ".join(idle) + (f". Try {biting[0]}: {reach[biting[0]][1]}." if biting else ".")

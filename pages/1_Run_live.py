@@ -7,7 +7,9 @@ result view in explorer.run_live.
 import streamlit as st
 from streamlit.runtime.scriptrunner_utils.exceptions import RerunException, StopException
 
-from explorer.run_live import PHASES, PhaseStatus, input_ids_for, model_input, show_result, text_input
+from explorer.run_live import (PHASES, PhaseStatus, injection_hint, injection_reach, input_ids_for, model_input,
+                               show_result, text_input)
+from explorer.text import literal
 from tpviz.errors import TpvizError
 from tpviz.live.check import NOISE_MULTIPLE, verify
 from tpviz.live.errors import for_page
@@ -43,8 +45,12 @@ def main() -> None:
                                   "in the dtype the checkpoint is stored in")
         layers = int(st.number_input("Layers to keep (0 = all)", min_value=0, max_value=512, value=2, key="live_layers",
                                      help="Keep only the first layers: a quick check of a big config"))
+        reach = injection_reach(model, tp, layers) if model else {}  # which bugs can bite this model, up front
         inject = st.multiselect("Inject a TP bug", list(INJECTIONS), key="live_inject",
+                                format_func=lambda n: n if reach.get(n, (True,))[0] else f"{n} (no effect here)",
                                 help="; ".join(f"{k}: {v}" for k, v in INJECTIONS.items()))
+        if hint := injection_hint(reach, inject):
+            st.caption(literal(hint))
         prompt, generate = text_input(model, random)
         with st.expander("Advanced"):
             seq_len = int(st.number_input("Random ids per row", 1, 4096, 32, key="live_seq_len"))

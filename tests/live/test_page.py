@@ -217,3 +217,17 @@ def test_page_generates_from_a_prompt_and_shows_where_tp_and_tp1_part(tiny, tmp_
     charts = [json.loads(c.proto.spec) for c in at.get("plotly_chart")]
     assert len(charts) == 3 and charts[1]["layout"]["title"]["text"].startswith(
         "New token #2: TP vs tp=1 on the same 4 tokens, first beyond tolerance at layer 0")
+
+
+def test_injections_say_up_front_whether_they_can_bite(tiny):
+    at = _page(tiny["qwen3"][0])  # qwen3: no biases anywhere; 2 KV heads
+    at.number_input(key="live_tp").set_value(2).run()
+    options = at.multiselect(key="live_inject").options
+    assert "bias-all-ranks (no effect here)" in options and "skip-allreduce" in options
+    assert "wrong-kv-head (no effect here)" in options  # 2 KV heads split evenly over tp=2: nothing replicated
+    at.multiselect(key="live_inject").set_value(["bias-all-ranks"]).run()
+    hint = next(c.value for c in at.caption if "has no effect here" in c.value).replace("\\", "")  # unescaped
+    assert hint.startswith("bias-all-ranks has no effect here (no row-parallel layer here has a bias")
+    assert "Try skip-allreduce" in hint and "--" not in hint
+    at.number_input(key="live_tp").set_value(4).run()  # now each KV head is on two ranks: wrong-kv-head bites
+    assert "wrong-kv-head" in at.multiselect(key="live_inject").options
