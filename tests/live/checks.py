@@ -1,8 +1,9 @@
-"""Helpers the live family tests share: a checkpoint's tensor shapes, and our tp=1 logits with a change."""
+"""Helpers the live family tests share: a checkpoint's tensor shapes, our tp=1 logits (with a change), and the
+two checks every family makes against transformers."""
 import torch
 from safetensors import safe_open
 
-from tpviz.live import LiveConfig, LiveForCausalLM, load_weights, prepare
+from tpviz.live import LiveConfig, LiveForCausalLM, load_weights, prepare, resolve_model
 from tpviz.live.worker import run_model
 
 
@@ -10,6 +11,27 @@ def saved_shapes(folder) -> dict:
     """Name -> shape (a tuple) of every tensor in folder/model.safetensors."""
     with safe_open(str(folder / "model.safetensors"), "pt") as f:
         return {k: tuple(f.get_slice(k).get_shape()) for k in f.keys()}
+
+
+def tp1_matches(folder, expected: torch.Tensor, ids: torch.Tensor):
+    """Our tp=1 float32 run of folder within 1e-4 of transformers' logits; returns (prep, the rank's report)."""
+    prep = prepare(folder, 1, device="cpu", input_ids=ids)
+    logits, _, report = run_model(prep.job, 0, 1, torch.device("cpu"))
+    assert (logits - expected).abs().max() < 1e-4
+    return prep, report
+
+
+def random_round_trip(config, ids: torch.Tensor, seed: int = 0):
+    """Seeded random weights for config.json are a checkpoint transformers loads as it is, and it agrees with our
+    tp=1 run within 1e-4; returns (the ModelSource, transformers' model)."""
+    from transformers import AutoModelForCausalLM
+    source = resolve_model(config, seed=seed, random_weights=True)
+    assert source.random_weights
+    hf_model = AutoModelForCausalLM.from_pretrained(source.checkpoint, dtype=torch.float32).eval()
+    with torch.no_grad():
+        expected = hf_model(ids).logits
+    assert (tp1_logits(source.checkpoint, ids) - expected).abs().max() < 1e-4
+    return source, hf_model
 
 
 def tp1_logits(folder, ids: torch.Tensor, patch=None, edit=None) -> torch.Tensor:

@@ -8,10 +8,9 @@ from tpviz.errors import TPSizeError
 from tpviz.live import LiveForCausalLM, load_weights, prepare, resolve_model, verify
 from tpviz.live.inject import describe_injections
 from tpviz.live.random_weights import checkpoint_shapes
-from tpviz.live.worker import run_model
 
 from .conftest import EXTRA_FAMILIES
-from .checks import saved_shapes, tp1_logits
+from .checks import random_round_trip, saved_shapes, tp1_logits, tp1_matches
 
 IDS = torch.randint(0, 999, (2, 12), generator=torch.Generator().manual_seed(7))  # longer than every window
 
@@ -24,10 +23,7 @@ IDS = torch.randint(0, 999, (2, 12), generator=torch.Generator().manual_seed(7))
 def test_tp1_matches_transformers_fp32(tiny_extra, family):
     folder, hf_model = tiny_extra[family]
     with torch.no_grad():
-        expected = hf_model(IDS).logits
-    prep = prepare(folder, 1, device="cpu", input_ids=IDS)
-    logits, _, report = run_model(prep.job, 0, 1, torch.device("cpu"))
-    assert (logits - expected).abs().max() < 1e-4
+        prep, report = tp1_matches(folder, hf_model(IDS).logits, IDS)
     # random weights write exactly this layout: the same names (fused for Phi-3, OLMo's norms) and shapes
     assert checkpoint_shapes(prep.source.cfg) == saved_shapes(folder)
     shapes = report["param_shapes"]
@@ -118,15 +114,10 @@ def test_phi3_fused_tensors_are_read_per_rank(tiny_extra):
 @pytest.mark.slow
 @pytest.mark.parametrize("family", list(EXTRA_FAMILIES))
 def test_random_weights_run_and_load_in_transformers(tiny_extra, family):
-    from transformers import AutoModelForCausalLM
     config = tiny_extra[family][0] / "config.json"
     result, _ = verify(config, 2, device="cpu", input_ids=IDS, timeout=120)
     assert result.random_weights and result.passed, result.max_abs_diff
-    # the random folder is a checkpoint like any other: transformers reads its config.json and tensors the same way
-    hf_model = AutoModelForCausalLM.from_pretrained(resolve_model(config).checkpoint, dtype=torch.float32).eval()
-    with torch.no_grad():
-        expected = hf_model(IDS).logits
-    assert (tp1_logits(config, IDS) - expected).abs().max() < 1e-4
+    random_round_trip(config, IDS)  # the random folder is a checkpoint like any other
 
 
 @pytest.mark.parametrize("family", list(EXTRA_FAMILIES))

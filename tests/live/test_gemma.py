@@ -19,7 +19,7 @@ from tpviz.live.weights import param_target
 from tpviz.live.worker import run_model
 from tpviz.sources import resolve_config
 from tpviz.spec import normalize
-from .checks import saved_shapes, tp1_logits
+from .checks import random_round_trip, saved_shapes, tp1_logits, tp1_matches
 
 IDS = torch.randint(0, 1001, (2, 12), generator=torch.Generator().manual_seed(7))  # 12 tokens > window 4
 # hidden 64, 4 heads of 16, 2 KV heads (replicated at tp=4), 4 layers, a vocabulary no tp divides, a window of 4,
@@ -75,9 +75,7 @@ def tiny_gemma(tmp_path_factory):
 @pytest.mark.parametrize("family", list(WINDOWS))
 def test_tp1_matches_transformers_fp32(tiny_gemma, family):
     folder, _, expected = tiny_gemma[family]
-    prep = prepare(folder, 1, device="cpu", input_ids=IDS)
-    logits, _, report = run_model(prep.job, 0, 1, torch.device("cpu"))
-    assert (logits - expected).abs().max() < 1e-4
+    prep, report = tp1_matches(folder, expected, IDS)
     assert expected.abs().max() > 2.5  # the final cap (3) is reached for: it bites
     cfg = prep.source.cfg
     assert checkpoint_shapes(cfg) == saved_shapes(folder)  # random weights write exactly this layout
@@ -176,18 +174,12 @@ def test_tp_and_pp_match_tp1(tiny_gemma, family, tp, pp):
 @pytest.mark.slow
 def test_random_weights_run_and_load_in_transformers(tiny_gemma):
     """Random weights for each config: TP matches tp=1, and transformers reads the folder the same way."""
-    from transformers import AutoModelForCausalLM
     for family in WINDOWS:
         config = tiny_gemma[family][0] / "config.json"
         result, _ = verify(config, 2, device="cpu", input_ids=IDS, random_weights=True, timeout=120)
         assert result.random_weights and result.passed, result.max_abs_diff
-        source = resolve_model(config, random_weights=True)
-        hf_model = AutoModelForCausalLM.from_pretrained(source.checkpoint, dtype=torch.float32).eval()
+        source, hf_model = random_round_trip(config, IDS)
         assert type(hf_model).__name__ == {"gemma2": "Gemma2ForCausalLM", "gemma3": "Gemma3ForCausalLM"}[family]
-        with torch.no_grad():
-            expected = hf_model(IDS).logits
-        prep = prepare(config, 1, device="cpu", input_ids=IDS, random_weights=True)
-        assert (run_model(prep.job, 0, 1, torch.device("cpu"))[0] - expected).abs().max() < 1e-4
         # norm offsets around 0, as Gemma stores them
         with safe_open(str(source.checkpoint / "model.safetensors"), "pt") as f:
             assert f.get_tensor("model.norm.weight").float().abs().mean() < 0.2

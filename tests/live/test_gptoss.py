@@ -13,9 +13,8 @@ from tpviz.live.errors import LiveError
 from tpviz.live.random_weights import checkpoint_shapes, hf_config
 from tpviz.live.source import live_config
 from tpviz.live.weights import param_target
-from tpviz.live.worker import run_model
 from tpviz.spec import normalize
-from .checks import saved_shapes, tp1_logits
+from .checks import random_round_trip, saved_shapes, tp1_logits, tp1_matches
 
 IDS = torch.randint(0, 1001, (2, 12), generator=torch.Generator().manual_seed(7))  # 12 tokens > window 4
 # hidden 64, 4 heads of 16, 2 KV heads (replicated at tp=4), 4 layers (sliding, full, sliding, full: transformers'
@@ -87,9 +86,7 @@ def tiny_oss(tmp_path_factory):
 @pytest.mark.parametrize("kind", ["plain", "mxfp4"])
 def test_tp1_matches_transformers_fp32(tiny_oss, kind):
     folder, expected = tiny_oss[kind]
-    prep = prepare(folder, 1, device="cpu", input_ids=IDS)
-    logits, _, report = run_model(prep.job, 0, 1, torch.device("cpu"))
-    assert (logits - expected).abs().max() < 1e-4
+    prep, report = tp1_matches(folder, expected, IDS)
     cfg = prep.source.cfg
     assert [layer.mixer.window for layer in cfg.spec.layers] == [4, 0, 4, 0]
     assert cfg.rope["rope_type"] == "yarn" and cfg.swiglu == {"alpha": 1.702, "limit": 7.0}
@@ -222,17 +219,11 @@ def test_tp_matches_tp1(tiny_oss, kind, tp, ep):
 
 @pytest.mark.slow
 def test_random_weights_run_and_load_in_transformers(tiny_oss):
-    from transformers import AutoModelForCausalLM
     config = tiny_oss["plain"][0] / "config.json"
     result, _ = verify(config, 2, device="cpu", input_ids=IDS, random_weights=True, timeout=180)
     assert result.random_weights and result.passed, result.max_abs_diff
-    source = resolve_model(config, random_weights=True)
-    hf_model = AutoModelForCausalLM.from_pretrained(source.checkpoint, dtype=torch.float32).eval()
+    _, hf_model = random_round_trip(config, IDS)
     assert type(hf_model).__name__ == "GptOssForCausalLM"
-    with torch.no_grad():
-        expected = hf_model(IDS).logits
-    prep = prepare(config, 1, device="cpu", input_ids=IDS, random_weights=True)
-    assert (run_model(prep.job, 0, 1, torch.device("cpu"))[0] - expected).abs().max() < 1e-4
 
 
 def test_config_without_rope_runs_transformers_yarn(tiny_oss):

@@ -2,14 +2,13 @@
 import pytest
 import torch
 
-from tpviz.live import LiveForCausalLM, load_weights, prepare, resolve_model, verify
+from tpviz.live import LiveForCausalLM, load_weights, resolve_model, verify
 from tpviz.live.inject import apply_injections, describe_injections
 from tpviz.live.moe import SparseMoeBlock
 from tpviz.live.weights import param_target
-from tpviz.live.worker import run_model
 
 from .conftest import MOE_FAMILIES
-from .checks import saved_shapes, tp1_logits
+from .checks import random_round_trip, saved_shapes, tp1_logits, tp1_matches
 
 IDS = torch.randint(0, 999, (2, 12), generator=torch.Generator().manual_seed(7))
 INTER = {"mixtral": 96, "qwen3_moe": 48}  # each family's expert intermediate size in conftest
@@ -24,10 +23,7 @@ DOWN = {"mixtral": "block_sparse_moe.experts.0.w2", "qwen3_moe": "mlp.experts.0.
 def test_tp1_matches_transformers_fp32(tiny_moe, family):
     folder, hf_model = tiny_moe[family]
     with torch.no_grad():
-        expected = hf_model(IDS).logits
-    prep = prepare(folder, 1, device="cpu", input_ids=IDS)
-    logits, _, report = run_model(prep.job, 0, 1, torch.device("cpu"))
-    assert (logits - expected).abs().max() < 1e-4
+        _, report = tp1_matches(folder, hf_model(IDS).logits, IDS)
     shapes, block = report["param_shapes"], "block_sparse_moe" if family == "mixtral" else "mlp"
     assert shapes[f"model.layers.0.{block}.gate.weight"] == [4, 64]  # the router
     assert shapes[f"model.layers.0.{block}.experts.3.gate_up_proj.weight"] == [2 * INTER[family], 64]
@@ -66,15 +62,9 @@ def test_expert_names_map_onto_merged_layers():
 
 @pytest.mark.parametrize("family", list(MOE_FAMILIES))
 def test_random_weights_use_the_checkpoint_layout(tiny_moe, family):
-    import transformers
     folder, _ = tiny_moe[family]
-    source = resolve_model(folder / "config.json", seed=1)  # a config alone: seeded random weights
-    assert source.random_weights and saved_shapes(source.checkpoint) == saved_shapes(folder)
-    # transformers reads the written config.json back to the same model, and agrees with us on the random weights
-    hf_model = transformers.AutoModelForCausalLM.from_pretrained(source.checkpoint, dtype=torch.float32).eval()
-    with torch.no_grad():
-        expected = hf_model(IDS).logits
-    assert (tp1_logits(source.checkpoint, IDS) - expected).abs().max() < 1e-4
+    source, _ = random_round_trip(folder / "config.json", IDS, seed=1)  # a config alone: seeded random weights
+    assert saved_shapes(source.checkpoint) == saved_shapes(folder)
 
 
 @pytest.mark.parametrize("tp", [2, 4])

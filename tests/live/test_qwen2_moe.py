@@ -4,12 +4,11 @@ mlp_only_layers; transformers parity at tp=1, each part mattering, TP parity, ra
 import pytest
 import torch
 
-from tpviz.live import LiveForCausalLM, load_weights, prepare, resolve_model, verify
+from tpviz.live import LiveForCausalLM, load_weights, resolve_model, verify
 from tpviz.live.moe import SparseMoeBlock
 from tpviz.live.random_weights import checkpoint_shapes
-from tpviz.live.worker import run_model
 from tpviz.spec import normalize
-from .checks import saved_shapes, tp1_logits
+from .checks import random_round_trip, saved_shapes, tp1_logits, tp1_matches
 
 IDS = torch.randint(0, 999, (2, 12), generator=torch.Generator().manual_seed(7))
 # 4 experts top-2 of 48, a shared expert of 80, qkv biases; layer 1 is a dense mlp_only layer (intermediate 96)
@@ -48,10 +47,7 @@ def tiny_q2(tmp_path_factory):
 def test_tp1_matches_transformers_fp32(tiny_q2):
     folder, hf_model = tiny_q2
     with torch.no_grad():
-        expected = hf_model(IDS).logits
-    prep = prepare(folder, 1, device="cpu", input_ids=IDS)
-    logits, _, report = run_model(prep.job, 0, 1, torch.device("cpu"))
-    assert (logits - expected).abs().max() < 1e-4
+        prep, report = tp1_matches(folder, hf_model(IDS).logits, IDS)
     assert checkpoint_shapes(prep.source.cfg) == saved_shapes(folder)  # random weights write exactly this layout
     shapes = report["param_shapes"]
     assert prep.source.cfg.spec.moe_layers == [0, 2]  # mlp_only_layers=[1] keeps a dense MLP there
@@ -85,14 +81,9 @@ def test_the_shared_expert_and_its_gate_matter(tiny_q2, part):
 
 
 def test_random_weights_round_trip_through_transformers(tiny_q2):
-    import transformers
     folder, _ = tiny_q2
-    source = resolve_model(folder / "config.json", seed=1)  # a config alone: seeded random weights
-    assert source.random_weights and saved_shapes(source.checkpoint) == saved_shapes(folder)
-    hf_model = transformers.AutoModelForCausalLM.from_pretrained(source.checkpoint, dtype=torch.float32).eval()
-    with torch.no_grad():
-        expected = hf_model(IDS).logits
-    assert (tp1_logits(source.checkpoint, IDS) - expected).abs().max() < 1e-4
+    source, _ = random_round_trip(folder / "config.json", IDS, seed=1)  # a config alone: seeded random weights
+    assert saved_shapes(source.checkpoint) == saved_shapes(folder)
 
 
 @pytest.mark.parametrize("tp", [2, 4])

@@ -84,6 +84,9 @@ class TextTokenizer:
                 from transformers import AutoTokenizer
                 self._fast = False
                 self._tok = AutoTokenizer.from_pretrained(str(folder), local_files_only=True)
+        except ImportError as e:  # tokenizers is a requirement; transformers (tokenizer.model only) is not
+            raise LiveError(f"the tokenizer in {folder} needs the {e.name} package (pip install {e.name}), or "
+                            "give token ids") from None
         except Exception as e:  # both libraries raise many kinds for a broken tokenizer folder
             raise LiveError(f"cannot load the tokenizer in {folder} ({type(e).__name__})") from None
 
