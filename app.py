@@ -16,7 +16,7 @@ from explorer.state import DEFAULT_VIEW, query_from_controls
 from explorer.style import narrow_screens
 from explorer.text import literal
 from tpviz import summary as S
-from tpviz.format import fmt_bytes
+from tpviz.format import ValidRow, fmt_bytes
 from tpviz.errors import MissingFieldError, NotJSONError, TPSizeError, TpvizError
 from tpviz.export import chromium_path, figure_png, png_names
 from tpviz.plots.strip import layer_strip
@@ -28,7 +28,7 @@ FIELDS_HINT = ("a decoder config.json needs hidden_size, num_attention_heads, nu
                "intermediate_size and vocab_size")
 
 
-def explain(error: Exception, name: str | None, rows: list[dict] | None, rules: str) -> str:
+def explain(error: Exception, name: str | None, rows: list[ValidRow] | None, rules: str) -> str:
     """One line: the reason, and what would work."""
     text = str(error)
     if isinstance(error, TPSizeError) and rows:
@@ -78,21 +78,21 @@ def versus(value: float, naive: float) -> dict:
     return dict(delta=f"{pct:+.1f}% vs total/tp", delta_color="inverse")
 
 
-def render_page(page: Page, rows: list[dict], lay: dict | None = None) -> None:
+def render_page(page: Page, rows: list[ValidRow], lay: dict | None = None) -> None:
     """The main area: header, metrics, the three special cases, a deployment's GPUs, one figure per family,
     summaries."""
     m, spec = page.m, page.m.model
     gpus = len(lay["gpus"]) if lay else m.tp_size
-    st.markdown(f"## {literal(spec['name'])} on {gpus} GPU{'s' if gpus > 1 else ''}"
+    st.markdown(f"## {literal(spec.name)} on {gpus} GPU{'s' if gpus > 1 else ''}"
                 + (f" · {lay['label']}" if lay else ""))
-    heads = (f"{spec['num_attention_heads']} q heads, {spec['num_key_value_heads']} KV heads × {spec['head_dim']}"
-             if not spec.get("kv_lora_rank") else f"{spec['num_attention_heads']} heads, MLA latent {spec['kv_lora_rank']}")
-    st.caption(f"{RULE_LABELS[m.rules]} rules · {spec['num_hidden_layers']} layers · hidden {spec['hidden_size']} · "
-               f"{heads} · vocab {spec['vocab_size']:,} · {spec['dtype']}")
-    if spec.get("quant"):
-        st.caption(f"Quantized checkpoint: {literal(spec['quant']['label'])}; weights and scales are counted at the "
+    heads = (f"{spec.num_attention_heads} q heads, {spec.num_key_value_heads} KV heads × {spec.head_dim}"
+             if not spec.is_mla else f"{spec.num_attention_heads} heads, MLA latent {spec.kv_lora_rank}")
+    st.caption(f"{RULE_LABELS[m.rules]} rules · {spec.num_hidden_layers} layers · hidden {spec.hidden_size} · "
+               f"{heads} · vocab {spec.vocab_size:,} · {spec.dtype}")
+    if spec.quant:
+        st.caption(f"Quantized checkpoint: {literal(spec.quant.label)}; weights and scales are counted at the "
                    "bytes they are stored in.")
-    for note in spec.get("notes", []):
+    for note in spec.notes:
         st.caption(f"Note: {literal(note)}")
     for warning in m.warnings:
         st.warning(literal(warning))
@@ -165,7 +165,7 @@ def deployment(cfg_json: str, name: str, values: dict, errors: list[str]) -> dic
         return None
 
 
-def nearest_view(cfg_json: str | None, name: str | None, rows: list[dict] | None, values: dict) -> tuple | None:
+def nearest_view(cfg_json: str | None, name: str | None, rows: list[ValidRow] | None, values: dict) -> tuple | None:
     """A first view whose tp does not work: the same model at the nearest valid tp (largest below, else smallest)."""
     bad_tp = bool(cfg_json and rows and S.tp_problem(rows, values["tp"], values["rules"]))
     sizes = S.valid_sizes(rows, values["rules"]) if bad_tp else []

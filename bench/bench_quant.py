@@ -29,7 +29,7 @@ def main() -> int:
     worst_map = worst_table = 0.0
     for model in MODELS:
         rows = valid_table(model, 8)[1]
-        tp = max(r["tp"] for r in rows if r["vllm"] is None)  # tp 8, or the largest valid below it (GPTQ: 4)
+        tp = max(r.tp for r in rows if r.valid("vllm"))  # tp 8, or the largest valid below it (GPTQ: 4)
         times = []
         for _ in range(args.n):
             t = time.perf_counter()

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 import streamlit as st
 
 from tpviz import load_spec, shard_map
-from tpviz.format import valid_table
+from tpviz.format import ValidRow, valid_table
 from tpviz.export import PngRenderer, shard_map_json
 from tpviz import plots  # looked up at call time (tests swap a figure function to inject a failure)
 from tpviz.shardmap import ShardMap
@@ -30,8 +30,8 @@ def resolve_hub(repo_id: str) -> tuple[str, str]:
 
 
 @st.cache_data(show_spinner=False, max_entries=64)
-def valid_rows(cfg_json: str, name: str) -> list[dict]:
-    """cli.valid_table rows (tp 1..64, both rule sets) of a config."""
+def valid_rows(cfg_json: str, name: str) -> list[ValidRow]:
+    """valid_table rows (tp 1..64, every rule set) of a config."""
     return valid_table(load_spec(json.loads(cfg_json), name), MAX_TP)[1]
 
 

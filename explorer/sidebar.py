@@ -12,6 +12,7 @@ from explorer.state import DEFAULT_VIEW, MAX_PP_DP, SOURCES, controls_from_query
 from explorer.text import literal
 from tpviz import summary as S
 from tpviz.errors import SourceError, TpvizError
+from tpviz.format import ValidRow
 from tpviz.export import NO_CHROMIUM, chromium_path, file_stem, figures_zip, shard_map_json
 from tpviz.plots import export_figures
 from tpviz.rules import ENGINE, RULE_NOTES, RULES
@@ -125,12 +126,12 @@ def sidebar_source(local_off: bool) -> UploadedFile | None:
     return upload
 
 
-def tp_control(rows: list[dict] | None, rules: str) -> int:
+def tp_control(rows: list[ValidRow] | None, rules: str) -> int:
     """The valid tp sizes (and the current one); with "Show invalid sizes", all of 1..64, each invalid size
     marked, and every reason written out in full below."""
     show_all = st.toggle("Show invalid tp sizes", key="tp_show_invalid", persist_state="session",
                          help="List the sizes this model cannot be split by, with the rule each one breaks")
-    problems = {row["tp"]: row[rules] for row in rows or []}
+    problems = {row.tp: row.problems[rules] for row in rows or []}
     current = st.session_state.get("tp", DEFAULT_VIEW["tp"])
     every = list(range(1, S.MAX_TP + 1))
     options = every if show_all or not rows else sorted({t for t in every if problems.get(t) is None} | {current})

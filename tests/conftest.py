@@ -36,13 +36,13 @@ def shared_configs() -> dict[str, dict]:
     return {p.stem: json.loads(p.read_text(encoding="utf-8")) for p in files}
 
 
-def _kv_replicas(model: dict, tp: int) -> int:
+def _kv_replicas(model, tp: int) -> int:
     """How many ranks hold each KV head: tp / num_kv_heads when tp exceeds the KV heads, else 1."""
-    kv = model["num_key_value_heads"]
+    kv = model.num_key_value_heads
     return tp // kv if tp > kv else 1
 
 
-def _expected_cover(t, tp: int, replicas: int, q_rows: int, d: int, model: dict) -> torch.Tensor:
+def _expected_cover(t, tp: int, replicas: int, q_rows: int, d: int, model) -> torch.Tensor:
     """How many ranks hold each source row: once, except replicated KV heads and Mamba2's single group."""
     expected = torch.ones(t.shape[t.split_dim], dtype=torch.int64)
     fused_kv = [sec for sec in t.sections if t.family == "qkv" and not sec[3] and sec[0].split(" ")[0] in "kv"]
@@ -67,12 +67,12 @@ def _expected_cover(t, tp: int, replicas: int, q_rows: int, d: int, model: dict)
             expected[q_rows:] = replicas
     if isinstance(t.shard_id, list):  # one tensor loaded into several shards (Gemma-4's K = V)
         expected *= len(t.shard_id)
-    quant = model.get("quant") or {}
-    if t.family == "experts" and quant.get("block") and t.name.endswith(("_scale_inv", ".weight_scale")):
+    quant = model.quant
+    if t.family == "experts" and quant and quant.block and t.name.endswith(("_scale_inv", ".weight_scale")):
         # a slice of I/tp rows that misses the 128 block is refined to r x r blocks (vLLM >= 0.29): each
         # checkpoint block's scale is loaded once per r-row sub-block, by the GPU that holds that sub-block
-        per, (bn, bk) = model["moe_intermediate_size"] // tp, quant["block"]
-        r = bn if per % bn == 0 else math.gcd(math.gcd(bn, bk), math.gcd(per, model["hidden_size"]))
+        per, (bn, bk) = model.moe_intermediate_size // tp, quant.block
+        r = bn if per % bn == 0 else math.gcd(math.gcd(bn, bk), math.gcd(per, model.hidden_size))
         expected[:] = bn // r
     return expected
 
@@ -95,7 +95,7 @@ def check_shard_map(m) -> None:
     names = [(t.name, tuple(t.layers or ())) for t in m.tensors]
     assert len(set(names)) == len(names), "duplicate checkpoint tensors"
     replicas = _kv_replicas(model, tp)
-    q_rows = model["num_attention_heads"] * model["head_dim"]
+    q_rows = model.num_attention_heads * model.head_dim
     by_param_rank: dict[tuple[str, int], list[tuple[int, int]]] = {}
     for t in m.tensors:
         assert (t.param, tuple(t.layers or ())) in params, (t.name, t.param)
@@ -103,7 +103,7 @@ def check_shard_map(m) -> None:
         transposed = t.shape[::-1] == p.shape and len(t.shape) == 2  # Conv1D weights are stored [in, out]
         assert t.split_dim == p.split_dim or (transposed and t.split_dim == 1 - p.split_dim), t.name
         if t.layers is not None:
-            assert t.layers == p.layers and all(0 <= i < model["num_hidden_layers"] for i in t.layers), t.name
+            assert t.layers == p.layers and all(0 <= i < model.num_hidden_layers for i in t.layers), t.name
         for piece in t.pieces:
             assert 0 <= piece.rank < tp, (t.name, piece)
             assert piece.stop > piece.start >= 0 and piece.param_start >= 0, (t.name, piece)
@@ -125,7 +125,7 @@ def check_shard_map(m) -> None:
         counts = torch.zeros(n, dtype=torch.int64)
         for piece in t.pieces:
             counts[piece.start:piece.stop] += 1
-        expected = _expected_cover(t, tp, replicas, q_rows, model["head_dim"], model)
+        expected = _expected_cover(t, tp, replicas, q_rows, model.head_dim, model)
         bad = torch.nonzero(counts != expected).flatten()
         assert not len(bad), (f"{t.name} (shard_id={t.shard_id}, tp={tp}): source index {int(bad[0])} covered "
                               f"{int(counts[bad[0]])} times, expected {int(expected[bad[0]])}")
@@ -144,7 +144,7 @@ def check_shard_map(m) -> None:
             loaded = sum(n for _, n in spans)
             assert loaded + p.padding[r] == local[dim], (p.name, r, loaded, p.padding[r], local)
         if p.family in ("embed", "lm_head"):
-            vocab = model["vocab_size"]
+            vocab = model.vocab_size
             padded = -(-vocab // VOCAB_PADDING) * VOCAB_PADDING if m.rules != "nano-vllm" else vocab
             assert sum(p.padding) == padded - vocab, (p.name, p.padding)
             assert all(s[0] * tp == padded for s in p.local_shapes), (p.name, p.local_shapes)
@@ -155,7 +155,7 @@ def check_shard_map(m) -> None:
         elif "_blocks" in p.name or "_scales" in p.name or p.name.endswith("gate_up_proj_bias"):
             # gpt-oss MXFP4: rank r loads whole 32-row blocks, [r*per, (r+1)*per) capped at I, into an
             # allocation of I/tp rounded up to 64; the rest of the parameter is padding
-            inter = model["moe_intermediate_size"]
+            inter = model.moe_intermediate_size
             per, alloc = -(-(inter // 32) // tp) * 32, -(-(inter // tp) // 64) * 64
             unit = {"gate": 0.5, "down_proj_blocks": 2, "down_proj_scales": 32}
             scale = next(v for k, v in unit.items() if k in p.name)

@@ -199,15 +199,15 @@ MYSTERY = {**TINY, "model_type": "mystery_lm"}
 
 def test_unknown_model_type_verified_by_checkpoint(tmp_path):
     m = shard_map(MYSTERY, 1)  # nothing at hand: mapped as Llama-like, with a note saying so
-    assert m.checkpoint is None and any("mapped as a Llama-like decoder" in n for n in m.model["notes"])
+    assert m.checkpoint is None and any("mapped as a Llama-like decoder" in n for n in m.model.notes)
     f = folder(tmp_path, NAMES | {"model.layers.0.self_attn.rotary_emb.inv_freq"}, MYSTERY)
     m = shard_map(str(f), 2)
     assert names_only(m.checkpoint) == check(f, tensors=22)
-    notes = [n for n in m.model["notes"] if "mystery_lm" in n]
+    notes = [n for n in m.model.notes if "mystery_lm" in n]
     assert notes == [f"model_type 'mystery_lm' is not one tpviz knows; mapped as a Llama-like decoder, and every tensor "
                      f"name was verified against {f.resolve()}"]
     m = shard_map(MYSTERY, 1, tensor_names=NAMES, checkpoint_source="org/mystery")
-    assert m.checkpoint["verified"] and m.model["notes"][-1].endswith("verified against org/mystery")
+    assert m.checkpoint["verified"] and m.model.notes[-1].endswith("verified against org/mystery")
 
 
 @pytest.mark.parametrize("names", [NAMES - {"model.layers.1.mlp.up_proj.weight"}, NAMES | {"model.layers.0.mixer.A_log"},

@@ -120,7 +120,7 @@ def test_layer_composition(key):
     m = shard_map(key, 1)
     assert group_layers(m) == want
     assert [(l.mixer.kind, l.ffn.kind) for l in normalize(P[key]).layers] == [(a[0], b[0]) for a, b in want]
-    assert m.model["num_hidden_layers"] == len(want)
+    assert m.model.num_hidden_layers == len(want)
 
 
 def _indices(key, pred):

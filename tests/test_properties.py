@@ -164,10 +164,10 @@ def test_mutated_configs(cfg, tp, rules, shard_map_invariants):
 @given(cfg=generated_configs(), tp=tps, rules=st.sampled_from(RULES))
 def test_generated_configs(cfg, tp, rules, shard_map_invariants):
     m = map_or_clear_error(cfg, tp, rules, shard_map_invariants)
-    if m is None or m.model["kv_lora_rank"]:
+    if m is None or m.model.is_mla:
         return
     # KV head mapping by hand: rank r holds heads [r*kv/tp, ...) or, replicated, head r // (tp/kv)
-    kv = m.model["num_key_value_heads"]
+    kv = m.model.num_key_value_heads
     expected = [[r // (tp // kv)] if tp > kv else list(range(r * kv // tp, (r + 1) * kv // tp)) for r in range(tp)]
     assert [r.kv_heads for r in m.ranks] == expected
 

@@ -283,7 +283,7 @@ def test_real_checkpoint_folder_verifies(tmp_path, q, stored, dtypes):
 
 def test_unknown_method_maps_unquantized_with_one_note():
     m = shard_map(llama({"quant_method": "bitsandbytes", "load_in_4bit": True}), 2)
-    assert len(m.model["notes"]) == 1 and "bitsandbytes" in m.model["notes"][0] and m.model["quant"] is None
+    assert len(m.model.notes) == 1 and "bitsandbytes" in m.model.notes[0] and m.model.quant is None
     assert m.total_weight_bytes == shard_map({k: v for k, v in llama(None).items() if k != "quantization_config"},
                                              2).total_weight_bytes
 

@@ -43,6 +43,16 @@ def test_from_dict_round_trip(qwen):
     assert back.ranks[1].kv_heads == qwen.ranks[1].kv_heads == [4, 5, 6, 7]
 
 
+@pytest.mark.parametrize("name", ["deepseek-ai/DeepSeek-V3", "google/gemma-3-27b-it", "TheBloke/Llama-2-13B-chat-GPTQ",
+                                  "nvidia/Llama-3.1-70B-Instruct-FP8", "openai/gpt-oss-120b"])
+def test_from_dict_rebuilds_the_model_spec(name):
+    """The JSON's model plus its groups give back the same typed spec: per-layer kinds, quantization and all."""
+    m = shard_map(name, 2)
+    back = ShardMap.from_dict(json.loads(m.to_json()))
+    assert back.model == m.model and back.model.layers == m.model.layers and back.model.quant == m.model.quant
+    assert back.model.moe_layers == m.model.moe_layers and back.to_dict() == m.to_dict()
+
+
 def _broken(d: dict) -> dict:
     out = {}
     out["not a dict"] = []
@@ -59,10 +69,13 @@ def _broken(d: dict) -> dict:
     out["missing tensor key"] = {**d, "tensors": [{k: v for k, v in t0.items() if k != "shape"}]}
     out["params a dict"] = {**d, "params": {"a": 1}}
     out["rank missing field"] = {**d, "ranks": [{"rank": 0}]}
+    out["model a list"] = {**d, "model": []}
+    out["unknown model key"] = {**d, "model": {**d["model"], "extra": 1}}
+    out["group mixer a string"] = {**d, "groups": [{**d["groups"][0], "mixer": "attention"}]}
     return out
 
 
-@pytest.mark.parametrize("case", list(_broken({"tensors": [{}]})))
+@pytest.mark.parametrize("case", list(_broken({"tensors": [{}], "model": {}, "groups": [{}]})))
 def test_from_dict_rejects_malformed(case, qwen):
     bad = _broken(copy.deepcopy(qwen.to_dict()))[case]
     with pytest.raises(SourceError) as err:

@@ -118,7 +118,7 @@ def test_local_config_file_and_folder(tmp_path):
     assert load_spec(str(f.parent)).name == "tiny-llama"  # a checkpoint folder
     other = write(tmp_path / "mine.json")
     assert load_spec(str(other)).name == "mine"
-    assert shard_map(str(f.parent), 2).model["name"] == "tiny-llama"
+    assert shard_map(str(f.parent), 2).model.name == "tiny-llama"
 
 
 def test_relative_local_path(tmp_path, monkeypatch):

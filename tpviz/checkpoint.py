@@ -3,6 +3,7 @@ with a shard map: what the map lacks and what the checkpoint lacks. This is what
 import json
 import re
 import struct
+from dataclasses import replace
 from pathlib import Path
 
 from tpviz.errors import ConfigError, SourceError
@@ -131,7 +132,7 @@ def compare(m: ShardMap, names: set[str], source: str, sizes: dict[str, int] | N
     mapped = expand(m)
     drop, add = _prefix(set(mapped), names)
     seen, extra, quant = set(), [], []
-    layers = m.model["num_hidden_layers"]
+    layers = m.model.num_hidden_layers
     for n in names:
         if IGNORED.search(n) or n.startswith(VISION) or any(f".{v}" in n for v in VISION) or _beyond(n, layers):
             continue
@@ -200,12 +201,12 @@ def checked(m: ShardMap, names: set[str] | None, source: str, known: bool,
     m.checkpoint = compare(m, names, source, sizes)
     if not known:
         if not m.checkpoint["verified"]:
-            raise ConfigError(f"model_type {m.model['model_type']!r} is not one tpviz knows and its checkpoint does "
+            raise ConfigError(f"model_type {m.model.model_type!r} is not one tpviz knows and its checkpoint does "
                               f"not match a Llama-like decoder ({checkpoint_sentence(m.checkpoint)[:300]}); "
                               "refusing to guess its layout")
-        m.model["notes"] = [n for n in m.model["notes"] if "not one tpviz knows" not in n] + [
-            f"model_type {m.model['model_type']!r} is not one tpviz knows; mapped as a Llama-like decoder, and every "
-            f"tensor name was verified against {source}"]
+        m.model = replace(m.model, notes=[n for n in m.model.notes if "not one tpviz knows" not in n] + [
+            f"model_type {m.model.model_type!r} is not one tpviz knows; mapped as a Llama-like decoder, and every "
+            f"tensor name was verified against {source}"])
     return m
 
 

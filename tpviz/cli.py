@@ -30,7 +30,7 @@ def _ranges(t: TensorMap, tp: int) -> str:
 def summary(m: ShardMap) -> str:
     """A compact per-tensor table and per-rank memory, as the `map` command prints it."""
     spec = m.model
-    lines = [f"{spec['name']}  tp={m.tp_size}  rules={m.rules}  ({spec['num_hidden_layers']} layers, {spec['dtype']})"]
+    lines = [f"{spec.name}  tp={m.tp_size}  rules={m.rules}  ({spec.num_hidden_layers} layers, {spec.dtype})"]
     from tpviz.summary import layer_span
     if len(m.groups) > 1:
         lines += [f"group {i + 1}: layers {layer_span(g.layers)} ({len(g.layers)}): {g.label}" for i, g in enumerate(m.groups)]
@@ -48,7 +48,7 @@ def summary(m: ShardMap) -> str:
         state = f", state {fmt_bytes(r.state_bytes_per_sequence)}/sequence" if r.state_bytes_per_sequence else ""
         lines.append(f"rank {r.rank}: weights {fmt_bytes(r.weight_bytes)} (naive total/tp {fmt_bytes(naive)}), "
                      f"KV cache {fmt_bytes(r.kv_cache_bytes_per_token)}/token{windowed}{state}")
-    for note in spec.get("notes", []):
+    for note in spec.notes:
         lines.append(f"note: {note}")
     return "\n".join(lines)
 
@@ -103,7 +103,7 @@ def cmd_map(args) -> int:
                       kv_cache_dtype=args.kv_cache_dtype, tensor_bytes=hub_sizes(args.model) if names else None)
     except TPSizeError as e:  # say what would work: the tp sizes this model splits by under these rules
         _, rows = valid_table(args.model, 64)
-        sizes = ", ".join(str(r["tp"]) for r in rows if r[args.rules] is None) or "none"
+        sizes = ", ".join(str(r.tp) for r in rows if r.valid(args.rules)) or "none"
         raise TpvizError(f"{str(e).rstrip('.')}. Valid tp sizes under {ENGINE[args.rules]} rules: {sizes}.") from None
     if args.pp > 1 or args.dp > 1 or args.ep:  # checked before anything is printed: one line if it cannot exist
         from tpviz.layout import layout_map
@@ -139,18 +139,18 @@ def cmd_valid(args) -> int:
     name, rows = valid_table(args.model, args.max_tp)
     if args.json:
         print(json.dumps({"schema": "tpviz.valid/1", "model": name, "rules": {r: ENGINE[r] for r in RULES},
-                          "rows": [{"tp": row["tp"], **{r: {"valid": row[r] is None, "problem": row[r],
-                                                               "warnings": row["warnings"].get(r, [])}
+                          "rows": [{"tp": row.tp, **{r: {"valid": row.valid(r), "problem": row.problems[r],
+                                                            "warnings": row.warnings.get(r, [])}
                                                            for r in RULES}} for row in rows]}, indent=1))
         return 0
     print(f"{name}: valid tp sizes")
-    cells = [["valid" + (" (fallback)" if row["warnings"].get(r) else "") if row[r] is None else row[r]
-              for r in RULES[:-1]] + ["valid" if row[RULES[-1]] is None else row[RULES[-1]]] for row in rows]
+    cells = [["valid" + (" (fallback)" if row.warnings.get(r) else "") if row.valid(r) else row.problems[r]
+              for r in RULES] for row in rows]
     widths = [max(len(ENGINE[r]), *(len(c[i]) for c in cells)) for i, r in enumerate(RULES)]
     print(f"{'tp':>4}  " + "  ".join(f"{ENGINE[r]:<{w}}" for r, w in zip(RULES, widths)).rstrip())
     for row, cell in zip(rows, cells):
-        print(f"{row['tp']:>4}  " + "  ".join(f"{c:<{w}}" for c, w in zip(cell, widths)).rstrip())
-    notes = sorted({w for row in rows for ws in row["warnings"].values() for w in ws})
+        print(f"{row.tp:>4}  " + "  ".join(f"{c:<{w}}" for c, w in zip(cell, widths)).rstrip())
+    notes = sorted({w for row in rows for ws in row.warnings.values() for w in ws})
     for w in notes[:5]:
         print(f"fallback: {w}")
     return 0

@@ -138,7 +138,7 @@ def titled(m: ShardMap, fig: go.Figure) -> go.Figure:
     from tpviz.rules import ENGINE
     out = go.Figure(fig)
     title = out.layout.title.text or ""
-    out.update_layout(title_text=f"{m.model.get('name', 'model')} · tp {m.tp_size} · {ENGINE[m.rules]} — {title}")
+    out.update_layout(title_text=f"{m.model.name} · tp {m.tp_size} · {ENGINE[m.rules]} — {title}")
     return out
 
 
@@ -150,7 +150,7 @@ def figure_png(fig: go.Figure, renderer: PngRenderer | None = None, m: ShardMap 
 
 def file_stem(m: ShardMap) -> str:
     """'Qwen3-8B_tp4_vllm': a file-safe name for this view."""
-    name = re.sub(r"[^A-Za-z0-9._-]+", "-", str(m.model.get("name", "model")).split("/")[-1]).strip("-.")
+    name = re.sub(r"[^A-Za-z0-9._-]+", "-", str(m.model.name).split("/")[-1]).strip("-.")
     lay = m.layout or {}
     wide = "".join(f"_{k}{lay[k]}" for k in ("pp", "dp") if lay.get(k, 1) > 1) + ("_ep" if lay.get("ep") else "")
     return f"{name or 'model'}_tp{m.tp_size}{wide}_{m.rules}"

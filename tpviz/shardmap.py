@@ -3,6 +3,7 @@ import json
 from dataclasses import asdict, dataclass, field
 
 from tpviz.errors import SourceError
+from tpviz.spec import ModelSpec
 
 SCHEMA = "tpviz.shardmap/4"
 FAMILIES = ("qkv", "o_proj", "linear_attn", "mamba", "conv", "gate_up", "down_proj", "experts", "embed", "lm_head",
@@ -104,7 +105,7 @@ class ShardMap:
     """Every checkpoint tensor of a model, where each rank's share of it lands, and per-rank totals."""
     tp_size: int
     rules: str
-    model: dict
+    model: ModelSpec
     tensors: list[TensorMap]
     params: list[ParamMap]
     ranks: list[RankInfo]
@@ -132,18 +133,16 @@ class ShardMap:
     @property
     def kv_bytes(self) -> int:
         """Bytes per cached KV value (the KV-cache dtype when one was chosen)."""
-        from tpviz.spec import DTYPE_BYTES
-        return DTYPE_BYTES.get(self.model.get("kv_cache_dtype"), self.model_dtype_bytes)
+        return self.model.kv_bytes
 
     @property
     def model_dtype_bytes(self) -> int:
-        from tpviz.spec import DTYPE_BYTES
-        return DTYPE_BYTES.get(self.model.get("dtype"), 2)
+        return self.model.dtype_bytes
 
     def to_dict(self) -> dict:
         from tpviz.rules import ENGINE
         return {"schema": self.schema, "tp_size": self.tp_size, "rules": self.rules, "engine": ENGINE[self.rules],
-                "model": self.model,
+                "model": self.model.to_dict(),
                 "tensors": [t.to_dict() for t in self.tensors], "params": [p.to_dict() for p in self.params],
                 "ranks": [asdict(r) for r in self.ranks], "groups": [asdict(g) for g in self.groups],
                 "warnings": self.warnings, **({"layout": self.layout} if self.layout else {}),
@@ -159,10 +158,13 @@ class ShardMap:
             raise SourceError(f"not a tpviz shard map: expected schema {SCHEMA!r}")
         try:
             tensors = [TensorMap(**{**t, "pieces": [Piece(**p) for p in t["pieces"]]}) for t in d["tensors"]]
-            return cls(d["tp_size"], d["rules"], d["model"], tensors, [ParamMap(**p) for p in d["params"]],
-                       [RankInfo(**r) for r in d["ranks"]], [LayerGroup(**g) for g in d["groups"]], d.get("checkpoint"),
+            groups = [LayerGroup(**g) for g in d["groups"]]
+            at = {i: {"mixer": g.mixer, "ffn": g.ffn} for g in groups for i in g.layers}  # the JSON keeps layers per group
+            model = ModelSpec.from_dict({**d["model"], "layers": [at[i] for i in sorted(at)]})
+            return cls(d["tp_size"], d["rules"], model, tensors, [ParamMap(**p) for p in d["params"]],
+                       [RankInfo(**r) for r in d["ranks"]], groups, d.get("checkpoint"),
                        d.get("warnings", []), d.get("layout"))
-        except (KeyError, TypeError) as e:
+        except (KeyError, TypeError, AttributeError) as e:
             raise SourceError(f"shard map JSON is missing or has unexpected fields: {e}") from None
 
 

@@ -1,5 +1,5 @@
 """One normalized model spec from the many shapes real config.json files take."""
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 
 from tpviz.arch import ATTENTION_KINDS, Ffn, LayerSpec, Mixer
 from tpviz.errors import ConfigError, MissingFieldError
@@ -95,11 +95,12 @@ class ModelSpec:
 
     @classmethod
     def from_dict(cls, d: dict) -> "ModelSpec":
-        """The inverse of dataclasses.asdict (a spec sent to spawned ranks)."""
-        layers = [LayerSpec(Mixer(**x["mixer"]), Ffn(**x["ffn"])) for x in d.get("layers", [])]
+        """The inverse of dataclasses.asdict (a spec sent to spawned ranks) and of to_dict with the layers added
+        back (a shard map's JSON): fields to_dict leaves out were falsy."""
+        layers = [LayerSpec(_filled(Mixer, x["mixer"]), _filled(Ffn, x["ffn"])) for x in d.get("layers", [])]
         q = d.get("quant")
-        quant = Quant(**{**q, "block": tuple(q["block"]) if q.get("block") else None, "ignore": tuple(q["ignore"])}) \
-            if q else None
+        quant = Quant(**{**{k: v for k, v in q.items() if k != "label"}, "ignore": tuple(q["ignore"]),
+                         "block": tuple(q["block"]) if q.get("block") else None}) if q else None
         return cls(**{**{k: v for k, v in d.items() if k != "moe_layers"}, "layers": layers, "quant": quant})
 
     def first_layers(self, n: int) -> "ModelSpec":
@@ -140,6 +141,11 @@ class ModelSpec:
         d["moe_layers"] = self.moe_layers
         d["quant"] = self.quant.to_dict() if self.quant else None
         return d
+
+
+def _filled(cls, d: dict):
+    """A Mixer or Ffn from a dict that may leave out its falsy fields (their to_dict does)."""
+    return cls(**{f.name: type(f.default)() for f in fields(cls) if f.name != "kind"} | d)
 
 
 def _pick(cfg: dict, *keys, default=None):

@@ -4,7 +4,7 @@ Everything here reads the shard map (or the valid-tp rows) only, so the app, the
 """
 from dataclasses import dataclass
 
-from tpviz.format import fmt_bytes
+from tpviz.format import ValidRow, fmt_bytes
 from tpviz.rules import ENGINE, RULES
 from tpviz.shardmap import FAMILIES, ShardMap, in_group
 
@@ -56,7 +56,7 @@ def kv_cache_total_per_token(m: ShardMap) -> int:
     for g in m.groups:
         kind = g.mixer["kind"]
         if kind == "mla":  # MLA caches one latent + rope key per token, not per head
-            total += (spec["kv_lora_rank"] + spec["qk_rope_head_dim"]) * len(g.layers) * b
+            total += (spec.kv_lora_rank + spec.qk_rope_head_dim) * len(g.layers) * b
         elif kind == "attention":
             total += 2 * g.mixer["kv_heads"] * g.mixer["head_dim"] * len(g.layers) * b
     return total
@@ -108,7 +108,7 @@ def collectives(m: ShardMap) -> list[Collective]:
     tp, b = m.tp_size, m.model_dtype_bytes
     if tp == 1:
         return []
-    hidden = m.model["hidden_size"] * b
+    hidden = m.model.hidden_size * b
     ring = 2 * (tp - 1) / tp  # a ring all-reduce sends this fraction of the tensor from every GPU
     attn = len(_layers_of(m, ("o_proj", "linear_attn", "mamba", "conv")))  # every mixer's out-projection reduces
     mlp = len(_layers_of(m, ("down_proj", "experts")))  # a MoE layer reduces routed + shared experts once
@@ -132,23 +132,23 @@ def collective_rows(m: ShardMap) -> list[dict]:
             for c in collectives(m)]
 
 
-def valid_tp_rows(rows: list[dict]) -> list[dict]:
-    """cli.valid_table rows as display rows: '✓' for a valid size, else the first failing rule."""
-    return [{"tp": row["tp"], **{ENGINE[rules]: ("✓ " + "; ".join(row.get("warnings", {}).get(rules, []))).strip()
-                                 if row[rules] is None else "✗ " + row[rules] for rules in RULES}}
+def valid_tp_rows(rows: list[ValidRow]) -> list[dict]:
+    """valid_table rows as display rows: '✓' for a valid size, else the first failing rule."""
+    return [{"tp": row.tp, **{ENGINE[rules]: ("✓ " + "; ".join(row.warnings.get(rules, []))).strip()
+                              if row.valid(rules) else "✗ " + row.problems[rules] for rules in RULES}}
             for row in rows]
 
 
-def valid_sizes(rows: list[dict], rules: str) -> list[int]:
+def valid_sizes(rows: list[ValidRow], rules: str) -> list[int]:
     """The tp sizes that work under these rules."""
-    return [row["tp"] for row in rows if row[rules] is None]
+    return [row.tp for row in rows if row.valid(rules)]
 
 
-def tp_problem(rows: list[dict], tp: int, rules: str) -> str | None:
+def tp_problem(rows: list[ValidRow], tp: int, rules: str) -> str | None:
     """None if tp is valid under rules, else the failing rule (out-of-range tp is a problem too)."""
     for row in rows:
-        if row["tp"] == tp:
-            return row[rules]
+        if row.tp == tp:
+            return row.problems[rules]
     return f"tp={tp} is outside 1..{len(rows)}"
 
 
@@ -187,8 +187,8 @@ def kv_sentence(m: ShardMap) -> str | None:
     kv, per = len(share), len(next(iter(share.values())))
     first = "; ".join(f"head {h} on {_span(r)}" for h, r in list(share.items())[:2])
     return (f"Replicated KV heads: {kv} KV heads on {m.tp_size} GPUs, so vLLM copies each KV head to {per} GPUs "
-            f"({first}{'; …' if kv > 2 else ''}) while the {m.model['num_attention_heads']} query heads still split "
-            f"{m.model['num_attention_heads'] // m.tp_size} per GPU.")
+            f"({first}{'; …' if kv > 2 else ''}) while the {m.model.num_attention_heads} query heads still split "
+            f"{m.model.num_attention_heads // m.tp_size} per GPU.")
 
 
 def padding_sentence(m: ShardMap) -> str | None:
@@ -200,7 +200,7 @@ def padding_sentence(m: ShardMap) -> str | None:
     total = p.local_shapes[0][0] * m.tp_size
     where = ", ".join(f"{n} on GPU {r}" for r, n in enumerate(p.padding) if n)
     names = " and ".join(short_name(q.name).split(".")[0] for q in padded)
-    return (f"Vocab padding: vLLM pads the vocabulary {m.model['vocab_size']} → {total} (a multiple of 64) so it "
+    return (f"Vocab padding: vLLM pads the vocabulary {m.model.vocab_size} → {total} (a multiple of 64) so it "
             f"splits into {m.tp_size} × {p.local_shapes[0][0]} rows; the padding rows of {names} ({where}) are "
             "zeros that are never loaded and whose logits are dropped.")
 
@@ -224,11 +224,11 @@ def bias_sentence(m: ShardMap) -> str | None:
 def mla_kv_sentence(m: ShardMap) -> str | None:
     """One sentence on why an MLA model's KV cache does not shrink with tp, or None (not MLA, or tp=1)."""
     spec = m.model
-    if not spec.get("kv_lora_rank") or m.tp_size == 1:
+    if not spec.is_mla or m.tp_size == 1:
         return None
     per_gpu = max(r.kv_cache_bytes_per_token for r in m.ranks)
-    return (f"MLA KV cache: each token caches one latent of {spec['kv_lora_rank']} + {spec['qk_rope_head_dim']} "
-            f"values per layer, shared by all {spec['num_attention_heads']} heads, so vLLM keeps the whole latent "
+    return (f"MLA KV cache: each token caches one latent of {spec.kv_lora_rank} + {spec.qk_rope_head_dim} "
+            f"values per layer, shared by all {spec.num_attention_heads} heads, so vLLM keeps the whole latent "
             f"cache on each of the {m.tp_size} GPUs ({fmt_bytes(per_gpu)} per token per GPU, not 1/{m.tp_size}).")
 
 
@@ -300,10 +300,10 @@ def absent_cases(m: ShardMap) -> list[str]:
     """Short reasons why a special case does not occur here (teaches when it would)."""
     cases, out = special_cases(m), []
     if cases["kv"] is None:
-        out.append("no replicated KV heads (MLA caches a shared latent)" if m.model.get("kv_lora_rank") else
-                   f"no replicated KV heads (tp={m.tp_size} ≤ {m.model['num_key_value_heads']} KV heads)")
+        out.append("no replicated KV heads (MLA caches a shared latent)" if m.model.is_mla else
+                   f"no replicated KV heads (tp={m.tp_size} ≤ {m.model.num_key_value_heads} KV heads)")
     if cases["padding"] is None:
-        vocab = m.model["vocab_size"]
+        vocab = m.model.vocab_size
         out.append(f"no vocab padding (nano-vllm never pads; vocab {vocab} splits evenly)" if m.rules == "nano-vllm"
                    else f"no vocab padding rows (vocab {vocab} is already a multiple of 64 and splits evenly)")
     if cases["bias"] is None:

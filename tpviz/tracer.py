@@ -264,4 +264,4 @@ def trace(spec: ModelSpec, tp_size: int, rules: str = "vllm") -> ShardMap:
         per_token, windowed, kv_heads = _caches(spec, tensors, rank)
         ranks.append(RankInfo(rank, sum(by_family.values()), by_family, per_token, kv_heads, windowed,
                               _state_bytes(spec, tp_size, rank)))
-    return ShardMap(tp_size, rules, spec.to_dict(), tensors, params, ranks, layer_groups(spec), warnings=warnings)
+    return ShardMap(tp_size, rules, spec, tensors, params, ranks, layer_groups(spec), warnings=warnings)

@@ -128,12 +128,12 @@ def family_figure(m: ShardMap, family: str, group: LayerGroup | None = None) -> 
         return replicated_figure(m, FAMILY_INFO["replicated"], group)
     split = [t for t in m.family(family, group) if t.split_dim is not None]
     if not split:
-        raise KeyError(f"{m.model['name']} has no split tensors in family {family!r}")
+        raise KeyError(f"{m.model.name} has no split tensors in family {family!r}")
     # vectors (column-parallel biases, attention sinks) follow their matrix's rows: named, not drawn
     tensors = [t for t in split if len(t.shape) >= 2] or split
     vectors = [t for t in split if t not in tensors]
     title, line = FAMILY_INFO[family]
-    if family == "qkv" and m.model.get("kv_lora_rank"):
+    if family == "qkv" and m.model.is_mla:
         line = MLA_LINE
     src, rk = source_view(m, tensors), rank_view(m, tensors)
     layout = base_layout(title, figure_height(m.tp_size))

@@ -9,6 +9,7 @@ import plotly.graph_objects as go
 
 from tpviz.plots.style import text_color
 from tpviz.shardmap import Piece, TensorMap
+from tpviz.spec import ModelSpec
 from tpviz.summary import short_name
 
 MAX_HEAD_BARS = 512  # above this many heads in one tensor, draw pieces only (heads would be sub-pixel)
@@ -38,12 +39,12 @@ def tensor_label(t: TensorMap) -> str:
     return label
 
 
-def sections(t: TensorMap, model: dict) -> list[Section]:
+def sections(t: TensorMap, model: ModelSpec) -> list[Section]:
     """The labelled parts of a tensor along its split dim: q|k|v, gate|up, heads, or the whole tensor."""
     if t.sections:  # declared by the plan: fused parts, per-head or per-group interleaving, each group's head dims
         return [Section(label, a, b, size or None, word or "head") for label, a, b, size, word in t.sections]
     n = t.shape[t.split_dim or 0]
-    h, kv, d = model["num_attention_heads"], model["num_key_value_heads"], model["head_dim"]
+    h, kv, d = model.num_attention_heads, model.num_key_value_heads, model.head_dim
     shared = "shared " if "shared_expert" in t.name else ""
     bias = " bias" if t.name.endswith(".bias") else ""
     if t.family in ("qkv", "o_proj"):

@@ -43,7 +43,7 @@ class Quant:
     def to_dict(self) -> dict:
         return {"method": self.method, "scheme": self.scheme, "block": list(self.block) if self.block else None,
                 "group": self.group, "bits": self.bits, "desc_act": self.desc_act, "label": self.label,
-                "ignore": list(self.ignore)}
+                "ignore": list(self.ignore), "packing": self.packing, "kv_cache": self.kv_cache}
 
 
 def _matches(module: str, pattern: str) -> bool:
