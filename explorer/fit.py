@@ -1,11 +1,30 @@
 """The "does it fit" section: the user's GPU memory, utilization, context and concurrency against the map."""
 import streamlit as st
 
-from tpviz import summary as S
+from tpviz.fit import GPU_SIZES_GIB, GPU_UTILIZATION, fit
 from tpviz.format import fmt_bytes
 from tpviz.shardmap import ShardMap
 
 QUICK_GIB = (24, 40, 48, 80, 94, 141, 192, 288)  # common accelerator memory sizes (nominal GiB)
+
+
+def _tokens(n: float) -> str:
+    return f"{n / 1e6:.2f} M" if n >= 1e6 else f"{n / 1e3:.0f} k" if n >= 1e3 else f"{int(n)}"
+
+
+def fit_rows(m: ShardMap, sizes: tuple[int, ...] = GPU_SIZES_GIB, utilization: float = GPU_UTILIZATION,
+             context: int = 8192) -> list[dict]:
+    """The fit at common GPU sizes, as table rows: what vLLM may use, the room left for KV cache, how many tokens
+    of full-attention KV cache that holds, and how many sequences of `context` tokens fit."""
+    rows = []
+    for gib in sizes:
+        f = fit(m, gib, utilization, context)
+        rows.append({"GPU memory": f"{gib} GiB", f"vLLM may use (×{utilization:g})": fmt_bytes(f.usable),
+                     "left for KV cache": fmt_bytes(f.room) if f.room > 0 else "does not fit",
+                     "KV-cache tokens": _tokens(f.kv_tokens) if f.kv_tokens is not None else "—",
+                     f"sequences of {context:,} tokens": f"{f.max_sequences:,}" if f.room > 0 and f.per_sequence
+                     else "—"})
+    return rows
 
 
 def _pick() -> None:
@@ -19,10 +38,10 @@ def fit_section(m: ShardMap) -> None:
     st.pills("Quick picks (GiB)", QUICK_GIB, key="gpu_pick", on_change=_pick)
     c1, c2, c3, c4 = st.columns(4)
     gib = c1.number_input("GPU memory (GiB)", 1.0, 10_000.0, 80.0, step=1.0, key="gpu_mem")
-    util = c2.slider("gpu_memory_utilization", 0.5, 0.98, S.GPU_UTILIZATION, 0.01, key="gpu_util")
+    util = c2.slider("gpu_memory_utilization", 0.5, 0.98, GPU_UTILIZATION, 0.01, key="gpu_util")
     context = c3.number_input("Context per sequence (tokens)", 1, 10_000_000, 8192, step=1024, key="context")
     concurrency = c4.number_input("Concurrent sequences", 1, 100_000, 16, key="concurrency")
-    f = S.fit(m, gib, util, int(context), int(concurrency))
+    f = fit(m, gib, util, int(context), int(concurrency))
     if f.room <= 0:
         st.warning(f"Does not fit: {fmt_bytes(f.weights)} of weights on the fullest GPU, and vLLM may use "
                  f"{fmt_bytes(f.usable)} of {gib:g} GiB at gpu_memory_utilization {util:g}.")
@@ -32,7 +51,7 @@ def fit_section(m: ShardMap) -> None:
         verdict(f"{fmt_bytes(f.room)} per GPU left for KV cache{tokens}: {f.max_sequences:,} concurrent sequences "
                 f"of {int(context):,} tokens fit ({'enough for' if f.fits else 'fewer than'} the "
                 f"{int(concurrency):,} asked for).")
-    st.dataframe(S.fit_rows(m, utilization=util, context=int(context)), hide_index=True, width="stretch")
+    st.dataframe(fit_rows(m, utilization=util, context=int(context)), hide_index=True, width="stretch")
     st.caption(f"Every GPU caches its share of every token; one sequence of {int(context):,} tokens holds "
                f"{fmt_bytes(f.per_sequence)} on the fullest GPU (windowed layers capped, recurrent state once). "
                "Activations, CUDA graphs and NCCL buffers take a few GiB more.")

@@ -116,19 +116,6 @@ def test_mla_kv_sentence_says_why_the_cache_does_not_shrink():
     assert S.mla_kv_sentence(shard_map(QWEN8, 4)) is None
 
 
-def test_fit_rows_room_for_kv_cache():
-    m = shard_map(QWEN8, 4)
-    weights = max(r.weight_bytes for r in m.ranks)
-    kv = max(r.kv_cache_bytes_per_token for r in m.ranks)
-    rows = {r["GPU memory"]: r for r in S.fit_rows(m, sizes=(4, 80))}
-    room = 80 * 2**30 * 0.9 - weights
-    assert rows["80 GiB"]["left for KV cache"] == S.fmt_bytes(room)
-    assert rows["80 GiB"]["KV-cache tokens"] == f"{(room // kv) / 1e6:.2f} M"
-    assert rows["4 GiB"]["left for KV cache"] == "does not fit" and rows["4 GiB"]["KV-cache tokens"] == "—"
-    ds = {r["GPU memory"]: r for r in S.fit_rows(shard_map("deepseek-ai/DeepSeek-V3", 8))}  # FP8: ~79 GiB per GPU
-    assert ds["80 GiB"]["left for KV cache"] == "does not fit" and ds["141 GiB"]["KV-cache tokens"].endswith(" k")
-
-
 def test_special_and_absent_cases():
     cases = S.special_cases(shard_map(LLAMA8, 16))
     assert cases["kv"] and cases["padding"] is None and cases["bias"] is None

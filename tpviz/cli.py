@@ -55,7 +55,7 @@ def summary(m: ShardMap) -> str:
 
 def fit_line(m: ShardMap, args) -> str:
     """One line: does it fit on these GPUs, and how many sequences of the context."""
-    from tpviz.summary import fit
+    from tpviz.fit import fit
     if not 0 < args.util <= 1 or args.context < 1 or args.concurrency < 1 or not 0 < args.gpu_mem <= 10_000:
         raise TpvizError("--gpu-mem must be in GiB (0-10000], --util in (0, 1], --context and --concurrency >= 1")
     f = fit(m, args.gpu_mem, args.util, args.context, args.concurrency)

@@ -6,7 +6,8 @@ is refused with one line naming the field.
 from dataclasses import replace
 
 from tpviz.arch import Ffn, LayerSpec, Mixer, index_list, layer_list, per_layer
-from tpviz.errors import ConfigError, MissingFieldError
+from tpviz.errors import ConfigError
+from tpviz.fields import read_int
 
 LAYER_TYPES = {"full_attention": "attention", "attention": "attention", "sliding_attention": "sliding_attention",
                "chunked_attention": "chunked_attention", "linear_attention": "gated_deltanet",
@@ -52,7 +53,7 @@ def _mixers(cfg: dict, model_type: str, n: int, attn: Mixer) -> list[Mixer]:
     if model_type in ("gemma4", "gemma4_text"):  # global layers: their own head size, and K = V with fewer KV heads
         k_eq_v = cfg.get("attention_k_eq_v") is True
         kv = cfg.get("num_global_key_value_heads") if k_eq_v and cfg.get("num_global_key_value_heads") else attn.kv_heads
-        attn = replace(attn, head_dim=_int(cfg, "global_head_dim", 512), kv_heads=_int({"kv": kv}, "kv"), k_eq_v=k_eq_v)
+        attn = replace(attn, head_dim=read_int(cfg, "global_head_dim", default=512), kv_heads=read_int({"kv": kv}, "kv"), k_eq_v=k_eq_v)
         if attn.heads % attn.kv_heads:
             raise ConfigError(f"num_attention_heads={attn.heads} is not a multiple of num_global_key_value_heads={kv}")
     no_rope = cfg.get("no_rope_layers")
@@ -76,28 +77,17 @@ def _mixers(cfg: dict, model_type: str, n: int, attn: Mixer) -> list[Mixer]:
     return mixers
 
 
-def _int(cfg: dict, key: str, default=None) -> int:
-    value = cfg.get(key, default)
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        if value is None:
-            raise MissingFieldError(f"config is missing {key}", key)
-        raise ConfigError(f"{key}={value!r} must be an integer >= 1")
-    if value > 1 << 20:
-        raise ConfigError(f"{key}={value} is larger than {1 << 20}; this does not look like a real model config")
-    return value
-
-
 def _linear_mixer(cfg: dict, kind: str) -> Mixer:
     if kind == "gated_deltanet":
-        return Mixer(kind, heads=_int(cfg, "linear_num_value_heads"), head_dim=_int(cfg, "linear_value_head_dim"),
-                     groups=_int(cfg, "linear_num_key_heads"), key_dim=_int(cfg, "linear_key_head_dim"),
-                     conv_kernel=_int(cfg, "linear_conv_kernel_dim", 4))
+        return Mixer(kind, heads=read_int(cfg, "linear_num_value_heads"), head_dim=read_int(cfg, "linear_value_head_dim"),
+                     groups=read_int(cfg, "linear_num_key_heads"), key_dim=read_int(cfg, "linear_key_head_dim"),
+                     conv_kernel=read_int(cfg, "linear_conv_kernel_dim", default=4))
     if kind == "mamba2":
-        return Mixer(kind, heads=_int(cfg, "mamba_num_heads"), head_dim=_int(cfg, "mamba_head_dim"),
-                     groups=_int(cfg, "n_groups", 1), state=_int(cfg, "ssm_state_size"),
-                     conv_kernel=_int(cfg, "conv_kernel", 4))
+        return Mixer(kind, heads=read_int(cfg, "mamba_num_heads"), head_dim=read_int(cfg, "mamba_head_dim"),
+                     groups=read_int(cfg, "n_groups", default=1), state=read_int(cfg, "ssm_state_size"),
+                     conv_kernel=read_int(cfg, "conv_kernel", default=4))
     if kind == "short_conv":
-        return Mixer(kind, conv_kernel=_int(cfg, "conv_L_cache", 3))
+        return Mixer(kind, conv_kernel=read_int(cfg, "conv_L_cache", default=3))
     raise ConfigError(f"layer kind {kind!r} is not one tpviz models")
 
 
@@ -109,9 +99,9 @@ def _moe_layers(cfg: dict, n: int, experts: int) -> list[bool]:
     if (listed := index_list(cfg, "moe_layers", n)) is not None:
         return [i in listed for i in range(n)]
     first = cfg.get("first_k_dense_replace") or 0
-    freq = _int(cfg, "moe_layer_freq", 1) if not isinstance(cfg.get("moe_layer_freq"), list) else 1
-    step = _int(cfg, "decoder_sparse_step", 1)
-    inter = _int(cfg, "interleave_moe_layer_step", 1)
+    freq = read_int(cfg, "moe_layer_freq", default=1) if not isinstance(cfg.get("moe_layer_freq"), list) else 1
+    step = read_int(cfg, "decoder_sparse_step", default=1)
+    inter = read_int(cfg, "interleave_moe_layer_step", default=1)
     if isinstance(first, bool) or not isinstance(first, int) or first < 0:
         raise ConfigError(f"first_k_dense_replace={first!r} must be an integer >= 0")
     dense = set(index_list(cfg, "mlp_only_layers", n) or [])
@@ -158,7 +148,7 @@ def _hybrid_pattern(cfg: dict, n: int, attn: Mixer, dense: Ffn, moe: Ffn | None)
         elif ch == "-":
             k = sum(1 for layer in out if layer.ffn.kind == "dense")
             size = sizes[k if len(sizes) > 1 else 0] if isinstance(sizes, list) else dense.size
-            out.append(LayerSpec(none_mixer, replace(dense, size=_int({"intermediate_size": size}, "intermediate_size"))))
+            out.append(LayerSpec(none_mixer, replace(dense, size=read_int({"intermediate_size": size}, "intermediate_size"))))
         elif ch == "E" and moe:
             out.append(LayerSpec(none_mixer, moe))
         else:
@@ -214,7 +204,7 @@ def hybrid_hint(cfg: dict) -> str | None:
 
 def lfm2_ff_dim(cfg: dict) -> int:
     """LFM2's MLP size: block_ff_dim, adjusted to 2/3, times the multiplier, rounded up to block_multiple_of."""
-    size = _int(cfg, "block_ff_dim", cfg.get("intermediate_size"))
+    size = read_int(cfg, "block_ff_dim", default=cfg.get("intermediate_size"))
     if cfg.get("block_auto_adjust_ff_dim", True):
         size = int(2 * size / 3)
         mult = cfg.get("block_ffn_dim_multiplier")
@@ -222,7 +212,7 @@ def lfm2_ff_dim(cfg: dict) -> int:
             if isinstance(mult, bool) or not isinstance(mult, (int, float)) or mult <= 0:
                 raise ConfigError(f"block_ffn_dim_multiplier={mult!r} must be a positive number")
             size = int(mult * size)
-        of = _int(cfg, "block_multiple_of", 256)
+        of = read_int(cfg, "block_multiple_of", default=256)
         size = of * ((size + of - 1) // of)
     return size
 
@@ -241,16 +231,16 @@ def family_defaults(cfg: dict, model_type: str) -> dict:
                    intermediate_size=cfg.get("intermediate_size_mlp", 16384))
     if model_type == "nemotron_h":
         if isinstance(cfg.get("intermediate_size"), list):  # per MLP layer; resolved by the pattern reader
-            cfg["mlp_sizes"] = [_int({"intermediate_size": v}, "intermediate_size") for v in cfg["intermediate_size"]]
+            cfg["mlp_sizes"] = [read_int({"intermediate_size": v}, "intermediate_size") for v in cfg["intermediate_size"]]
             cfg["intermediate_size"] = max(cfg["mlp_sizes"], default=None)
         shared, count = cfg.get("moe_shared_expert_intermediate_size"), cfg.get("n_shared_experts")
         if count and shared is not None:
-            cfg["shared_expert_intermediate_size"] = _int(cfg, "moe_shared_expert_intermediate_size") * _int(
+            cfg["shared_expert_intermediate_size"] = read_int(cfg, "moe_shared_expert_intermediate_size") * read_int(
                 cfg, "n_shared_experts")
         cfg["n_shared_experts"] = None
         if cfg.get("moe_latent_size"):
             raise ConfigError("moe_latent_size (latent MoE) is set; tpviz does not model latent MoE projections yet")
     if isinstance(cfg.get("moe_topk"), list):  # Hunyuan: per layer; the model-wide value is the largest
-        tops = [_int({"moe_topk": v}, "moe_topk") for v in cfg["moe_topk"]]
+        tops = [read_int({"moe_topk": v}, "moe_topk") for v in cfg["moe_topk"]]
         cfg["moe_topk_per_layer"], cfg["moe_topk"] = tops, max(tops, default=0)
     return cfg

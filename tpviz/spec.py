@@ -3,12 +3,12 @@ from dataclasses import asdict, dataclass, field, fields
 
 from tpviz.arch import ATTENTION_KINDS, Ffn, LayerSpec, Mixer
 from tpviz.errors import ConfigError, MissingFieldError
+from tpviz.fields import MAX_DIM, full_rope, pick, read_bool, read_float, read_int
 from tpviz.quant.config import Quant, read_quant
 from tpviz.readers import derive, family_defaults, hybrid_hint
 
-# plausibility limits, far above any real model (vocab 262k, hidden 18k, 512 experts, 126 layers): larger values
-# mean a broken config, and they keep the cost of a map bounded (any config that passes maps in about a second)
-MAX_DIM = 1 << 19
+# plausibility limits on the large dims, far above any real model (vocab 262k, hidden 18k, 512 experts, 126 layers):
+# larger values mean a broken config, and they keep the cost of a map bounded (any config that passes maps in ~1 s)
 LIMITS = {"vocab_size": 1 << 20, "hidden_size": 1 << 17, "num_experts": 1 << 14, "num_hidden_layers": 1 << 12}
 SERVE_DTYPES = ("auto", "bfloat16", "float16", "float32")
 KV_DTYPES = {"auto": "", "fp8": "float8_e4m3fn"}
@@ -148,60 +148,6 @@ def _filled(cls, d: dict):
     return cls(**{f.name: type(f.default)() for f in fields(cls) if f.name != "kind"} | d)
 
 
-def _pick(cfg: dict, *keys, default=None):
-    for key in keys:
-        if cfg.get(key) is not None:
-            return cfg[key]
-    return default
-
-
-def _int(cfg: dict, *keys, default=None, minimum: int = 1, maximum: int = 0) -> int:
-    value = _pick(cfg, *keys, default=default)
-    if value is None:
-        also = f" (also looked for {', '.join(keys[1:])})" if len(keys) > 1 else ""
-        raise MissingFieldError(f"config is missing {keys[0]}{also}", keys[0])
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise ConfigError(f"{keys[0]}={value!r} must be an integer >= {minimum}")
-    if value > (maximum or MAX_DIM):
-        raise ConfigError(f"{keys[0]}={value} is larger than {maximum or MAX_DIM}; "
-                          "this does not look like a real model config")
-    return value
-
-
-def _float(cfg: dict, key: str, default: float) -> float:
-    value = cfg.get(key, default)
-    if value is None:
-        return default
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise ConfigError(f"{key}={value!r} must be a number")
-    return float(value)
-
-
-def _full_rope(cfg: dict) -> dict:
-    """rope_parameters, or its full-attention entry when they are given per layer type (OLMo-3, Gemma-3)."""
-    rope = _object(cfg, "rope_parameters")
-    return _object(rope, "full_attention") if isinstance(rope.get("full_attention"), dict) else rope
-
-
-def _object(cfg: dict, key: str) -> dict:
-    """A nested config object ({} when absent), or one line when it is something else."""
-    value = cfg.get(key)
-    if value is None:
-        return {}
-    if not isinstance(value, dict):
-        raise ConfigError(f"{key} must be a JSON object, got {type(value).__name__}")
-    return value
-
-
-def _bool(cfg: dict, key: str, default: bool) -> bool:
-    value = cfg.get(key, default)
-    if value is None:
-        return default
-    if not isinstance(value, bool):
-        raise ConfigError(f"{key}={value!r} must be true or false")
-    return value
-
-
 def falcon_variant(cfg: dict) -> str:
     """Falcon's norms and q/k/v order: new decoder (one or two norms), or the old parallel / serial blocks."""
     if cfg.get("new_decoder_architecture"):
@@ -218,7 +164,7 @@ def normalize(cfg: dict, name: str = "model") -> ModelSpec:
         kept = ("torch_dtype", "dtype", "tie_word_embeddings")  # model-wide keys some wrappers keep outside
         cfg = {**{k: v for k, v in outer.items() if k in kept}, **cfg["text_config"]}
     wrapped = cfg is not outer
-    model_type = str(_pick(cfg, "model_type", default=outer.get("model_type", "unknown")))
+    model_type = str(pick(cfg, "model_type", default=outer.get("model_type", "unknown")))
     notes = []
     if model_type not in KNOWN_TYPES:
         if hint := hybrid_hint(cfg):
@@ -227,73 +173,73 @@ def normalize(cfg: dict, name: str = "model") -> ModelSpec:
         notes.append(f"model_type {model_type!r} is not one tpviz knows; mapped as a Llama-like decoder "
                      "(q/k/v/o, gate/up/down, Llama checkpoint names)")
     cfg = family_defaults(cfg, model_type)
-    hidden = _int(cfg, "hidden_size", "n_embd", "d_model", "model_dim", maximum=LIMITS["hidden_size"])
-    heads = _int(cfg, "num_attention_heads", "n_head", "num_heads", "n_heads")
+    hidden = read_int(cfg, "hidden_size", "n_embd", "d_model", "model_dim", maximum=LIMITS["hidden_size"])
+    heads = read_int(cfg, "num_attention_heads", "n_head", "num_heads", "n_heads")
     if cfg.get("new_decoder_architecture") is True:  # Falcon-40B/180B: grouped KV heads
-        kv_heads = _int(cfg, "num_kv_heads", "n_head_kv", default=heads)
+        kv_heads = read_int(cfg, "num_kv_heads", "n_head_kv", default=heads)
     elif cfg.get("multi_query") is True or (cfg.get("multi_query_attention") is False and model_type == "chatglm"):
         kv_heads = 1 if cfg.get("multi_query") is True else heads
     else:
-        kv_heads = _int(cfg, "num_key_value_heads", "num_kv_heads", "multi_query_group_num", "n_head_kv", default=heads)
+        kv_heads = read_int(cfg, "num_key_value_heads", "num_kv_heads", "multi_query_group_num", "n_head_kv", default=heads)
     if model_type in ("gpt_neox", "bloom") or (model_type == "falcon" and falcon_variant(cfg) in ("parallel", "serial")
                                                  and kv_heads != 1):
         kv_heads = heads  # multi-head attention: q/k/v are fused per head on disk, there is no KV grouping
     if kv_heads > heads or heads % kv_heads:
         raise ConfigError(f"num_attention_heads={heads} is not a multiple of num_key_value_heads={kv_heads}")
-    head_dim = _pick(cfg, "head_dim", "kv_channels")
+    head_dim = pick(cfg, "head_dim", "kv_channels")
     if head_dim is None and cfg.get("kv_lora_rank"):  # MLA: a query/key head is nope + rope wide
-        head_dim = (_int(cfg, "qk_nope_head_dim", default=0, minimum=0)
-                    + _int(cfg, "qk_rope_head_dim", default=0, minimum=0)) or None
+        head_dim = (read_int(cfg, "qk_nope_head_dim", default=0, minimum=0)
+                    + read_int(cfg, "qk_rope_head_dim", default=0, minimum=0)) or None
     if head_dim is None:
         if hidden % heads:
             raise ConfigError(f"hidden_size={hidden} is not divisible by num_attention_heads={heads} and no head_dim is given")
         head_dim = hidden // heads
-    head_dim = _int({"head_dim": head_dim}, "head_dim")
-    experts = _int(cfg, "num_local_experts", "num_experts", "n_routed_experts", "moe_num_experts", default=0, minimum=0,
+    head_dim = read_int({"head_dim": head_dim}, "head_dim")
+    experts = read_int(cfg, "num_local_experts", "num_experts", "n_routed_experts", "moe_num_experts", default=0, minimum=0,
                    maximum=LIMITS["num_experts"])
-    inter = _pick(cfg, "intermediate_size", "ffn_hidden_size", "n_inner")
+    inter = pick(cfg, "intermediate_size", "ffn_hidden_size", "n_inner")
     if inter is None and model_type in CLASSIC:
         inter = 4 * hidden
-    moe_inter = _pick(cfg, "moe_intermediate_size", default=inter if experts else 0)
-    num_layers = _int(cfg, "num_hidden_layers", "n_layer", "num_layers", maximum=LIMITS["num_hidden_layers"])
+    moe_inter = pick(cfg, "moe_intermediate_size", default=inter if experts else 0)
+    num_layers = read_int(cfg, "num_hidden_layers", "n_layer", "num_layers", maximum=LIMITS["num_hidden_layers"])
     spec = ModelSpec(
         name=name, model_type=model_type, hidden_size=hidden, num_attention_heads=heads,
         num_key_value_heads=kv_heads, head_dim=head_dim,
-        intermediate_size=_int({"intermediate_size": inter}, "intermediate_size", minimum=0) if inter is not None else 0,
-        vocab_size=_int(cfg, "vocab_size", "padded_vocab_size", "n_vocab", maximum=LIMITS["vocab_size"]),
+        intermediate_size=read_int({"intermediate_size": inter}, "intermediate_size", minimum=0) if inter is not None else 0,
+        vocab_size=read_int(cfg, "vocab_size", "padded_vocab_size", "n_vocab", maximum=LIMITS["vocab_size"]),
         num_hidden_layers=num_layers,
-        tie_word_embeddings=_bool(cfg, "tie_word_embeddings", model_type in TIED_BY_DEFAULT),
-        attention_bias=model_type in QKV_BIAS_ALWAYS or _bool(cfg, "attention_bias", False)
-        or _bool(cfg, "add_qkv_bias", False) or model_type == "gpt_oss",
-        o_proj_bias=(model_type not in QKV_BIAS_ALWAYS and _bool(cfg, "attention_bias", False)) or model_type == "gpt_oss",
+        tie_word_embeddings=read_bool(cfg, "tie_word_embeddings", model_type in TIED_BY_DEFAULT),
+        attention_bias=model_type in QKV_BIAS_ALWAYS or read_bool(cfg, "attention_bias", False)
+        or read_bool(cfg, "add_qkv_bias", False) or model_type == "gpt_oss",
+        o_proj_bias=(model_type not in QKV_BIAS_ALWAYS and read_bool(cfg, "attention_bias", False)) or model_type == "gpt_oss",
         qk_norm=model_type in QK_NORM, qk_norm_full=model_type in QK_NORM_FULL,
         num_experts=experts,
-        num_experts_per_tok=_int(cfg, "num_experts_per_tok", "experts_per_token", "moe_topk", default=0, minimum=0),
+        num_experts_per_tok=read_int(cfg, "num_experts_per_tok", "experts_per_token", "moe_topk", default=0, minimum=0),
         # vLLM 0.33 deepseek_v2.py: the bias exists only for topk_method noaux_tc (V3's default, never V2's)
         router_score_bias=model_type == "nemotron_h" or (model_type.startswith("deepseek") and cfg.get(
             "topk_method", "noaux_tc" if model_type == "deepseek_v3" else None) == "noaux_tc"),
-        moe_intermediate_size=_int({"moe_intermediate_size": moe_inter}, "moe_intermediate_size", minimum=0),
-        shared_expert_intermediate_size=_int(cfg, "shared_expert_intermediate_size", default=0, minimum=0)
-        or _int(cfg, "n_shared_experts", default=0, minimum=0) * (moe_inter or 0),
+        moe_intermediate_size=read_int({"moe_intermediate_size": moe_inter}, "moe_intermediate_size", minimum=0),
+        shared_expert_intermediate_size=read_int(cfg, "shared_expert_intermediate_size", default=0, minimum=0)
+        or read_int(cfg, "n_shared_experts", default=0, minimum=0) * (moe_inter or 0),
         gated_mlp=model_type not in UNGATED_MLP,
-        conv_bias=_bool(cfg, "conv_bias", False) or _bool(cfg, "use_conv_bias", False),
-        max_positions=_int(cfg, "n_positions", "max_position_embeddings", default=0, minimum=0, maximum=1 << 22)
+        conv_bias=read_bool(cfg, "conv_bias", False) or read_bool(cfg, "use_conv_bias", False),
+        max_positions=read_int(cfg, "n_positions", "max_position_embeddings", default=0, minimum=0, maximum=1 << 22)
         if model_type in ("gpt2", "gpt_bigcode") else 0,
         # the SSM state dtype vLLM takes from the config (Qwen3.5's mamba_ssm_dtype; Nemotron-H's default float32)
         state_dtype=str(cfg.get("mamba_ssm_cache_dtype") or cfg.get("mamba_ssm_dtype")
                         or ("float32" if model_type == "nemotron_h" else "")),
         variant=falcon_variant(cfg) if model_type == "falcon" else "",
-        q_lora_rank=_int(cfg, "q_lora_rank", default=0, minimum=0),
-        kv_lora_rank=_int(cfg, "kv_lora_rank", default=0, minimum=0),
-        qk_nope_head_dim=_int(cfg, "qk_nope_head_dim", default=0, minimum=0),
-        qk_rope_head_dim=_int(cfg, "qk_rope_head_dim", default=0, minimum=0),
-        v_head_dim=_int(cfg, "v_head_dim", default=0, minimum=0),
-        config_dtype=str(_pick(cfg, "torch_dtype", "dtype", default=outer.get("torch_dtype", "bfloat16"))).replace(
+        q_lora_rank=read_int(cfg, "q_lora_rank", default=0, minimum=0),
+        kv_lora_rank=read_int(cfg, "kv_lora_rank", default=0, minimum=0),
+        qk_nope_head_dim=read_int(cfg, "qk_nope_head_dim", default=0, minimum=0),
+        qk_rope_head_dim=read_int(cfg, "qk_rope_head_dim", default=0, minimum=0),
+        v_head_dim=read_int(cfg, "v_head_dim", default=0, minimum=0),
+        config_dtype=str(pick(cfg, "torch_dtype", "dtype", default=outer.get("torch_dtype", "bfloat16"))).replace(
             "torch.", ""),
-        rope_theta=_float(cfg, "rope_theta", _float(_full_rope(cfg), "rope_theta", 10000.0)),
-        mlp_bias=_bool(cfg, "mlp_bias", False),
-        rms_norm_eps=_float(cfg, "rms_norm_eps", _float(cfg, "layer_norm_epsilon", 1e-6)),
-        hidden_act=str(_pick(cfg, "hidden_act", "hidden_activation", default="silu")),
+        rope_theta=read_float(cfg, "rope_theta", read_float(full_rope(cfg), "rope_theta", 10000.0)),
+        mlp_bias=read_bool(cfg, "mlp_bias", False),
+        rms_norm_eps=read_float(cfg, "rms_norm_eps", read_float(cfg, "layer_norm_epsilon", 1e-6)),
+        hidden_act=str(pick(cfg, "hidden_act", "hidden_activation", default="silu")),
         notes=notes,
     )
     if wrapped:
@@ -323,9 +269,9 @@ def normalize(cfg: dict, name: str = "model") -> ModelSpec:
                                 "embeddings", "n_positions")
     if model_type in CLASSIC:  # one switch for every bias: Falcon's "bias" (off by default), the others' use_bias
         spec.attention_bias = spec.o_proj_bias = spec.mlp_bias = (
-            _bool(cfg, "bias", False) if model_type == "falcon" else _bool(cfg, "use_bias", True))
+            read_bool(cfg, "bias", False) if model_type == "falcon" else read_bool(cfg, "use_bias", True))
     attn = Mixer("mla" if spec.kv_lora_rank else "attention", heads, kv_heads, head_dim,
-                 output_gate=_bool(cfg, "attn_output_gate", model_type.startswith(("qwen3_next", "qwen3_5"))))
+                 output_gate=read_bool(cfg, "attn_output_gate", model_type.startswith(("qwen3_next", "qwen3_5"))))
     moe = Ffn("moe", spec.moe_intermediate_size, experts, spec.num_experts_per_tok,
               spec.shared_expert_intermediate_size) if experts else None
     spec.layers = derive(cfg, model_type, num_layers, hidden, attn, Ffn("dense", spec.intermediate_size), moe)

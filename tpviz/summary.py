@@ -232,65 +232,6 @@ def mla_kv_sentence(m: ShardMap) -> str | None:
             f"cache on each of the {m.tp_size} GPUs ({fmt_bytes(per_gpu)} per token per GPU, not 1/{m.tp_size}).")
 
 
-GPU_SIZES_GIB = (24, 40, 48, 80, 141, 192)  # common accelerator memory sizes (nominal)
-GPU_UTILIZATION = 0.9  # vLLM's default gpu_memory_utilization
-
-
-def _tokens(n: float) -> str:
-    return f"{n / 1e6:.2f} M" if n >= 1e6 else f"{n / 1e3:.0f} k" if n >= 1e3 else f"{int(n)}"
-
-
-def fit_rows(m: ShardMap, sizes: tuple[int, ...] = GPU_SIZES_GIB, utilization: float = GPU_UTILIZATION,
-             context: int = 8192) -> list[dict]:
-    """Per GPU size: what vLLM may use, the fullest GPU's weights, the room left for KV cache, how many tokens
-    of full-attention KV cache that holds, and how many sequences of `context` tokens fit (windowed layers
-    capped at their window, recurrent state once per sequence)."""
-    weights = max(r.weight_bytes for r in m.ranks)
-    kv = max(r.kv_cache_bytes_per_token for r in m.ranks)
-    per_seq = max(r.cache_bytes(context) for r in m.ranks)
-    uniform = not any(r.kv_cache_windowed or r.state_bytes_per_sequence for r in m.ranks)
-    rows = []
-    for gib in sizes:
-        usable = gib * 2**30 * utilization
-        room = usable - weights
-        rows.append({"GPU memory": f"{gib} GiB", f"vLLM may use (×{utilization:g})": fmt_bytes(usable),
-                     "left for KV cache": fmt_bytes(room) if room > 0 else "does not fit",
-                     "KV-cache tokens": _tokens(room // kv) if room > 0 and kv and uniform else "—",
-                     f"sequences of {context:,} tokens": f"{int(room // per_seq):,}" if room > 0 and per_seq else "—"})
-    return rows
-
-
-@dataclass
-class Fit:
-    """One GPU size's answer: what vLLM may use, the fullest GPU's weights, and the KV-cache room left."""
-    gpu_bytes: float
-    usable: float  # gpu_memory_utilization x memory
-    weights: int  # the fullest GPU's weights
-    room: float  # usable - weights (negative: the weights alone do not fit)
-    kv_tokens: int | None  # tokens of KV cache the room holds (None when windows or state make it per sequence)
-    per_sequence: int  # KV cache + state one sequence of `context` tokens holds on the fullest GPU
-    max_sequences: int  # concurrent sequences of `context` tokens that fit
-    context: int
-    concurrency: int
-
-    @property
-    def fits(self) -> bool:
-        return self.room > 0 and self.max_sequences >= self.concurrency
-
-
-def fit(m: ShardMap, gpu_gib: float, utilization: float = GPU_UTILIZATION, context: int = 8192,
-        concurrency: int = 1) -> Fit:
-    """Does the model fit on GPUs of gpu_gib GiB at this tp, and how many sequences of `context` tokens."""
-    weights = max(r.weight_bytes for r in m.ranks)
-    usable = gpu_gib * 2**30 * utilization
-    room = usable - weights
-    kv = max(r.kv_cache_bytes_per_token for r in m.ranks)
-    uniform = not any(r.kv_cache_windowed or r.state_bytes_per_sequence for r in m.ranks)
-    per_seq = max(r.cache_bytes(context) for r in m.ranks)
-    return Fit(gpu_gib * 2**30, usable, weights, room, int(room // kv) if room > 0 and kv and uniform else None,
-               per_seq, int(room // per_seq) if room > 0 and per_seq else 0, context, concurrency)
-
-
 def special_cases(m: ShardMap) -> dict[str, str | None]:
     """The three cases drawn explicitly: case -> its sentence, or None when absent from this model at this tp."""
     return {"kv": kv_sentence(m), "padding": padding_sentence(m), "bias": bias_sentence(m)}

@@ -1,0 +1,18 @@
+"""explorer.fit: the fit at common GPU sizes as the explorer's table (formatting of tpviz.fit)."""
+from explorer.fit import fit_rows
+from tpviz import shard_map
+from tpviz.format import fmt_bytes
+
+
+def test_fit_rows_room_for_kv_cache():
+    m = shard_map("Qwen/Qwen3-8B", 4)
+    weights = max(r.weight_bytes for r in m.ranks)
+    kv = max(r.kv_cache_bytes_per_token for r in m.ranks)
+    rows = {r["GPU memory"]: r for r in fit_rows(m, sizes=(4, 80))}
+    room = 80 * 2**30 * 0.9 - weights
+    assert rows["80 GiB"]["left for KV cache"] == fmt_bytes(room)
+    assert rows["80 GiB"]["KV-cache tokens"] == f"{(room // kv) / 1e6:.2f} M"
+    assert rows["80 GiB"]["sequences of 8,192 tokens"] == f"{int(room // (kv * 8192)):,}"
+    assert rows["4 GiB"]["left for KV cache"] == "does not fit" and rows["4 GiB"]["KV-cache tokens"] == "—"
+    ds = {r["GPU memory"]: r for r in fit_rows(shard_map("deepseek-ai/DeepSeek-V3", 8))}  # FP8: ~79 GiB per GPU
+    assert ds["80 GiB"]["left for KV cache"] == "does not fit" and ds["141 GiB"]["KV-cache tokens"].endswith(" k")

@@ -1,0 +1,39 @@
+"""Does a map fit on GPUs of a given size: vLLM's usable memory, the fullest GPU's weights, and the KV cache
+and recurrent state the rest holds. Numbers only; the views format them."""
+from dataclasses import dataclass
+
+from tpviz.shardmap import ShardMap
+
+GPU_SIZES_GIB = (24, 40, 48, 80, 141, 192)  # common accelerator memory sizes (nominal)
+GPU_UTILIZATION = 0.9  # vLLM's default gpu_memory_utilization
+
+
+@dataclass
+class Fit:
+    """One GPU size's answer: what vLLM may use, the fullest GPU's weights, and the KV-cache room left."""
+    gpu_bytes: float
+    usable: float  # gpu_memory_utilization x memory
+    weights: int  # the fullest GPU's weights
+    room: float  # usable - weights (negative: the weights alone do not fit)
+    kv_tokens: int | None  # tokens of KV cache the room holds (None when windows or state make it per sequence)
+    per_sequence: int  # KV cache + state one sequence of `context` tokens holds on the fullest GPU
+    max_sequences: int  # concurrent sequences of `context` tokens that fit
+    context: int
+    concurrency: int
+
+    @property
+    def fits(self) -> bool:
+        return self.room > 0 and self.max_sequences >= self.concurrency
+
+
+def fit(m: ShardMap, gpu_gib: float, utilization: float = GPU_UTILIZATION, context: int = 8192,
+        concurrency: int = 1) -> Fit:
+    """Does the model fit on GPUs of gpu_gib GiB at this tp, and how many sequences of `context` tokens."""
+    weights = max(r.weight_bytes for r in m.ranks)
+    usable = gpu_gib * 2**30 * utilization
+    room = usable - weights
+    kv = max(r.kv_cache_bytes_per_token for r in m.ranks)
+    uniform = not any(r.kv_cache_windowed or r.state_bytes_per_sequence for r in m.ranks)
+    per_seq = max(r.cache_bytes(context) for r in m.ranks)
+    return Fit(gpu_gib * 2**30, usable, weights, room, int(room // kv) if room > 0 and kv and uniform else None,
+               per_seq, int(room // per_seq) if room > 0 and per_seq else 0, context, concurrency)
