@@ -14,6 +14,7 @@ from explorer.sidebar import (RULE_LABELS, NeedInput, checkpoint_key, layout_con
                               sidebar_exports, sidebar_source, source_config, tp_control)
 from explorer.state import DEFAULT_VIEW, query_from_controls
 from explorer.style import narrow_screens
+from explorer.tables import collective_rows, valid_tp_rows
 from explorer.text import literal
 from tpviz import summary as S
 from tpviz.format import ValidRow, fmt_bytes
@@ -145,7 +146,7 @@ def render_page(page: Page, rows: list[ValidRow], lay: dict | None = None) -> No
     if (box := st.expander(f"Collectives per forward pass: {sum(c.count for c in coll)}", key="open_collectives",
                            on_change="rerun")).open:
         if coll:
-            box.dataframe(S.collective_rows(m), hide_index=True, width="stretch")
+            box.dataframe(collective_rows(m), hide_index=True, width="stretch")
             box.caption("Bytes are per token and per occurrence; “sent per GPU” assumes a ring all-reduce. "
                         "Multiply by the batch's tokens for a step.")
         else:
@@ -153,7 +154,7 @@ def render_page(page: Page, rows: list[ValidRow], lay: dict | None = None) -> No
     sizes = ", ".join(map(str, S.valid_sizes(rows, m.rules)))
     if (box := st.expander(f"Valid tp sizes ({RULE_LABELS[m.rules]}: {sizes}) and why the others fail",
                            key="open_valid", on_change="rerun")).open:
-        box.dataframe(S.valid_tp_rows(rows), hide_index=True, width="stretch", height=300)
+        box.dataframe(valid_tp_rows(rows), hide_index=True, width="stretch", height=300)
 
 
 def deployment(cfg_json: str, name: str, values: dict, errors: list[str]) -> dict | None:

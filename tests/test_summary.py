@@ -51,8 +51,6 @@ def test_collectives_dense():
     assert attn.sent_per_rank == pytest.approx(2 * 3 / 4 * 4096 * 2)  # ring all-reduce
     assert head.bytes_per_token == 151936 * 2 and head.sent_per_rank == pytest.approx(151936 * 2 / 4)
     assert attn.total_per_token == 36 * 8192
-    rows = S.collective_rows(m)
-    assert rows[0]["per forward"] == 36 and rows[0]["size / token"] == "8.00 KiB"
 
 
 def test_collectives_moe_and_tp1():
@@ -73,9 +71,6 @@ def test_valid_rows_and_problems():
     assert "num_attention_heads=32" in S.tp_problem(rows, 3, "vllm")
     assert "never replicate" in S.tp_problem(rows, 16, "nano-vllm")
     assert "outside" in S.tp_problem(rows, 65, "vllm")
-    shown = S.valid_tp_rows(rows)
-    assert shown[3] == {"tp": 4, "vLLM 0.33": "✓", "vLLM 0.28": "✓", "nano-vllm": "✓"}
-    assert shown[2]["vLLM 0.33"].startswith("✗ num_attention_heads=32")
 
 
 def test_kv_sharing_and_sentence():

@@ -5,7 +5,6 @@ Everything here reads the shard map (or the valid-tp rows) only, so the app, the
 from dataclasses import dataclass
 
 from tpviz.format import ValidRow, fmt_bytes
-from tpviz.rules import ENGINE, RULES
 from tpviz.shardmap import FAMILIES, ShardMap, in_group
 
 MAX_TP = 64  # the explorer offers tp 1..64
@@ -123,20 +122,6 @@ def collectives(m: ShardMap) -> list[Collective]:
         Collective("all-reduce", "after embed_tokens (each GPU looks up only its vocab rows)", 1, hidden, ring * hidden),
         Collective("gather", "lm_head logits to GPU 0 (each GPU has its vocab block)", 1, logits, logits / tp),
     ]
-
-
-def collective_rows(m: ShardMap) -> list[dict]:
-    """collectives() as display rows (sizes per token, human-readable)."""
-    return [{"collective": c.op, "where": c.where, "per forward": c.count, "size / token": fmt_bytes(c.bytes_per_token),
-             "sent per GPU / token": fmt_bytes(c.sent_per_rank), "per forward / token": fmt_bytes(c.total_per_token)}
-            for c in collectives(m)]
-
-
-def valid_tp_rows(rows: list[ValidRow]) -> list[dict]:
-    """valid_table rows as display rows: '✓' for a valid size, else the first failing rule."""
-    return [{"tp": row.tp, **{ENGINE[rules]: ("✓ " + "; ".join(row.warnings.get(rules, []))).strip()
-                              if row.valid(rules) else "✗ " + row.problems[rules] for rules in RULES}}
-            for row in rows]
 
 
 def valid_sizes(rows: list[ValidRow], rules: str) -> list[int]:

@@ -1,0 +1,19 @@
+"""The explorer's tables: the library's numbers and verdicts as display rows (readable units, ✓ / ✗)."""
+from tpviz.format import ValidRow, fmt_bytes
+from tpviz.rules import ENGINE, RULES
+from tpviz.shardmap import ShardMap
+from tpviz.summary import collectives
+
+
+def collective_rows(m: ShardMap) -> list[dict]:
+    """collectives() as display rows (sizes per token, human-readable)."""
+    return [{"collective": c.op, "where": c.where, "per forward": c.count, "size / token": fmt_bytes(c.bytes_per_token),
+             "sent per GPU / token": fmt_bytes(c.sent_per_rank), "per forward / token": fmt_bytes(c.total_per_token)}
+            for c in collectives(m)]
+
+
+def valid_tp_rows(rows: list[ValidRow]) -> list[dict]:
+    """valid_table rows as display rows: '✓' for a valid size, else the first failing rule."""
+    return [{"tp": row.tp, **{ENGINE[rules]: ("✓ " + "; ".join(row.warnings.get(rules, []))).strip()
+                              if row.valid(rules) else "✗ " + row.problems[rules] for rules in RULES}}
+            for row in rows]
