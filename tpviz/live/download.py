@@ -2,8 +2,9 @@
 
 Only config.json, the safetensors weights (model.safetensors, or the shards its index names), the index and
 the tokenizer files are fetched: pickles (*.bin, *.pt) are never downloaded or loaded, and no code from the
-repo runs. With HF_HUB_OFFLINE set, or the hub out of reach, a cached snapshot is used as it is. Progress goes
-to a callback called from the caller's thread (the page updates its widgets from there); every failure is one
+repo runs. A model shrunk to its first layers skips the shards holding only later ones. With HF_HUB_OFFLINE set,
+or the hub out of reach, a cached snapshot is used as it is (it may lack those shards). Progress goes to a
+callback called from the caller's thread (the page updates its widgets from there); every failure is one
 HubError / WeightsError line.
 """
 from __future__ import annotations
@@ -11,8 +12,9 @@ from __future__ import annotations
 import json
 import shutil
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Callable
 
 from tpviz import hub
@@ -50,6 +52,9 @@ class Download:
     total_bytes: int  # the weights, config and tokenizer files of the snapshot
     fetched_bytes: int = 0  # downloaded by this call (0: everything was cached)
     offline: str | None = None  # why the hub was not asked (HF_HUB_OFFLINE, unreachable), or None
+    shards: list[str] = field(default_factory=list)  # shard files the index names (none: a model.safetensors)
+    skipped: list[str] = field(default_factory=list)  # shards holding only layers past the kept ones, not fetched
+    skipped_bytes: int | None = None  # their size per the hub's listing (None: not known offline)
 
     def note(self) -> str:
         """One line for the result's notes: where the real weights came from."""
@@ -67,13 +72,14 @@ def human_size(n: int | float) -> str:
     return f"{int(n)} B"
 
 
-def download_checkpoint(repo_id: str, revision: str | None = None, *, progress: Progress | None = None,
-                        bars: bool = True) -> Download:
+def download_checkpoint(repo_id: str, revision: str | None = None, *, layers: int | None = None,
+                        progress: Progress | None = None, bars: bool = True) -> Download:
     """The repo's safetensors checkpoint in the Hugging Face cache (downloaded unless cached or offline).
 
-    `progress(message, done, total)` is called from this thread while bytes are fetched (never when
-    everything is cached); an exception from it stops the download. `bars` keeps huggingface_hub's own
-    progress bars (on stderr, when it is a terminal).
+    `layers` keeps the first decoder layers only: a sharded checkpoint's shards holding nothing else are not
+    fetched (nor required in the cache). `progress(message, done, total)` is called from this thread while
+    bytes are fetched (never when everything is cached); an exception from it stops the download. `bars`
+    keeps huggingface_hub's own progress bars (on stderr, when it is a terminal).
     """
     repo_id = hub.validate_repo_id(repo_id)
     revision = hub._validate_revision(revision)
@@ -81,29 +87,29 @@ def download_checkpoint(repo_id: str, revision: str | None = None, *, progress: 
         raise HubError("huggingface_hub is not installed; " + RANDOM_HINT)
     cache_dir, endpoint = hub._cache_dir(), hub._endpoint()
     if hub._offline():
-        return _cached(repo_id, revision, cache_dir, "HF_HUB_OFFLINE is set (no network)")
+        return _cached(repo_id, revision, cache_dir, "HF_HUB_OFFLINE is set (no network)", layers)
     if not hub._reachable(endpoint, hub.PROBE_SECONDS):
-        return _cached(repo_id, revision, cache_dir, f"cannot reach {endpoint} (no network?)")
+        return _cached(repo_id, revision, cache_dir, f"cannot reach {endpoint} (no network?)", layers)
     try:
         commit, sizes = _listing(repo_id, revision, endpoint)
+        ref = commit or revision  # the listed commit, so the files fetched are the files listed
+        files = _choose_files(repo_id, ref, sizes, layers)  # with a sharded checkpoint, its index is fetched first
     except Exception as exc:  # noqa: BLE001 - every library error becomes one line
         raise _error(exc, repo_id, revision, endpoint, cache_dir) from None
-    ref = commit or revision  # the listed commit, so the files fetched are the files listed
-    try:
-        files = _choose_files(repo_id, ref, sizes)
-    except TpvizError as exc:
-        raise _error(exc, repo_id, revision, endpoint, cache_dir) from None
-    total = sum(sizes.get(f) or 0 for f in files)
     snapshot = Path(cache_dir) / f"models--{repo_id.replace('/', '--')}" / "snapshots" / (commit or "?")
     need = sum(sizes.get(f) or 0 for f in files if not (snapshot / f).is_file())
     _check_disk(repo_id, cache_dir, need)
     message = f"downloading {repo_id} ({len(files)} files, {human_size(need)}) into {cache_dir}"
     folder = _run(lambda tqdm_class: snapshot_download(
         repo_id, revision=ref, cache_dir=cache_dir, endpoint=endpoint, allow_patterns=files,
-        tqdm_class=tqdm_class), progress if need else None, message, need, bars, repo_id, revision, endpoint,
-        cache_dir)
-    _weights_in(repo_id, Path(folder), "the download is incomplete; run it again")
-    return Download(repo_id, Path(folder), commit or Path(folder).name, total, need)
+        tqdm_class=tqdm_class), progress if need else None, message, need, bars,
+        lambda exc: _error(exc, repo_id, revision, endpoint, cache_dir))
+    got = _snapshot(repo_id, Path(folder), "the download is incomplete; run it again", layers)
+    files += [s for s in got.shards if s not in files and s not in got.skipped]  # not needed, but cached before
+    got.commit, got.total_bytes, got.fetched_bytes = commit or got.commit, sum(sizes.get(f) or 0 for f in files), need
+    if all(sizes.get(s) is not None for s in got.skipped):
+        got.skipped_bytes = sum(sizes[s] for s in got.skipped)
+    return got
 
 
 def _listing(repo_id: str, revision: str | None, endpoint: str) -> tuple[str, dict[str, int | None]]:
@@ -112,8 +118,17 @@ def _listing(repo_id: str, revision: str | None, endpoint: str) -> tuple[str, di
     return info.sha or "", {s.rfilename: s.size for s in (info.siblings or [])}
 
 
-def _choose_files(repo_id: str, commit: str | None, sizes: dict[str, int | None]) -> list[str]:
-    """The files to fetch: config, the weights transformers would load (never pickles), the tokenizer."""
+def needed_shards(weight_map: dict, layers: int | None) -> list[str]:
+    """The index's shard files a model of the first `layers` layers reads (all when None): those holding a tensor
+    of a kept layer or one outside the layers (embeddings, final norm, lm_head), as the loader maps names."""
+    from tpviz.live.weights import layer_of
+    keep = {str(f) for n, f in weight_map.items() if layers is None or (i := layer_of(str(n))) is None or i < layers}
+    return [s for s in dict.fromkeys(str(f) for f in weight_map.values()) if s in keep]
+
+
+def _choose_files(repo_id: str, commit: str | None, sizes: dict[str, int | None], layers: int | None) -> list[str]:
+    """The files to fetch: config, the weights transformers would load (never pickles; with `layers`, only the
+    shards those layers need), the tokenizer."""
     if CONFIG_FILE not in sizes:
         raise HubError(f"{repo_id} has no {CONFIG_FILE}")
     if INDEX_FILE in sizes:
@@ -121,7 +136,7 @@ def _choose_files(repo_id: str, commit: str | None, sizes: dict[str, int | None]
         weight_map = index.get("weight_map") if isinstance(index, dict) else None
         if not isinstance(weight_map, dict) or not weight_map:
             raise WeightsError(f"{INDEX_FILE} of {repo_id} has no weight_map")
-        shards = list(dict.fromkeys(str(v) for v in weight_map.values()))
+        shards = needed_shards(weight_map, layers)
         missing = [s for s in shards if s not in sizes]
         if missing:
             raise WeightsError(f"{INDEX_FILE} of {repo_id} names {missing[0]}, which the repo does not have")
@@ -149,9 +164,7 @@ def _no_safetensors(repo_id: str, names: list[str], where: str = "") -> WeightsE
 
 def _check_disk(repo_id: str, cache_dir: str, need: int) -> None:
     """Refuse, before any byte is fetched, a download the cache's disk cannot hold."""
-    folder = Path(cache_dir)
-    while not folder.exists() and folder != folder.parent:
-        folder = folder.parent
+    folder = next((p for p in (Path(cache_dir), *Path(cache_dir).parents) if p.exists()), Path("."))
     try:
         free = shutil.disk_usage(folder).free
     except OSError:
@@ -161,7 +174,7 @@ def _check_disk(repo_id: str, cache_dir: str, need: int) -> None:
                            f"{cache_dir}; free some space or point HF_HUB_CACHE at a bigger disk, or {RANDOM_HINT}")
 
 
-def _cached(repo_id: str, revision: str | None, cache_dir: str, reason: str) -> Download:
+def _cached(repo_id: str, revision: str | None, cache_dir: str, reason: str, layers: int | None) -> Download:
     """The cached snapshot, without asking the hub; one line when its weights are not all there."""
     try:
         # only config.json is required here: the weights are checked below, with a clearer message
@@ -172,41 +185,39 @@ def _cached(repo_id: str, revision: str | None, cache_dir: str, reason: str) -> 
                        f"or {RANDOM_HINT}") from None
     except Exception as exc:  # noqa: BLE001 - every library error becomes one line
         raise _error(exc, repo_id, revision, hub._endpoint(), cache_dir) from None
-    _weights_in(repo_id, folder, f"{reason}: connect to download them, or {RANDOM_HINT}")
-    names = [p.name for p in folder.iterdir()] if folder.is_dir() else []
-    total = sum(_file_size(folder / n) for n in names)
-    return Download(repo_id, folder, folder.name, total, 0, reason)
+    got = _snapshot(repo_id, folder, f"{reason}: connect to download them, or {RANDOM_HINT}", layers)
+    got.total_bytes, got.offline = sum(p.stat().st_size for p in folder.iterdir() if p.is_file()), reason
+    return got
 
 
-def _file_size(path: Path) -> int:
-    try:
-        return path.stat().st_size if path.is_file() else 0
-    except OSError:
-        return 0
-
-
-def _weights_in(repo_id: str, folder: Path, hint: str) -> None:
-    """Raise one line unless the snapshot folder holds a complete safetensors checkpoint."""
+def _snapshot(repo_id: str, folder: Path, hint: str, layers: int | None) -> Download:
+    """The snapshot folder as a Download (sizes filled in by the caller); one line unless it holds every file
+    of a safetensors checkpoint that the first `layers` layers need."""
     from tpviz.live.weights import checkpoint_files
     try:
         names = [p.name for p in folder.iterdir()]
     except OSError as e:
         raise WeightsError(f"cannot read the cached snapshot of {repo_id} ({e.strerror or e})") from None
+    got = Download(repo_id, folder, folder.name, 0)
     if INDEX_FILE in names:
         try:
-            shards = list(dict.fromkeys(json.loads((folder / INDEX_FILE).read_text())["weight_map"].values()))
+            weight_map = json.loads((folder / INDEX_FILE).read_text())["weight_map"]
+            shards, needed = needed_shards(weight_map, None), needed_shards(weight_map, layers)
         except (OSError, ValueError, KeyError, TypeError, AttributeError):
             raise WeightsError(f"the cached {INDEX_FILE} of {repo_id} is not a valid safetensors index") from None
-        missing = [s for s in shards if not isinstance(s, str) or not (folder / s).is_file()]
+        missing = [s for s in needed if not (folder / s).is_file()]
         if missing:
             raise WeightsError(f"the cached snapshot of {repo_id} lacks {missing[0]}"
-                               f"{f' and {len(missing) - 1} more shards' if len(missing) > 1 else ''}; {hint}")
+                               f"{f' and {len(missing) - 1} more shards' if len(missing) > 1 else ''}"
+                               f"{f' (the first {layers} layers need it)' if layers else ''}; {hint}")
+        got.shards, got.skipped = shards, [s for s in shards if not (folder / s).is_file()]
     elif WEIGHTS_FILE not in names:
         if any(n.lower().endswith(PICKLE_SUFFIXES) or n.endswith(".safetensors") for n in names):
             raise _no_safetensors(repo_id, names, "'s cached snapshot")
         raise WeightsError(f"the weights of {repo_id} are not in the local Hugging Face cache (only "
                            f"{', '.join(sorted(names)) or 'nothing'}) and {hint}")
     checkpoint_files(folder)  # the loader's own checks (links out of the cache, odd files): one line
+    return got
 
 
 def _error(exc: BaseException, repo_id: str, revision: str | None, endpoint: str, cache_dir: str) -> TpvizError:
@@ -227,21 +238,14 @@ class _Cancelled(Exception):
     """Raised inside the download threads once the caller stopped waiting."""
 
 
-class _State:
-    def __init__(self):
-        self.lock, self.done, self.cancelled = threading.Lock(), 0, False
-
-
-def _bar_class(state: _State, bars: bool):
+def _bar_class(state: SimpleNamespace, bars: bool):
     """A huggingface_hub tqdm that also counts the snapshot's written bytes, and stops once cancelled."""
     from huggingface_hub.utils import tqdm as hf_tqdm
 
     class Bar(hf_tqdm):
         def __init__(self, *args, **kwargs):
             self._counts = kwargs.get("name") == _BYTES_BAR
-            if not bars:
-                kwargs["disable"] = True
-            super().__init__(*args, **kwargs)
+            super().__init__(*args, **{**kwargs, **({} if bars else {"disable": True})})
 
         def update(self, n=1):
             if state.cancelled:
@@ -254,10 +258,10 @@ def _bar_class(state: _State, bars: bool):
     return Bar
 
 
-def _run(fetch, progress: Progress | None, message: str, total: int, bars: bool, repo_id: str,
-         revision: str | None, endpoint: str, cache_dir: str) -> str:
-    """fetch(tqdm_class) in a thread; this thread reports progress until it ends (and cancels it on an error)."""
-    state, out = _State(), {}
+def _run(fetch, progress: Progress | None, message: str, total: int, bars: bool, error) -> str:
+    """fetch(tqdm_class) in a thread; this thread reports progress until it ends (and cancels it on an error);
+    a failure is raised as error(exc)."""
+    state, out = SimpleNamespace(lock=threading.Lock(), done=0, cancelled=False), {}
 
     def work():
         try:
@@ -279,19 +283,24 @@ def _run(fetch, progress: Progress | None, message: str, total: int, bars: bool,
     except BaseException:  # the callback stopped us (Stop on the page, Ctrl-C): the threads stop at their next chunk
         state.cancelled = True
         raise
+    if isinstance(out.get("error"), (KeyboardInterrupt, SystemExit)):
+        raise out["error"]
     if "error" in out:
-        exc = out["error"]
-        if isinstance(exc, (KeyboardInterrupt, SystemExit)):
-            raise exc
-        raise _error(exc, repo_id, revision, endpoint, cache_dir) from None
+        raise error(out["error"]) from None
     if progress:
         progress(message, total, total)
     return out["folder"]
 
 
 def shrink_note(download: Download, layers: int | None, total_layers: int) -> str | None:
-    """A note when most of a large download is not read because the model was shrunk."""
-    if layers is None or layers >= total_layers or download.total_bytes < LARGE_BYTES:
+    """What shrinking the model saved: the shard files never fetched, or why a large checkpoint is there whole."""
+    d, read = download, f"only the first {layers} of {total_layers} layers are read"
+    if d.skipped:
+        size = "" if d.skipped_bytes is None else (
+            f", {human_size(d.skipped_bytes)} of {human_size(d.total_bytes + d.skipped_bytes)}")
+        return (f"{read}: {len(d.skipped)} of {len(d.shards)} shard files{size}, holding only later layers, "
+                f"were not fetched")
+    if layers is None or layers >= total_layers or d.total_bytes < LARGE_BYTES:
         return None
-    return (f"the whole checkpoint ({human_size(download.total_bytes)}) is in the Hugging Face cache; only the "
-            f"first {layers} of {total_layers} layers are read")
+    whole = "a single file: nothing to skip" if not d.shards else f"all {len(d.shards)} shard files"
+    return f"the whole checkpoint ({human_size(d.total_bytes)}, {whole}) is in the Hugging Face cache; {read}"

@@ -170,7 +170,7 @@ def _hub_source(repo_id: str, cfg: LiveConfig, layers: int | None, tp_size: int 
         return c
 
     unquantized(cfg)  # before downloading what could not be loaded
-    got = download_checkpoint(repo_id, progress=download)
+    got = download_checkpoint(repo_id, layers=layers, progress=download)  # only the shards those layers need
     raw = _read_json(str(got.folder / "config.json"), repo_id, "config.json")
     spec = normalize(raw, repo_id)
     cfg = unquantized(live_config(spec, raw, layers))  # the config the weights were saved with

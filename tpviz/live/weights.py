@@ -174,6 +174,10 @@ def checkpoint_files(folder: Path) -> list[Path]:
             if not f.is_relative_to(root):
                 raise WeightsError(f"{index.name} names {name!r}, which is outside {folder}")
             files.append(f)
+        if root != folder.resolve():  # a Hugging Face cache snapshot may lack shards holding only decoder layers,
+            # when a shrunk run fetched just the first ones (load_weights still refuses any tensor it lacks)
+            others = {f for n, f in weight_map.items() if layer_of(n) is None}
+            files = [f for f, name in zip(files, names) if f.exists() or name in others]
         missing = [f.name for f in files if not f.is_file()]  # is_file: a FIFO or device is no weight file
         if missing:
             raise WeightsError(f"{index.name} names {missing[0]}, which is not a regular file in {folder}")
@@ -191,6 +195,14 @@ def checkpoint_files(folder: Path) -> list[Path]:
     return [resolved] if single.exists() else []
 
 
+def layer_of(name: str) -> int | None:
+    """The decoder layer a checkpoint tensor belongs to (model.layers.N., also under a multimodal text prefix);
+    None for the rest (embeddings, final norm, lm_head, vision tower)."""
+    old = next((p for p in TEXT_PREFIXES if name.startswith(p)), None)
+    parts = (name if old is None else TEXT_PREFIXES[old] + name[len(old):]).split(".")
+    return int(parts[2]) if len(parts) > 3 and parts[:2] == ["model", "layers"] and parts[2].isdigit() else None
+
+
 def param_target(name: str, num_layers: int, mla: bool = False) -> tuple[str, object] | None:
     """Checkpoint name -> (our parameter name, loaded_shard_id); None for layers shrunk away or ignored names.
     mla: DeepSeek's self_attn.q_proj (no q_lora_rank) is a plain column-parallel layer, not part of a qkv_proj."""
@@ -199,9 +211,9 @@ def param_target(name: str, num_layers: int, mla: bool = False) -> tuple[str, ob
     old = next((p for p in TEXT_PREFIXES if name.startswith(p)), None)
     if old is not None:
         name = TEXT_PREFIXES[old] + name[len(old):]
-    parts = name.split(".")
-    if len(parts) > 3 and parts[:2] == ["model", "layers"] and parts[2].isdigit() and int(parts[2]) >= num_layers:
+    if (layer := layer_of(name)) is not None and layer >= num_layers:
         return None
+    parts = name.split(".")
     shard_id = None
     if mla and len(parts) >= 2 and parts[-2] == "q_proj":
         pass
