@@ -1,8 +1,9 @@
-"""The timeout covers the in-process tp=1 reference too; ranks die with their parent; SIGTERM cleans up."""
+"""The timeout covers the in-process tp=1 reference and its re-run; ranks die with their parent; SIGTERM cleans up."""
 import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -44,6 +45,51 @@ def test_a_hanging_reference_beside_ranks_ends_at_the_timeout(tiny_config, monke
     with pytest.raises(LiveError, match="the tp=1 reference did not finish within the 30 s timeout"):
         verify(tiny_config, 2, device="cpu", seq_len=8, timeout=30)  # the ranks finish well before
     assert 30 <= time.monotonic() - start < 38
+
+
+@pytest.mark.slow
+def test_a_slow_reference_is_named_not_the_generating_ranks_that_wait_for_it(tiny_config, monkeypatch):
+    monkeypatch.setattr("tpviz.live.check.reference", hang)
+    with pytest.raises(LiveError) as e:  # not "rank 0, 1 hung in forward": they wait there for its picks
+        verify(tiny_config, 2, device="cpu", input_ids=[[1, 2, 3]], generate=2, timeout=20)
+    assert str(e.value) == ("the tp=1 reference did not finish within the 20 s timeout; the ranks, which need its "
+                            "picks to generate, were stopped in forward")
+
+
+def diverge_then_hang(monkeypatch) -> threading.Event:
+    """tp=1 'picks' another second token, so the in-process TP run diverges there; its re-run then hangs."""
+    from tpviz.live import check
+    real, rerun = check.reference, threading.Event()
+
+    def reference(job, device):
+        if not job["generate"]:  # the diverging step, re-run on the common prefix
+            rerun.set()
+            hang()
+        out = real(job, device)
+        tokens = out["gen"]["gen.tokens"].clone()
+        tokens[1] = (tokens[1] + 1) % 1000
+        out["gen"]["gen.tokens"] = tokens
+        return out
+    monkeypatch.setattr(check, "reference", reference)
+    return rerun
+
+
+def test_the_diverging_steps_re_run_obeys_the_timeout_and_the_stop(tiny_config, monkeypatch):
+    diverge_then_hang(monkeypatch)
+    start = time.monotonic()
+    with pytest.raises(LiveError, match=r"^the tp=1 re-run of new token #2 \(to compare it stage by stage\) did "
+                                        r"not finish within the 3 s timeout$"):
+        verify(tiny_config, 1, device="cpu", input_ids=[[1, 2, 3]], generate=3, timeout=3)
+    assert time.monotonic() - start < 3 + 2
+    rerun = diverge_then_hang(monkeypatch)
+
+    def tick():  # the page's Stop button (or SIGTERM's KeyboardInterrupt) while the re-run works
+        if rerun.is_set():
+            raise Stopped
+    start = time.monotonic()
+    with pytest.raises(Stopped):
+        verify(tiny_config, 1, device="cpu", input_ids=[[1, 2, 3]], generate=3, timeout=120, tick=tick)
+    assert time.monotonic() - start < 5
 
 
 def start_cli(tiny_config, tmp_path) -> subprocess.Popen:

@@ -5,7 +5,8 @@ import time
 import pytest
 
 from tpviz.live import LiveError, choose_backend
-from tpviz.live.runner import _failure_message, _hang_message
+from tpviz.live.errors import RankFailure
+from tpviz.live.runner import _failure_message, _hang_message, _timed_out
 
 
 @pytest.mark.parametrize("tp, device, gpus, backend, on, why", [
@@ -65,3 +66,24 @@ def test_hang_names_the_rank_furthest_behind(tmp_path):
     message, rank = _hang_message(tmp_path, 3, 30, alive=[0, 1, 2])
     assert rank == 1 and message.startswith("rank 1 hung in load (no result within the 30 s timeout)")
     assert "rank 0, 2 waited for it in forward" in message
+
+
+@pytest.mark.parametrize("ranks, ref_running, generating, error, message", [
+    ([["forward"], ["forward"]], True, True, LiveError,  # generating ranks wait there for the reference's picks
+     "the tp=1 reference did not finish within the 30 s timeout; the ranks, which need its picks to generate, "
+     "were stopped in forward"),
+    ([["load"], ["forward"]], True, True, RankFailure,  # one rank never reached them: both were behind
+     "rank 0 hung in load (no result within the 30 s timeout); rank 1 waited for it in forward; the tp=1 "
+     "reference had not finished either; all ranks were stopped"),
+    ([["forward"], ["forward"]], True, False, RankFailure,  # without generation the ranks need nothing from it
+     "rank 0, 1 hung in forward (no result within the 30 s timeout); the tp=1 reference had not finished either; "
+     "all ranks were stopped"),
+    ([["forward"], ["forward"]], False, True, RankFailure,
+     "rank 0, 1 hung in forward (no result within the 30 s timeout); all ranks were stopped"),
+    (None, True, True, LiveError, "the tp=1 reference did not finish within the 30 s timeout (the ranks had finished)"),
+])
+def test_a_timeout_names_what_was_still_running(tmp_path, ranks, ref_running, generating, error, message):
+    for rank, phases in enumerate(ranks or []):
+        _write(tmp_path, rank, ["init", *phases])
+    e = _timed_out(tmp_path, 2, 30, [0, 1] if ranks else [], ref_running, generating)
+    assert type(e) is error and str(e) == message

@@ -14,11 +14,12 @@ from tpviz.errors import TPSizeError
 from tpviz.live.errors import LiveError
 from tpviz.live.inject import Injection, check_injections, describe_injections
 from tpviz.live.errors import IDS_FLAG, PROMPT_FLAG
-from tpviz.live.generate import build_generation, check_generate
+from tpviz.live.generate import build_generation, check_generate, eos_token_ids
+from tpviz.live.inprocess import run_within
 from tpviz.live.inputs import TextTokenizer, check_input_ids, random_input_ids, tokenize
 from tpviz.live.memory import DTYPE_CHOICES, checkpoint_dtype, run_dtype
 from tpviz.live.results import Environment, LayerDiff, RankReport, VerifyResult
-from tpviz.live.runner import choose_backend, run_group, run_within
+from tpviz.live.runner import choose_backend, run_group
 from tpviz.live.slot import check_ranks
 from tpviz.live.source import ModelSource, resolve_model
 from tpviz.live.worker import DTYPES, REF_TOKENS_KEY, run_model
@@ -77,10 +78,12 @@ def prepare(model, tp_size: int, *, device: str = "auto", dtype: str = "float32"
     ids = random_input_ids(vocab, batch, seq_len, seed) if input_ids is None else check_input_ids(input_ids, vocab)
     n = check_generate(generate, None if input_ids is None else ids)
     stored = checkpoint_dtype(source.checkpoint)
+    # the model's own folder (a random checkpoint's config.json is rebuilt and names no EOS)
+    own = source.tokenizer_dir or (None if source.random_weights else source.checkpoint)
     dtype, note = run_dtype(dtype, stored)
     job = {"cfg": cfg.to_dict(), "checkpoint": str(source.checkpoint), "input_ids": ids.tolist(), "dtype": dtype,
            "device": env.device, "backend": env.backend, "inject": names, "pp_size": pp, "ep": ep,
-           "placement": placement, "stored_dtype": stored, "generate": n}
+           "placement": placement, "stored_dtype": stored, "generate": n, "eos": eos_token_ids(own) if n else []}
     return Prepared(source, ids, describe_injections(names, cfg, tp_size), env, job, [note] if note else [])
 
 
@@ -134,29 +137,34 @@ def compare(tp_logits, tp_hidden, ref: dict, dtype: str) -> dict:
             "noise_floor": logits_diff.floor, "diverges_at": first, "layers": diffs}
 
 
-def generation(prep: Prepared, gen: dict, ref: dict, layers: list[LayerDiff], device: torch.device):
+def generation(prep: Prepared, gen: dict, ref: dict, layers: list[LayerDiff], device: torch.device,
+               within=lambda fn, what: fn()):
     """The two continuations and their first difference; when it is past the first step, that step's forward
-    pass is compared stage by stage: TP's kept outputs against a tp=1 run on the same common prefix."""
+    pass is compared stage by stage: TP's kept outputs against a tp=1 run on the same common prefix, run by
+    `within(fn, what)` (the run's timeout and stop)."""
     n, prompt, dtype = prep.job["generate"], prep.input_ids[0].tolist(), prep.job["dtype"]
     d = int(gen["gen.diverged"][0])
     if d > 0:
         prefix = prompt + ref["gen"]["gen.tokens"][:d].tolist()
-        ref_d = reference({**prep.job, "input_ids": [prefix], "generate": 0}, device)
+        ref_d = within(lambda: reference({**prep.job, "input_ids": [prefix], "generate": 0}, device),
+                       f"the tp=1 re-run of new token #{d + 1} (to compare it stage by stage)")
         # in the check's stage order (safetensors hands the ranks' tensors back sorted by name)
         hidden = {x.name: gen[f"gen.hidden.{x.name}"] for x in layers if f"gen.hidden.{x.name}" in gen}
         layers = compare(gen["gen.logits"], hidden, ref_d, dtype)["layers"]
     tokenizer = prep.source.tokenizer_dir
     decode = TextTokenizer(tokenizer).decode if tokenizer is not None else None
-    return build_generation(n, prompt, gen, ref["gen"], dtype, layers if d >= 0 else [], decode)
+    return build_generation(n, prompt, gen, ref["gen"], dtype, layers if d >= 0 else [], decode, prep.job["eos"])
 
 
 def build_result(prep: Prepared, tp_size: int, tp_logits, tp_hidden, ref: dict, reports: list[dict],
-                 phases: dict, seed: int, gen: dict | None = None, device: torch.device | None = None) -> VerifyResult:
-    """Compare and wrap everything into the user-facing VerifyResult; `gen`: TP's gen.* tensors."""
+                 phases: dict, seed: int, gen: dict | None = None, device: torch.device | None = None,
+                 within=lambda fn, what: fn()) -> VerifyResult:
+    """Compare and wrap everything into the user-facing VerifyResult; `gen`: TP's gen.* tensors; `within(fn,
+    what)` runs a tp=1 re-run under the run's timeout."""
     start = time.perf_counter()
     fields = compare(tp_logits, tp_hidden, ref, prep.job["dtype"])
     if gen:
-        fields["generation"] = generation(prep, gen, ref, fields["layers"], device or torch.device("cpu"))
+        fields["generation"] = generation(prep, gen, ref, fields["layers"], device or torch.device("cpu"), within)
         phases["generate"] = max(r.get("generate_s", 0.0) for r in reports)
     phases["compare"] = time.perf_counter() - start
     notes = list(prep.source.cfg.notes) + prep.notes
@@ -198,12 +206,16 @@ def verify(model, tp_size: int, *, device: str = "auto", dtype: str = "float32",
         return out
 
     progress("spawn")
+    deadline = time.monotonic() + timeout  # covers everything from here on, to the diverging step's tp=1 re-run
+
+    def within(fn, what: str, marks=None):  # in-process work: this deadline, and tick()'s stop
+        return run_within(fn, timeout, what, marks, tick, deadline)
+
     if tp_size * pp == 1:  # nothing to spawn: the "TP" run is one more in-process run, injections included
-        ref = run_within(lambda mark: timed_reference(), timeout, "the tp=1 reference", tick=tick)
-        left = max(1e-3, timeout - (time.perf_counter() - t0))
+        ref = within(lambda mark: timed_reference(), "the tp=1 reference")
         job = {**prep.job, "ref_tokens": ref["gen"]["gen.tokens"].tolist() if ref["gen"] else None}
-        logits, hidden, report = run_within(lambda mark: run_model(job, 0, 1, ref_device, mark=mark), left,
-                                            "the tp=1 run", progress, tick)  # marks load, forward
+        logits, hidden, report = within(lambda mark: run_model(job, 0, 1, ref_device, mark=mark), "the tp=1 run",
+                                        progress)  # marks load, forward
         phases.update(spawn=0.0, load=report["load_s"], forward=report["forward_s"])
         gen, reports = report.pop("generation", None), [report]
     else:
@@ -218,7 +230,8 @@ def verify(model, tp_size: int, *, device: str = "auto", dtype: str = "float32",
             phases["forward"] = max(0.0, phases["forward"] - max(r.get("generate_s", 0.0) for r in reports))
     phases.update(timed)
     progress("compare")
-    result = build_result(prep, tp_size, logits, hidden, ref, reports, phases, seed, gen, ref_device)
+    result = build_result(prep, tp_size, logits, hidden, ref, reports, phases, seed, gen, ref_device,
+                          lambda fn, what: within(lambda mark: fn(), what))
     result.phases["total"] = time.perf_counter() - t0
     progress("done")
     return result, logits

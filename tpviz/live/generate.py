@@ -6,8 +6,11 @@ broadcasts it to all ranks. The tp=1 reference generates its own sequence in-pro
 follows its own picks. While the picks agree the two runs see the same input, so the last position's logits
 are compared step by step; the step where they first differ is compared stage by stage on that common prefix,
 and its top-logit margin is held against the noise floor: a flip is float noise only when rounding can move it.
+Each run stops at the checkpoint's EOS token(s), on its own picks: one stopping where the other goes on is a
+difference at that step like any other.
 """
 import json
+from pathlib import Path
 
 import torch
 import torch.distributed as dist
@@ -35,17 +38,38 @@ def check_generate(n, ids: torch.Tensor | None) -> int:
     return n
 
 
+def eos_token_ids(folder: Path | None) -> list[int]:
+    """The checkpoint's EOS token id(s): generation_config.json's (what transformers' generate() stops at), else
+    config.json's (or its text_config's); read as JSON, never as code. [] when neither names one."""
+    for name in ("generation_config.json", "config.json"):
+        try:
+            raw = json.loads((folder / name).read_text()) if folder is not None else None
+        except (OSError, ValueError):  # absent or unreadable: the next file says it, or nothing does
+            continue
+        if not isinstance(raw, dict):
+            continue
+        value = raw.get("eos_token_id")
+        if value is None and isinstance(raw.get("text_config"), dict):
+            value = raw["text_config"].get("eos_token_id")
+        ids = [i for i in (value if isinstance(value, list) else [value])
+               if isinstance(i, int) and not isinstance(i, bool) and i >= 0]
+        if ids:
+            return ids
+    return []
+
+
 def greedy_steps(forward, first: tuple, ids: torch.Tensor, n: int, *, keep: bool, leader: int | None,
-                 ref_tokens=None, follow: list[int] | None = None) -> dict[str, torch.Tensor]:
-    """n greedy steps of one rank. `forward(ids)` runs this rank's part of a forward pass (pipeline send/recv
-    included) and `first` is step 0's (logits, hidden), already computed. The rank with the gathered logits
-    picks the argmax (or `follow[s]`, to run on another run's sequence) and broadcasts it from global rank
-    `leader` (None: one process, no group). When `ref_tokens()` (read on that rank) is given, the first step
-    whose pick differs from it is kept whole: hidden states where `keep` (each stage's TP rank 0), logits on
-    the picker. Returns gen.* tensors: tokens, each step's last-position logits and the diverging step."""
+                 ref_tokens=None, follow: list[int] | None = None, eos=()) -> dict[str, torch.Tensor]:
+    """At most n greedy steps of one rank, stopping after a pick in `eos`. `forward(ids)` runs this rank's part
+    of a forward pass (pipeline send/recv included) and `first` is step 0's (logits, hidden), already computed.
+    The rank with the gathered logits picks the argmax (or `follow[s]`, to run on another run's sequence) and
+    broadcasts it from global rank `leader` (None: one process, no group), so every rank stops together.
+    When `ref_tokens()` (read on that rank) is given, the first step whose pick differs from it is kept whole:
+    hidden states where `keep` (each stage's TP rank 0), logits on the picker. Returns gen.* tensors: tokens,
+    each step's last-position logits and the diverging step."""
     out, tokens, last, refs, diverged = {}, [], [], None, -1
     logits, hidden = first
-    for s in range(n):
+    for s in range(n if follow is None else min(n, len(follow))):
         if s:
             logits, hidden = forward(ids)
         pick = torch.zeros(2, dtype=torch.int64, device=ids.device)
@@ -55,7 +79,7 @@ def greedy_steps(forward, first: tuple, ids: torch.Tensor, n: int, *, keep: bool
             pick[0] = int(row.argmax()) if follow is None else follow[s]
             if ref_tokens is not None and diverged < 0:
                 refs = ref_tokens() if refs is None else refs
-                pick[1] = int(int(pick[0]) != refs[s])
+                pick[1] = int(int(pick[0]) != refs[s])  # equal picks so far: refs has not stopped yet
         if leader is not None:
             dist.broadcast(pick, src=leader)
         token = int(pick[0])
@@ -66,6 +90,8 @@ def greedy_steps(forward, first: tuple, ids: torch.Tensor, n: int, *, keep: bool
                 out.update({f"gen.hidden.{k}": v.float().cpu() for k, v in hidden.items()})
                 if logits is not None:
                     out["gen.logits"] = logits.float().cpu()
+        if token in eos:
+            break
         ids = torch.cat([ids, ids.new_full((ids.shape[0], 1), token)], dim=1)
     if last:
         out.update({"gen.tokens": torch.tensor(tokens), "gen.last": torch.stack(last),
@@ -114,7 +140,8 @@ def _before(steps: list[LayerDiff], d: int, dtype: str) -> str:
 
 
 def explain(steps: list[LayerDiff], tp_tokens: list[int], ref_tokens: list[int], ref_last: torch.Tensor,
-            ref32_last: torch.Tensor | None, dtype: str, decode=None, first_stage: str | None = None) -> dict:
+            ref32_last: torch.Tensor | None, dtype: str, decode=None, first_stage: str | None = None,
+            eos=()) -> dict:
     """Where the picks first differ and whether float noise explains it: tp=1's lead of its own pick over TP's
     at that position (the top-2 margin when TP took tp=1's runner-up) against the noise floor there. TP flipped
     the pair, so its logits moved by at least half that margin: the flip is noise exactly when that step's
@@ -122,11 +149,14 @@ def explain(steps: list[LayerDiff], tp_tokens: list[int], ref_tokens: list[int],
     n = len(tp_tokens)
     d = next((s for s, (a, b) in enumerate(zip(tp_tokens, ref_tokens)) if a != b), None)
     if d is None:
+        same = f"Identical for all {n} new tokens"
+        if tp_tokens and tp_tokens[-1] in eos:
+            same += f" (both stopped at EOS {_token(decode, tp_tokens[-1])})"
         if bad := next((s for s in steps if s.exceeds), None):
-            text = (f"Identical for all {n} new tokens, although the logits at {bad.name} differ by {bad.max_abs:.3g},"
-                    f" beyond the tolerance {bad.limit:.3g}: the picks survived a TP error.")
+            text = (f"{same}, although the logits at {bad.name} differ by {bad.max_abs:.3g}, beyond the tolerance "
+                    f"{bad.limit:.3g}: the picks survived a TP error.")
         else:
-            text = f"Identical for all {n} new tokens; {_within(steps, dtype)} at every step."
+            text = f"{same}; {_within(steps, dtype)} at every step."
         return {"diverged_at": None, "margin": None, "floor": None, "noise_explained": None, "explanation": text}
     row, a, b, at = ref_last[d].float(), ref_tokens[d], tp_tokens[d], steps[d]
     margin = float(row[a] - row[b])
@@ -159,18 +189,21 @@ def explain(steps: list[LayerDiff], tp_tokens: list[int], ref_tokens: list[int],
 
 
 def build_generation(n: int, prompt: list[int], tp: dict, ref: dict, dtype: str, layers: list[LayerDiff],
-                     decode=None) -> Generation:
+                     decode=None, eos: list[int] | None = None) -> Generation:
     """The Generation of a finished run: tp/ref are gen.* tensors (ref's "gen.last32" when low precision);
-    `layers` the per-stage comparison at the diverging step (empty when the texts are identical)."""
-    tp_tokens, ref_tokens = tp["gen.tokens"].tolist(), ref["gen.tokens"].tolist()
+    `layers` the per-stage comparison at the diverging step (empty when the texts are identical); `eos` the
+    token ids both runs stopped at."""
+    tp_tokens, ref_tokens, eos = tp["gen.tokens"].tolist(), ref["gen.tokens"].tolist(), eos or []
     d = next((s for s, (a, b) in enumerate(zip(tp_tokens, ref_tokens)) if a != b), None)
-    upto = n if d is None else d + 1  # the steps whose input both runs share
+    upto = len(tp_tokens) if d is None else d + 1  # the steps whose input both runs share (same length if equal)
     ref32 = ref.get("gen.last32")
     steps = step_diffs(tp["gen.last"][:upto], ref["gen.last"][:upto], None if ref32 is None else ref32[:upto], dtype)
     first_stage = next((x.name for x in layers if x.exceeds), None)
-    why = explain(steps, tp_tokens, ref_tokens, ref["gen.last"], ref32, dtype, decode, first_stage)
+    why = explain(steps, tp_tokens, ref_tokens, ref["gen.last"], ref32, dtype, decode, first_stage, eos)
     text = (lambda ids: decode(ids)) if decode else (lambda ids: None)
     return Generation(new_tokens=n, prompt_ids=prompt, tp_tokens=tp_tokens, ref_tokens=ref_tokens, steps=steps,
                       layers=layers, first_stage=first_stage, prompt_text=text(prompt), tp_text=text(tp_tokens),
                       ref_text=text(ref_tokens), pieces=[decode([tp_tokens[d]]), decode([ref_tokens[d]])]
-                      if decode and d is not None else None, **why)
+                      if decode and d is not None else None, eos_token_ids=eos,
+                      tp_stopped_at_eos=bool(tp_tokens) and tp_tokens[-1] in eos,
+                      ref_stopped_at_eos=bool(ref_tokens) and ref_tokens[-1] in eos, **why)

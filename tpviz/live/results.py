@@ -86,8 +86,9 @@ class Environment:
 
 @dataclass
 class Generation:
-    """Greedy generation from one prompt on TP and on tp=1, each following its own picks (no teacher forcing)."""
-    new_tokens: int
+    """Greedy generation from one prompt on TP and on tp=1, each following its own picks (no teacher forcing),
+    each stopping at the checkpoint's EOS token(s)."""
+    new_tokens: int  # asked for: the most either run generates
     prompt_ids: list[int]
     tp_tokens: list[int]
     ref_tokens: list[int]
@@ -103,20 +104,29 @@ class Generation:
     tp_text: str | None = None
     ref_text: str | None = None
     pieces: list[str] | None = None  # the decoded TP and tp=1 tokens at the diverging position
+    eos_token_ids: list[int] = field(default_factory=list)  # from generation_config.json or config.json; []: none
+    tp_stopped_at_eos: bool = False  # that run's last pick is an EOS token, so it stopped there
+    ref_stopped_at_eos: bool = False
 
     def outputs(self, tp_label: str) -> list[tuple[str, str]]:
         """(label, the continuation quoted on one line: text with escapes, or the token ids)."""
         show = lambda text, ids: json.dumps(text, ensure_ascii=False) if text is not None else str(ids)  # noqa: E731
-        return [(tp_label, show(self.tp_text, self.tp_tokens)), ("tp=1", show(self.ref_text, self.ref_tokens))]
+        end = lambda stopped, ids: f" (stopped at EOS after {len(ids)} tokens)" if stopped else ""  # noqa: E731
+        return [(tp_label, show(self.tp_text, self.tp_tokens) + end(self.tp_stopped_at_eos, self.tp_tokens)),
+                ("tp=1", show(self.ref_text, self.ref_tokens) + end(self.ref_stopped_at_eos, self.ref_tokens))]
 
     def divergence(self, tp_label: str) -> str:
         """'identical for all 8 new tokens' or where the two continuations first differ."""
         if self.diverged_at is None:
-            return f"identical for all {self.new_tokens} new tokens"
+            return f"identical for all {len(self.tp_tokens)} new tokens" + (
+                " (both stopped at EOS)" if self.tp_stopped_at_eos else "")
         d, (tp, ref) = self.diverged_at, self.pieces or ("", "")
         show = lambda piece, token: (json.dumps(piece, ensure_ascii=False) + " " if self.pieces else "") + f"#{token}"  # noqa: E731
+        stopped = [who for who, ids in ((tp_label, self.tp_tokens), ("tp=1", self.ref_tokens))
+                   if ids[d] in self.eos_token_ids]  # its last pick: it stopped there
+        stop = f", where {' and '.join(stopped)} stopped at EOS" if stopped else ""
         return (f"first differ at new token #{d + 1} of {self.new_tokens} (position {len(self.prompt_ids) + d}): "
-                f"{tp_label} {show(tp, self.tp_tokens[d])} vs tp=1 {show(ref, self.ref_tokens[d])}")
+                f"{tp_label} {show(tp, self.tp_tokens[d])} vs tp=1 {show(ref, self.ref_tokens[d])}{stop}")
 
 
 @dataclass
@@ -200,7 +210,10 @@ class VerifyResult:
         if g is None:
             return []
         label = self.layout
-        lines = [f"  generated {g.new_tokens} new tokens greedily, each run following its own picks:"]
+        ids = [f"#{i}" for i in g.eos_token_ids[:4]] + [f"{len(g.eos_token_ids) - 4} more"] * (len(g.eos_token_ids) > 4)
+        eos = f" (stopping at EOS {', '.join(ids)})" if ids else ""
+        lines = [f"  generated {'up to ' if eos else ''}{g.new_tokens} new tokens greedily{eos}, each run following "
+                 "its own picks:"]
         if g.prompt_text is not None:
             lines.append(f"    prompt {json.dumps(g.prompt_text, ensure_ascii=False)}")
         lines += [f"    {who:<6} {text}" for who, text in g.outputs(label)]

@@ -5,7 +5,6 @@ parent until the end), so concurrent runs never share a port or a file.
 """
 import json
 import os
-import queue
 import shutil
 import signal
 import tempfile
@@ -23,6 +22,7 @@ import torch.multiprocessing as mp
 from safetensors.torch import load_file
 
 from tpviz.live.errors import LiveError, RankFailure
+from tpviz.live.inprocess import Background
 from tpviz.live.results import Environment
 from tpviz.live.worker import spawn_entry
 
@@ -98,8 +98,10 @@ def _current(marks: list[tuple[str, float]]) -> str:
     return marks[-1][0] if marks else "start"
 
 
-def _hang_message(run_dir: Path, world: int, timeout: float, alive: list[int]) -> tuple[str, int | None]:
-    """Name the rank(s) furthest behind: the others are waiting for them in a collective."""
+def _hang_message(run_dir: Path, world: int, timeout: float, alive: list[int],
+                  also: str = "") -> tuple[str, int | None]:
+    """Name the rank(s) furthest behind: the others are waiting for them in a collective. `also`: what else
+    was still running, said before the ranks' stop."""
     where = {r: _current(m) for r, m in enumerate(_phases(run_dir, world)) if r in alive}
     if not where:
         return f"the ranks did not finish within {timeout:g} s", None
@@ -111,7 +113,22 @@ def _hang_message(run_dir: Path, world: int, timeout: float, alive: list[int]) -
     if waiting:
         phases = ", ".join(sorted({where[r] for r in waiting}))
         msg += f"; rank {', '.join(map(str, waiting))} waited for it in {phases}"
-    return msg + "; all ranks were stopped", stuck[0] if len(stuck) == 1 else None
+    return msg + also + "; all ranks were stopped", stuck[0] if len(stuck) == 1 else None
+
+
+def _timed_out(run_dir: Path, world: int, timeout: float, alive: list[int], ref_running: bool,
+               ranks_need_ref: bool) -> LiveError:
+    """Name what was still running when time ran out: the tp=1 reference, the ranks, or both. Generating ranks
+    need the reference's picks from their first step, so when all of them reached forward it is the one behind."""
+    late = f"the tp=1 reference did not finish within the {timeout:g} s timeout"
+    where = {_current(m) for r, m in enumerate(_phases(run_dir, world)) if r in alive}
+    if ref_running and not alive:
+        return LiveError(f"{late} (the ranks had finished)")
+    if ref_running and ranks_need_ref and where == {"forward"}:
+        return LiveError(f"{late}; the ranks, which need its picks to generate, were stopped in forward")
+    message, rank = _hang_message(run_dir, world, timeout, alive,
+                                  "; the tp=1 reference had not finished either" if ref_running else "")
+    return RankFailure(message, rank)
 
 
 def _failure_message(run_dir: Path, dead: dict[int, int]) -> tuple[str, int, bool]:
@@ -156,50 +173,6 @@ def _stop(ctx) -> None:
             p.join()
     for f in ctx.error_files:
         Path(f).unlink(missing_ok=True)
-
-
-class Background:
-    """fn() on a daemon thread, so the watchdog keeps its clock while the parent works too: a hang there
-    ends at the timeout like a rank's. The thread is abandoned then (Python cannot kill one); a CLI run exits."""
-
-    def __init__(self, fn):
-        self.result, self.error = None, None
-        self.thread = threading.Thread(target=self._run, args=(fn,), daemon=True, name="tpviz-in-process")
-        self.thread.start()
-
-    def _run(self, fn) -> None:
-        try:
-            self.result = fn()
-        except BaseException as e:  # noqa: BLE001 - re-raised in the caller's thread by get()
-            self.error = e
-
-    @property
-    def done(self) -> bool:
-        return not self.thread.is_alive()
-
-    def get(self):
-        if self.error is not None:
-            raise self.error
-        return self.result
-
-
-def run_within(fn, timeout: float, what: str, progress=None, tick=None):
-    """fn(mark) in this process, given at most `timeout` s, so the tp=1 run obeys the same timeout as the
-    ranks; the phases it marks reach progress() on the caller's thread (a UI may only draw from there)."""
-    marks = queue.SimpleQueue()
-    job, deadline = Background(lambda: fn(marks.put)), time.monotonic() + timeout
-    while True:
-        job.thread.join(0.1)
-        if tick:
-            tick()
-        while not marks.empty():
-            phase = marks.get()
-            if progress:
-                progress(phase)
-        if job.done:
-            return job.get()
-        if time.monotonic() > deadline:
-            raise LiveError(f"{what} did not finish within the {timeout:g} s timeout")
 
 
 @contextmanager
@@ -263,11 +236,8 @@ def run_group(job: dict, tp_size: int, timeout: float, progress=None, overlap=No
                 reported = PHASES[PHASES.index(reported) + 1]
                 progress(reported)
             if time.monotonic() - started > timeout:
-                if all(c == 0 for c in codes):
-                    raise LiveError(f"the tp=1 reference did not finish within the {timeout:g} s timeout")
                 alive = [r for r, p in enumerate(ctx.processes) if p.is_alive()]
-                message, rank = _hang_message(run_dir, world, timeout, alive)
-                raise RankFailure(message, rank)
+                raise _timed_out(run_dir, world, timeout, alive, not ref.done, publish is not None)
         return _collect(run_dir, world, tp_size, t0, ref.get())
     finally:
         _stop(ctx)

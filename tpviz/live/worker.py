@@ -103,7 +103,8 @@ def run_model(job: dict, rank: int, tp_size: int, device: torch.device,
         leader = (job.get("pp_size", 1) - 1) * tp_size if tp_size * job.get("pp_size", 1) > 1 else None
         with torch.inference_mode():
             report["generation"] = greedy_steps(forward, (logits, hidden), ids, job["generate"], keep=tp_rank == 0,
-                                                leader=leader, ref_tokens=refs, follow=job.get("follow"))
+                                                leader=leader, ref_tokens=refs, follow=job.get("follow"),
+                                                eos=job.get("eos", ()))
         _sync(device)
         report["generate_s"] = time.perf_counter() - start
     if tp_rank != 0:
