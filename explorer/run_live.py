@@ -10,6 +10,7 @@ from explorer.text import literal
 from tpviz.live.download import human_size
 from tpviz.live.generate import MAX_NEW_TOKENS
 from tpviz.live.inputs import parse_ids_text, tokenize
+from tpviz.live.memory import MemoryEstimate, plan_memory
 from tpviz.live.report import environment_rows, rank_figure, stage_figure
 from tpviz.live.source import local_tokenizer, resolve_model
 
@@ -168,9 +169,9 @@ def show_generation(result) -> None:
     if g.prompt_text is not None:
         st.caption(f"Prompt ({len(g.prompt_ids)} tokens): {literal(g.prompt_text)}")
     cols = st.columns(2)
-    for col, who, text, ids in ((cols[0], result.layout, g.tp_text, g.tp_tokens), (cols[1], "tp=1", g.ref_text,
-                                                                                     g.ref_tokens)):
-        col.caption(f"{who}: {g.new_tokens} new tokens")
+    for col, who, text, ids, eos in ((cols[0], result.layout, g.tp_text, g.tp_tokens, g.tp_stopped_at_eos),
+                                     (cols[1], "tp=1", g.ref_text, g.ref_tokens, g.ref_stopped_at_eos)):
+        col.caption(f"{who}: {len(ids)} new tokens" + (", stopped at EOS" if eos else ""))
         col.code(text if text is not None else " ".join(map(str, ids)), language=None, wrap_lines=True)
     where = g.divergence(result.layout)  # the explanation already says "Identical for all N new tokens"
     line = g.explanation if g.diverged_at is None else f"{where[0].upper()}{where[1:]}. {g.explanation}"
@@ -243,3 +244,23 @@ def injection_hint(reach: dict[str, tuple[bool, str]], chosen: list[str]) -> str
     if not idle:
         return None
     return "; ".join(idle) + (f". Try {biting[0]}: {reach[biting[0]][1]}." if biting else ".")
+
+
+@st.cache_data(show_spinner=False, max_entries=64, ttl=600)
+def memory_estimate(model: str | bytes, tp: int, pp: int, ep: bool, placement: str, layers: int, dtype: str,
+                    random: bool, device: str, gpus: int) -> MemoryEstimate | None:
+    """Before a run: the weights each rank and the tp=1 reference will hold, from the shard map (None when the
+    config cannot be read or split yet: the run itself will say why)."""
+    try:
+        return plan_memory(model, tp, pp=pp, ep=ep, placement=placement, layers=layers or None, dtype=dtype,
+                           device=device, gpus=gpus, random_weights=random)
+    except Exception:  # noqa: BLE001 - a bad or unreachable source is reported by the run, in one line
+        return None
+
+
+def show_memory(est: MemoryEstimate, available: dict[str, int]) -> None:
+    """The estimate in one caption, and per rank in an expander."""
+    st.caption(f"Memory estimate, weights only: {est.summary(available)}. Activations (small for a short prompt) "
+               "and each process's own torch are not counted.")
+    with st.expander("Memory estimate per rank"):
+        st.table(est.rows())  # a static table: the run's own tables stay the page's dataframes

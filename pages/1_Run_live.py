@@ -7,13 +7,14 @@ result view in explorer.run_live.
 import streamlit as st
 from streamlit.runtime.scriptrunner_utils.exceptions import RerunException, StopException
 
-from explorer.run_live import (PHASES, PhaseStatus, injection_hint, injection_reach, input_ids_for, model_input,
-                               show_result, text_input)
+from explorer.run_live import (PHASES, PhaseStatus, injection_hint, injection_reach, input_ids_for, memory_estimate,
+                               model_input, show_memory, show_result, text_input)
 from explorer.text import literal
 from tpviz.errors import TpvizError
 from tpviz.live.check import NOISE_MULTIPLE, verify
 from tpviz.live.errors import for_page
 from tpviz.live.inject import INJECTIONS
+from tpviz.live import memory
 from tpviz.live.memory import DTYPE_CHOICES
 from tpviz.live.runner import choose_backend
 from tpviz.live.slot import max_ranks, one_run_at_a_time
@@ -64,14 +65,21 @@ def main() -> None:
             cap = max_ranks(len(env.gpus))
             st.caption(f"GPUs found: {gpus}. Backend: **{env.backend}** on {env.device} ({env.reason}). "
                        + (f"This machine runs at most {cap} ranks; one live run at a time." if cap else ""))
+            available = memory.available_memory(env.device, len(env.gpus))  # fresh: other runs come and go
         except TpvizError as e:
             st.error(str(e))
             return
+        est = memory_estimate(model, tp, pp, ep, placement, layers, dtype, random, env.device,
+                              len(env.gpus)) if model else None
+        if est is not None:
+            show_memory(est, available)
         if stopped := st.session_state.pop("live_stopped", None):
             st.warning(f"The last run was stopped during “{stopped.lower()}”; its ranks were ended.")
         if run:
             status = PhaseStatus()
             try:
+                if est is not None:  # before anything is downloaded or spawned
+                    memory.check_memory(est, available)
                 ids = input_ids_for(model, prompt, tp, layers or None, seed, ep, random, status.download)
                 if ids is None and generate:
                     st.caption("Random ids have nothing to continue: this run checks one forward pass "

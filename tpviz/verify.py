@@ -52,7 +52,33 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=0, help="seed for random weights and random input ids")
     p.add_argument("--timeout", type=float, default=300.0, help="seconds before a hung group is stopped")
     p.add_argument("--quiet", action="store_true", help="print only the verdict line")
+    p.add_argument("--dry-run", action="store_true", help="print the memory estimate (weights per rank and in the "
+                                                          "tp=1 reference) and exit: nothing is downloaded or run")
     return p
+
+
+def check_memory_first(args) -> None:
+    """Before anything is downloaded or spawned: refuse a run whose weights would not fit, in one line;
+    --dry-run prints the estimate. A config that cannot be read or split is left to verify, which says why."""
+    from tpviz.live.memory import available_memory, check_memory, plan_memory
+    from tpviz.live.runner import choose_backend
+    if args.tp < 1 or args.pp < 1:
+        if args.dry_run:
+            raise TpvizError(f"--tp {args.tp} and --pp {args.pp} must be positive integers")
+        return  # verify says so, as it always has
+    try:
+        env = choose_backend(args.tp * args.pp, args.device)
+        est = plan_memory(args.model, args.tp, pp=args.pp, ep=args.ep, placement=args.placement, layers=args.layers,
+                          dtype=args.dtype, device=env.device, gpus=len(env.gpus), random_weights=args.random_weights)
+    except TpvizError:
+        if args.dry_run:
+            raise
+        return
+    available = available_memory(env.device, len(env.gpus))
+    if args.dry_run:
+        print(f"memory estimate, weights only: {est.summary(available)}\n(activations, small for a short prompt, "
+              f"and each process's own torch are not counted)")
+    check_memory(est, available)
 
 
 def _run(args) -> int:
@@ -70,13 +96,17 @@ def _run(args) -> int:
                    seed=args.seed, batch=args.batch, seq_len=args.seq_len, timeout=args.timeout, pp=args.pp,
                    ep=args.ep, placement=args.placement, random_weights=args.random_weights,
                    download_progress=download_progress(), prompt=args.prompt, generate=args.generate or 0)
+    if not launched_by_torchrun():
+        if args.tp is None:
+            raise TpvizError("--tp N is required (outside torchrun)")
+        check_memory_first(args)
+        if args.dry_run:
+            return EXIT_PASS
     if launched_by_torchrun():
         result, logits, passed = verify_torchrun(args.model, args.tp, **options)
         if result is None:  # not rank 0: rank 0 reports
             return EXIT_PASS if passed else EXIT_MISMATCH
     else:
-        if args.tp is None:
-            raise TpvizError("--tp N is required (outside torchrun)")
         result, logits = verify(args.model, args.tp, **options)
     if args.quiet:  # still say when an injection could not do anything
         print("\n".join([result.headline(), *(f"  note: {n}" for n in result.notes if n.startswith("--inject"))]))

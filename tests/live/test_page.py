@@ -214,6 +214,8 @@ def test_page_generates_from_a_prompt_and_shows_where_tp_and_tp1_part(tiny, tmp_
     line = next(w.value for w in at.warning if w.value.startswith("First differ"))
     assert "new token #2 of 4" in line and "NOT explained by float noise" in line
     assert any(c.value == "Prompt (3 tokens): t7 t100 t3" for c in at.caption)
+    counts = [c.value for c in at.caption if c.value.startswith(("tp=2:", "tp=1:"))]
+    assert counts == [f"tp=2: {len(tp_text.split())} new tokens", f"tp=1: {len(ref_text.split())} new tokens"]
     charts = [json.loads(c.proto.spec) for c in at.get("plotly_chart")]
     assert len(charts) == 3 and charts[1]["layout"]["title"]["text"].startswith(
         "New token #2: TP vs tp=1 on the same 4 tokens, first beyond tolerance at layer 0")
