@@ -1,56 +1,18 @@
-"""Checkpoint comparison: tiny safetensors folders whose names differ from the map in known ways, header reading
-without tensor data, unknown model types verified or refused, the real indexes in ../shared, and the hub index
-offline (fake HF cache)."""
-import hashlib
+"""Checkpoint comparison against local safetensors folders: tiny folders whose names differ from the map in known
+ways, sharded indexes, quantization tensors counted apart, header reading without tensor data, corrupt files, and
+stored bytes against the map."""
 import json
-from pathlib import Path
-import os
 import struct
-import time
 
 import pytest
 import torch
 from safetensors.torch import save_file
 
 from tpviz import shard_map
-from tpviz.checkpoint import (checkpoint_sentence, compare, expand, hub_tensor_names, local_tensor_names, read_header,
-                              tensor_names_for)
-from tpviz.errors import ConfigError, SourceError
-
-TINY = {"model_type": "llama", "hidden_size": 64, "num_attention_heads": 4, "num_key_value_heads": 2,
-        "intermediate_size": 128, "vocab_size": 128, "num_hidden_layers": 2}
-LINEARS = [f"model.layers.{i}.{p}" for i in range(2) for p in (
-    "self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj", "mlp.gate_proj", "mlp.up_proj",
-    "mlp.down_proj")]
-NAMES = {"model.embed_tokens.weight", "lm_head.weight", "model.norm.weight"} | {n + ".weight" for n in LINEARS} | {
-    f"model.layers.{i}.{n}_layernorm.weight" for i in range(2) for n in ("input", "post_attention")}
-
-
-def save(path, names):
-    save_file({n: torch.zeros(2) for n in sorted(names)}, str(path))
-
-
-def folder(tmp_path, names=NAMES, cfg=TINY, fname="model.safetensors", sub="ckpt"):
-    f = tmp_path / sub
-    f.mkdir(exist_ok=True)
-    (f / "config.json").write_text(json.dumps(cfg))
-    if names is not None:
-        save(f / fname, names)
-    return f
-
-
-def names_only(c: dict) -> dict:
-    """The name comparison (the stored-bytes part is tested on its own: these files hold dummy data)."""
-    return {k: v for k, v in c.items() if k != "bytes"}
-
-
-def check(f, **changes):
-    return {"source": str(f.resolve()), "tensors": len(NAMES), "matched": len(NAMES), "prefix": "",
-            "missing_in_checkpoint": [], "missing_in_map": [], "quantization_tensors": 0, "verified": True, **changes}
-
-
-def one_line(e):
-    return "\n" not in str(e.value) and str(e.value).strip()
+from tpviz.checkpoint import checkpoint_sentence, expand, local_tensor_names, read_header
+from tpviz.errors import SourceError
+from tests.helpers.checkpoint import LINEARS, NAMES, TINY, check, folder, names_only, save
+from tests.helpers.errors import one_line
 
 
 def test_map_names_are_the_llama_checkpoint_names():
@@ -117,7 +79,7 @@ def test_sharded_index(tmp_path):
     (f / "model.safetensors.index.json").write_text('{"weight_map": [1, ')
     with pytest.raises(SourceError) as e:
         shard_map(str(f), 1)
-    assert one_line(e) and "not a valid safetensors index" in str(e.value)
+    assert one_line(e.value) and "not a valid safetensors index" in str(e.value)
 
 
 def test_index_weight_map_must_be_an_object(tmp_path):
@@ -173,7 +135,7 @@ def test_corrupt_file_is_one_line_source_error(tmp_path, data, words):
     for call in (lambda: read_header(f / "model.safetensors"), lambda: shard_map(str(f), 1)):
         with pytest.raises(SourceError) as e:
             call()
-        assert one_line(e) and words in str(e.value) and "model.safetensors" in str(e.value)
+        assert one_line(e.value) and words in str(e.value) and "model.safetensors" in str(e.value)
 
 
 @pytest.mark.parametrize("header", [b"[]  ", b"7   "])
@@ -192,124 +154,6 @@ def test_stray_consolidated_file_is_not_read(tmp_path):
     assert names_only(shard_map(str(f), 1).checkpoint) == check(f)
     (f / "model.safetensors").unlink()
     assert shard_map(str(f), 1).checkpoint is None and local_tensor_names(f) is None
-
-
-MYSTERY = {**TINY, "model_type": "mystery_lm"}
-
-
-def test_unknown_model_type_verified_by_checkpoint(tmp_path):
-    m = shard_map(MYSTERY, 1)  # nothing at hand: mapped as Llama-like, with a note saying so
-    assert m.checkpoint is None and any("mapped as a Llama-like decoder" in n for n in m.model.notes)
-    f = folder(tmp_path, NAMES | {"model.layers.0.self_attn.rotary_emb.inv_freq"}, MYSTERY)
-    m = shard_map(str(f), 2)
-    assert names_only(m.checkpoint) == check(f, tensors=22)
-    notes = [n for n in m.model.notes if "mystery_lm" in n]
-    assert notes == [f"model_type 'mystery_lm' is not one tpviz knows; mapped as a Llama-like decoder, and every tensor "
-                     f"name was verified against {f.resolve()}"]
-    m = shard_map(MYSTERY, 1, tensor_names=NAMES, checkpoint_source="org/mystery")
-    assert m.checkpoint["verified"] and m.model.notes[-1].endswith("verified against org/mystery")
-
-
-@pytest.mark.parametrize("names", [NAMES - {"model.layers.1.mlp.up_proj.weight"}, NAMES | {"model.layers.0.mixer.A_log"},
-                                   {"transformer.blocks.0.attn.Wqkv.weight", "transformer.wte.weight"}])
-def test_unknown_model_type_not_matching_is_refused(tmp_path, names):
-    f = folder(tmp_path, names, MYSTERY)
-    with pytest.raises(ConfigError) as e:
-        shard_map(str(f), 1)
-    assert one_line(e) and "'mystery_lm' is not one tpviz knows" in str(e.value) and "refusing" in str(e.value)
-    with pytest.raises(ConfigError):
-        shard_map(MYSTERY, 1, tensor_names=names)
-    known = shard_map(TINY, 1, tensor_names=names)  # a known type is only reported, never refused
-    assert known.checkpoint["verified"] is False
-
-
-@pytest.mark.parametrize("extra", [{"mamba_d_state": 16}, {"layer_types": ["linear_attention"] * 2},
-                                   {"attn_layer_period": 8}, {"ssm_cfg": {}}])
-def test_unknown_hybrid_config_refused_even_with_matching_checkpoint(tmp_path, extra):
-    f = folder(tmp_path, NAMES, {**MYSTERY, **extra})
-    for source in (str(f), {**MYSTERY, **extra}):
-        with pytest.raises(ConfigError) as e:
-            shard_map(source, 1)
-        assert one_line(e) and next(iter(extra)) in str(e.value)
-
-
-REAL = ["google__gemma-2-9b-it", "microsoft__Phi-3-mini-128k-instruct", "mistralai__Mistral-7B-Instruct-v0.3"]
-
-
-@pytest.mark.parametrize("stem", REAL)
-def test_real_indexes_verify(stem, shared_configs, tmp_path):
-    shared = Path(__file__).resolve().parents[2] / "shared" / "configs"  # as tests/conftest.py finds it
-    index = json.loads((shared / f"{stem}.index.json").read_text())
-    names = set(index["weight_map"])
-    m = shard_map(shared_configs[stem], 1, tensor_names=names, checkpoint_source=stem)
-    real = {n for n in names if not n.endswith("rotary_emb.inv_freq")}
-    assert names_only(m.checkpoint) == {"source": stem, "tensors": len(names), "matched": len(real), "prefix": "",
-                            "missing_in_checkpoint": [], "missing_in_map": [], "quantization_tensors": 0, "verified": True}
-    f = folder(tmp_path, None, shared_configs[stem])  # the same through a local folder holding config + index
-    (f / "model.safetensors.index.json").write_text(json.dumps(index))
-    assert names_only(shard_map(str(f), 2).checkpoint) == {**names_only(m.checkpoint), "source": str(f.resolve())}
-
-
-def test_deepseek_mtp_layer_ignored():
-    m = shard_map("deepseek-ai/DeepSeek-V3", 1)
-    names = set(expand(m))
-    mtp = {n.replace("layers.60.", "layers.61.") for n in names if "layers.60." in n} | {
-        "model.layers.61." + s for s in ("eh_proj.weight", "enorm.weight", "hnorm.weight", "shared_head.head.weight",
-                                         "shared_head.norm.weight", "embed_tokens.weight")}
-    assert compare(m, names | mtp, "ds")["verified"]
-
-
-# ---- hub index, offline ---------------------------------------------------------------------------------------------
-
-@pytest.fixture
-def offline_hub(tmp_path, monkeypatch):
-    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    monkeypatch.setenv("HF_ENDPOINT", "http://127.0.0.1:9")
-    for name in ("HF_HUB_CACHE", "HUGGINGFACE_HUB_CACHE", "HF_TOKEN"):
-        monkeypatch.delenv(name, raising=False)
-    return tmp_path / "hf" / "hub"
-
-
-def cache_files(cache, repo, files, commit="0123456789abcdef0123456789abcdef01234567"):
-    """The hub cache layout: blobs, a snapshot linking to them, refs/main."""
-    repo_dir = cache / ("models--" + repo.replace("/", "--"))
-    snap = repo_dir / "snapshots" / commit
-    for d in (repo_dir / "refs", snap, repo_dir / "blobs"):
-        d.mkdir(parents=True, exist_ok=True)
-    (repo_dir / "refs" / "main").write_text(commit)
-    for name, text in files.items():
-        blob = repo_dir / "blobs" / hashlib.sha1(text.encode()).hexdigest()
-        blob.write_text(text)
-        try:
-            os.symlink(os.path.relpath(blob, snap), snap / name)
-        except OSError:
-            (snap / name).write_text(text)
-
-
-def test_hub_offline_empty_cache_is_none_quickly(offline_hub):
-    t = time.monotonic()
-    assert tensor_names_for("some-org/some-model") == (None, "some-org/some-model (model.safetensors.index.json)")
-    assert hub_tensor_names("some-org/some-model") is None
-    assert time.monotonic() - t < 5
-
-
-def test_hub_cached_index_gives_names(offline_hub, tmp_path):
-    index = {"metadata": {"total_size": 1}, "weight_map": {n: "model-00001-of-00001.safetensors" for n in NAMES}}
-    cache_files(offline_hub, "some-org/cached-model", {"config.json": json.dumps(TINY),
-                                                       "model.safetensors.index.json": json.dumps(index)})
-    cache_files(offline_hub, "some-org/no-weight-map", {"model.safetensors.index.json": '{"metadata": {}}'})
-    names, where = tensor_names_for(" some-org/cached-model ")
-    assert names == NAMES and where == "some-org/cached-model (model.safetensors.index.json)"
-    m = shard_map("some-org/cached-model", 1, tensor_names=names, checkpoint_source=where)
-    assert m.checkpoint["verified"] and m.checkpoint["matched"] == 21
-    assert hub_tensor_names("some-org/no-weight-map") is None
-
-
-def test_tensor_names_for_non_hub_sources(tmp_path):
-    f = folder(tmp_path)
-    for source in ("meta-llama/Llama-3.1-8B", "qwen/qwen3-8b", str(f), "./ckpt", TINY, b"{}", "not a repo id"):
-        assert tensor_names_for(source) == (None, ""), source
 
 
 def test_stored_bytes_are_compared_with_the_map(tmp_path):
