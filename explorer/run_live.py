@@ -197,6 +197,8 @@ def show_result(result) -> None:
                    help="The first stage whose TP output differs from tp=1 by more than its tolerance")
     st.caption(f"Tolerance: {result.tolerance_rule}. Relative difference (max|Δ| / max|logit|): "
                f"{result.max_rel_diff:.3g}.")
+    if flip := result.routing:  # MoE: a token TP sent to other experts; noise at a near tie, or a real mismatch
+        (st.info if flip.noise_explained else st.error)(f"Routing: {literal(flip.explanation)}.")
     for inj in result.injections:
         (st.info if inj.has_effect else st.warning)(
             f"Injected **{inj.name}**: {inj.description}. " + ("" if inj.has_effect else "It has **no effect** here: ")

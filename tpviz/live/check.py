@@ -3,6 +3,13 @@
 fp32 passes when max|Δlogit| <= 1e-4 (scaled by the logits when they exceed 1). bf16/fp16 cannot meet
 that, so the tolerance is calibrated: the noise floor is how far the low-precision tp=1 run is from an
 fp32 tp=1 run, and TP passes when its gap stays within NOISE_MULTIPLE times that floor.
+
+MoE: the fp32 run computes with the low-precision run's expert choices, so the floor is rounding alone. Routed on
+its own it would swap experts at near ties, and the floor would then hold whole expert swaps: large enough that a
+skipped all-reduce passed in bf16 (measured: gap 4.8 within a tolerance of 16; following the bf16 choices the
+tolerance is 0.23). Where TP itself routes a token differently, result.routing says whether float noise at a near
+tie explains it (routing.py); when it does, the verdict is taken on the positions before each row's first flip,
+which both runs compute alike (causal attention), and otherwise on every position.
 """
 import json
 import time
@@ -19,6 +26,7 @@ from tpviz.live.inprocess import run_within
 from tpviz.live.inputs import TextTokenizer, check_input_ids, random_input_ids, tokenize
 from tpviz.live.memory import DTYPE_CHOICES, checkpoint_dtype, run_dtype
 from tpviz.live.results import Environment, LayerDiff, RankReport, VerifyResult
+from tpviz.live.routing import alike_prefix, explain as explain_routing, split as split_routing
 from tpviz.live.runner import choose_backend, run_group
 from tpviz.live.slot import check_ranks
 from tpviz.live.source import ModelSource, resolve_model
@@ -88,7 +96,8 @@ def prepare(model, tp_size: int, *, device: str = "auto", dtype: str = "float32"
 
 
 def reference(job: dict, device: torch.device) -> dict:
-    """The single-device run(s): tp=1 in the run's dtype, plus fp32 when that dtype is low precision. With
+    """The single-device run(s): tp=1 in the run's dtype, plus fp32 when that dtype is low precision, computing
+    with the first run's expert choices (so the floor is rounding, not a routing flip: routing.py). With
     job["generate"] the first generates its own greedy tokens and the fp32 run follows them: out["gen"]."""
     clean = {**job, "inject": [], "pp_size": 1, "ep": False, "ref_tokens": None}
     out = {"logits": None, "hidden": None, "logits32": None, "hidden32": None, "gen": None}
@@ -96,8 +105,9 @@ def reference(job: dict, device: torch.device) -> dict:
     out["gen"] = report.get("generation")
     if job["dtype"] != "float32":
         follow = out["gen"]["gen.tokens"].tolist() if out["gen"] else None
-        out["logits32"], out["hidden32"], report = run_model({**clean, "dtype": "float32", "follow": follow}, 0, 1,
-                                                             device)
+        routes = {layer: r["ids"] for layer, r in split_routing(out["hidden"])[1].items()}
+        out["logits32"], out["hidden32"], report = run_model({**clean, "dtype": "float32", "follow": follow,
+                                                              "follow_routing": routes}, 0, 1, device)
         if out["gen"]:
             out["gen"]["gen.last32"] = report["generation"]["gen.last"]
     return out
@@ -107,20 +117,26 @@ def _max_abs(a: torch.Tensor, b: torch.Tensor) -> float:
     return float((a.float() - b.float()).abs().max()) if a.numel() else 0.0
 
 
+def stage_limit(floor: float | None, scale: float) -> float:
+    """A stage's tolerance: float32 (floor None) 1e-4 scaled by max(1, max|value|), else NOISE_MULTIPLE x floor."""
+    return FP32_TOL * max(1.0, scale) if floor is None else NOISE_MULTIPLE * floor
+
+
 def compare(tp_logits, tp_hidden, ref: dict, dtype: str) -> dict:
-    """Verdict fields and per-stage diffs for TP outputs against the reference outputs."""
+    """Verdict fields and per-stage diffs for TP outputs against the reference outputs, and for MoE models the
+    first token TP routed to other experts (routing.explain: float noise at a near tie, or not)."""
+    tp_hidden, tp_routes = split_routing(tp_hidden)
+    ref_hidden, ref_routes = split_routing(ref["hidden"])
     stages = [*tp_hidden.items(), ("logits", tp_logits)]
-    refs = {**ref["hidden"], "logits": ref["logits"]}
+    refs = {**ref_hidden, "logits": ref["logits"]}
     refs32 = {**ref["hidden32"], "logits": ref["logits32"]} if ref["logits32"] is not None else None
     eps = torch.finfo(DTYPES[dtype]).eps
     diffs, tol, rule = [], None, ""
     for name, value in stages:
         gap, scale = _max_abs(value, refs[name]), float(refs[name].abs().max())
-        if refs32 is None:
-            floor, limit = None, FP32_TOL * max(1.0, scale)
-        else:
-            floor = max(_max_abs(refs[name], refs32[name]), eps * scale)  # never 0: exact stages still round
-            limit = NOISE_MULTIPLE * floor
+        # low precision: the floor is never 0, exact stages still round
+        floor = None if refs32 is None else max(_max_abs(refs[name], refs32[name]), eps * scale)
+        limit = stage_limit(floor, scale)
         # `not gap <= limit` also catches NaN
         diffs.append(LayerDiff(name, gap, gap / scale if scale else gap, limit, floor, not gap <= limit))
         tol = limit
@@ -129,12 +145,28 @@ def compare(tp_logits, tp_hidden, ref: dict, dtype: str) -> dict:
         rule = f"float32: pass when max|Δlogit| <= {FP32_TOL:g} x max(1, max|logit|)"
     else:
         rule = (f"{dtype}: pass when max|Δlogit| <= {NOISE_MULTIPLE:g} x the noise floor (max|tp=1 {dtype} - "
-                f"tp=1 float32 logits| = {logits_diff.floor:.3g}); argmax agreement is reported, not required")
+                f"tp=1 float32 logits| = {logits_diff.floor:.3g}"
+                + (f", the float32 run computing with the {dtype} run's experts" if ref_routes else "")
+                + "); argmax agreement is reported, not required")
     agree = float((tp_logits.argmax(-1) == ref["logits"].argmax(-1)).float().mean())
     first = next((d.name for d in diffs if d.exceeds), None)
-    return {"passed": not logits_diff.exceeds, "tolerance": tol, "tolerance_rule": rule,
+    hidden32, routes32 = split_routing(ref["hidden32"]) if refs32 is not None else (None, None)
+    flip = explain_routing(tp_routes, ref_routes, routes32, diffs, tp_hidden, ref_hidden, hidden32, eps, stage_limit)
+    passed = not logits_diff.exceeds
+    if flip is not None and flip.noise_explained and not passed:  # decide on what both runs compute alike
+        flip.prefix = alike_prefix(tp_routes, ref_routes, *tp_logits.shape[:2])
+        if min(flip.prefix) > 0:
+            flip.prefix_gap = max(_max_abs(tp_logits[b, :n], ref["logits"][b, :n]) for b, n in enumerate(flip.prefix))
+            passed = flip.prefix_gap <= logits_diff.limit
+            kept = ", ".join(f"row {b}: {n}" for b, n in enumerate(flip.prefix))
+            flip.explanation += (f". The verdict compares the positions before each row's first flip ({kept}), which "
+                                 f"every layer routes alike: max|Δlogit| {flip.prefix_gap:.3g} "
+                                 f"{'<=' if passed else '>'} tol {logits_diff.limit:.3g}")
+        else:
+            flip.explanation += ". A row flips at its first position, so no position is routed alike in every layer"
+    return {"passed": passed, "tolerance": tol, "tolerance_rule": rule,
             "max_abs_diff": logits_diff.max_abs, "max_rel_diff": logits_diff.max_rel, "argmax_agreement": agree,
-            "noise_floor": logits_diff.floor, "diverges_at": first, "layers": diffs}
+            "noise_floor": logits_diff.floor, "diverges_at": first, "layers": diffs, "routing": flip}
 
 
 def generation(prep: Prepared, gen: dict, ref: dict, layers: list[LayerDiff], device: torch.device,

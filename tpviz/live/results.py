@@ -71,6 +71,32 @@ class LayerDiff:
 
 
 @dataclass
+class RoutingFlip:
+    """The first MoE layer where TP sent a token to other experts than tp=1 did, and why (routing.explain)."""
+    layer: int
+    batch: int  # the reported token: its batch row and position
+    position: int
+    decided_by: str  # "experts", or "groups" when TP took other DeepSeek expert groups
+    ref_experts: list[int]
+    tp_experts: list[int]
+    margin: float  # tp=1's lead of its k-th score over the next (experts or groups) at that token
+    noise: float  # how far float noise moves one score there
+    tokens: int  # tokens routed differently in this layer
+    later_layers: list[int]  # later MoE layers with flips (after this one the runs already differ)
+    router_gap: float  # max|Δ router score| in this layer, against the stage rule's router_limit
+    router_limit: float
+    alike_gap: float  # max|Δ| at this layer's output over the tokens routed alike, against alike_limit
+    alike_limit: float
+    noise_explained: bool  # a near tie with everything before it in tolerance: float noise, not a TP bug
+    explanation: str
+    prefix: list[int] | None = None  # noise: per batch row, the leading positions every layer routes alike...
+    prefix_gap: float | None = None  # ...and max|Δlogit| over them, which the verdict then holds to the tolerance
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass
 class Environment:
     """Where the ranks ran and why that backend."""
     launcher: str  # "spawn" or "torchrun"
@@ -156,6 +182,7 @@ class VerifyResult:
     ep: bool = False  # routed experts placed whole on the ranks (expert parallelism)
     checkpoint_dtype: str = ""  # the dtype most of the checkpoint's bytes are stored in
     generation: Generation | None = None  # greedy continuation on TP and on tp=1
+    routing: RoutingFlip | None = None  # MoE: the first token routed to other experts than on tp=1
 
     @property
     def layout(self) -> str:
@@ -174,10 +201,20 @@ class VerifyResult:
         """One line: verdict, the gap against its tolerance, argmax agreement, where it diverges, and whether the
         weights were random."""
         where = f"; diverges at {self.diverges_at}" if self.diverges_at else ""
+        if self.routing:
+            why = "float noise at a near tie" if self.routing.noise_explained else "a real mismatch"
+            where += f"; routing flip in layer {self.routing.layer} ({why})"
         where += f"; random weights (seed {self.seed})" if self.random_weights else ""
         floor = f" (noise floor {self.noise_floor:.3g})" if self.noise_floor is not None else ""
-        return (f"{self.verdict}: {self.layout} vs tp=1 {self.dtype} max|Δlogit| {self.max_abs_diff:.3g} "
-                f"{'<=' if self.passed else '>'} tolerance {self.tolerance:.3g}{floor}, "
+        gap = f"max|Δlogit| {self.max_abs_diff:.3g}"
+        if self.routing and self.routing.prefix_gap is not None:  # decided before the routing flips
+            gap = (f"max|Δlogit| {self.routing.prefix_gap:.3g} over the positions before the first routing flip "
+                   f"(all positions {self.max_abs_diff:.3g})")
+            ok = self.routing.prefix_gap <= self.tolerance
+        else:
+            ok = self.passed
+        return (f"{self.verdict}: {self.layout} vs tp=1 {self.dtype} {gap} "
+                f"{'<=' if ok else '>'} tolerance {self.tolerance:.3g}{floor}, "
                 f"argmax agreement {100 * self.argmax_agreement:.1f}%{where}")
 
     def summary(self) -> str:
@@ -191,10 +228,13 @@ class VerifyResult:
                  f"  max rel diff {self.max_rel_diff:.3g}"]
         lines += [f"  inject {i.name}: {'active' if i.has_effect else 'NO EFFECT'} ({i.reason})"
                   for i in self.injections]
+        lines += [f"  routing: {self.routing.explanation}"] if self.routing else []
         lines.append("  per stage max|Δ| (tp vs tp=1):")
         lines += [f"    {d.name:<14} {d.max_abs:10.3g}  tol {d.limit:<9.3g}"
                   + (f" floor {d.floor:<9.3g}" if d.floor is not None else "")
-                  + (" <-- exceeds" if d.exceeds else "") for d in self.layers]
+                  + (" <-- exceeds" if d.exceeds else "")
+                  + (" <-- routing flip" if self.routing and d.name == f"layer {self.routing.layer}" else "")
+                  for d in self.layers]
         lines = [line.rstrip() for line in lines]
         lines.append("  per rank:")
         lines += ["    " + ", ".join(f"{k} {v}" for k, v in r.row(self.pp_size > 1, self.ep).items())

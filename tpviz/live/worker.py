@@ -25,6 +25,8 @@ from tpviz.live.comms import CollectiveCounter
 from tpviz.live.generate import greedy_steps
 from tpviz.live.memory import stored_bytes
 from tpviz.live.model import LiveConfig, LiveForCausalLM, Stage
+from tpviz.live.moe import SparseMoeBlock
+from tpviz.live.routing import collect as collect_routing, watch as watch_routing
 from tpviz.live.weights import checkpoint_files, load_weights
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -82,10 +84,13 @@ def run_model(job: dict, rank: int, tp_size: int, device: torch.device,
     # ranks of a real group count their collectives (torch dispatch mode: this thread and block only)
     counter = CollectiveCounter() if dist.is_initialized() else None
     counting = counter if counter is not None else nullcontext()
+    # the check compares each MoE layer's expert choices; its fp32 reference computes with the bf16 run's
+    watch_routing(model, (SparseMoeBlock,), job.get("follow_routing"))
     with torch.inference_mode(), counting:
         logits, hidden = forward(ids)
     _sync(device)
     forward_s = time.perf_counter() - start
+    routes = collect_routing(model)
     params = dict(model.named_parameters())
     numel = sum(p.numel() for p in params.values())
     report = {"rank": rank, "device": str(device), "stage": pp_rank, "tp_rank": tp_rank,
@@ -110,7 +115,7 @@ def run_model(job: dict, rank: int, tp_size: int, device: torch.device,
     if tp_rank != 0:
         return None, None, report
     out = None if logits is None else logits.float().cpu()
-    return out, {k: v.float().cpu() for k, v in hidden.items()}, report
+    return out, {**{k: v.float().cpu() for k, v in hidden.items()}, **routes}, report  # routes: routing.split
 
 
 def _tp_groups(pp: int, tp_size: int, rank: int) -> None:
