@@ -8,7 +8,8 @@ import json
 import streamlit as st
 
 from explorer.fit import fit_section
-from explorer.cache import Page, every_group_figures, group_figures, layout_for, page_for, png_renderer, valid_rows
+from explorer.cache import (Page, every_group_figures, group_figures, layout_for, page_for, png_renderer,
+                            screen_figure, valid_rows)
 from explorer.deploy import deployment_section
 from explorer.sidebar import (RULE_LABELS, NeedInput, checkpoint_key, layout_controls, restore_from_query,
                               sidebar_exports, sidebar_source, source_config, tp_control)
@@ -134,7 +135,8 @@ def render_page(page: Page, rows: list[ValidRow], lay: dict | None = None) -> No
             if tab.open is False:
                 continue
             with tab:
-                st.plotly_chart(fig, theme=None, key=f"fig_{key}", config=PLOTLY_CONFIG)
+                screen = screen_figure((page.key, tuple(g.layers) if g else None, key), fig)
+                st.plotly_chart(screen, theme=None, key=f"fig_{key}", config=PLOTLY_CONFIG)
                 st.download_button("PNG", lambda f=fig: figure_png(f, png_renderer(), page.m), names[key], "image/png",
                                    key=f"png_{key}", on_click="ignore", icon=":material/download:",
                                    disabled=not has_browser, type="tertiary")

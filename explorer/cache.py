@@ -1,8 +1,10 @@
 """What the explorer computes once and shares between sessions: shard maps, figures, valid-tp rows, the
 checkpoint's tensor list and the PNG renderer. Nothing cached here is mutated by a page."""
+import hashlib
 import json
 from dataclasses import dataclass
 
+import plotly.graph_objects as go
 import streamlit as st
 
 from tpviz import load_spec, shard_map
@@ -61,6 +63,18 @@ def page_for(cfg_json: str, name: str, tp: int, rules: str, checkpoint: str = ""
     m = shard_map(load_spec(json.loads(cfg_json), name), tp, rules, tensor_names=set(names) if names else None,
                   checkpoint_source=where, dtype=dtype, kv_cache_dtype=kv_cache_dtype, tensor_bytes=sizes)
     return Page(m, plots.all_figures(m), shard_map_json(m), (cfg_json, name, tp, rules, checkpoint, serving))
+
+
+@st.cache_resource(show_spinner=False, max_entries=256)
+def screen_figure(key: tuple, _fig: go.Figure) -> go.Figure:
+    """The copy of a cached figure that the page sends (`key` names it; exports use the figure itself). Streamlit
+    hands a new chart to Plotly twice, and the second pass redraws it all when it meets a new template object or,
+    without a datarevision, new data arrays: no template (plotly.js's default look is plotly.py's "none") and a
+    fixed datarevision make it a no-op."""
+    screen = go.Figure(_fig)
+    screen.layout.template = None
+    screen.layout.datarevision = hashlib.sha1(repr(key).encode()).hexdigest()[:12]
+    return screen
 
 
 @st.cache_resource(show_spinner=False)

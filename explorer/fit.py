@@ -32,8 +32,9 @@ def _pick() -> None:
         st.session_state.gpu_mem = float(st.session_state.gpu_pick)
 
 
+@st.fragment  # its inputs rerun this section alone, not the page
 def fit_section(m: ShardMap) -> None:
-    """Inputs, the answer for the user's GPU, and the same at common sizes."""
+    """Inputs, the answer for the user's GPU, and the same at common sizes (a table drawn when opened)."""
     st.markdown("### Does it fit?")
     st.pills("Quick picks (GiB)", QUICK_GIB, key="gpu_pick", on_change=_pick)
     c1, c2, c3, c4 = st.columns(4)
@@ -51,7 +52,13 @@ def fit_section(m: ShardMap) -> None:
         verdict(f"{fmt_bytes(f.room)} per GPU left for KV cache{tokens}: {f.max_sequences:,} concurrent sequences "
                 f"of {int(context):,} tokens fit ({'enough for' if f.fits else 'fewer than'} the "
                 f"{int(concurrency):,} asked for).")
-    st.dataframe(fit_rows(m, utilization=util, context=int(context)), hide_index=True, width="stretch")
+    rows = fit_rows(m, utilization=util, context=int(context))
+    room = [r["GPU memory"] for r in rows if r["left for KV cache"] != "does not fit"]
+    label = (f"At common GPU sizes ({rows[0]['GPU memory']} to {rows[-1]['GPU memory']}): "
+             + (f"room for KV cache from {room[0]} up" if room else "none leaves room for KV cache"))
+    # below the fold, drawn only when opened: a tp change redraws what is on screen
+    if (box := st.expander(label, key="open_fit", on_change="rerun")).open:
+        box.dataframe(rows, hide_index=True, width="stretch")
     st.caption(f"Every GPU caches its share of every token; one sequence of {int(context):,} tokens holds "
                f"{fmt_bytes(f.per_sequence)} on the fullest GPU (windowed layers capped, recurrent state once). "
                "Activations, CUDA graphs and NCCL buffers take a few GiB more.")

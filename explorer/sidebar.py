@@ -118,11 +118,12 @@ def sidebar_source(local_off: bool) -> UploadedFile | None:
         upload = capped_upload("config.json", "upload")
     st.radio("Rules", RULES, key="rules", format_func=RULE_LABELS.get, persist_state="session",
              help=" · ".join(RULE_NOTES.values()))
-    with st.expander("Serving choices"):
-        st.selectbox("Weight dtype", SERVE_DTYPES, key="serve_dtype", persist_state="session",
-                     help="vLLM's auto serves a float32 config in bfloat16; quantized weights keep their own bytes.")
-        st.selectbox("KV-cache dtype", list(KV_DTYPES), key="kv_dtype", persist_state="session",
-                     help="fp8 stores the KV cache in one byte per value.")
+    # drawn only when opened (a rerun draws no collapsed widgets); the choices persist in the session meanwhile
+    if (box := st.expander("Serving choices", key="open_serving", on_change="rerun")).open:
+        box.selectbox("Weight dtype", SERVE_DTYPES, key="serve_dtype", persist_state="session",
+                      help="vLLM's auto serves a float32 config in bfloat16; quantized weights keep their own bytes.")
+        box.selectbox("KV-cache dtype", list(KV_DTYPES), key="kv_dtype", persist_state="session",
+                      help="fp8 stores the KV cache in one byte per value.")
     return upload
 
 
@@ -148,14 +149,17 @@ def tp_control(rows: list[ValidRow] | None, rules: str) -> int:
 def layout_controls(values: dict) -> dict:
     """pp, dp and expert parallelism: a deployment beyond one tensor-parallel group (defaults: plain TP)."""
     wide = values["pp"] > 1 or values["dp"] > 1 or values["ep"]
-    with st.expander("Pipeline, data and expert parallelism", expanded=bool(wide)):
-        pp = st.number_input("pp: pipeline stages", 1, MAX_PP_DP, key="pp", persist_state="session",
-                             help="vLLM's --pipeline-parallel-size: the layers are divided between stages")
-        dp = st.number_input("dp: data-parallel replicas", 1, MAX_PP_DP, key="dp", persist_state="session",
-                             help="vLLM's --data-parallel-size: attention replicas; MoE experts span tp × dp GPUs")
-        ep = st.checkbox("Expert parallelism (EP)", key="ep", persist_state="session",
-                         help="vLLM's --enable-expert-parallel: each routed expert whole on one of the tp × dp GPUs "
-                              "(linear placement)")
+    box = st.expander("Pipeline, data and expert parallelism", expanded=bool(wide), key="open_layout",
+                      on_change="rerun")
+    if not box.open:  # drawn only when opened, like the serving choices
+        return {"pp": int(values["pp"]), "dp": int(values["dp"]), "ep": bool(values["ep"])}
+    pp = box.number_input("pp: pipeline stages", 1, MAX_PP_DP, key="pp", persist_state="session",
+                          help="vLLM's --pipeline-parallel-size: the layers are divided between stages")
+    dp = box.number_input("dp: data-parallel replicas", 1, MAX_PP_DP, key="dp", persist_state="session",
+                          help="vLLM's --data-parallel-size: attention replicas; MoE experts span tp × dp GPUs")
+    ep = box.checkbox("Expert parallelism (EP)", key="ep", persist_state="session",
+                      help="vLLM's --enable-expert-parallel: each routed expert whole on one of the tp × dp GPUs "
+                           "(linear placement)")
     return {"pp": int(pp), "dp": int(dp), "ep": bool(ep)}
 
 
@@ -164,9 +168,10 @@ def sidebar_exports(page: Page, values: dict, lay: dict | None = None) -> None:
     st.subheader("Export")
     m = replace(page.m, layout=lay) if lay else page.m  # a copy: the cached map is shared by every session
     stem = file_stem(m)
-    st.download_button("Shard map (JSON)", shard_map_json(m) if lay else page.json_bytes, f"{stem}.json",
-                       "application/json", key="dl_json", on_click="ignore", icon=":material/data_object:",
-                       width="stretch")
+    # deferred, like the ZIPs: bytes given up front are stored and fetched by the browser on every rerun
+    st.download_button("Shard map (JSON)", (lambda: shard_map_json(m)) if lay else (lambda: page.json_bytes),
+                       f"{stem}.json", "application/json", key="dl_json", on_click="ignore",
+                       icon=":material/data_object:", width="stretch")
     has_browser = chromium_path() is not None
     st.download_button("All figures (ZIP of PNGs + JSON)",
                        lambda: figures_zip(m, export_figures(m), png_renderer()),

@@ -75,6 +75,10 @@ def test_fit_table_and_the_mla_kv_note():
     at = run_app({"model": "deepseek-ai/DeepSeek-V3", "tp": "8"})
     assert errors(at) == []
     assert any(i.value.startswith("MLA KV cache:") and "each of the 8 GPUs" in i.value for i in at.info)
+    labels = [e.label for e in at.expander]
+    assert "At common GPU sizes (24 GiB to 192 GiB): room for KV cache from 141 GiB up" in labels
+    at.session_state["open_fit"] = True  # the table is drawn when opened
+    at.run()
     (fit,) = [d.value for d in at.dataframe if "KV-cache tokens" in d.value.columns]
     assert list(fit["GPU memory"])[:4] == ["24 GiB", "40 GiB", "48 GiB", "80 GiB"]
     assert list(fit["left for KV cache"])[3] == "does not fit"  # 79.3 GiB of FP8 weights per GPU
@@ -156,10 +160,11 @@ def test_sections_below_the_figures_are_drawn_when_opened():
     labels = [e.label for e in at.expander]
     assert "Valid tp sizes (vLLM 0.33: 1, 2, 4, 8, 16, 32) and why the others fail" in labels
     assert "Collectives per forward pass: 74" in labels
-    assert [list(d.value.columns)[0] for d in at.dataframe] == ["GPU memory"]  # the fit table; the rest when opened
-    for key in ("open_valid", "open_collectives", "open_memory"):
+    assert len(at.dataframe) == 0  # every table is drawn when opened
+    for key in ("open_valid", "open_collectives", "open_memory", "open_fit"):
         at.session_state[key] = True
     at.run()
     columns = [list(d.value.columns) for d in at.dataframe]
+    assert any(c[0] == "GPU memory" for c in columns)  # the fit at common GPU sizes
     assert ["tp", "vLLM 0.33", "vLLM 0.28", "nano-vllm"] in columns and any("collective" in c for c in columns)
     assert any("GPU" in c and "KV cache / token" in c for c in columns)

@@ -19,14 +19,14 @@ def table(at, column: str):
 
 @pytest.fixture
 def served(monkeypatch):
-    """What the JSON download button serves (bytes given up front)."""
-    from streamlit.runtime.memory_media_file_storage import MemoryMediaFileStorage
-    out, store = {}, MemoryMediaFileStorage.load_and_get_id
+    """What the JSON download button serves (made on click: the deferred callable, called here)."""
+    from streamlit.runtime.media_file_manager import MediaFileManager
+    out, add_deferred = {}, MediaFileManager.add_deferred
 
-    def capture(self, data, mimetype, kind, filename=None):
-        out[filename] = data
-        return store(self, data, mimetype, kind, filename)
-    monkeypatch.setattr(MemoryMediaFileStorage, "load_and_get_id", capture)
+    def capture(self, fn, mimetype, coordinates, file_name=None, **kw):
+        out[file_name] = fn
+        return add_deferred(self, fn, mimetype, coordinates, file_name=file_name, **kw)
+    monkeypatch.setattr(MediaFileManager, "add_deferred", capture)
     return out
 
 
@@ -44,15 +44,23 @@ def test_a_link_opens_a_deployment_with_its_grid_experts_gpus_and_collectives(se
     comm = table(at, "collective")
     assert set(comm["collective"]) == {"all-reduce over the tp GPUs", "send / recv between stages"}
     assert at.query_params == {"model": QWEN_MOE, "tp": "4", "rules": "vllm", "pp": "2", "ep": "1"}
-    data = json.loads(served["Qwen3-30B-A3B_tp4_pp2_ep_vllm.json"])
+    data = json.loads(served["Qwen3-30B-A3B_tp4_pp2_ep_vllm.json"]())
     assert data["layout"]["label"] == "TP 4 × PP 2 × DP 1 + EP" and len(data["layout"]["gpus"]) == 8
 
 
 def test_sidebar_controls_change_the_layout_and_bad_layouts_are_one_line():
     at = run_app({"model": QWEN_MOE, "tp": "4"})
     assert errors(at) == [] and not any("Deployment" in m.value for m in at.markdown)  # plain TP: no section
+    assert not at.sidebar.get("number_input")  # the collapsed pp / dp / ep controls are drawn when opened
+    at.session_state["open_layout"] = True
+    at.run()
     at.number_input(key="dp").set_value(2).run()
     assert errors(at) == [] and heading(at).endswith("on 8 GPUs · TP 4 × PP 1 × DP 2")
+    at.session_state["open_layout"] = False
+    at.run()
+    assert not at.sidebar.get("number_input") and heading(at).endswith("TP 4 × PP 1 × DP 2")  # kept while closed
+    at.session_state["open_layout"] = True
+    at.run()
     comm = table(at, "collective")
     assert "all-gather + reduce-scatter over the dp replicas" in set(comm["collective"])
     at.number_input(key="pp").set_value(64).run()

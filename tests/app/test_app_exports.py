@@ -6,10 +6,11 @@ import zipfile
 from unittest import mock
 
 import pytest
-from app_harness import errors, heading, payload_bytes, run_app, tab_charts
+from app_harness import charts, errors, heading, payload_bytes, run_app, tab_charts
 from streamlit.runtime.media_file_manager import MediaFileManager
 from streamlit.runtime.memory_media_file_storage import MemoryMediaFileStorage
 
+from explorer.cache import page_for, screen_figure
 from tpviz import shard_map
 from tpviz.export import NO_CHROMIUM, chromium_path
 
@@ -35,10 +36,11 @@ def downloads():
 
 
 def test_json_download_is_the_shard_map(downloads):
-    served, _ = downloads
+    _, deferred = downloads
     at = run_app({"model": "meta-llama/Llama-3.1-8B", "tp": "16"})
     assert errors(at) == []
-    data, mime = served["Llama-3.1-8B_tp16_vllm.json"]
+    make, mime = deferred["Llama-3.1-8B_tp16_vllm.json"]  # made on click, not stored on every rerun
+    data = make()
     assert mime == "application/json"
     assert json.loads(data) == shard_map("meta-llama/Llama-3.1-8B", 16).to_dict()
 
@@ -98,3 +100,15 @@ def test_page_payload_under_2mb_at_tp64(model, tp):  # DeepSeek-V3's FP8 blocks 
     at = run_app({"model": model, "tp": tp})
     assert errors(at) == []
     assert payload_bytes(at) < 2_000_000
+
+
+def test_the_page_sends_charts_without_the_template_and_exports_keep_the_figure():
+    at = run_app({"model": "Qwen/Qwen3-0.6B", "tp": "2"})
+    (sent,) = charts(at)
+    assert "template" not in sent["layout"] and sent["layout"]["datarevision"]  # Plotly's second pass draws nothing
+    page = page_for(*at.session_state["good"])
+    fig = page.figs["qkv"]  # what the PNG button and the ZIP render: unchanged
+    assert fig.to_dict()["layout"]["template"] == {"data": {"scatter": [{"type": "scatter"}]}}  # plotly.py's "none"
+    screen = screen_figure((page.key, None, "qkv"), fig).to_dict()
+    assert {k: v for k, v in screen["layout"].items() if k != "datarevision"} == {
+        k: v for k, v in fig.to_dict()["layout"].items() if k != "template"} and screen["data"] == fig.to_dict()["data"]

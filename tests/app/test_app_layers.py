@@ -49,6 +49,8 @@ def test_mamba_preset_shows_mamba_and_state():
     assert errors(at) == []
     assert any(t.startswith("Mamba2") for t in titles(at))
     assert any("Mamba2 layers keep a fixed state" in i.value for i in at.info)
+    at.session_state["open_fit"] = True
+    at.run()
     fit = next(df.value for df in at.dataframe if "GPU memory" in df.value.columns)
     assert "sequences of 8,192 tokens" in fit.columns and set(fit["KV-cache tokens"]) == {"—"}  # not tokens alone
     assert not any("collective" in df.value.columns for df in at.dataframe)  # drawn only when opened
@@ -62,6 +64,7 @@ def test_sliding_window_cache_is_capped_and_the_context_changes_the_fit():
     at = run_app({"model": "openai/gpt-oss-20b", "tp": "2"})
     assert errors(at) == []
     assert any("12 sliding-window layers cache at most 128 tokens" in i.value for i in at.info)
+    at.session_state["open_fit"] = True
     at.number_input(key="context").set_value(100_000).run()
     assert errors(at) == [] and any("sequences of 100,000 tokens" in c for df in at.dataframe for c in df.value.columns)
 
@@ -92,6 +95,8 @@ def test_fit_inputs_give_the_answer_for_the_users_gpu():
     ok = [s.value for s in at.success]
     assert errors(at) == [] and len(ok) == 1 and "concurrent sequences of 32,768 tokens fit" in ok[0]
     before = int(ok[0].split(": ")[1].split(" concurrent")[0].replace(",", ""))
+    at.session_state["open_serving"] = True  # the serving choices are drawn when opened
+    at.run()
     at.selectbox(key="kv_dtype").set_value("fp8").run()  # the MLA latent in one byte: twice the sequences
     after = int(at.success[0].value.split(": ")[1].split(" concurrent")[0].replace(",", ""))
     assert errors(at) == [] and after in (2 * before, 2 * before + 1)

@@ -231,3 +231,25 @@ def test_a_tab_draws_its_figure_when_opened(page, app_url):
     wait_idle(page)  # the other families are not drawn meanwhile (a stale chart may linger a moment)
     page.wait_for_function("document.querySelectorAll('div.stPlotlyChart').length === 1", timeout=10_000)
     no_errors(page)
+
+
+def test_a_tp_change_draws_the_chart_once_and_closed_sections_draw_when_opened(page, app_url):
+    page.goto(app_url + "/?model=meta-llama/Llama-3.1-8B&tp=8")
+    wait_for_charts(page, FIGURES)
+    # count Plotly's full redraws of each chart mounted from now on (its first draw starts before the hook is on)
+    page.evaluate("""() => { window.redraws = 0; const hooked = new WeakSet();
+        new MutationObserver(() => document.querySelectorAll('.js-plotly-plot').forEach(g => {
+            if (!hooked.has(g) && g.on) { hooked.add(g); g.on('plotly_beforeplot', () => window.redraws++); } }))
+            .observe(document.body, {subtree: true, childList: true, attributes: true}); }""")
+    choose(page, "tp size", "16")
+    page.wait_for_function("(document.querySelector('div.stPlotlyChart .main-svg') || {parentNode: {textContent: ''}})"
+                           ".parentNode.textContent.includes('GPU 15')")
+    wait_idle(page)
+    page.wait_for_timeout(500)
+    assert page.evaluate("window.redraws") == 0  # Streamlit's second hand-over of the chart drew nothing
+    assert page.locator("[data-testid=stDataFrame]").count() == 0  # every table is drawn when opened
+    page.get_by_text("Serving choices").click()
+    page.locator("div.stSelectbox").filter(has_text="KV-cache dtype").wait_for()
+    page.get_by_text("At common GPU sizes").click()
+    page.locator("[data-testid=stDataFrame]").wait_for()
+    no_errors(page)
