@@ -70,7 +70,7 @@ def test_change_model_and_tp_download_json_and_png(page, app_url):
     wait_heading(page, "on 16 GPUs")
     wait_for_charts(page, FIGURES)
     # the charts were redrawn for 16 GPUs: the rank view now has a strip for GPU 15
-    page.wait_for_function("document.querySelector('div.stPlotlyChart .main-svg').parentNode.textContent"
+    page.wait_for_function("(document.querySelector('div.stPlotlyChart .main-svg')?.parentNode.textContent || '')"
                            ".includes('GPU 15')")
     assert "model=meta-llama%2FLlama-3.1-8B&tp=16&rules=vllm" in page.url  # the URL follows the controls
     assert page.locator("[data-testid=stTab]").all_inner_texts()[:3] == ["q/k/v", "o_proj", "gate/up"]
@@ -79,7 +79,7 @@ def test_change_model_and_tp_download_json_and_png(page, app_url):
     box = page.locator("div.stPlotlyChart").first.locator("g.point path").first.bounding_box()
     page.mouse.move(box["x"] + box["width"] / 2, box["y"] + box["height"] / 2)
     hover = page.locator("div.stPlotlyChart").first.locator(".hoverlayer")
-    page.wait_for_function("document.querySelector('div.stPlotlyChart .hoverlayer').textContent.includes('GPU')")
+    page.wait_for_function("(document.querySelector('div.stPlotlyChart .hoverlayer')?.textContent || '').includes('GPU')")
     assert "local rows" in hover.text_content()
     page.screenshot(path=SCREENSHOTS / "02_llama_tp16.png")
 
