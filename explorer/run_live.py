@@ -4,15 +4,13 @@ import time
 from pathlib import Path
 
 import streamlit as st
-import torch
 
 from explorer.text import literal
 from tpviz.live.download import human_size
 from tpviz.live.generate import MAX_NEW_TOKENS
-from tpviz.live.inputs import parse_ids_text, tokenize
 from tpviz.live.memory import MemoryEstimate, plan_memory
 from tpviz.live.report import environment_rows, rank_figure, stage_figure
-from tpviz.live.source import local_tokenizer, resolve_model
+from tpviz.live.source import local_tokenizer
 
 UPLOAD_MB = 1  # a config.json is a few KB; as in the explorer
 PHASES = {"download": "Download the checkpoint", "spawn": "Spawn ranks and join the process group",
@@ -120,10 +118,12 @@ def hub_id(text: str, root: str | None) -> str:
     return ""
 
 
-def text_input(model, random: bool) -> tuple[str, int]:
-    """The input box and the number of new tokens: a prompt when the model has a tokenizer (a local folder's,
-    or a hub repo's, which comes with its real weights), else token ids, saying why there is no tokenizer."""
+def text_input(model, random: bool) -> tuple[str, bool, int]:
+    """The input box, whether it holds a prompt, and the number of new tokens: a prompt when the model has a
+    tokenizer (a local folder's, or a hub repo's, which comes with its real weights), else token ids, saying why
+    there is no tokenizer."""
     kind = st.session_state.get("live_source")
+    is_prompt = local_tokenizer(model) is not None or kind in HUB_SOURCES and not random
     if local_tokenizer(model) is not None:
         text = st.text_area("Prompt (tokenized with the folder's tokenizer)", DEFAULT_PROMPT, key="live_prompt")
     elif kind in HUB_SOURCES and not random:
@@ -139,19 +139,7 @@ def text_input(model, random: bool) -> tuple[str, int]:
     n = int(st.number_input("New tokens to generate (0 = none)", 0, MAX_NEW_TOKENS, 8, key="live_generate",
                             help="Greedy continuation of the prompt on TP and on tp=1, each following its own "
                                  "picks, shown side by side with where they part and why"))
-    return text, n
-
-
-def input_ids_for(model: str | bytes, prompt: str, tp: int, layers: int | None, seed: int,
-                  ep: bool = False, random: bool = False, download=None) -> torch.Tensor | None:
-    """Ids from the prompt: tokenized when the checkpoint has a tokenizer, typed ids otherwise; None = random."""
-    if not prompt.strip():
-        return None
-    source = resolve_model(model, layers, seed, tp, ep=ep, random_weights=random, download=download)
-    vocab = source.cfg.spec.vocab_size
-    if source.tokenizer_dir is not None:
-        return tokenize(prompt, source.tokenizer_dir, vocab)
-    return parse_ids_text(prompt, vocab)
+    return text, is_prompt, n
 
 
 def short(x: float) -> str:

@@ -7,13 +7,14 @@ result view in explorer.run_live.
 import streamlit as st
 from streamlit.runtime.scriptrunner_utils.exceptions import RerunException, StopException
 
-from explorer.run_live import (PHASES, PhaseStatus, injection_hint, injection_reach, input_ids_for, memory_estimate,
+from explorer.run_live import (PHASES, PhaseStatus, injection_hint, injection_reach, memory_estimate,
                                model_input, show_memory, show_result, text_input)
 from explorer.text import literal
 from tpviz.errors import TpvizError
 from tpviz.live.check import NOISE_MULTIPLE, verify
 from tpviz.live.errors import for_page
 from tpviz.live.inject import INJECTIONS
+from tpviz.live.inputs import parse_ids_text
 from tpviz.live import memory
 from tpviz.live.memory import DTYPE_CHOICES
 from tpviz.live.runner import choose_backend
@@ -52,7 +53,7 @@ def main() -> None:
                                 help="; ".join(f"{k}: {v}" for k, v in INJECTIONS.items()))
         if hint := injection_hint(reach, inject):
             st.caption(literal(hint))
-        prompt, generate = text_input(model, random)
+        text, is_prompt, generate = text_input(model, random)
         with st.expander("Advanced"):
             seq_len = int(st.number_input("Random ids per row", 1, 4096, 32, key="live_seq_len"))
             seed = int(st.number_input("Seed", 0, 2**31 - 1, 0, key="live_seed"))
@@ -77,22 +78,21 @@ def main() -> None:
             st.warning(f"The last run was stopped during “{stopped.lower()}”; its ranks were ended.")
         if run:
             status = PhaseStatus()
-            try:
-                if est is not None:  # before anything is downloaded or spawned
-                    memory.check_memory(est, available)
-                ids = input_ids_for(model, prompt, tp, layers or None, seed, ep, random, status.download)
-                if ids is None and generate:
+            try:  # a prompt is tokenized by the run, after its memory check; typed ids are read here
+                prompt = text if is_prompt and text.strip() else None
+                ids = parse_ids_text(text, None) if not is_prompt and text.strip() else None
+                if prompt is None and ids is None and generate:
                     st.caption("Random ids have nothing to continue: this run checks one forward pass "
                                "(type a prompt or token ids to generate text).")
                 elif ids is not None and ids.shape[0] > 1 and generate:
                     st.caption("Generation continues one sequence: these rows are checked without it.")
-                generate = generate if ids is not None and ids.shape[0] == 1 else 0
+                generate = generate if prompt is not None or ids is not None and ids.shape[0] == 1 else 0
                 with one_run_at_a_time(on_wait=lambda: st.info(QUEUED)):
                     result, _ = verify(model, tp, device=device, dtype=dtype, input_ids=ids, inject=inject,
                                        layers=layers or None, seed=seed, seq_len=seq_len, timeout=timeout,
                                        progress=status, tick=status.tick, pp=pp, ep=ep, placement=placement,
                                        random_weights=random, download_progress=status.download,
-                                       generate=generate)
+                                       prompt=prompt, generate=generate)
                 st.session_state["live_result"] = result
             except TpvizError as e:  # every user error (and a failed rank) is one line, never a traceback
                 status.finish("error")

@@ -38,7 +38,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--dtype", choices=["auto", "float32", "bfloat16", "float16"], default="float32",
                    help="the run's dtype; auto: the dtype the checkpoint is stored in (float32 checks exactly)")
     p.add_argument("--input-ids", metavar="FILE", help=".safetensors with int64 input_ids [batch, seq], or .json")
-    p.add_argument("--prompt", metavar="TEXT", help="text input, tokenized with the checkpoint's own tokenizer")
+    p.add_argument("--prompt", metavar="TEXT", help="text input, tokenized with the checkpoint's own tokenizer "
+                                                    "(a checkpoint without one takes token ids such as '1 2 3')")
     p.add_argument("--generate", type=int, metavar="N", help="also continue the prompt (or one row of --input-ids) "
                                                               "by N greedy tokens on TP and on tp=1, side by side")
     p.add_argument("--dump-logits", metavar="FILE", help="write the TP run's float32 logits as safetensors")
@@ -57,27 +58,18 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def check_memory_first(args) -> None:
-    """Before anything is downloaded or spawned: refuse a run whose weights would not fit, in one line;
-    --dry-run prints the estimate. A config that cannot be read or split is left to verify, which says why."""
+def dry_run(args) -> None:
+    """--dry-run: print the memory estimate, refusing as the run itself would; nothing is downloaded or run."""
     from tpviz.live.memory import available_memory, check_memory, plan_memory
     from tpviz.live.runner import choose_backend
     if args.tp < 1 or args.pp < 1:
-        if args.dry_run:
-            raise TpvizError(f"--tp {args.tp} and --pp {args.pp} must be positive integers")
-        return  # verify says so, as it always has
-    try:
-        env = choose_backend(args.tp * args.pp, args.device)
-        est = plan_memory(args.model, args.tp, pp=args.pp, ep=args.ep, placement=args.placement, layers=args.layers,
-                          dtype=args.dtype, device=env.device, gpus=len(env.gpus), random_weights=args.random_weights)
-    except TpvizError:
-        if args.dry_run:
-            raise
-        return
+        raise TpvizError(f"--tp {args.tp} and --pp {args.pp} must be positive integers")
+    env = choose_backend(args.tp * args.pp, args.device)
+    est = plan_memory(args.model, args.tp, pp=args.pp, ep=args.ep, placement=args.placement, layers=args.layers,
+                      dtype=args.dtype, device=env.device, gpus=len(env.gpus), random_weights=args.random_weights)
     available = available_memory(env.device, len(env.gpus))
-    if args.dry_run:
-        print(f"memory estimate, weights only: {est.summary(available)}\n(activations, small for a short prompt, "
-              f"and each process's own torch are not counted)")
+    print(f"memory estimate, weights only: {est.summary(available)}\n(activations, small for a short prompt, "
+          f"and each process's own torch are not counted)")
     check_memory(est, available)
 
 
@@ -99,8 +91,8 @@ def _run(args) -> int:
     if not launched_by_torchrun():
         if args.tp is None:
             raise TpvizError("--tp N is required (outside torchrun)")
-        check_memory_first(args)
         if args.dry_run:
+            dry_run(args)
             return EXIT_PASS
     if launched_by_torchrun():
         result, logits, passed = verify_torchrun(args.model, args.tp, **options)

@@ -119,13 +119,20 @@ def test_cli_prompt_and_generate_print_both_texts(with_tokenizer, capsys):
     assert tp_line.split(None, 1)[1] == ref_line.split(None, 1)[1] and "Identical for all 3 new tokens" in out
 
 
+def test_without_a_tokenizer_a_prompt_of_token_ids_is_taken_as_ids(tiny):
+    folder = tiny["qwen3"][0]  # the shared tiny checkpoint has no tokenizer
+    result, _ = verify(folder, 2, device="cpu", prompt="5, 17 42", generate=2)
+    assert result.passed and result.generation.prompt_ids == [5, 17, 42] and result.generation.prompt_text is None
+    assert len(result.generation.tp_tokens) == 2
+
+
 def test_cli_bad_generation_flags_exit_2(tiny_config, capsys):
     for argv, match in [(["--generate", "0"], "--generate 0 must be a positive number"),
                         (["--generate", "-2"], "--generate -2 must be a positive number"),
                         (["--generate", "4"], "generating text needs --prompt TEXT (a model with a tokenizer) or "
                                               "--input-ids to continue"),
                         (["--generate", "999", "--prompt", "x"], "has no tokenizer"),
-                        (["--prompt", "hi"], "so give --input-ids instead of --prompt TEXT")]:
+                        (["--prompt", "hi"], "give token ids such as 1 2 3 instead of text")]:
         code = main([str(tiny_config), "--tp", "2", "--device", "cpu", *argv])
         out, err = capsys.readouterr()
         assert code == 2 and err.count("\n") == 1 and match in err, (argv, err)

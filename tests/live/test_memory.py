@@ -83,6 +83,15 @@ def test_available_memory_and_its_cap(monkeypatch):
         available_memory()
 
 
+def test_verify_refuses_a_run_over_memory_before_anything_is_downloaded(monkeypatch):
+    def never(*args, **kwargs):
+        raise AssertionError("nothing is downloaded or built")
+    monkeypatch.setattr("tpviz.live.check.resolve_model", never)
+    monkeypatch.setattr("tpviz.live.memory.available_memory", lambda device="cpu", gpus=0: {"RAM": 2**20})
+    with pytest.raises(OverMemory, match=r"^Qwen/Qwen3-0.6B \(28 layers, float32\) at tp=2 needs about "):
+        verify("Qwen/Qwen3-0.6B", 2, device="cpu")
+
+
 def test_cli_dry_run_prints_the_estimate_and_a_run_over_it_is_refused(tiny_config, capsys, monkeypatch):
     monkeypatch.delenv(MEMORY_ENV, raising=False)
     assert main([str(tiny_config), "--tp", "2", "--device", "cpu", "--dry-run"]) == 0
@@ -99,8 +108,8 @@ def test_page_shows_the_estimate_before_run_and_refuses_a_run_over_it(monkeypatc
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")  # refused before the checkpoint is downloaded
 
     def never(*args, **kwargs):
-        raise AssertionError("verify must not start")
-    monkeypatch.setattr("tpviz.live.check.verify", never)
+        raise AssertionError("nothing is downloaded or built")
+    monkeypatch.setattr("tpviz.live.check.resolve_model", never)
     at = AppTest.from_file(PAGE, default_timeout=60).run()  # the default preset, 2 layers, tp=2
     at.selectbox(key="live_device").set_value("cpu").run()
     assert not at.exception

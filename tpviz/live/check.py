@@ -23,8 +23,9 @@ from tpviz.live.inject import Injection, check_injections, describe_injections
 from tpviz.live.errors import IDS_FLAG, PROMPT_FLAG
 from tpviz.live.generate import build_generation, check_generate, eos_token_ids
 from tpviz.live.inprocess import run_within
-from tpviz.live.inputs import TextTokenizer, check_input_ids, random_input_ids, tokenize
-from tpviz.live.memory import DTYPE_CHOICES, checkpoint_dtype, run_dtype
+from tpviz.live.inputs import (TextTokenizer, check_input_ids, is_ids_text, parse_ids_text, random_input_ids,
+                               tokenize)
+from tpviz.live.memory import DTYPE_CHOICES, check_fits, checkpoint_dtype, run_dtype
 from tpviz.live.results import Environment, LayerDiff, RankReport, VerifyResult
 from tpviz.live.routing import alike_prefix, explain as explain_routing, split as split_routing
 from tpviz.live.runner import choose_backend, run_group
@@ -70,6 +71,9 @@ def prepare(model, tp_size: int, *, device: str = "auto", dtype: str = "float32"
     names = check_injections(inject)
     expert_placement(1, 1, placement)  # an unknown placement fails here, in one line
     env = env or choose_backend(tp_size * pp, device)
+    if env.launcher == "spawn":  # torchrun's ranks are already running, maybe on other machines
+        check_fits(model, tp_size, env, pp=pp, ep=ep, placement=placement, layers=layers, dtype=dtype,
+                   random_weights=random_weights)
     source = resolve_model(model, layers, seed, tp_size, ep=ep, random_weights=random_weights,
                            download=download_progress)  # an invalid split fails before weights are made
     cfg = source.cfg
@@ -78,11 +82,14 @@ def prepare(model, tp_size: int, *, device: str = "auto", dtype: str = "float32"
         check_ranks(tp_size, len(env.gpus), pp)
     vocab = cfg.spec.vocab_size
     if prompt is not None:
-        if source.tokenizer_dir is None:
+        if source.tokenizer_dir is not None:
+            input_ids = tokenize(prompt, source.tokenizer_dir, vocab)
+        elif is_ids_text(prompt):  # without a tokenizer, a prompt of token ids is taken as they are
+            input_ids = parse_ids_text(prompt, vocab)
+        else:
             why = ("random weights come from its config alone, with no tokenizer" if source.random_weights else
                    "its checkpoint has no tokenizer.json or tokenizer.model")
-            raise LiveError(f"{source.name} has no tokenizer ({why}), so give {IDS_FLAG} instead of {PROMPT_FLAG}")
-        input_ids = tokenize(prompt, source.tokenizer_dir, vocab)
+            raise LiveError(f"{source.name} has no tokenizer ({why}): give token ids such as 1 2 3 instead of text")
     ids = random_input_ids(vocab, batch, seq_len, seed) if input_ids is None else check_input_ids(input_ids, vocab)
     n = check_generate(generate, None if input_ids is None else ids)
     stored = checkpoint_dtype(source.checkpoint)

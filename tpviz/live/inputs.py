@@ -53,7 +53,14 @@ def read_input_ids(path: str | Path, vocab_size: int | None = None) -> torch.Ten
     return check_input_ids(tensors["input_ids"], vocab_size)
 
 
-def parse_ids_text(text: str, vocab_size: int) -> torch.Tensor:
+def is_ids_text(text: str) -> bool:
+    """Whether typed text is token ids (a JSON list, or integers separated by spaces or commas), not words."""
+    text = text.strip()
+    parts = text.replace(",", " ").split()
+    return text.startswith("[") or bool(parts) and all(p.isascii() and p.isdigit() for p in parts)
+
+
+def parse_ids_text(text: str, vocab_size: int | None) -> torch.Tensor:
     """Token ids typed by a user: JSON ([[1, 2], [3, 4]]) or whitespace/comma separated (one row)."""
     text = text.strip()
     if text.startswith("["):
@@ -64,7 +71,7 @@ def parse_ids_text(text: str, vocab_size: int) -> torch.Tensor:
                 raise
             raise LiveError("token ids are not valid JSON; write e.g. [[1, 2, 3]] or 1 2 3") from None
     parts = text.replace(",", " ").split()
-    if not parts or not all(p.lstrip("-").isdigit() for p in parts):
+    if not parts or not all(p.isascii() and p.lstrip("-").isdigit() for p in parts):  # not '²', which int() refuses
         raise LiveError("token ids must be integers, e.g. 1 2 3 (this model has no tokenizer, so its input is token "
                         "ids, not text)")
     return check_input_ids([[int(p) for p in parts]], vocab_size)

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from tpviz.errors import TpvizError
 from tpviz.live.errors import LiveError
+from tpviz.live.results import layout_name
 from tpviz.live.weights import checkpoint_files
 
 RUN_DTYPES = ("float32", "bfloat16", "float16")  # what the live model computes in
@@ -108,10 +109,8 @@ class MemoryEstimate:
 
     @property
     def layout(self) -> str:
-        """'tp=2', 'tp=2 × pp=2 + EP': as the result names it."""
         r = self.request
-        return f"tp={r.get('tp', len(self.ranks))}" + (f" × pp={r['pp']}" if r.get("pp", 1) > 1 else "") + (
-            " + EP" if r.get("ep") else "")
+        return layout_name(r.get("tp", len(self.ranks)), r.get("pp", 1), r.get("ep", False))
 
     def summary(self, available: dict[str, int]) -> str:
         """One line: what each rank and the reference hold, and each memory's peak against what is free."""
@@ -168,6 +167,17 @@ def plan_memory(model, tp: int, *, pp: int = 1, ep: bool = False, placement: str
         dtype = run_dtype(dtype, stored)[0]
     return estimate_weights(raw, name, tp, pp=pp, ep=ep, placement=placement, layers=layers, dtype=dtype,
                             device=device, gpus=gpus)
+
+
+def check_fits(model, tp: int, env, **request) -> None:
+    """Before anything is downloaded or spawned: refuse, in one line, a run whose weights would not fit in the
+    memory `env` (runner.Environment) runs on. A config that cannot be read or split is left to the run, which
+    says why."""
+    try:
+        est = plan_memory(model, tp, device=env.device, gpus=len(env.gpus), **request)
+    except TpvizError:
+        return
+    check_memory(est)
 
 
 def _folder_dtype(model) -> str:

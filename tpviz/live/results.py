@@ -4,6 +4,11 @@ from dataclasses import asdict, dataclass, field
 
 from tpviz.summary import layer_span
 
+
+def layout_name(tp: int, pp: int = 1, ep: bool = False) -> str:
+    """"tp=2", or with pipeline / expert parallelism "tp=2 × pp=2 + EP": how every live message names a layout."""
+    return f"tp={tp}" + (f" × pp={pp}" if pp > 1 else "") + (" + EP" if ep else "")
+
 SCHEMA = "tpviz.verify/3"  # 2: pp_size, ep; per rank stage, tp_rank, layers, experts. 3: generation, stored bytes
 
 
@@ -186,8 +191,7 @@ class VerifyResult:
 
     @property
     def layout(self) -> str:
-        """"tp=2", or with pipeline / expert parallelism "tp=2 × pp=2 + EP"."""
-        return f"tp={self.tp_size}" + (f" × pp={self.pp_size}" if self.pp_size > 1 else "") + (" + EP" if self.ep else "")
+        return layout_name(self.tp_size, self.pp_size, self.ep)
 
     @property
     def verdict(self) -> str:

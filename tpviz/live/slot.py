@@ -4,6 +4,7 @@ import threading
 from contextlib import contextmanager
 
 from tpviz.live.errors import LiveError
+from tpviz.live.results import layout_name
 
 MAX_RANKS_ENV = "TPVIZ_LIVE_MAX_RANKS"  # overrides the cap below; "off" lifts it
 _SLOT = threading.Lock()  # module state: one per server process, shared by every browser session
@@ -26,7 +27,7 @@ def check_ranks(tp_size: int, gpus: int = 0, pp: int = 1) -> None:
     """Refuse, in one line, more rank processes (tp x pp) than this machine can run at once."""
     limit, ranks = max_ranks(gpus), tp_size * pp
     if limit is not None and ranks > limit:
-        what = f"tp={tp_size}" if pp == 1 else f"tp={tp_size} × pp={pp}"
+        what = layout_name(tp_size, pp)
         pick = f"tp ≤ {limit}" if pp == 1 else f"tp × pp ≤ {limit}"
         raise LiveError(f"{what} needs {ranks} rank processes; this machine ({os.cpu_count()} CPU cores, "
                         f"{gpus} GPUs) runs at most {limit}: pick {pick}, or set {MAX_RANKS_ENV}")
