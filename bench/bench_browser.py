@@ -10,7 +10,8 @@ for tpviz and for the floor: a bare Streamlit page with a tp selectbox that draw
 thing: the charts a user can see (tpviz: the open tab's figure; the floor: its first two charts), so neither is
 timed on charts below the fold, and the clock of a tp change starts at the click on the option, not while the
 test types into the list. Targets: tp change within 0.5x the floor, first load no slower than the floor, all 8
-sessions served. Needs /usr/bin/chromium.
+sessions served. A bare page drawing only the open tab's figure under the same selectbox is timed too: the
+least any page can spend on a tp change. Needs /usr/bin/chromium.
 python bench/bench_browser.py [--runs 5]
 """
 import argparse
@@ -40,6 +41,12 @@ st.markdown(f"## {MODEL} on {{tp}} GPUs")
 for key, fig in figures(tp).items():
     st.plotly_chart(fig, theme=None, key=key)
 '''
+# the least any page does on a tp change: the open tab's one figure (the copy tpviz sends), same selectbox
+ONE_CHART = FLOOR.replace("import streamlit as st", "import plotly.graph_objects as go\nimport streamlit as st").replace(
+    """for key, fig in figures(tp).items():
+    st.plotly_chart(fig, theme=None, key=key)""", """fig = go.Figure(figures(tp)["qkv"])
+fig.layout.template, fig.layout.datarevision = None, str(tp)
+st.plotly_chart(fig, theme=None, key="qkv")""")
 # every chart that reaches into the viewport is drawn (and, after a tp change, shows the new last GPU)
 ON_SCREEN = ("(text) => { const seen = [...document.querySelectorAll('div.stPlotlyChart')].filter(d => {"
              " const r = d.getBoundingClientRect(); return r.width > 0 && r.bottom > 0 && r.top < innerHeight; });"
@@ -104,12 +111,12 @@ def concurrent(browser, url: str, query: str, sessions: int = 8) -> tuple[float,
     return elapsed, served
 
 
-def measure(browser, url: str, query: str, runs: int) -> dict:
+def measure(browser, url: str, query: str, runs: int, concurrency: bool = True) -> dict:
     first_load(browser, url, query)  # warm the server's caches: both sides are measured warm
     tp_change(browser, url, query)
     return {"first load": statistics.median(first_load(browser, url, query) for _ in range(runs)),
             "tp change": statistics.median(tp_change(browser, url, query) for _ in range(runs)),
-            "8 sessions": concurrent(browser, url, query)}
+            **({"8 sessions": concurrent(browser, url, query)} if concurrency else {})}
 
 
 def main() -> int:
@@ -123,19 +130,23 @@ def main() -> int:
     from playwright.sync_api import sync_playwright
     results = {}
     with tempfile.TemporaryDirectory() as tmp, sync_playwright() as p:
-        floor = Path(tmp) / "floor.py"
+        floor, one = Path(tmp) / "floor.py", Path(tmp) / "one_chart.py"
         floor.write_text(FLOOR)
+        one.write_text(ONE_CHART)
         browser = launch(p)
         for name, script, query in (("tpviz", "app.py", f"/?model={MODEL}&tp={TP_FROM}"),
-                                    ("floor", str(floor), "/")):
+                                    ("floor", str(floor), "/"), ("one chart", str(one), "/")):
             with streamlit_app(env={"PYTHONPATH": str(ROOT)}, script=script) as url:
-                results[name] = measure(browser, url, query, args.runs)
+                results[name] = measure(browser, url, query, args.runs, concurrency=name != "one chart")
         browser.close()
     t, f = results["tpviz"], results["floor"]
     print(f"{MODEL}, tp {TP_FROM} -> {TP_TO}, median of {args.runs} (seconds)")
     print(f"{'':<32}{'tpviz':>8}{'floor':>8}{'ratio':>8}  target")
     for key, target in (("first load", "<= 1.0x"), ("tp change", "<= 0.5x")):
         print(f"{key + ' to charts drawn':<32}{t[key]:>8.2f}{f[key]:>8.2f}{t[key] / f[key]:>7.2f}x  {target}")
+    one = results["one chart"]["tp change"]
+    print(f"{'  a bare page with one chart':<32}{one:>8.2f}{f['tp change']:>8.2f}{one / f['tp change']:>7.2f}x  "
+          "(the least a tp change costs: the open tab's figure alone)")
     (ts, tn), (fs, fn) = t["8 sessions"], f["8 sessions"]
     print(f"{'8 sessions, all first screens':<32}{ts:>8.2f}{fs:>8.2f}{ts / fs:>7.2f}x  served {tn}/8 (floor {fn}/8)")
     return 0
