@@ -1,5 +1,6 @@
 """The live model at tp=1 against transformers, and the loader reading only each rank's slices (in-process)."""
 import json
+from dataclasses import replace
 
 import pytest
 import torch
@@ -99,6 +100,25 @@ def test_preset_gets_random_weights_and_shrinks():
     assert source.random_weights and source.cfg.spec.num_hidden_layers == 1
     assert any("first 1 of 28 layers" in n for n in source.cfg.notes)
     assert json.loads((source.checkpoint / "config.json").read_text())["head_dim"] == 128
+
+
+def test_a_tied_lm_head_is_the_embedding_and_allocates_no_weight_of_its_own(tiny_config, monkeypatch):
+    import tpviz.live.model as live_model
+    built = []
+
+    class Head(live_model.ParallelLMHead):  # where the head's own weight was made, before any tying
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            built.append(self.weight.device.type)
+    monkeypatch.setattr(live_model, "ParallelLMHead", Head)
+    cfg = resolve_model(tiny_config, random_weights=True).cfg
+    model = LiveForCausalLM(cfg, 2, 1)
+    assert cfg.spec.tie_word_embeddings and built == ["meta"]  # vocab/tp x hidden bytes never allocated
+    assert model.lm_head.weight is model.model.embed_tokens.weight
+    assert not any(t.is_meta for t in [*model.parameters(), *model.buffers()])
+    untied = replace(cfg, spec=replace(cfg.spec, tie_word_embeddings=False))
+    model = LiveForCausalLM(untied, 2, 1)
+    assert built == ["meta", "cpu"] and model.lm_head.weight is not model.model.embed_tokens.weight
 
 
 @pytest.mark.parametrize("model, match", [

@@ -273,8 +273,11 @@ class LiveForCausalLM(nn.Module):
         self.stage = stage = stage or Stage(tuple(range(cfg.spec.num_hidden_layers)))
         self.model = DecoderModel(cfg, tp_size, tp_rank, stage)
         if stage.last:
-            self.lm_head = ParallelLMHead(cfg.spec.vocab_size, cfg.spec.hidden_size, tp_size, tp_rank, rules=cfg.rules)
-            if cfg.spec.tie_word_embeddings and stage.first:  # same padded row block per rank: one Parameter
+            tied = cfg.spec.tie_word_embeddings and stage.first  # same padded row block per rank: one Parameter
+            with torch.device("meta" if tied else torch.get_default_device()):  # a tied head allocates nothing
+                self.lm_head = ParallelLMHead(cfg.spec.vocab_size, cfg.spec.hidden_size, tp_size, tp_rank,
+                                              rules=cfg.rules)
+            if tied:
                 self.lm_head.weight = self.model.embed_tokens.weight
 
     def forward(self, input_ids: torch.Tensor, h: torch.Tensor | None = None
