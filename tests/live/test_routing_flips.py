@@ -6,8 +6,8 @@ import torch
 
 from tpviz.live import prepare, verify
 from tpviz.live.check import compare, reference
-from tpviz.live.results import LayerDiff
-from tpviz.live.routing import explain, split
+from tpviz.live.results import LayerDiff, RoutingFlip
+from tpviz.live.routing import decide_before_flips, explain, split
 from tpviz.live.worker import run_model
 from .test_gptoss import IDS, make_gpt_oss
 
@@ -137,3 +137,32 @@ def test_page_shows_the_routing_flip_beside_the_verdict(near_tie, monkeypatch):
         at.success[0].value
     note = next(i.value for i in at.info if i.value.startswith("Routing: "))
     assert "routing flip at a near tie in layer" in note and "The verdict compares the positions before" in note
+
+
+def _noise_flip() -> RoutingFlip:
+    return RoutingFlip(layer=0, batch=0, position=2, decided_by="experts", ref_experts=[0], tp_experts=[1],
+                       margin=0.0, noise=1e-3, tokens=1, later_layers=[], router_gap=0.0, router_limit=1.0,
+                       alike_gap=0.0, alike_limit=1.0, noise_explained=True, explanation="routing flip at a near tie")
+
+
+def test_the_verdict_leaves_out_rows_that_flip_at_their_first_position():
+    """Rows of 3 positions: row 0 flips at position 2, row 1 at position 0 (left out), row 2 never; the verdict
+    holds positions 0-1 of row 0 and all of row 2 to the tolerance, and fails when they differ."""
+    ref_ids = torch.zeros(9, 1, dtype=torch.int64)
+    tp_ids = ref_ids.clone()
+    tp_ids[2] = tp_ids[3] = 1  # row 0 position 2, row 1 position 0
+    tp, ref = {0: {"ids": tp_ids}}, {0: {"ids": ref_ids}}
+    ref_logits = torch.zeros(3, 3, 5)
+    tp_logits = ref_logits.clone()
+    tp_logits[0, 2] = tp_logits[1] = 5.0  # only the flipped positions and what follows them differ
+    flip = _noise_flip()
+    assert decide_before_flips(flip, tp, ref, tp_logits, ref_logits, limit=0.01)
+    assert flip.prefix == [2, 0, 3] and flip.prefix_gap == 0.0
+    assert "(row 0: 2, row 2: 3; left out, flipping at the first position: row 1)" in flip.explanation
+    tp_logits[2, 1] = 0.5  # a difference where both runs route alike: a real mismatch
+    assert not decide_before_flips(_noise_flip(), tp, ref, tp_logits, ref_logits, limit=0.01)
+    tp_ids[0] = tp_ids[6] = 1  # every row flips at its first position: nothing to decide on
+    flip = _noise_flip()
+    assert not decide_before_flips(flip, tp, ref, tp_logits, ref_logits, limit=0.01) and flip.prefix_gap is None
+    assert flip.explanation.endswith("Every row flips at its first position, so no position is routed alike in every "
+                                     "layer: give other ids, or run in float32")

@@ -27,7 +27,7 @@ from tpviz.live.inputs import (TextTokenizer, check_input_ids, is_ids_text, pars
                                tokenize)
 from tpviz.live.memory import DTYPE_CHOICES, check_fits, checkpoint_dtype, run_dtype
 from tpviz.live.results import Environment, LayerDiff, RankReport, VerifyResult
-from tpviz.live.routing import alike_prefix, explain as explain_routing, split as split_routing
+from tpviz.live.routing import decide_before_flips, explain as explain_routing, split as split_routing
 from tpviz.live.runner import choose_backend, run_group
 from tpviz.live.slot import check_ranks
 from tpviz.live.source import ModelSource, resolve_model
@@ -161,16 +161,7 @@ def compare(tp_logits, tp_hidden, ref: dict, dtype: str) -> dict:
     flip = explain_routing(tp_routes, ref_routes, routes32, diffs, tp_hidden, ref_hidden, hidden32, eps, stage_limit)
     passed = not logits_diff.exceeds
     if flip is not None and flip.noise_explained and not passed:  # decide on what both runs compute alike
-        flip.prefix = alike_prefix(tp_routes, ref_routes, *tp_logits.shape[:2])
-        if min(flip.prefix) > 0:
-            flip.prefix_gap = max(_max_abs(tp_logits[b, :n], ref["logits"][b, :n]) for b, n in enumerate(flip.prefix))
-            passed = flip.prefix_gap <= logits_diff.limit
-            kept = ", ".join(f"row {b}: {n}" for b, n in enumerate(flip.prefix))
-            flip.explanation += (f". The verdict compares the positions before each row's first flip ({kept}), which "
-                                 f"every layer routes alike: max|Δlogit| {flip.prefix_gap:.3g} "
-                                 f"{'<=' if passed else '>'} tol {logits_diff.limit:.3g}")
-        else:
-            flip.explanation += ". A row flips at its first position, so no position is routed alike in every layer"
+        passed = decide_before_flips(flip, tp_routes, ref_routes, tp_logits, ref["logits"], logits_diff.limit)
     return {"passed": passed, "tolerance": tol, "tolerance_rule": rule,
             "max_abs_diff": logits_diff.max_abs, "max_rel_diff": logits_diff.max_rel, "argmax_agreement": agree,
             "noise_floor": logits_diff.floor, "diverges_at": first, "layers": diffs, "routing": flip}

@@ -89,6 +89,28 @@ def alike_prefix(tp: dict[int, dict], ref: dict[int, dict], batch: int, seq: int
     return cut.tolist()
 
 
+def decide_before_flips(flip: RoutingFlip, tp: dict[int, dict], ref: dict[int, dict], tp_logits: torch.Tensor,
+                        ref_logits: torch.Tensor, limit: float) -> bool:
+    """The verdict on a noise-explained flip: max|Δlogit| over the positions before each row's first flip, held to
+    `limit`. Every token meets every TP layer, so a bug shows in any row's alike positions; a row flipping at its
+    first position has none and is left out; with no row left, no verdict can pass."""
+    flip.prefix = alike_prefix(tp, ref, *tp_logits.shape[:2])
+    rows = [(b, n) for b, n in enumerate(flip.prefix) if n > 0]
+    if not rows:
+        flip.explanation += (". Every row flips at its first position, so no position is routed alike in every "
+                             "layer: give other ids, or run in float32")
+        return False
+    flip.prefix_gap = max(float((tp_logits[b, :n].float() - ref_logits[b, :n].float()).abs().max()) for b, n in rows)
+    passed = flip.prefix_gap <= limit
+    kept = ", ".join(f"row {b}: {n}" for b, n in rows)
+    if left := [str(b) for b, n in enumerate(flip.prefix) if n == 0]:
+        kept += f"; left out, flipping at the first position: row{'s' * (len(left) > 1)} {', '.join(left)}"
+    flip.explanation += (f". The verdict compares the positions before each row's first flip ({kept}), which every "
+                         f"layer routes alike: max|Δlogit| {flip.prefix_gap:.3g} {'<=' if passed else '>'} tol "
+                         f"{limit:.3g}")
+    return passed
+
+
 def _chosen(ids: torch.Tensor) -> torch.Tensor:
     return ids.sort(-1).values  # a choice is a set: compare sorted rows
 
