@@ -9,7 +9,8 @@ COMM = {"tp_all_reduce": ("all-reduce over the tp GPUs", "after each attention /
         "moe_all_reduce": ("all-reduce over the tp GPUs", "after each MoE block, with or without EP"),
         "moe_dispatch_combine": ("all-gather + reduce-scatter over the dp replicas",
                                  "each MoE block gathers every replica's tokens and returns their sums"),
-        "pp_send_recv": ("send / recv between stages", "one hidden state per pipeline hand-off")}
+        "pp_send_recv": ("send between stages + all-gather over the tp GPUs",
+                         "hidden state and residual, a 1/tp slice from each GPU, gathered by the next stage")}
 
 
 def deployment_section(lay: dict, plot_config: dict) -> None:
@@ -27,11 +28,11 @@ def deployment_section(lay: dict, plot_config: dict) -> None:
                    **({"experts": layer_span(g["experts"], 6) or "none"} if g["experts"] is not None else {}),
                    "weights": fmt_bytes(g["weight_bytes"]), "KV cache / token": fmt_bytes(g["kv_cache_bytes_per_token"])}
                   for g in lay["gpus"]], hide_index=True, width="stretch")
-    rows = [{"collective": COMM[k][0], "when": COMM[k][1], "bytes per token per GPU": fmt_bytes(v)}
+    rows = [{"collective": COMM[k][0], "when": COMM[k][1], "bytes sent per token": fmt_bytes(v)}
             for k, v in lay["comm_bytes_per_token"].items() if v]
     if rows:
         st.dataframe(rows, hide_index=True, width="stretch")
-        st.caption("As vLLM 0.33 runs them: ring shares per GPU, summed over the layers; the MoE dispatch uses the "
-                   "default allgather_reducescatter backend.")
+        st.caption("As vLLM 0.33 runs them, for the busiest GPU: ring shares summed over its stage's layers; the MoE "
+                   "dispatch uses the default allgather_reducescatter backend.")
     else:
         st.caption("One GPU: nothing is communicated.")

@@ -125,3 +125,16 @@ def test_map_cli_with_a_layout(capsys, tmp_path):
     assert d["schema"] == "tpviz.shardmap/4" and d["layout"]["stages"] == [[0, 31], [31, 61]]
     assert main(["map", "Qwen/Qwen3-8B", "--tp", "2", "--ep"]) == 2  # EP on a dense model: one line
     assert capsys.readouterr().err.count("\n") == 1
+
+
+def test_communication_is_the_busiest_gpus_over_its_own_stage():
+    """Llama-3.1-8B (32 layers, hidden 4096 in bf16 = 8 KiB per token): at tp 2 every layer all-reduces twice, a
+    ring share of 2 x (2-1)/2 = 1 x 8 KiB each; with pp 2 a GPU runs 16 layers, and a hand-off sends the hidden
+    state and residual, each tp GPU its half (8 KiB), which the next stage's GPUs all-gather (8 KiB each)."""
+    from tpviz.planner import comm_per_token
+    spec, kib = load_spec("meta-llama/Llama-3.1-8B"), 1024
+    assert comm_per_token(spec, Layout(2))["tp_all_reduce"] == 32 * 2 * 8 * kib
+    c = comm_per_token(spec, Layout(2, 2))
+    assert c["tp_all_reduce"] == 16 * 2 * 8 * kib and c["pp_send_recv"] == 8 * kib
+    c = comm_per_token(spec, Layout(4, 3))  # stages of 11, 11, 10 layers: a middle GPU sends and gathers
+    assert c["tp_all_reduce"] == 11 * 2 * 1.5 * 8 * kib and c["pp_send_recv"] == 2 * 8 * kib / 4 + 2 * 8 * kib * 3 / 4

@@ -87,9 +87,9 @@ def layout_lines(lay: dict) -> str:
     if len(lay["gpus"]) > 64:
         lines.append(f"... {len(lay['gpus']) - 64} more GPUs in the JSON")
     c = lay["comm_bytes_per_token"]
-    lines.append(f"per token and GPU: TP all-reduces {fmt_bytes(c['tp_all_reduce'])}, MoE all-reduces "
+    lines.append(f"sent per token by the busiest GPU: TP all-reduces {fmt_bytes(c['tp_all_reduce'])}, MoE all-reduces "
                  f"{fmt_bytes(c['moe_all_reduce'])}, MoE dispatch/combine over dp "
-                 f"{fmt_bytes(c['moe_dispatch_combine'])}, PP send/recv {fmt_bytes(c['pp_send_recv'])}")
+                 f"{fmt_bytes(c['moe_dispatch_combine'])}, PP hand-off {fmt_bytes(c['pp_send_recv'])}")
     return "\n".join(lines)
 
 

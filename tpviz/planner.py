@@ -170,17 +170,23 @@ def plan_rows(rows: list[PlanRow]) -> list[dict]:
 
 
 def comm_per_token(spec: ModelSpec, layout: Layout) -> dict[str, float]:
-    """Bytes each token moves per GPU, as vLLM 0.33 runs a forward pass: ring all-reduces over the tp GPUs
-    after the mixers, dense FFNs and MoE blocks (with or without EP: the block's final reduce); with dp > 1 a
-    MoE block also gathers every replica's tokens and reduce-scatters them back (the default
-    allgather_reducescatter all2all backend, one hidden state per other replica each way); one hidden state
-    per pipeline hand-off."""
+    """Bytes the busiest GPU sends per token, as vLLM 0.33 runs a forward pass over its stage's layers: ring
+    all-reduces over the tp GPUs after the mixers, dense FFNs and MoE blocks (with or without EP: the block's final
+    reduce); with dp > 1 a MoE block also gathers every replica's tokens and reduce-scatters them back (the default
+    allgather_reducescatter all2all backend, one hidden state per other replica each way). Between stages vLLM 0.33
+    sends the hidden state and the residual (IntermediateTensors), each tp GPU its 1/tp slice, which the next
+    stage's tp GPUs all-gather (v1/worker/gpu_worker.py: isend_tensor_dict with all_gather_group)."""
     hidden = spec.hidden_size * spec.dtype_bytes
     ring = lambda n: 2 * (n - 1) / n if n > 1 else 0.0  # noqa: E731 - the ring all-reduce's share per GPU
-    moe = len(spec.moe_layers)
-    dense = sum(1 for layer in spec.layers if layer.ffn.kind == "dense")
-    mixers = sum(1 for layer in spec.layers if layer.mixer.kind != "none")
-    return {"tp_all_reduce": ring(layout.tp) * hidden * (mixers + dense),
-            "moe_all_reduce": ring(layout.tp) * hidden * moe,
-            "moe_dispatch_combine": 2 * (layout.dp - 1) * hidden * moe,
-            "pp_send_recv": (layout.pp - 1) * hidden}
+    moe_layers, tp, pp = set(spec.moe_layers), layout.tp, layout.pp
+    busiest = {}
+    for stage, layers in enumerate(stage_layers(spec.num_hidden_layers, pp)):
+        mine = [spec.layers[i] for i in layers]
+        moe = sum(1 for i in layers if i in moe_layers)
+        reduced = sum(1 for layer in mine if layer.ffn.kind == "dense") + sum(1 for x in mine if x.mixer.kind != "none")
+        sent = 2 * hidden / tp if stage < pp - 1 else 0.0  # its slice of hidden state and residual, to the next stage
+        gathered = 2 * hidden * (tp - 1) / tp if stage > 0 else 0.0  # its received slice, to each tp peer
+        comm = {"tp_all_reduce": ring(tp) * hidden * reduced, "moe_all_reduce": ring(tp) * hidden * moe,
+                "moe_dispatch_combine": 2 * (layout.dp - 1) * hidden * moe, "pp_send_recv": sent + gathered}
+        busiest = max(busiest, comm, key=lambda c: sum(c.values()))
+    return busiest
