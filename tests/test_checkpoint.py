@@ -179,3 +179,12 @@ def test_stored_bytes_are_compared_with_the_map(tmp_path):
     want = spec.vocab_size * spec.hidden_size
     assert c["verified"] and c["bytes"]["differ"] == [f"lm_head.weight (checkpoint {4 * want} bytes, map {2 * want})"]
     assert "1 tensors are stored in other sizes" in checkpoint_sentence(c)
+
+
+def test_a_long_list_of_missing_tensors_says_how_many_more():
+    from tpviz.checkpoint import _patterns
+    names = [f"model.layers.{i}.t{k}.weight" for k in range(8) for i in range(k + 1)] + ["model.norm.weight"]
+    shown = _patterns(names)
+    assert shown[:2] == ["model.layers.*.t7.weight (8)", "model.layers.*.t6.weight (7)"] and len(shown) == 7
+    assert shown[-1] == "and 3 more kinds (4 tensors)"  # t1 (2), t0 (1) and model.norm.weight (1) left out
+    assert _patterns(names[:3]) == ["model.layers.*.t1.weight (2)", "model.layers.*.t0.weight"]

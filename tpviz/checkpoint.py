@@ -104,12 +104,16 @@ def _beyond(name: str, num_layers: int) -> bool:
 
 
 def _patterns(names: list[str], most: int = 6) -> list[str]:
-    """Names with their numbers collapsed to '*', most frequent first."""
+    """Names with their numbers collapsed to '*', most frequent first; past `most`, one "and N more" entry."""
     counts: dict[str, int] = {}
     for n in names:
         key = re.sub(r"\.\d+\.", ".*.", re.sub(r"\.\d+\.", ".*.", n))
         counts[key] = counts.get(key, 0) + 1
-    return [f"{k} ({v})" if v > 1 else k for k, v in sorted(counts.items(), key=lambda kv: -kv[1])[:most]]
+    ranked = sorted(counts.items(), key=lambda kv: -kv[1])
+    shown = [f"{k} ({v})" if v > 1 else k for k, v in ranked[:most]]
+    if rest := ranked[most:]:
+        shown.append(f"and {len(rest)} more kind{'s' * (len(rest) > 1)} ({sum(v for _, v in rest)} tensors)")
+    return shown
 
 
 def expected_bytes(m: ShardMap) -> dict[str, int]:

@@ -56,15 +56,13 @@ def summary(m: ShardMap) -> str:
 def fit_line(m: ShardMap, args) -> str:
     """One line: does it fit on these GPUs, and how many sequences of the context."""
     from tpviz.fit import fit
-    if not 0 < args.util <= 1 or args.context < 1 or args.concurrency < 1 or not 0 < args.gpu_mem <= 10_000:
-        raise TpvizError("--gpu-mem must be in GiB (0-10000], --util in (0, 1], --context and --concurrency >= 1")
     f = fit(m, args.gpu_mem, args.util, args.context, args.concurrency)
     if f.room <= 0:
         return (f"fit: does not fit: {fmt_bytes(f.weights)} of weights on the fullest GPU, vLLM may use "
                 f"{fmt_bytes(f.usable)} of {args.gpu_mem:g} GiB at gpu_memory_utilization {args.util:g}")
     tokens = f" = {f.kv_tokens:,} KV-cache tokens" if f.kv_tokens is not None else ""
     return (f"fit: {fmt_bytes(f.room)} left for KV cache per GPU{tokens}; {f.max_sequences:,} concurrent sequences of "
-            f"{args.context:,} tokens ({'enough' if f.fits else 'fewer than'} the {args.concurrency:,} asked for)")
+            f"{args.context:,} tokens ({'enough for' if f.fits else 'fewer than'} the {args.concurrency:,} asked for)")
 
 
 def expert_span(experts: list[int]) -> str:
@@ -97,6 +95,9 @@ def cmd_map(args) -> int:
     from tpviz import shard_map
     from tpviz.checkpoint import checkpoint_sentence, hub_sizes, tensor_names_for
     from tpviz.errors import TPSizeError
+    for flag, value in (("--json", args.json), ("--png", args.png)):
+        if value is not None and not value.strip():
+            raise TpvizError(f"{flag} needs a path, got an empty one")
     names, where = tensor_names_for(args.model)
     try:
         m = shard_map(args.model, args.tp, args.rules, tensor_names=names, checkpoint_source=where, dtype=args.dtype,
@@ -105,12 +106,13 @@ def cmd_map(args) -> int:
         _, rows = valid_table(args.model, 64)
         sizes = ", ".join(str(r.tp) for r in rows if r.valid(args.rules)) or "none"
         raise TpvizError(f"{str(e).rstrip('.')}. Valid tp sizes under {ENGINE[args.rules]} rules: {sizes}.") from None
-    if args.pp > 1 or args.dp > 1 or args.ep:  # checked before anything is printed: one line if it cannot exist
+    if args.pp != 1 or args.dp != 1 or args.ep:  # checked before anything is printed: one line if it cannot exist
         from tpviz.layout import layout_map
         from tpviz.parallel import Layout
         from tpviz.sources import load_spec
         m.layout = layout_map(load_spec(args.model), Layout(args.tp, args.pp, args.dp, args.ep), args.rules,
                               args.placement)
+    fit = fit_line(m, args) if args.gpu_mem is not None else None  # checked before anything is printed
     print(summary(m))
     for w in m.warnings:
         print(f"warning: {w}")
@@ -119,8 +121,8 @@ def cmd_map(args) -> int:
         if not m.checkpoint["bytes"]["checked"]:
             print("note: the stored dtypes were not read (no weight files here, or the hub is offline): "
                   "memory is sized from the config")
-    if args.gpu_mem:
-        print(fit_line(m, args))
+    if fit:
+        print(fit)
     if m.layout:
         print(layout_lines(m.layout))
     if args.json:

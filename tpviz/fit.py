@@ -1,7 +1,9 @@
 """Does a map fit on GPUs of a given size: vLLM's usable memory, the fullest GPU's weights, and the KV cache
 and recurrent state the rest holds. Numbers only; the views format them."""
+import math
 from dataclasses import dataclass
 
+from tpviz.errors import TpvizError
 from tpviz.shardmap import ShardMap
 
 GPU_SIZES_GIB = (24, 40, 48, 80, 141, 192)  # common accelerator memory sizes (nominal)
@@ -26,9 +28,26 @@ class Fit:
         return self.room > 0 and self.max_sequences >= self.concurrency
 
 
+class FitInputError(TpvizError):
+    """GPU memory, utilization, context or concurrency out of range."""
+
+
+def check_fit_inputs(gpu_gib: float, utilization: float, context: int, concurrency: int = 1) -> None:
+    """One line when a sizing input cannot be real (NaN, a negative context, more than all the memory)."""
+    for what, value, ok, want in (
+            ("GPU memory", gpu_gib, 0 < gpu_gib <= 10_000, "GiB in (0, 10000]"),
+            ("gpu_memory_utilization", utilization, 0 < utilization <= 1, "in (0, 1]"),
+            ("context", context, isinstance(context, int) and 1 <= context <= 10**9, "a whole number of tokens >= 1"),
+            ("concurrency", concurrency, isinstance(concurrency, int) and 1 <= concurrency <= 10**9,
+             "a whole number of sequences >= 1")):
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or not ok:
+            raise FitInputError(f"{what} {value!r} must be {want}")
+
+
 def fit(m: ShardMap, gpu_gib: float, utilization: float = GPU_UTILIZATION, context: int = 8192,
         concurrency: int = 1) -> Fit:
     """Does the model fit on GPUs of gpu_gib GiB at this tp, and how many sequences of `context` tokens."""
+    check_fit_inputs(gpu_gib, utilization, context, concurrency)
     weights = max(r.weight_bytes for r in m.ranks)
     usable = gpu_gib * 2**30 * utilization
     room = usable - weights

@@ -7,6 +7,7 @@ stage's layers; the embedding sits on the first stage, the final norm and lm_hea
 """
 from dataclasses import dataclass, field
 
+from tpviz.fit import check_fit_inputs
 from tpviz.parallel import EP_DENSE, Layout, LayoutError, expert_placement, stage_layers
 from tpviz.plan import build_plan
 from tpviz.shardmap import _numel
@@ -151,8 +152,7 @@ def plan(spec: ModelSpec, gpus: int, gpu_gib: float, rules: str = "vllm", utiliz
     """Every layout of `gpus` GPUs, accepted ones first (fitting, then by KV room), rejected ones with their rule."""
     if gpus < 1 or gpus > 1024:
         raise LayoutError(f"gpus={gpus} must be between 1 and 1024")
-    if not 0 < gpu_gib <= 10_000:
-        raise LayoutError(f"gpu memory {gpu_gib} GiB must be between 0 and 10000")
+    check_fit_inputs(gpu_gib, utilization, context)
     planner = Planner(spec, rules)
     rows = [planner.row(layout, gpu_gib * 2**30, utilization, context) for layout in layouts(gpus, ep and spec.is_moe)]
     # accepted first; among them what fits, then the most sequences the whole deployment holds, then less traffic

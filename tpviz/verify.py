@@ -78,8 +78,8 @@ def _run(args) -> int:
     from tpviz.live.inputs import read_input_ids, write_logits
     from tpviz.live.torchrun import launched_by_torchrun, verify_torchrun
 
-    if args.timeout <= 0:
-        raise TpvizError(f"--timeout {args.timeout:g} must be positive")
+    from tpviz.live.errors import check_timeout
+    check_timeout(args.timeout)  # before anything is read or started
     if args.generate is not None and args.generate <= 0:
         raise TpvizError(f"--generate {args.generate} must be a positive number of new tokens")
     # read early so a bad file fails before any rank starts; the vocabulary range is checked with the model
@@ -170,4 +170,5 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from tpviz.__main__ import leave
+    leave(main())

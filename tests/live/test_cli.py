@@ -65,7 +65,9 @@ def _bad_inputs(cfg: Path, tmp: Path) -> list[tuple[list[str], str]]:
             ([str(tmp / "broken.json"), "--tp", "2"], "not valid JSON"),
             (["no-such-org/no-such-model-anywhere", "--tp", "2"], "no-such-org/no-such-model-anywhere"),
             (["google/gemma-4-31B-it", "--tp", "2"], "model_type 'gemma4_text'"),
-            ([str(cfg), "--tp", "2", "--timeout", "0"], "must be positive"),
+            ([str(cfg), "--tp", "2", "--timeout", "0"], "--timeout 0.0 must be a number of seconds from 1 to 86400"),
+            ([str(cfg), "--tp", "2", "--timeout", "nan"], "--timeout nan must be a number of seconds"),
+            ([str(cfg), "--tp", "2", "--timeout", "inf"], "--timeout inf must be a number of seconds"),
             ([str(cfg), "--tp", "2", "--layers", "0"], "positive integer")]
 
 

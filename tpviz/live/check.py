@@ -20,7 +20,7 @@ import torch
 from tpviz.errors import TPSizeError
 from tpviz.live.errors import LiveError
 from tpviz.live.inject import Injection, check_injections, describe_injections
-from tpviz.live.errors import IDS_FLAG, PROMPT_FLAG
+from tpviz.live.errors import IDS_FLAG, PROMPT_FLAG, check_timeout
 from tpviz.live.generate import build_generation, check_generate, eos_token_ids
 from tpviz.live.inprocess import run_within
 from tpviz.live.inputs import (TextTokenizer, check_input_ids, is_ids_text, parse_ids_text, random_input_ids,
@@ -220,6 +220,7 @@ def verify(model, tp_size: int, *, device: str = "auto", dtype: str = "float32",
     A prompt is tokenized with the model's tokenizer; generate=N also continues it by N greedy tokens on TP
     and on tp=1 (result.generation), in the same spawned group."""
     progress = progress or (lambda phase: None)
+    timeout = check_timeout(timeout)
     t0 = time.perf_counter()
     prep = prepare(model, tp_size, device=device, dtype=dtype, input_ids=input_ids, inject=inject, layers=layers,
                    seed=seed, batch=batch, seq_len=seq_len, pp=pp, ep=ep, placement=placement,

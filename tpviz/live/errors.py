@@ -18,7 +18,8 @@ class RankFailure(LiveError):
 # each front end keeps only its own.
 RANDOM_FLAG = "--random-weights/Random weights"
 PROMPT_FLAG, IDS_FLAG = "--prompt/Prompt", "--input-ids/Token ids"
-CONTROLS = {RANDOM_FLAG: ("--random-weights", "the Random weights box"),
+TIMEOUT_FLAG = "--timeout/Timeout (s)"
+CONTROLS = {RANDOM_FLAG: ("--random-weights", "the Random weights box"), TIMEOUT_FLAG: ("--timeout", "Timeout (s)"),
             "--layers/Layers to keep": ("--layers", "Layers to keep"),
             PROMPT_FLAG: ("--prompt TEXT", "a prompt"), IDS_FLAG: ("--input-ids", "token ids")}
 
@@ -35,3 +36,15 @@ def for_page(message: str) -> str:
     for both, (_, control) in CONTROLS.items():
         message = message.replace(both, control)
     return message
+
+
+MAX_TIMEOUT = 86_400.0  # a day: beyond it (or at inf/NaN) torch's store timeouts overflow
+
+
+def check_timeout(timeout) -> float:
+    """A live run's timeout in seconds, or one line: at least 1 s (ranks take about that to start), at most a day."""
+    import math
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not math.isfinite(timeout) \
+            or not 1 <= timeout <= MAX_TIMEOUT:
+        raise LiveError(f"{TIMEOUT_FLAG} {timeout!r} must be a number of seconds from 1 to {MAX_TIMEOUT:g}")
+    return float(timeout)
