@@ -7,6 +7,7 @@ with one line naming the part, never guessed.
 from dataclasses import asdict, dataclass, replace
 
 from tpviz.errors import ConfigError
+from tpviz.fields import json_type
 
 ATTENTION_KINDS = ("attention", "sliding_attention", "chunked_attention")
 MIXER_KINDS = ATTENTION_KINDS + ("mla", "gated_deltanet", "mamba2", "short_conv", "none")
@@ -99,7 +100,7 @@ def layer_list(cfg: dict, key: str, n: int, kinds: dict) -> list[str] | None:
     if value is None:
         return None
     if not isinstance(value, list):
-        raise ConfigError(f"{key} must be a list with one entry per layer, got {type(value).__name__}")
+        raise ConfigError(f"{key} must be a list with one entry per layer, got {json_type(value)}")
     if len(value) != n:
         raise ConfigError(f"{key} has {len(value)} entries but num_hidden_layers={n}")
     out = []

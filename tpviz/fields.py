@@ -14,6 +14,15 @@ def pick(cfg: dict, *keys, default=None):
     return default
 
 
+def json_type(value) -> str:
+    """How JSON names a value's type, for messages: 'null', 'a list', 'a string', 'a number', 'true/false'."""
+    for kind, name in ((type(None), "null"), (bool, "true/false"), (dict, "an object"), (list, "a list"),
+                       (str, "a string"), ((int, float), "a number")):
+        if isinstance(value, kind):
+            return name
+    return type(value).__name__
+
+
 def read_int(cfg: dict, *keys, default=None, minimum: int = 1, maximum: int = 0) -> int:
     """An integer in [minimum, maximum or MAX_DIM] from the first key the config sets; missing and no default: one
     line naming it."""
@@ -51,7 +60,7 @@ def read_object(cfg: dict, key: str) -> dict:
     if value is None:
         return {}
     if not isinstance(value, dict):
-        raise ConfigError(f"{key} must be a JSON object, got {type(value).__name__}")
+        raise ConfigError(f"{key} must be a JSON object, got {json_type(value)}")
     return value
 
 

@@ -22,6 +22,7 @@ import urllib.request
 from pathlib import Path
 
 from tpviz.errors import HubError, SourceError
+from tpviz.fields import json_type
 
 try:
     from huggingface_hub import _CACHED_NO_EXIST, constants, hf_hub_download, try_to_load_from_cache
@@ -267,7 +268,7 @@ def _read_json(path: str, repo_id: str, filename: str) -> dict:
     except RecursionError:
         raise SourceError(f"{filename} of {repo_id} is not valid JSON: nested too deeply") from None
     if not isinstance(data, dict):
-        raise SourceError(f"{filename} of {repo_id} is not a JSON object (got {type(data).__name__})")
+        raise SourceError(f"{filename} of {repo_id} is not a JSON object (got {json_type(data)})")
     return data
 
 

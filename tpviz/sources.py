@@ -9,6 +9,7 @@ from functools import lru_cache
 from pathlib import Path
 
 from tpviz.errors import ConfigError, NotJSONError, SourceError
+from tpviz.fields import json_type
 from tpviz.spec import ModelSpec, normalize
 
 MAX_CONFIG_BYTES = 1_000_000  # real config.json files are a few KB
@@ -45,7 +46,7 @@ def parse_config(data: bytes | str, what: str = "config") -> dict:
     except RecursionError:  # thousands of nested brackets: no config is built like that
         raise NotJSONError(f"{what} nests JSON too deeply to be a config.json") from None
     if not isinstance(cfg, dict):
-        raise ConfigError(f"{what} must be a JSON object, got {type(cfg).__name__}")
+        raise ConfigError(f"{what} must be a JSON object, got {json_type(cfg)}")
     return cfg
 
 
@@ -151,8 +152,10 @@ def resolve_config(source: str | Path | dict | bytes) -> tuple[dict, str]:
         return source, str(source.get("_name_or_path") or "config")
     if isinstance(source, (bytes, bytearray)):
         return parse_config(bytes(source), "uploaded config"), "uploaded config"
-    if not isinstance(source, (str, Path)) or not str(source).strip():
-        raise SourceError(f"model source must be a preset, hub id, path, dict or bytes, got {source!r}")
+    if isinstance(source, (str, Path)) and not str(source).strip():
+        raise SourceError("no model given: name a preset, a hub repo id (owner/name) or a local path")
+    if not isinstance(source, (str, Path)):
+        raise SourceError(f"model source must be a preset, hub id, path, dict or bytes, got {type(source).__name__}")
     text = repo_from_url(str(source).strip()) if isinstance(source, str) else str(source).strip()
     if isinstance(source, str) and (key := find_preset(text)):
         return presets()[key], key

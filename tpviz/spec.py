@@ -3,7 +3,7 @@ from dataclasses import asdict, dataclass, field, fields
 
 from tpviz.arch import ATTENTION_KINDS, Ffn, LayerSpec, Mixer
 from tpviz.errors import ConfigError, MissingFieldError
-from tpviz.fields import MAX_DIM, full_rope, pick, read_bool, read_float, read_int
+from tpviz.fields import MAX_DIM, full_rope, json_type, pick, read_bool, read_float, read_int
 from tpviz.quant.config import Quant, read_quant
 from tpviz.readers import derive, family_defaults, hybrid_hint
 
@@ -158,7 +158,7 @@ def falcon_variant(cfg: dict) -> str:
 def normalize(cfg: dict, name: str = "model") -> ModelSpec:
     """Read a Hugging Face config dict (parsed JSON) into a ModelSpec, or raise one clear ConfigError."""
     if not isinstance(cfg, dict):
-        raise ConfigError(f"config must be a JSON object, got {type(cfg).__name__}")
+        raise ConfigError(f"config must be a JSON object, got {json_type(cfg)}")
     outer = cfg
     if isinstance(cfg.get("text_config"), dict):  # multimodal wrappers (Gemma-3, Llama-4, Mistral-3)
         kept = ("torch_dtype", "dtype", "tie_word_embeddings")  # model-wide keys some wrappers keep outside
@@ -281,8 +281,11 @@ def normalize(cfg: dict, name: str = "model") -> ModelSpec:
         raise ConfigError(f"config has {spec.num_experts} experts but moe_intermediate_size="
                           f"{spec.moe_intermediate_size}; it must be >= 1")
     if any(layer.ffn.kind == "dense" and not layer.ffn.size for layer in spec.layers):
-        raise MissingFieldError("config is missing intermediate_size, needed by its dense MLP layers",
-                                "intermediate_size")
+        if pick(cfg, "intermediate_size") is None:
+            raise MissingFieldError("config is missing intermediate_size, needed by its dense MLP layers",
+                                    "intermediate_size")
+        raise ConfigError(f"intermediate_size={pick(cfg, 'intermediate_size')!r} must be >= 1: its dense MLP "
+                          "layers need it")
     spec.dtype = "bfloat16" if spec.config_dtype == "float32" else spec.config_dtype  # vLLM's dtype=auto
     if spec.config_dtype == "float32":
         spec.notes.append("the config says float32; vLLM's dtype=auto serves it in bfloat16, as sized here")
