@@ -178,6 +178,16 @@ def nearest_view(cfg_json: str | None, name: str | None, rows: list[ValidRow] | 
     return cfg_json, name, tp, values["rules"]
 
 
+def ep_only_view(name: str, lay: dict, refused: TPSizeError) -> None:
+    """A layout that exists only with EP: its GPUs, without the per-tensor maps (which cut every expert by tp)."""
+    st.markdown(f"## {literal(name)} on {len(lay['gpus'])} GPUs · {lay['label']}")
+    reason = str(refused).split(" Expert parallelism")[0].rstrip(".")
+    st.info(f"Without EP this tp is refused ({literal(reason)}). With EP every routed expert stays whole on one GPU, "
+            "so the per-tensor maps, which cut the experts by tp, are not drawn: the GPUs below are the layout vLLM "
+            "runs. Exports need the per-tensor map: pick a tp the experts split by for them.")
+    deployment_section(lay, PLOTLY_CONFIG)
+
+
 def main() -> None:
     """Read the controls, build (or recall) the view, and render it; errors keep the last good view."""
     st.set_page_config(page_title="tpviz explorer", page_icon="🧩", layout="wide")
@@ -202,14 +212,19 @@ def main() -> None:
             errors.append(explain(e, name, rows, values["rules"]))
         values["tp"] = tp_control(rows, values["rules"])
         values.update(layout_controls(values))
-    page = lay = None
+    page = lay = ep_only = None
     if cfg_json is not None and rows is not None:
         try:
             checkpoint = checkpoint_key(values)
             serving = f"{st.session_state.get('serve_dtype', 'auto')},{st.session_state.get('kv_dtype', 'auto')}"
-            page = page_for(cfg_json, name, values["tp"], values["rules"], checkpoint, serving)
-            st.session_state.good = (cfg_json, name, values["tp"], values["rules"], checkpoint, serving)
-            if values["pp"] > 1 or values["dp"] > 1 or values["ep"]:
+            try:
+                page = page_for(cfg_json, name, values["tp"], values["rules"], checkpoint, serving)
+                st.session_state.good = (cfg_json, name, values["tp"], values["rules"], checkpoint, serving)
+            except TPSizeError as e:  # with EP the experts are whole: their tp cut may be all that failed
+                if not values["ep"] or (lay := deployment(cfg_json, name, values, [])) is None:
+                    raise
+                ep_only = e
+            if page is not None and (values["pp"] > 1 or values["dp"] > 1 or values["ep"]):
                 lay = deployment(cfg_json, name, values, errors)
             query = query_from_controls(values)
             if st.query_params.to_dict() != query:
@@ -220,6 +235,8 @@ def main() -> None:
         st.error(literal(line))
     if hint:
         st.info(hint)
+    if ep_only is not None:
+        return ep_only_view(name, lay, ep_only)
     if page is None:
         nearest = None if "good" in st.session_state else nearest_view(cfg_json, name, rows, values)
         good = st.session_state.get("good") or nearest or (

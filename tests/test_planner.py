@@ -138,3 +138,18 @@ def test_communication_is_the_busiest_gpus_over_its_own_stage():
     assert c["tp_all_reduce"] == 16 * 2 * 8 * kib and c["pp_send_recv"] == 8 * kib
     c = comm_per_token(spec, Layout(4, 3))  # stages of 11, 11, 10 layers: a middle GPU sends and gathers
     assert c["tp_all_reduce"] == 11 * 2 * 1.5 * 8 * kib and c["pp_send_recv"] == 2 * 8 * kib / 4 + 2 * 8 * kib * 3 / 4
+
+
+def test_map_cli_draws_a_layout_only_ep_makes_work(capsys):
+    """plan accepts Qwen3-30B-A3B-FP8 at TP 16 + EP (experts whole); map --ep shows its GPUs instead of refusing
+    with advice to use the flag already given, and names what it cannot draw."""
+    assert main(["map", "Qwen/Qwen3-30B-A3B-FP8", "--tp", "16", "--ep"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("TP 16 × PP 1 × DP 1 + EP: without EP, ") and "weight = 48 is not divisible" in out
+    assert "GPU   1 (stage 0, replica 0, tp rank 1): layers 0–47, experts 8–15" in out
+    assert main(["map", "Qwen/Qwen3-30B-A3B-FP8", "--tp", "16", "--ep", "--json", "x.json"]) == 2
+    assert "only the EP layout exists" in capsys.readouterr().err
+    assert main(["map", "Qwen/Qwen3-235B-A22B-FP8", "--tp", "8", "--ep"]) == 0  # no expert-split fallback warning
+    assert "Triton MoE kernel" not in capsys.readouterr().out
+    assert main(["map", "Qwen/Qwen3-235B-A22B-FP8", "--tp", "8"]) == 0  # without EP the experts are cut: it is
+    assert "Triton MoE kernel" in capsys.readouterr().out

@@ -99,22 +99,20 @@ def cmd_map(args) -> int:
         if value is not None and not value.strip():
             raise TpvizError(f"{flag} needs a path, got an empty one")
     names, where = tensor_names_for(args.model)
+    lay = deployment(args) if args.pp != 1 or args.dp != 1 or args.ep else None  # one line if it cannot exist
     try:
         m = shard_map(args.model, args.tp, args.rules, tensor_names=names, checkpoint_source=where, dtype=args.dtype,
                       kv_cache_dtype=args.kv_cache_dtype, tensor_bytes=hub_sizes(args.model) if names else None)
-    except TPSizeError as e:  # say what would work: the tp sizes this model splits by under these rules
-        _, rows = valid_table(args.model, 64)
+    except TPSizeError as e:
+        if lay is not None and args.ep:  # only the experts' TP split is refused, and EP keeps them whole
+            return ep_only(args, lay, e)
+        _, rows = valid_table(args.model, 64)  # say what would work: the tp sizes this model splits by
         sizes = ", ".join(str(r.tp) for r in rows if r.valid(args.rules)) or "none"
         raise TpvizError(f"{str(e).rstrip('.')}. Valid tp sizes under {ENGINE[args.rules]} rules: {sizes}.") from None
-    if args.pp != 1 or args.dp != 1 or args.ep:  # checked before anything is printed: one line if it cannot exist
-        from tpviz.layout import layout_map
-        from tpviz.parallel import Layout
-        from tpviz.sources import load_spec
-        m.layout = layout_map(load_spec(args.model), Layout(args.tp, args.pp, args.dp, args.ep), args.rules,
-                              args.placement)
+    m.layout = lay
     fit = fit_line(m, args) if args.gpu_mem is not None else None  # checked before anything is printed
     print(summary(m))
-    for w in m.warnings:
+    for w in (lay or {}).get("warnings", m.warnings):  # a deployment's own: with EP the experts are not cut
         print(f"warning: {w}")
     if m.checkpoint:
         print(checkpoint_sentence(m.checkpoint))
@@ -132,6 +130,29 @@ def cmd_map(args) -> int:
         from tpviz.export import write_pngs
         for path in write_pngs(m, args.png):
             print(f"wrote {path}")
+    return 0
+
+
+def deployment(args) -> dict:
+    """The tp x pp x dp (+ EP) layout asked for (tpviz.layout), checked as vLLM would: with EP, experts unsplit."""
+    from tpviz.layout import layout_map
+    from tpviz.parallel import Layout
+    from tpviz.sources import load_spec
+    return layout_map(load_spec(args.model), Layout(args.tp, args.pp, args.dp, args.ep), args.rules, args.placement)
+
+
+def ep_only(args, lay: dict, refused: Exception) -> int:
+    """A layout that exists only with EP: its GPUs, without the per-tensor map (which cuts every expert by tp)."""
+    if args.json or args.png or args.gpu_mem is not None:
+        raise TpvizError(f"at tp={args.tp} the experts cannot be cut by tp, so only the EP layout exists; --json, "
+                         "--png and --gpu-mem need the per-tensor map, which cuts them: drop those, or pick a tp the "
+                         "experts split by")
+    print(f"{lay['label']}: without EP, {str(refused).split(' Expert parallelism')[0].rstrip('.')}; with EP every "
+          "routed expert stays whole on one GPU, so the per-tensor map (which cuts them by tp) is not drawn: the "
+          "GPUs below are the layout vLLM runs")
+    for w in lay["warnings"]:
+        print(f"warning: {w}")
+    print(layout_lines(lay))
     return 0
 
 

@@ -70,3 +70,15 @@ def test_sidebar_controls_change_the_layout_and_bad_layouts_are_one_line():
     dense = run_app({"model": "Qwen/Qwen3-8B", "tp": "4", "ep": "1"})
     assert errors(dense) == ["expert parallelism needs a MoE model; this one has no routed experts (showing the "
                              "tensor-parallel map alone)"]
+
+
+def test_a_tp_only_ep_makes_work_shows_its_gpus_not_an_error():
+    """Qwen3-30B-A3B-FP8 at tp 16: the experts' 768/16 = 48 rows are not a multiple of the 128-row FP8 block, so
+    plain TP is refused, but with EP every expert is whole (vLLM accepts it): the page draws the EP layout."""
+    at = run_app({"model": "Qwen/Qwen3-30B-A3B-FP8", "tp": "16", "ep": "1", "tp_show_invalid": "1"})
+    assert errors(at) == [] and heading(at) == "Qwen/Qwen3-30B-A3B-FP8 on 16 GPUs · TP 16 × PP 1 × DP 1 + EP"
+    info = " ".join(i.value for i in at.info)
+    assert "Without EP this tp is refused" in info and "weight = 48 is not divisible" in info and "not drawn" in info
+    assert list(table(at, "GPU")["experts"])[:2] == ["0–7", "8–15"]
+    at = run_app({"model": "Qwen/Qwen3-30B-A3B-FP8", "tp": "16"})  # without EP: refused, valid sizes named
+    assert any("block_n = 128" in e and "Valid tp sizes" in e for e in errors(at))
