@@ -263,5 +263,5 @@ def test_special_files_are_refused_without_opening(tmp_path, monkeypatch):
     os.mkfifo(fifo)  # reading it would block for ever
     with pytest.raises(SourceError, match="not a regular file"):
         load_spec(str(fifo))
-    with pytest.raises(SourceError, match="has no config.json"):  # a folder whose config.json is a FIFO
+    with pytest.raises(SourceError, match="has a config.json that is not a regular file"):  # a FIFO
         load_spec(str(tmp_path))

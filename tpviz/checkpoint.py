@@ -56,17 +56,23 @@ def local_tensor_bytes(folder: Path) -> dict[str, int] | None:
     return out
 
 
+def index_weight_map(index: Path, error: type[Exception] = SourceError) -> dict:
+    """A model.safetensors.index.json's weight_map (tensor name -> file), or one line naming what is wrong."""
+    try:
+        data = json.loads(index.read_text())
+    except (OSError, ValueError, RecursionError) as e:
+        raise error(f"{index} is not a valid safetensors index ({str(e).splitlines()[0][:200]})") from None
+    weight_map = data.get("weight_map") if isinstance(data, dict) else None
+    if not isinstance(weight_map, dict):
+        raise error(f"{index} is not a valid safetensors index: it needs a weight_map object (tensor name -> file)")
+    return weight_map
+
+
 def local_tensor_names(folder: Path) -> set[str] | None:
     """The tensor names of a local checkpoint folder: its index, else its safetensors headers; None without weights."""
     index = folder / INDEX_FILE
     if index.is_file():
-        try:
-            weight_map = json.loads(index.read_text())["weight_map"]
-        except (OSError, ValueError, KeyError, TypeError, RecursionError) as e:
-            raise SourceError(f"{index} is not a valid safetensors index ({e})") from None
-        if not isinstance(weight_map, dict):
-            raise SourceError(f"{index} is not a valid safetensors index (weight_map is not an object)")
-        return set(weight_map)
+        return set(index_weight_map(index))
     single = folder / "model.safetensors"  # as transformers picks: the index's shards, else this one file
     return set(read_header(single)) if single.is_file() else None
 

@@ -8,6 +8,7 @@ import asyncio
 import atexit
 import concurrent.futures
 import io
+import logging
 import os
 import re
 import shutil
@@ -42,6 +43,11 @@ def chromium_path() -> str | None:
         found = None
     return found or next((p for n in ("chromium", "chromium-browser", "google-chrome", "chrome")
                           if (p := shutil.which(n))), None)
+
+
+# kaleido's browser driver skips a malformed message from Chromium's pipe but logs it with a traceback on stderr,
+# which reads like a failure of an export that succeeded: keep only its critical messages
+logging.getLogger("choreographer").setLevel(logging.CRITICAL)
 
 
 class PngRenderer:

@@ -38,7 +38,7 @@ def parse_config(data: bytes | str, what: str = "config") -> dict:
         try:
             data = data.decode("utf-8-sig")
         except UnicodeDecodeError:
-            raise NotJSONError(f"{what} is not UTF-8 text; upload the model's config.json") from None
+            raise NotJSONError(f"{what} is not UTF-8 text; give the model's config.json") from None
     try:
         cfg = json.loads(data)
     except json.JSONDecodeError as e:
@@ -84,7 +84,9 @@ def local_config(path: str | Path) -> tuple[dict, str]:
     try:
         if p.is_dir():
             if not (p / "config.json").is_file():
-                raise SourceError(f"folder {path} has no config.json")
+                odd = (p / "config.json").exists()  # a directory, FIFO or device: never opened
+                raise SourceError(f"folder {path} " + ("has a config.json that is not a regular file" if odd else
+                                                       "has no config.json"))
             name, p = p.name, p / "config.json"
         elif p.is_file():
             name = p.parent.name if p.name == "config.json" else p.stem

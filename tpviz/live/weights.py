@@ -3,7 +3,6 @@
 The loader gets a CheckpointTensor instead of a tensor: when the loader narrows or chunks it, only
 that slice is read from disk (safetensors `get_slice`), and its bytes are counted.
 """
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -155,16 +154,12 @@ def checkpoint_files(folder: Path) -> list[Path]:
     """The safetensors files of a checkpoint folder (via its index when sharded)."""
     index = folder / "model.safetensors.index.json"
     if index.is_file():
-        try:
-            weight_map = json.loads(index.read_text())["weight_map"]
-            if not isinstance(weight_map, dict):
-                raise ValueError("weight_map is not an object")
-            names = list(dict.fromkeys(weight_map.values()))
-            bad = [f for f in names if not isinstance(f, str) or not f]
-            if bad:
-                raise ValueError(f"weight_map value {bad[0]!r} is not a file name")
-        except (OSError, ValueError, KeyError, TypeError) as e:
-            raise WeightsError(f"{index} is not a valid safetensors index ({e})") from None
+        from tpviz.checkpoint import index_weight_map
+        weight_map = index_weight_map(index, WeightsError)
+        names = list(dict.fromkeys(weight_map.values()))
+        if bad := [f for f in names if not isinstance(f, str) or not f]:
+            raise WeightsError(f"{index} is not a valid safetensors index (weight_map value {bad[0]!r} is not a file "
+                               "name)")
         root, files = weights_root(folder), []
         for name in names:
             try:
