@@ -167,7 +167,8 @@ def resolve_config(source: str | Path | dict | bytes) -> tuple[dict, str]:
         from tpviz.hub import fetch_config
         return fetch_config(text), text
     sample = ", ".join(list(presets())[:4])
-    raise SourceError(f"unknown model {text!r}: not a preset, a local path or a hub repo id (owner/name); "
+    shown = text if len(text) <= 120 else f"{text[:100]}… ({len(text)} characters)"
+    raise SourceError(f"unknown model {shown!r}: not a preset, a local path or a hub repo id (owner/name); "
                       f"presets include {sample}")
 
 

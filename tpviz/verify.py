@@ -62,8 +62,9 @@ def dry_run(args) -> None:
     """--dry-run: print the memory estimate, refusing as the run itself would; nothing is downloaded or run."""
     from tpviz.live.memory import available_memory, check_memory, plan_memory
     from tpviz.live.runner import choose_backend
-    if args.tp < 1 or args.pp < 1:
-        raise TpvizError(f"--tp {args.tp} and --pp {args.pp} must be positive integers")
+    for flag, value in (("--tp", args.tp), ("--pp", args.pp)):
+        if value < 1:
+            raise TpvizError(f"{flag} {value} must be a positive integer")
     env = choose_backend(args.tp * args.pp, args.device)
     est = plan_memory(args.model, args.tp, pp=args.pp, ep=args.ep, placement=args.placement, layers=args.layers,
                       dtype=args.dtype, device=env.device, gpus=len(env.gpus), random_weights=args.random_weights)
