@@ -19,6 +19,7 @@ from explorer.tables import collective_rows, valid_tp_rows
 from explorer.text import literal
 from tpviz import summary as S
 from tpviz.format import ValidRow, fmt_bytes
+from tpviz.parallel import Layout
 from tpviz.errors import MissingFieldError, NotJSONError, TPSizeError, TpvizError
 from tpviz.export import chromium_path, figure_png, png_names
 from tpviz.plots.strip import layer_strip
@@ -35,7 +36,7 @@ def explain(error: Exception, name: str | None, rows: list[ValidRow] | None, rul
     text = str(error)
     if isinstance(error, TPSizeError) and rows:
         sizes = ", ".join(map(str, S.valid_sizes(rows, rules))) or "none"
-        return f"{text}. Valid tp sizes for {name} under {RULE_LABELS[rules]} rules: {sizes}."
+        return f"{text.rstrip('.')}. Valid tp sizes for {name} under {RULE_LABELS[rules]} rules: {sizes}."
     if isinstance(error, MissingFieldError):
         return f"{text}; {FIELDS_HINT}."
     if isinstance(error, NotJSONError):
@@ -90,13 +91,13 @@ def render_page(page: Page, rows: list[ValidRow], lay: dict | None = None) -> No
     heads = (f"{spec.num_attention_heads} q heads, {spec.num_key_value_heads} KV heads × {spec.head_dim}"
              if not spec.is_mla else f"{spec.num_attention_heads} heads, MLA latent {spec.kv_lora_rank}")
     st.caption(f"{RULE_LABELS[m.rules]} rules · {spec.num_hidden_layers} layers · hidden {spec.hidden_size} · "
-               f"{heads} · vocab {spec.vocab_size:,} · {spec.dtype}")
+               f"{heads} · vocab {spec.vocab_size:,} · {literal(spec.dtype)}")
     if spec.quant:
         st.caption(f"Quantized checkpoint: {literal(spec.quant.label)}; weights and scales are counted at the "
                    "bytes they are stored in.")
     for note in spec.notes:
         st.caption(f"Note: {literal(note)}")
-    for warning in m.warnings:
+    for warning in lay["warnings"] if lay else m.warnings:  # a deployment's own: with EP the experts are whole
         st.warning(literal(warning))
     if m.checkpoint:
         from tpviz.checkpoint import checkpoint_sentence
@@ -104,11 +105,18 @@ def render_page(page: Page, rows: list[ValidRow], lay: dict | None = None) -> No
     mem, coll = S.memory_rows(m), S.collectives(m)
     worst = max(mem, key=lambda r: r["weights"])
     c1, c2, c3, c4 = st.columns(4)
-    c1.metric("Weights per GPU", fmt_bytes(worst["weights"]), **versus(worst["weights"], worst["naive"]))
-    c2.metric("KV cache per token per GPU", fmt_bytes(worst["kv_per_token"]),
-              **versus(worst["kv_per_token"], worst["kv_naive_per_token"]))
-    c3.metric("Collectives per forward", sum(c.count for c in coll),
-              f"{fmt_bytes(sum(c.total_per_token for c in coll))} per token", delta_color="off", delta_arrow="off")
+    if lay:  # the deployment's fullest GPU and busiest sender (tpviz.layout), not the tensor-parallel map's
+        off = dict(delta=lay["label"], delta_color="off", delta_arrow="off")
+        c1.metric("Weights on the fullest GPU", fmt_bytes(max(g["weight_bytes"] for g in lay["gpus"])), **off)
+        c2.metric("KV cache per token, fullest GPU", fmt_bytes(max(g["kv_cache_bytes_per_token"] for g in lay["gpus"])),
+                  **off)
+        c3.metric("Sent per token, busiest GPU", fmt_bytes(sum(lay["comm_bytes_per_token"].values())), **off)
+    else:
+        c1.metric("Weights per GPU", fmt_bytes(worst["weights"]), **versus(worst["weights"], worst["naive"]))
+        c2.metric("KV cache per token per GPU", fmt_bytes(worst["kv_per_token"]),
+                  **versus(worst["kv_per_token"], worst["kv_naive_per_token"]))
+        c3.metric("Collectives per forward", sum(c.count for c in coll),
+                  f"{fmt_bytes(sum(c.total_per_token for c in coll))} per token", delta_color="off", delta_arrow="off")
     c4.metric(f"Valid tp sizes ({RULE_LABELS[m.rules]})", " ".join(map(str, S.valid_sizes(rows, m.rules))))
     for sentence in filter(None, [*S.special_cases(m).values(), S.mla_kv_sentence(m), *S.cache_sentences(m)]):
         st.info(sentence)
@@ -144,7 +152,7 @@ def render_page(page: Page, rows: list[ValidRow], lay: dict | None = None) -> No
     if (table := st.expander("Memory table", key="open_memory", on_change="rerun")).open:
         table.dataframe([{LABELS.get(k) or S.FAMILY_LABELS.get(k, k): (v if k == "rank" else fmt_bytes(v))
                           for k, v in row.items()} for row in mem], hide_index=True, width="stretch")
-    fit_section(m)
+    fit_section(m, Layout.of(lay))
     if (box := st.expander(f"Collectives per forward pass: {sum(c.count for c in coll)}", key="open_collectives",
                            on_change="rerun")).open:
         if coll:
@@ -221,7 +229,12 @@ def main() -> None:
                 page = page_for(cfg_json, name, values["tp"], values["rules"], checkpoint, serving)
                 st.session_state.good = (cfg_json, name, values["tp"], values["rules"], checkpoint, serving)
             except TPSizeError as e:  # with EP the experts are whole: their tp cut may be all that failed
-                if not values["ep"] or (lay := deployment(cfg_json, name, values, [])) is None:
+                if values["ep"]:
+                    try:
+                        lay = layout_for(cfg_json, name, values["tp"], values["pp"], values["dp"], True, values["rules"])
+                    except TpvizError as layout_error:  # e.g. more stages than layers: say that too
+                        errors.append(str(layout_error))
+                if lay is None:
                     raise
                 ep_only = e
             if page is not None and (values["pp"] > 1 or values["dp"] > 1 or values["ep"]):

@@ -13,12 +13,12 @@ def _tokens(n: float) -> str:
 
 
 def fit_rows(m: ShardMap, sizes: tuple[int, ...] = GPU_SIZES_GIB, utilization: float = GPU_UTILIZATION,
-             context: int = 8192) -> list[dict]:
+             context: int = 8192, layout=None) -> list[dict]:
     """The fit at common GPU sizes, as table rows: what vLLM may use, the room left for KV cache, how many tokens
     of full-attention KV cache that holds, and how many sequences of `context` tokens fit."""
     rows = []
     for gib in sizes:
-        f = fit(m, gib, utilization, context)
+        f = fit(m, gib, utilization, context, layout=layout)
         rows.append({"GPU memory": f"{gib} GiB", f"vLLM may use (×{utilization:g})": fmt_bytes(f.usable),
                      "left for KV cache": fmt_bytes(f.room) if f.room > 0 else "does not fit",
                      "KV-cache tokens": _tokens(f.kv_tokens) if f.kv_tokens is not None else "—",
@@ -33,8 +33,9 @@ def _pick() -> None:
 
 
 @st.fragment  # its inputs rerun this section alone, not the page
-def fit_section(m: ShardMap) -> None:
-    """Inputs, the answer for the user's GPU, and the same at common sizes (a table drawn when opened)."""
+def fit_section(m: ShardMap, layout=None) -> None:
+    """Inputs, the answer for the user's GPU, and the same at common sizes (a table drawn when opened); with a
+    pp / dp / ep layout, sized for its fullest stage and its dp replicas, as the Plan page sizes it."""
     st.markdown("### Does it fit?")
     st.pills("Quick picks (GiB)", QUICK_GIB, key="gpu_pick", on_change=_pick)
     c1, c2, c3, c4 = st.columns(4)
@@ -42,7 +43,7 @@ def fit_section(m: ShardMap) -> None:
     util = c2.slider("gpu_memory_utilization", 0.5, 0.98, GPU_UTILIZATION, 0.01, key="gpu_util")
     context = c3.number_input("Context per sequence (tokens)", 1, 10_000_000, 8192, step=1024, key="context")
     concurrency = c4.number_input("Concurrent sequences", 1, 100_000, 16, key="concurrency")
-    f = fit(m, gib, util, int(context), int(concurrency))
+    f = fit(m, gib, util, int(context), int(concurrency), layout=layout)
     if f.room <= 0:
         st.warning(f"Does not fit: {fmt_bytes(f.weights)} of weights on the fullest GPU, and vLLM may use "
                  f"{fmt_bytes(f.usable)} of {gib:g} GiB at gpu_memory_utilization {util:g}.")
@@ -52,7 +53,7 @@ def fit_section(m: ShardMap) -> None:
         verdict(f"{fmt_bytes(f.room)} per GPU left for KV cache{tokens}: {f.max_sequences:,} concurrent sequences "
                 f"of {int(context):,} tokens fit ({'enough for' if f.fits else 'fewer than'} the "
                 f"{int(concurrency):,} asked for).")
-    rows = fit_rows(m, utilization=util, context=int(context))
+    rows = fit_rows(m, utilization=util, context=int(context), layout=layout)
     room = [r["GPU memory"] for r in rows if r["left for KV cache"] != "does not fit"]
     label = (f"At common GPU sizes ({rows[0]['GPU memory']} to {rows[-1]['GPU memory']}): "
              + (f"room for KV cache from {room[0]} up" if room else "none leaves room for KV cache"))

@@ -6,6 +6,7 @@ from pathlib import Path
 import streamlit as st
 
 from explorer.text import literal
+from tpviz.errors import TpvizError
 from tpviz.live.download import human_size
 from tpviz.live.generate import MAX_NEW_TOKENS
 from tpviz.live.memory import MemoryEstimate, plan_memory
@@ -238,13 +239,15 @@ def injection_hint(reach: dict[str, tuple[bool, str]], chosen: list[str]) -> str
 
 @st.cache_data(show_spinner=False, max_entries=64, ttl=600)
 def memory_estimate(model: str | bytes, tp: int, pp: int, ep: bool, placement: str, layers: int, dtype: str,
-                    random: bool, device: str, gpus: int) -> MemoryEstimate | None:
-    """Before a run: the weights each rank and the tp=1 reference will hold, from the shard map (None when the
-    config cannot be read or split yet: the run itself will say why)."""
+                    random: bool, device: str, gpus: int) -> MemoryEstimate | str | None:
+    """Before a run: the weights each rank and the tp=1 reference will hold, from the shard map; or the one line
+    saying why this model cannot run as chosen (None when even that is unknown: the run will say)."""
     try:
         return plan_memory(model, tp, pp=pp, ep=ep, placement=placement, layers=layers or None, dtype=dtype,
                            device=device, gpus=gpus, random_weights=random)
-    except Exception:  # noqa: BLE001 - a bad or unreachable source is reported by the run, in one line
+    except TpvizError as e:  # unsupported, too big, an invalid split: said before Run is pressed
+        return str(e)
+    except Exception:  # noqa: BLE001 - anything else is reported by the run, in one line
         return None
 
 

@@ -72,10 +72,14 @@ def main() -> None:
             return
         est = memory_estimate(model, tp, pp, ep, placement, layers, dtype, random, env.device,
                               len(env.gpus)) if model else None
-        if est is not None:
+        if isinstance(est, str):  # the run would refuse it: say so before Run is pressed
+            st.warning(f"As chosen, this cannot run: {literal(for_page(est))}")
+            est = None
+        elif est is not None:
             show_memory(est, available)
         if stopped := st.session_state.pop("live_stopped", None):
             st.warning(f"The last run was stopped during “{stopped.lower()}”; its ranks were ended.")
+        chosen = (model, tp, pp, ep, placement, layers, dtype, random, device, tuple(inject), text, generate)
         if run:
             status = PhaseStatus()
             try:  # a prompt is tokenized by the run, after its memory check; typed ids are read here
@@ -93,7 +97,7 @@ def main() -> None:
                                        progress=status, tick=status.tick, pp=pp, ep=ep, placement=placement,
                                        random_weights=random, download_progress=status.download,
                                        prompt=prompt, generate=generate)
-                st.session_state["live_result"] = result
+                st.session_state["live_result"], st.session_state["live_result_for"] = result, chosen
             except TpvizError as e:  # every user error (and a failed rank) is one line, never a traceback
                 status.finish("error")
                 st.error(for_page(str(e)))
@@ -109,7 +113,11 @@ def main() -> None:
                 st.session_state["live_stopped"] = PHASES.get(status.phase, "Start")  # the page can only say so
                 raise                                                                 # on its next run
         if "live_result" in st.session_state:
-            show_result(st.session_state["live_result"])
+            last = st.session_state["live_result"]
+            if st.session_state.get("live_result_for") != chosen:  # never read as a verdict on the new choice
+                st.info(f"This is the last run's result, for {literal(last.model)} at {last.layout}; the choices "
+                        "have changed since: press Run to check them.")
+            show_result(last)
         else:
             st.info("Pick a model and tp size, then press Run.")
 

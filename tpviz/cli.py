@@ -7,7 +7,7 @@ from pathlib import Path
 from tpviz.errors import TpvizError
 from tpviz.format import fmt_bytes, valid_table  # noqa: F401 - re-exported: the CLI's helpers
 from tpviz.rules import ENGINE, RULES
-from tpviz.parallel import PLACEMENTS
+from tpviz.parallel import PLACEMENTS, Layout
 from tpviz.spec import KV_DTYPES, SERVE_DTYPES
 from tpviz.shardmap import ShardMap, TensorMap
 
@@ -56,7 +56,7 @@ def summary(m: ShardMap) -> str:
 def fit_line(m: ShardMap, args) -> str:
     """One line: does it fit on these GPUs, and how many sequences of the context."""
     from tpviz.fit import fit
-    f = fit(m, args.gpu_mem, args.util, args.context, args.concurrency)
+    f = fit(m, args.gpu_mem, args.util, args.context, args.concurrency, layout=Layout.of(m.layout))
     if f.room <= 0:
         return (f"fit: does not fit: {fmt_bytes(f.weights)} of weights on the fullest GPU, vLLM may use "
                 f"{fmt_bytes(f.usable)} of {args.gpu_mem:g} GiB at gpu_memory_utilization {args.util:g}")
@@ -136,7 +136,6 @@ def cmd_map(args) -> int:
 def deployment(args) -> dict:
     """The tp x pp x dp (+ EP) layout asked for (tpviz.layout), checked as vLLM would: with EP, experts unsplit."""
     from tpviz.layout import layout_map
-    from tpviz.parallel import Layout
     from tpviz.sources import load_spec
     return layout_map(load_spec(args.model), Layout(args.tp, args.pp, args.dp, args.ep), args.rules, args.placement)
 

@@ -1,6 +1,7 @@
 """Does a map fit on GPUs of a given size: vLLM's usable memory, the fullest GPU's weights, and the KV cache
 and recurrent state the rest holds. Numbers only; the views format them."""
 import math
+import weakref
 from dataclasses import dataclass
 
 from tpviz.errors import TpvizError
@@ -44,15 +45,39 @@ def check_fit_inputs(gpu_gib: float, utilization: float, context: int, concurren
             raise FitInputError(f"{what} {value!r} must be {want}")
 
 
+_PLANNERS: dict[int, tuple] = {}  # id(map) -> (weak reference to it, its Planner): each cut is traced once
+
+
+def _planner(m: ShardMap):
+    from tpviz.planner import Planner
+    hit = _PLANNERS.get(id(m))
+    if hit and hit[0]() is m:
+        return hit[1]
+    if len(_PLANNERS) >= 32:
+        _PLANNERS.clear()
+    planner = Planner(m.model, m.rules)
+    _PLANNERS[id(m)] = (weakref.ref(m), planner)
+    return planner
+
+
 def fit(m: ShardMap, gpu_gib: float, utilization: float = GPU_UTILIZATION, context: int = 8192,
-        concurrency: int = 1) -> Fit:
-    """Does the model fit on GPUs of gpu_gib GiB at this tp, and how many sequences of `context` tokens."""
+        concurrency: int = 1, layout=None) -> Fit:
+    """Does the model fit on GPUs of gpu_gib GiB at this tp, and how many sequences of `context` tokens. With a
+    pp / dp / ep `layout` (parallel.Layout), as the planner sizes it: the fullest stage's GPU, and sequences
+    across the dp replicas."""
     check_fit_inputs(gpu_gib, utilization, context, concurrency)
-    weights = max(r.weight_bytes for r in m.ranks)
     usable = gpu_gib * 2**30 * utilization
+    uniform = not any(r.kv_cache_windowed or r.state_bytes_per_sequence for r in m.ranks)
+    if layout is not None and (layout.pp > 1 or layout.dp > 1 or layout.ep):
+        from tpviz.planner import LayoutError
+        r = _planner(m).row(layout, gpu_gib * 2**30, utilization, context)
+        if r.problem:
+            raise LayoutError(r.problem)
+        return Fit(gpu_gib * 2**30, usable, r.weights, r.room, r.kv_tokens if r.room > 0 and uniform else None,
+                   r.per_sequence, r.max_sequences, context, concurrency)
+    weights = max(r.weight_bytes for r in m.ranks)
     room = usable - weights
     kv = max(r.kv_cache_bytes_per_token for r in m.ranks)
-    uniform = not any(r.kv_cache_windowed or r.state_bytes_per_sequence for r in m.ranks)
     per_seq = max(r.cache_bytes(context) for r in m.ranks)
     return Fit(gpu_gib * 2**30, usable, weights, room, int(room // kv) if room > 0 and kv and uniform else None,
                per_seq, int(room // per_seq) if room > 0 and per_seq else 0, context, concurrency)

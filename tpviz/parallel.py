@@ -25,6 +25,11 @@ class Layout:
     dp: int = 1
     ep: bool = False
 
+    @classmethod
+    def of(cls, lay: dict | None) -> "Layout | None":
+        """The Layout of a tpviz.layout.layout_map dict (None for none)."""
+        return cls(lay["tp"], lay["pp"], lay["dp"], lay["ep"]) if lay else None
+
     @property
     def gpus(self) -> int:
         return self.tp * self.pp * self.dp

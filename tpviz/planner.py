@@ -29,6 +29,7 @@ class PlanRow:
     room: float = 0.0  # bytes left for KV cache on the tightest GPU
     kv_tokens: int = 0  # tokens of KV cache the tightest stage holds
     max_sequences: int = 0  # sequences of the context that fit (the whole deployment: x dp replicas)
+    per_sequence: int = 0  # KV cache one sequence of the context holds on the fullest stage's GPU
     comm_per_token: float = 0.0  # bytes each token moves: all-reduces, MoE dispatch/combine over dp, PP hand-offs
 
     @property
@@ -112,7 +113,7 @@ class Planner:
             per_token = sum(kv_layer.get(j, (0, 0))[0] for j in layers)
             per_seq = sum(size * min(context, window or context) for size, window in
                           (kv_layer.get(j, (0, 0)) for j in layers))
-            r.kv_per_token = max(r.kv_per_token, per_token)
+            r.kv_per_token, r.per_sequence = max(r.kv_per_token, per_token), max(r.per_sequence, per_seq)
             room = usable - weights
             tokens = int(room // per_token) if per_token and room > 0 else 0
             r.kv_tokens = tokens if i == 0 else min(r.kv_tokens, tokens)

@@ -82,3 +82,20 @@ def test_a_tp_only_ep_makes_work_shows_its_gpus_not_an_error():
     assert list(table(at, "GPU")["experts"])[:2] == ["0–7", "8–15"]
     at = run_app({"model": "Qwen/Qwen3-30B-A3B-FP8", "tp": "16"})  # without EP: refused, valid sizes named
     assert any("block_n = 128" in e and "Valid tp sizes" in e for e in errors(at))
+
+
+def test_a_deployments_headline_and_fit_are_its_own_not_the_tp_maps():
+    """DeepSeek-V3 at TP 16 x PP 2 + EP: the metrics and "Does it fit?" describe the layout's fullest GPU (the
+    plan's 20.70 GiB and 192 sequences at 80 GiB), not the TP-16 map's 40 GiB and 59 sequences."""
+    from tpviz.format import fmt_bytes
+    from tpviz.planner import Planner
+    at = run_app({"model": "deepseek-ai/DeepSeek-V3", "tp": "16", "pp": "2", "ep": "1"})
+    assert errors(at) == []
+    lay = layout_map(load_spec("deepseek-ai/DeepSeek-V3"), Layout(16, 2, 1, True))
+    metrics = {m.label: m.value for m in at.metric}
+    assert metrics["Weights on the fullest GPU"] == fmt_bytes(max(g["weight_bytes"] for g in lay["gpus"]))
+    assert metrics["Sent per token, busiest GPU"] == fmt_bytes(sum(lay["comm_bytes_per_token"].values()))
+    row = Planner(load_spec("deepseek-ai/DeepSeek-V3"), "vllm").row(Layout(16, 2, 1, True), 80 * 2**30, 0.9, 8192)
+    assert row.weights == max(g["weight_bytes"] for g in lay["gpus"]) and row.max_sequences == 192
+    verdict = next(s.value for s in at.success if "concurrent sequences" in s.value)
+    assert f"{row.max_sequences:,} concurrent sequences of 8,192 tokens fit" in verdict

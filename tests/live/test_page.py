@@ -64,7 +64,8 @@ def test_page_shows_an_injected_bug_and_user_errors_in_one_line(tiny):
     at.button(key="live_run").click().run()
     assert not at.exception
     assert len(at.error) == 1 and "not divisible by tp_size=3" in at.error[0].value and "\n" not in at.error[0].value
-    assert at.warning[0].value.startswith("MISMATCH")  # the last good result stays visible
+    assert any(w.value.startswith("As chosen, this cannot run: ") for w in at.warning)  # said before Run too
+    assert any(w.value.startswith("MISMATCH") for w in at.warning)  # the last good result stays visible
     at.text_input(key="live_folder").set_value("/no/such/folder")
     at.button(key="live_run").click().run()
     assert not at.exception and "no such file" in at.error[0].value
@@ -233,3 +234,30 @@ def test_injections_say_up_front_whether_they_can_bite(tiny):
     assert "Try skip-allreduce" in hint and "--" not in hint
     at.number_input(key="live_tp").set_value(4).run()  # now each KV head is on two ranks: wrong-kv-head bites
     assert "wrong-kv-head" in at.multiselect(key="live_inject").options
+
+
+def test_a_choice_that_cannot_run_is_said_before_run(monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    at = AppTest.from_file(PAGE, default_timeout=60).run()
+    at.selectbox(key="live_device").set_value("cpu").run()
+    at.number_input(key="live_tp").set_value(3).run()  # Qwen3-0.6B has 16 heads
+    assert not at.exception and not at.error
+    warning = next(w.value for w in at.warning if w.value.startswith("As chosen, this cannot run: "))
+    assert "=16 is not divisible by tp\\_size=3. Valid tp sizes for this model: 1, 2, 4, 8, 16" in warning
+    assert "\n" not in warning
+    at.selectbox(key="live_preset").set_value("openai-community/gpt2").run()
+    at.number_input(key="live_tp").set_value(2).run()
+    warning = next(w.value for w in at.warning if w.value.startswith("As chosen, this cannot run: "))
+    assert "gpt2" in warning and "--" not in warning  # no CLI flag names on the page
+
+
+@pytest.mark.slow
+def test_an_old_result_says_so_once_the_choices_change(tiny):
+    at = _page(tiny["qwen2"][0])
+    at.number_input(key="live_tp").set_value(2)
+    at.button(key="live_run").click().run()
+    assert at.success[0].value.startswith("PASS: tp=2") and not [i for i in at.info if "last run" in i.value]
+    at.number_input(key="live_tp").set_value(4).run()
+    note = next(i.value for i in at.info if "last run's result" in i.value)
+    assert "at tp=2; the choices have changed since: press Run to check them." in note
+    assert at.success[0].value.startswith("PASS: tp=2")  # still shown, labelled
