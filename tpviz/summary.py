@@ -214,7 +214,8 @@ def mla_kv_sentence(m: ShardMap) -> str | None:
     per_gpu = max(r.kv_cache_bytes_per_token for r in m.ranks)
     return (f"MLA KV cache: each token caches one latent of {spec.kv_lora_rank} + {spec.qk_rope_head_dim} "
             f"values per layer, shared by all {spec.num_attention_heads} heads, so vLLM keeps the whole latent "
-            f"cache on each of the {m.tp_size} GPUs ({fmt_bytes(per_gpu)} per token per GPU, not 1/{m.tp_size}).")
+            f"cache on each of the {m.tp_size} tensor-parallel GPUs ({fmt_bytes(per_gpu)} per token per GPU with "
+            f"all layers, not 1/{m.tp_size}).")
 
 
 def special_cases(m: ShardMap) -> dict[str, str | None]:
