@@ -106,7 +106,7 @@ def test_bias_sentence():
 
 def test_mla_kv_sentence_says_why_the_cache_does_not_shrink():
     sentence = S.mla_kv_sentence(shard_map("deepseek-ai/DeepSeek-V3", 16))
-    assert "512 + 64" in sentence and "each of the 16 GPUs" in sentence and "68.62 KiB per token per GPU" in sentence
+    assert "512 + 64" in sentence and "each of the 16 tensor-parallel GPUs" in sentence and "68.62 KiB per token per GPU" in sentence
     assert S.mla_kv_sentence(shard_map("deepseek-ai/DeepSeek-V3", 1)) is None
     assert S.mla_kv_sentence(shard_map(QWEN8, 4)) is None
 

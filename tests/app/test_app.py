@@ -74,7 +74,7 @@ def test_a_link_with_an_invalid_tp_opens_that_model_at_the_nearest_valid_tp():
 def test_fit_table_and_the_mla_kv_note():
     at = run_app({"model": "deepseek-ai/DeepSeek-V3", "tp": "8"})
     assert errors(at) == []
-    assert any(i.value.startswith("MLA KV cache:") and "each of the 8 GPUs" in i.value for i in at.info)
+    assert any(i.value.startswith("MLA KV cache:") and "each of the 8 tensor-parallel GPUs" in i.value for i in at.info)
     labels = [e.label for e in at.expander]
     assert "At common GPU sizes (24 GiB to 192 GiB): room for KV cache from 141 GiB up" in labels
     at.session_state["open_fit"] = True  # the table is drawn when opened
