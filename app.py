@@ -19,7 +19,7 @@ from explorer.tables import collective_rows, valid_tp_rows
 from explorer.text import literal
 from tpviz import summary as S
 from tpviz.format import ValidRow, fmt_bytes
-from tpviz.parallel import Layout
+from tpviz.parallel import EP_DENSE, Layout
 from tpviz.errors import MissingFieldError, NotJSONError, TPSizeError, TpvizError
 from tpviz.export import chromium_path, figure_png, png_names
 from tpviz.plots.strip import layer_strip
@@ -172,6 +172,9 @@ def deployment(cfg_json: str, name: str, values: dict, errors: list[str]) -> dic
     try:
         return layout_for(cfg_json, name, values["tp"], values["pp"], values["dp"], values["ep"], values["rules"])
     except TpvizError as e:
+        if str(e) == EP_DENSE and (values["pp"] > 1 or values["dp"] > 1):  # keep the pp / dp the user chose
+            errors.append(f"{e} (showing the layout without EP)")
+            return deployment(cfg_json, name, {**values, "ep": False}, errors)
         errors.append(f"{e} (showing the tensor-parallel map alone)")
         return None
 

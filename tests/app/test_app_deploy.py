@@ -99,3 +99,10 @@ def test_a_deployments_headline_and_fit_are_its_own_not_the_tp_maps():
     assert row.weights == max(g["weight_bytes"] for g in lay["gpus"]) and row.max_sequences == 192
     verdict = next(s.value for s in at.success if "concurrent sequences" in s.value)
     assert f"{row.max_sequences:,} concurrent sequences of 8,192 tokens fit" in verdict
+
+
+def test_ep_on_a_dense_model_keeps_the_chosen_pp_and_dp():
+    at = run_app({"model": "Qwen/Qwen3-8B", "tp": "4", "pp": "2", "dp": "2", "ep": "1"})
+    assert errors(at) == ["expert parallelism needs a MoE model; this one has no routed experts (showing the layout "
+                          "without EP)"]
+    assert heading(at) == "Qwen/Qwen3-8B on 16 GPUs · TP 4 × PP 2 × DP 2"
