@@ -19,7 +19,7 @@ from explorer.tables import collective_rows, valid_tp_rows
 from explorer.text import literal
 from tpviz import summary as S
 from tpviz.format import ValidRow, fmt_bytes
-from tpviz.parallel import EP_DENSE, Layout
+from tpviz.parallel import DenseEPError, Layout
 from tpviz.errors import MissingFieldError, NotJSONError, TPSizeError, TpvizError
 from tpviz.export import chromium_path, figure_png, png_names
 from tpviz.plots.strip import layer_strip
@@ -167,15 +167,15 @@ def render_page(page: Page, rows: list[ValidRow], lay: dict | None = None) -> No
         box.dataframe(valid_tp_rows(rows), hide_index=True, width="stretch", height=300)
 
 
-def deployment(cfg_json: str, name: str, values: dict, errors: list[str]) -> dict | None:
-    """The pp / dp / ep layout of the view, or None with one line in `errors` (the TP map still shows)."""
+def deployment(cfg_json: str, name: str, values: dict, problems: list[str]) -> dict | None:
+    """The pp / dp / ep layout of the view, or None with one line in `problems`."""
     try:
         return layout_for(cfg_json, name, values["tp"], values["pp"], values["dp"], values["ep"], values["rules"])
     except TpvizError as e:
-        if str(e) == EP_DENSE and (values["pp"] > 1 or values["dp"] > 1):  # keep the pp / dp the user chose
-            errors.append(f"{e} (showing the layout without EP)")
-            return deployment(cfg_json, name, {**values, "ep": False}, errors)
-        errors.append(f"{e} (showing the tensor-parallel map alone)")
+        if isinstance(e, DenseEPError) and (values["pp"] > 1 or values["dp"] > 1):  # keep the chosen pp / dp
+            problems.append(f"{e} (showing the layout without EP)")
+            return deployment(cfg_json, name, {**values, "ep": False}, problems)
+        problems.append(str(e))
         return None
 
 
@@ -192,8 +192,7 @@ def nearest_view(cfg_json: str | None, name: str | None, rows: list[ValidRow] | 
 def ep_only_view(name: str, lay: dict, refused: TPSizeError) -> None:
     """A layout that exists only with EP: its GPUs, without the per-tensor maps (which cut every expert by tp)."""
     st.markdown(f"## {literal(name)} on {len(lay['gpus'])} GPUs · {lay['label']}")
-    reason = str(refused).split(" Expert parallelism")[0].rstrip(".")
-    st.info(f"Without EP this tp is refused ({literal(reason)}). With EP every routed expert stays whole on one GPU, "
+    st.info(f"Without EP this tp is refused ({literal(refused.reason.rstrip('.'))}). With EP every routed expert stays whole on one GPU, "
             "so the per-tensor maps, which cut the experts by tp, are not drawn: the GPUs below are the layout vLLM "
             "runs. Exports need the per-tensor map: pick a tp the experts split by for them.")
     deployment_section(lay, PLOTLY_CONFIG)
@@ -228,20 +227,18 @@ def main() -> None:
         try:
             checkpoint = checkpoint_key(values)
             serving = f"{st.session_state.get('serve_dtype', 'auto')},{st.session_state.get('kv_dtype', 'auto')}"
+            problems = []  # the deployment's: said with the TP map's fate below
+            if values["pp"] > 1 or values["dp"] > 1 or values["ep"]:
+                lay = deployment(cfg_json, name, values, problems)
             try:
                 page = page_for(cfg_json, name, values["tp"], values["rules"], checkpoint, serving)
                 st.session_state.good = (cfg_json, name, values["tp"], values["rules"], checkpoint, serving)
+                errors += [p if lay else f"{p} (showing the tensor-parallel map alone)" for p in problems]
             except TPSizeError as e:  # with EP the experts are whole: their tp cut may be all that failed
-                if values["ep"]:
-                    try:
-                        lay = layout_for(cfg_json, name, values["tp"], values["pp"], values["dp"], True, values["rules"])
-                    except TpvizError as layout_error:  # e.g. more stages than layers: say that too
-                        errors.append(str(layout_error))
-                if lay is None:
+                errors += problems
+                if lay is None or not lay["ep"]:
                     raise
                 ep_only = e
-            if page is not None and (values["pp"] > 1 or values["dp"] > 1 or values["ep"]):
-                lay = deployment(cfg_json, name, values, errors)
             query = query_from_controls(values)
             if st.query_params.to_dict() != query:
                 st.query_params.from_dict(query)

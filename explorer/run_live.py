@@ -124,8 +124,9 @@ def text_input(model, random: bool) -> tuple[str, bool, int]:
     tokenizer (a local folder's, or a hub repo's, which comes with its real weights), else token ids, saying why
     there is no tokenizer."""
     kind = st.session_state.get("live_source")
-    is_prompt = local_tokenizer(model) is not None or kind in HUB_SOURCES and not random
-    if local_tokenizer(model) is not None:
+    local = local_tokenizer(model) is not None
+    is_prompt = local or kind in HUB_SOURCES and not random
+    if local:
         text = st.text_area("Prompt (tokenized with the folder's tokenizer)", DEFAULT_PROMPT, key="live_prompt")
     elif kind in HUB_SOURCES and not random:
         text = st.text_area("Prompt (tokenized with the repo's own tokenizer, downloaded with its weights; a repo "

@@ -4,7 +4,7 @@ import json
 import sys
 from pathlib import Path
 
-from tpviz.errors import TpvizError
+from tpviz.errors import TPSizeError, TpvizError
 from tpviz.format import fmt_bytes, valid_table  # noqa: F401 - re-exported: the CLI's helpers
 from tpviz.rules import ENGINE, RULES
 from tpviz.parallel import PLACEMENTS, Layout
@@ -94,7 +94,6 @@ def layout_lines(lay: dict) -> str:
 def cmd_map(args) -> int:
     from tpviz import shard_map
     from tpviz.checkpoint import checkpoint_sentence, hub_sizes, tensor_names_for
-    from tpviz.errors import TPSizeError
     for flag, value in (("--json", args.json), ("--png", args.png)):
         if value is not None and not value.strip():
             raise TpvizError(f"{flag} needs a path, got an empty one")
@@ -140,13 +139,13 @@ def deployment(args) -> dict:
     return layout_map(load_spec(args.model), Layout(args.tp, args.pp, args.dp, args.ep), args.rules, args.placement)
 
 
-def ep_only(args, lay: dict, refused: Exception) -> int:
+def ep_only(args, lay: dict, refused: TPSizeError) -> int:
     """A layout that exists only with EP: its GPUs, without the per-tensor map (which cuts every expert by tp)."""
     if args.json or args.png or args.gpu_mem is not None:
         raise TpvizError(f"at tp={args.tp} the experts cannot be cut by tp, so only the EP layout exists; --json, "
                          "--png and --gpu-mem need the per-tensor map, which cuts them: drop those, or pick a tp the "
                          "experts split by")
-    print(f"{lay['label']}: without EP, {str(refused).split(' Expert parallelism')[0].rstrip('.')}; with EP every "
+    print(f"{lay['label']}: without EP, {refused.reason.rstrip('.')}; with EP every "
           "routed expert stays whole on one GPU, so the per-tensor map (which cuts them by tp) is not drawn: the "
           "GPUs below are the layout vLLM runs")
     for w in lay["warnings"]:

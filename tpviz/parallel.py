@@ -17,6 +17,10 @@ class LayoutError(TpvizError):
     """A tp x pp x dp (x ep) layout that cannot exist for this model or GPU count."""
 
 
+class DenseEPError(LayoutError):
+    """Expert parallelism asked of a model without routed experts (EP_DENSE)."""
+
+
 @dataclass(frozen=True)
 class Layout:
     """How the GPUs are used: tp GPUs per model replica stage, pp stages, dp replicas, experts whole (ep)."""

@@ -1,4 +1,6 @@
 """Live-run errors: still one-line ValueErrors, so the CLI and page treat them like any user error."""
+import math
+
 from tpviz.errors import TpvizError
 
 
@@ -43,7 +45,6 @@ MAX_TIMEOUT = 86_400.0  # a day: beyond it (or at inf/NaN) torch's store timeout
 
 def check_timeout(timeout) -> float:
     """A live run's timeout in seconds, or one line: at least 1 s (ranks take about that to start), at most a day."""
-    import math
     if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not math.isfinite(timeout) \
             or not 1 <= timeout <= MAX_TIMEOUT:
         raise LiveError(f"{TIMEOUT_FLAG} {timeout!r} must be a number of seconds from 1 to {MAX_TIMEOUT:g}")

@@ -18,7 +18,7 @@ from tpviz.live.moe import MOE_FAMILIES, routing_config
 from tpviz.live.random_weights import checkpoint_shapes, random_checkpoint
 from tpviz.live.rope import rope_parameters
 from tpviz.live.weights import checkpoint_files
-from tpviz.parallel import EP_DENSE, LayoutError
+from tpviz.parallel import EP_DENSE, DenseEPError
 from tpviz.spec import ModelSpec, normalize
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "tokenizer_config.json")
@@ -86,7 +86,7 @@ def check_split(cfg: LiveConfig, tp_size: int, ep: bool = False) -> None:
     from tpviz.live.model import LiveForCausalLM, Stage
     from tpviz.tracer import check_layout
     if ep and not cfg.spec.is_moe:
-        raise LayoutError(EP_DENSE)
+        raise DenseEPError(EP_DENSE)
     problem = check_layout(cfg.spec, tp_size, moe_tp=1 if ep else None)[0]  # heads before vocab, as users expect
     if problem:
         raise TPSizeError(f"{problem.rstrip('.')}. Valid tp sizes for this model: {valid_live_sizes(cfg)}.")
