@@ -10,7 +10,12 @@ COMM = {"tp_all_reduce": ("all-reduce over the tp GPUs", "after each attention /
         "moe_dispatch_combine": ("all-gather + reduce-scatter over the dp replicas",
                                  "each MoE block gathers every replica's tokens and returns their sums"),
         "pp_send_recv": ("send between stages + all-gather over the tp GPUs",
-                         "hidden state and residual, a 1/tp slice from each GPU, gathered by the next stage")}
+                         "hidden state and residual, a 1/tp slice from each GPU, gathered by the next stage"),
+        "norm_collectives": ("all-gather / all-reduce over the tp GPUs", "norms spanning the cut: OLMo's q and k, "
+                             "a one-group Mamba2 gated norm"),
+        "embed_all_reduce": ("all-reduce over the tp GPUs", "after embed_tokens, on the first stage"),
+        "logits_gather": ("gather over the tp GPUs", "the lm_head's vocab blocks of each sampled token, on the last stage (vLLM: to every "
+                          "GPU)")}
 
 
 def deployment_section(lay: dict, plot_config: dict) -> None:

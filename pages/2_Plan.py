@@ -84,9 +84,11 @@ def main() -> None:
             st.plotly_chart(device_grid(lay), theme=None, key="grid")
             if (fig := expert_figure(lay)) is not None:
                 st.plotly_chart(fig, theme=None, key="experts")
-    st.caption("Comm / token: ring all-reduces over the tp GPUs after attention, dense and MoE layers (with or "
-               "without EP), the MoE blocks' gather and reduce-scatter of tokens across dp replicas (vLLM 0.33's "
-               "default all2all backend), and one hidden state per pipeline hand-off.")
+    st.caption("Comm / token, sent by the busiest GPU: ring all-reduces over the tp GPUs after attention, dense and "
+               "MoE layers (with or without EP) and the embedding; the MoE blocks' gather and reduce-scatter of "
+               "tokens across dp replicas (vLLM 0.33's default all2all backend); the pipeline hand-off (hidden state "
+               "and residual, 1/tp from each GPU, all-gathered by the next stage); norms spanning the tp cut (OLMo's "
+               "q and k); and the logits' all-gather for each sampled token.")
 
 
 if __name__ == "__main__":  # spawned Run-live ranks re-import pages: build nothing there

@@ -233,3 +233,17 @@ def test_gemma3_and_llama4_windows():
     r = shard_map(llama4, 2).ranks[1]  # 1 KV head replicated on both ranks
     assert r.kv_cache_bytes_per_token == 2 * 16  # NoPE layers 1, 3 attend globally
     assert r.kv_cache_windowed == [{"kind": "chunked_attention", "window": 32, "layers": 2, "bytes_per_token": 32}]
+
+
+def test_mamba2_one_group_norm_all_reduces_a_sum_of_squares():
+    """vLLM 0.33's Mixer2RMSNormGated over one group (n_groups as configured, not the padded tp groups) all-reduces
+    each token's fp32 sum of squares: one 4-byte all-reduce per Mamba2 layer, in the table and the planner."""
+    from tpviz.parallel import Layout
+    from tpviz.planner import comm_per_token
+    from tpviz.summary import collectives
+    m = shard_map({**NEMOTRON_H, "n_groups": 1}, 2)
+    norm, = [c for c in collectives(m) if "Mamba2" in c.where]
+    assert (norm.op, norm.count, norm.bytes_per_token, norm.sent_per_rank) == ("all-reduce", 2, 4, 4.0)
+    assert comm_per_token(m.model, Layout(2))["norm_collectives"] == 2 * 4.0
+    assert comm_per_token(m.model, Layout(2, 2))["norm_collectives"] == 4.0  # one M layer in each stage
+    assert not [c for c in collectives(shard_map(NEMOTRON_H, 2)) if "Mamba2" in c.where]  # 2 groups: each GPU's own

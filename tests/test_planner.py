@@ -130,14 +130,33 @@ def test_map_cli_with_a_layout(capsys, tmp_path):
 def test_communication_is_the_busiest_gpus_over_its_own_stage():
     """Llama-3.1-8B (32 layers, hidden 4096 in bf16 = 8 KiB per token): at tp 2 every layer all-reduces twice, a
     ring share of 2 x (2-1)/2 = 1 x 8 KiB each; with pp 2 a GPU runs 16 layers, and a hand-off sends the hidden
-    state and residual, each tp GPU its half (8 KiB), which the next stage's GPUs all-gather (8 KiB each)."""
+    state and residual, each tp GPU its half (8 KiB), which the next stage's GPUs all-gather (8 KiB each). The
+    first stage all-reduces the embedding, the last all-gathers the logits (128,256 padded to 128,256)."""
     from tpviz.planner import comm_per_token
     spec, kib = load_spec("meta-llama/Llama-3.1-8B"), 1024
-    assert comm_per_token(spec, Layout(2))["tp_all_reduce"] == 32 * 2 * 8 * kib
-    c = comm_per_token(spec, Layout(2, 2))
-    assert c["tp_all_reduce"] == 16 * 2 * 8 * kib and c["pp_send_recv"] == 8 * kib
-    c = comm_per_token(spec, Layout(4, 3))  # stages of 11, 11, 10 layers: a middle GPU sends and gathers
-    assert c["tp_all_reduce"] == 11 * 2 * 1.5 * 8 * kib and c["pp_send_recv"] == 2 * 8 * kib / 4 + 2 * 8 * kib * 3 / 4
+    c = comm_per_token(spec, Layout(2))
+    assert c["tp_all_reduce"] == 32 * 2 * 8 * kib and c["embed_all_reduce"] == 8 * kib
+    assert c["logits_gather"] == 128256 * 2 / 2 and c["norm_collectives"] == 0
+    assert comm_per_token(spec, Layout(2), "nano-vllm")["logits_gather"] == 128256 * 2 / 2  # to GPU 0: the same half
+    assert comm_per_token(spec, Layout(4), "nano-vllm")["logits_gather"] == 128256 * 2 / 4
+    assert comm_per_token(spec, Layout(4))["logits_gather"] == 128256 * 2 * 3 / 4
+    first, last = comm_per_token(spec, Layout(2, 2)), 128256 * 2 / 2  # stage 1's logits outweigh stage 0's embedding
+    assert first["tp_all_reduce"] == 16 * 2 * 8 * kib and first["pp_send_recv"] == 8 * kib
+    assert first["logits_gather"] == last and first["embed_all_reduce"] == 0
+    c = comm_per_token(spec, Layout(4, 3))  # stages of 11, 11, 10 layers: the last one's logits make it the busiest
+    assert c["tp_all_reduce"] == 10 * 2 * 1.5 * 8 * kib and c["pp_send_recv"] == 2 * 8 * kib * 3 / 4
+    assert sum(c.values()) == 10 * 2 * 1.5 * 8 * kib + 2 * 8 * kib * 3 / 4 + 128256 * 2 * 3 / 4
+    c = comm_per_token(spec, Layout(1, 4))  # one GPU per stage: only the hand-offs, a whole hidden state and residual
+    assert sum(c.values()) == c["pp_send_recv"] == 2 * 8 * kib
+
+
+def test_olmo_communication_counts_the_q_and_k_all_gathers():
+    """OLMo-2 all-gathers q and k in each of its 32 layers: at tp 4 each GPU sends 3/4 of both, per token."""
+    from tests.test_summary import olmo2_config
+    from tpviz.planner import comm_per_token
+    spec = load_spec(olmo2_config(), "olmo2-7b")
+    assert comm_per_token(spec, Layout(4))["norm_collectives"] == 32 * (4096 + 4096) * 2 * 3 / 4
+    assert comm_per_token(spec, Layout(4, 2))["norm_collectives"] == 16 * (4096 + 4096) * 2 * 3 / 4
 
 
 def test_map_cli_draws_a_layout_only_ep_makes_work(capsys):

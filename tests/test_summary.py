@@ -3,7 +3,7 @@ from functools import lru_cache
 
 import pytest
 
-from tpviz import shard_map as _shard_map
+from tpviz import load_spec, shard_map as _shard_map
 from tpviz import summary as S
 from tpviz.format import valid_table
 from tpviz.sources import presets
@@ -43,14 +43,36 @@ def test_kv_cache_total_matches_tp1_and_mla():
 
 
 def test_collectives_dense():
+    """vLLM 0.33 all-gathers the logits (LogitsProcessor, Platform.use_all_gather on CUDA); nano-vllm's
+    ParallelLMHead gathers them to GPU 0."""
     m = shard_map(QWEN8, 4)
     attn, mlp, embed, head = S.collectives(m)
-    assert (attn.op, mlp.op, embed.op, head.op) == ("all-reduce", "all-reduce", "all-reduce", "gather")
+    assert (attn.op, mlp.op, embed.op, head.op) == ("all-reduce", "all-reduce", "all-reduce", "all-gather")
     assert (attn.count, mlp.count, embed.count, head.count) == (36, 36, 1, 1)
     assert attn.bytes_per_token == 4096 * 2
     assert attn.sent_per_rank == pytest.approx(2 * 3 / 4 * 4096 * 2)  # ring all-reduce
-    assert head.bytes_per_token == 151936 * 2 and head.sent_per_rank == pytest.approx(151936 * 2 / 4)
+    assert head.bytes_per_token == 151936 * 2 and head.sent_per_rank == pytest.approx(151936 * 2 * 3 / 4)
     assert attn.total_per_token == 36 * 8192
+    nano = S.collectives(shard_map(QWEN8, 4, "nano-vllm"))[-1]
+    assert nano.op == "gather" and nano.sent_per_rank == pytest.approx(151936 * 2 / 4)
+
+
+def olmo2_config(**extra) -> dict:
+    """An OLMo-2-7B-shaped config: q and k normed over all 32 heads."""
+    return {"model_type": "olmo2", "architectures": ["Olmo2ForCausalLM"], "hidden_size": 4096,
+            "num_attention_heads": 32, "num_key_value_heads": 32, "num_hidden_layers": 32, "intermediate_size": 11008,
+            "vocab_size": 100352, "torch_dtype": "bfloat16", "max_position_embeddings": 4096, **extra}
+
+
+def test_olmo_all_gathers_q_and_k_in_every_layer():
+    """Each attention layer all-gathers q and k before their norms over all heads (vLLM 0.33's TP-aware RMSNorm):
+    every GPU sends its (tp-1)/tp share of the whole projection."""
+    m = _shard_map(load_spec(olmo2_config(num_key_value_heads=8), "olmo2-7b-gqa"), 4)
+    q, k = [c for c in S.collectives(m) if c.op == "all-gather" and "norm" in c.where]
+    assert (q.count, q.bytes_per_token, k.bytes_per_token) == (32, 4096 * 2, 8 * 128 * 2)
+    assert q.sent_per_rank == pytest.approx(4096 * 2 * 3 / 4) and k.sent_per_rank == pytest.approx(1024 * 2 * 3 / 4)
+    assert not S.norm_collectives(load_spec(QWEN8), 4)  # Qwen3 norms each head: nothing to gather
+    assert not S.norm_collectives(m.model, 1)
 
 
 def test_collectives_moe_and_tp1():

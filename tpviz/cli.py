@@ -76,6 +76,7 @@ def expert_span(experts: list[int]) -> str:
 
 def layout_lines(lay: dict) -> str:
     """The device grid as text: one line per GPU (stage, replica, tp rank, layers, experts, bytes)."""
+    from tpviz.planner import COMM_LABELS
     lines = [f"layout {lay['label']}: stages hold layers " + ", ".join(f"{a}–{b - 1}" for a, b in lay["stages"])]
     for g in lay["gpus"][:64]:
         experts = "" if g["experts"] is None else f", experts {expert_span(g['experts'])}"
@@ -84,10 +85,8 @@ def layout_lines(lay: dict) -> str:
                      f"KV cache {fmt_bytes(g['kv_cache_bytes_per_token'])}/token")
     if len(lay["gpus"]) > 64:
         lines.append(f"... {len(lay['gpus']) - 64} more GPUs in the JSON")
-    c = lay["comm_bytes_per_token"]
-    lines.append(f"sent per token by the busiest GPU: TP all-reduces {fmt_bytes(c['tp_all_reduce'])}, MoE all-reduces "
-                 f"{fmt_bytes(c['moe_all_reduce'])}, MoE dispatch/combine over dp "
-                 f"{fmt_bytes(c['moe_dispatch_combine'])}, PP hand-off {fmt_bytes(c['pp_send_recv'])}")
+    parts = [f"{COMM_LABELS[k]} {fmt_bytes(v)}" for k, v in lay["comm_bytes_per_token"].items() if v]
+    lines.append(f"sent per token by the busiest GPU: {', '.join(parts) or 'nothing'}")
     return "\n".join(lines)
 
 

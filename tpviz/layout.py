@@ -59,7 +59,7 @@ def layout_map(spec: ModelSpec, layout: Layout, rules: str = "vllm", placement: 
                     "weight_bytes": _gpu_bytes(p, layout, set(layers), stage == 0, stage == len(stages) - 1, tp_i,
                                                ep_rank, mine),
                     "kv_cache_bytes_per_token": sum(kv.get(i, (0, 0))[0] for i in layers if not kv.get(i, (0, 0))[1])})
-    comm = comm_per_token(spec, layout)
+    comm = comm_per_token(spec, layout, rules)
     return {"tp": layout.tp, "pp": layout.pp, "dp": layout.dp, "ep": layout.ep, "label": layout.label,
             "placement": placement if layout.ep else None, "stages": [[s[0], s[-1] + 1] if s else [0, 0] for s in stages],
             "expert_placement": experts, "gpus": sorted(gpus, key=lambda g: g["rank"]), "warnings": warnings,

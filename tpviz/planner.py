@@ -11,7 +11,9 @@ from tpviz.fit import check_fit_inputs
 from tpviz.parallel import EP_DENSE, Layout, LayoutError, expert_placement, stage_layers
 from tpviz.plan import build_plan
 from tpviz.shardmap import _numel
+from tpviz.rules import padded_vocab
 from tpviz.spec import ModelSpec
+from tpviz.summary import norm_collectives
 from tpviz.tracer import check_layout, single_thread, trace_plan
 
 FIRST_STAGE = ("embed",)  # families held by the first pipeline stage; lm_head and the final norm by the last
@@ -137,7 +139,7 @@ class Planner:
 
     def _comm(self, layout: Layout) -> float:
         """Bytes per token: every GPU's share of the collectives (see comm_per_token)."""
-        return sum(comm_per_token(self.spec, layout).values())
+        return sum(comm_per_token(self.spec, layout, self.rules).values())
 
 
 def _without_experts(spec: ModelSpec) -> ModelSpec:
@@ -170,16 +172,27 @@ def plan_rows(rows: list[PlanRow]) -> list[dict]:
             for r in rows]
 
 
-def comm_per_token(spec: ModelSpec, layout: Layout) -> dict[str, float]:
+# comm_per_token's parts, as the CLI names them
+COMM_LABELS = {"tp_all_reduce": "TP all-reduces", "moe_all_reduce": "MoE all-reduces",
+               "moe_dispatch_combine": "MoE dispatch/combine over dp", "pp_send_recv": "PP hand-off",
+               "norm_collectives": "norm all-gathers / all-reduces", "embed_all_reduce": "embedding all-reduce",
+               "logits_gather": "logits gather (per sampled token)"}
+
+
+def comm_per_token(spec: ModelSpec, layout: Layout, rules: str = "vllm") -> dict[str, float]:
     """Bytes the busiest GPU sends per token, as vLLM 0.33 runs a forward pass over its stage's layers: ring
     all-reduces over the tp GPUs after the mixers, dense FFNs and MoE blocks (with or without EP: the block's final
     reduce); with dp > 1 a MoE block also gathers every replica's tokens and reduce-scatters them back (the default
     allgather_reducescatter all2all backend, one hidden state per other replica each way). Between stages vLLM 0.33
     sends the hidden state and the residual (IntermediateTensors), each tp GPU its 1/tp slice, which the next
-    stage's tp GPUs all-gather (v1/worker/gpu_worker.py: isend_tensor_dict with all_gather_group)."""
+    stage's tp GPUs all-gather (v1/worker/gpu_worker.py: isend_tensor_dict with all_gather_group). The first stage
+    all-reduces the embedding; the last gathers the logits (vLLM all-gathers them, nano-vllm gathers to GPU 0);
+    OLMo-2/3 all-gather q and k in every attention layer (summary.norm_collectives)."""
     hidden = spec.hidden_size * spec.dtype_bytes
     ring = lambda n: 2 * (n - 1) / n if n > 1 else 0.0  # noqa: E731 - the ring all-reduce's share per GPU
     moe_layers, tp, pp = set(spec.moe_layers), layout.tp, layout.pp
+    logits = padded_vocab(spec.vocab_size, rules) * spec.dtype_bytes
+    logits_sent = 0.0 if tp == 1 else logits / tp if rules == "nano-vllm" else logits * (tp - 1) / tp
     busiest = {}
     for stage, layers in enumerate(stage_layers(spec.num_hidden_layers, pp)):
         mine = [spec.layers[i] for i in layers]
@@ -188,6 +201,9 @@ def comm_per_token(spec: ModelSpec, layout: Layout) -> dict[str, float]:
         sent = 2 * hidden / tp if stage < pp - 1 else 0.0  # its slice of hidden state and residual, to the next stage
         gathered = 2 * hidden * (tp - 1) / tp if stage > 0 else 0.0  # its received slice, to each tp peer
         comm = {"tp_all_reduce": ring(tp) * hidden * reduced, "moe_all_reduce": ring(tp) * hidden * moe,
-                "moe_dispatch_combine": 2 * (layout.dp - 1) * hidden * moe, "pp_send_recv": sent + gathered}
+                "moe_dispatch_combine": 2 * (layout.dp - 1) * hidden * moe, "pp_send_recv": sent + gathered,
+                "norm_collectives": sum(c.count * c.sent_per_rank for c in norm_collectives(spec, tp, layers)),
+                "embed_all_reduce": ring(tp) * hidden if stage == 0 else 0.0,
+                "logits_gather": logits_sent if stage == pp - 1 else 0.0}
         busiest = max(busiest, comm, key=lambda c: sum(c.values()))
     return busiest

@@ -42,7 +42,8 @@ def test_a_link_opens_a_deployment_with_its_grid_experts_gpus_and_collectives(se
     assert list(gpus["layers"])[:1] == ["0–23"] and list(gpus["experts"])[:2] == ["0–31", "32–63"]
     assert expected["gpus"][0]["experts"] == list(range(32))
     comm = table(at, "collective")
-    assert set(comm["collective"]) == {"all-reduce over the tp GPUs", "send between stages + all-gather over the tp GPUs"}
+    assert set(comm["collective"]) == {"all-reduce over the tp GPUs", "send between stages + all-gather over the tp GPUs",
+                                       "gather over the tp GPUs"}  # the last stage's logits
     assert at.query_params == {"model": QWEN_MOE, "tp": "4", "rules": "vllm", "pp": "2", "ep": "1"}
     data = json.loads(served["Qwen3-30B-A3B_tp4_pp2_ep_vllm.json"]())
     assert data["layout"]["label"] == "TP 4 × PP 2 × DP 1 + EP" and len(data["layout"]["gpus"]) == 8

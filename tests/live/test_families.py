@@ -69,6 +69,12 @@ def test_tp_matches_tp1(tiny_extra, family, tp):
         assert gathers is None
     else:  # one all-gather of q and one of k per layer, each rank sending its [2, 12] tokens of its heads (fp32)
         assert gathers == {"count": 2 * layers, "bytes": layers * 2 * 12 * (64 + kv * 16) // tp * 4}
+        # the explorer's collectives table counts what the ranks issued, each rank's slice being 1/tp of the whole
+        spec = tpviz.load_spec(folder)
+        table = tpviz.summary.norm_collectives(spec, tp)
+        assert sum(c.count for c in table) == gathers["count"]
+        values = sum(c.count * c.bytes_per_token // spec.dtype_bytes // tp for c in table)
+        assert values * 2 * 12 * 4 == gathers["bytes"]  # [2, 12] tokens in fp32
 
 
 @pytest.mark.slow

@@ -40,7 +40,7 @@ FAMILY_INFO = {
     "embed": ("embed_tokens · vocab-parallel",
               "Each GPU holds a block of vocabulary rows; lookups outside it give zeros, then an all-reduce."),
     "lm_head": ("lm_head · vocab-parallel",
-                "Each GPU computes the logits of its vocabulary block; the blocks are gathered to GPU 0."),
+                "Each GPU computes the logits of its vocabulary block; vLLM gathers them to every GPU, nano-vllm to GPU 0."),
     "replicated": ("Replicated: norms, routers, latents and row-parallel biases",
                    "Every GPU holds a full copy; a row-parallel bias is added on GPU 0 only."),
 }
