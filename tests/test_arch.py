@@ -190,6 +190,16 @@ def test_sliding_window_switches():
     assert set(mixers(normalize(dict(BASE, model_type="mistral", sliding_window=8)))) == {"sliding_attention"}
 
 
+def test_phi3_window_holds_for_every_layer_unless_it_never_binds():
+    """vLLM 0.33 gives a config's sliding_window to every layer when there are no layer_types (EngineArgs sets
+    CacheConfig.sliding_window; Phi-3 is LlamaForCausalLM): Phi-3-mini-4k's 2047 caps its KV cache. Phi-3-128k's
+    262144 is past its 131072 positions, so it never binds: full attention."""
+    s = normalize(dict(BASE, model_type="phi3", sliding_window=2047, max_position_embeddings=4096))
+    assert set(mixers(s)) == {"sliding_attention"} and s.layers[0].mixer.window == 2047
+    s = normalize(dict(BASE, model_type="phi3", sliding_window=262144, max_position_embeddings=131072))
+    assert set(mixers(s)) == {"attention"}
+
+
 # --- which layers carry experts ---
 
 def test_first_k_dense_replace_and_freq():

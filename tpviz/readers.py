@@ -26,6 +26,10 @@ HYBRID_HINTS = ("ssm_cfg", "mamba_d_state", "mamba_expand", "ssm_state_size", "a
                 "layer_types", "mamba_num_heads")
 
 
+# a config sliding_window with no layer_types windows every layer (their transformers configs keep it as given)
+MODEL_WIDE_WINDOW = ("mistral", "mixtral", "starcoder2", "phi3")
+
+
 def _mixers(cfg: dict, model_type: str, n: int, attn: Mixer) -> list[Mixer]:
     """Each layer's mixer: full attention unless a per-layer field says otherwise."""
     window = cfg.get("sliding_window") if isinstance(cfg.get("sliding_window"), int) else 0
@@ -44,8 +48,11 @@ def _mixers(cfg: dict, model_type: str, n: int, attn: Mixer) -> list[Mixer]:
         if not isinstance(every, int) or every < 1:
             raise ConfigError(f"sliding_window_pattern={every!r} must be a positive integer")
         kinds = ["attention" if (i + 1) % every == 0 else "sliding_attention" for i in range(n)]
-    if kinds is None:
-        uses_window = sliding and (cfg.get("use_sliding_window", model_type in ("mistral", "mixtral", "starcoder2")))
+    if kinds is None:  # vLLM 0.33 applies a model-wide sliding_window to every layer (EngineArgs: no layer_types)
+        uses_window = sliding and (cfg.get("use_sliding_window", model_type in MODEL_WIDE_WINDOW))
+        limit = cfg.get("max_position_embeddings")
+        if uses_window and isinstance(limit, int) and window >= limit:  # Phi-3-128k's 262144: it never binds
+            uses_window = False
         kinds = ["sliding_attention" if uses_window else "attention"] * n
     if model_type == "qwen2" or (model_type.startswith("qwen") and cfg.get("use_sliding_window") is False):
         kinds = ["attention" if k == "sliding_attention" else k for k in kinds]  # Qwen: windows only if enabled

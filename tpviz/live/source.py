@@ -47,8 +47,9 @@ def live_config(spec: ModelSpec, raw: dict | None = None, layers: int | None = N
                      "checkpoint has them, are not read")
     if raw.get("use_sliding_window") is True:
         raise LiveError("use_sliding_window=true (per-layer sliding windows) is not supported by the live check")
-    # model-wide windows (vLLM: the config's sliding_window when there are no layer_types); OLMo-3: per layer
-    window = raw.get("sliding_window") if spec.model_type in ("mistral", "mixtral", "phi3") else None
+    # a model-wide window, as the spec reads it (vLLM: the config's sliding_window when there are no layer_types);
+    # OLMo-3's sliding layers carry their own (families.py)
+    window = spec.layers[0].mixer.window if {x.mixer.kind for x in spec.layers} == {"sliding_attention"} else None
     # Qwen*-MoE's and DeepSeek-V2's default (transformers'); DeepSeek-V3's is true; Mixtral always renormalizes
     norm_topk = raw.get("norm_topk_prob", spec.model_type == "deepseek_v3")
     if norm_topk is not None and not isinstance(norm_topk, bool):
