@@ -93,6 +93,20 @@ def test_planner_bad_input():
     assert "more pipeline stages than the model's 28 layers" in tiny.problem
 
 
+def test_nano_vllm_runs_tensor_parallelism_alone(capsys):
+    """nano-vllm's Config has tensor_parallel_size alone: its plan keeps TP N only, and a pp / dp / ep layout under
+    its rules is one line, not a device grid it cannot run."""
+    from tpviz.layout import layout_map
+    rows = plan(load_spec("Qwen/Qwen3-8B"), 4, 24, rules="nano-vllm")
+    assert [r.layout for r in rows if r.problem is None] == [Layout(4)]
+    assert all("nano-vllm runs tensor parallelism alone" in r.problem for r in rows if r.layout != Layout(4))
+    for layout in (Layout(2, 2), Layout(2, 1, 2), Layout(4, 1, 1, True)):
+        with pytest.raises(LayoutError, match="^nano-vllm runs tensor parallelism alone"):
+            layout_map(load_spec("Qwen/Qwen3-30B-A3B"), layout, "nano-vllm")
+    assert main(["map", "Qwen/Qwen3-30B-A3B", "--tp", "4", "--pp", "2", "--rules", "nano-vllm"]) == 2
+    assert capsys.readouterr().err.startswith("error: nano-vllm runs tensor parallelism alone")
+
+
 def test_plan_cli(capsys):
     assert main(["plan", "Qwen/Qwen3-235B-A22B-FP8", "--gpus", "8", "--gpu-mem", "80", "--rules", "vllm-0.28"]) == 0
     out = capsys.readouterr().out.splitlines()

@@ -3,7 +3,7 @@ deployment holds, with vLLM's rank order (distributed/parallel_state.py: rank = 
 an EP group is the dp x tp GPUs of one stage). The rows and columns each GPU holds of every tensor are the
 tensor-parallel map at tp (and at tp x dp for experts without EP)."""
 from tpviz.errors import TPSizeError
-from tpviz.parallel import EP_DENSE, DenseEPError, Layout, LayoutError, expert_placement, stage_layers
+from tpviz.parallel import EP_DENSE, DenseEPError, Layout, LayoutError, engine_problem, expert_placement, stage_layers
 from tpviz.planner import FIRST_STAGE, Planner, comm_per_token
 from tpviz.spec import ModelSpec
 from tpviz.tracer import check_layout, single_thread
@@ -37,6 +37,8 @@ def layout_map(spec: ModelSpec, layout: Layout, rules: str = "vllm", placement: 
     communication per token. Raises one line when the layout cannot exist or a rule refuses it."""
     if layout.ep and not spec.is_moe:
         raise DenseEPError(EP_DENSE)
+    if problem := engine_problem(layout, rules):
+        raise LayoutError(problem)
     for name, value in (("tp", layout.tp), ("pp", layout.pp), ("dp", layout.dp)):
         if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 1024:
             raise LayoutError(f"{name}={value!r} must be an integer from 1 to 1024")

@@ -11,6 +11,9 @@ from tpviz.errors import TpvizError
 PARTITION_ENV = "VLLM_PP_LAYER_PARTITION"
 PLACEMENTS = ("linear", "round_robin")
 EP_DENSE = "expert parallelism needs a MoE model; this one has no routed experts"
+# nano-vllm's Config has tensor_parallel_size alone (and its LLMEngine spawns one process per tp rank)
+NANO_TP_ONLY = ("nano-vllm runs tensor parallelism alone: no pipeline stages, data-parallel replicas or expert "
+                "parallelism (use vLLM rules for those)")
 
 
 class LayoutError(TpvizError):
@@ -19,6 +22,13 @@ class LayoutError(TpvizError):
 
 class DenseEPError(LayoutError):
     """Expert parallelism asked of a model without routed experts (EP_DENSE)."""
+
+
+def engine_problem(layout: "Layout", rules: str) -> str | None:
+    """What the engine behind `rules` cannot run about the layout's shape, else None."""
+    if rules == "nano-vllm" and (layout.pp > 1 or layout.dp > 1 or layout.ep):
+        return NANO_TP_ONLY
+    return None
 
 
 @dataclass(frozen=True)

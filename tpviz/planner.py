@@ -8,7 +8,7 @@ stage's layers; the embedding sits on the first stage, the final norm and lm_hea
 from dataclasses import dataclass, field
 
 from tpviz.fit import check_fit_inputs
-from tpviz.parallel import EP_DENSE, Layout, LayoutError, expert_placement, stage_layers
+from tpviz.parallel import EP_DENSE, Layout, LayoutError, engine_problem, expert_placement, stage_layers
 from tpviz.plan import build_plan
 from tpviz.shardmap import _numel
 from tpviz.rules import padded_vocab
@@ -97,6 +97,9 @@ class Planner:
         spec = self.spec
         if layout.ep and not spec.is_moe:
             r.problem = EP_DENSE
+            return r
+        r.problem = engine_problem(layout, self.rules)
+        if r.problem:
             return r
         try:
             stages = stage_layers(spec.num_hidden_layers, layout.pp)

@@ -107,3 +107,13 @@ def test_ep_on_a_dense_model_keeps_the_chosen_pp_and_dp():
     assert errors(at) == ["expert parallelism needs a MoE model; this one has no routed experts (showing the layout "
                           "without EP)"]
     assert heading(at) == "Qwen/Qwen3-8B on 16 GPUs · TP 4 × PP 2 × DP 2"
+
+
+def test_nano_vllm_rules_refuse_a_deployment_and_keep_the_tp_map():
+    """nano-vllm has no pp / dp / ep: switching a deployment's rules to it says so and shows its TP map alone."""
+    at = run_app({"model": QWEN_MOE, "tp": "4", "pp": "2", "ep": "1"})
+    assert heading(at).endswith("· TP 4 × PP 2 × DP 1 + EP")
+    at.radio(key="rules").set_value("nano-vllm").run()
+    assert errors(at) == ["nano-vllm runs tensor parallelism alone: no pipeline stages, data-parallel replicas or "
+                          "expert parallelism (use vLLM rules for those) (showing the tensor-parallel map alone)"]
+    assert heading(at) == f"{QWEN_MOE} on 4 GPUs"
