@@ -102,3 +102,17 @@ def test_errors_carry_structured_fields():
     assert e.value.field == "hidden_size" and isinstance(e.value, ConfigError)
     with pytest.raises(NotJSONError):
         parse_config(b"{nope")
+
+
+def test_nano_vllm_engine_runs_at_most_8_gpus(capsys):
+    """nanovllm/config.py asserts 1 <= tensor_parallel_size <= 8: past 8 the layer classes still split (the map is
+    theirs) but the engine would not start, which the map, the valid table and the CLI say."""
+    from tpviz import shard_map
+    from tpviz.cli import main
+    assert not shard_map("meta-llama/Llama-2-7b-hf", 8, "nano-vllm").warnings
+    warning, = shard_map("meta-llama/Llama-2-7b-hf", 16, "nano-vllm").warnings
+    assert warning.startswith("nano-vllm's engine runs at most 8 GPUs")
+    assert not shard_map("meta-llama/Llama-2-7b-hf", 16, "vllm").warnings
+    assert main(["valid", "meta-llama/Llama-2-7b-hf"]) == 0
+    out = capsys.readouterr().out
+    assert "valid (warning below)" in out and "warning: nano-vllm's engine runs at most 8 GPUs" in out

@@ -164,7 +164,7 @@ def cmd_valid(args) -> int:
                                                            for r in RULES}} for row in rows]}, indent=1))
         return 0
     print(f"{name}: valid tp sizes")
-    cells = [["valid" + (" (fallback)" if row.warnings.get(r) else "") if row.valid(r) else row.problems[r]
+    cells = [["valid" + (" (warning below)" if row.warnings.get(r) else "") if row.valid(r) else row.problems[r]
               for r in RULES] for row in rows]
     widths = [max(len(ENGINE[r]), *(len(c[i]) for c in cells)) for i, r in enumerate(RULES)]
     print(f"{'tp':>4}  " + "  ".join(f"{ENGINE[r]:<{w}}" for r, w in zip(RULES, widths)).rstrip())
@@ -172,7 +172,7 @@ def cmd_valid(args) -> int:
         print(f"{row.tp:>4}  " + "  ".join(f"{c:<{w}}" for c, w in zip(cell, widths)).rstrip())
     notes = sorted({w for row in rows for ws in row.warnings.values() for w in ws})
     for w in notes[:5]:
-        print(f"fallback: {w}")
+        print(f"warning: {w}")
     return 0
 
 
@@ -190,11 +190,13 @@ def cmd_plan(args) -> int:
     print(f"{spec.name} on {args.gpus} × {args.gpu_mem:g} GiB ({ENGINE[args.rules]} rules, context {args.context:,})")
     print(f"{'layout':<28} {'weights/GPU':>12} {'KV tokens':>11} {'sequences':>10} {'comm/token':>11}  verdict")
     for r in rows:
-        verdict = ("fits" if r.fits else "does not fit") + (" (fallback)" if r.warnings else "") \
+        verdict = ("fits" if r.fits else "does not fit") + (" (warning below)" if r.warnings else "") \
             if r.problem is None else f"rejected: {r.problem}"
         numbers = (f"{fmt_bytes(r.weights):>12} {r.kv_tokens:>11,} {r.max_sequences:>10,} {fmt_bytes(r.comm_per_token):>11}"
                    if r.problem is None else f"{'':>12} {'':>11} {'':>10} {'':>11}")
         print(f"{r.layout.label:<28} {numbers}  {verdict}")
+    for w in sorted({w for r in rows if r.problem is None for w in r.warnings})[:5]:
+        print(f"warning: {w}")
     return 0
 
 

@@ -15,6 +15,7 @@ RULE_NOTES = {
 }
 MAX_TP = 1024  # far beyond any deployment; keeps a typo from tracing a billion ranks
 VOCAB_PADDING = 64  # vLLM pads the vocabulary to a multiple of this before splitting it
+NANO_MAX_TP = 8  # nano-vllm's engine: Config asserts 1 <= tensor_parallel_size <= 8 (one node)
 
 
 def check_rules(rules: str) -> str:
