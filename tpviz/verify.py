@@ -153,7 +153,7 @@ def main(argv: list[str] | None = None) -> int:
     except SystemExit as e:  # --help
         return e.code if isinstance(e.code, int) else 0
     except _UsageError as e:
-        print(f"tpviz verify: error: {e}", file=sys.stderr)
+        print(f"error: tpviz verify: {e}", file=sys.stderr)  # as the other commands' usage errors
         return EXIT_BAD_INPUT
     except TpvizError as e:
         from tpviz.live.errors import for_cli
@@ -161,9 +161,9 @@ def main(argv: list[str] | None = None) -> int:
         if launched_by_torchrun() and torchrun_rank() != 0:
             if isinstance(e, SharedError):
                 return EXIT_BAD_INPUT  # rank 0 prints the same line
-            print(f"tpviz verify: rank {torchrun_rank()}: error: {for_cli(str(e))}", file=sys.stderr)
+            print(f"error: rank {torchrun_rank()}: {for_cli(str(e))}", file=sys.stderr)
         else:
-            print(f"tpviz verify: error: {for_cli(str(e))}", file=sys.stderr)
+            print(f"error: {for_cli(str(e))}", file=sys.stderr)
         return EXIT_BAD_INPUT
     except KeyboardInterrupt:
         print("tpviz verify: interrupted", file=sys.stderr)

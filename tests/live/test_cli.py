@@ -77,7 +77,7 @@ def test_bad_input_exits_2_with_one_line(tiny_config, tmp_path, capsys, monkeypa
         code = main(argv)
         out, err = capsys.readouterr()
         assert code == 2, (argv, out, err)
-        assert err.count("\n") == 1 and err.startswith("tpviz verify: error: ") and match in err, (argv, err)
+        assert err.count("\n") == 1 and err.startswith("error: ") and match in err, (argv, err)
 
 
 def _env() -> dict:

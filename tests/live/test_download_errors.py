@@ -23,7 +23,7 @@ def test_offline_with_nothing_cached_says_so_in_one_line(hf_cache, capsys):
     assert "Qwen/Qwen3-0.6B" in msg and "HF_HUB_OFFLINE" in msg and "--random-weights" in msg
     assert main(["Qwen/Qwen3-0.6B", "--tp", "2", "--layers", "1", "--device", "cpu"]) == 2
     out, err = capsys.readouterr()
-    assert out == "" and err.count("\n") == 1 and err.startswith("tpviz verify: error: ") and "HF_HUB_OFFLINE" in err
+    assert out == "" and err.count("\n") == 1 and err.startswith("error: ") and "HF_HUB_OFFLINE" in err
     assert "use --random-weights to run without downloading" in err and "box" not in err  # the CLI's words only
 
 
