@@ -27,7 +27,7 @@ from tpviz.live.inputs import (TextTokenizer, check_input_ids, is_ids_text, pars
                                tokenize)
 from tpviz.live.memory import DTYPE_CHOICES, check_fits, checkpoint_dtype, run_dtype
 from tpviz.live.results import Environment, LayerDiff, RankReport, VerifyResult
-from tpviz.live.routing import decide_before_flips, explain as explain_routing, split as split_routing
+from tpviz.live.routing import decide_before_flips, explain as explain_routing, max_abs, split as split_routing
 from tpviz.live.runner import choose_backend, run_group
 from tpviz.live.slot import check_ranks
 from tpviz.live.source import ModelSource, resolve_model
@@ -120,10 +120,6 @@ def reference(job: dict, device: torch.device) -> dict:
     return out
 
 
-def _max_abs(a: torch.Tensor, b: torch.Tensor) -> float:
-    return float((a.float() - b.float()).abs().max()) if a.numel() else 0.0
-
-
 def stage_limit(floor: float | None, scale: float) -> float:
     """A stage's tolerance: float32 (floor None) 1e-4 scaled by max(1, max|value|), else NOISE_MULTIPLE x floor."""
     return FP32_TOL * max(1.0, scale) if floor is None else NOISE_MULTIPLE * floor
@@ -140,9 +136,9 @@ def compare(tp_logits, tp_hidden, ref: dict, dtype: str) -> dict:
     eps = torch.finfo(DTYPES[dtype]).eps
     diffs, tol, rule = [], None, ""
     for name, value in stages:
-        gap, scale = _max_abs(value, refs[name]), float(refs[name].abs().max())
+        gap, scale = max_abs(value, refs[name]), float(refs[name].abs().max())
         # low precision: the floor is never 0, exact stages still round
-        floor = None if refs32 is None else max(_max_abs(refs[name], refs32[name]), eps * scale)
+        floor = None if refs32 is None else max(max_abs(refs[name], refs32[name]), eps * scale)
         limit = stage_limit(floor, scale)
         # `not gap <= limit` also catches NaN
         diffs.append(LayerDiff(name, gap, gap / scale if scale else gap, limit, floor, not gap <= limit))

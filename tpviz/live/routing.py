@@ -34,6 +34,11 @@ ROUTE = "route."  # hidden-state keys that carry a layer's routing, not a stage:
 LAYER = re.compile(r"(?:^|\.)layers\.(\d+)\.")
 
 
+def max_abs(a: torch.Tensor, b: torch.Tensor) -> float:
+    """max|a - b| in float32 (0 for empty tensors): every gap the live check compares."""
+    return float((a.float() - b.float()).abs().max()) if a.numel() else 0.0
+
+
 def watch(model: torch.nn.Module, blocks: tuple[type, ...], follow: dict | None = None) -> None:
     """Ask every MoE block (an instance of `blocks`) to record its next forward pass's routing and, with
     follow={layer: ids}, to compute that pass with those experts instead of its own choice."""
@@ -100,7 +105,7 @@ def decide_before_flips(flip: RoutingFlip, tp: dict[int, dict], ref: dict[int, d
         flip.explanation += (". Every row flips at its first position, so no position is routed alike in every "
                              "layer: give other ids, or run in float32")
         return False
-    flip.prefix_gap = max(float((tp_logits[b, :n].float() - ref_logits[b, :n].float()).abs().max()) for b, n in rows)
+    flip.prefix_gap = max(max_abs(tp_logits[b, :n], ref_logits[b, :n]) for b, n in rows)
     passed = flip.prefix_gap <= limit
     kept = ", ".join(f"row {b}: {n}" for b, n in rows)
     if left := [str(b) for b, n in enumerate(flip.prefix) if n == 0]:
@@ -167,17 +172,16 @@ def explain(tp: dict[int, dict], ref: dict[int, dict], ref32: dict[int, dict] | 
         rows.append((token, what, margin, float(noise[0])))
     token, what, margin, noise = next((row for row in rows if row[2] > 2 * row[3]), rows[0])
     scale = float(r["scores"].abs().max())
-    router_floor = None if r32 is None else max(float((r["scores"] - r32["scores"]).abs().max()), eps * scale)
-    router_gap, router_limit = float((t["scores"] - r["scores"]).abs().max()), limit(router_floor, scale)
+    router_floor = None if r32 is None else max(max_abs(r["scores"], r32["scores"]), eps * scale)
+    router_gap, router_limit = max_abs(t["scores"], r["scores"]), limit(router_floor, scale)
     name, names = f"layer {L}", [d.name for d in layers]
     before = next((d for d in layers[:names.index(name)] if d.exceeds), None)
     same = ~mask.view(-1, seq)  # [batch, seq]: the tokens routed alike at L
     alike_gap = alike_limit = 0.0  # every token flipped: none to compare
     if same.any():
         ours, theirs = tp_hidden[name][same], ref_hidden[name][same]
-        alike_gap, scale = float((ours - theirs).abs().max()), float(theirs.abs().max())
-        floor = None if ref32_hidden is None else max(float((theirs - ref32_hidden[name][same]).abs().max()),
-                                                      eps * scale)
+        alike_gap, scale = max_abs(ours, theirs), float(theirs.abs().max())
+        floor = None if ref32_hidden is None else max(max_abs(theirs, ref32_hidden[name][same]), eps * scale)
         alike_limit = limit(floor, scale)
     b, p = divmod(token, seq)
     ref_ids, tp_ids = _chosen(r["ids"][token]).tolist(), _chosen(t["ids"][token]).tolist()
