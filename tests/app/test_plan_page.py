@@ -34,3 +34,12 @@ def test_plan_of_a_dense_model_has_no_expert_parallel_rows():
     assert not at.exception and not at.error
     layouts = list(at.dataframe[0].value["layout"])
     assert len(layouts) == 6 and not any(x.endswith("+ EP") for x in layouts)  # 4 = 1x1x4 ... 4x1x1: six layouts
+
+
+def test_plan_under_nano_vllm_rules_keeps_tensor_parallelism_alone():
+    at = run(plan_model="Qwen/Qwen3-30B-A3B", plan_gpus=4, plan_gib=80.0, plan_rules="nano-vllm")
+    assert not at.exception and not at.error
+    table = at.dataframe[0].value
+    verdicts = dict(zip(table["layout"], table["verdict"]))
+    assert verdicts.pop("TP 4 × PP 1 × DP 1") == "fits" and set(verdicts.values()) == {"rejected"}
+    assert all(w.startswith("nano-vllm runs tensor parallelism alone") for w in table["why"][1:])
