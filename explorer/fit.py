@@ -1,7 +1,7 @@
 """The "does it fit" section: the user's GPU memory, utilization, context and concurrency against the map."""
 import streamlit as st
 
-from tpviz.fit import GPU_SIZES_GIB, GPU_UTILIZATION, fit
+from tpviz.fit import GPU_SIZES_GIB, GPU_UTILIZATION, fit, sizing_notes
 from tpviz.format import fmt_bytes
 from tpviz.shardmap import ShardMap
 
@@ -63,3 +63,5 @@ def fit_section(m: ShardMap, layout=None) -> None:
     st.caption(f"Every GPU caches its share of every token; one sequence of {int(context):,} tokens holds "
                f"{fmt_bytes(f.per_sequence)} on the fullest GPU (windowed layers capped, recurrent state once). "
                "Activations, CUDA graphs and NCCL buffers take a few GiB more.")
+    for note in sizing_notes(m.model):
+        st.caption(f"Note: {note}.")

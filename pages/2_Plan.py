@@ -12,6 +12,7 @@ from explorer.state import query_from_controls
 from explorer.text import literal
 from tpviz import load_spec
 from tpviz.format import fmt_bytes
+from tpviz.fit import sizing_notes
 from tpviz.errors import TpvizError
 from tpviz.planner import plan, plan_rows
 from tpviz.plots.layout import device_grid, expert_figure
@@ -89,6 +90,8 @@ def main() -> None:
                "tokens across dp replicas (vLLM 0.33's default all2all backend); the pipeline hand-off (hidden state "
                "and residual, 1/tp from each GPU, all-gathered by the next stage); norms spanning the tp cut (OLMo's "
                "q and k); and the logits' all-gather for each sampled token.")
+    for note in sizing_notes(load_spec(json.loads(cfg_json), name)):
+        st.caption(f"Note: {note}.")
 
 
 if __name__ == "__main__":  # spawned Run-live ranks re-import pages: build nothing there

@@ -23,3 +23,20 @@ def test_no_room_and_per_sequence_caches():
     f = fit(gemma, 141, context=100_000)
     full = max(r.kv_cache_bytes_per_token for r in gemma.ranks) * 100_000
     assert f.kv_tokens is None and full < f.per_sequence == max(r.cache_bytes(100_000) for r in gemma.ranks)
+
+
+def test_hybrid_models_say_vllm_pads_their_pages(capsys):
+    """vLLM 0.33 aligns a hybrid model's attention block to its recurrent state (Platform._align_hybrid_block_size),
+    which the sizing does not model: hybrids carry the note in the library, `map --gpu-mem` and `plan`; dense,
+    MoE and MLA models do not."""
+    from tpviz.cli import main
+    from tpviz.fit import HYBRID_PAGES, sizing_notes
+    from tpviz.sources import load_spec
+    for hybrid in ("Qwen/Qwen3-Next-80B-A3B-Thinking", "nvidia/Nemotron-H-56B-Base-8K", "LiquidAI/LFM2.5-VL-1.6B"):
+        assert sizing_notes(load_spec(hybrid)) == [HYBRID_PAGES]
+    for plain in ("Qwen/Qwen3-8B", "Qwen/Qwen3-30B-A3B", "deepseek-ai/DeepSeek-V3"):
+        assert sizing_notes(load_spec(plain)) == []
+    assert main(["map", "Qwen/Qwen3-Next-80B-A3B-Thinking", "--tp", "4", "--gpu-mem", "80"]) == 0
+    assert f"note: {HYBRID_PAGES}\n" in capsys.readouterr().out
+    assert main(["plan", "Qwen/Qwen3-8B", "--gpus", "2", "--gpu-mem", "80"]) == 0
+    assert "note:" not in capsys.readouterr().out

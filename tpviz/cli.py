@@ -118,7 +118,10 @@ def cmd_map(args) -> int:
             print("note: the stored dtypes were not read (no weight files here, or the hub is offline): "
                   "memory is sized from the config")
     if fit:
+        from tpviz.fit import sizing_notes
         print(fit)
+        for note in sizing_notes(m.model):
+            print(f"note: {note}")
     if m.layout:
         print(layout_lines(m.layout))
     if args.json:
@@ -197,6 +200,9 @@ def cmd_plan(args) -> int:
         print(f"{r.layout.label:<28} {numbers}  {verdict}")
     for w in sorted({w for r in rows if r.problem is None for w in r.warnings})[:5]:
         print(f"warning: {w}")
+    from tpviz.fit import sizing_notes
+    for note in sizing_notes(spec):
+        print(f"note: {note}")
     return 0
 
 

@@ -4,6 +4,7 @@ import math
 import weakref
 from dataclasses import dataclass
 
+from tpviz.arch import ATTENTION_KINDS, STATEFUL
 from tpviz.errors import TpvizError
 from tpviz.shardmap import ShardMap
 
@@ -27,6 +28,18 @@ class Fit:
     @property
     def fits(self) -> bool:
         return self.room > 0 and self.max_sequences >= self.concurrency
+
+
+# vLLM 0.33 Platform._align_hybrid_block_size: the attention block grows until its page holds one recurrent state
+HYBRID_PAGES = ("vLLM 0.33 sizes a hybrid model's cache pages to its recurrent state: an attention block grows to as "
+                "many tokens as one state's bytes, each sequence is rounded up to whole blocks and each state padded "
+                "to a page, so vLLM holds somewhat fewer sequences than counted here, most at short contexts")
+
+
+def sizing_notes(spec) -> list[str]:
+    """What the sizing leaves out for this model (one line each): hybrid models' page alignment."""
+    kinds = {layer.mixer.kind for layer in spec.layers}
+    return [HYBRID_PAGES] if kinds & set(STATEFUL) and kinds & {*ATTENTION_KINDS, "mla"} else []
 
 
 class FitInputError(TpvizError):

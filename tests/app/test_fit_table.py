@@ -16,3 +16,11 @@ def test_fit_rows_room_for_kv_cache():
     assert rows["4 GiB"]["left for KV cache"] == "does not fit" and rows["4 GiB"]["KV-cache tokens"] == "—"
     ds = {r["GPU memory"]: r for r in fit_rows(shard_map("deepseek-ai/DeepSeek-V3", 8))}  # FP8: ~79 GiB per GPU
     assert ds["80 GiB"]["left for KV cache"] == "does not fit" and ds["141 GiB"]["KV-cache tokens"].endswith(" k")
+
+
+def test_a_hybrid_models_fit_says_vllm_pads_its_pages():
+    from app_harness import run_app
+    from tpviz.fit import HYBRID_PAGES
+    notes = lambda at: [c.value for c in at.caption if c.value.startswith("Note: vLLM 0.33 sizes")]  # noqa: E731
+    assert notes(run_app({"model": "Qwen/Qwen3-Next-80B-A3B-Thinking", "tp": "4"})) == [f"Note: {HYBRID_PAGES}."]
+    assert notes(run_app({"model": "Qwen/Qwen3-8B", "tp": "4"})) == []
