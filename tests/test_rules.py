@@ -104,15 +104,20 @@ def test_errors_carry_structured_fields():
         parse_config(b"{nope")
 
 
-def test_nano_vllm_engine_runs_at_most_8_gpus(capsys):
-    """nanovllm/config.py asserts 1 <= tensor_parallel_size <= 8: past 8 the layer classes still split (the map is
-    theirs) but the engine would not start, which the map, the valid table and the CLI say."""
+def test_nano_vllm_engine_runs_at_most_8_gpus_and_qwen3_alone(capsys):
+    """nanovllm/config.py asserts 1 <= tensor_parallel_size <= 8 and its ModelRunner builds Qwen3ForCausalLM whatever
+    the checkpoint: the maps stay (they are the layer classes'), and say what the engine would not run."""
     from tpviz import shard_map
     from tpviz.cli import main
-    assert not shard_map("meta-llama/Llama-2-7b-hf", 8, "nano-vllm").warnings
-    warning, = shard_map("meta-llama/Llama-2-7b-hf", 16, "nano-vllm").warnings
+    from tpviz.sources import presets
+    qwen3 = dict(presets()["Qwen/Qwen3-8B"], num_key_value_heads=32)  # 32 KV heads: tp 16 splits them
+    assert not shard_map(qwen3, 8, "nano-vllm").warnings
+    warning, = shard_map(qwen3, 16, "nano-vllm").warnings
     assert warning.startswith("nano-vllm's engine runs at most 8 GPUs")
-    assert not shard_map("meta-llama/Llama-2-7b-hf", 16, "vllm").warnings
-    assert main(["valid", "meta-llama/Llama-2-7b-hf"]) == 0
+    assert not shard_map(qwen3, 16, "vllm").warnings
+    assert shard_map("meta-llama/Llama-2-7b-hf", 2, "nano-vllm").warnings == [
+        "nano-vllm's engine builds Qwen3ForCausalLM only; this map applies its layer classes' rules to llama"]
+    assert main(["valid", "meta-llama/Llama-2-7b-hf"]) == 0  # the valid table is per tp: only the GPU limit
     out = capsys.readouterr().out
     assert "valid (warning below)" in out and "warning: nano-vllm's engine runs at most 8 GPUs" in out
+    assert "Qwen3ForCausalLM" not in out

@@ -16,6 +16,9 @@ RULE_NOTES = {
 MAX_TP = 1024  # far beyond any deployment; keeps a typo from tracing a billion ranks
 VOCAB_PADDING = 64  # vLLM pads the vocabulary to a multiple of this before splitting it
 NANO_MAX_TP = 8  # nano-vllm's engine: Config asserts 1 <= tensor_parallel_size <= 8 (one node)
+# nano-vllm's ModelRunner builds Qwen3ForCausalLM whatever the checkpoint (engine/model_runner.py)
+NANO_ENGINE_ONLY = ("nano-vllm's engine builds Qwen3ForCausalLM only; this map applies its layer classes' rules to "
+                    "{model_type}")
 
 
 def check_rules(rules: str) -> str:
