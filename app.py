@@ -157,8 +157,8 @@ def render_page(page: Page, rows: list[ValidRow], lay: dict | None = None) -> No
                            on_change="rerun")).open:
         if coll:
             box.dataframe(collective_rows(m), hide_index=True, width="stretch")
-            box.caption("Bytes are per token and per occurrence; “sent per GPU” assumes ring collectives (an all-reduce "
-                        "sends 2(tp−1)/tp of the tensor, an all-gather (tp−1)/tp). "
+            box.caption("Bytes are per token and per occurrence; “sent per GPU” assumes ring collectives (an "
+                        "all-reduce sends 2(tp−1)/tp of the tensor, an all-gather (tp−1)/tp). "
                         "Multiply by the batch's tokens for a step.")
         else:
             box.caption("tp=1: one GPU holds everything, so nothing is communicated.")

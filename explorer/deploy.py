@@ -14,8 +14,8 @@ COMM = {"tp_all_reduce": ("all-reduce over the tp GPUs", "after each attention /
         "norm_collectives": ("all-gather / all-reduce over the tp GPUs", "norms spanning the cut: OLMo's q and k, "
                              "a one-group Mamba2 gated norm"),
         "embed_all_reduce": ("all-reduce over the tp GPUs", "after embed_tokens, on the first stage"),
-        "logits_gather": ("gather over the tp GPUs", "the lm_head's vocab blocks of each sampled token, on the last stage (vLLM: to every "
-                          "GPU)")}
+        "logits_gather": ("gather over the tp GPUs", "the lm_head's vocab blocks of each sampled token, on the last "
+                          "stage (vLLM: to every GPU)")}
 
 
 def deployment_section(lay: dict, plot_config: dict) -> None:

@@ -125,8 +125,8 @@ def collectives(m: ShardMap) -> list[Collective]:
         Collective("gather", "lm_head logits to GPU 0 (each GPU has its vocab block; per sampled token)", 1, logits,
                    logits / tp)
         if m.rules == "nano-vllm" else  # vLLM's LogitsProcessor all-gathers (Platform.use_all_gather, CUDA)
-        Collective("all-gather", "lm_head logits to every GPU (each GPU has its vocab block; per sampled token)", 1, logits,
-                   logits * (tp - 1) / tp),
+        Collective("all-gather", "lm_head logits to every GPU (each GPU has its vocab block; per sampled token)", 1,
+                   logits, logits * (tp - 1) / tp),
     ]
 
 
