@@ -110,7 +110,7 @@ def render_page(page: Page, rows: list[ValidRow], lay: dict | None = None) -> No
         c1.metric("Weights on the fullest GPU", fmt_bytes(max(g["weight_bytes"] for g in lay["gpus"])), **off)
         c2.metric("KV cache per token, fullest GPU", fmt_bytes(max(g["kv_cache_bytes_per_token"] for g in lay["gpus"])),
                   **off)
-        c3.metric("Sent per token, busiest GPU", fmt_bytes(sum(lay["comm_bytes_per_token"].values())), **off)
+        c3.metric("Sent per decoded token, busiest GPU", fmt_bytes(sum(lay["comm_bytes_per_token"].values())), **off)
     else:
         c1.metric("Weights per GPU", fmt_bytes(worst["weights"]), **versus(worst["weights"], worst["naive"]))
         c2.metric("KV cache per token per GPU", fmt_bytes(worst["kv_per_token"]),
@@ -159,7 +159,8 @@ def render_page(page: Page, rows: list[ValidRow], lay: dict | None = None) -> No
             box.dataframe(collective_rows(m), hide_index=True, width="stretch")
             box.caption("Bytes are per token and per occurrence; “sent per GPU” assumes ring collectives (an "
                         "all-reduce sends 2(tp−1)/tp of the tensor, an all-gather (tp−1)/tp). "
-                        "Multiply by the batch's tokens for a step.")
+                        "Multiply by the batch's tokens for a step (the logits' row by the tokens sampled, one per "
+                        "sequence).")
         else:
             box.caption("tp=1: one GPU holds everything, so nothing is communicated.")
     sizes = ", ".join(map(str, S.valid_sizes(rows, m.rules)))

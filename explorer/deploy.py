@@ -14,8 +14,8 @@ COMM = {"tp_all_reduce": ("all-reduce over the tp GPUs", "after each attention /
         "norm_collectives": ("all-gather / all-reduce over the tp GPUs", "norms spanning the cut: OLMo's q and k, "
                              "a one-group Mamba2 gated norm"),
         "embed_all_reduce": ("all-reduce over the tp GPUs", "after embed_tokens, on the first stage"),
-        "logits_gather": ("gather over the tp GPUs", "the lm_head's vocab blocks of each sampled token, on the last "
-                          "stage (vLLM: to every GPU)")}
+        "logits_gather": ("all-gather over the tp GPUs", "the lm_head's vocab blocks of each sampled token, on the "
+                          "last stage")}
 
 
 def deployment_section(lay: dict, plot_config: dict) -> None:
@@ -33,11 +33,12 @@ def deployment_section(lay: dict, plot_config: dict) -> None:
                    **({"experts": layer_span(g["experts"], 6) or "none"} if g["experts"] is not None else {}),
                    "weights": fmt_bytes(g["weight_bytes"]), "KV cache / token": fmt_bytes(g["kv_cache_bytes_per_token"])}
                   for g in lay["gpus"]], hide_index=True, width="stretch")
-    rows = [{"collective": COMM[k][0], "when": COMM[k][1], "bytes sent per token": fmt_bytes(v)}
+    rows = [{"collective": COMM[k][0], "when": COMM[k][1], "bytes sent per decoded token": fmt_bytes(v)}
             for k, v in lay["comm_bytes_per_token"].items() if v]
     if rows:
         st.dataframe(rows, hide_index=True, width="stretch")
-        st.caption("As vLLM 0.33 runs them, for the busiest GPU: ring shares summed over its stage's layers; the MoE "
-                   "dispatch uses the default allgather_reducescatter backend.")
+        st.caption("As vLLM 0.33 runs them, for the busiest GPU and each decoded token (a decoded token is sampled, "
+                   "so the logits count; a prefill token skips them): ring shares summed over its stage's layers; the "
+                   "MoE dispatch uses the default allgather_reducescatter backend.")
     else:
         st.caption("One GPU: nothing is communicated.")

@@ -63,5 +63,5 @@ def fit_section(m: ShardMap, layout=None) -> None:
     st.caption(f"Every GPU caches its share of every token; one sequence of {int(context):,} tokens holds "
                f"{fmt_bytes(f.per_sequence)} on the fullest GPU (windowed layers capped, recurrent state once). "
                "Activations, CUDA graphs and NCCL buffers take a few GiB more.")
-    for note in sizing_notes(m.model):
+    for note in sizing_notes(m.model, m.rules) if f.room > 0 else []:
         st.caption(f"Note: {note}.")

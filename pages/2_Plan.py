@@ -12,9 +12,8 @@ from explorer.state import query_from_controls
 from explorer.text import literal
 from tpviz import load_spec
 from tpviz.format import fmt_bytes
-from tpviz.fit import sizing_notes
 from tpviz.errors import TpvizError
-from tpviz.planner import plan, plan_rows
+from tpviz.planner import plan, plan_notes, plan_rows
 from tpviz.plots.layout import device_grid, expert_figure
 from tpviz.rules import RULES
 from tpviz.sources import find_preset, presets, repo_from_url
@@ -43,8 +42,8 @@ def _pick() -> None:
 
 def main() -> None:
     st.title("Plan a deployment")
-    st.caption("Every layout of your GPUs that vLLM would accept for this checkpoint, ranked: what fits first, "
-               "then the most concurrent sequences. Per-GPU bytes come from the traced maps of each cut.")
+    st.caption("Every layout of your GPUs that the chosen engine would accept for this checkpoint, ranked: what fits "
+               "first, then the most concurrent sequences. Per-GPU bytes come from the traced maps of each cut.")
     c1, c2, c3 = st.columns([3, 1, 1])
     text = c1.selectbox("Model (preset) or type a hub id", list(presets()), index=list(presets()).index(
         "deepseek-ai/DeepSeek-V3"), key="plan_model", accept_new_options=True)
@@ -85,12 +84,14 @@ def main() -> None:
             st.plotly_chart(device_grid(lay), theme=None, key="grid")
             if (fig := expert_figure(lay)) is not None:
                 st.plotly_chart(fig, theme=None, key="experts")
-    st.caption("Comm / token, sent by the busiest GPU: ring all-reduces over the tp GPUs after attention, dense and "
-               "MoE layers (with or without EP) and the embedding; the MoE blocks' gather and reduce-scatter of "
-               "tokens across dp replicas (vLLM 0.33's default all2all backend); the pipeline hand-off (hidden state "
-               "and residual, 1/tp from each GPU, all-gathered by the next stage); norms spanning the tp cut (OLMo's "
-               "q and k); and the logits' all-gather for each sampled token.")
-    for note in sizing_notes(load_spec(json.loads(cfg_json), name)):
+    logits = "gather to GPU 0" if rules == "nano-vllm" else "all-gather"
+    st.caption("Comm / token: what the busiest GPU sends for each decoded token: ring all-reduces over the tp GPUs "
+               "after attention, dense and MoE layers (with or without EP) and the embedding; the MoE blocks' gather "
+               "and reduce-scatter of tokens across dp replicas (vLLM 0.33's default all2all backend); the pipeline "
+               "hand-off (hidden state and residual, 1/tp from each GPU, all-gathered by the next stage); norms "
+               f"spanning the tp cut (OLMo's q and k, a one-group Mamba2 norm); and the logits' {logits} (a decoded "
+               "token is sampled; a prefill token is not).")
+    for note in plan_notes(load_spec(json.loads(cfg_json), name), rules, any(r["fits"] for r in rows)):
         st.caption(f"Note: {note}.")
 
 

@@ -67,7 +67,9 @@ def test_map_local_config(tmp_path, capsys):
 def test_valid_lists_both_rule_sets(capsys):
     rc, out, err = run_main(capsys, "valid", "meta-llama/Llama-3.1-8B", "--max-tp", "16")
     assert rc == 0 and err == ""
-    rows = {int(line.split()[0]): line for line in out.splitlines()[2:]}
+    lines = out.splitlines()
+    assert lines[-1].startswith("note (nano-vllm column): nano-vllm's engine builds Qwen3ForCausalLM only")  # Llama
+    rows = {int(line.split()[0]): line for line in lines[2:-1]}
     assert sorted(rows) == list(range(1, 17))
     assert rows[8].split()[1:] == ["valid", "valid", "valid"]
     assert rows[16].split()[1:3] == ["valid", "valid"] and "num_key_value_heads=8" in rows[16]  # vLLM replicates

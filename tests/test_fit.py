@@ -26,17 +26,24 @@ def test_no_room_and_per_sequence_caches():
 
 
 def test_hybrid_models_say_vllm_pads_their_pages(capsys):
-    """vLLM 0.33 aligns a hybrid model's attention block to its recurrent state (Platform._align_hybrid_block_size),
-    which the sizing does not model: hybrids carry the note in the library, `map --gpu-mem` and `plan`; dense,
-    MoE and MLA models do not."""
+    """vLLM aligns a hybrid model's attention block to its recurrent state (Platform._align_hybrid_block_size),
+    which the sizing does not model: hybrids carry the note, under vLLM rules and when something fits, in the
+    library, `map --gpu-mem` and `plan` (text and JSON); dense, MoE and MLA models do not."""
+    import json
     from tpviz.cli import main
     from tpviz.fit import HYBRID_PAGES, sizing_notes
     from tpviz.sources import load_spec
+    note = HYBRID_PAGES.format(engine="vLLM 0.33")
     for hybrid in ("Qwen/Qwen3-Next-80B-A3B-Thinking", "nvidia/Nemotron-H-56B-Base-8K", "LiquidAI/LFM2.5-VL-1.6B"):
-        assert sizing_notes(load_spec(hybrid)) == [HYBRID_PAGES]
+        assert sizing_notes(load_spec(hybrid)) == [note] and sizing_notes(load_spec(hybrid), "nano-vllm") == []
+    assert sizing_notes(load_spec("nvidia/Nemotron-H-56B-Base-8K"), "vllm-0.28")[0].startswith("vLLM 0.28 sizes")
     for plain in ("Qwen/Qwen3-8B", "Qwen/Qwen3-30B-A3B", "deepseek-ai/DeepSeek-V3"):
         assert sizing_notes(load_spec(plain)) == []
     assert main(["map", "Qwen/Qwen3-Next-80B-A3B-Thinking", "--tp", "4", "--gpu-mem", "80"]) == 0
-    assert f"note: {HYBRID_PAGES}\n" in capsys.readouterr().out
+    assert f"note: {note}\n" in capsys.readouterr().out
+    assert main(["map", "nvidia/Nemotron-H-56B-Base-8K", "--tp", "1", "--gpu-mem", "24"]) == 0  # nothing fits
+    assert "note: vLLM" not in capsys.readouterr().out
+    assert main(["plan", "Qwen/Qwen3-Next-80B-A3B-Thinking", "--gpus", "4", "--gpu-mem", "80", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["notes"] == [note]
     assert main(["plan", "Qwen/Qwen3-8B", "--gpus", "2", "--gpu-mem", "80"]) == 0
     assert "note:" not in capsys.readouterr().out

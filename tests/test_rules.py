@@ -115,9 +115,13 @@ def test_nano_vllm_engine_runs_at_most_8_gpus_and_qwen3_alone(capsys):
     warning, = shard_map(qwen3, 16, "nano-vllm").warnings
     assert warning.startswith("nano-vllm's engine runs at most 8 GPUs")
     assert not shard_map(qwen3, 16, "vllm").warnings
-    assert shard_map("meta-llama/Llama-2-7b-hf", 2, "nano-vllm").warnings == [
-        "nano-vllm's engine builds Qwen3ForCausalLM only; this map applies its layer classes' rules to llama"]
-    assert main(["valid", "meta-llama/Llama-2-7b-hf"]) == 0  # the valid table is per tp: only the GPU limit
+    only = ("nano-vllm's engine builds Qwen3ForCausalLM only, so for llama this shows its layer classes' rules, not a "
+            "model it can serve")
+    assert shard_map("meta-llama/Llama-2-7b-hf", 2, "nano-vllm").warnings == [only]
+    assert main(["valid", "meta-llama/Llama-2-7b-hf"]) == 0  # per tp: the GPU limit; for the model: the engine note
     out = capsys.readouterr().out
     assert "valid (warning below)" in out and "warning: nano-vllm's engine runs at most 8 GPUs" in out
-    assert "Qwen3ForCausalLM" not in out
+    assert out.endswith(f"note (nano-vllm column): {only}\n")
+    assert main(["plan", "meta-llama/Llama-2-7b-hf", "--gpus", "2", "--gpu-mem", "80", "--rules", "nano-vllm"]) == 0
+    assert capsys.readouterr().out.endswith(f"note: {only}\n")
+    assert main(["valid", "Qwen/Qwen3-8B"]) == 0 and "Qwen3ForCausalLM" not in capsys.readouterr().out

@@ -55,14 +55,16 @@ def summary(m: ShardMap) -> str:
 
 def fit_line(m: ShardMap, args) -> str:
     """One line: does it fit on these GPUs, and how many sequences of the context."""
-    from tpviz.fit import fit
+    from tpviz.fit import fit, sizing_notes
     f = fit(m, args.gpu_mem, args.util, args.context, args.concurrency, layout=Layout.of(m.layout))
     if f.room <= 0:
         return (f"fit: does not fit: {fmt_bytes(f.weights)} of weights on the fullest GPU, vLLM may use "
                 f"{fmt_bytes(f.usable)} of {args.gpu_mem:g} GiB at gpu_memory_utilization {args.util:g}")
     tokens = f" = {f.kv_tokens:,} KV-cache tokens" if f.kv_tokens is not None else ""
-    return (f"fit: {fmt_bytes(f.room)} left for KV cache per GPU{tokens}; {f.max_sequences:,} concurrent sequences of "
-            f"{args.context:,} tokens ({'enough for' if f.fits else 'fewer than'} the {args.concurrency:,} asked for)")
+    return "\n".join([
+        f"fit: {fmt_bytes(f.room)} left for KV cache per GPU{tokens}; {f.max_sequences:,} concurrent sequences of "
+        f"{args.context:,} tokens ({'enough for' if f.fits else 'fewer than'} the {args.concurrency:,} asked for)",
+        *(f"note: {note}" for note in sizing_notes(m.model, m.rules))])
 
 
 def expert_span(experts: list[int]) -> str:
@@ -86,7 +88,7 @@ def layout_lines(lay: dict) -> str:
     if len(lay["gpus"]) > 64:
         lines.append(f"... {len(lay['gpus']) - 64} more GPUs in the JSON")
     parts = [f"{COMM_LABELS[k]} {fmt_bytes(v)}" for k, v in lay["comm_bytes_per_token"].items() if v]
-    lines.append(f"sent per token by the busiest GPU: {', '.join(parts) or 'nothing'}")
+    lines.append(f"sent per decoded token by the busiest GPU: {', '.join(parts) or 'nothing'}")
     return "\n".join(lines)
 
 
@@ -118,10 +120,7 @@ def cmd_map(args) -> int:
             print("note: the stored dtypes were not read (no weight files here, or the hub is offline): "
                   "memory is sized from the config")
     if fit:
-        from tpviz.fit import sizing_notes
         print(fit)
-        for note in sizing_notes(m.model):
-            print(f"note: {note}")
     if m.layout:
         print(layout_lines(m.layout))
     if args.json:
@@ -160,8 +159,12 @@ def cmd_valid(args) -> int:
     if not 1 <= args.max_tp <= 1024:
         raise TpvizError(f"--max-tp={args.max_tp} must be between 1 and 1024")
     name, rows = valid_table(args.model, args.max_tp)
+    from tpviz.rules import engine_notes
+    from tpviz.sources import load_spec
+    notes = {r: engine_notes(load_spec(args.model).model_type, r) for r in RULES}  # what an engine never runs
     if args.json:
         print(json.dumps({"schema": "tpviz.valid/1", "model": name, "rules": {r: ENGINE[r] for r in RULES},
+                          "notes": {r: n for r, n in notes.items() if n},
                           "rows": [{"tp": row.tp, **{r: {"valid": row.valid(r), "problem": row.problems[r],
                                                             "warnings": row.warnings.get(r, [])}
                                                            for r in RULES}} for row in rows]}, indent=1))
@@ -173,22 +176,26 @@ def cmd_valid(args) -> int:
     print(f"{'tp':>4}  " + "  ".join(f"{ENGINE[r]:<{w}}" for r, w in zip(RULES, widths)).rstrip())
     for row, cell in zip(rows, cells):
         print(f"{row.tp:>4}  " + "  ".join(f"{c:<{w}}" for c, w in zip(cell, widths)).rstrip())
-    notes = sorted({w for row in rows for ws in row.warnings.values() for w in ws})
-    for w in notes[:5]:
+    warnings = sorted({w for row in rows for ws in row.warnings.values() for w in ws})
+    for w in warnings[:5]:
         print(f"warning: {w}")
+    for r, lines in notes.items():
+        for line in lines:
+            print(f"note ({ENGINE[r]} column): {line}")
     return 0
 
 
 def cmd_plan(args) -> int:
     """Every layout of --gpus GPUs: accepted ones ranked (fits, then KV room), rejected ones with their rule."""
-    from tpviz.planner import plan, plan_rows
+    from tpviz.planner import plan, plan_notes, plan_rows
     from tpviz.sources import load_spec
     spec = load_spec(args.model)
     rows = plan(spec, args.gpus, args.gpu_mem, args.rules, args.util, args.context)
+    notes = plan_notes(spec, args.rules, any(r.fits for r in rows))
     if args.json:
         print(json.dumps({"schema": "tpviz.plan/1", "model": spec.name, "rules": args.rules, "engine": ENGINE[args.rules],
                           "gpus": args.gpus, "gpu_mem_gib": args.gpu_mem, "utilization": args.util,
-                          "context": args.context, "layouts": plan_rows(rows)}, indent=1))
+                          "context": args.context, "notes": notes, "layouts": plan_rows(rows)}, indent=1))
         return 0
     print(f"{spec.name} on {args.gpus} × {args.gpu_mem:g} GiB ({ENGINE[args.rules]} rules, context {args.context:,})")
     print(f"{'layout':<28} {'weights/GPU':>12} {'KV tokens':>11} {'sequences':>10} {'comm/token':>11}  verdict")
@@ -200,8 +207,7 @@ def cmd_plan(args) -> int:
         print(f"{r.layout.label:<28} {numbers}  {verdict}")
     for w in sorted({w for r in rows if r.problem is None for w in r.warnings})[:5]:
         print(f"warning: {w}")
-    from tpviz.fit import sizing_notes
-    for note in sizing_notes(spec):
+    for note in notes:
         print(f"note: {note}")
     return 0
 

@@ -30,16 +30,19 @@ class Fit:
         return self.room > 0 and self.max_sequences >= self.concurrency
 
 
-# vLLM 0.33 Platform._align_hybrid_block_size: the attention block grows until its page holds one recurrent state
-HYBRID_PAGES = ("vLLM 0.33 sizes a hybrid model's cache pages to its recurrent state: an attention block grows to as "
-                "many tokens as one state's bytes, each sequence is rounded up to whole blocks and each state padded "
-                "to a page, so vLLM holds somewhat fewer sequences than counted here, most at short contexts")
+# vLLM (0.28 and 0.33) Platform._align_hybrid_block_size: the attention block grows until its page holds one state
+HYBRID_PAGES = ("{engine} sizes a hybrid model's cache pages to its recurrent state: an attention block takes as many "
+                "tokens as it needs to hold one state's bytes, each sequence is rounded up to whole blocks and each "
+                "state padded to a page, so {engine} holds somewhat fewer sequences than counted here (the rounding "
+                "weighs most on short contexts)")
 
 
-def sizing_notes(spec) -> list[str]:
-    """What the sizing leaves out for this model (one line each): hybrid models' page alignment."""
+def sizing_notes(spec, rules: str = "vllm") -> list[str]:
+    """What the sequence counts leave out for this model under `rules` (one line each): hybrid models' pages."""
+    from tpviz.rules import ENGINE
     kinds = {layer.mixer.kind for layer in spec.layers}
-    return [HYBRID_PAGES] if kinds & set(STATEFUL) and kinds & {*ATTENTION_KINDS, "mla"} else []
+    hybrid = kinds & set(STATEFUL) and kinds & {*ATTENTION_KINDS, "mla"}
+    return [HYBRID_PAGES.format(engine=ENGINE[rules])] if hybrid and rules != "nano-vllm" else []
 
 
 class FitInputError(TpvizError):

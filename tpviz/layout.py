@@ -37,11 +37,11 @@ def layout_map(spec: ModelSpec, layout: Layout, rules: str = "vllm", placement: 
     communication per token. Raises one line when the layout cannot exist or a rule refuses it."""
     if layout.ep and not spec.is_moe:
         raise DenseEPError(EP_DENSE)
-    if problem := engine_problem(layout, rules):
-        raise LayoutError(problem)
     for name, value in (("tp", layout.tp), ("pp", layout.pp), ("dp", layout.dp)):
         if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 1024:
             raise LayoutError(f"{name}={value!r} must be an integer from 1 to 1024")
+    if problem := engine_problem(layout, rules):
+        raise LayoutError(problem)
     stages = stage_layers(spec.num_hidden_layers, layout.pp)
     p = Planner(spec, rules)
     problem, warnings = check_layout(spec, layout.tp, rules, p.plans, moe_tp=layout.moe_tp)

@@ -13,7 +13,7 @@ PLACEMENTS = ("linear", "round_robin")
 EP_DENSE = "expert parallelism needs a MoE model; this one has no routed experts"
 # nano-vllm's Config has tensor_parallel_size alone (and its LLMEngine spawns one process per tp rank)
 NANO_TP_ONLY = ("nano-vllm runs tensor parallelism alone: no pipeline stages, data-parallel replicas or expert "
-                "parallelism (use vLLM rules for those)")
+                "parallelism; vLLM rules have them")
 
 
 class LayoutError(TpvizError):

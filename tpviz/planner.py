@@ -166,6 +166,14 @@ def plan(spec: ModelSpec, gpus: int, gpu_gib: float, rules: str = "vllm", utiliz
                                        r.comm_per_token))
 
 
+def plan_notes(spec: ModelSpec, rules: str, any_fits: bool) -> list[str]:
+    """What the plan's figures leave out: what the engine never runs of this model, and (when a layout fits)
+    how its sequence counts run high."""
+    from tpviz.fit import sizing_notes
+    from tpviz.rules import engine_notes
+    return engine_notes(spec.model_type, rules) + (sizing_notes(spec, rules) if any_fits else [])
+
+
 def plan_rows(rows: list[PlanRow]) -> list[dict]:
     """Display rows: the layout, its verdict, and per-GPU numbers (bytes; views format them)."""
     return [{"layout": r.layout.label, "tp": r.layout.tp, "pp": r.layout.pp, "dp": r.layout.dp, "ep": r.layout.ep,
@@ -183,7 +191,8 @@ COMM_LABELS = {"tp_all_reduce": "TP all-reduces", "moe_all_reduce": "MoE all-red
 
 
 def comm_per_token(spec: ModelSpec, layout: Layout, rules: str = "vllm") -> dict[str, float]:
-    """Bytes the busiest GPU sends per token, as vLLM 0.33 runs a forward pass over its stage's layers: ring
+    """Bytes the busiest GPU sends per decoded token (sampled, so the logits count; a prefill token skips them), as
+    vLLM 0.33 runs a forward pass over its stage's layers: ring
     all-reduces over the tp GPUs after the mixers, dense FFNs and MoE blocks (with or without EP: the block's final
     reduce); with dp > 1 a MoE block also gathers every replica's tokens and reduce-scatters them back (the default
     allgather_reducescatter all2all backend, one hidden state per other replica each way). Between stages vLLM 0.33

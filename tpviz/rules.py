@@ -17,8 +17,15 @@ MAX_TP = 1024  # far beyond any deployment; keeps a typo from tracing a billion 
 VOCAB_PADDING = 64  # vLLM pads the vocabulary to a multiple of this before splitting it
 NANO_MAX_TP = 8  # nano-vllm's engine: Config asserts 1 <= tensor_parallel_size <= 8 (one node)
 # nano-vllm's ModelRunner builds Qwen3ForCausalLM whatever the checkpoint (engine/model_runner.py)
-NANO_ENGINE_ONLY = ("nano-vllm's engine builds Qwen3ForCausalLM only; this map applies its layer classes' rules to "
-                    "{model_type}")
+NANO_ENGINE_ONLY = ("nano-vllm's engine builds Qwen3ForCausalLM only, so for {model_type} this shows its layer "
+                    "classes' rules, not a model it can serve")
+
+
+def engine_notes(model_type: str, rules: str) -> list[str]:
+    """What the engine behind `rules` would not run about this model at all, as warnings (one line each)."""
+    if check_rules(rules) == "nano-vllm" and model_type != "qwen3":
+        return [NANO_ENGINE_ONLY.format(model_type=model_type or "this model")]
+    return []
 
 
 def check_rules(rules: str) -> str:

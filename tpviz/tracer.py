@@ -13,7 +13,7 @@ from tpviz.errors import QuantError, TPSizeError
 from tpviz.arch import ATTENTION_KINDS
 from tpviz.plan import DT, PROBE, ParamPlan, build_plan, mixer_groups, state_plans
 from tpviz.plan.quantized import DESC_ACT
-from tpviz.rules import NANO_ENGINE_ONLY, NANO_MAX_TP, check_rules, check_tp
+from tpviz.rules import NANO_MAX_TP, check_rules, check_tp, engine_notes
 from tpviz.shardmap import FAMILIES, LayerGroup, ParamMap, Piece, RankInfo, ShardMap, TensorMap, _numel
 from tpviz.spec import DTYPE_BYTES, ModelSpec
 
@@ -254,8 +254,7 @@ def trace(spec: ModelSpec, tp_size: int, rules: str = "vllm") -> ShardMap:
     error, warnings = layout_error(spec, tp_size, rules, plans)
     if error:
         raise error
-    if rules == "nano-vllm" and spec.model_type != "qwen3":  # the map is the layer classes', not the engine's
-        warnings = [NANO_ENGINE_ONLY.format(model_type=spec.model_type or "this model"), *warnings]
+    warnings = engine_notes(spec.model_type, rules) + warnings  # the map is the layer classes', not the engine's
     tensors, params = [], []
     for plan in plans:
         t, p = trace_plan(plan, tp_size)

@@ -43,7 +43,7 @@ def test_a_link_opens_a_deployment_with_its_grid_experts_gpus_and_collectives(se
     assert expected["gpus"][0]["experts"] == list(range(32))
     comm = table(at, "collective")
     assert set(comm["collective"]) == {"all-reduce over the tp GPUs", "send between stages + all-gather over the tp GPUs",
-                                       "gather over the tp GPUs"}  # the last stage's logits
+                                       "all-gather over the tp GPUs"}  # the last stage's logits
     assert at.query_params == {"model": QWEN_MOE, "tp": "4", "rules": "vllm", "pp": "2", "ep": "1"}
     data = json.loads(served["Qwen3-30B-A3B_tp4_pp2_ep_vllm.json"]())
     assert data["layout"]["label"] == "TP 4 × PP 2 × DP 1 + EP" and len(data["layout"]["gpus"]) == 8
@@ -95,7 +95,7 @@ def test_a_deployments_headline_and_fit_are_its_own_not_the_tp_maps():
     lay = layout_map(load_spec("deepseek-ai/DeepSeek-V3"), Layout(16, 2, 1, True))
     metrics = {m.label: m.value for m in at.metric}
     assert metrics["Weights on the fullest GPU"] == fmt_bytes(max(g["weight_bytes"] for g in lay["gpus"]))
-    assert metrics["Sent per token, busiest GPU"] == fmt_bytes(sum(lay["comm_bytes_per_token"].values()))
+    assert metrics["Sent per decoded token, busiest GPU"] == fmt_bytes(sum(lay["comm_bytes_per_token"].values()))
     row = Planner(load_spec("deepseek-ai/DeepSeek-V3"), "vllm").row(Layout(16, 2, 1, True), 80 * 2**30, 0.9, 8192)
     assert row.weights == max(g["weight_bytes"] for g in lay["gpus"]) and row.max_sequences == 192
     verdict = next(s.value for s in at.success if "concurrent sequences" in s.value)
@@ -115,5 +115,8 @@ def test_nano_vllm_rules_refuse_a_deployment_and_keep_the_tp_map():
     assert heading(at).endswith("· TP 4 × PP 2 × DP 1 + EP")
     at.radio(key="rules").set_value("nano-vllm").run()
     assert errors(at) == ["nano-vllm runs tensor parallelism alone: no pipeline stages, data-parallel replicas or "
-                          "expert parallelism (use vLLM rules for those) (showing the tensor-parallel map alone)"]
+                          "expert parallelism; vLLM rules have them (showing the tensor-parallel map alone)"]
+    assert [w.value for w in at.warning][:1] == [  # qwen3_moe: not the Qwen3ForCausalLM nano-vllm builds
+        "nano-vllm's engine builds Qwen3ForCausalLM only, so for qwen3\\_moe this shows its layer classes' rules, not "
+        "a model it can serve"]
     assert heading(at) == f"{QWEN_MOE} on 4 GPUs"

@@ -22,5 +22,6 @@ def test_a_hybrid_models_fit_says_vllm_pads_its_pages():
     from app_harness import run_app
     from tpviz.fit import HYBRID_PAGES
     notes = lambda at: [c.value for c in at.caption if c.value.startswith("Note: vLLM 0.33 sizes")]  # noqa: E731
-    assert notes(run_app({"model": "Qwen/Qwen3-Next-80B-A3B-Thinking", "tp": "4"})) == [f"Note: {HYBRID_PAGES}."]
+    note = HYBRID_PAGES.format(engine="vLLM 0.33")
+    assert notes(run_app({"model": "Qwen/Qwen3-Next-80B-A3B-Thinking", "tp": "4"})) == [f"Note: {note}."]
     assert notes(run_app({"model": "Qwen/Qwen3-8B", "tp": "4"})) == []
