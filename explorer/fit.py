@@ -1,7 +1,7 @@
 """The "does it fit" section: the user's GPU memory, utilization, context and concurrency against the map."""
 import streamlit as st
 
-from tpviz.fit import GPU_SIZES_GIB, GPU_UTILIZATION, fit, sizing_notes
+from tpviz.fit import GPU_SIZES_GIB, GPU_UTILIZATION, capped_context, fit, sizing_notes
 from tpviz.format import fmt_bytes
 from tpviz.shardmap import ShardMap
 
@@ -16,7 +16,7 @@ def fit_rows(m: ShardMap, sizes: tuple[int, ...] = GPU_SIZES_GIB, utilization: f
              context: int = 8192, layout=None) -> list[dict]:
     """The fit at common GPU sizes, as table rows: what vLLM may use, the room left for KV cache, how many tokens
     of full-attention KV cache that holds, and how many sequences of `context` tokens fit."""
-    rows = []
+    rows, context = [], capped_context(m.model, context)[0]
     for gib in sizes:
         f = fit(m, gib, utilization, context, layout=layout)
         rows.append({"GPU memory": f"{gib} GiB", f"vLLM may use (×{utilization:g})": fmt_bytes(f.usable),
@@ -44,6 +44,9 @@ def fit_section(m: ShardMap, layout=None) -> None:
     context = c3.number_input("Context per sequence (tokens)", 1, 10_000_000, 8192, step=1024, key="context")
     concurrency = c4.number_input("Concurrent sequences", 1, 100_000, 16, key="concurrency")
     f = fit(m, gib, util, int(context), int(concurrency), layout=layout)
+    context = f.context  # capped at the model's max_model_len
+    if f.note:
+        st.warning(f"{f.note}.")
     if f.room <= 0:
         st.warning(f"Does not fit: {fmt_bytes(f.weights)} of weights on the fullest GPU, and vLLM may use "
                  f"{fmt_bytes(f.usable)} of {gib:g} GiB at gpu_memory_utilization {util:g}.")

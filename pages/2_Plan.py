@@ -11,6 +11,7 @@ from explorer.sidebar import RULE_LABELS
 from explorer.state import query_from_controls
 from explorer.text import literal
 from tpviz import load_spec
+from tpviz.fit import capped_context
 from tpviz.format import fmt_bytes
 from tpviz.errors import TpvizError
 from tpviz.planner import plan, plan_notes, plan_rows
@@ -61,6 +62,8 @@ def main() -> None:
     except TpvizError as e:
         st.error(literal(str(e)))
         return
+    spec = load_spec(json.loads(cfg_json), name)
+    context = capped_context(spec, int(context))[0]  # the notes below say when it was capped
     accepted = [r for r in rows if r["valid"]]
     if not accepted:
         st.warning(f"No layout of {int(gpus)} GPUs is accepted for {literal(name)}; the reasons are below.")
@@ -91,7 +94,7 @@ def main() -> None:
                "hand-off (hidden state and residual, 1/tp from each GPU, all-gathered by the next stage); norms "
                f"spanning the tp cut (OLMo's q and k, a one-group Mamba2 norm); and the logits' {logits} (a decoded "
                "token is sampled; a prefill token is not).")
-    for note in plan_notes(load_spec(json.loads(cfg_json), name), rules, any(r["fits"] for r in rows)):
+    for note in plan_notes(spec, rules, any(r["fits"] for r in rows), int(st.session_state.plan_context)):
         st.caption(f"Note: {note}.")
 
 

@@ -47,3 +47,25 @@ def test_hybrid_models_say_vllm_pads_their_pages(capsys):
     assert json.loads(capsys.readouterr().out)["notes"] == [note]
     assert main(["plan", "Qwen/Qwen3-8B", "--gpus", "2", "--gpu-mem", "80"]) == 0
     assert "note:" not in capsys.readouterr().out
+
+
+def test_a_context_past_max_model_len_is_sized_at_it_and_said(capsys):
+    """vLLM 0.33 refuses a max_model_len past the one its config derives (the least length key, times a RoPE factor
+    the length does not count already): Llama-2's 4,096; Llama-3.1's 131,072 (llama3 RoPE: not multiplied);
+    a linear factor multiplies. A longer context is sized at that length, with a note, not counted as if served."""
+    from tpviz.cli import main
+    from tpviz.fit import capped_context
+    from tpviz.sources import load_spec, presets
+    llama2 = load_spec("meta-llama/Llama-2-7b-hf")
+    assert (llama2.max_model_len, load_spec("meta-llama/Llama-3.1-8B").max_model_len) == (4096, 131072)
+    linear = dict(presets()["meta-llama/Llama-2-7b-hf"], rope_scaling={"type": "linear", "factor": 4.0})
+    assert load_spec(linear).max_model_len == 16384
+    assert load_spec(dict(linear, max_position_embeddings=None)).max_model_len == 0  # no length: not claimed
+    assert capped_context(llama2, 4096) == (4096, None)
+    long = fit(shard_map("meta-llama/Llama-2-7b-hf", 2), 80, context=100_000)
+    assert long.context == 4096 and long.max_sequences == fit(shard_map("meta-llama/Llama-2-7b-hf", 2), 80,
+                                                              context=4096).max_sequences
+    assert long.note.startswith("context 100,000 is past this model's max_model_len 4,096")
+    assert main(["map", "meta-llama/Llama-2-7b-hf", "--tp", "2", "--gpu-mem", "80", "--context", "100000"]) == 0
+    out = capsys.readouterr().out
+    assert "concurrent sequences of 4,096 tokens" in out and f"note: {long.note}\n" in out

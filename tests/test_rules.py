@@ -122,6 +122,7 @@ def test_nano_vllm_engine_runs_at_most_8_gpus_and_qwen3_alone(capsys):
     out = capsys.readouterr().out
     assert "valid (warning below)" in out and "warning: nano-vllm's engine runs at most 8 GPUs" in out
     assert out.endswith(f"note (nano-vllm column): {only}\n")
-    assert main(["plan", "meta-llama/Llama-2-7b-hf", "--gpus", "2", "--gpu-mem", "80", "--rules", "nano-vllm"]) == 0
+    assert main(["plan", "meta-llama/Llama-2-7b-hf", "--gpus", "2", "--gpu-mem", "80", "--rules", "nano-vllm",
+                 "--context", "4096"]) == 0
     assert capsys.readouterr().out.endswith(f"note: {only}\n")
     assert main(["valid", "Qwen/Qwen3-8B"]) == 0 and "Qwen3ForCausalLM" not in capsys.readouterr().out

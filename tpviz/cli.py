@@ -63,8 +63,8 @@ def fit_line(m: ShardMap, args) -> str:
     tokens = f" = {f.kv_tokens:,} KV-cache tokens" if f.kv_tokens is not None else ""
     return "\n".join([
         f"fit: {fmt_bytes(f.room)} left for KV cache per GPU{tokens}; {f.max_sequences:,} concurrent sequences of "
-        f"{args.context:,} tokens ({'enough for' if f.fits else 'fewer than'} the {args.concurrency:,} asked for)",
-        *(f"note: {note}" for note in sizing_notes(m.model, m.rules))])
+        f"{f.context:,} tokens ({'enough for' if f.fits else 'fewer than'} the {args.concurrency:,} asked for)",
+        *(f"note: {note}" for note in [f.note] * bool(f.note) + sizing_notes(m.model, m.rules))])
 
 
 def expert_span(experts: list[int]) -> str:
@@ -191,13 +191,15 @@ def cmd_plan(args) -> int:
     from tpviz.sources import load_spec
     spec = load_spec(args.model)
     rows = plan(spec, args.gpus, args.gpu_mem, args.rules, args.util, args.context)
-    notes = plan_notes(spec, args.rules, any(r.fits for r in rows))
+    notes = plan_notes(spec, args.rules, any(r.fits for r in rows), args.context)
     if args.json:
         print(json.dumps({"schema": "tpviz.plan/1", "model": spec.name, "rules": args.rules, "engine": ENGINE[args.rules],
                           "gpus": args.gpus, "gpu_mem_gib": args.gpu_mem, "utilization": args.util,
                           "context": args.context, "notes": notes, "layouts": plan_rows(rows)}, indent=1))
         return 0
-    print(f"{spec.name} on {args.gpus} × {args.gpu_mem:g} GiB ({ENGINE[args.rules]} rules, context {args.context:,})")
+    from tpviz.fit import capped_context
+    context = capped_context(spec, args.context)[0]
+    print(f"{spec.name} on {args.gpus} × {args.gpu_mem:g} GiB ({ENGINE[args.rules]} rules, context {context:,})")
     print(f"{'layout':<28} {'weights/GPU':>12} {'KV tokens':>11} {'sequences':>10} {'comm/token':>11}  verdict")
     for r in rows:
         verdict = ("fits" if r.fits else "does not fit") + (" (warning below)" if r.warnings else "") \

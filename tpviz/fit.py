@@ -22,8 +22,9 @@ class Fit:
     kv_tokens: int | None  # tokens of KV cache the room holds (None when windows or state make it per sequence)
     per_sequence: int  # KV cache + state one sequence of `context` tokens holds on the fullest GPU
     max_sequences: int  # concurrent sequences of `context` tokens that fit
-    context: int
+    context: int  # the context sized: the one asked for, capped at the model's max_model_len
     concurrency: int
+    note: str | None = None  # why the context was capped
 
     @property
     def fits(self) -> bool:
@@ -43,6 +44,15 @@ def sizing_notes(spec, rules: str = "vllm") -> list[str]:
     kinds = {layer.mixer.kind for layer in spec.layers}
     hybrid = kinds & set(STATEFUL) and kinds & {*ATTENTION_KINDS, "mla"}
     return [HYBRID_PAGES.format(engine=ENGINE[rules])] if hybrid and rules != "nano-vllm" else []
+
+
+def capped_context(spec, context: int) -> tuple[int, str | None]:
+    """The context vLLM can serve, capped at the model's max_model_len, and one line saying so when it was."""
+    longest = spec.max_model_len
+    if longest and context > longest:
+        return longest, (f"context {context:,} is past this model's max_model_len {longest:,} (from its config), "
+                         f"the longest vLLM serves it (nano-vllm caps there too): sized for {longest:,} tokens")
+    return context, None
 
 
 class FitInputError(TpvizError):
@@ -82,6 +92,7 @@ def fit(m: ShardMap, gpu_gib: float, utilization: float = GPU_UTILIZATION, conte
     pp / dp / ep `layout` (parallel.Layout), as the planner sizes it: the fullest stage's GPU, and sequences
     across the dp replicas."""
     check_fit_inputs(gpu_gib, utilization, context, concurrency)
+    context, note = capped_context(m.model, context)
     usable = gpu_gib * 2**30 * utilization
     uniform = not any(r.kv_cache_windowed or r.state_bytes_per_sequence for r in m.ranks)
     if layout is not None and (layout.pp > 1 or layout.dp > 1 or layout.ep):
@@ -90,10 +101,10 @@ def fit(m: ShardMap, gpu_gib: float, utilization: float = GPU_UTILIZATION, conte
         if r.problem:
             raise LayoutError(r.problem)
         return Fit(gpu_gib * 2**30, usable, r.weights, r.room, r.kv_tokens if r.room > 0 and uniform else None,
-                   r.per_sequence, r.max_sequences, context, concurrency)
+                   r.per_sequence, r.max_sequences, context, concurrency, note)
     weights = max(r.weight_bytes for r in m.ranks)
     room = usable - weights
     kv = max(r.kv_cache_bytes_per_token for r in m.ranks)
     per_seq = max(r.cache_bytes(context) for r in m.ranks)
     return Fit(gpu_gib * 2**30, usable, weights, room, int(room // kv) if room > 0 and kv and uniform else None,
-               per_seq, int(room // per_seq) if room > 0 and per_seq else 0, context, concurrency)
+               per_seq, int(room // per_seq) if room > 0 and per_seq else 0, context, concurrency, note)

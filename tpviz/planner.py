@@ -7,7 +7,7 @@ stage's layers; the embedding sits on the first stage, the final norm and lm_hea
 """
 from dataclasses import dataclass, field
 
-from tpviz.fit import check_fit_inputs
+from tpviz.fit import capped_context, check_fit_inputs
 from tpviz.parallel import EP_DENSE, Layout, LayoutError, engine_problem, expert_placement, stage_layers
 from tpviz.plan import build_plan
 from tpviz.shardmap import _numel
@@ -159,6 +159,7 @@ def plan(spec: ModelSpec, gpus: int, gpu_gib: float, rules: str = "vllm", utiliz
     if gpus < 1 or gpus > 1024:
         raise LayoutError(f"gpus={gpus} must be between 1 and 1024")
     check_fit_inputs(gpu_gib, utilization, context)
+    context = capped_context(spec, context)[0]  # plan_notes says so
     planner = Planner(spec, rules)
     rows = [planner.row(layout, gpu_gib * 2**30, utilization, context) for layout in layouts(gpus, ep and spec.is_moe)]
     # accepted first; among them what fits, then the most sequences the whole deployment holds, then less traffic
@@ -166,12 +167,14 @@ def plan(spec: ModelSpec, gpus: int, gpu_gib: float, rules: str = "vllm", utiliz
                                        r.comm_per_token))
 
 
-def plan_notes(spec: ModelSpec, rules: str, any_fits: bool) -> list[str]:
-    """What the plan's figures leave out: what the engine never runs of this model, and (when a layout fits)
-    how its sequence counts run high."""
+def plan_notes(spec: ModelSpec, rules: str, any_fits: bool, context: int = 0) -> list[str]:
+    """What the plan's figures leave out: what the engine never runs of this model, a context capped at its
+    max_model_len, and (when a layout fits) how its sequence counts run high."""
     from tpviz.fit import sizing_notes
     from tpviz.rules import engine_notes
-    return engine_notes(spec.model_type, rules) + (sizing_notes(spec, rules) if any_fits else [])
+    capped = capped_context(spec, context)[1]
+    return engine_notes(spec.model_type, rules) + ([capped] if capped else []) + (
+        sizing_notes(spec, rules) if any_fits else [])
 
 
 def plan_rows(rows: list[PlanRow]) -> list[dict]:

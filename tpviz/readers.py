@@ -251,3 +251,29 @@ def family_defaults(cfg: dict, model_type: str) -> dict:
         tops = [read_int({"moe_topk": v}, "moe_topk") for v in cfg["moe_topk"]]
         cfg["moe_topk_per_layer"], cfg["moe_topk"] = tops, max(tops, default=0)
     return cfg
+
+
+# vLLM 0.33 (transformers_utils/model_arch_config_convertor.py): the least of these is the model's length
+MAX_LEN_KEYS = ("max_position_embeddings", "n_positions", "max_seq_len", "seq_length", "model_max_length",
+                "max_target_positions", "max_sequence_length", "max_seq_length", "seq_len")
+SCALED_ALREADY = ("su", "longrope", "llama3", "yarn", "deepseek_yarn", "deepseek_llama_scaling")  # factor not applied
+
+
+def max_model_len(cfg: dict, model_type: str) -> int:
+    """vLLM 0.33's derived max_model_len (config/model.py _get_and_verify_max_len): the least length key
+    (model_max_length wins when set), times a RoPE factor the length does not already count; 0 when the config
+    names no length (vLLM then assumes 2048, or the config class's default applies)."""
+    def positive(v):
+        return isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0
+    lengths = [cfg[k] for k in MAX_LEN_KEYS if positive(cfg.get(k))]
+    if not lengths:
+        return 0
+    length = cfg["model_max_length"] if positive(cfg.get("model_max_length")) else min(lengths)
+    rope = cfg.get("rope_scaling") or cfg.get("rope_parameters")
+    ropes = ([rope] if "rope_type" in rope or "type" in rope else [r for r in rope.values() if isinstance(r, dict)]) \
+        if isinstance(rope, dict) else []
+    factor = 1.0
+    for r in ropes if "gemma3" not in model_type else []:  # Gemma-3's length already counts its scaling
+        if r.get("rope_type", r.get("type")) not in SCALED_ALREADY and positive(r.get("factor")):
+            factor = r["factor"]
+    return int(length * factor)

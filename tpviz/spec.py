@@ -5,7 +5,7 @@ from tpviz.arch import ATTENTION_KINDS, Ffn, LayerSpec, Mixer
 from tpviz.errors import ConfigError, MissingFieldError
 from tpviz.fields import MAX_DIM, full_rope, json_type, pick, read_bool, read_float, read_int
 from tpviz.quant.config import Quant, read_quant
-from tpviz.readers import derive, family_defaults, hybrid_hint
+from tpviz.readers import derive, family_defaults, hybrid_hint, max_model_len
 
 # plausibility limits on the large dims, far above any real model (vocab 262k, hidden 18k, 512 experts, 126 layers):
 # larger values mean a broken config, and they keep the cost of a map bounded (any config that passes maps in ~1 s)
@@ -68,6 +68,7 @@ class ModelSpec:
     quant: Quant | None = None  # how its linear and expert weights are stored
     conv_bias: bool = False  # Mamba2 conv1d / LFM2 conv biases
     max_positions: int = 0  # learned position embeddings (GPT-2, GPTBigCode)
+    max_model_len: int = 0  # the longest context vLLM accepts (readers.max_model_len); 0: the config names none
     state_dtype: str = ""  # recurrent (SSM) state dtype when it differs from the model's (Nemotron-H: float32)
     variant: str = ""  # a decoder variant that changes checkpoint names (Falcon)
     gated_mlp: bool = True  # SwiGLU gate/up; False: one up projection (GPT-2 c_fc, NeoX dense_h_to_4h)
@@ -225,6 +226,7 @@ def normalize(cfg: dict, name: str = "model") -> ModelSpec:
         conv_bias=read_bool(cfg, "conv_bias", False) or read_bool(cfg, "use_conv_bias", False),
         max_positions=read_int(cfg, "n_positions", "max_position_embeddings", default=0, minimum=0, maximum=1 << 22)
         if model_type in ("gpt2", "gpt_bigcode") else 0,
+        max_model_len=max_model_len(cfg, model_type),
         # the SSM state dtype vLLM takes from the config (Qwen3.5's mamba_ssm_dtype; Nemotron-H's default float32)
         state_dtype=str(cfg.get("mamba_ssm_cache_dtype") or cfg.get("mamba_ssm_dtype")
                         or ("float32" if model_type == "nemotron_h" else "")),
