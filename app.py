@@ -162,7 +162,8 @@ def render_page(page: Page, rows: list[ValidRow], lay: dict | None = None) -> No
                         "Multiply by the batch's tokens for a step (the logits' row by the tokens sampled, one per "
                         "sequence).")
         else:
-            box.caption("tp=1: one GPU holds everything, so nothing is communicated.")
+            box.caption("tp=1: the tensor-parallel map communicates nothing" + (
+                "; the deployment's pipeline hand-offs and MoE traffic are in its table above." if lay else "."))
     sizes = ", ".join(map(str, S.valid_sizes(rows, m.rules)))
     if (box := st.expander(f"Valid tp sizes ({RULE_LABELS[m.rules]}: {sizes}) and why the others fail",
                            key="open_valid", on_change="rerun")).open:

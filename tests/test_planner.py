@@ -186,3 +186,9 @@ def test_map_cli_draws_a_layout_only_ep_makes_work(capsys):
     assert "Triton MoE kernel" not in capsys.readouterr().out
     assert main(["map", "Qwen/Qwen3-235B-A22B-FP8", "--tp", "8"]) == 0  # without EP the experts are cut: it is
     assert "Triton MoE kernel" in capsys.readouterr().out
+
+
+def test_a_refused_tp_with_a_layout_still_lists_the_valid_sizes(capsys):
+    assert main(["map", "Qwen/Qwen3-8B", "--tp", "3", "--pp", "2"]) == 2
+    assert capsys.readouterr().err == ("error: num_attention_heads=32 is not divisible by tp_size=3. Valid tp sizes "
+                                       "under vLLM 0.33 rules: 1, 2, 4, 8, 16, 32.\n")

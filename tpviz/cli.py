@@ -99,16 +99,17 @@ def cmd_map(args) -> int:
         if value is not None and not value.strip():
             raise TpvizError(f"{flag} needs a path, got an empty one")
     names, where = tensor_names_for(args.model)
-    lay = deployment(args) if args.pp != 1 or args.dp != 1 or args.ep else None  # one line if it cannot exist
+    try:
+        lay = deployment(args) if args.pp != 1 or args.dp != 1 or args.ep else None  # one line if it cannot exist
+    except TPSizeError as e:
+        raise with_valid_sizes(e, args) from None
     try:
         m = shard_map(args.model, args.tp, args.rules, tensor_names=names, checkpoint_source=where, dtype=args.dtype,
                       kv_cache_dtype=args.kv_cache_dtype, tensor_bytes=hub_sizes(args.model) if names else None)
     except TPSizeError as e:
         if lay is not None and args.ep:  # only the experts' TP split is refused, and EP keeps them whole
             return ep_only(args, lay, e)
-        _, rows = valid_table(args.model, 64)  # say what would work: the tp sizes this model splits by
-        sizes = ", ".join(str(r.tp) for r in rows if r.valid(args.rules)) or "none"
-        raise TpvizError(f"{str(e).rstrip('.')}. Valid tp sizes under {ENGINE[args.rules]} rules: {sizes}.") from None
+        raise with_valid_sizes(e, args) from None
     m.layout = lay
     fit = fit_line(m, args) if args.gpu_mem is not None else None  # checked before anything is printed
     print(summary(m))
@@ -131,6 +132,13 @@ def cmd_map(args) -> int:
         for path in write_pngs(m, args.png):
             print(f"wrote {path}")
     return 0
+
+
+def with_valid_sizes(e: TPSizeError, args) -> TpvizError:
+    """The refusal with what would work: the tp sizes this model splits by under the chosen rules."""
+    _, rows = valid_table(args.model, 64)
+    sizes = ", ".join(str(r.tp) for r in rows if r.valid(args.rules)) or "none"
+    return TpvizError(f"{str(e).rstrip('.')}. Valid tp sizes under {ENGINE[args.rules]} rules: {sizes}.")
 
 
 def deployment(args) -> dict:
@@ -207,8 +215,11 @@ def cmd_plan(args) -> int:
         numbers = (f"{fmt_bytes(r.weights):>12} {r.kv_tokens:>11,} {r.max_sequences:>10,} {fmt_bytes(r.comm_per_token):>11}"
                    if r.problem is None else f"{'':>12} {'':>11} {'':>10} {'':>11}")
         print(f"{r.layout.label:<28} {numbers}  {verdict}")
-    for w in sorted({w for r in rows if r.problem is None for w in r.warnings})[:5]:
+    warnings = sorted({w for r in rows if r.problem is None for w in r.warnings})
+    for w in warnings[:5]:
         print(f"warning: {w}")
+    if len(warnings) > 5:
+        print(f"... {len(warnings) - 5} more warnings: plan --json gives each layout's")
     for note in notes:
         print(f"note: {note}")
     return 0
