@@ -263,8 +263,8 @@ def max_model_len(cfg: dict, model_type: str) -> int:
     """vLLM 0.33's derived max_model_len (config/model.py _get_and_verify_max_len): the least length key
     (model_max_length wins when set), times a RoPE factor the length does not already count; 0 when the config
     names no length (vLLM then assumes 2048, or the config class's default applies)."""
-    def positive(v):
-        return isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0
+    def positive(v):  # a JSON number that can be a length or a factor (not NaN, not Infinity)
+        return isinstance(v, (int, float)) and not isinstance(v, bool) and 0 < v < 1e15
     lengths = [cfg[k] for k in MAX_LEN_KEYS if positive(cfg.get(k))]
     if not lengths:
         return 0
