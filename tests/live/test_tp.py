@@ -3,7 +3,9 @@ import threading
 
 import pytest
 
+from tpviz import shard_map
 from tpviz.live import verify
+from tpviz.summary import collectives
 
 from .conftest import FAMILIES
 
@@ -28,7 +30,14 @@ def test_tp_matches_tp1_fp32(tiny, family, tp):
     cfg = hf_model.config
     head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
     kv_local = max(1, cfg.num_key_value_heads // tp)  # replicated: one KV head per rank
+    # the explorer's collectives table counts the all-reduces the ranks issued, and their size per token
+    m = shard_map(str(folder), tp)
+    table = [c for c in collectives(m) if c.op == "all-reduce"]
+    values = sum(c.count * c.bytes_per_token // m.model_dtype_bytes for c in table)  # per token
     for r in result.ranks:
+        reduced = r.collectives["all_reduce"]
+        assert sum(c.count for c in table) == reduced["count"]
+        assert values * 2 * 12 * 4 == reduced["bytes"]  # [2, 12] tokens, run in float32
         qkv = r.param_shapes["model.layers.0.self_attn.qkv_proj.weight"]
         assert qkv == [(cfg.num_attention_heads // tp + 2 * kv_local) * head_dim, cfg.hidden_size]
         # embedding all-reduce, then o_proj and down_proj per layer; one lm_head gather
