@@ -64,6 +64,9 @@ def test_sliding_window_cache_is_capped_and_the_context_changes_the_fit():
     at = run_app({"model": "openai/gpt-oss-20b", "tp": "2"})
     assert errors(at) == []
     assert any("12 sliding-window layers cache at most 128 tokens" in i.value for i in at.info)
+    # the headline counts every layer's cache of a token: 24 layers x 8 KV heads / 2 GPUs x 64 x 2 (k, v) x 2 bytes
+    kv = next(x for x in at.metric if x.label == "KV cache per token per GPU")
+    assert (kv.value, kv.delta) == ("24.00 KiB", "12.00 KiB of it up to a window")
     at.session_state["open_fit"] = True
     at.number_input(key="context").set_value(100_000).run()
     assert errors(at) == [] and any("sequences of 100,000 tokens" in c for df in at.dataframe for c in df.value.columns)
