@@ -108,8 +108,9 @@ def render_page(page: Page, rows: list[ValidRow], lay: dict | None = None) -> No
     if lay:  # the deployment's fullest GPU and busiest sender (tpviz.layout), not the tensor-parallel map's
         off = dict(delta=lay["label"], delta_color="off", delta_arrow="off")
         c1.metric("Weights on the fullest GPU", fmt_bytes(max(g["weight_bytes"] for g in lay["gpus"])), **off)
-        c2.metric("KV cache per token, fullest GPU", fmt_bytes(max(g["kv_cache_bytes_per_token"] for g in lay["gpus"])),
-                  **off)
+        full = max(lay["gpus"], key=lambda g: g["kv_cache_bytes_per_token"] + g["kv_windowed_bytes_per_token"])
+        c2.metric("KV cache per token, fullest GPU", fmt_bytes(full["kv_cache_bytes_per_token"]
+                                                              + full["kv_windowed_bytes_per_token"]), **off)
         c3.metric("Sent per decoded token, busiest GPU", fmt_bytes(sum(lay["comm_bytes_per_token"].values())), **off)
     else:
         c1.metric("Weights per GPU", fmt_bytes(worst["weights"]), **versus(worst["weights"], worst["naive"]))

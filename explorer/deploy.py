@@ -31,7 +31,9 @@ def deployment_section(lay: dict, plot_config: dict) -> None:
     st.dataframe([{"GPU": g["rank"], "stage": g["pp"], "replica": g["dp"], "tp rank": g["tp"],
                    "layers": f"{g['layers'][0]}–{g['layers'][1] - 1}" if g["layers"][1] > g["layers"][0] else "none",
                    **({"experts": layer_span(g["experts"], 6) or "none"} if g["experts"] is not None else {}),
-                   "weights": fmt_bytes(g["weight_bytes"]), "KV cache / token": fmt_bytes(g["kv_cache_bytes_per_token"])}
+                   "weights": fmt_bytes(g["weight_bytes"]), "KV cache / token": fmt_bytes(g["kv_cache_bytes_per_token"]) + (
+                       f" + {fmt_bytes(g['kv_windowed_bytes_per_token'])} up to a window"
+                       if g["kv_windowed_bytes_per_token"] else "")}
                   for g in lay["gpus"]], hide_index=True, width="stretch")
     rows = [{"collective": COMM[k][0], "when": COMM[k][1], "bytes sent per decoded token": fmt_bytes(v)}
             for k, v in lay["comm_bytes_per_token"].items() if v]

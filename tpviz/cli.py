@@ -84,7 +84,9 @@ def layout_lines(lay: dict) -> str:
         experts = "" if g["experts"] is None else f", experts {expert_span(g['experts'])}"
         lines.append(f"GPU {g['rank']:>3} (stage {g['pp']}, replica {g['dp']}, tp rank {g['tp']}): layers "
                      f"{g['layers'][0]}–{g['layers'][1] - 1}{experts}, weights {fmt_bytes(g['weight_bytes'])}, "
-                     f"KV cache {fmt_bytes(g['kv_cache_bytes_per_token'])}/token")
+                     f"KV cache {fmt_bytes(g['kv_cache_bytes_per_token'])}/token" + (
+                         f" + {fmt_bytes(g['kv_windowed_bytes_per_token'])}/token up to a window"
+                         if g["kv_windowed_bytes_per_token"] else ""))
     if len(lay["gpus"]) > 64:
         lines.append(f"... {len(lay['gpus']) - 64} more GPUs in the JSON")
     parts = [f"{COMM_LABELS[k]} {fmt_bytes(v)}" for k, v in lay["comm_bytes_per_token"].items() if v]

@@ -60,7 +60,9 @@ def layout_map(spec: ModelSpec, layout: Layout, rules: str = "vllm", placement: 
                     "layers": [layers[0], layers[-1] + 1] if layers else [0, 0], "experts": mine,
                     "weight_bytes": _gpu_bytes(p, layout, set(layers), stage == 0, stage == len(stages) - 1, tp_i,
                                                ep_rank, mine),
-                    "kv_cache_bytes_per_token": sum(kv.get(i, (0, 0))[0] for i in layers if not kv.get(i, (0, 0))[1])})
+                    "kv_cache_bytes_per_token": sum(kv.get(i, (0, 0))[0] for i in layers if not kv.get(i, (0, 0))[1]),
+                    # windowed layers cache each token only up to their window
+                    "kv_windowed_bytes_per_token": sum(kv[i][0] for i in layers if i in kv and kv[i][1])})
     comm = comm_per_token(spec, layout, rules)
     return {"tp": layout.tp, "pp": layout.pp, "dp": layout.dp, "ep": layout.ep, "label": layout.label,
             "placement": placement if layout.ep else None, "stages": [[s[0], s[-1] + 1] if s else [0, 0] for s in stages],
