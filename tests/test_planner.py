@@ -192,3 +192,11 @@ def test_a_refused_tp_with_a_layout_still_lists_the_valid_sizes(capsys):
     assert main(["map", "Qwen/Qwen3-8B", "--tp", "3", "--pp", "2"]) == 2
     assert capsys.readouterr().err == ("error: num_attention_heads=32 is not divisible by tp_size=3. Valid tp sizes "
                                        "under vLLM 0.33 rules: 1, 2, 4, 8, 16, 32.\n")
+
+
+def test_a_deployment_counts_windowed_layers_cache_apart():
+    """Gemma-2-9B at TP 2 x PP 2: stage 0 holds layers 0-20, 11 sliding (even) and 10 full; each caches 4 KV heads
+    of 256 per GPU per token (4 KiB in bf16)."""
+    from tpviz.layout import layout_map
+    gpu = layout_map(load_spec("google/gemma-2-9b-it"), Layout(2, 2))["gpus"][0]
+    assert (gpu["kv_cache_bytes_per_token"], gpu["kv_windowed_bytes_per_token"]) == (10 * 4096, 11 * 4096)
