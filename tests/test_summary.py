@@ -145,3 +145,10 @@ def test_short_name():
     assert S.short_name("model.layers.*.self_attn.q_proj.weight") == "self_attn.q_proj.weight"
     assert S.short_name("model.embed_tokens.weight") == "embed_tokens.weight"
     assert S.short_name("lm_head.weight") == "lm_head.weight"
+
+
+def test_memory_rows_give_windowed_layers_cache_apart():
+    """gpt-oss-20b at tp 2: 12 sliding and 12 full layers, 4 of its 8 KV heads of 64 per GPU: 1 KiB per layer."""
+    row = S.memory_rows(shard_map("openai/gpt-oss-20b", 2))[0]
+    assert (row["kv_per_token"], row["kv_windowed_per_token"]) == (12 * 1024, 12 * 1024)
+    assert "kv_windowed_per_token" not in S.memory_rows(shard_map(LLAMA8, 2))[0]

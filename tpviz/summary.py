@@ -36,7 +36,8 @@ def naive_bytes_per_rank(m: ShardMap) -> float:
 
 
 def memory_rows(m: ShardMap) -> list[dict]:
-    """Per rank: weight bytes by family, total, naive total/tp, the difference, KV-cache bytes per token."""
+    """Per rank: weight bytes by family, total, naive total/tp, the difference, KV-cache bytes per token (full
+    layers; and windowed layers' apart, when there are some)."""
     naive = naive_bytes_per_rank(m)
     kv_total = kv_cache_total_per_token(m)
     rows = []
@@ -45,6 +46,8 @@ def memory_rows(m: ShardMap) -> list[dict]:
         row.update({f: r.weight_bytes_by_family.get(f, 0) for f in families_present(m)})
         row.update(weights=r.weight_bytes, naive=naive, overhead=r.weight_bytes - naive,
                    kv_per_token=r.kv_cache_bytes_per_token, kv_naive_per_token=kv_total / m.tp_size)
+        if any(x.kv_cache_windowed for x in m.ranks):  # windowed layers cache a token too, up to their window
+            row["kv_windowed_per_token"] = sum(w["bytes_per_token"] for w in r.kv_cache_windowed)
         rows.append(row)
     return rows
 
