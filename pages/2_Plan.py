@@ -63,14 +63,14 @@ def main() -> None:
         st.error(literal(str(e)))
         return
     spec = load_spec(json.loads(cfg_json), name)
-    context = capped_context(spec, int(context))[0]  # the notes below say when it was capped
+    sized = capped_context(spec, int(context))[0]  # the notes below say when it was capped
     accepted = [r for r in rows if r["valid"]]
     if not accepted:
         st.warning(f"No layout of {int(gpus)} GPUs is accepted for {literal(name)}; the reasons are below.")
     table = [{"layout": r["layout"], "verdict": ("fits" if r["fits"] else "does not fit") if r["valid"] else "rejected",
               "weights / GPU": fmt_bytes(r["weights_per_gpu"]) if r["valid"] else "",
               "KV tokens": f"{r['kv_tokens']:,}" if r["valid"] else "",
-              f"sequences of {int(context):,}": f"{r['max_sequences']:,}" if r["valid"] else "",
+              f"sequences of {sized:,}": f"{r['max_sequences']:,}" if r["valid"] else "",
               "comm / token": fmt_bytes(r["comm_per_token"]) if r["valid"] else "",
               "why": r["problem"] or "; ".join(r["warnings"])} for r in rows]
     event = st.dataframe(table, hide_index=True, width="stretch", key="plan_table", on_select="rerun",
@@ -94,7 +94,7 @@ def main() -> None:
                "hand-off (hidden state and residual, 1/tp from each GPU, all-gathered by the next stage); norms "
                f"spanning the tp cut (OLMo's q and k, a one-group Mamba2 norm); and the logits' {logits} (a decoded "
                "token is sampled; a prefill token is not).")
-    for note in plan_notes(spec, rules, any(r["fits"] for r in rows), int(st.session_state.plan_context)):
+    for note in plan_notes(spec, rules, any(r["fits"] for r in rows), int(context)):
         st.caption(f"Note: {note}.")
 
 

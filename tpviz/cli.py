@@ -64,7 +64,7 @@ def fit_line(m: ShardMap, args) -> str:
     return "\n".join([
         f"fit: {fmt_bytes(f.room)} left for KV cache per GPU{tokens}; {f.max_sequences:,} concurrent sequences of "
         f"{f.context:,} tokens ({'enough for' if f.fits else 'fewer than'} the {args.concurrency:,} asked for)",
-        *(f"note: {note}" for note in [f.note] * bool(f.note) + sizing_notes(m.model, m.rules))])
+        *(f"note: {note}" for note in ([f.note] if f.note else []) + sizing_notes(m.model, m.rules))])
 
 
 def expert_span(experts: list[int]) -> str:
@@ -165,13 +165,23 @@ def ep_only(args, lay: dict, refused: TPSizeError) -> int:
     return 0
 
 
+def print_warnings(warnings: set[str], where: str, most: int = 5) -> None:
+    """The distinct warnings of a table's rows, the first `most` of them, and where the rest are."""
+    ranked = sorted(warnings)
+    for w in ranked[:most]:
+        print(f"warning: {w}")
+    if len(ranked) > most:
+        print(f"... {len(ranked) - most} more warnings: {where}")
+
+
 def cmd_valid(args) -> int:
     if not 1 <= args.max_tp <= 1024:
         raise TpvizError(f"--max-tp={args.max_tp} must be between 1 and 1024")
-    name, rows = valid_table(args.model, args.max_tp)
     from tpviz.rules import engine_notes
     from tpviz.sources import load_spec
-    notes = {r: engine_notes(load_spec(args.model).model_type, r) for r in RULES}  # what an engine never runs
+    spec = load_spec(args.model)  # read once: valid_table takes the spec
+    name, rows = valid_table(spec, args.max_tp)
+    notes = {r: engine_notes(spec.model_type, r) for r in RULES}  # what an engine never runs
     if args.json:
         print(json.dumps({"schema": "tpviz.valid/1", "model": name, "rules": {r: ENGINE[r] for r in RULES},
                           "notes": {r: n for r, n in notes.items() if n},
@@ -186,9 +196,7 @@ def cmd_valid(args) -> int:
     print(f"{'tp':>4}  " + "  ".join(f"{ENGINE[r]:<{w}}" for r, w in zip(RULES, widths)).rstrip())
     for row, cell in zip(rows, cells):
         print(f"{row.tp:>4}  " + "  ".join(f"{c:<{w}}" for c, w in zip(cell, widths)).rstrip())
-    warnings = sorted({w for row in rows for ws in row.warnings.values() for w in ws})
-    for w in warnings[:5]:
-        print(f"warning: {w}")
+    print_warnings({w for row in rows for ws in row.warnings.values() for w in ws}, "valid --json gives each tp's")
     for r, lines in notes.items():
         for line in lines:
             print(f"note ({ENGINE[r]} column): {line}")
@@ -217,11 +225,7 @@ def cmd_plan(args) -> int:
         numbers = (f"{fmt_bytes(r.weights):>12} {r.kv_tokens:>11,} {r.max_sequences:>10,} {fmt_bytes(r.comm_per_token):>11}"
                    if r.problem is None else f"{'':>12} {'':>11} {'':>10} {'':>11}")
         print(f"{r.layout.label:<28} {numbers}  {verdict}")
-    warnings = sorted({w for r in rows if r.problem is None for w in r.warnings})
-    for w in warnings[:5]:
-        print(f"warning: {w}")
-    if len(warnings) > 5:
-        print(f"... {len(warnings) - 5} more warnings: plan --json gives each layout's")
+    print_warnings({w for r in rows if r.problem is None for w in r.warnings}, "plan --json gives each layout's")
     for note in notes:
         print(f"note: {note}")
     return 0

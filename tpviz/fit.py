@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 from tpviz.arch import ATTENTION_KINDS, STATEFUL
 from tpviz.errors import TpvizError
+from tpviz.rules import ENGINE
 from tpviz.shardmap import ShardMap
 
 GPU_SIZES_GIB = (24, 40, 48, 80, 141, 192)  # common accelerator memory sizes (nominal)
@@ -40,7 +41,6 @@ HYBRID_PAGES = ("{engine} sizes a hybrid model's cache pages to its recurrent st
 
 def sizing_notes(spec, rules: str = "vllm") -> list[str]:
     """What the sequence counts leave out for this model under `rules` (one line each): hybrid models' pages."""
-    from tpviz.rules import ENGINE
     kinds = {layer.mixer.kind for layer in spec.layers}
     hybrid = kinds & set(STATEFUL) and kinds & {*ATTENTION_KINDS, "mla"}
     return [HYBRID_PAGES.format(engine=ENGINE[rules])] if hybrid and rules != "nano-vllm" else []

@@ -7,13 +7,13 @@ stage's layers; the embedding sits on the first stage, the final norm and lm_hea
 """
 from dataclasses import dataclass, field
 
-from tpviz.fit import capped_context, check_fit_inputs
+from tpviz.fit import capped_context, check_fit_inputs, sizing_notes
 from tpviz.parallel import EP_DENSE, Layout, LayoutError, engine_problem, expert_placement, stage_layers
 from tpviz.plan import build_plan
 from tpviz.shardmap import _numel
-from tpviz.rules import padded_vocab
+from tpviz.rules import engine_notes, padded_vocab
 from tpviz.spec import ModelSpec
-from tpviz.summary import norm_collectives
+from tpviz.summary import logits_collective, norm_collectives
 from tpviz.tracer import check_layout, single_thread, trace_plan
 
 FIRST_STAGE = ("embed",)  # families held by the first pipeline stage; lm_head and the final norm by the last
@@ -170,8 +170,6 @@ def plan(spec: ModelSpec, gpus: int, gpu_gib: float, rules: str = "vllm", utiliz
 def plan_notes(spec: ModelSpec, rules: str, any_fits: bool, context: int = 0) -> list[str]:
     """What the plan's figures leave out: what the engine never runs of this model, a context capped at its
     max_model_len, and (when a layout fits) how its sequence counts run high."""
-    from tpviz.fit import sizing_notes
-    from tpviz.rules import engine_notes
     capped = capped_context(spec, context)[1]
     return engine_notes(spec.model_type, rules) + ([capped] if capped else []) + (
         sizing_notes(spec, rules) if any_fits else [])
@@ -207,7 +205,7 @@ def comm_per_token(spec: ModelSpec, layout: Layout, rules: str = "vllm") -> dict
     ring = lambda n: 2 * (n - 1) / n if n > 1 else 0.0  # noqa: E731 - the ring all-reduce's share per GPU
     moe_layers, tp, pp = set(spec.moe_layers), layout.tp, layout.pp
     logits = padded_vocab(spec.vocab_size, rules) * spec.dtype_bytes
-    logits_sent = 0.0 if tp == 1 else logits / tp if rules == "nano-vllm" else logits * (tp - 1) / tp
+    logits_sent = logits_collective(logits, tp, rules).sent_per_rank if tp > 1 else 0.0
     busiest = {}
     for stage, layers in enumerate(stage_layers(spec.num_hidden_layers, pp)):
         mine = [spec.layers[i] for i in layers]

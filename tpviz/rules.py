@@ -21,6 +21,14 @@ NANO_ENGINE_ONLY = ("nano-vllm's engine builds Qwen3ForCausalLM only, so for {mo
                     "classes' rules, not a model it can serve")
 
 
+def engine_tp_warnings(tp_size, rules: str) -> list[str]:
+    """What the engine behind `rules` would not start at this tp, though its layer classes split it."""
+    if check_rules(rules) == "nano-vllm" and isinstance(tp_size, int) and tp_size > NANO_MAX_TP:
+        return [f"nano-vllm's engine runs at most {NANO_MAX_TP} GPUs (its Config asserts tensor_parallel_size "
+                f"<= {NANO_MAX_TP}); its layer classes split like this at any tp"]
+    return []
+
+
 def engine_notes(model_type: str, rules: str) -> list[str]:
     """What the engine behind `rules` would not run about this model at all, as warnings (one line each)."""
     if check_rules(rules) == "nano-vllm" and model_type != "qwen3":

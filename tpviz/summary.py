@@ -125,12 +125,18 @@ def collectives(m: ShardMap) -> list[Collective]:
         Collective("all-reduce", "after down_proj (MLP / MoE output, row-parallel)", mlp, hidden, ring * hidden),
         *norm_collectives(m.model, tp),
         Collective("all-reduce", "after embed_tokens (each GPU looks up only its vocab rows)", 1, hidden, ring * hidden),
-        Collective("gather", "lm_head logits to GPU 0 (each GPU has its vocab block; per sampled token)", 1, logits,
-                   logits / tp)
-        if m.rules == "nano-vllm" else  # vLLM's LogitsProcessor all-gathers (Platform.use_all_gather, CUDA)
-        Collective("all-gather", "lm_head logits to every GPU (each GPU has its vocab block; per sampled token)", 1,
-                   logits, logits * (tp - 1) / tp),
+        logits_collective(logits, tp, m.rules),
     ]
+
+
+def logits_collective(logits: int, tp: int, rules: str) -> Collective:
+    """The lm_head's logits (`logits` bytes per sampled token, padded vocab): vLLM's LogitsProcessor all-gathers
+    them (Platform.use_all_gather, CUDA); nano-vllm's ParallelLMHead gathers them to GPU 0."""
+    if rules == "nano-vllm":
+        return Collective("gather", "lm_head logits to GPU 0 (each GPU has its vocab block; per sampled token)", 1,
+                          logits, logits / tp)
+    return Collective("all-gather", "lm_head logits to every GPU (each GPU has its vocab block; per sampled token)",
+                      1, logits, logits * (tp - 1) / tp)
 
 
 def norm_collectives(spec, tp: int, layers=None) -> list[Collective]:

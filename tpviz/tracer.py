@@ -13,7 +13,7 @@ from tpviz.errors import QuantError, TPSizeError
 from tpviz.arch import ATTENTION_KINDS
 from tpviz.plan import DT, PROBE, ParamPlan, build_plan, mixer_groups, state_plans
 from tpviz.plan.quantized import DESC_ACT
-from tpviz.rules import NANO_MAX_TP, check_rules, check_tp, engine_notes
+from tpviz.rules import check_rules, check_tp, engine_notes, engine_tp_warnings
 from tpviz.shardmap import FAMILIES, LayerGroup, ParamMap, Piece, RankInfo, ShardMap, TensorMap, _numel
 from tpviz.spec import DTYPE_BYTES, ModelSpec
 
@@ -79,10 +79,7 @@ def layout_error(spec: ModelSpec, tp_size: int, rules: str = "vllm", plans: list
     only through a fallback. moe_tp: how many ways the routed experts are cut when it differs from tp (tp x dp,
     or 1 with expert parallelism)."""
     check_rules(rules)
-    later, warnings = [], []
-    if rules == "nano-vllm" and isinstance(tp_size, int) and tp_size > NANO_MAX_TP:  # nanovllm/config.py asserts it
-        warnings.append(f"nano-vllm's engine runs at most {NANO_MAX_TP} GPUs (its Config asserts tensor_parallel_size "
-                        f"<= {NANO_MAX_TP}); its layer classes split like this at any tp")
+    later, warnings = [], engine_tp_warnings(tp_size, rules)
     q = spec.quant
     if q is not None and q.desc_act and q.group > 0 and rules == "vllm":  # refused at any tp since vLLM 0.30
         return QuantError(DESC_ACT), []
