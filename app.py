@@ -82,9 +82,8 @@ def versus(value: float, naive: float) -> dict:
     return dict(delta=f"{pct:+.1f}% vs total/tp", delta_color="inverse")
 
 
-def render_page(page: Page, rows: list[ValidRow], lay: dict | None = None) -> None:
-    """The main area: header, metrics, the three special cases, a deployment's GPUs, one figure per family,
-    summaries."""
+def header(page: Page, rows: list[ValidRow], lay: dict | None, mem: list[dict], coll: list) -> None:
+    """The view's title, model line, notes, metrics, the special cases and a deployment's GPUs."""
     m, spec = page.m, page.m.model
     gpus = len(lay["gpus"]) if lay else m.tp_size
     st.markdown(f"## {literal(spec.name)} on {gpus} GPU{'s' if gpus > 1 else ''}"
@@ -103,7 +102,6 @@ def render_page(page: Page, rows: list[ValidRow], lay: dict | None = None) -> No
     if m.checkpoint:
         from tpviz.checkpoint import checkpoint_sentence
         (st.success if m.checkpoint["verified"] else st.warning)(literal(checkpoint_sentence(m.checkpoint)))
-    mem, coll = S.memory_rows(m), S.collectives(m)
     worst = max(mem, key=lambda r: r["weights"])
     c1, c2, c3, c4 = st.columns(4)
     if lay:  # the deployment's fullest GPU and busiest sender (tpviz.layout), not the tensor-parallel map's
@@ -129,6 +127,16 @@ def render_page(page: Page, rows: list[ValidRow], lay: dict | None = None) -> No
         st.caption("Not in this view: " + "; ".join(absent) + ".")
     if lay:
         deployment_section(lay, PLOTLY_CONFIG)
+
+
+def render_page(page: Page, rows: list[ValidRow], lay: dict | None = None) -> None:
+    """The main area: header, metrics, the three special cases, a deployment's GPUs, one figure per family,
+    summaries."""
+    m = page.m
+    mem, coll = S.memory_rows(m), S.collectives(m)
+    # the figures go out first and the header fills its place above them after: the open figure, the slowest
+    # thing on the page to draw, reaches the browser before the elements around it (bench/bench_browser.py)
+    top = st.container()
     has_browser = chromium_path() is not None
     st.markdown("### Where every matrix goes")
     sections = [(None, page.figs)]  # (layer group or None, its figures)
@@ -153,6 +161,8 @@ def render_page(page: Page, rows: list[ValidRow], lay: dict | None = None) -> No
                 st.download_button("PNG", lambda f=fig: figure_png(f, png_renderer(), page.m), names[key], "image/png",
                                    key=f"png_{key}", on_click="ignore", icon=":material/download:",
                                    disabled=not has_browser, type="tertiary")
+    with top:
+        header(page, rows, lay, mem, coll)
     # below the fold, drawn only when opened: a tp change redraws what is on screen
     if (table := st.expander("Memory table", key="open_memory", on_change="rerun")).open:
         table.dataframe([{LABELS.get(k) or S.FAMILY_LABELS.get(k, k): (v if k == "rank" else fmt_bytes(v))
