@@ -5,7 +5,7 @@ import pytest
 from tpviz import shard_map
 from tpviz.cli import main
 from tpviz.parallel import Layout, LayoutError, expert_placement, pp_partition, stage_layers
-from tpviz.planner import Planner, layouts, plan
+from tpviz.planner import Planner, layouts, plan, plan_notes
 from tpviz.sources import load_spec
 
 
@@ -94,12 +94,16 @@ def test_planner_bad_input():
 
 
 def test_nano_vllm_runs_tensor_parallelism_alone(capsys):
-    """nano-vllm's Config has tensor_parallel_size alone: its plan keeps TP N only, and a pp / dp / ep layout under
-    its rules is one line, not a device grid it cannot run."""
+    """nano-vllm's Config has tensor_parallel_size alone: its plan is TP N alone, said once in its notes (not one
+    rejection per pp / dp / ep layout), and a pp / dp / ep layout under its rules is one line, not a device grid it
+    cannot run."""
     from tpviz.layout import layout_map
-    rows = plan(load_spec("Qwen/Qwen3-8B"), 4, 24, rules="nano-vllm")
-    assert [r.layout for r in rows if r.problem is None] == [Layout(4)]
-    assert all("nano-vllm runs tensor parallelism alone" in r.problem for r in rows if r.layout != Layout(4))
+    spec = load_spec("Qwen/Qwen3-8B")
+    rows = plan(spec, 4, 24, rules="nano-vllm")
+    assert [(r.layout, r.problem) for r in rows] == [(Layout(4), None)]
+    assert plan_notes(spec, "nano-vllm", True)[0].startswith("nano-vllm runs tensor parallelism alone, so its plan")
+    assert not any("tensor parallelism alone" in n for n in plan_notes(spec, "vllm", True))
+    assert plan(load_spec("Qwen/Qwen3-0.6B"), 3, 24, rules="nano-vllm")[0].problem  # TP 3: its own rule, still one row
     for layout in (Layout(2, 2), Layout(2, 1, 2), Layout(4, 1, 1, True)):
         with pytest.raises(LayoutError, match="^nano-vllm runs tensor parallelism alone"):
             layout_map(load_spec("Qwen/Qwen3-30B-A3B"), layout, "nano-vllm")

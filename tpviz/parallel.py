@@ -14,6 +14,13 @@ EP_DENSE = "expert parallelism needs a MoE model; this one has no routed experts
 # nano-vllm's Config has tensor_parallel_size alone (and its LLMEngine spawns one process per tp rank)
 NANO_TP_ONLY = ("nano-vllm runs tensor parallelism alone: no pipeline stages, data-parallel replicas or expert "
                 "parallelism; vLLM rules have them")
+NANO_PLAN = ("nano-vllm runs tensor parallelism alone, so its plan is one layout: every GPU in one tensor-parallel "
+             "group; vLLM rules also plan pipeline stages, data-parallel replicas and expert parallelism")
+
+
+def tp_only(rules: str) -> bool:
+    """Whether the engine behind `rules` runs tensor parallelism alone (nano-vllm's Config)."""
+    return rules == "nano-vllm"
 
 
 class LayoutError(TpvizError):
@@ -26,7 +33,7 @@ class DenseEPError(LayoutError):
 
 def engine_problem(layout: "Layout", rules: str) -> str | None:
     """What the engine behind `rules` cannot run about the layout's shape, else None."""
-    if rules == "nano-vllm" and (layout.pp > 1 or layout.dp > 1 or layout.ep):
+    if tp_only(rules) and (layout.pp > 1 or layout.dp > 1 or layout.ep):
         return NANO_TP_ONLY
     return None
 

@@ -8,7 +8,8 @@ stage's layers; the embedding sits on the first stage, the final norm and lm_hea
 from dataclasses import dataclass, field
 
 from tpviz.fit import capped_context, check_fit_inputs, sizing_notes
-from tpviz.parallel import EP_DENSE, Layout, LayoutError, engine_problem, expert_placement, stage_layers
+from tpviz.parallel import (EP_DENSE, NANO_PLAN, Layout, LayoutError, engine_problem, expert_placement,
+                            stage_layers, tp_only)
 from tpviz.plan import build_plan
 from tpviz.shardmap import _numel
 from tpviz.rules import engine_notes, padded_vocab
@@ -155,24 +156,26 @@ def _without_experts(spec: ModelSpec) -> ModelSpec:
 
 def plan(spec: ModelSpec, gpus: int, gpu_gib: float, rules: str = "vllm", utilization: float = 0.9,
          context: int = 8192, ep: bool = True) -> list[PlanRow]:
-    """Every layout of `gpus` GPUs, accepted ones first (fitting, then by KV room), rejected ones with their rule."""
+    """Every layout of `gpus` GPUs, accepted ones first (fitting, then by KV room), rejected ones with their rule
+    (an engine that runs tensor parallelism alone: TP `gpus` only, which plan_notes says)."""
     if gpus < 1 or gpus > 1024:
         raise LayoutError(f"gpus={gpus} must be between 1 and 1024")
     check_fit_inputs(gpu_gib, utilization, context)
     context = capped_context(spec, context)[0]  # plan_notes says so
     planner = Planner(spec, rules)
-    rows = [planner.row(layout, gpu_gib * 2**30, utilization, context) for layout in layouts(gpus, ep and spec.is_moe)]
+    candidates = [Layout(gpus)] if tp_only(rules) else layouts(gpus, ep and spec.is_moe)
+    rows = [planner.row(layout, gpu_gib * 2**30, utilization, context) for layout in candidates]
     # accepted first; among them what fits, then the most sequences the whole deployment holds, then less traffic
     return sorted(rows, key=lambda r: (r.problem is not None, not r.fits, -r.max_sequences, -r.kv_tokens,
                                        r.comm_per_token))
 
 
 def plan_notes(spec: ModelSpec, rules: str, any_fits: bool, context: int = 0) -> list[str]:
-    """What the plan's figures leave out: what the engine never runs of this model, a context capped at its
-    max_model_len, and (when a layout fits) how its sequence counts run high."""
+    """What the plan leaves out: layouts its engine never runs, what the engine never runs of this model, a context
+    capped at its max_model_len, and (when a layout fits) how its sequence counts run high."""
     capped = capped_context(spec, context)[1]
-    return engine_notes(spec.model_type, rules) + ([capped] if capped else []) + (
-        sizing_notes(spec, rules) if any_fits else [])
+    return (([NANO_PLAN] if tp_only(rules) else []) + engine_notes(spec.model_type, rules) + ([capped] if capped else [])
+            + (sizing_notes(spec, rules) if any_fits else []))
 
 
 def plan_rows(rows: list[PlanRow]) -> list[dict]:
