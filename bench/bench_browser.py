@@ -11,7 +11,8 @@ thing: the charts a user can see (tpviz: the open tab's figure; the floor: its f
 timed on charts below the fold, and the clock of a tp change starts at the click on the option, not while the
 test types into the list. Targets: tp change within 0.5x the floor, first load no slower than the floor, all 8
 sessions served. A bare page drawing only the open tab's figure under the same selectbox is timed too: the
-least any page can spend on a tp change. Needs /usr/bin/chromium.
+least any page can spend on a tp change. Last, each server's memory warm and after all of that. Needs
+/usr/bin/chromium.
 python bench/bench_browser.py [--runs 5]
 """
 import argparse
@@ -111,12 +112,15 @@ def concurrent(browser, url: str, query: str, sessions: int = 8) -> tuple[float,
     return elapsed, served
 
 
-def measure(browser, url: str, query: str, runs: int, concurrency: bool = True) -> dict:
+def measure(browser, url, query: str, runs: int, concurrency: bool = True) -> dict:
+    from harness import server_rss_mib
     first_load(browser, url, query)  # warm the server's caches: both sides are measured warm
     tp_change(browser, url, query)
-    return {"first load": statistics.median(first_load(browser, url, query) for _ in range(runs)),
-            "tp change": statistics.median(tp_change(browser, url, query) for _ in range(runs)),
-            **({"8 sessions": concurrent(browser, url, query)} if concurrency else {})}
+    warm = server_rss_mib(url)
+    out = {"first load": statistics.median(first_load(browser, url, query) for _ in range(runs)),
+           "tp change": statistics.median(tp_change(browser, url, query) for _ in range(runs)),
+           **({"8 sessions": concurrent(browser, url, query)} if concurrency else {})}
+    return {**out, "rss": (warm, server_rss_mib(url))}
 
 
 def main() -> int:
@@ -149,6 +153,10 @@ def main() -> int:
           "(the least a tp change costs: the open tab's figure alone)")
     (ts, tn), (fs, fn) = t["8 sessions"], f["8 sessions"]
     print(f"{'8 sessions, all first screens':<32}{ts:>8.2f}{fs:>8.2f}{ts / fs:>7.2f}x  served {tn}/8 (floor {fn}/8)")
+    # no full garbage collection after each run (.streamlit/config.toml): the server must not grow from run to run
+    (tw, te), (fw, fe) = t["rss"], f["rss"]
+    print(f"server memory (MiB), warm -> after {2 * args.runs} views, {args.runs} tp changes and 8 sessions: "
+          f"tpviz {tw:.0f} -> {te:.0f}, floor {fw:.0f} -> {fe:.0f}")
     return 0
 
 

@@ -23,6 +23,17 @@ CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic"
                  "--disable-background-networking", "--disable-component-update", "--disable-sync"]
 
 
+class AppURL(str):
+    """The app's base URL, with the pid of the server behind it (for its memory)."""
+    pid: int
+
+
+def server_rss_mib(url: AppURL) -> float:
+    """The server process's resident memory, in MiB (Linux)."""
+    status = Path(f"/proc/{url.pid}/status").read_text()
+    return int(next(line.split()[1] for line in status.splitlines() if line.startswith("VmRSS:"))) / 1024
+
+
 def free_port() -> int:
     """A TCP port nobody listens on right now."""
     with socket.socket() as s:
@@ -31,7 +42,7 @@ def free_port() -> int:
 
 
 @contextlib.contextmanager
-def streamlit_app(env: dict | None = None, timeout: float = 60.0, script: str = "app.py") -> Iterator[str]:
+def streamlit_app(env: dict | None = None, timeout: float = 60.0, script: str = "app.py") -> Iterator[AppURL]:
     """Run a Streamlit script (app.py) with `python -m streamlit run`; yield its base URL once /_stcore/health
     answers."""
     port = free_port()
@@ -41,7 +52,8 @@ def streamlit_app(env: dict | None = None, timeout: float = 60.0, script: str = 
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
     log = open(SCREENSHOTS / "streamlit.log", "w")  # the server's output, kept for debugging a failed run
     proc = subprocess.Popen(cmd, cwd=ROOT, env=full_env, stdout=log, stderr=subprocess.STDOUT)
-    url = f"http://127.0.0.1:{port}"
+    url = AppURL(f"http://127.0.0.1:{port}")
+    url.pid = proc.pid
     try:
         deadline = time.monotonic() + timeout
         while True:
