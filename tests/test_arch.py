@@ -200,6 +200,20 @@ def test_phi3_window_holds_for_every_layer_unless_it_never_binds():
     assert set(mixers(s)) == {"attention"}
 
 
+def test_a_binding_window_of_an_architecture_tpviz_does_not_window_is_named():
+    """A model-wide window on an architecture outside MODEL_WIDE_WINDOW is sized as full attention, and a note says
+    so (an upper bound), rather than a silent cache figure; windows that are applied, never bind or are switched
+    off say nothing."""
+    s = normalize(dict(BASE, model_type="llama", sliding_window=4096, max_position_embeddings=131072))
+    assert set(mixers(s)) == {"attention"}
+    assert any(n.startswith("sliding_window=4096 in a 'llama' config is not applied") for n in s.notes)
+    quiet = [dict(BASE, model_type="mistral", sliding_window=4096), dict(BASE, model_type="llama", sliding_window=4096,
+             max_position_embeddings=4096), dict(BASE, model_type="llama", sliding_window=4096, use_sliding_window=False),
+             dict(BASE, model_type="qwen2", sliding_window=4096, use_sliding_window=True), dict(BASE, sliding_window=None)]
+    for cfg in quiet:
+        assert not any("sliding_window" in n for n in normalize(cfg).notes), cfg
+
+
 # --- which layers carry experts ---
 
 def test_first_k_dense_replace_and_freq():

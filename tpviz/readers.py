@@ -30,6 +30,20 @@ HYBRID_HINTS = ("ssm_cfg", "mamba_d_state", "mamba_expand", "ssm_state_size", "a
 MODEL_WIDE_WINDOW = ("mistral", "mixtral", "starcoder2", "phi3")
 
 
+def ignored_window(cfg: dict, model_type: str, layers: list) -> str | None:
+    """The note for a binding model-wide sliding_window left unapplied (a model type outside MODEL_WIDE_WINDOW):
+    vLLM 0.33 windows every layer whenever the loaded transformers config keeps the field, which tpviz knows per
+    architecture only for those; the KV cache is then sized for full attention, an upper bound."""
+    window, limit = cfg.get("sliding_window"), cfg.get("max_position_embeddings")
+    if (not isinstance(window, int) or isinstance(window, bool) or window <= 0 or cfg.get("use_sliding_window") is False
+            or model_type.startswith("qwen") or any(layer.mixer.kind == "sliding_attention" for layer in layers)
+            or (isinstance(limit, int) and window >= limit)):
+        return None
+    return (f"sliding_window={window} in a {model_type!r} config is not applied: vLLM windows every layer's KV cache "
+            f"when the transformers config keeps it, which tpviz knows only for {', '.join(MODEL_WIDE_WINDOW)}; "
+            "the KV cache is sized for full attention (an upper bound)")
+
+
 def _mixers(cfg: dict, model_type: str, n: int, attn: Mixer) -> list[Mixer]:
     """Each layer's mixer: full attention unless a per-layer field says otherwise."""
     window = cfg.get("sliding_window") if isinstance(cfg.get("sliding_window"), int) else 0

@@ -5,7 +5,7 @@ from tpviz.arch import ATTENTION_KINDS, Ffn, LayerSpec, Mixer
 from tpviz.errors import ConfigError, MissingFieldError
 from tpviz.fields import MAX_DIM, full_rope, json_type, pick, read_bool, read_float, read_int
 from tpviz.quant.config import Quant, read_quant
-from tpviz.readers import derive, family_defaults, hybrid_hint, max_model_len
+from tpviz.readers import derive, family_defaults, hybrid_hint, ignored_window, max_model_len
 
 # plausibility limits on the large dims, far above any real model (vocab 262k, hidden 18k, 512 experts, 126 layers):
 # larger values mean a broken config, and they keep the cost of a map bounded (any config that passes maps in ~1 s)
@@ -277,6 +277,8 @@ def normalize(cfg: dict, name: str = "model") -> ModelSpec:
     moe = Ffn("moe", spec.moe_intermediate_size, experts, spec.num_experts_per_tok,
               spec.shared_expert_intermediate_size) if experts else None
     spec.layers = derive(cfg, model_type, num_layers, hidden, attn, Ffn("dense", spec.intermediate_size), moe)
+    if window_note := ignored_window(cfg, model_type, spec.layers):
+        spec.notes.append(window_note)
     if spec.is_mla and not (spec.qk_nope_head_dim and spec.qk_rope_head_dim and spec.v_head_dim):
         raise ConfigError("config has kv_lora_rank (MLA) but lacks qk_nope_head_dim, qk_rope_head_dim or v_head_dim")
     if spec.is_moe and spec.moe_intermediate_size < 1:
