@@ -128,7 +128,10 @@ def test_layout_map_ranks_stages_and_experts():
     assert (g5["dp"], g5["pp"], g5["tp"]) == (1, 0, 1) and g5["layers"] == [0, 24]
     assert g5["experts"] == list(range(3, 128, 4))  # EP rank dp * tp + tp = 3 of 4, round-robin
     assert lay["stages"] == [[0, 24], [24, 48]] and lay["comm_bytes_per_token"]["pp_send_recv"] == 2048 * 2
-    assert len(device_grid(lay).data[0].z) == 2 and expert_figure(lay) is not None
+    heat = device_grid(lay).data[0]
+    assert len(heat.z) == 2 and expert_figure(lay) is not None
+    # colour from 0 GiB: the stages, a final norm apart, must not look light and dark
+    assert heat.zmin == 0 and heat.zmax == max(g["weight_bytes"] for g in lay["gpus"]) / 2**30
     with pytest.raises(LayoutError, match="needs a MoE model"):
         layout_map(load_spec("Qwen/Qwen3-8B"), Layout(2, 1, 1, True))
 

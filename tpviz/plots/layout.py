@@ -21,8 +21,10 @@ def device_grid(lay: dict) -> go.Figure:
                            ticktext=[f"dp {c // lay['tp']} · tp {c % lay['tp']}" for c in range(cols)])
     layout["yaxis"] = dict(title=dict(text="stage", font=dict(size=11, color=INK)), autorange="reversed",
                            tickvals=list(range(lay["pp"])), ticktext=[f"stage {s}" for s in range(lay["pp"])])
-    heat = go.Heatmap(z=z, text=text, texttemplate="%{text}", colorscale="Blues", showscale=True,
-                      hovertemplate="%{text}<extra></extra>", colorbar=dict(title="GiB"), xgap=3, ygap=3)
+    # the scale starts at 0 GiB: GPUs a few KiB apart (one stage's final norm) look alike, not light and dark
+    heat = go.Heatmap(z=z, text=text, texttemplate="%{text}", colorscale="Blues", showscale=True, zmin=0,
+                      zmax=max(max(row) for row in z) or 1, hovertemplate="%{text}<extra></extra>",
+                      colorbar=dict(title="GiB"), xgap=3, ygap=3)
     return go.Figure(data=[heat], layout=layout)
 
 
