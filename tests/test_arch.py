@@ -214,6 +214,20 @@ def test_a_binding_window_of_an_architecture_tpviz_does_not_window_is_named():
         assert not any("sliding_window" in n for n in normalize(cfg).notes), cfg
 
 
+def test_qwen2_windows_only_when_transformers_makes_every_layer_sliding():
+    """transformers' Qwen2Config makes layers from max_window_layers on sliding (with use_sliding_window); vLLM 0.33
+    windows the cache only when that is every layer (EngineArgs), and its Qwen2Model refuses a mix."""
+    cfg = dict(BASE, model_type="qwen2", num_hidden_layers=4, sliding_window=64, use_sliding_window=True)
+    every = normalize(dict(cfg, max_window_layers=0))
+    assert set(mixers(every)) == {"sliding_attention"} and every.layers[0].mixer.window == 64 and not every.notes
+    for none in (dict(cfg, max_window_layers=4), dict(cfg, max_window_layers=0, use_sliding_window=False), cfg):
+        s = normalize(none)  # cfg alone: the default max_window_layers 28 is past its 4 layers
+        assert set(mixers(s)) == {"attention"} and not any("window" in n for n in s.notes), none
+    mix = normalize(dict(cfg, max_window_layers=2))
+    assert set(mixers(mix)) == {"attention"}
+    assert any("vLLM 0.33's Qwen2 refuses to load" in n for n in mix.notes)
+
+
 # --- which layers carry experts ---
 
 def test_first_k_dense_replace_and_freq():

@@ -30,11 +30,25 @@ HYBRID_HINTS = ("ssm_cfg", "mamba_d_state", "mamba_expand", "ssm_state_size", "a
 MODEL_WIDE_WINDOW = ("mistral", "mixtral", "starcoder2", "phi3")
 
 
+def qwen2_window_layers(cfg: dict, n: int, kinds: list[str] | None = None) -> int:
+    """The layers transformers' Qwen2Config makes sliding: with use_sliding_window and a window, its layer_types'
+    or those from max_window_layers (default 28) on. vLLM 0.33 windows the cache only when that is all of them."""
+    if cfg.get("use_sliding_window") is not True or not isinstance(cfg.get("sliding_window"), int):
+        return 0
+    if cfg.get("layer_types") is not None and kinds is not None:
+        return sum(k == "sliding_attention" for k in kinds)
+    first = cfg.get("max_window_layers", 28)
+    return n - min(max(first, 0), n) if isinstance(first, int) and not isinstance(first, bool) else 0
+
+
 def ignored_window(cfg: dict, model_type: str, layers: list) -> str | None:
-    """The note for a binding model-wide sliding_window left unapplied (a model type outside MODEL_WIDE_WINDOW):
-    vLLM 0.33 windows every layer whenever the loaded transformers config keeps the field, which tpviz knows per
-    architecture only for those; the KV cache is then sized for full attention, an upper bound."""
-    window, limit = cfg.get("sliding_window"), cfg.get("max_position_embeddings")
+    """The note for a window left unapplied: a Qwen2 mix vLLM 0.33 refuses, or a binding model-wide one outside
+    MODEL_WIDE_WINDOW (vLLM windows every layer when the transformers config keeps it: sized as full attention)."""
+    window, limit, n = cfg.get("sliding_window"), cfg.get("max_position_embeddings"), len(layers)
+    if model_type == "qwen2" and cfg.get("layer_types") is None and 0 < qwen2_window_layers(cfg, n) < n:
+        return (f"use_sliding_window with max_window_layers={cfg.get('max_window_layers', 28)} windows only some of "
+                f"the {n} layers, which vLLM 0.33's Qwen2 refuses to load (it asserts max_window_layers == "
+                "num_hidden_layers); mapped as full attention")
     if (not isinstance(window, int) or isinstance(window, bool) or window <= 0 or cfg.get("use_sliding_window") is False
             or model_type.startswith("qwen") or any(layer.mixer.kind == "sliding_attention" for layer in layers)
             or (isinstance(limit, int) and window >= limit)):
@@ -68,7 +82,9 @@ def _mixers(cfg: dict, model_type: str, n: int, attn: Mixer) -> list[Mixer]:
         if uses_window and isinstance(limit, int) and window >= limit:  # Phi-3-128k's 262144: it never binds
             uses_window = False
         kinds = ["sliding_attention" if uses_window else "attention"] * n
-    if model_type == "qwen2" or (model_type.startswith("qwen") and cfg.get("use_sliding_window") is False):
+    if model_type == "qwen2":  # vLLM 0.33 windows the cache only when transformers makes every layer sliding
+        kinds = ["sliding_attention" if sliding and qwen2_window_layers(cfg, n, kinds) == n else "attention"] * n
+    elif model_type.startswith("qwen") and cfg.get("use_sliding_window") is False:
         kinds = ["attention" if k == "sliding_attention" else k for k in kinds]  # Qwen: windows only if enabled
     chunk = cfg.get("attention_chunk_size", 8192 if model_type in ("llama4", "llama4_text") else None)
     if model_type in ("gemma4", "gemma4_text"):  # global layers: their own head size, and K = V with fewer KV heads
