@@ -204,3 +204,28 @@ def test_vllm_028_act_order_scales_whole_on_row_layers():
     m = shard_map(model, 2, "vllm-0.28")
     assert m.tensor("model.layers.*.mlp.down_proj.scales").split_dim is None
     assert m.tensor("model.layers.*.mlp.down_proj.g_idx").split_dim == 0
+
+
+def test_merged_block_scales_that_overlap_fail_at_tp1_too():
+    """vLLM skips the create-time block check for merged layers, and its loader places each part's scales at
+    ceil(offset / 128): q, k and v parts that are not whole blocks overrun the scale rows at tp=1 as well. The
+    valid table says so before a view is traced (found by the app fuzz test: head_dim 1)."""
+    from tpviz.plan.quantized import misaligned_scales
+    assert misaligned_scales([64, 4, 4], 128) and misaligned_scales([128, 4, 4], 128)
+    assert not misaligned_scales([128, 64], 128) and not misaligned_scales([8192, 1024, 1024], 128)
+    cfg = dict(PRESETS["Qwen/Qwen3-235B-A22B-FP8"], head_dim=1)
+    problem = check_layout(load_spec(cfg), 1)[0]
+    assert "the merged parts [64, 4, 4] are not whole FP8 blocks of 128 rows" in problem
+    with pytest.raises(TPSizeError, match="not whole FP8 blocks"):
+        shard_map(cfg, 1)
+
+
+def test_fused_moe_block_scales_give_gate_and_up_their_own_rows():
+    """vLLM's fused MoE sizes w13's block scales as 2 x ceil(I / 128) rows, so an expert width that is not a whole
+    block still loads at tp=1 (found by the app fuzz test: moe_intermediate_size 1)."""
+    cfg = dict(PRESETS["Qwen/Qwen3-235B-A22B-FP8"], moe_intermediate_size=1)
+    assert check_layout(load_spec(cfg), 1)[0] is None
+    tensors = {t["name"]: t for t in shard_map(cfg, 1).to_dict()["tensors"]}
+    rows = {part: tensors[f"model.layers.*.mlp.experts.*.{part}_proj.weight_scale_inv"]["pieces"][0]["param_start"]
+            for part in ("gate", "up")}
+    assert rows == {"gate": 0, "up": 1}  # one scale row each, as vLLM's w13_weight_scale_inv

@@ -41,8 +41,9 @@ def create(layer: nn.Module, ctx: QuantContext, out_sizes: list[int], in_size: i
             shape = (math.ceil(in_size / in_unit),)
         else:
             dims = [1, 1]
-            if qt.out_dim is not None:
-                dims[qt.out_dim] = math.ceil(sum(out_sizes) / out_unit)
+            if qt.out_dim is not None:  # vLLM's fused MoE gives each merged part (gate, up) its own scale rows
+                dims[qt.out_dim] = (sum(math.ceil(s / out_unit) for s in out_sizes) if ctx.moe_hidden
+                                    else math.ceil(sum(out_sizes) / out_unit))
             if qt.in_dim is not None:  # a whole input dim on a row layer spans every GPU's inputs
                 whole = not qt.in_split and layer.tp_dim == 1
                 dims[qt.in_dim] = math.ceil(in_size * (layer.tp_size if whole else 1) / in_unit)

@@ -23,6 +23,14 @@ DESC_ACT = ("GPTQ group activation ordering (desc_act=True) is no longer support
             "activation ordering or desc_act=False.")
 
 
+def misaligned_scales(parts: list[int], block: int) -> bool:
+    """Whether a merged layer's block scales cannot be loaded: vLLM's loader places each part's scales at
+    ceil(offset / block) rows, ceil(size / block) long, which overruns the ceil(total / block) rows when a part
+    before the last is not a whole number of blocks (it skips the create-time check for merged layers)."""
+    ends = [math.ceil(sum(parts[:i]) / block) + math.ceil(p / block) for i, p in enumerate(parts)]
+    return len(parts) > 1 and max(ends) > math.ceil(sum(parts) / block)
+
+
 @dataclass(frozen=True)
 class QPlan:
     """A quantized layer's scheme, the rule set that judges it, and whether it is a MoE expert."""
@@ -41,6 +49,10 @@ class QPlan:
     def _check(self, layer, out_sizes: list[int], in_size: int) -> None:
         """vLLM's create-time checks (raise), and what fails later at load time or needs a fallback (recorded)."""
         q, tp = self.quant, layer.tp_size
+        if tp == 1 and q.scheme == "fp8_block" and self.role != "moe" and misaligned_scales(out_sizes, q.block[0]):
+            layer.problem = (f"the merged parts {out_sizes} are not whole FP8 blocks of {q.block[0]} rows, so their "
+                             "block scales overlap: loading fails (start + length exceeds the scale rows)")
+            return
         if tp == 1 or layer.tp_dim is None:
             return
         row = layer.tp_dim == 1
