@@ -1,4 +1,4 @@
-"""tpviz/live/comms.py: collectives counted through torch's dispatch tooling, with bytes, p2p included."""
+"""tpviz/live/comms.py: collectives counted through a torch dispatch mode, with bytes, p2p included."""
 import threading
 
 import torch
