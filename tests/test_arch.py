@@ -32,7 +32,7 @@ def refused(cfg, *words):
 # --- layer_types ---
 
 def test_layer_types():
-    s = normalize(dict(BASE, model_type="qwen3", sliding_window=8,
+    s = normalize(dict(BASE, model_type="olmo3", sliding_window=8,
                        layer_types=["sliding_attention", "full_attention", "sliding_attention", "full_attention"]))
     assert mixers(s) == ["sliding_attention", "attention"] * 2
     assert [layer.mixer.window for layer in s.layers] == [8, 0, 8, 0]
@@ -45,7 +45,7 @@ def test_layer_types_refused():
     refused(dict(BASE, model_type="qwen3", layer_types=["full_attention"] * 3), "layer_types", "3", "4")
     refused(dict(BASE, model_type="qwen3", layer_types=["full_attention"] * 3 + ["banana"]), "layer_types", "banana")
     refused(dict(BASE, model_type="qwen3", layer_types="full_attention"), "layer_types")
-    refused(dict(BASE, model_type="qwen3", layer_types=["sliding_attention"] * 4), "sliding_window")  # no window
+    refused(dict(BASE, model_type="olmo3", layer_types=["sliding_attention"] * 4), "sliding_window")  # no window
 
 
 # --- Qwen3-Next: full_attention_interval ---
@@ -214,10 +214,12 @@ def test_a_binding_window_of_an_architecture_tpviz_does_not_window_is_named():
         assert not any("sliding_window" in n for n in normalize(cfg).notes), cfg
 
 
-def test_qwen2_windows_only_when_transformers_makes_every_layer_sliding():
-    """transformers' Qwen2Config makes layers from max_window_layers on sliding (with use_sliding_window); vLLM 0.33
-    windows the cache only when that is every layer (EngineArgs), and its Qwen2Model refuses a mix."""
-    cfg = dict(BASE, model_type="qwen2", num_hidden_layers=4, sliding_window=64, use_sliding_window=True)
+@pytest.mark.parametrize("model_type", ["qwen2", "qwen3"])
+def test_qwen2_and_qwen3_window_only_when_transformers_makes_every_layer_sliding(model_type):
+    """transformers' Qwen2Config / Qwen3Config make layers from max_window_layers on sliding (with
+    use_sliding_window); vLLM 0.33 windows the cache only when that is every layer (EngineArgs), and Qwen2Model
+    (Qwen3Model is one) refuses layers that differ unless max_window_layers == num_hidden_layers."""
+    cfg = dict(BASE, model_type=model_type, num_hidden_layers=4, sliding_window=64, use_sliding_window=True)
     every = normalize(dict(cfg, max_window_layers=0))
     assert set(mixers(every)) == {"sliding_attention"} and every.layers[0].mixer.window == 64 and not every.notes
     for none in (dict(cfg, max_window_layers=4), dict(cfg, max_window_layers=0, use_sliding_window=False), cfg):
@@ -225,7 +227,29 @@ def test_qwen2_windows_only_when_transformers_makes_every_layer_sliding():
         assert set(mixers(s)) == {"attention"} and not any("window" in n for n in s.notes), none
     mix = normalize(dict(cfg, max_window_layers=2))
     assert set(mixers(mix)) == {"attention"}
-    assert any("vLLM 0.33's Qwen2 refuses to load" in n for n in mix.notes)
+    assert any(f"2 of the 4 layers sliding, which vLLM 0.33's {model_type.title()} refuses" in n for n in mix.notes)
+    given = dict(cfg, layer_types=["sliding_attention", "full_attention"] * 2)  # layer_types: the same rule
+    assert set(mixers(normalize(given))) == {"attention"}
+    assert any("refuses" in n for n in normalize(given).notes)
+    assert not any("refuses" in n for n in normalize(dict(given, max_window_layers=4)).notes)
+
+
+def test_qwen_moe_windows_as_their_transformers_configs_place_them():
+    """Qwen2MoeConfig slides the even layers below max_window_layers, so with more than one layer vLLM 0.33 windows
+    none (its Qwen2-MoE has no per-layer windows); Qwen3MoeConfig keeps one window for every layer."""
+    moe = dict(BASE, num_hidden_layers=4, num_experts=4, num_experts_per_tok=2, moe_intermediate_size=8,
+               sliding_window=64, use_sliding_window=True)
+    s = normalize(dict(moe, model_type="qwen2_moe"))
+    assert set(mixers(s)) == {"attention"}
+    assert any("makes 2 of the 4 layers sliding; vLLM 0.33 windows the KV cache only when all are" in n
+               for n in s.notes)
+    one = normalize(dict(moe, model_type="qwen2_moe", num_hidden_layers=1))
+    assert mixers(one) == ["sliding_attention"] and not one.notes
+    for mwl in (0, 28):
+        s = normalize(dict(moe, model_type="qwen3_moe", max_window_layers=mwl))
+        assert set(mixers(s)) == {"sliding_attention"} and s.layers[0].mixer.window == 64 and not s.notes
+    off = normalize(dict(moe, model_type="qwen3_moe", use_sliding_window=False))
+    assert set(mixers(off)) == {"attention"} and not off.notes
 
 
 # --- which layers carry experts ---

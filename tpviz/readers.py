@@ -8,6 +8,7 @@ from dataclasses import replace
 from tpviz.arch import Ffn, LayerSpec, Mixer, index_list, layer_list, per_layer
 from tpviz.errors import ConfigError
 from tpviz.fields import read_int
+from tpviz.windows import model_wide_kinds
 
 LAYER_TYPES = {"full_attention": "attention", "attention": "attention", "sliding_attention": "sliding_attention",
                "chunked_attention": "chunked_attention", "linear_attention": "gated_deltanet",
@@ -24,38 +25,6 @@ UNMODELLED = {"jamba": "Mamba1 layers (Jamba)", "minimax": "lightning attention 
 HYBRID_HINTS = ("ssm_cfg", "mamba_d_state", "mamba_expand", "ssm_state_size", "attn_type_list", "attn_layer_period",
                 "linear_attn_config", "conv_L_cache", "linear_num_key_heads", "hybrid_override_pattern", "block_configs",
                 "layer_types", "mamba_num_heads")
-
-
-# a config sliding_window with no layer_types windows every layer (their transformers configs keep it as given)
-MODEL_WIDE_WINDOW = ("mistral", "mixtral", "starcoder2", "phi3")
-
-
-def qwen2_window_layers(cfg: dict, n: int, kinds: list[str] | None = None) -> int:
-    """The layers transformers' Qwen2Config makes sliding: with use_sliding_window and a window, its layer_types'
-    or those from max_window_layers (default 28) on. vLLM 0.33 windows the cache only when that is all of them."""
-    if cfg.get("use_sliding_window") is not True or not isinstance(cfg.get("sliding_window"), int):
-        return 0
-    if cfg.get("layer_types") is not None and kinds is not None:
-        return sum(k == "sliding_attention" for k in kinds)
-    first = cfg.get("max_window_layers", 28)
-    return n - min(max(first, 0), n) if isinstance(first, int) and not isinstance(first, bool) else 0
-
-
-def ignored_window(cfg: dict, model_type: str, layers: list) -> str | None:
-    """The note for a window left unapplied: a Qwen2 mix vLLM 0.33 refuses, or a binding model-wide one outside
-    MODEL_WIDE_WINDOW (vLLM windows every layer when the transformers config keeps it: sized as full attention)."""
-    window, limit, n = cfg.get("sliding_window"), cfg.get("max_position_embeddings"), len(layers)
-    if model_type == "qwen2" and cfg.get("layer_types") is None and 0 < qwen2_window_layers(cfg, n) < n:
-        return (f"use_sliding_window with max_window_layers={cfg.get('max_window_layers', 28)} windows only some of "
-                f"the {n} layers, which vLLM 0.33's Qwen2 refuses to load (it asserts max_window_layers == "
-                "num_hidden_layers); mapped as full attention")
-    if (not isinstance(window, int) or isinstance(window, bool) or window <= 0 or cfg.get("use_sliding_window") is False
-            or model_type.startswith("qwen") or any(layer.mixer.kind == "sliding_attention" for layer in layers)
-            or (isinstance(limit, int) and window >= limit)):
-        return None
-    return (f"sliding_window={window} in a {model_type!r} config is not applied: vLLM windows every layer's KV cache "
-            f"when the transformers config keeps it, which tpviz knows only for {', '.join(MODEL_WIDE_WINDOW)}; "
-            "the KV cache is sized for full attention (an upper bound)")
 
 
 def _mixers(cfg: dict, model_type: str, n: int, attn: Mixer) -> list[Mixer]:
@@ -76,16 +45,7 @@ def _mixers(cfg: dict, model_type: str, n: int, attn: Mixer) -> list[Mixer]:
         if not isinstance(every, int) or every < 1:
             raise ConfigError(f"sliding_window_pattern={every!r} must be a positive integer")
         kinds = ["attention" if (i + 1) % every == 0 else "sliding_attention" for i in range(n)]
-    if kinds is None:  # vLLM 0.33 applies a model-wide sliding_window to every layer (EngineArgs: no layer_types)
-        uses_window = sliding and (cfg.get("use_sliding_window", model_type in MODEL_WIDE_WINDOW))
-        limit = cfg.get("max_position_embeddings")
-        if uses_window and isinstance(limit, int) and window >= limit:  # Phi-3-128k's 262144: it never binds
-            uses_window = False
-        kinds = ["sliding_attention" if uses_window else "attention"] * n
-    if model_type == "qwen2":  # vLLM 0.33 windows the cache only when transformers makes every layer sliding
-        kinds = ["sliding_attention" if sliding and qwen2_window_layers(cfg, n, kinds) == n else "attention"] * n
-    elif model_type.startswith("qwen") and cfg.get("use_sliding_window") is False:
-        kinds = ["attention" if k == "sliding_attention" else k for k in kinds]  # Qwen: windows only if enabled
+    kinds = model_wide_kinds(cfg, model_type, n, kinds, bool(sliding))
     chunk = cfg.get("attention_chunk_size", 8192 if model_type in ("llama4", "llama4_text") else None)
     if model_type in ("gemma4", "gemma4_text"):  # global layers: their own head size, and K = V with fewer KV heads
         k_eq_v = cfg.get("attention_k_eq_v") is True

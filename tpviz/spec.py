@@ -5,7 +5,8 @@ from tpviz.arch import ATTENTION_KINDS, Ffn, LayerSpec, Mixer
 from tpviz.errors import ConfigError, MissingFieldError
 from tpviz.fields import MAX_DIM, full_rope, json_type, pick, read_bool, read_float, read_int
 from tpviz.quant.config import Quant, read_quant
-from tpviz.readers import derive, family_defaults, hybrid_hint, ignored_window, max_model_len
+from tpviz.readers import derive, family_defaults, hybrid_hint, max_model_len
+from tpviz.windows import ignored_window
 
 # plausibility limits on the large dims, far above any real model (vocab 262k, hidden 18k, 512 experts, 126 layers):
 # larger values mean a broken config, and they keep the cost of a map bounded (any config that passes maps in ~1 s)
