@@ -9,7 +9,8 @@ from explorer.text import literal
 from tpviz.errors import TpvizError
 from tpviz.live.download import human_size
 from tpviz.live.generate import MAX_NEW_TOKENS
-from tpviz.live.memory import MemoryEstimate, plan_memory
+from tpviz.live.inputs import parse_ids_text
+from tpviz.live.memory import MemoryEstimate, input_shape, plan_memory
 from tpviz.live.report import environment_rows, rank_figure, stage_figure
 from tpviz.live.source import local_tokenizer
 
@@ -240,12 +241,16 @@ def injection_hint(reach: dict[str, tuple[bool, str]], chosen: list[str]) -> str
 
 @st.cache_data(show_spinner=False, max_entries=64, ttl=600)
 def memory_estimate(model: str | bytes, tp: int, pp: int, ep: bool, placement: str, layers: int, dtype: str,
-                    random: bool, device: str, gpus: int) -> MemoryEstimate | str | None:
-    """Before a run: the weights each rank and the tp=1 reference will hold, from the shard map; or the one line
-    saying why this model cannot run as chosen (None when even that is unknown: the run will say)."""
+                    random: bool, device: str, gpus: int, text: str = "", is_prompt: bool = False,
+                    generate: int = 0) -> MemoryEstimate | str | None:
+    """Before a run: the weights each rank and the tp=1 reference will hold, from the shard map, and the
+    activations for the input typed (random ids: 2 x 32); or the one line saying why this model cannot run as
+    chosen (None when even that is unknown: the run will say)."""
     try:
+        ids = parse_ids_text(text, None) if text.strip() and not is_prompt else None
+        shape = input_shape(ids, 2, 32, text if is_prompt and text.strip() else None, generate)
         return plan_memory(model, tp, pp=pp, ep=ep, placement=placement, layers=layers or None, dtype=dtype,
-                           device=device, gpus=gpus, random_weights=random)
+                           device=device, gpus=gpus, random_weights=random, input_shape=shape)
     except TpvizError as e:  # unsupported, too big, an invalid split: said before Run is pressed
         return str(e)
     except Exception:  # noqa: BLE001 - anything else is reported by the run, in one line
@@ -254,7 +259,7 @@ def memory_estimate(model: str | bytes, tp: int, pp: int, ep: bool, placement: s
 
 def show_memory(est: MemoryEstimate, available: dict[str, int]) -> None:
     """The estimate in one caption, and per rank in an expander."""
-    st.caption(f"Memory estimate, weights only: {est.summary(available)}. Activations (small for a short prompt) "
-               "and each process's own torch are not counted.")
+    st.caption(f"Memory estimate: {est.summary(available)}. Not counted: a prompt's own tokens (until it is "
+               "tokenized) and each process's own torch and CUDA context.")
     with st.expander("Memory estimate per rank"):
         st.table(est.rows())  # a static table: the run's own tables stay the page's dataframes

@@ -71,7 +71,7 @@ def main() -> None:
             st.error(str(e))
             return
         est = memory_estimate(model, tp, pp, ep, placement, layers, dtype, random, env.device,
-                              len(env.gpus)) if model else None
+                              len(env.gpus), text, is_prompt, generate) if model else None
         if isinstance(est, str):  # the run would refuse it: say so before Run is pressed
             st.warning(f"As chosen, this cannot run: {literal(for_page(est))}")
             est = None

@@ -121,6 +121,38 @@ def test_bad_input_exits_2_with_one_line(case, tmp_path, capsys):
     assert "Traceback" not in err, argv
 
 
+OUTPUT_FIRST = {  # refused before any map is printed, with what would work
+    ("--json", "{tmp}"): "--json {tmp} is a folder; give a file name, such as {tmp}/map.json",
+    ("--json", "{tmp}/no-dir/x.json"): "--json {tmp}/no-dir/x.json: the folder {tmp}/no-dir does not exist",
+    ("--png", "{tmp}/a-file"): "--png {tmp}/a-file is a file; give a folder to write the PNGs into",
+    ("--util", "0.8"): "--util only apply with --gpu-mem GIB (they size the KV cache on a GPU)",
+    ("--placement", "round_robin"): "--placement places whole experts under --ep: add --ep, or drop --placement",
+    ("--dp", "1000"): "tp × pp × dp = 2000 GPUs; tpviz maps deployments of up to 1024",
+}
+
+
+@pytest.mark.parametrize("flag, value", list(OUTPUT_FIRST))
+def test_flags_that_cannot_apply_are_refused_before_any_output(flag, value, tmp_path, capsys):
+    (tmp_path / "a-file").write_text("")
+    rc, out, err = run_main(capsys, "map", "Qwen/Qwen3-30B-A3B", "--tp", "2", flag, value.replace("{tmp}", str(tmp_path)))
+    assert rc == 2 and out == "" and err == f"error: {OUTPUT_FIRST[flag, value]}\n".replace("{tmp}", str(tmp_path))
+
+
+def test_a_layout_names_its_own_figures(capsys):
+    """The plain tp rows are labelled as such; the fit line follows the layout's GPUs, whose fullest it sizes;
+    a tp x dp cut of the experts that fails says so, not a tp the user never typed."""
+    rc, out, _ = run_main(capsys, "map", "Qwen/Qwen3-30B-A3B", "--tp", "2", "--pp", "2", "--gpu-mem", "80")
+    lines = out.splitlines()
+    tp_only = next(i for i, line in enumerate(lines) if line.startswith("tp only, every layer on each rank"))
+    assert rc == 0 and lines[tp_only + 1].startswith("rank 0: weights")
+    assert max(i for i, line in enumerate(lines) if line.startswith("GPU ")) < next(
+        i for i, line in enumerate(lines) if line.startswith("fit: "))
+    rc, out, _ = run_main(capsys, "plan", "Qwen/Qwen3-235B-A22B-FP8", "--gpus", "8", "--gpu-mem", "80", "--rules",
+                          "vllm-0.28")
+    row = next(line for line in out.splitlines() if line.startswith("TP 1 × PP 1 × DP 8  "))
+    assert "rejected: without expert parallelism the experts are cut tp × dp = 8 ways: " in row
+
+
 def test_offline_hub_message(tmp_path, capsys):
     rc, _, err = run_main(capsys, "map", "someone-unknown/some-model", "--tp", "2")
     assert rc == 2 and "someone-unknown/some-model" in err and "HF_HUB_OFFLINE" in err

@@ -42,6 +42,8 @@ def summary(m: ShardMap) -> str:
         where = f"  [layers {layer_span(t.layers, 4)}]" if t.layers and len(m.groups) > 1 else ""
         lines.append(f"{t.name:<{width}}  {shape:>13}  {split:<4}  {t.layer_class + shard:<30}  {_ranges(t, m.tp_size)}{where}")
     naive = m.total_weight_bytes / m.tp_size
+    if m.layout:  # the layout's own per-GPU lines follow; these are the plain tp split they start from
+        lines.append(f"tp only, every layer on each rank (the layout {m.layout['label']} below places them):")
     for r in m.ranks:
         windowed = "".join(f" + {fmt_bytes(w['bytes_per_token'])}/token up to {w['window']} tokens ({w['layers']} "
                            f"{w['kind'].split('_')[0]} layers)" for w in r.kv_cache_windowed)
@@ -97,9 +99,19 @@ def layout_lines(lay: dict) -> str:
 def cmd_map(args) -> int:
     from tpviz import shard_map
     from tpviz.checkpoint import checkpoint_sentence, hub_sizes, tensor_names_for
-    for flag, value in (("--json", args.json), ("--png", args.png)):
-        if value is not None and not value.strip():
-            raise TpvizError(f"{flag} needs a path, got an empty one")
+    from tpviz.outpaths import writable_file, writable_folder
+    fit_flags = {"util": 0.9, "context": 8192, "concurrency": 1}  # their defaults: they size the KV cache
+    if args.gpu_mem is None and (given := [f"--{k}" for k in fit_flags if getattr(args, k) is not None]):
+        raise TpvizError(f"{', '.join(given)} only apply with --gpu-mem GIB (they size the KV cache on a GPU)")
+    for k, default in fit_flags.items():
+        setattr(args, k, default if getattr(args, k) is None else getattr(args, k))
+    if args.placement is not None and not args.ep:
+        raise TpvizError("--placement places whole experts under --ep: add --ep, or drop --placement")
+    args.placement = args.placement or "linear"
+    if args.json is not None:  # before any work, so a typo does not cost a finished map
+        writable_file(args.json, "--json", "map.json")
+    if args.png is not None:
+        writable_folder(args.png, "--png")
     names, where = tensor_names_for(args.model)
     try:
         lay = deployment(args) if args.pp != 1 or args.dp != 1 or args.ep else None  # one line if it cannot exist
@@ -122,10 +134,10 @@ def cmd_map(args) -> int:
         if not m.checkpoint["bytes"]["checked"]:
             print("note: the stored dtypes were not read (no weight files here, or the hub is offline): "
                   "memory is sized from the config")
-    if fit:
-        print(fit)
     if m.layout:
         print(layout_lines(m.layout))
+    if fit:  # after the layout's GPUs, whose fullest one it sizes
+        print(fit)
     if args.json:
         Path(args.json).write_text(m.to_json(indent=1))
         print(f"wrote {args.json}")
@@ -243,17 +255,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--dtype", choices=SERVE_DTYPES, default="auto", help="weight dtype served (auto: float32 -> bf16)")
     p.add_argument("--kv-cache-dtype", choices=list(KV_DTYPES), default="auto")
     p.add_argument("--gpu-mem", type=float, metavar="GIB", help="GPU memory: print whether it fits and how many sequences")
-    p.add_argument("--util", type=float, default=0.9, help="gpu_memory_utilization (default 0.9)")
-    p.add_argument("--context", type=int, default=8192, help="tokens per sequence for --gpu-mem")
-    p.add_argument("--concurrency", type=int, default=1, help="sequences that should fit at once")
+    p.add_argument("--util", type=float, help="gpu_memory_utilization with --gpu-mem (default 0.9)")
+    p.add_argument("--context", type=int, help="tokens per sequence with --gpu-mem (default 8192)")
+    p.add_argument("--concurrency", type=int, help="sequences that should fit at once, with --gpu-mem (default 1)")
     p.add_argument("--pp", type=int, default=1, help="pipeline stages (vLLM's partition of the layers)")
     p.add_argument("--dp", type=int, default=1, help="data-parallel replicas")
     p.add_argument("--ep", action="store_true", help="expert parallelism: whole experts on the tp x dp GPUs")
-    p.add_argument("--placement", choices=PLACEMENTS, default="linear", help="expert placement with --ep")
+    p.add_argument("--placement", choices=PLACEMENTS, help="expert placement with --ep (default linear)")
     p.set_defaults(func=cmd_map)
-    p = sub.add_parser("valid", help="which tp sizes work, under both rule sets")
+    p = sub.add_parser("valid", help="which tp sizes work, under every rule set (vLLM 0.33, vLLM 0.28, nano-vllm)")
     p.add_argument("model")
-    p.add_argument("--max-tp", type=int, default=64)
+    p.add_argument("--max-tp", type=int, default=64, help="the largest tp size tried (default 64)")
     p.add_argument("--json", action="store_true", help="print the table as JSON (schema tpviz.valid/1)")
     p.set_defaults(func=cmd_valid)
     p = sub.add_parser("plan", help="every tp x pp x dp (+ expert parallel) layout of N GPUs, ranked")

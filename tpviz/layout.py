@@ -40,6 +40,8 @@ def layout_map(spec: ModelSpec, layout: Layout, rules: str = "vllm", placement: 
     for name, value in (("tp", layout.tp), ("pp", layout.pp), ("dp", layout.dp)):
         if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 1024:
             raise LayoutError(f"{name}={value!r} must be an integer from 1 to 1024")
+    if layout.gpus > 1024:
+        raise LayoutError(f"tp × pp × dp = {layout.gpus} GPUs; tpviz maps deployments of up to 1024")
     if problem := engine_problem(layout, rules):
         raise LayoutError(problem)
     stages = stage_layers(spec.num_hidden_layers, layout.pp)

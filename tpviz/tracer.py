@@ -86,9 +86,15 @@ def layout_error(spec: ModelSpec, tp_size: int, rules: str = "vllm", plans: list
     try:
         check_tp(tp_size)
         for plan in sorted(build_plan(spec, rules) if plans is None else plans, key=_check_order):
-            module, _ = build_rank(plan, moe_tp if moe_tp and plan.family == "experts" else tp_size, 0)
+            cut = moe_tp if moe_tp and plan.family == "experts" else tp_size
+            how = f"without expert parallelism the experts are cut tp × dp = {cut} ways: " if cut not in (1, tp_size) else ""
+            try:
+                module, _ = build_rank(plan, cut, 0)
+            except TPSizeError as e:
+                e.args = (how + str(e),)  # the type and fields stay; the user typed tp and dp, not `cut`
+                raise
             if getattr(module, "problem", None):
-                later.append(TPSizeError(f"{where(plan)}: {module.problem}", tp=tp_size))
+                later.append(TPSizeError(f"{how}{where(plan)}: {module.problem}", tp=tp_size))
             if getattr(module, "warning", None):
                 warnings.append(f"{where(plan)}: {module.warning}")
     except TPSizeError as e:

@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 
 from tpviz.errors import TpvizError
+from tpviz.outpaths import writable_file
 
 EXIT_PASS, EXIT_MISMATCH, EXIT_BAD_INPUT = 0, 1, 2
 
@@ -32,7 +33,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--tp", type=int, default=None, help="tensor-parallel size (default: WORLD_SIZE under torchrun)")
     p.add_argument("--pp", type=int, default=1, help="pipeline stages of tp ranks each, passing hidden states on")
     p.add_argument("--ep", action="store_true", help="expert parallelism: routed experts whole on the tp ranks")
-    p.add_argument("--placement", choices=["linear", "round_robin"], default="linear",
+    p.add_argument("--placement", choices=["linear", "round_robin"], default=None,
                    help="how experts are placed on the ranks with --ep")
     p.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto")
     p.add_argument("--dtype", choices=["auto", "float32", "bfloat16", "float16"], default="float32",
@@ -58,19 +59,21 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def dry_run(args) -> None:
+def dry_run(args, ids) -> None:
     """--dry-run: print the memory estimate, refusing as the run itself would; nothing is downloaded or run."""
-    from tpviz.live.memory import available_memory, check_memory, plan_memory
+    from tpviz.live.memory import available_memory, check_memory, input_shape, plan_memory
     from tpviz.live.runner import choose_backend
     for flag, value in (("--tp", args.tp), ("--pp", args.pp)):
         if value < 1:
             raise TpvizError(f"{flag} {value} must be a positive integer")
     env = choose_backend(args.tp * args.pp, args.device)
+    shape = input_shape(ids, args.batch, args.seq_len, args.prompt, args.generate)
     est = plan_memory(args.model, args.tp, pp=args.pp, ep=args.ep, placement=args.placement, layers=args.layers,
-                      dtype=args.dtype, device=env.device, gpus=len(env.gpus), random_weights=args.random_weights)
+                      dtype=args.dtype, device=env.device, gpus=len(env.gpus), random_weights=args.random_weights,
+                      input_shape=shape)
     available = available_memory(env.device, len(env.gpus))
-    print(f"memory estimate, weights only: {est.summary(available)}\n(activations, small for a short prompt, "
-          f"and each process's own torch are not counted)")
+    what = "the prompt's own tokens, " if args.prompt is not None else ""
+    print(f"memory estimate: {est.summary(available)}\n(not counted: {what}each process's own torch and CUDA context)")
     check_memory(est, available)
 
 
@@ -81,8 +84,17 @@ def _run(args) -> int:
 
     from tpviz.live.errors import check_timeout
     check_timeout(args.timeout)  # before anything is read or started
+    if args.json is not None and args.json != "-":  # output paths too: a typo must not cost a finished run
+        writable_file(args.json, "--json", "verify.json")
+    if args.dump_logits is not None:
+        writable_file(args.dump_logits, "--dump-logits", "logits.safetensors")
     if args.generate is not None and args.generate <= 0:
         raise TpvizError(f"--generate {args.generate} must be a positive number of new tokens")
+    if args.prompt is not None and args.input_ids:
+        raise TpvizError("give --prompt or --input-ids, not both")
+    if args.placement is not None and not args.ep:
+        raise TpvizError("--placement places whole experts under --ep: add --ep, or drop --placement")
+    args.placement = args.placement or "linear"
     # read early so a bad file fails before any rank starts; the vocabulary range is checked with the model
     input_ids = read_input_ids(args.input_ids) if args.input_ids else None
     options = dict(device=args.device, dtype=args.dtype, input_ids=input_ids, inject=args.inject, layers=args.layers,
@@ -93,7 +105,7 @@ def _run(args) -> int:
         if args.tp is None:
             raise TpvizError("--tp N is required (outside torchrun)")
         if args.dry_run:
-            dry_run(args)
+            dry_run(args, input_ids)
             return EXIT_PASS
     if launched_by_torchrun():
         result, logits, passed = verify_torchrun(args.model, args.tp, **options)
@@ -164,6 +176,9 @@ def main(argv: list[str] | None = None) -> int:
             print(f"error: rank {torchrun_rank()}: {for_cli(str(e))}", file=sys.stderr)
         else:
             print(f"error: {for_cli(str(e))}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except OSError as e:  # a write that failed after the checks (disk full, a path removed meanwhile)
+        print(f"error: {e.strerror or e}: {e.filename or ''}".rstrip(": "), file=sys.stderr)
         return EXIT_BAD_INPUT
     except KeyboardInterrupt:
         print("tpviz verify: interrupted", file=sys.stderr)

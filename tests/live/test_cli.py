@@ -50,6 +50,7 @@ def _bad_inputs(cfg: Path, tmp: Path) -> list[tuple[list[str], str]]:
     (tmp / "ids.txt").write_text("1 2 3")
     save_file({"tokens": torch.tensor([[1, 2]])}, str(tmp / "noids.safetensors"))
     (tmp / "broken.json").write_text("{not json")
+    (tmp / "empty.json").write_text("[]")
     return [([str(cfg), "--tp", "3"], "not divisible by tp_size=3"),
             ([str(cfg), "--tp", "0"], "must be a positive integer"),
             ([str(cfg)], "--tp N is required"),
@@ -68,7 +69,13 @@ def _bad_inputs(cfg: Path, tmp: Path) -> list[tuple[list[str], str]]:
             ([str(cfg), "--tp", "2", "--timeout", "0"], "--timeout 0.0 must be a number of seconds from 1 to 86400"),
             ([str(cfg), "--tp", "2", "--timeout", "nan"], "--timeout nan must be a number of seconds"),
             ([str(cfg), "--tp", "2", "--timeout", "inf"], "--timeout inf must be a number of seconds"),
-            ([str(cfg), "--tp", "2", "--layers", "0"], "positive integer")]
+            ([str(cfg), "--tp", "2", "--layers", "0"], "positive integer"),
+            ([str(cfg), "--tp", "2", "--dump-logits", str(tmp)], f"is a folder; give a file name, such as {tmp}/"),
+            ([str(cfg), "--tp", "2", "--json", str(tmp / "no" / "x.json")], f"the folder {tmp / 'no'} does not exist"),
+            ([str(cfg), "--tp", "2", "--prompt", "1 2", "--input-ids", str(tmp / "ids.txt")], "not both"),
+            ([str(cfg), "--tp", "2", "--placement", "round_robin"], "add --ep, or drop --placement"),
+            ([str(cfg), "--tp", "2", "--input-ids", str(tmp)], "is a folder"),
+            ([str(cfg), "--tp", "2", "--input-ids", str(tmp / "empty.json")], "input ids are empty")]
 
 
 def test_bad_input_exits_2_with_one_line(tiny_config, tmp_path, capsys, monkeypatch):

@@ -10,7 +10,7 @@ from tpviz.live.worker import FAULT_ENV
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("kind, phase, timeout", [("raise", "forward", 60), ("kill", "load", 60), ("hang", "load", 12)])
+@pytest.mark.parametrize("kind, phase, timeout", [("raise", "forward", 60), ("kill", "load", 60), ("hang", "load", 8)])
 def test_failing_rank_is_named_and_stopped(tiny_config, monkeypatch, kind, phase, timeout):
     monkeypatch.setenv(FAULT_ENV, f"1:{kind}:{phase}")
     start = time.monotonic()

@@ -7,7 +7,7 @@ from streamlit.testing.v1 import AppTest
 from tpviz.live import verify
 from tpviz.live.errors import LiveError
 from tpviz.live.memory import (BUILD_DTYPE, MEMORY_ENV, MemoryEstimate, OverMemory, available_memory, check_memory,
-                               plan_memory)
+                               input_shape, plan_memory)
 from tpviz.verify import main
 
 PAGE = "../../pages/1_Run_live.py"
@@ -96,8 +96,8 @@ def test_cli_dry_run_prints_the_estimate_and_a_run_over_it_is_refused(tiny_confi
     monkeypatch.delenv(MEMORY_ENV, raising=False)
     assert main([str(tiny_config), "--tp", "2", "--device", "cpu", "--dry-run"]) == 0
     out, err = capsys.readouterr()
-    assert out.startswith("memory estimate, weights only: 2 ranks × ") and "the tp=1 reference" in out and not err
-    one = plan_memory(tiny_config, 2, layers=1).pools()["RAM"]
+    assert out.startswith("memory estimate: 2 ranks × ") and "the tp=1 reference" in out and not err
+    one = plan_memory(tiny_config, 2, layers=1, input_shape=(2, 32)).pools()["RAM"]  # the run's default ids
     monkeypatch.setenv(MEMORY_ENV, f"{one / 2**30:.9f}")
     assert main([str(tiny_config), "--tp", "2", "--device", "cpu"]) == 2  # refused before anything runs
     out, err = capsys.readouterr()
@@ -113,14 +113,40 @@ def test_page_shows_the_estimate_before_run_and_refuses_a_run_over_it(monkeypatc
     at = AppTest.from_file(PAGE, default_timeout=60).run()  # the default preset, 2 layers, tp=2
     at.selectbox(key="live_device").set_value("cpu").run()
     assert not at.exception
-    line = next(c.value for c in at.caption if c.value.startswith("Memory estimate, weights only: 2 ranks × "))
+    line = next(c.value for c in at.caption if c.value.startswith("Memory estimate: 2 ranks × "))
     assert "the tp=1 reference" in line and "peak RAM " in line and "available" in line
     table = at.table[0].value
     assert list(table["who"]) == ["rank 0", "rank 1", "tp=1 reference"] and set(table["memory"]) == {"RAM"}
-    one = plan_memory("Qwen/Qwen3-0.6B", 2, layers=1).pools()["RAM"]
+    one = plan_memory("Qwen/Qwen3-0.6B", 2, layers=1, input_shape=(2, 32)).pools()["RAM"]
     monkeypatch.setattr("tpviz.live.memory.available_memory", lambda device="cpu", gpus=0: {"RAM": one})
     at.button(key="live_run").click().run()
     assert not at.exception and len(at.error) == 1
     error = at.error[0].value
     assert error.startswith("Qwen/Qwen3-0.6B (2 layers, float32) at tp=2 needs about ") and "\n" not in error
     assert "keep at most 1 layer with Layers to keep" in error and "--layers" not in error
+
+
+def test_activations_for_the_input_are_counted_in_every_process():
+    """Logits (two copies), every layer's hidden states and eager attention's scores, in float32, for the
+    input's batch x seq: in each rank and in the reference."""
+    bare, est = plan_memory(EIGHT_LAYERS, 2), plan_memory(EIGHT_LAYERS, 2, input_shape=(2, 32))
+    assert est.activations == 4 * (2 * 32 * (2 * 1000 + (8 + 2) * 64) + 2 * 2 * 4 * 32 * 32)
+    assert est.pools()["RAM"] - bare.pools()["RAM"] == 3 * est.activations  # 2 ranks and the reference
+    huge = plan_memory(EIGHT_LAYERS, 2, input_shape=(10**6, 32))
+    with pytest.raises(OverMemory) as e:
+        check_memory(huge, {"RAM": 2**30})
+    assert "of activations for its 1000000 × 32 input" in str(e.value) and "a shorter input" in str(e.value)
+
+
+def test_the_input_shape_before_the_model_is_read():
+    assert input_shape(None, 2, 32, None, 0) == (2, 32)
+    assert input_shape(torch.zeros(3, 5, dtype=torch.long), 2, 32, None, 4) == (3, 9)  # generated tokens too
+    assert input_shape(None, 2, 32, "hello", 6) == (1, 6)  # a prompt's own length is known once tokenized
+    assert input_shape(None, 0, 32, None, 0) == input_shape(None, 2, True, None, 0) == (0, 0)  # refused later
+
+
+def test_cli_refuses_an_input_whose_activations_would_not_fit(tiny_config, capsys, monkeypatch):
+    monkeypatch.setenv(MEMORY_ENV, "1")
+    assert main([str(tiny_config), "--tp", "2", "--device", "cpu", "--batch", "100000000", "--dry-run"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "of activations for its 100000000 × 32 input" in err and "shorter input" in err

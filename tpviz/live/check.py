@@ -25,7 +25,7 @@ from tpviz.live.generate import build_generation, check_generate, eos_token_ids
 from tpviz.live.inprocess import run_within
 from tpviz.live.inputs import (TextTokenizer, check_input_ids, is_ids_text, parse_ids_text, random_input_ids,
                                tokenize)
-from tpviz.live.memory import DTYPE_CHOICES, check_fits, checkpoint_dtype, run_dtype
+from tpviz.live.memory import DTYPE_CHOICES, check_fits, checkpoint_dtype, input_shape, run_dtype
 from tpviz.live.results import Environment, LayerDiff, RankReport, VerifyResult
 from tpviz.live.routing import decide_before_flips, explain as explain_routing, max_abs, split as split_routing
 from tpviz.live.runner import choose_backend, run_group
@@ -71,9 +71,12 @@ def prepare(model, tp_size: int, *, device: str = "auto", dtype: str = "float32"
     names = check_injections(inject)
     expert_placement(1, 1, placement)  # an unknown placement fails here, in one line
     env = env or choose_backend(tp_size * pp, device)
+    if input_ids is not None:  # its shape sizes the activations; the vocabulary is checked with the model
+        input_ids = check_input_ids(input_ids)
     if env.launcher == "spawn":  # torchrun's ranks are already running, maybe on other machines
         check_fits(model, tp_size, env, pp=pp, ep=ep, placement=placement, layers=layers, dtype=dtype,
-                   random_weights=random_weights)
+                   random_weights=random_weights,
+                   input_shape=input_shape(input_ids, batch, seq_len, prompt, generate))
     source = resolve_model(model, layers, seed, tp_size, ep=ep, random_weights=random_weights,
                            download=download_progress)  # an invalid split fails before weights are made
     cfg = source.cfg

@@ -16,6 +16,8 @@ def check_input_ids(ids, vocab_size: int | None = None) -> torch.Tensor:
             ids = torch.tensor(ids)
         except (TypeError, ValueError, RuntimeError):
             raise LiveError("input ids must be equal-length rows of integers, e.g. [[1, 2], [3, 4]]") from None
+    if ids.numel() == 0:  # before the dtype: torch reads [] as float32
+        raise LiveError(f"input ids are empty (shape {list(ids.shape)}): give at least one token id")
     if ids.dtype.is_floating_point or ids.dtype.is_complex or ids.dtype == torch.bool:
         raise LiveError(f"input ids must be integers, got {str(ids.dtype).replace('torch.', '')}")
     if ids.ndim == 1:
@@ -33,6 +35,8 @@ def check_input_ids(ids, vocab_size: int | None = None) -> torch.Tensor:
 def read_input_ids(path: str | Path, vocab_size: int | None = None) -> torch.Tensor:
     """Read --input-ids: a .safetensors file with an int64 `input_ids` [batch, seq], or a .json nested list."""
     path = Path(path)
+    if path.is_dir():
+        raise LiveError(f"input ids file {path} is a folder: give a .safetensors or .json file")
     if not path.is_file():
         raise LiveError(f"input ids file {path} does not exist")
     if path.suffix == ".json":
@@ -127,5 +131,5 @@ def write_logits(path: str | Path, logits: torch.Tensor) -> None:
     """--dump-logits: a safetensors file with `logits`, float32 [batch, seq, vocab], vocab padding removed."""
     try:
         save_file({"logits": logits.detach().float().cpu().contiguous()}, str(path))
-    except OSError as e:
-        raise LiveError(f"cannot write logits to {path} ({e.strerror or e})") from None
+    except (OSError, SafetensorError) as e:  # safetensors reports an unwritable path as its own error
+        raise LiveError(f"cannot write logits to {path} ({getattr(e, 'strerror', None) or e})") from None

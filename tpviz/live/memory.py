@@ -72,8 +72,8 @@ class OverMemory(LiveError):
 
 @dataclass
 class MemoryEstimate:
-    """Weight bytes of a live run, read off the shard map before it starts. Weights only: activations (small for
-    a short prompt) and each process's own torch and CUDA context are not counted."""
+    """Weight bytes of a live run, read off the shard map before it starts, plus each process's activations for
+    the input; each process's own torch and CUDA context are not counted."""
     name: str
     dtype: str  # the run's
     layers: int  # kept
@@ -81,6 +81,7 @@ class MemoryEstimate:
     reference: int  # the tp=1 reference in this process: the whole kept model in the run's dtype
     device: str = "cpu"
     gpus: int = 0
+    activations: int = 0  # bytes each process keeps for the input (activation_bytes)
     request: dict = field(default_factory=dict, repr=False)  # what it was made from, to try what would fit
 
     def peak(self, held: int) -> int:
@@ -97,8 +98,8 @@ class MemoryEstimate:
         the reference in the same process, so then the larger counts."""
         out: dict[str, int] = {}
         for rank, held in enumerate(self.ranks):
-            out[self.where(rank)] = out.get(self.where(rank), 0) + self.peak(held)
-        ref, ref_peak = self.where(0), self.peak(self.reference)
+            out[self.where(rank)] = out.get(self.where(rank), 0) + self.peak(held) + self.activations
+        ref, ref_peak = self.where(0), self.peak(self.reference) + self.activations
         out[ref] = out.get(ref, 0) + ref_peak if len(self.ranks) > 1 else max(out.get(ref, 0), ref_peak)
         return out
 
@@ -122,7 +123,8 @@ class MemoryEstimate:
         held = (f"{n} ranks × {lo if lo == hi else f'{lo} to {hi}'} in {self.dtype} + the tp=1 reference "
                 f"{fmt_bytes(self.reference)} (the whole kept model)" if n > 1 else
                 f"the tp=1 run and its reference, one after the other: {fmt_bytes(self.reference)} in {self.dtype}")
-        return f"{held}; peak {peaks}"
+        act = f" + activations {fmt_bytes(self.activations)} per process" if self.activations else ""
+        return f"{held}{act}; peak {peaks}"
 
     def rows(self) -> list[dict]:
         """One row per rank and one for the reference: where its weights go, held in the run's dtype (the
@@ -133,9 +135,31 @@ class MemoryEstimate:
                 for who, where, b in rows + [("tp=1 reference", self.where(0), self.reference)]]
 
 
+def activation_bytes(spec, batch: int, seq: int) -> int:
+    """About what one process keeps for a [batch, seq] input, as float32: logits and their gathered or
+    compared copy, every layer's hidden states (the comparison keeps them all), and eager attention's scores
+    and probabilities (batch x heads x seq x seq) while a layer runs."""
+    heads = max((layer.mixer.heads for layer in spec.layers), default=0)
+    return 4 * (batch * seq * (2 * spec.vocab_size + (spec.num_hidden_layers + 2) * spec.hidden_size)
+                + 2 * batch * heads * seq * seq)
+
+
+def input_shape(ids, batch, seq_len, prompt: str | None, generate: int) -> tuple[int, int]:
+    """The [batch, seq] a run holds at its longest, before the model is read: `ids` a [batch, seq] tensor or
+    None; a prompt's length is known only once tokenized (counted as its generated tokens alone); bad sizes are
+    left to the checks that name them."""
+    if prompt is not None:
+        return 1, generate or 0
+    if ids is not None:
+        batch, seq_len = ids.shape
+    if not all(isinstance(n, int) and not isinstance(n, bool) and n > 0 for n in (batch, seq_len)):
+        return 0, 0
+    return batch, seq_len + (generate or 0)
+
+
 def estimate_weights(raw: dict, name: str, tp: int, *, pp: int = 1, ep: bool = False, placement: str = "linear",
                      layers: int | None = None, dtype: str = "float32", device: str = "cpu",
-                     gpus: int = 0) -> MemoryEstimate:
+                     gpus: int = 0, input_shape: tuple[int, int] = (0, 0)) -> MemoryEstimate:
     """The weights a run of this config holds, per rank and in the tp=1 reference, in the run's dtype; an
     invalid split or a model over the parameter cap fails as the run would, in one line."""
     from tpviz.layout import layout_map
@@ -151,12 +175,14 @@ def estimate_weights(raw: dict, name: str, tp: int, *, pp: int = 1, ep: bool = F
     ranks = [g["weight_bytes"] for g in layout_map(spec, Layout(tp, pp, 1, ep), placement=placement)["gpus"]]
     whole = layout_map(spec, Layout(1))["gpus"][0]["weight_bytes"]
     return MemoryEstimate(name, dtype, cfg.spec.num_hidden_layers, ranks, whole, device, gpus,
-                          dict(raw=raw, name=name, tp=tp, pp=pp, ep=ep, placement=placement, device=device, gpus=gpus))
+                          activation_bytes(cfg.spec, *input_shape),
+                          dict(raw=raw, name=name, tp=tp, pp=pp, ep=ep, placement=placement, device=device, gpus=gpus,
+                               input_shape=input_shape))
 
 
 def plan_memory(model, tp: int, *, pp: int = 1, ep: bool = False, placement: str = "linear",
                 layers: int | None = None, dtype: str = "float32", device: str = "cpu", gpus: int = 0,
-                random_weights: bool = False) -> MemoryEstimate:
+                random_weights: bool = False, input_shape: tuple[int, int] = (0, 0)) -> MemoryEstimate:
     """estimate_weights for a model as the run reads it (folder, config, preset or hub id: its config alone,
     nothing downloaded); dtype 'auto' is the folder's stored dtype, else the config's (random weights: bf16)."""
     from tpviz.sources import resolve_config
@@ -166,7 +192,7 @@ def plan_memory(model, tp: int, *, pp: int = 1, ep: bool = False, placement: str
             raw.get("torch_dtype") or raw.get("dtype") or "")
         dtype = run_dtype(dtype, stored)[0]
     return estimate_weights(raw, name, tp, pp=pp, ep=ep, placement=placement, layers=layers, dtype=dtype,
-                            device=device, gpus=gpus)
+                            device=device, gpus=gpus, input_shape=input_shape)
 
 
 def check_fits(model, tp: int, env, **request) -> None:
@@ -233,14 +259,19 @@ def check_memory(est: MemoryEstimate, available: dict[str, int] | None = None) -
     pool, need, have = over
     ranks = sum(est.peak(b) for i, b in enumerate(est.ranks) if est.where(i) == pool)
     count = sum(est.where(i) == pool for i in range(len(est.ranks)))
+    acts = est.activations * (count + (est.where(0) == pool) if len(est.ranks) > 1 else 1)
+    weights = need - acts
     parts = f"{count} rank{'s' if count > 1 else ''} {fmt_bytes(ranks)}" + (
-        f" + the tp=1 reference {fmt_bytes(need - ranks)}" if need > ranks else "")
+        f" + the tp=1 reference {fmt_bytes(weights - ranks)}" if weights > ranks else "")
     parts = parts if len(est.ranks) > 1 else "the tp=1 run and its reference, one after the other"
     built = f", built in {BUILD_DTYPE}" if est.peak(2**20) > 2**20 else ""
-    hints = _what_fits(est, available)
+    batch, seq = est.request.get("input_shape", (0, 0))
+    act = f" and {fmt_bytes(acts)} of activations for its {batch} × {seq} input" if acts else ""
+    hints = (["a shorter input (batch × seq_len)"] if 2 * acts > need else []) + _what_fits(est, available)
     raise OverMemory(f"{est.name} ({est.layers} layer{'s' if est.layers != 1 else ''}, {est.dtype}) at {est.layout} "
-                     f"needs about {fmt_bytes(need)} of {pool} for its weights ({parts}{built}) but {fmt_bytes(have)} "
-                     f"is available: {' or '.join(hints) if hints else 'even one layer would not fit'}, or set "
+                     f"needs about {fmt_bytes(need)} of {pool}: {fmt_bytes(weights)} for its weights ({parts}{built})"
+                     f"{act}, but {fmt_bytes(have)} is available: "
+                     f"{' or '.join(hints) if hints else 'even one layer would not fit'}, or set "
                      f"{MEMORY_ENV} (GiB, or off)", pool, need, have)
 
 
