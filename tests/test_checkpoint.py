@@ -24,7 +24,7 @@ def test_exact_match_from_folder_and_config_path(tmp_path):
     for source, tp in ((str(f), 1), (str(f / "config.json"), 2), (f, 4)):
         m = shard_map(source, tp)
         assert names_only(m.checkpoint) == check(f), source
-    assert checkpoint_sentence(names_only(m.checkpoint)) == f"Checkpoint check: all 21 tensors of {f.resolve()} match the map."
+    assert checkpoint_sentence(names_only(m.checkpoint)) == f"Checkpoint check: all 21 tensor names of {f.resolve()} match the map."
     assert shard_map(TINY, 1).checkpoint is None  # a dict source has no checkpoint at hand
 
 

@@ -11,7 +11,7 @@ from safetensors.torch import save_file
 from tpviz import shard_map
 from tpviz.checkpoint import expand, read_header
 from tpviz.errors import ConfigError
-from tests.helpers.quant import AWQ, BLOCK, GPTQ, A, L, llama
+from tests.helpers.quant import AWQ, BLOCK, CT, GPTQ, A, L, llama
 
 
 def test_memory_matches_published_checkpoints():
@@ -88,7 +88,14 @@ def test_unknown_method_maps_unquantized_with_one_note():
                                     ({**BLOCK, "weight_block_size": [128]}, "weight_block_size"),
                                     ({**BLOCK, "weight_block_size": "x"}, "weight_block_size"),
                                     ({**GPTQ, "group_size": 0}, "group_size"), ({**AWQ, "group_size": 0}, "group_size"),
-                                    ({**GPTQ, "bits": 3}, "bits"), ({**AWQ, "bits": 3}, "bits")])
+                                    ({**GPTQ, "bits": 3}, "bits"), ({**AWQ, "bits": 3}, "bits"),
+                                    # keys vLLM's from_config requires: it refuses to load without them
+                                    ({k: v for k, v in GPTQ.items() if k != "bits"}, "lacks bits"),
+                                    ({k: v for k, v in GPTQ.items() if k != "sym"}, "lacks sym"),
+                                    ({k: v for k, v in AWQ.items() if k != "zero_point"}, "lacks zero_point"),
+                                    ({**CT, "format": "sparse-24-bitmask"}, "sparse"),
+                                    ({**CT, "sparsity_config": {"targets": ["Linear"], "format": "sparse-bitmask"}},
+                                     "no longer loads")])
 def test_malformed_quantization_config_is_one_line(q, key):
     with pytest.raises(ConfigError) as e:
         shard_map(llama(q), 1)

@@ -178,7 +178,8 @@ def checkpoint_sentence(check: dict) -> str:
     """One line on the comparison, for the CLI and the app."""
     sizes = check.get("bytes") or {}
     if check["verified"] and not sizes.get("count"):
-        return (f"Checkpoint check: all {check['matched']} tensors of {check['source']} match the map"
+        what = "tensors" if sizes.get("checked") else "tensor names"  # an index alone has names, no shapes
+        return (f"Checkpoint check: all {check['matched']} {what} of {check['source']} match the map"
                 + (", byte for byte" if sizes.get("checked") else "")
                 + (f" (plus {check['quantization_tensors']} quantization tensors)" if check["quantization_tensors"] else "")
                 + ".")

@@ -64,9 +64,9 @@ def check_fit_inputs(gpu_gib: float, utilization: float, context: int, concurren
     for what, value, ok, want in (
             ("GPU memory", gpu_gib, 0 < gpu_gib <= 10_000, "GiB in (0, 10000]"),
             ("gpu_memory_utilization", utilization, 0 < utilization <= 1, "in (0, 1]"),
-            ("context", context, isinstance(context, int) and 1 <= context <= 10**9, "a whole number of tokens >= 1"),
+            ("context", context, isinstance(context, int) and 1 <= context <= 10**9, "a whole number of tokens from 1 to 10^9"),
             ("concurrency", concurrency, isinstance(concurrency, int) and 1 <= concurrency <= 10**9,
-             "a whole number of sequences >= 1")):
+             "a whole number of sequences from 1 to 10^9")):
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or not ok:
             raise FitInputError(f"{what} {value!r} must be {want}")
 

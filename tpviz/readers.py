@@ -249,13 +249,21 @@ MAX_LEN_KEYS = ("max_position_embeddings", "n_positions", "max_seq_len", "seq_le
 SCALED_ALREADY = ("su", "longrope", "llama3", "yarn", "deepseek_yarn", "deepseek_llama_scaling")  # factor not applied
 
 
+def bad_lengths(cfg: dict) -> list[str]:
+    """The length keys set to what cannot be a length (1.5, "4096", true, -1, NaN): left out of max_model_len, and
+    named in a note; a huge or infinite one means no limit."""
+    def length(v):
+        return isinstance(v, (int, float)) and not isinstance(v, bool) and (v >= 1e15 or v >= 1 and v == int(v))
+    return [k for k in MAX_LEN_KEYS if cfg.get(k) is not None and not length(cfg[k])]
+
+
 def max_model_len(cfg: dict, model_type: str) -> int:
     """vLLM 0.33's derived max_model_len (config/model.py _get_and_verify_max_len): the least length key
     (model_max_length wins when set), times a RoPE factor the length does not already count; 0 when the config
     names no length (vLLM then assumes 2048, or the config class's default applies)."""
     def positive(v):  # a JSON number that can be a length or a factor (not NaN, not Infinity)
         return isinstance(v, (int, float)) and not isinstance(v, bool) and 0 < v < 1e15
-    lengths = [cfg[k] for k in MAX_LEN_KEYS if positive(cfg.get(k))]
+    lengths = [cfg[k] for k in MAX_LEN_KEYS if k not in bad_lengths(cfg) and positive(cfg.get(k))]
     if not lengths:
         return 0
     length = cfg["model_max_length"] if positive(cfg.get("model_max_length")) else min(lengths)

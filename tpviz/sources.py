@@ -66,7 +66,8 @@ def check_local_path(path: str | Path) -> Path:
     """Resolve a local path, refusing it when TPVIZ_LOCAL_ROOT disables or confines local access."""
     root = os.environ.get(LOCAL_ROOT_ENV, "").strip()
     if root.lower() in OFF:
-        raise SourceError("local paths are disabled on this server; pick a preset, a hub id or upload a config.json")
+        raise SourceError(f"local paths are disabled here ({LOCAL_ROOT_ENV}={root}); pick a preset, a hub id or "
+                          "upload a config.json")
     try:
         resolved = Path(path).expanduser().resolve()
     except (RuntimeError, OSError) as e:  # e.g. "~user" with no such home directory
@@ -74,7 +75,7 @@ def check_local_path(path: str | Path) -> Path:
     if root:
         base = Path(root).expanduser().resolve()
         if resolved != base and base not in resolved.parents:
-            raise SourceError(f"local paths are limited to {base} on this server; {path} is outside it")
+            raise SourceError(f"local paths are limited to {base} ({LOCAL_ROOT_ENV}); {path} is outside it")
     return resolved
 
 
@@ -121,7 +122,7 @@ def with_quant_file(cfg: dict, quant_file: dict) -> dict:
 def looks_local(text: str) -> bool:
     """Whether a source string names a local path rather than a hub id. When local access is
     restricted, only explicit paths count, so the answer never reveals what exists on the server."""
-    if text.startswith((".", "/", "~")):
+    if text.startswith((".", "/", "~")) or text.endswith(".json"):  # a hub id names a repo, never a file
         return True
     if os.environ.get(LOCAL_ROOT_ENV, "").strip():
         return False

@@ -5,7 +5,7 @@ from tpviz.arch import ATTENTION_KINDS, Ffn, LayerSpec, Mixer
 from tpviz.errors import ConfigError, MissingFieldError
 from tpviz.fields import MAX_DIM, full_rope, json_type, pick, read_bool, read_float, read_int
 from tpviz.quant.config import Quant, read_quant
-from tpviz.readers import derive, family_defaults, hybrid_hint, max_model_len
+from tpviz.readers import bad_lengths, derive, family_defaults, hybrid_hint, max_model_len
 from tpviz.windows import ignored_window
 
 # plausibility limits on the large dims, far above any real model (vocab 262k, hidden 18k, 512 experts, 126 layers):
@@ -280,6 +280,8 @@ def normalize(cfg: dict, name: str = "model") -> ModelSpec:
     spec.layers = derive(cfg, model_type, num_layers, hidden, attn, Ffn("dense", spec.intermediate_size), moe)
     if window_note := ignored_window(cfg, model_type, spec.layers):
         spec.notes.append(window_note)
+    spec.notes += [f"{k}={cfg[k]!r} is not a whole number of tokens, so no context limit is taken from it"
+                   for k in bad_lengths(cfg)]
     if spec.is_mla and not (spec.qk_nope_head_dim and spec.qk_rope_head_dim and spec.v_head_dim):
         raise ConfigError("config has kv_lora_rank (MLA) but lacks qk_nope_head_dim, qk_rope_head_dim or v_head_dim")
     if spec.is_moe and spec.moe_intermediate_size < 1:

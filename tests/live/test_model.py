@@ -81,6 +81,8 @@ def test_shrinking_and_random_weights_are_seeded(tiny_config):
     b = resolve_model(tiny_config, layers=1, seed=3)
     assert a.random_weights and a.checkpoint == b.checkpoint  # made once, then reused
     assert a.cfg.spec.num_hidden_layers == 1 and "shrunk to the first 1 of 2 layers" in a.cfg.notes
+    more = resolve_model(tiny_config, layers=1000, seed=3).cfg  # more than it has: all run, and it says so
+    assert more.spec.num_hidden_layers == 2 and "layers=1000 is more than the model's 2: all of them run" in more.notes
     t1, t2 = random_tensors(a.cfg, 3), random_tensors(a.cfg, 3)
     assert all(torch.equal(t1[k], t2[k]) for k in t1) and set(t1) == set(checkpoint_shapes(a.cfg))
     assert not torch.equal(t1["model.norm.weight"], torch.ones_like(t1["model.norm.weight"]))

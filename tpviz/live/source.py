@@ -60,6 +60,8 @@ def live_config(spec: ModelSpec, raw: dict | None = None, layers: int | None = N
         if layers < spec.num_hidden_layers:
             notes.append(f"shrunk to the first {layers} of {spec.num_hidden_layers} layers")
             spec = spec.first_layers(layers)
+        elif layers > spec.num_hidden_layers:
+            notes.append(f"layers={layers} is more than the model's {spec.num_hidden_layers}: all of them run")
     cfg = LiveConfig(spec=spec, mlp_bias=spec.mlp_bias and spec.model_type not in MOE_FAMILIES,
                      sliding_window=window if isinstance(window, int) and window > 0 else None,
                      norm_topk_prob=spec.model_type == "mixtral" or bool(norm_topk), notes=notes)

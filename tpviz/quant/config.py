@@ -100,7 +100,17 @@ def _modelopt(q: dict) -> Quant:
     raise ConfigError(f"quantization_config.quant_algo={q.get('quant_algo')!r}: tpviz reads ModelOpt FP8 and NVFP4")
 
 
+# keys vLLM's from_config reads with get_from_keys, which raises when none of a tuple is present (auto_gptq.py,
+# auto_awq.py in 0.33; the same in 0.28)
+REQUIRED = {"gptq": (("bits",), ("group_size",), ("desc_act",), ("sym",)),
+            "awq": (("w_bit", "bits"), ("q_group_size", "group_size"), ("zero_point",))}
+
+
 def _gptq_awq(q: dict, method: str) -> Quant:
+    for keys in REQUIRED[method]:
+        if not any(k in q for k in keys):
+            raise ConfigError(f"quantization_config lacks {' or '.join(keys)}, which vLLM's {method.upper()} config "
+                              "requires (it refuses to load without it)")
     bits = _positive(q, "bits", q.get("w_bit", 4), (4, 8))
     group = q.get("group_size", q.get("q_group_size", 128))
     if isinstance(group, bool) or not isinstance(group, int) or group == 0 or group < -1:
@@ -112,6 +122,11 @@ def _gptq_awq(q: dict, method: str) -> Quant:
 def _compressed(q: dict) -> Quant:
     """compressed-tensors: one config group for the Linear targets (FP8 dynamic, or pack-quantized W4A16)."""
     groups = q.get("config_groups")
+    parts = [q, *(g for g in groups.values() if isinstance(g, dict))] if isinstance(groups, dict) else [q]
+    sparsity = q.get("sparsity_config")
+    if isinstance(sparsity, dict) and sparsity.get("targets") or any("sparse" in str(x.get("format")) for x in parts):
+        raise ConfigError("this compressed-tensors checkpoint is sparse (2:4 or bitmask), which vLLM 0.33 no longer "
+                          "loads (\"Sparsity support has been removed from compressed-tensors\")")
     if not isinstance(groups, dict) or not groups:
         raise ConfigError("quantization_config.config_groups must name at least one quantization scheme")
     first = next(iter(groups.values()))
@@ -148,6 +163,7 @@ def read_quant(q: dict | None) -> tuple[Quant | None, str]:
         raise ConfigError(f"quantization_config must be a JSON object, got {type(q).__name__}")
     method = str(q.get("quant_method") or ("modelopt" if "quant_algo" in q else "")).lower()
     if method not in READERS:
-        return None, (f"the checkpoint is {method or 'an unnamed'}-quantized, which tpviz does not model yet: "
-                      "it is mapped as if unquantized and its memory is counted at the model dtype")
+        what = f"quant_method {method!r}" if method else "a quantization_config without a quant_method"
+        return None, (f"the checkpoint has {what}, which tpviz does not model yet: it is mapped as if unquantized "
+                      "and its memory is counted at the model dtype")
     return READERS[method](q), ""
