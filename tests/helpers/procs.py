@@ -9,8 +9,8 @@ def _stat(pid: int | str) -> list[str] | None:
         return None
 
 
-def spawned_by(pid: int) -> list[int]:
-    """Living spawn children of `pid` (ranks; not the resource tracker, not zombies)."""
+def _children(pid: int) -> list[tuple[int, bytes]]:
+    """(pid, cmdline) of the living children of `pid`, zombies left out."""
     out = []
     for proc in Path("/proc").glob("[0-9]*"):
         fields = _stat(proc.name)
@@ -18,9 +18,21 @@ def spawned_by(pid: int) -> list[int]:
             cmdline = (proc / "cmdline").read_bytes()
         except OSError:
             continue
-        if fields and int(fields[1]) == pid and fields[0] != "Z" and b"spawn_main" in cmdline:
-            out.append(int(proc.name))
+        if fields and int(fields[1]) == pid and fields[0] != "Z":
+            out.append((int(proc.name), cmdline))
     return out
+
+
+def spawned_by(pid: int) -> list[int]:
+    """Living ranks of `pid`: its spawn children, or the children of its forkserver (the resource tracker and the
+    forkserver itself are not ranks, nor are zombies)."""
+    out = []
+    for child, cmdline in _children(pid):
+        if b"spawn_main" in cmdline:
+            out.append(child)
+        elif b"forkserver" in cmdline:
+            out += [rank for rank, _ in _children(child)]
+    return sorted(out)
 
 
 def alive(pids: list[int]) -> list[int]:

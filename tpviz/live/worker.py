@@ -135,18 +135,30 @@ def spawn_device(job: dict, rank: int) -> torch.device:
     return torch.device("cuda", rank % torch.cuda.device_count())
 
 
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # exists, owned by someone else
+        pass
+    return True
+
+
 def _watch_parent(parent: int) -> None:
-    """Exit when the parent dies, even if the main thread is stuck inside a C++ collective: the kernel's
-    parent-death signal on Linux, a watcher thread elsewhere, and at once if it died while we started."""
+    """Exit when the run's parent dies, even if the main thread is stuck inside a C++ collective: the kernel's
+    parent-death signal on Linux (from a forkserver, which exits with the parent), a watcher thread, and at once
+    if it died while we started."""
     try:
         ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
     except (OSError, AttributeError):  # not Linux: the thread below covers it
         pass
-    if os.getppid() != parent:  # reparented: the parent died while this rank imported torch
+    forked_by = os.getppid()  # the parent itself under spawn, the forkserver under forkserver
+    if forked_by == 1 or not _alive(parent):  # it died while this rank started
         os._exit(3)
 
     def loop():
-        while os.getppid() == parent:
+        while os.getppid() == forked_by and _alive(parent):
             time.sleep(0.5)
         os._exit(3)
 
@@ -167,6 +179,8 @@ def _fault(rank: int, phase: str) -> None:
 
 def spawn_entry(rank: int, job: dict) -> None:
     """Body of one spawned rank: join the group over the parent's TCPStore, run, write results to run_dir."""
+    os.environ.clear()  # the caller's environment now, not the forkserver's from when it started
+    os.environ.update(job.pop("env", os.environ))
     _watch_parent(job["parent_pid"])
     run_dir, tp_size, world = Path(job["run_dir"]), job["tp_size"], job["world_size"]
     log = os.open(run_dir / f"rank{rank}.log", os.O_WRONLY | os.O_CREAT | os.O_APPEND)
