@@ -134,6 +134,9 @@ def tp_control(rows: list[ValidRow] | None, rules: str) -> int:
                          help="List the sizes this model cannot be split by, with the rule each one breaks")
     problems = {row.tp: row.problems[rules] for row in rows or []}
     current = st.session_state.get("tp", DEFAULT_VIEW["tp"])
+    if isinstance(current, str):  # a browser can send back the option's text once the option list has changed
+        head = current.split()[0] if current.split() else ""
+        current = st.session_state["tp"] = int(head) if head.isdigit() else DEFAULT_VIEW["tp"]
     every = list(range(1, S.MAX_TP + 1))
     options = every if show_all or not rows else sorted({t for t in every if problems.get(t) is None} | {current})
     tp = st.selectbox("tp size (GPUs)", options, key="tp", persist_state="session", filter_mode="prefix",

@@ -117,6 +117,20 @@ def test_invalid_tp_shows_one_error_and_keeps_the_view(page, app_url):
     page.screenshot(path=SCREENSHOTS / "03_invalid_tp.png")
 
 
+def test_a_rule_set_that_refuses_the_tp_and_back_keeps_working(page, app_url):
+    """nano-vllm refuses Qwen3-8B at tp=16 (8 KV heads); back on vLLM 0.33 the view returns. The browser sent tp
+    back as the option's text once the list had changed, which crashed the sidebar until a reload."""
+    page.goto(app_url + "/?model=Qwen/Qwen3-8B&tp=16")
+    wait_for_charts(page, FIGURES)
+    page.locator("label").filter(has_text="nano-vllm").first.click()
+    page.wait_for_selector("[data-testid=stAlertContentError]")
+    assert "nano-vllm rules never replicate KV heads" in page.locator("[data-testid=stAlertContentError]").first.inner_text()
+    page.locator("label").filter(has_text="vLLM 0.33").first.click()
+    page.wait_for_selector("[data-testid=stAlertContentError]", state="detached")
+    wait_for_charts(page, FIGURES)
+    assert heading(page) == "Qwen/Qwen3-8B on 16 GPUs" and page.locator("[data-testid=stException]").count() == 0
+
+
 def test_readme_screenshot(browser, app_url):
     """The screenshot used in the README (python tests/browser/harness.py copies it to docs/explorer.png)."""
     path = shoot_explorer(browser, app_url, SCREENSHOTS / "explorer.png")
