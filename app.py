@@ -118,8 +118,9 @@ def header(page: Page, rows: list[ValidRow], lay: dict | None, mem: list[dict], 
         c2.metric("KV cache per token per GPU", fmt_bytes(worst["kv_per_token"] + windowed),
                   **(dict(delta=f"{fmt_bytes(windowed)} of it up to a window", delta_color="off", delta_arrow="off")
                      if windowed else versus(worst["kv_per_token"], worst["kv_naive_per_token"])))
-        c3.metric("Collectives per forward", sum(c.count for c in coll),
-                  f"{fmt_bytes(sum(c.total_per_token for c in coll))} per token", delta_color="off", delta_arrow="off")
+        # as the Plan page and a layout count it: what each GPU sends (ring all-reduce 2(tp-1)/tp of the tensor)
+        c3.metric("Sent per decoded token, busiest GPU", fmt_bytes(sum(c.count * c.sent_per_rank for c in coll)),
+                  f"{sum(c.count for c in coll)} collectives per forward", delta_color="off", delta_arrow="off")
     c4.metric(f"Valid tp sizes ({RULE_LABELS[m.rules]})", " ".join(map(str, S.valid_sizes(rows, m.rules))))
     for sentence in filter(None, [*S.special_cases(m).values(), S.mla_kv_sentence(m), *S.cache_sentences(m)]):
         st.info(sentence)

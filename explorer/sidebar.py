@@ -151,7 +151,8 @@ def tp_control(rows: list[ValidRow] | None, rules: str) -> int:
 
 def layout_controls(values: dict) -> dict:
     """pp, dp and expert parallelism: a deployment beyond one tensor-parallel group (defaults: plain TP)."""
-    wide = values["pp"] > 1 or values["dp"] > 1 or values["ep"]
+    # open for a layout link, and kept open once opened: unticking EP must not close the section in use
+    wide = values["pp"] > 1 or values["dp"] > 1 or values["ep"] or bool(st.session_state.get("open_layout"))
     box = st.expander("Pipeline, data and expert parallelism", expanded=bool(wide), key="open_layout",
                       on_change="rerun")
     if not box.open:  # drawn only when opened, like the serving choices

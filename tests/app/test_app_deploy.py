@@ -120,3 +120,15 @@ def test_nano_vllm_rules_refuse_a_deployment_and_keep_the_tp_map():
         "nano-vllm's engine builds Qwen3ForCausalLM only, so for qwen3\\_moe this shows its layer classes' rules, not "
         "a model it can serve"]
     assert heading(at) == f"{QWEN_MOE} on 4 GPUs"
+
+
+def test_a_plain_tp_view_counts_traffic_as_the_plan_does():
+    """Llama-3.1-8B at tp 8: the header's bytes sent per decoded token are the Plan page's comm/token (ring bytes
+    each GPU sends), not the sum of the tensors reduced, which read 770.50 KiB beside the Plan's 1.10 MiB."""
+    from tpviz.format import fmt_bytes
+    from tpviz.planner import comm_per_token
+    at = run_app({"model": "meta-llama/Llama-3.1-8B", "tp": "8"})
+    assert errors(at) == []
+    metric = next(m for m in at.metric if m.label == "Sent per decoded token, busiest GPU")
+    plan = sum(comm_per_token(load_spec("meta-llama/Llama-3.1-8B"), Layout(8)).values())
+    assert metric.value == fmt_bytes(plan) == "1.10 MiB"

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from harness import (CHROMIUM, SCREENSHOTS, choose, heading, launch, shoot_explorer, streamlit_app, wait_for_charts,
-                     wait_heading, wait_idle)
+from harness import (CHROMIUM, HEADING, SCREENSHOTS, choose, heading, launch, shoot_explorer, streamlit_app,
+                     wait_for_charts, wait_heading, wait_idle)
 
 pytestmark = [pytest.mark.browser,
               pytest.mark.skipif(not Path(CHROMIUM).exists(),
@@ -129,6 +129,19 @@ def test_a_rule_set_that_refuses_the_tp_and_back_keeps_working(page, app_url):
     page.wait_for_selector("[data-testid=stAlertContentError]", state="detached")
     wait_for_charts(page, FIGURES)
     assert heading(page) == "Qwen/Qwen3-8B on 16 GPUs" and page.locator("[data-testid=stException]").count() == 0
+
+
+def test_unticking_ep_keeps_the_parallelism_section_open(page, app_url):
+    page.goto(app_url + "/?model=Qwen/Qwen3-30B-A3B&tp=4")
+    page.wait_for_selector("[data-testid=stMain] h2")
+    page.get_by_text("Pipeline, data and expert parallelism").click()
+    ep = page.locator("label").filter(has_text="Expert parallelism (EP)").first
+    ep.click()
+    wait_heading(page, "+ EP")
+    ep.click()
+    page.wait_for_function(f"!(document.querySelector({HEADING!r}) || {{innerText: '+ EP'}}).innerText.includes('+ EP')")
+    wait_idle(page)
+    assert ep.is_visible()  # the section the user works in stays open
 
 
 def test_readme_screenshot(browser, app_url):
