@@ -249,6 +249,21 @@ def test_a_phone_scrolls_the_figures_instead_of_squeezing_them(browser, app_url)
     assert drawn >= 980 and visible < 390 and scrollable >= 980 and toolbar == "none", sizes
 
 
+def test_a_laptop_with_the_sidebar_open_shows_whole_numbers_and_scrolls_the_figures(browser, app_url):
+    """1024 px: the header's values, labels and notes wrap rather than end in an ellipsis, and the figures keep
+    their desktop width and scroll, as on a phone."""
+    context = browser.new_context(viewport={"width": 1024, "height": 900})
+    pg = context.new_page()
+    pg.goto(app_url + "/?model=deepseek-ai/DeepSeek-V3&tp=16")
+    wait_for_charts(pg, FIGURES)
+    cut, drawn = pg.evaluate("""(() => [[...document.querySelectorAll(
+        '[data-testid=stMetric] [data-testid=stMarkdownContainer], [data-testid=stMetricValue] > div')]
+        .filter(e => e.scrollWidth > e.clientWidth + 1).map(e => e.innerText),
+        document.querySelector('div.stPlotlyChart .svg-container').getBoundingClientRect().width])()""")
+    context.close()
+    assert cut == [] and drawn >= 980, (cut, drawn)
+
+
 def test_a_tab_draws_its_figure_when_opened(page, app_url):
     page.goto(app_url + "/?model=Qwen/Qwen3-8B&tp=4")
     wait_for_charts(page, FIGURES)
