@@ -39,7 +39,7 @@ def explain(error: Exception, name: str | None, rows: list[ValidRow] | None, rul
         return f"{text.rstrip('.')}. Valid tp sizes for {name} under {RULE_LABELS[rules]} rules: {sizes}."
     if isinstance(error, MissingFieldError):
         return f"{text}; {FIELDS_HINT}."
-    if isinstance(error, NotJSONError):
+    if isinstance(error, NotJSONError) and not text.endswith("config.json"):  # say it once
         return f"{text}. Upload the model's config.json as plain JSON."
     return text if isinstance(error, TpvizError) else f"unexpected {type(error).__name__}: {text.splitlines()[0] if text else ''}"
 

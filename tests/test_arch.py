@@ -169,6 +169,11 @@ def test_first_k_dense_replace_and_freq():
                                                                           "dense"]
 
 
+def test_more_experts_per_token_than_experts_is_refused():
+    refused(dict(BASE, model_type="qwen3_moe", num_experts=4, num_experts_per_tok=5, moe_intermediate_size=8),
+            "num_experts_per_tok=5", "4 experts")
+
+
 def test_mlp_only_layers_and_sparse_step():
     cfg = dict(BASE, model_type="qwen3_moe", num_hidden_layers=6, num_experts=4, num_experts_per_tok=2,
                moe_intermediate_size=8)

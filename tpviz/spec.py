@@ -275,6 +275,8 @@ def normalize(cfg: dict, name: str = "model") -> ModelSpec:
             read_bool(cfg, "bias", False) if model_type == "falcon" else read_bool(cfg, "use_bias", True))
     attn = Mixer("mla" if spec.kv_lora_rank else "attention", heads, kv_heads, head_dim,
                  output_gate=read_bool(cfg, "attn_output_gate", model_type.startswith(("qwen3_next", "qwen3_5"))))
+    if experts and spec.num_experts_per_tok > experts:
+        raise ConfigError(f"num_experts_per_tok={spec.num_experts_per_tok} is more than the {experts} experts")
     moe = Ffn("moe", spec.moe_intermediate_size, experts, spec.num_experts_per_tok,
               spec.shared_expert_intermediate_size) if experts else None
     spec.layers = derive(cfg, model_type, num_layers, hidden, attn, Ffn("dense", spec.intermediate_size), moe)

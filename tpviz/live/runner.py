@@ -239,12 +239,13 @@ def run_group(job: dict, tp_size: int, timeout: float, progress=None, overlap=No
             if dead:  # snapshot before we stop anyone, so our own SIGTERMs never look like the cause
                 message, rank, user_error = _failure_message(run_dir, dead)
                 raise LiveError(message) if user_error else RankFailure(message, rank)
-            if all(c == 0 for c in codes) and ref.done:
-                break
+            finished = all(c == 0 for c in codes) and ref.done
             slowest = min((_current(m) for m in _phases(run_dir, world)), key=PHASES.index)
-            while progress and PHASES.index(slowest) > PHASES.index(reported):  # no phase skipped
-                reported = PHASES[PHASES.index(reported) + 1]
+            while progress and PHASES.index(slowest) > PHASES.index(reported):  # no phase skipped, even when
+                reported = PHASES[PHASES.index(reported) + 1]                  # forked ranks finish in one poll
                 progress(reported)
+            if finished:
+                break
             if time.monotonic() - started > timeout:
                 alive = [r for r, p in enumerate(ctx.processes) if p.is_alive()]
                 raise _timed_out(run_dir, world, timeout, alive, not ref.done, publish is not None)
