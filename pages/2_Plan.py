@@ -42,6 +42,7 @@ def _pick() -> None:
 
 
 def main() -> None:
+    st.set_page_config(page_title="tpviz · Plan", layout="wide")  # the table's "why" column needs the room
     st.title("Plan a deployment")
     st.caption("Every layout of your GPUs that the chosen engine would accept for this checkpoint, ranked: what fits "
                "first, then the most concurrent sequences. Per-GPU bytes come from the traced maps of each cut.")
