@@ -179,8 +179,9 @@ def _fault(rank: int, phase: str) -> None:
 
 def spawn_entry(rank: int, job: dict) -> None:
     """Body of one spawned rank: join the group over the parent's TCPStore, run, write results to run_dir."""
-    os.environ.clear()  # the caller's environment now, not the forkserver's from when it started
-    os.environ.update(job.pop("env", os.environ))
+    if (env := job.pop("env", None)) is not None:  # the caller's now, not the forkserver's from when it started
+        os.environ.clear()
+        os.environ.update(env)
     _watch_parent(job["parent_pid"])
     run_dir, tp_size, world = Path(job["run_dir"]), job["tp_size"], job["world_size"]
     log = os.open(run_dir / f"rank{rank}.log", os.O_WRONLY | os.O_CREAT | os.O_APPEND)
