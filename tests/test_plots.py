@@ -179,7 +179,13 @@ def test_side_by_side_names_never_run_into_each_other():
     assert tensor_labels(figs("Qwen/Qwen2.5-7B-Instruct", 4)["gate_up"]) == {"gate_proj": "bottom", "up_proj": "top"}
     ds = tensor_labels(figs("deepseek-ai/DeepSeek-V3", 16)["gate_up"])  # FP8: the block scales sit beside them
     assert {k: v for k, v in ds.items() if "scale" not in k} == {
-        "gate_proj": "bottom", "up_proj": "top", "shared gate_proj": "bottom", "shared up_proj": "top"}
+        "gate_proj": "bottom", "up_proj": "top", "shared gate_proj": "top", "shared up_proj": "top"}
+    # MLA: each narrow scale tensor's name is wider than the gap it sits in, so both go under the drawing, one
+    # line apart, and the figure grows to keep them (they ran into kv_b_proj's name and each other)
+    qkv = figs("deepseek-ai/DeepSeek-V3", 16)["qkv"]
+    below = sorted(a.yshift for a in qkv.layout.annotations if a.xref == "x" and (a.text or "").startswith(
+        "<b>weight_scale_inv") and a.yanchor == "top")
+    assert len(below) == 2 and below[0] <= below[1] - 28 and qkv.layout.margin.b > 48
     # names that fit stay above
     assert set(tensor_labels(figs("Qwen/Qwen3-8B", 4)["gate_up"]).values()) == {"bottom"}
     assert set(tensor_labels(figs("Qwen/Qwen3-8B", 4)["o_proj"]).values()) == {"bottom"}

@@ -103,20 +103,34 @@ def _source_x_range(src: SourceView, layout: dict, pad_x: float) -> list[float]:
     return [-pad_x - max(by_height, by_width), right]
 
 
-def _stagger_labels(src: SourceView, px: float) -> None:
-    """Side-by-side tensors narrower than their names: every label that would overlap its left neighbour
-    moves below its tensor (above and below alternate), so no two names run into each other."""
-    ends = {"above": None, "below": None}  # right edge in px of the last label at each level
-    for index, centre, bottom, width in src.labels:
+LABEL_PX, LINE_PX = 28, 30  # a two-line 11 px label, and one step down
+
+
+def _place_labels(src: SourceView, px: float) -> float:
+    """Side-by-side tensors narrower than their names: a label stays above its tensor when no other label is in
+    the way, else goes below it, one line further down while it would cover another label or tensor (MLA's
+    narrow scale tensors beside q_b_proj and kv_b_proj end up under the drawing). Returns how far in px the
+    lowest label reaches below the drawing."""
+    py = px * src.y_scale
+    tensors = [((c - h) * px, (c + h) * px, 0.0, b * py) for _, c, b, h, _ in src.labels]
+    placed: list[tuple[float, float, float, float]] = []
+
+    def free(box) -> bool:
+        return not any(box[0] < o[1] + 6 and o[0] < box[1] + 6 and box[2] < o[3] and o[2] < box[3]
+                       for o in tensors + placed)
+    lowest = 0.0
+    for index, centre, bottom, _, width in src.labels:
         left, right = centre * px - width / 2, centre * px + width / 2
-        for level in ("above", "below"):
-            if ends[level] is None or left >= ends[level] + 8:
-                break
-        else:
-            level = "above"
-        ends[level] = right
-        if level == "below":
-            src.annotations[index].update(y=bottom, yanchor="top", yshift=-2)
+        box, step = (left, right, -LABEL_PX - 2, -2.0), None
+        while not free(box):
+            step = 0 if step is None else step + 1
+            top = bottom * py + 2 + step * LINE_PX
+            box = (left, right, top, top + LABEL_PX)
+        if step is not None:
+            src.annotations[index].update(y=bottom, yanchor="top", yshift=-2 - step * LINE_PX)
+        placed.append(box)
+        lowest = max(lowest, box[3] - src.height * py)
+    return lowest
 
 
 MAX_SHARED_LEGEND = 16  # legend entries for replicated ranges (KV heads); the rest are named on hover
@@ -149,7 +163,11 @@ def family_figure(m: ShardMap, family: str, group: LayerGroup | None = None) -> 
     pad_x = src.width * 0.03
     x_range = _source_x_range(src, layout, pad_x)
     if not src.stacked:
-        _stagger_labels(src, _px_per_unit(src, layout, x_range))
+        px = _px_per_unit(src, layout, x_range)
+        room = _panel_px(layout)[1] - src.height * 1.01 * src.y_scale * px + layout["margin"]["b"]
+        extra = max(0.0, _place_labels(src, px) - room + 4)  # labels pushed below the drawing need the room
+        layout["margin"]["b"] += int(extra)
+        layout["height"] += int(extra)
     layout["xaxis"] = axis(domain=SOURCE_DOMAIN, range=x_range,
                            showticklabels=False, constrain="domain", constraintoward="right" if src.stacked else "left")
     stacked_ticks = dict(tickvals=[y for y, _ in src.ticks], ticktext=[t for _, t in src.ticks], side="right",

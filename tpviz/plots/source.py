@@ -28,7 +28,7 @@ class SourceView:
     y_scale: float = 1.0  # y units drawn per x unit (1 = true proportion)
     dense: bool = False  # many thin bars: drop outlines
     stacked: bool = False  # tensors drawn top to bottom (labels on the left) instead of side by side
-    labels: list = field(default_factory=list)  # (annotation index, x centre, y bottom, text width px) per tensor
+    labels: list = field(default_factory=list)  # (annotation index, x centre, y bottom, half width, text px) each
     ticks: list = field(default_factory=list)  # stacked tensors: (y, text), rows restarting at 0 for each tensor
     shared: dict = field(default_factory=dict)  # legend: "KV head shared by GPUs 0–1" -> that band's colour
 
@@ -117,7 +117,7 @@ def source_view(m: ShardMap, tensors: list[TensorMap]) -> SourceView:
         if view.stacked:
             view.ticks += [(y0 + rows * f, f"{round(rows * f):,}") for f in (0, 0.5, 1)]
         label = _label(t, x0, y0 + rows / 2, True) if view.stacked else _label(t, x0 + cols / 2, 0, False)
-        view.labels.append((len(view.annotations), x0 + cols / 2, y0 + rows, label_px(label["text"])))
+        view.labels.append((len(view.annotations), x0 + cols / 2, y0 + rows, cols / 2, label_px(label["text"])))
         view.annotations.append(label)
         pad = pad_params.get(t.param)
         if pad is not None and t.split_dim == 0:
