@@ -241,16 +241,24 @@ def injection_hint(reach: dict[str, tuple[bool, str]], chosen: list[str]) -> str
     return "; ".join(idle) + (f". Try {biting[0]}: {reach[biting[0]][1]}." if biting else ".")
 
 
-@st.cache_data(show_spinner=False, max_entries=64, ttl=600)
-def memory_estimate(model: str | bytes, tp: int, pp: int, ep: bool, placement: str, layers: int, dtype: str,
-                    random: bool, device: str, gpus: int, text: str = "", is_prompt: bool = False,
-                    generate: int = 0) -> MemoryEstimate | str | None:
-    """Before a run: the weights each rank and the tp=1 reference will hold, from the shard map, and the
-    activations for the input typed (random ids: 2 x 32); or the one line saying why this model cannot run as
-    chosen (None when even that is unknown: the run will say)."""
+def typed_shape(text: str, is_prompt: bool, generate: int) -> tuple[int, int]:
+    """The [batch, seq] the typed input makes (random ids: 2 x 32), for the estimate; ids that do not parse are
+    left to the run, which says why."""
     try:
         ids = parse_ids_text(text, None) if text.strip() and not is_prompt else None
-        shape = input_shape(ids, 2, 32, text if is_prompt and text.strip() else None, generate)
+    except TpvizError:
+        ids = None
+    return input_shape(ids, 2, 32, text if is_prompt and text.strip() else None, generate)
+
+
+@st.cache_data(show_spinner=False, max_entries=64, ttl=600)
+def memory_estimate(model: str | bytes, tp: int, pp: int, ep: bool, placement: str, layers: int, dtype: str,
+                    random: bool, device: str, gpus: int,
+                    shape: tuple[int, int] = (0, 0)) -> MemoryEstimate | str | None:
+    """Before a run: the weights each rank and the tp=1 reference will hold, from the shard map, and the
+    activations for an input of `shape` (typed_shape: cached by shape, so typing a prompt recomputes nothing);
+    or the one line saying why this model cannot run as chosen (None when even that is unknown: the run will say)."""
+    try:
         return plan_memory(model, tp, pp=pp, ep=ep, placement=placement, layers=layers or None, dtype=dtype,
                            device=device, gpus=gpus, random_weights=random, input_shape=shape)
     except TpvizError as e:  # unsupported, too big, an invalid split: said before Run is pressed

@@ -8,7 +8,7 @@ import streamlit as st
 from streamlit.runtime.scriptrunner_utils.exceptions import RerunException, StopException
 
 from explorer.run_live import (PHASES, PhaseStatus, injection_hint, injection_reach, memory_estimate,
-                               model_input, show_memory, show_result, text_input)
+                               model_input, show_memory, show_result, text_input, typed_shape)
 from explorer.text import literal
 from tpviz.errors import TpvizError
 from tpviz.live.check import NOISE_MULTIPLE, verify
@@ -71,7 +71,7 @@ def main() -> None:
             st.error(str(e))
             return
         est = memory_estimate(model, tp, pp, ep, placement, layers, dtype, random, env.device,
-                              len(env.gpus), text, is_prompt, generate) if model else None
+                              len(env.gpus), typed_shape(text, is_prompt, generate)) if model else None
         if isinstance(est, str):  # the run would refuse it: say so before Run is pressed
             st.warning(f"As chosen, this cannot run: {literal(for_page(est))}")
             est = None

@@ -7,7 +7,7 @@ from pathlib import Path
 from tpviz.errors import TPSizeError, TpvizError
 from tpviz.format import fmt_bytes, valid_table  # noqa: F401 - re-exported: the CLI's helpers
 from tpviz.rules import ENGINE, RULES
-from tpviz.parallel import PLACEMENTS, Layout
+from tpviz.parallel import PLACEMENTS, Layout, placement_flag
 from tpviz.spec import KV_DTYPES, SERVE_DTYPES
 from tpviz.shardmap import ShardMap, TensorMap
 
@@ -105,9 +105,7 @@ def cmd_map(args) -> int:
         raise TpvizError(f"{', '.join(given)} only apply with --gpu-mem GIB (they size the KV cache on a GPU)")
     for k, default in fit_flags.items():
         setattr(args, k, default if getattr(args, k) is None else getattr(args, k))
-    if args.placement is not None and not args.ep:
-        raise TpvizError("--placement places whole experts under --ep: add --ep, or drop --placement")
-    args.placement = args.placement or "linear"
+    args.placement = placement_flag(args.placement, args.ep)
     if args.json is not None:  # before any work, so a typo does not cost a finished map
         writable_file(args.json, "--json", "map.json")
     if args.png is not None:

@@ -102,6 +102,13 @@ def stage_layers(num_layers: int, pp: int, override: str | None = None) -> list[
     return out
 
 
+def placement_flag(placement: str | None, ep: bool) -> str:
+    """A command line's --placement: it places whole experts, so only with --ep; linear when not given."""
+    if placement is not None and not ep:
+        raise LayoutError("--placement places whole experts under --ep: add --ep, or drop --placement")
+    return placement or "linear"
+
+
 def expert_placement(num_experts: int, ep_size: int, placement: str = "linear") -> list[list[int]]:
     """The global experts each EP rank holds: an even share, the first ranks one more when they do not divide."""
     if placement not in PLACEMENTS:

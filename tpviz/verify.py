@@ -11,6 +11,7 @@ from pathlib import Path
 
 from tpviz.errors import TpvizError
 from tpviz.outpaths import writable_file
+from tpviz.parallel import PLACEMENTS, placement_flag
 
 EXIT_PASS, EXIT_MISMATCH, EXIT_BAD_INPUT = 0, 1, 2
 
@@ -33,7 +34,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--tp", type=int, default=None, help="tensor-parallel size (default: WORLD_SIZE under torchrun)")
     p.add_argument("--pp", type=int, default=1, help="pipeline stages of tp ranks each, passing hidden states on")
     p.add_argument("--ep", action="store_true", help="expert parallelism: routed experts whole on the tp ranks")
-    p.add_argument("--placement", choices=["linear", "round_robin"], default=None,
+    p.add_argument("--placement", choices=PLACEMENTS, default=None,
                    help="how experts are placed on the ranks with --ep")
     p.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto")
     p.add_argument("--dtype", choices=["auto", "float32", "bfloat16", "float16"], default="float32",
@@ -92,9 +93,7 @@ def _run(args) -> int:
         raise TpvizError(f"--generate {args.generate} must be a positive number of new tokens")
     if args.prompt is not None and args.input_ids:
         raise TpvizError("give --prompt or --input-ids, not both")
-    if args.placement is not None and not args.ep:
-        raise TpvizError("--placement places whole experts under --ep: add --ep, or drop --placement")
-    args.placement = args.placement or "linear"
+    args.placement = placement_flag(args.placement, args.ep)
     # read early so a bad file fails before any rank starts; the vocabulary range is checked with the model
     input_ids = read_input_ids(args.input_ids) if args.input_ids else None
     options = dict(device=args.device, dtype=args.dtype, input_ids=input_ids, inject=args.inject, layers=args.layers,

@@ -56,7 +56,7 @@ def _qwen_mix(cfg: dict, model_type: str, n: int) -> str | None:
     given = isinstance(types, list)
     sliding = sum(t == "sliding_attention" for t in types) if given else qwen_window_layers(cfg, model_type, n)
     how = "layer_types" if given else f"use_sliding_window with max_window_layers={mwl}"
-    if model_type in ("qwen2", "qwen3") and given and len(set(types)) > 1 or 0 < sliding < n:
+    if (model_type in ("qwen2", "qwen3") and given and len(set(types)) > 1) or 0 < sliding < n:
         if model_type in ("qwen2", "qwen3") and mwl != n:
             return (f"{how} makes {sliding} of the {n} layers sliding, which vLLM 0.33's {model_type.title()} refuses "
                     "to load (Qwen2Model asserts max_window_layers == num_hidden_layers when layers differ); mapped "
