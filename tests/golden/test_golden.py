@@ -1,0 +1,50 @@
+"""Behaviour kept: every preset's and shared config's map (tp 1, 2, 8, 16, every rule set) equals the dump taken
+before the redesign, except the changes listed in CHANGED (each named in the commit that made it)."""
+import gzip
+import json
+
+import pytest
+
+from tests.golden.dump import DUMP, SHARED, cases, one
+
+# case key -> why its map may differ from the dump (behaviour the redesign changed on purpose)
+CHANGED: dict[str, str] = {}
+
+
+@pytest.fixture(scope="module")
+def golden() -> dict:
+    return json.loads(gzip.decompress(DUMP.read_bytes()))
+
+
+def first_difference(a, b, path: str = "") -> str | None:
+    """Where two JSON values first differ, as a path and both values."""
+    if type(a) is not type(b):
+        return f"{path}: {str(a)[:200]} != {str(b)[:200]}"
+    if isinstance(a, dict):
+        for k in sorted(set(a) | set(b)):
+            if k not in a or k not in b:
+                return f"{path}.{k}: only in {'the dump' if k in a else 'the code'}"
+            if (d := first_difference(a[k], b[k], f"{path}.{k}")) is not None:
+                return d
+        return None
+    if isinstance(a, list):
+        if len(a) != len(b):
+            return f"{path}: {len(a)} items != {len(b)}"
+        return next((d for i, (x, y) in enumerate(zip(a, b)) if (d := first_difference(x, y, f"{path}[{i}]"))), None)
+    return None if a == b else f"{path}: {str(a)[:300]} != {str(b)[:300]}"
+
+
+def test_every_map_is_kept(golden):
+    keys = [key for key, *_ in cases()]
+    if not SHARED.is_dir():
+        assert all(k.startswith("preset:") for k in keys)
+    differ = []
+    for key, source, tp, rules in cases():
+        now = json.loads(json.dumps(one(source, tp, rules)))  # tuples as lists, as the dump holds them
+        if key in CHANGED:
+            assert now != golden[key], f"{key} is listed as changed ({CHANGED[key]}) but equals the dump"
+            continue
+        if (d := first_difference(golden[key], now)) is not None:
+            differ.append(f"{key}: {d}")
+    assert not differ, f"{len(differ)} maps differ from the dump:\n" + "\n".join(differ[:20])
+    assert set(CHANGED) <= set(keys)
