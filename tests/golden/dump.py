@@ -12,6 +12,10 @@ SHARED = HERE.parents[2] / "shared" / "configs"
 TPS = (1, 2, 8, 16)
 RULES = ("vllm", "vllm-0.28", "nano-vllm")
 DUMP = HERE / "maps.json.gz"
+DEPLOY_DUMP = HERE / "deploy.json.gz"  # pp / dp / ep layouts and 8-GPU plans
+LIVE_DUMP = HERE / "live.json.gz"  # what Run live builds: its config, random-weight checkpoint and HF config
+LAYOUTS = ((2, 2, 1, False), (2, 1, 2, False), (2, 2, 2, True), (4, 1, 2, True))
+PLANNED = ("meta-llama/Llama-3.1-8B", "deepseek-ai/DeepSeek-V3", "Qwen/Qwen3-30B-A3B", "google/gemma-2-9b-it")
 
 
 def models() -> dict[str, object]:
@@ -40,9 +44,50 @@ def cases():
                 yield f"{name}|{rules}|{tp}", source, tp, rules
 
 
+def refused(f):
+    try:
+        return f()
+    except ValueError as e:
+        return {"refused": str(e)}
+
+
+def deploy_cases():
+    """(key, thunk) for every preset's layouts under vLLM rules, and the 8-GPU plans of a few."""
+    from tpviz.layout import layout_map
+    from tpviz.parallel import Layout
+    from tpviz.planner import plan, plan_rows
+    from tpviz.sources import load_spec
+    for name, source in models().items():
+        for tp, pp, dp, ep in LAYOUTS:
+            yield (f"{name}|layout {tp},{pp},{dp},{ep}",
+                   lambda s=source, l=Layout(tp, pp, dp, ep): layout_map(load_spec(s), l, "vllm"))
+    for name in PLANNED:
+        for rules in RULES:
+            yield f"plan {name}|{rules}", lambda n=name, r=rules: plan_rows(plan(load_spec(n), 8, 80.0, r))
+
+
+def live_cases():
+    """(key, thunk): Run live's config, random-weight checkpoint shapes and HF config, first 4 layers."""
+    from tpviz.live.random_weights import checkpoint_shapes, hf_config
+    from tpviz.live.source import live_config
+    from tpviz.sources import load_spec, resolve_config
+
+    def live(source):
+        raw = resolve_config(source)[0]
+        cfg = live_config(load_spec(source), raw, 4)
+        return {"config": cfg.to_dict(), "shapes": checkpoint_shapes(cfg), "hf_config": hf_config(cfg)}
+    for name, source in models().items():
+        yield f"{name}|live", lambda s=source: live(s)
+
+
+def write(path: Path, out: dict) -> None:
+    path.write_bytes(gzip.compress(json.dumps(out, sort_keys=True, separators=(",", ":")).encode(), 9, mtime=0))
+    print(f"{path.name}: {len(out)} cases, {path.stat().st_size / 1e6:.2f} MB")
+
+
 if __name__ == "__main__":
     import torch
     torch.set_num_threads(1)
-    out = {key: one(source, tp, rules) for key, source, tp, rules in cases()}
-    DUMP.write_bytes(gzip.compress(json.dumps(out, sort_keys=True, separators=(",", ":")).encode(), 9, mtime=0))
-    print(f"{len(out)} cases, {DUMP.stat().st_size / 1e6:.1f} MB")
+    write(DUMP, {key: one(source, tp, rules) for key, source, tp, rules in cases()})
+    write(DEPLOY_DUMP, {key: refused(f) for key, f in deploy_cases()})
+    write(LIVE_DUMP, {key: refused(f) for key, f in live_cases()})
