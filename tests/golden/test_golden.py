@@ -3,8 +3,6 @@ before the redesign, except the changes listed in CHANGED (each named in the com
 import gzip
 import json
 
-
-
 from tests.golden.dump import DEPLOY_DUMP, DUMP, LIVE_DUMP, SHARED, cases, deploy_cases, live_cases, one, refused
 
 # case key -> why its map may differ from the dump (behaviour the redesign changed on purpose)
