@@ -17,14 +17,15 @@ from explorer.state import DEFAULT_VIEW, query_from_controls
 from explorer.style import narrow_screens
 from explorer.tables import collective_rows, valid_tp_rows
 from explorer.text import literal
-from tpviz import summary as S
-from tpviz.format import ValidRow, fmt_bytes
-from tpviz.parallel import DenseEPError, Layout
+from tpviz.render import summary as S
+from tpviz.render.text import fmt_bytes
+from tpviz.trace.validity import ValidRow
+from tpviz.deploy.parallel import DenseEPError, Layout
 from tpviz.errors import MissingFieldError, NotJSONError, TPSizeError, TpvizError
-from tpviz.export import chromium_path, figure_png, png_names
-from tpviz.plots.strip import layer_strip
-from tpviz.shardmap import ShardMap
-from tpviz.sources import presets, web_local_root
+from tpviz.render.export import chromium_path, figure_png, png_names
+from tpviz.render.plots.strip import layer_strip
+from tpviz.trace.shardmap import ShardMap
+from tpviz.config.sources import presets, web_local_root
 
 PLOTLY_CONFIG = {"displaylogo": False, "modeBarButtonsToRemove": ["select2d", "lasso2d", "autoScale2d"]}
 FIELDS_HINT = ("a decoder config.json needs hidden_size, num_attention_heads, num_hidden_layers, "
@@ -100,11 +101,11 @@ def header(page: Page, rows: list[ValidRow], lay: dict | None, mem: list[dict], 
     for warning in lay["warnings"] if lay else m.warnings:  # a deployment's own: with EP the experts are whole
         st.warning(literal(warning))
     if m.checkpoint:
-        from tpviz.checkpoint import checkpoint_sentence
+        from tpviz.trace.checkpoint import checkpoint_sentence
         (st.success if m.checkpoint["verified"] else st.warning)(literal(checkpoint_sentence(m.checkpoint)))
     worst = max(mem, key=lambda r: r["weights"])
     c1, c2, c3, c4 = st.columns(4)
-    if lay:  # the deployment's fullest GPU and busiest sender (tpviz.layout), not the tensor-parallel map's
+    if lay:  # the deployment's fullest GPU and busiest sender (tpviz.deploy.deployment), not the tensor-parallel map's
         off = dict(delta=lay["label"], delta_color="off", delta_arrow="off")
         c1.metric("Weights on the fullest GPU", fmt_bytes(max(g["weight_bytes"] for g in lay["gpus"])), **off)
         full = max(lay["gpus"], key=lambda g: g["kv_cache_bytes_per_token"] + g["kv_windowed_bytes_per_token"])

@@ -27,7 +27,7 @@ sys.path.insert(0, str(ROOT / "tests" / "browser"))
 MODEL, TP_FROM, TP_TO = "meta-llama/Llama-3.1-405B", 8, 16
 FLOOR = f'''import streamlit as st
 from tpviz import shard_map
-from tpviz.plots import all_figures
+from tpviz.render.plots import all_figures
 
 st.set_page_config(layout="wide")
 

@@ -15,8 +15,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from tests.helpers.cost import measure  # noqa: E402
 from tpviz import shard_map  # noqa: E402
-from tpviz.sources import presets  # noqa: E402
-from tpviz.spec import LIMITS, MAX_DIM  # noqa: E402
+from tpviz.config.sources import presets  # noqa: E402
+from tpviz.config.spec import LIMITS, MAX_DIM  # noqa: E402
 
 BASES = ["Qwen/Qwen3-8B", "Qwen/Qwen3-30B-A3B", "deepseek-ai/DeepSeek-V3", "openai/gpt-oss-120b",
          "meta-llama/Llama-3.1-405B"]

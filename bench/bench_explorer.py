@@ -61,8 +61,8 @@ def bench_payload() -> int:
 def bench_png() -> float:
     """Median seconds per PNG from a warm browser; None without Chromium."""
     from tpviz import shard_map
-    from tpviz.export import ExportError, PngRenderer
-    from tpviz.plots import all_figures
+    from tpviz.render.export import ExportError, PngRenderer
+    from tpviz.render.plots import all_figures
     figs = all_figures(shard_map("meta-llama/Llama-3.1-405B", 64))
     renderer = PngRenderer()
     try:

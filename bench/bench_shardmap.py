@@ -45,7 +45,7 @@ def measure(model: str, tp: int, n: int, rules: str, threads: int) -> dict:
     sys.path.insert(0, str(ROOT))
     import torch
 
-    importlib.import_module("tpviz.tracer")  # torch and the layers, imported before the baseline
+    importlib.import_module("tpviz.trace.tracer")  # torch and the layers, imported before the baseline
     from tpviz import shard_map
     if threads:
         torch.set_num_threads(threads)

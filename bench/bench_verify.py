@@ -5,7 +5,7 @@ attention, MoE, MLA and norm options kept; widths, vocabulary and experts cut do
 weights: the in-process verify time (and its phases), the verdict, and the checkpoint bytes each rank read
 against the whole checkpoint. Families the live check refuses are listed with its one-line reason.
 
---model MODEL: that model at each of --tps instead: the end-to-end wall time of `python -m tpviz.verify` (a
+--model MODEL: that model at each of --tps instead: the end-to-end wall time of `python -m tpviz.cli.verify` (a
 fresh process: torch import, spawn, load, forward, compare), the in-process phase times and the bytes each
 rank read. Target: <= 15 s end to end for a tiny model at tp=2 (--strict exits 1 when missed).
 
@@ -31,8 +31,8 @@ TARGET_S = 15.0
 
 
 def end_to_end(model: str, tp: int, args, env: dict) -> tuple[float, int, str]:
-    """Wall time of a fresh `python -m tpviz.verify` process, its exit code and verdict line."""
-    cmd = [sys.executable, "-m", "tpviz.verify", model, "--tp", str(tp), "--device", "cpu", "--dtype", args.dtype,
+    """Wall time of a fresh `python -m tpviz.cli.verify` process, its exit code and verdict line."""
+    cmd = [sys.executable, "-m", "tpviz", "verify", model, "--tp", str(tp), "--device", "cpu", "--dtype", args.dtype,
            "--seq-len", str(args.seq_len), "--quiet"] + (["--layers", str(args.layers)] if args.layers else []) \
         + (["--random-weights"] if args.random_weights else [])
     start = time.perf_counter()
@@ -74,8 +74,8 @@ def by_family(args) -> int:
     """Each preset family, shrunk, at tp=2 with random weights: verify time, verdict, bytes read per rank."""
     from tpviz.errors import TpvizError
     from tpviz.live import resolve_model, verify
-    from tpviz.live.model import FAMILIES
-    from tpviz.sources import presets
+    from tpviz.live.model.decoder import FAMILIES
+    from tpviz.config.sources import presets
     chosen = {}
     for quantized in (False, True):  # each family's first unquantized preset, else its first (random weights)
         for name, raw in presets().items():

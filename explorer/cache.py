@@ -8,11 +8,11 @@ import plotly.graph_objects as go
 import streamlit as st
 
 from tpviz import load_spec, shard_map
-from tpviz.format import ValidRow, valid_table
-from tpviz.export import PngRenderer, shard_map_json
-from tpviz import plots  # looked up at call time (tests swap a figure function to inject a failure)
-from tpviz.shardmap import ShardMap
-from tpviz.summary import MAX_TP
+from tpviz.trace.validity import ValidRow, valid_table
+from tpviz.render.export import PngRenderer, shard_map_json
+from tpviz.render import plots  # looked up at call time (tests swap a figure function to inject a failure)
+from tpviz.trace.shardmap import ShardMap
+from tpviz.render.summary import MAX_TP
 
 
 @dataclass(frozen=True)
@@ -27,7 +27,7 @@ class Page:
 @st.cache_data(show_spinner=False, max_entries=256, ttl=3600)
 def resolve_hub(repo_id: str) -> tuple[str, str]:
     """A hub repo's config as canonical JSON text, and its name (cached: the hub is slow)."""
-    from tpviz.hub import fetch_config
+    from tpviz.config.hub import fetch_config
     return json.dumps(fetch_config(repo_id), sort_keys=True), repo_id
 
 
@@ -44,11 +44,11 @@ def checkpoint_names(checkpoint: str) -> tuple[frozenset | None, str, dict | Non
     kind, _, where = checkpoint.partition(":")
     sizes = None
     if kind == "hub":
-        from tpviz.checkpoint import hub_sizes, hub_tensor_names
+        from tpviz.trace.checkpoint import hub_sizes, hub_tensor_names
         names = hub_tensor_names(where)
         sizes = hub_sizes(where) if names else None
     else:
-        from tpviz.checkpoint import local_folder, local_tensor_names
+        from tpviz.trace.checkpoint import local_folder, local_tensor_names
         folder = local_folder(where)
         names = local_tensor_names(folder) if folder else None
     return (frozenset(names) if names else None), where, sizes
@@ -101,7 +101,7 @@ def every_group_figures(cfg_json: str, name: str, tp: int, rules: str, checkpoin
 
 @st.cache_data(show_spinner=False, max_entries=64)
 def layout_for(cfg_json: str, name: str, tp: int, pp: int, dp: int, ep: bool, rules: str) -> dict:
-    """One tp x pp x dp (+ EP) deployment's GPUs: stages, experts, bytes, communication (tpviz.layout)."""
-    from tpviz.layout import layout_map
-    from tpviz.parallel import Layout
+    """One tp x pp x dp (+ EP) deployment's GPUs: stages, experts, bytes, communication (tpviz.deploy.deployment)."""
+    from tpviz.deploy.deployment import layout_map
+    from tpviz.deploy.parallel import Layout
     return layout_map(load_spec(json.loads(cfg_json), name), Layout(tp, pp, dp, ep), rules)

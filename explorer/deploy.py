@@ -1,9 +1,9 @@
 """The explorer's deployment view: a tp x pp x dp (+ EP) layout's GPUs, experts and collectives."""
 import streamlit as st
 
-from tpviz.format import fmt_bytes
-from tpviz.plots.layout import device_grid, expert_figure
-from tpviz.summary import layer_span
+from tpviz.render.text import fmt_bytes
+from tpviz.render.plots.deployment import device_grid, expert_figure
+from tpviz.render.summary import layer_span
 
 COMM = {"tp_all_reduce": ("all-reduce over the tp GPUs", "after each attention / mixer and dense FFN"),
         "moe_all_reduce": ("all-reduce over the tp GPUs", "after each MoE block, with or without EP"),

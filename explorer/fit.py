@@ -1,9 +1,9 @@
 """The "does it fit" section: the user's GPU memory, utilization, context and concurrency against the map."""
 import streamlit as st
 
-from tpviz.fit import GPU_SIZES_GIB, GPU_UTILIZATION, capped_context, fit, sizing_notes
-from tpviz.format import fmt_bytes
-from tpviz.shardmap import ShardMap
+from tpviz.deploy.fit import GPU_SIZES_GIB, GPU_UTILIZATION, capped_context, fit, sizing_notes
+from tpviz.render.text import fmt_bytes
+from tpviz.trace.shardmap import ShardMap
 
 QUICK_GIB = (24, 40, 48, 80, 94, 141, 192, 288)  # common accelerator memory sizes (nominal GiB)
 

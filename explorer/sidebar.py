@@ -10,14 +10,14 @@ from streamlit.runtime.uploaded_file_manager import UploadedFile
 from explorer.cache import Page, png_renderer, resolve_hub
 from explorer.state import DEFAULT_VIEW, MAX_PP_DP, SOURCES, controls_from_query, query_from_controls
 from explorer.text import literal
-from tpviz import summary as S
+from tpviz.render import summary as S
 from tpviz.errors import SourceError, TpvizError
-from tpviz.format import ValidRow
-from tpviz.export import NO_CHROMIUM, chromium_path, file_stem, figures_zip, shard_map_json
-from tpviz.plots import export_figures
+from tpviz.trace.validity import ValidRow
+from tpviz.render.export import NO_CHROMIUM, chromium_path, file_stem, figures_zip, shard_map_json
+from tpviz.render.plots import export_figures
 from tpviz.rules import ENGINE, RULE_NOTES, RULES
-from tpviz.spec import KV_DTYPES, SERVE_DTYPES
-from tpviz.sources import (WEB_LOCAL_HINT, WEB_LOCAL_OFF, check_config_size, find_preset, local_config,
+from tpviz.config.spec import KV_DTYPES, SERVE_DTYPES
+from tpviz.config.sources import (WEB_LOCAL_HINT, WEB_LOCAL_OFF, check_config_size, find_preset, local_config,
                            parse_config, presets, repo_from_url, web_local_root)
 
 RULE_LABELS = ENGINE  # "vLLM 0.33", "vLLM 0.28", "nano-vllm": the UI names the engine version

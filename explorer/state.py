@@ -1,8 +1,8 @@
 """The explorer's shareable view state: ?model=...&tp=...&rules=...(&pp=&dp=&ep=) <-> the controls (no Streamlit
 import)."""
 from tpviz.rules import RULES
-from tpviz.sources import repo_from_url
-from tpviz.summary import MAX_TP
+from tpviz.config.sources import repo_from_url
+from tpviz.render.summary import MAX_TP
 
 SOURCES = ("Preset", "Hub repo id", "Local path", "Upload config.json")
 DEFAULT_VIEW = {"source": "Preset", "preset": "Qwen/Qwen3-8B", "hub": "", "path": "", "tp": 4, "rules": "vllm",

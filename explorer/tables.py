@@ -1,8 +1,9 @@
 """The explorer's tables: the library's numbers and verdicts as display rows (readable units, ✓ / ✗)."""
-from tpviz.format import ValidRow, fmt_bytes
+from tpviz.render.text import fmt_bytes
+from tpviz.trace.validity import ValidRow
 from tpviz.rules import ENGINE, RULES
-from tpviz.shardmap import ShardMap
-from tpviz.summary import collectives
+from tpviz.trace.shardmap import ShardMap
+from tpviz.render.summary import collectives
 
 
 def collective_rows(m: ShardMap) -> list[dict]:

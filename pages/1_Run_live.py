@@ -11,14 +11,14 @@ from explorer.run_live import (PHASES, PhaseStatus, injection_hint, injection_re
                                model_input, show_memory, show_result, text_input, typed_shape)
 from explorer.text import literal
 from tpviz.errors import TpvizError
-from tpviz.live.check import NOISE_MULTIPLE, verify
+from tpviz.live.check.verify import NOISE_MULTIPLE, verify
 from tpviz.live.errors import for_page
-from tpviz.live.inject import INJECTIONS
-from tpviz.live.inputs import parse_ids_text
-from tpviz.live import memory
-from tpviz.live.memory import DTYPE_CHOICES
-from tpviz.live.runner import choose_backend
-from tpviz.live.slot import max_ranks, one_run_at_a_time
+from tpviz.live.check.inject import INJECTIONS
+from tpviz.live.load.inputs import parse_ids_text
+from tpviz.live.check import memory
+from tpviz.live.check.memory import DTYPE_CHOICES
+from tpviz.live.run.runner import choose_backend
+from tpviz.live.run.slot import max_ranks, one_run_at_a_time
 
 QUEUED = "Another run is in progress on this server; yours starts when it ends (one live run at a time)."
 

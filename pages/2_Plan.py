@@ -1,5 +1,5 @@
 """Plan: every tp x pp x dp (+ expert parallel) layout of N GPUs for a checkpoint, ranked by what fits and by
-the KV-cache room it leaves; rejected layouts with the rule that rejects them. A thin view over tpviz.planner."""
+the KV-cache room it leaves; rejected layouts with the rule that rejects them. A thin view over tpviz.deploy.planner."""
 import json
 from urllib.parse import urlencode
 
@@ -11,13 +11,13 @@ from explorer.sidebar import RULE_LABELS
 from explorer.state import query_from_controls
 from explorer.text import literal
 from tpviz import load_spec
-from tpviz.fit import capped_context
-from tpviz.format import fmt_bytes
+from tpviz.deploy.fit import capped_context
+from tpviz.render.text import fmt_bytes
 from tpviz.errors import TpvizError
-from tpviz.planner import plan, plan_notes, plan_rows
-from tpviz.plots.layout import device_grid, expert_figure
+from tpviz.deploy.planner import plan, plan_notes, plan_rows
+from tpviz.render.plots.deployment import device_grid, expert_figure
 from tpviz.rules import RULES
-from tpviz.sources import find_preset, presets, repo_from_url
+from tpviz.config.sources import find_preset, presets, repo_from_url
 
 
 @st.cache_data(show_spinner=False, max_entries=64)
@@ -32,7 +32,7 @@ def model_config(text: str) -> tuple[str, str]:
     key = find_preset(text)
     if key:
         return json.dumps(presets()[key], sort_keys=True), key
-    from tpviz.hub import fetch_config
+    from tpviz.config.hub import fetch_config
     return json.dumps(fetch_config(text), sort_keys=True), text
 
 

@@ -43,7 +43,7 @@ fi
 
 # the 0.6B shapes with 2 KV heads, so tp=4 replicates each KV head on 2 ranks (wrong-kv-head has an effect)
 KV2=$OUT/qwen3-0.6b-kv2.json
-"$PY" -c "import json, sys; from tpviz.sources import presets
+"$PY" -c "import json, sys; from tpviz.config.sources import presets
 c = dict(presets()['$MODEL'], num_key_value_heads=2); json.dump(c, open(sys.argv[1], 'w'))" "$KV2" || exit 2
 echo "[[$(seq -s ', ' 1 16)]]" > "$OUT/ids.json"  # random weights have no tokenizer: generation continues ids
 
@@ -65,7 +65,7 @@ run() {  # run NAME EXPECTED MODEL TP DTYPE [ENV=VALUE ...] -- [verify args ...]
   while [ $# -gt 0 ] && [ "$1" != -- ]; do envs+=("$1"); shift; done
   shift
   local t=$EPOCHREALTIME
-  env ${envs[@]+"${envs[@]}"} "$PY" -m tpviz.verify "$model" --tp "$tp" --device "$DEVICE" --dtype "$dtype" --batch 2 \
+  env ${envs[@]+"${envs[@]}"} "$PY" -m tpviz.cli.verify "$model" --tp "$tp" --device "$DEVICE" --dtype "$dtype" --batch 2 \
     --seq-len "$SEQ" --timeout 240 --random-weights ${LAYER_ARGS[@]+"${LAYER_ARGS[@]}"} --json "$OUT/$name.json" "$@" \
     > "$OUT/$name.txt" 2>&1
   local rc=$?

@@ -9,8 +9,8 @@ import torch
 from hypothesis import settings
 
 from tpviz.rules import VOCAB_PADDING
+from tests.paths import SHARED_CONFIGS
 
-SHARED_CONFIGS = Path(__file__).resolve().parents[2] / "shared" / "configs"
 
 # the suite draws the same hypothesis examples on every run, so a clean CI run repeats the run that passed here;
 # TPVIZ_FUZZ=random draws new ones (and keeps what fails in .hypothesis/), to look for new bugs

@@ -1,8 +1,8 @@
 """tpviz: see and check how tensor parallelism splits an LLM's weights across GPUs."""
 from tpviz.errors import ConfigError, HubError, SourceError, TPSizeError, TpvizError, WeightsError
-from tpviz.shardmap import ShardMap
-from tpviz.sources import load_spec
-from tpviz.spec import ModelSpec
+from tpviz.trace.shardmap import ShardMap
+from tpviz.config.sources import load_spec
+from tpviz.config.spec import ModelSpec
 
 
 def shard_map(config_or_source, tp_size: int, rules: str = "vllm", tensor_names: set[str] | None = None,
@@ -12,9 +12,9 @@ def shard_map(config_or_source, tp_size: int, rules: str = "vllm", tensor_names:
 
     When a checkpoint's tensor names are at hand (given, or read from a local folder's safetensors
     index or header), the map is compared with them; an unknown architecture must match or is refused."""
-    from tpviz.checkpoint import checked, local_folder, local_tensor_bytes, local_tensor_names
-    from tpviz.spec import KNOWN_TYPES
-    from tpviz.tracer import trace
+    from tpviz.trace.checkpoint import checked, local_folder, local_tensor_bytes, local_tensor_names
+    from tpviz.config.spec import KNOWN_TYPES
+    from tpviz.trace.tracer import trace
     spec = load_spec(config_or_source)
     if (dtype, kv_cache_dtype) != ("auto", "auto"):
         spec = spec.served(dtype, kv_cache_dtype)

@@ -2,7 +2,7 @@ import os
 import sys
 import threading
 
-from tpviz.cli import main
+from tpviz.cli.main import main
 
 
 def leave(code: int) -> None:

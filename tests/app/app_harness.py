@@ -4,8 +4,9 @@ import re
 from pathlib import Path
 
 from streamlit.testing.v1 import AppTest
+from tests.paths import ROOT
 
-APP = str(Path(__file__).resolve().parents[2] / "app.py")
+APP = str(ROOT / "app.py")
 
 
 def run_app(query: dict | None = None, timeout: float = 90) -> AppTest:

@@ -1,7 +1,7 @@
 """AppTest: every control of the explorer, and the share link (query parameters) in both directions."""
 from app_harness import charts, errors, figure_tabs, heading, run_app, tab_charts
 
-from tpviz import summary as S
+from tpviz.render import summary as S
 
 
 def test_opens_offline_on_the_default_preset():

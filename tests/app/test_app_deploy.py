@@ -5,9 +5,9 @@ import json
 import pytest
 from app_harness import charts, errors, heading, run_app
 
-from tpviz.layout import layout_map
-from tpviz.parallel import Layout
-from tpviz.sources import load_spec
+from tpviz.deploy.deployment import layout_map
+from tpviz.deploy.parallel import Layout
+from tpviz.config.sources import load_spec
 
 QWEN_MOE = "Qwen/Qwen3-30B-A3B"
 
@@ -88,8 +88,8 @@ def test_a_tp_only_ep_makes_work_shows_its_gpus_not_an_error():
 def test_a_deployments_headline_and_fit_are_its_own_not_the_tp_maps():
     """DeepSeek-V3 at TP 16 x PP 2 + EP: the metrics and "Does it fit?" describe the layout's fullest GPU (the
     plan's 20.70 GiB and 192 sequences at 80 GiB), not the TP-16 map's 40 GiB and 59 sequences."""
-    from tpviz.format import fmt_bytes
-    from tpviz.planner import Planner
+    from tpviz.render.text import fmt_bytes
+    from tpviz.deploy.planner import Planner
     at = run_app({"model": "deepseek-ai/DeepSeek-V3", "tp": "16", "pp": "2", "ep": "1"})
     assert errors(at) == []
     lay = layout_map(load_spec("deepseek-ai/DeepSeek-V3"), Layout(16, 2, 1, True))
@@ -125,8 +125,8 @@ def test_nano_vllm_rules_refuse_a_deployment_and_keep_the_tp_map():
 def test_a_plain_tp_view_counts_traffic_as_the_plan_does():
     """Llama-3.1-8B at tp 8: the header's bytes sent per decoded token are the Plan page's comm/token (ring bytes
     each GPU sends), not the sum of the tensors reduced, which read 770.50 KiB beside the Plan's 1.10 MiB."""
-    from tpviz.format import fmt_bytes
-    from tpviz.planner import comm_per_token
+    from tpviz.render.text import fmt_bytes
+    from tpviz.deploy.planner import comm_per_token
     at = run_app({"model": "meta-llama/Llama-3.1-8B", "tp": "8"})
     assert errors(at) == []
     metric = next(m for m in at.metric if m.label == "Sent per decoded token, busiest GPU")

@@ -6,8 +6,8 @@ from app_harness import errors, figure_tabs, heading, run_app
 from huggingface_hub import constants
 from huggingface_hub.errors import GatedRepoError, LocalEntryNotFoundError, RepositoryNotFoundError
 
-from tpviz import hub
-from tpviz.sources import presets
+from tpviz.config import hub
+from tpviz.config.sources import presets
 
 LLAMA = presets()["meta-llama/Llama-3.2-1B"]
 
@@ -159,12 +159,12 @@ def test_local_path_confined_and_disabled(monkeypatch, tmp_path):
 
 
 def test_unexpected_failure_is_one_line_not_a_traceback(monkeypatch):
-    import tpviz.plots
+    import tpviz.render.plots
 
     def boom(m):
         raise RuntimeError("figure exploded\nwith details")
     at = run_app()
-    monkeypatch.setattr(tpviz.plots, "all_figures", boom)
+    monkeypatch.setattr(tpviz.render.plots, "all_figures", boom)
     cfg = dict(LLAMA, rms_norm_eps=1.2345e-5)  # a config no earlier test cached
     at = upload(at, "fresh.json", json.dumps(cfg).encode())
     assert one_error(at) == "unexpected RuntimeError: figure exploded"
@@ -172,10 +172,10 @@ def test_unexpected_failure_is_one_line_not_a_traceback(monkeypatch):
 
 
 def test_even_a_failing_fallback_is_no_traceback(monkeypatch):
-    import tpviz.plots
-    import tpviz.sources
-    monkeypatch.setattr(tpviz.plots, "all_figures", lambda m: 1 / 0)
-    monkeypatch.setitem(tpviz.sources.presets(), "Qwen/Qwen3-8B", dict(LLAMA, rms_norm_eps=2.5e-5))  # uncached
+    import tpviz.render.plots
+    import tpviz.config.sources
+    monkeypatch.setattr(tpviz.render.plots, "all_figures", lambda m: 1 / 0)
+    monkeypatch.setitem(tpviz.config.sources.presets(), "Qwen/Qwen3-8B", dict(LLAMA, rms_norm_eps=2.5e-5))  # uncached
     at = run_app()
     assert errors(at) == ["unexpected ZeroDivisionError: division by zero"] * 2
 

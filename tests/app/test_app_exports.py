@@ -12,7 +12,7 @@ from streamlit.runtime.memory_media_file_storage import MemoryMediaFileStorage
 
 from explorer.cache import page_for, screen_figure
 from tpviz import shard_map
-from tpviz.export import NO_CHROMIUM, chromium_path
+from tpviz.render.export import NO_CHROMIUM, chromium_path
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 

@@ -8,7 +8,7 @@ from app_harness import errors, heading, run_app
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.test_properties import mutated_configs
+from tests.config.test_properties import mutated_configs
 
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -1,7 +1,7 @@
-"""explorer.fit: the fit at common GPU sizes as the explorer's table (formatting of tpviz.fit)."""
+"""explorer.fit: the fit at common GPU sizes as the explorer's table (formatting of tpviz.deploy.fit)."""
 from explorer.fit import fit_rows
 from tpviz import shard_map
-from tpviz.format import fmt_bytes
+from tpviz.render.text import fmt_bytes
 
 
 def test_fit_rows_room_for_kv_cache():
@@ -20,7 +20,7 @@ def test_fit_rows_room_for_kv_cache():
 
 def test_a_hybrid_models_fit_says_vllm_pads_its_pages():
     from app_harness import run_app
-    from tpviz.fit import HYBRID_PAGES
+    from tpviz.deploy.fit import HYBRID_PAGES
     notes = lambda at: [c.value for c in at.caption if c.value.startswith("Note: vLLM 0.33 sizes")]  # noqa: E731
     note = HYBRID_PAGES.format(engine="vLLM 0.33")
     assert notes(run_app({"model": "Qwen/Qwen3-Next-80B-A3B-Thinking", "tp": "4"})) == [f"Note: {note}."]

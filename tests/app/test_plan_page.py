@@ -2,8 +2,9 @@
 from pathlib import Path
 
 from streamlit.testing.v1 import AppTest
+from tests.paths import ROOT
 
-PAGE = str(Path(__file__).resolve().parents[2] / "pages" / "2_Plan.py")
+PAGE = str(ROOT / "pages" / "2_Plan.py")
 
 
 def run(**values) -> AppTest:

@@ -2,7 +2,7 @@
 import pytest
 
 from explorer.state import DEFAULT_VIEW, controls_from_query, query_from_controls
-from tpviz.sources import presets
+from tpviz.config.sources import presets
 
 QWEN8, LLAMA8 = "Qwen/Qwen3-8B", "meta-llama/Llama-3.1-8B"
 

@@ -1,7 +1,7 @@
 """explorer.tables: the collectives and valid-tp tables as the explorer shows them."""
 from explorer.tables import collective_rows, valid_tp_rows
 from tpviz import shard_map
-from tpviz.format import valid_table
+from tpviz.trace.validity import valid_table
 
 
 def test_collective_rows_in_readable_units():

@@ -11,11 +11,11 @@ import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
+from tests.paths import ROOT
 
 if TYPE_CHECKING:
     from playwright.sync_api import Browser, Page, Playwright
 
-ROOT = Path(__file__).resolve().parents[2]
 CHROMIUM = "/usr/bin/chromium"
 SCREENSHOTS = ROOT / "tests" / "screenshots"  # gitignored
 # without the background-networking flags Chromium keeps hammering the closed network

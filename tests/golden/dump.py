@@ -20,7 +20,7 @@ PLANNED = ("meta-llama/Llama-3.1-8B", "deepseek-ai/DeepSeek-V3", "Qwen/Qwen3-30B
 
 def models() -> dict[str, object]:
     """{case name: source}: the presets by id, the shared configs by file stem (when ../shared is here)."""
-    from tpviz.sources import presets
+    from tpviz.config.sources import presets
     out = {f"preset:{k}": k for k in presets()}
     if SHARED.is_dir():
         for p in sorted(SHARED.glob("*.json")):
@@ -53,10 +53,10 @@ def refused(f):
 
 def deploy_cases():
     """(key, thunk) for every preset's layouts under vLLM rules, and the 8-GPU plans of a few."""
-    from tpviz.layout import layout_map
-    from tpviz.parallel import Layout
-    from tpviz.planner import plan, plan_rows
-    from tpviz.sources import load_spec
+    from tpviz.deploy.deployment import layout_map
+    from tpviz.deploy.parallel import Layout
+    from tpviz.deploy.planner import plan, plan_rows
+    from tpviz.config.sources import load_spec
     for name, source in models().items():
         for tp, pp, dp, ep in LAYOUTS:
             yield (f"{name}|layout {tp},{pp},{dp},{ep}",
@@ -68,9 +68,9 @@ def deploy_cases():
 
 def live_cases():
     """(key, thunk): Run live's config, random-weight checkpoint shapes and HF config, first 4 layers."""
-    from tpviz.live.random_weights import checkpoint_shapes, hf_config
-    from tpviz.live.source import live_config
-    from tpviz.sources import load_spec, resolve_config
+    from tpviz.live.load.random_weights import checkpoint_shapes, hf_config
+    from tpviz.live.load.source import live_config
+    from tpviz.config.sources import load_spec, resolve_config
 
     def live(source):
         raw = resolve_config(source)[0]

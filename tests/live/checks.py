@@ -4,7 +4,7 @@ import torch
 from safetensors import safe_open
 
 from tpviz.live import LiveConfig, LiveForCausalLM, load_weights, prepare, resolve_model
-from tpviz.live.worker import run_model
+from tpviz.live.run.worker import run_model
 
 
 def saved_shapes(folder) -> dict:

@@ -1,13 +1,14 @@
 """The Run live page with real weights: cached ones, offline with nothing cached, a download with its progress,
 and a shrunk model from a cache holding only the shards it needs."""
+from tests.paths import ROOT
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from .test_download import checkpoint, fake_fetch, fake_listing, fill_cache, hf_cache, online
-from .test_download_layers import REPO, SECOND, split
+from tests.live.load.test_download import checkpoint, fake_fetch, fake_listing, fill_cache, hf_cache, online
+from tests.live.load.test_download_layers import REPO, SECOND, split
 
 __all__ = ["hf_cache", "online", "split"]  # fixtures, used by name
-PAGE = "../../pages/1_Run_live.py"
+PAGE = str(ROOT / "pages" / "1_Run_live.py")
 
 
 def page(timeout: float = 120) -> AppTest:

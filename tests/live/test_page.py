@@ -1,11 +1,12 @@
 """AppTest of pages/1_Run_live.py: a tp=2 run on CPU shows the verdict, chart, per-rank table and environment."""
 import json
 
+from tests.paths import ROOT
 import pytest
 import torch
 from streamlit.testing.v1 import AppTest
 
-PAGE = "../../pages/1_Run_live.py"  # AppTest resolves this against this test file
+PAGE = str(ROOT / "pages" / "1_Run_live.py")
 
 
 @pytest.fixture(autouse=True)
@@ -106,7 +107,7 @@ def test_page_hides_local_folder_unless_the_server_opts_in(monkeypatch, root):
 def test_page_turns_an_unexpected_error_into_one_line(monkeypatch):
     def boom(*args, **kwargs):
         raise RuntimeError("something broke\nTraceback details")
-    monkeypatch.setattr("tpviz.live.check.verify", boom)
+    monkeypatch.setattr("tpviz.live.check.verify.verify", boom)
     at = AppTest.from_file(PAGE, default_timeout=60).run()
     at.selectbox(key="live_device").set_value("cpu")
     at.button(key="live_run").click().run()
@@ -126,7 +127,7 @@ def test_page_refuses_a_huge_preset_in_one_line():
 def test_a_second_visitor_is_queued_until_the_running_one_ends(monkeypatch, tiny):
     import threading
 
-    from tpviz.live.slot import one_run_at_a_time
+    from tpviz.live.run.slot import one_run_at_a_time
     held, release = threading.Event(), threading.Event()
 
     def other_visitor():
@@ -154,7 +155,7 @@ def test_a_stopped_run_is_reported_on_the_next_run(monkeypatch):
     def stopped(*args, progress=None, tick=None, **kwargs):
         progress("spawn")
         raise StopException()  # what Streamlit raises at a yield point (tick's update) after Stop
-    monkeypatch.setattr("tpviz.live.check.verify", stopped)
+    monkeypatch.setattr("tpviz.live.check.verify.verify", stopped)
     at = AppTest.from_file(PAGE, default_timeout=60).run()
     at.selectbox(key="live_device").set_value("cpu")
     at.button(key="live_run").click().run()
@@ -196,7 +197,7 @@ def test_page_runs_pipeline_stages_with_expert_parallelism(tiny_moe, tiny):
 def test_page_generates_from_a_prompt_and_shows_where_tp_and_tp1_part(tiny, tmp_path):
     import shutil
 
-    from .checks import add_tokenizer
+    from tests.live.checks import add_tokenizer
     at = _page(tiny["qwen2"][0]).run()  # no tokenizer: token ids, saying why
     assert at.text_input(key="live_ids") and not at.text_area
     assert "Token ids, not text: this folder has no tokenizer.json or tokenizer.model." in [c.value for c in at.caption]

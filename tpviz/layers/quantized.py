@@ -11,7 +11,7 @@ import torch
 from torch import nn
 
 from tpviz.errors import TPSizeError
-from tpviz.quant.storage import QTensor
+from tpviz.layers.storage import QTensor
 
 
 class QuantContext:

@@ -4,13 +4,13 @@ The plan walks the model's layer groups: every distinct mixer (by the dims that 
 and every distinct FFN is planned once, for the layers that share it. Everything that needs "which
 tensors does this architecture have" (the tracer, the checkpoint comparison) reads the plan.
 """
-from tpviz.arch import Ffn, Mixer
+from tpviz.config.kinds import Ffn, Mixer
 from tpviz.plan import attention, ffn, ssm
 from tpviz.plan.classic import CLASSIC_NAMES, extra_globals, falcon_names
 from tpviz.plan.core import DT, PROBE, ParamPlan, Source, embed, norm, replicated
-from tpviz.plan.names import ARCH_NAMES, LLAMA, Names
+from tpviz.archs.names import ARCH_NAMES, LLAMA, Names
 from tpviz.plan.ssm import state_plans
-from tpviz.spec import ModelSpec
+from tpviz.config.spec import ModelSpec
 
 __all__ = ["DT", "PROBE", "ParamPlan", "Source", "Names", "build_plan", "mixer_groups", "ffn_groups", "state_plans",
            "arch_names"]

@@ -3,13 +3,13 @@ from dataclasses import replace
 
 import torch
 
-from tpviz.arch import Mixer
+from tpviz.config.kinds import Mixer
 from tpviz.errors import TPSizeError
 from tpviz.layers import ColumnParallelLinear, QKVParallelLinear
 from tpviz.plan.core import DT, PROBE, ParamPlan, Source, column, norm, param, replicated, row, stored
 from tpviz.plan.quantized import qplan
-from tpviz.plan.names import Names
-from tpviz.spec import ModelSpec
+from tpviz.archs.names import Names
+from tpviz.config.spec import ModelSpec
 
 
 def per_head(h: int, kv: int, d: int):

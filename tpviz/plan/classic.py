@@ -2,7 +2,7 @@
 from dataclasses import replace
 
 from tpviz.plan.core import ParamPlan, norm, replicated
-from tpviz.plan.names import LLAMA, Names
+from tpviz.archs.names import LLAMA, Names
 
 _GPT = replace(LLAMA, embed="transformer.wte.weight", lm_head="lm_head.weight", final_norm="transformer.ln_f",
                layer="transformer.h.*.", mixer_norms=("ln_1",), ffn_norms=("ln_2",), norm_bias=True, attn="attn.",

@@ -2,13 +2,13 @@
 import torch
 from torch import nn
 
-from tpviz.arch import Ffn
+from tpviz.config.kinds import Ffn
 from tpviz.errors import TPSizeError
 from tpviz.layers.mxfp4 import Mxfp4Down, Mxfp4GateUp
 from tpviz.plan.core import PROBE, ParamPlan, Source, column, merged, param, replicated, row
-from tpviz.plan.names import Names
+from tpviz.archs.names import Names
 from tpviz.plan.quantized import qplan
-from tpviz.spec import ModelSpec
+from tpviz.config.spec import ModelSpec
 
 
 # vLLM 0.33 qwen2_moe.py / qwen3_moe.py / qwen3_next.py (Qwen3.5 reuses the last): tp_size > num_experts raises

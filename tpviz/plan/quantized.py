@@ -4,8 +4,8 @@ from dataclasses import dataclass
 
 from tpviz.errors import QuantError
 from tpviz.layers.quantized import QuantContext
-from tpviz.quant.config import Quant
-from tpviz.quant.storage import QTensor, linear_tensors
+from tpviz.config.quant import Quant
+from tpviz.layers.storage import QTensor, linear_tensors
 from tpviz.rules import ENGINE
 
 

@@ -1,8 +1,8 @@
 """Plans of the non-attention mixers: which checkpoint tensors each loads, and the state it keeps."""
-from tpviz.arch import STATEFUL, Mixer
+from tpviz.config.kinds import STATEFUL, Mixer
 from tpviz.layers.ssm import GatedDeltaNet, Mamba2Mixer, ShortConv
 from tpviz.plan.core import DT, PROBE, ParamPlan, Source, param
-from tpviz.plan.names import Names
+from tpviz.archs.names import Names
 
 FAMILY = {"gated_deltanet": "linear_attn", "mamba2": "mamba", "short_conv": "conv"}
 

@@ -1,1 +1,0 @@
-"""Quantized checkpoints: the scheme read from quantization_config, and the tensors each scheme stores."""

@@ -1,0 +1,252 @@
+"""Plotly figures of a ShardMap: one per matrix family (source view + rank view) and the memory summary.
+
+Every figure is built from the shard map alone; the app, the PNG export and the CLI share these functions.
+"""
+import textwrap
+
+import plotly.graph_objects as go
+
+from tpviz.render.plots.geometry import tensor_label
+from tpviz.render.plots.rank import gpu_label, rank_view
+from tpviz.render.plots.replicated import replicated_figure
+from tpviz.render.plots.source import SourceView, source_view
+from tpviz.render.plots.style import INK, MUTED, axis, base_layout
+from tpviz.render.plots.memory import memory_figure
+from tpviz.render.plots.strip import layer_strip
+from tpviz.trace.shardmap import LayerGroup, ShardMap
+from tpviz.render.summary import families_present
+
+# (title, one-line explanation) per family; the explanation is shown in the app and as the figure subtitle
+FAMILY_INFO = {
+    "qkv": ("q / k / v projections · column-parallel",
+            "Each GPU takes whole heads: its q, k and v rows are packed as [q | k | v] in its local qkv_proj."),
+    "o_proj": ("o_proj · row-parallel",
+               "Each GPU takes the input columns of its own heads; an all-reduce sums the partial outputs."),
+    "gate_up": ("gate / up projections · merged column-parallel",
+                "gate and up are each split by rows, then packed as [gate | up] in each GPU's gate_up_proj."),
+    "down_proj": ("down_proj · row-parallel",
+                  "Each GPU takes the columns matching its gate/up rows; an all-reduce sums the outputs."),
+    "linear_attn": ("Gated DeltaNet (linear attention) · split by key-head groups",
+                    "in_proj_qkvz / in_proj_ba are stored per key-head group, so each GPU takes whole groups; conv1d "
+                    "takes its chunk of q, k and v; A_log and dt_bias follow the value heads; out_proj is row-parallel."),
+    "mamba": ("Mamba2 · split by heads (and groups)",
+              "in_proj = [z | x | B | C | dt] and conv1d = [x | B | C] are cut part by part; with one group, B and C "
+              "are replicated to every GPU; A_log, D, dt_bias and the gated norm follow the heads; out_proj is row-parallel."),
+    "conv": ("Short convolution · column then row",
+             "in_proj = [B | C | x] is a merged column-parallel table, the depthwise conv follows the channels, "
+             "out_proj is row-parallel."),
+    "experts": ("MoE experts · gate/up column-parallel, down row-parallel",
+                "Every expert is split like a dense MLP over moe_intermediate_size: each GPU holds a slice of all experts."),
+    "embed": ("embed_tokens · vocab-parallel",
+              "Each GPU holds a block of vocabulary rows; lookups outside it give zeros, then an all-reduce."),
+    "lm_head": ("lm_head · vocab-parallel",
+                "Each GPU computes the logits of its vocabulary block; vLLM gathers them to every GPU, nano-vllm to GPU 0."),
+    "replicated": ("Replicated: norms, routers, latents and row-parallel biases",
+                   "Every GPU holds a full copy; a row-parallel bias is added on GPU 0 only."),
+}
+MLA_LINE = ("MLA: the per-head up-projections q_b_proj and kv_b_proj are split by heads; the latent "
+            "down-projections are replicated (see the replicated figure).")
+SOURCE_DOMAIN, RANK_DOMAIN = (0.0, 0.40), (0.50, 1.0)
+VIEW_WIDTH = 860  # px: a figure's width in the explorer on a laptop screen (PNGs are wider), for placing labels
+
+
+def figure_height(tp: int) -> int:
+    """Taller figures for more GPUs, so every rank strip stays readable."""
+    return 150 + min(max(tp * 26, 330), 800)
+
+
+def _panel_title(text: str, domain: tuple[float, float]) -> dict:
+    return dict(text=f"<b>{text}</b>", x=domain[0], y=1, xref="paper", yref="paper", xanchor="left",
+                yanchor="bottom", yshift=42, showarrow=False, font=dict(size=12, color=MUTED))
+
+
+def _notes(m: ShardMap, family: str, group=None) -> str:
+    """How many copies the figure stands for (layers, experts), and the plan's note on the layout."""
+    tensors = [t for t in m.family(family, group) if t.split_dim is not None]
+    extra, groups = [], {}
+    for t in tensors:
+        groups.setdefault((len(t.layers or []) or 1, len(t.experts or [])), []).append(tensor_label(t))
+    if len(groups) == 1:
+        (layers, experts), = groups
+        if experts:
+            extra.append(f"one expert shown: all {experts} experts in {layers} layers are split the same way")
+        elif layers > 1:
+            extra.append(f"the same in each of {layers} layers")
+    else:
+        extra.append("; ".join(f"{', '.join(names)}: {layers} layers" for (layers, _), names in groups.items()))
+    extra += [t.note for t in tensors if t.note and t.note != "shared expert"][:1]
+    return " · ".join(extra)
+
+
+def _panel_px(layout: dict) -> tuple[float, float]:
+    """Approximate (width, height) in px of the source panel at VIEW_WIDTH."""
+    margin = layout["margin"]
+    width = (VIEW_WIDTH - margin["l"] - margin["r"] - 40) * (SOURCE_DOMAIN[1] - SOURCE_DOMAIN[0])  # 40: y ticks
+    return width, layout["height"] - margin["t"] - margin["b"]
+
+
+def _px_per_unit(src: SourceView, layout: dict, x_range: list[float]) -> float:
+    """Pixels per source-view x unit once Plotly fits the drawing (y is tied to x by scaleanchor)."""
+    width, height = _panel_px(layout)
+    return min(width / (x_range[1] - x_range[0]), height / (src.height * 1.01 * src.y_scale))
+
+
+def _source_x_range(src: SourceView, layout: dict, pad_x: float) -> list[float]:
+    """The source x range; stacked tensors get room on the left for their labels, so none is cut off."""
+    right = src.width + pad_x * (4 if src.lines else 1)
+    if not src.stacked or not src.labels:
+        return [-pad_x, right]
+    need = max(w for *_, w in src.labels) + 12  # px left of the tensors
+    width, height = _panel_px(layout)
+    by_height = need * src.height * 1.01 * src.y_scale / height  # room when the height limits the drawing
+    by_width = need * (right + pad_x) / max(width - need, 1.0)  # room when the width does
+    return [-pad_x - max(by_height, by_width), right]
+
+
+LABEL_PX, LINE_PX = 28, 30  # a two-line 11 px label, and one step down
+
+
+def _place_labels(src: SourceView, px: float) -> float:
+    """Side-by-side tensors narrower than their names: a label stays above its tensor when no other label is in
+    the way, else goes below it, one line further down while it would cover another label or tensor (MLA's
+    narrow scale tensors beside q_b_proj and kv_b_proj end up under the drawing). Returns how far in px the
+    lowest label reaches below the drawing."""
+    py = px * src.y_scale
+    tensors = [((c - h) * px, (c + h) * px, 0.0, b * py) for _, c, b, h, _ in src.labels]
+    placed: list[tuple[float, float, float, float]] = []
+
+    def free(box) -> bool:
+        return not any(box[0] < o[1] + 6 and o[0] < box[1] + 6 and box[2] < o[3] and o[2] < box[3]
+                       for o in tensors + placed)
+    lowest = 0.0
+    for index, centre, bottom, _, width in src.labels:
+        left, right = centre * px - width / 2, centre * px + width / 2
+        box, step = (left, right, -LABEL_PX - 2, -2.0), None
+        while not free(box):
+            step = 0 if step is None else step + 1
+            top = bottom * py + 2 + step * LINE_PX
+            box = (left, right, top, top + LABEL_PX)
+        if step is not None:
+            src.annotations[index].update(y=bottom, yanchor="top", yshift=-2 - step * LINE_PX)
+        placed.append(box)
+        lowest = max(lowest, box[3] - src.height * py)
+    return lowest
+
+
+MAX_SHARED_LEGEND = 16  # legend entries for replicated ranges (KV heads); the rest are named on hover
+
+
+def family_figure(m: ShardMap, family: str, group: LayerGroup | None = None) -> go.Figure:
+    """Source view and rank view of one matrix family (in one layer group), side by side."""
+    if family == "replicated":
+        return replicated_figure(m, FAMILY_INFO["replicated"], group)
+    split = [t for t in m.family(family, group) if t.split_dim is not None]
+    if not split:
+        raise KeyError(f"{m.model.name} has no split tensors in family {family!r}")
+    # vectors (column-parallel biases, attention sinks) follow their matrix's rows: named, not drawn
+    tensors = [t for t in split if len(t.shape) >= 2] or split
+    vectors = [t for t in split if t not in tensors]
+    title, line = FAMILY_INFO[family]
+    if family == "qkv" and m.model.is_mla:
+        line = MLA_LINE
+    src, rk = source_view(m, tensors), rank_view(m, tensors)
+    layout = base_layout(title, figure_height(m.tp_size))
+    note = _notes(m, family, group)
+    if vectors:
+        names = ", ".join(dict.fromkeys(tensor_label(t) for t in vectors))
+        note = " · ".join(filter(None, [note, f"split like their rows, not drawn: {names}"]))
+    wrapped = textwrap.wrap(note, 150)  # Plotly never wraps text itself
+    lines = textwrap.wrap(line, 150)
+    layout["title"]["subtitle"] = dict(text="<br>".join(lines) + (f"<br><i>{'<br>'.join(wrapped)}</i>" if note else ""),
+                                       font=dict(size=11, color=MUTED))
+    layout["margin"]["t"] = 130 + 15 * (len(lines) + len(wrapped))  # room for the subtitle lines and panel titles
+    pad_x = src.width * 0.03
+    x_range = _source_x_range(src, layout, pad_x)
+    if not src.stacked:
+        px = _px_per_unit(src, layout, x_range)
+        room = _panel_px(layout)[1] - src.height * 1.01 * src.y_scale * px + layout["margin"]["b"]
+        extra = max(0.0, _place_labels(src, px) - room + 4)  # labels pushed below the drawing need the room
+        layout["margin"]["b"] += int(extra)
+        layout["height"] += int(extra)
+    layout["xaxis"] = axis(domain=SOURCE_DOMAIN, range=x_range,
+                           showticklabels=False, constrain="domain", constraintoward="right" if src.stacked else "left")
+    stacked_ticks = dict(tickvals=[y for y, _ in src.ticks], ticktext=[t for _, t in src.ticks], side="right",
+                         tickfont=dict(size=9, color=MUTED)) if src.stacked else dict(tickformat="~s")
+    layout["yaxis"] = axis("rows of each tensor" if src.stacked else "rows of the checkpoint tensor" if any(
+                           t.split_dim == 0 for t in tensors) else "rows", range=[src.height * 1.01, 0],
+                           scaleanchor="x", scaleratio=src.y_scale, constrain="domain", constraintoward="top",
+                           **stacked_ticks)
+    layout["xaxis2"] = axis(f"local {rk.axis_word} of each GPU's parameter", domain=RANK_DOMAIN, anchor="y2",
+                            range=[0, rk.width * 1.01], showgrid=True, gridcolor="#eef1f4",
+                            tickvals=[x for x, _ in rk.ticks], ticktext=[t for _, t in rk.ticks])
+    labels = [gpu_label(r) for r in range(m.tp_size)]
+    layout["yaxis2"] = axis(anchor="x2", type="category", categoryorder="array", categoryarray=labels,
+                            range=[m.tp_size - 0.5, -0.5], tickfont=dict(size=10, color=INK))
+    layout["shapes"] = [dict(type="line", xref="x", yref="y", x0=a, y0=b, x1=c, y1=d,
+                             line=dict(color=INK, width=1.4, dash="dot")) for a, b, c, d in src.lines]
+    scaled = "" if abs(src.y_scale - 1) < 0.1 else (
+        f"<br><span style='font-size:10px'>rows drawn ×{src.y_scale:.2g} (long side compressed)</span>")
+    layout["annotations"] = (
+        [_panel_title("Source view</b> · checkpoint tensors, banded by GPU" + scaled, SOURCE_DOMAIN),
+         _panel_title("Rank view</b> · each GPU's local parameter", RANK_DOMAIN)]
+        + [dict(a, xref="x", yref="y") for a in src.annotations]
+        + [dict(a, xref="x2", yref="y2") for a in rk.annotations])
+    traces = [src.bars.trace("x", "y", line_width=0 if src.dense else 0.6),
+              rk.bars.trace("x2", "y2", line_width=0.8)]
+    for trace in traces:
+        trace.showlegend = False
+    shown = list(src.shared.items())[:MAX_SHARED_LEGEND]
+    traces += [go.Bar(x=[None], y=[None], name=name, marker=dict(color=color, pattern=dict(  # legend entries only
+        shape="x", fillmode="overlay", fgcolor="rgba(255,255,255,0.5)", size=7, solidity=0.25)), hoverinfo="skip")
+        for name, color in shown]
+    if shown:
+        rows = -(-len(shown) // 4)
+        extra = 70 + 22 * rows  # below the rank view's axis title; the plots keep their height
+        layout["margin"]["b"] += extra
+        layout["height"] += extra
+        more = f"{len(src.shared) - len(shown)} more shared heads in the hover · " if len(src.shared) > len(shown) else ""
+        layout.update(showlegend=True, legend=dict(
+            orientation="h", x=SOURCE_DOMAIN[0], y=0, yref="container", yanchor="bottom", entrywidth=230,
+            font=dict(size=10, color=MUTED), title=dict(text=f"{more}hatched: one band held by several GPUs",
+                                                          side="top")))
+    return go.Figure(data=traces, layout=layout)
+
+
+def all_figures(m: ShardMap, group: LayerGroup | None = None) -> dict[str, go.Figure]:
+    """Every figure of a view, keyed by a file-safe name: one per family present (in the group), then memory."""
+    figs = {family: family_figure(m, family, group) for family in families_present(m, group)}
+    figs["memory"] = memory_figure(m)
+    return figs
+
+
+def grouped_figures(m: ShardMap) -> list[tuple[LayerGroup, dict[str, go.Figure]]]:
+    """Every layer group with the figures it adds: a family is drawn once per distinct set of tensors, so MoE
+    experts shared by all groups, the embeddings and the norms appear under the first group only."""
+    out, seen = [], set()
+    for i, g in enumerate(m.groups):
+        figs = {}
+        for family in families_present(m, g):
+            key = (family, tuple((t.name, tuple(t.layers or ())) for t in m.family(family, g)
+                                 if family != "replicated" or t.split_dim is None))
+            if key not in seen:
+                seen.add(key)
+                figs[f"group{i + 1}_{family}"] = family_figure(m, family, g)
+        out.append((g, figs))
+    return out
+
+
+def export_figures(m: ShardMap) -> dict[str, go.Figure]:
+    """Every figure of every layer group, the layer strip and memory: what the ZIP and `map --png` write."""
+    if len(m.groups) <= 1:
+        figs = dict(all_figures(m))
+    else:
+        figs = {"layers": layer_strip(m)}
+        for _, group_figs in grouped_figures(m):
+            figs.update(group_figs)
+        figs["memory"] = memory_figure(m)
+    if m.layout:  # a pp / dp / ep deployment: its device grid and expert placement too
+        from tpviz.render.plots.deployment import device_grid, expert_figure
+        figs["device_grid"] = device_grid(m.layout)
+        if (experts := expert_figure(m.layout)) is not None:
+            figs["expert_placement"] = experts
+    return figs

@@ -1,0 +1,38 @@
+"""The layer strip: every decoder layer as one cell, coloured by its layer group, so a hybrid model reads at a glance."""
+import plotly.graph_objects as go
+
+from tpviz.render.plots.style import INK, MUTED, base_layout
+from tpviz.trace.shardmap import ShardMap
+
+# group colours: muted, and none of them a GPU colour (GPUs own the saturated palette)
+GROUP_COLORS = ("#8da0cb", "#e5c494", "#a6d854", "#b3b3b3", "#fc8d62", "#66c2a5", "#e78ac3", "#ffd92f")
+
+
+def group_color(index: int) -> str:
+    return GROUP_COLORS[index % len(GROUP_COLORS)]
+
+
+def layer_strip(m: ShardMap, selected: int | None = None) -> go.Figure:
+    """One cell per layer, coloured by group; clicking a cell selects its group (customdata = group index)."""
+    n = sum(len(g.layers) for g in m.groups)
+    x, colors, hover, groups, opacity = [], [], [], [], []
+    for gi, g in enumerate(m.groups):
+        for i in g.layers:
+            x.append(i)
+            colors.append(group_color(gi))
+            hover.append(f"<b>layer {i}</b><br>{g.label}<br>group {gi + 1}: {len(g.layers)} layers")
+            groups.append(gi)
+            opacity.append(1.0 if selected is None or selected == gi else 0.35)
+    layout = base_layout(f"Layers · {n} layers in {len(m.groups)} kind{'s' if len(m.groups) != 1 else ''}", 190)
+    layout["title"]["subtitle"] = dict(text="Click a layer to show its group's matrices. "
+                                       + " · ".join(f"group {gi + 1}: {g.label} ×{len(g.layers)}"
+                                                    for gi, g in enumerate(m.groups))[:400],
+                                       font=dict(size=11, color=MUTED))
+    layout["margin"] = dict(l=20, r=20, t=80, b=30)
+    layout["xaxis"] = dict(range=[-0.5, n - 0.5], title=dict(text="layer", font=dict(size=11, color=INK)),
+                           showgrid=False, zeroline=False, tickfont=dict(size=10))
+    layout["yaxis"] = dict(visible=False, range=[0, 1])
+    layout["showlegend"] = False
+    bar = go.Bar(x=x, y=[1] * len(x), marker=dict(color=colors, opacity=opacity, line=dict(color="white", width=1)),
+                 customdata=groups, hovertext=hover, hovertemplate="%{hovertext}<extra></extra>", width=0.9)
+    return go.Figure(data=[bar], layout=layout)

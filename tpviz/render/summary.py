@@ -1,0 +1,275 @@
+"""Pure numbers and sentences derived from a ShardMap: memory per rank, collectives, valid tp, the special cases.
+
+Everything here reads the shard map (or the valid-tp rows) only, so the app, the plots and the tests agree.
+"""
+from dataclasses import dataclass
+
+from tpviz.render.text import fmt_bytes
+from tpviz.trace.validity import ValidRow
+from tpviz.trace.shardmap import FAMILIES, ShardMap, in_group
+
+MAX_TP = 64  # the explorer offers tp 1..64
+FAMILY_LABELS = {"qkv": "q/k/v", "o_proj": "o_proj", "gate_up": "gate/up", "down_proj": "down_proj",
+                 "linear_attn": "Gated DeltaNet", "mamba": "Mamba2", "conv": "short conv", "experts": "MoE experts", "embed": "embed_tokens", "lm_head": "lm_head",
+                 "replicated": "replicated (norms, biases, routers)"}
+
+
+def short_name(name: str) -> str:
+    """A checkpoint name without the per-layer prefix: 'model.layers.*.self_attn.q_proj.weight' -> 'self_attn.q_proj.weight'."""
+    for marker in ("layers.*.", "h.*."):  # everything up to the layer wildcard: model.layers.*., transformer.h.*.
+        if name.startswith(marker) or f".{marker}" in name:
+            return name.split(marker, 1)[1]
+    for prefix in ("model.", "transformer.", "backbone.", "gpt_neox."):
+        if name.startswith(prefix):
+            return name[len(prefix):]
+    return name
+
+
+def families_present(m: ShardMap, group=None) -> list[str]:
+    """The matrix families this model has (in one layer group), in display order."""
+    have = {t.family for t in m.tensors if in_group(t, group)}
+    return [f for f in FAMILIES if f in have]
+
+
+def naive_bytes_per_rank(m: ShardMap) -> float:
+    """What calculators assume: the whole model divided evenly by tp."""
+    return m.total_weight_bytes / m.tp_size
+
+
+def memory_rows(m: ShardMap) -> list[dict]:
+    """Per rank: weight bytes by family, total, naive total/tp, the difference, KV-cache bytes per token (full
+    layers; and windowed layers' apart, when there are some)."""
+    naive = naive_bytes_per_rank(m)
+    kv_total = kv_cache_total_per_token(m)
+    rows = []
+    for r in m.ranks:
+        row = {"rank": r.rank}
+        row.update({f: r.weight_bytes_by_family.get(f, 0) for f in families_present(m)})
+        row.update(weights=r.weight_bytes, naive=naive, overhead=r.weight_bytes - naive,
+                   kv_per_token=r.kv_cache_bytes_per_token, kv_naive_per_token=kv_total / m.tp_size)
+        if any(x.kv_cache_windowed for x in m.ranks):  # windowed layers cache a token too, up to their window
+            row["kv_windowed_per_token"] = sum(w["bytes_per_token"] for w in r.kv_cache_windowed)
+        rows.append(row)
+    return rows
+
+
+def kv_cache_total_per_token(m: ShardMap) -> int:
+    """KV-cache bytes per token of the unsplit model (tp=1), full-attention and MLA layers only."""
+    spec, b, total = m.model, m.kv_bytes, 0
+    for g in m.groups:
+        kind = g.mixer["kind"]
+        if kind == "mla":  # MLA caches one latent + rope key per token, not per head
+            total += (spec.kv_lora_rank + spec.qk_rope_head_dim) * len(g.layers) * b
+        elif kind == "attention":
+            total += 2 * g.mixer["kv_heads"] * g.mixer["head_dim"] * len(g.layers) * b
+    return total
+
+
+def cache_sentences(m: ShardMap) -> list[str]:
+    """One sentence each on windowed KV caches and recurrent state, when the model has them (numbers per GPU)."""
+    r = max(m.ranks, key=lambda x: x.cache_bytes(1 << 20))
+    out = []
+    for w in r.kv_cache_windowed:
+        word = "sliding-window" if w["kind"] == "sliding_attention" else "chunked-attention"
+        out.append(f"{w['layers']} {word} layers cache at most {w['window']:,} tokens: "
+                   f"{fmt_bytes(w['bytes_per_token'])} per token per GPU up to the window, capped at "
+                   f"{fmt_bytes(w['bytes_per_token'] * w['window'])} per sequence per GPU.")
+    if r.state_bytes_per_sequence:
+        kinds = sorted({g.label.split(" + ")[0] for g in m.groups if g.mixer["kind"] in ("gated_deltanet", "mamba2",
+                                                                                        "short_conv")})
+        out.append(f"{' and '.join(kinds)} layers keep a fixed state instead of a KV cache: "
+                   f"{fmt_bytes(r.state_bytes_per_sequence)} per sequence per GPU (conv and recurrent state, "
+                   "split by heads as vLLM splits it), whatever the context length.")
+    return out
+
+
+@dataclass
+class Collective:
+    """One kind of communication in a forward pass."""
+    op: str
+    where: str
+    count: int  # times per forward pass
+    bytes_per_token: int  # size of the reduced / gathered tensor, per token, per occurrence
+    sent_per_rank: float  # bytes per token each GPU sends for one occurrence (ring all-reduce, gather to rank 0)
+
+    @property
+    def total_per_token(self) -> int:
+        """Bytes per token over the whole forward pass."""
+        return self.count * self.bytes_per_token
+
+
+def _layers_of(m: ShardMap, families: tuple[str, ...], layer_class: str = "RowParallelLinear") -> set[int]:
+    layers = set()
+    for p in m.params:
+        if p.family in families and p.layer_class == layer_class and p.split_dim is not None:
+            layers.update(p.layers or [])
+    return layers
+
+
+def collectives(m: ShardMap) -> list[Collective]:
+    """Collectives per forward pass: all-reduce after o_proj and down_proj, the embedding all-reduce, the lm_head
+    logits (all-gathered by vLLM, gathered to GPU 0 by nano-vllm) and OLMo-2/3's q/k all-gathers."""
+    tp, b = m.tp_size, m.model_dtype_bytes
+    if tp == 1:
+        return []
+    hidden = m.model.hidden_size * b
+    ring = 2 * (tp - 1) / tp  # a ring all-reduce sends this fraction of the tensor from every GPU
+    attn = len(_layers_of(m, ("o_proj", "linear_attn", "mamba", "conv")))  # every mixer's out-projection reduces
+    mlp = len(_layers_of(m, ("down_proj", "experts")))  # a MoE layer reduces routed + shared experts once
+    vocab_param = next((p for p in m.params if p.family == "lm_head"), None) or next(
+        p for p in m.params if p.family == "embed")
+    padded_vocab = vocab_param.local_shapes[0][0] * tp
+    logits = padded_vocab * b
+    return [
+        Collective("all-reduce", "after o_proj / out_proj (the mixer's output, row-parallel)", attn, hidden,
+                   ring * hidden),
+        Collective("all-reduce", "after down_proj (MLP / MoE output, row-parallel)", mlp, hidden, ring * hidden),
+        *norm_collectives(m.model, tp),
+        Collective("all-reduce", "after embed_tokens (each GPU looks up only its vocab rows)", 1, hidden, ring * hidden),
+        logits_collective(logits, tp, m.rules),
+    ]
+
+
+def logits_collective(logits: int, tp: int, rules: str) -> Collective:
+    """The lm_head's logits (`logits` bytes per sampled token, padded vocab): vLLM's LogitsProcessor all-gathers
+    them (Platform.use_all_gather, CUDA); nano-vllm's ParallelLMHead gathers them to GPU 0."""
+    if rules == "nano-vllm":
+        return Collective("gather", "lm_head logits to GPU 0 (each GPU has its vocab block; per sampled token)", 1,
+                          logits, logits / tp)
+    return Collective("all-gather", "lm_head logits to every GPU (each GPU has its vocab block; per sampled token)",
+                      1, logits, logits * (tp - 1) / tp)
+
+
+def norm_collectives(spec, tp: int, layers=None) -> list[Collective]:
+    """The collectives of norms whose span crosses the tp cut, over `layers` (indices; every layer by default).
+    OLMo-2/3 norm q and k over all heads, so each attention layer all-gathers both first (vLLM 0.33's TP-aware
+    RMSNorm; the nano-vllm layers do the same): each GPU sends its heads' slice to the others. A Mamba2 gated norm
+    over one group all-reduces each token's fp32 sum of squares (vLLM 0.33 Mixer2RMSNormGated.forward_native)."""
+    if tp == 1:
+        return []
+    picked = [spec.layers[i] for i in (range(spec.num_hidden_layers) if layers is None else layers)]
+    attention = sum(1 for layer in picked if layer.mixer.is_attention)
+    mamba = sum(1 for layer in picked if layer.mixer.kind == "mamba2" and layer.mixer.groups == 1)
+    share, b = (tp - 1) / tp, spec.dtype_bytes
+    out = [Collective("all-gather", f"{what} before its norm over all heads (OLMo: each GPU holds its heads' slice)",
+                      attention, size, size * share)
+           for what, size in (("q", spec.num_attention_heads * spec.head_dim * b),
+                              ("k", spec.num_key_value_heads * spec.head_dim * b))] if spec.qk_norm_full else []
+    if mamba:
+        out.append(Collective("all-reduce", "Mamba2 gated norm's sum of squares (its one group spans every GPU)",
+                              mamba, 4, 2 * share * 4))
+    return [c for c in out if c.count]
+
+
+def valid_sizes(rows: list[ValidRow], rules: str) -> list[int]:
+    """The tp sizes that work under these rules."""
+    return [row.tp for row in rows if row.valid(rules)]
+
+
+def tp_problem(rows: list[ValidRow], tp: int, rules: str) -> str | None:
+    """None if tp is valid under rules, else the failing rule (out-of-range tp is a problem too)."""
+    for row in rows:
+        if row.tp == tp:
+            return row.problems[rules]
+    return f"tp={tp} is outside 1..{len(rows)}"
+
+
+def kv_sharing(m: ShardMap) -> dict[int, list[int]]:
+    """Global KV head -> the ranks holding it (more than one rank when vLLM replicates KV heads)."""
+    holders: dict[int, list[int]] = {}
+    for r in m.ranks:
+        for head in r.kv_heads:
+            holders.setdefault(head, []).append(r.rank)
+    return holders
+
+
+def layer_span(layers: list[int], most: int = 8) -> str:
+    """'0–3, 5, 7, …' for a list of layer indices: runs collapsed, long lists cut."""
+    runs, start = [], None
+    for i, x in enumerate(layers):
+        if start is None:
+            start = x
+        if i + 1 == len(layers) or layers[i + 1] != x + 1:
+            runs.append(f"{start}" if start == x else f"{start}–{x}")
+            start = None
+    return ", ".join(runs[:most]) + (", …" if len(runs) > most else "")
+
+
+def _span(ranks: list[int]) -> str:
+    return f"GPU {ranks[0]}" if len(ranks) == 1 else (
+        f"GPUs {ranks[0]}–{ranks[-1]}" if ranks == list(range(ranks[0], ranks[-1] + 1)) else
+        "GPUs " + ", ".join(map(str, ranks)))
+
+
+def kv_sentence(m: ShardMap) -> str | None:
+    """One sentence on replicated KV heads, or None when every KV head lives on one rank."""
+    share = kv_sharing(m)
+    if not share or all(len(r) == 1 for r in share.values()):
+        return None
+    kv, per = len(share), len(next(iter(share.values())))
+    first = "; ".join(f"head {h} on {_span(r)}" for h, r in list(share.items())[:2])
+    return (f"Replicated KV heads: {kv} KV heads on {m.tp_size} GPUs, so vLLM copies each KV head to {per} GPUs "
+            f"({first}{'; …' if kv > 2 else ''}) while the {m.model.num_attention_heads} query heads still split "
+            f"{m.model.num_attention_heads // m.tp_size} per GPU.")
+
+
+def padding_sentence(m: ShardMap) -> str | None:
+    """One sentence on vocabulary padding rows, or None when there are none."""
+    padded = [p for p in m.params if any(p.padding)]
+    if not padded:
+        return None
+    p = padded[0]
+    total = p.local_shapes[0][0] * m.tp_size
+    where = ", ".join(f"{n} on GPU {r}" for r, n in enumerate(p.padding) if n)
+    names = " and ".join(short_name(q.name).split(".")[0] for q in padded)
+    return (f"Vocab padding: vLLM pads the vocabulary {m.model.vocab_size} → {total} (a multiple of 64) so it "
+            f"splits into {m.tp_size} × {p.local_shapes[0][0]} rows; the padding rows of {names} ({where}) are "
+            "zeros that are never loaded and whose logits are dropped.")
+
+
+def row_bias_params(m: ShardMap) -> list[str]:
+    """Names of row-parallel biases: held whole by every rank, added by rank 0 only."""
+    return [p.name for p in m.params if p.layer_class == "RowParallelLinear" and p.split_dim is None]
+
+
+def bias_sentence(m: ShardMap) -> str | None:
+    """One sentence on row-parallel biases, or None when the model has none."""
+    names = row_bias_params(m)
+    if not names:
+        return None
+    shown = " and ".join(short_name(n) for n in names)
+    verb = "is" if len(names) == 1 else "are"
+    return (f"Row-parallel bias: {shown} {verb} held whole by all {m.tp_size} GPUs but added on GPU 0 only, "
+            f"so the all-reduce that sums the partial outputs counts {'it' if len(names) == 1 else 'each'} exactly once.")
+
+
+def mla_kv_sentence(m: ShardMap) -> str | None:
+    """One sentence on why an MLA model's KV cache does not shrink with tp, or None (not MLA, or tp=1)."""
+    spec = m.model
+    if not spec.is_mla or m.tp_size == 1:
+        return None
+    per_gpu = max(r.kv_cache_bytes_per_token for r in m.ranks)
+    return (f"MLA KV cache: each token caches one latent of {spec.kv_lora_rank} + {spec.qk_rope_head_dim} "
+            f"values per layer, shared by all {spec.num_attention_heads} heads, so vLLM keeps the whole latent "
+            f"cache on each of the {m.tp_size} tensor-parallel GPUs ({fmt_bytes(per_gpu)} per token per GPU with "
+            f"all layers, not 1/{m.tp_size}).")
+
+
+def special_cases(m: ShardMap) -> dict[str, str | None]:
+    """The three cases drawn explicitly: case -> its sentence, or None when absent from this model at this tp."""
+    return {"kv": kv_sentence(m), "padding": padding_sentence(m), "bias": bias_sentence(m)}
+
+
+def absent_cases(m: ShardMap) -> list[str]:
+    """Short reasons why a special case does not occur here (teaches when it would)."""
+    cases, out = special_cases(m), []
+    if cases["kv"] is None:
+        out.append("no replicated KV heads (MLA caches a shared latent)" if m.model.is_mla else
+                   f"no replicated KV heads (tp={m.tp_size} ≤ {m.model.num_key_value_heads} KV heads)")
+    if cases["padding"] is None:
+        vocab = m.model.vocab_size
+        out.append(f"no vocab padding (nano-vllm never pads; vocab {vocab} splits evenly)" if m.rules == "nano-vllm"
+                   else f"no vocab padding rows (vocab {vocab} is already a multiple of 64 and splits evenly)")
+    if cases["bias"] is None:
+        out.append("no row-parallel biases (o_proj / down_proj have no bias)")
+    return out

@@ -1,0 +1,252 @@
+"""A real checkpoint's tensor list (safetensors headers or index, no tensor data read), and how it compares
+with a shard map: what the map lacks and what the checkpoint lacks. This is what keeps a map honest."""
+import json
+import re
+import struct
+from dataclasses import replace
+from pathlib import Path
+
+from tpviz.errors import ConfigError, SourceError
+from tpviz.trace.shardmap import ShardMap
+
+INDEX_FILE = "model.safetensors.index.json"
+MAX_HEADER = 100_000_000  # a safetensors header is JSON; real ones are far below this
+# tensors a checkpoint may hold that no TP layer loads: rotary caches, attention-mask buffers, MTP heads
+IGNORED = re.compile(r"(rotary_emb\.inv_freq|\.attn\.bias$|\.attn\.masked_bias$|attention\.bias$|attention\.masked_bias$"
+                     r"|^mtp\.|\.mtp\.)")
+# quantized storage that tpviz maps as its unquantized tensor (quantization is modelled separately)
+QUANT_SUFFIXES = ("_scale_inv", "_scale", "weight_scale_2", "input_scale", ".qweight", ".qzeros", ".scales", ".g_idx",
+                  "_blocks", "_scales", "weight_packed", "weight_shape", "weight_zero_point")
+VISION = ("vision_tower.", "visual.", "vision_model.", "multi_modal_projector.", "audio_tower.", "vision_", "mm_projector.")
+
+
+def read_header(path: Path) -> dict:
+    """The JSON header of one safetensors file: {name: {dtype, shape, data_offsets}} (no tensor data read)."""
+    try:
+        with open(path, "rb") as f:
+            (size,) = struct.unpack("<Q", f.read(8))
+            if size > MAX_HEADER:
+                raise SourceError(f"{path.name} is not a safetensors file (header of {size} bytes)")
+            header = json.loads(f.read(size))
+    except (OSError, struct.error, ValueError, RecursionError) as e:
+        raise SourceError(f"cannot read the safetensors header of {path.name}: {e}") from None
+    if not isinstance(header, dict):
+        raise SourceError(f"{path.name} is not a safetensors file (its header is not a JSON object)")
+    header.pop("__metadata__", None)
+    return header
+
+
+def local_tensor_bytes(folder: Path) -> dict[str, int] | None:
+    """Stored bytes of every tensor in a local checkpoint's safetensors headers (the index's shards, or
+    model.safetensors); None when a shard is missing here (an index alone says nothing of dtypes)."""
+    index = folder / INDEX_FILE
+    files = [folder / "model.safetensors"]
+    if index.is_file():
+        names = local_tensor_names(folder)
+        weight_map = json.loads(index.read_text())["weight_map"]
+        files = sorted({folder / str(weight_map[n]) for n in names})
+    if not all(f.is_file() and f.resolve().parent == folder.resolve() for f in files):
+        return None
+    out = {}
+    for f in files:
+        for name, info in read_header(f).items():
+            offsets = info.get("data_offsets") if isinstance(info, dict) else None
+            if isinstance(offsets, list) and len(offsets) == 2 and all(isinstance(o, int) for o in offsets):
+                out[name] = offsets[1] - offsets[0]
+    return out
+
+
+def index_weight_map(index: Path, error: type[Exception] = SourceError) -> dict:
+    """A model.safetensors.index.json's weight_map (tensor name -> file), or one line naming what is wrong."""
+    try:
+        data = json.loads(index.read_text())
+    except (OSError, ValueError, RecursionError) as e:
+        raise error(f"{index} is not a valid safetensors index ({str(e).splitlines()[0][:200]})") from None
+    weight_map = data.get("weight_map") if isinstance(data, dict) else None
+    if not isinstance(weight_map, dict):
+        raise error(f"{index} is not a valid safetensors index: it needs a weight_map object (tensor name -> file)")
+    return weight_map
+
+
+def local_tensor_names(folder: Path) -> set[str] | None:
+    """The tensor names of a local checkpoint folder: its index, else its safetensors headers; None without weights."""
+    index = folder / INDEX_FILE
+    if index.is_file():
+        return set(index_weight_map(index))
+    single = folder / "model.safetensors"  # as transformers picks: the index's shards, else this one file
+    return set(read_header(single)) if single.is_file() else None
+
+
+def expand(m: ShardMap) -> dict[str, str]:
+    """Every concrete checkpoint name the map has ('*' filled with layer and expert indices) -> its map name."""
+    out = {}
+    for t in m.tensors:
+        layers = t.layers if t.layers is not None else [None]
+        experts = t.experts if t.experts and t.name.count("*") > 1 else [None]
+        for i in layers:
+            for e in experts:
+                name = t.name if i is None else t.name.replace("*", str(i), 1)
+                out[name if e is None else name.replace("*", str(e), 1)] = t.name
+    return out
+
+
+def _prefix(map_names: set[str], names: set[str]) -> tuple[str, str]:
+    """(prefix to drop, prefix to add) that lines the checkpoint's names up with the map's
+    (multimodal wrappers store the decoder under language_model.*, some files drop 'transformer.')."""
+    best, best_hits = ("", ""), len(map_names & names)
+    drops = {n[:n.index(s)] for n in names for s in ("layers.", "h.", "embed") if s in n}
+    for drop in sorted(drops, key=len)[:32]:
+        for add in ("", "model.", "transformer."):
+            hits = sum(1 for n in names if n.startswith(drop) and add + n[len(drop):] in map_names)
+            if hits > best_hits:
+                best, best_hits = (drop, add), hits
+    return best
+
+
+def _beyond(name: str, num_layers: int) -> bool:
+    """A layer past the decoder's (DeepSeek's MTP layer 61): vLLM loads it only for speculative decoding."""
+    match = re.search(r"layers\.(\d+)\.", name)
+    return bool(match) and int(match.group(1)) >= num_layers
+
+
+def _patterns(names: list[str], most: int = 6) -> list[str]:
+    """Names with their numbers collapsed to '*', most frequent first; past `most`, one "and N more" entry."""
+    counts: dict[str, int] = {}
+    for n in names:
+        key = re.sub(r"\.\d+\.", ".*.", re.sub(r"\.\d+\.", ".*.", n))
+        counts[key] = counts.get(key, 0) + 1
+    ranked = sorted(counts.items(), key=lambda kv: -kv[1])
+    shown = [f"{k} ({v})" if v > 1 else k for k, v in ranked[:most]]
+    if rest := ranked[most:]:
+        shown.append(f"and {len(rest)} more kind{'s' * (len(rest) > 1)} ({sum(v for _, v in rest)} tensors)")
+    return shown
+
+
+def expected_bytes(m: ShardMap) -> dict[str, int]:
+    """Map name (with '*') -> the bytes one concrete checkpoint tensor of it stores, as the map sizes it."""
+    params = {(p.name, tuple(p.layers or ())): p for p in m.params}
+    out = {}
+    for t in m.tensors:
+        p = params[(t.param, tuple(t.layers or ()))]
+        n = 1
+        for d in t.shape:
+            n *= d
+        stacked = len(t.experts) if t.experts and t.name.count("*") < 2 else 1  # gpt-oss: all experts in one tensor
+        out[t.name] = n * stacked * (p.element_bytes or m.model_dtype_bytes)
+    return out
+
+
+def compare(m: ShardMap, names: set[str], source: str, sizes: dict[str, int] | None = None) -> dict:
+    """What the map has that the checkpoint lacks, and the other way round (as '*' patterns with counts);
+    with the headers' sizes, also the tensors whose stored bytes differ from the map's."""
+    mapped = expand(m)
+    drop, add = _prefix(set(mapped), names)
+    seen, extra, quant = set(), [], []
+    layers = m.model.num_hidden_layers
+    for n in names:
+        if IGNORED.search(n) or n.startswith(VISION) or any(f".{v}" in n for v in VISION) or _beyond(n, layers):
+            continue
+        key = add + n[len(drop):] if n.startswith(drop) else n
+        if key not in mapped:  # the old multimodal layout keeps lm_head beside the decoder: language_model.lm_head
+            key = next((k for k in (n.split("language_model.", 1)[-1], key) if k in mapped), key)
+        if key in mapped:
+            seen.add(key)
+        elif key.endswith(QUANT_SUFFIXES):
+            quant.append(n)
+            base = re.sub(r"(_blocks|_scales|\.qweight|\.weight_packed)$", lambda mm: ".weight" if mm.group(1)
+                          in (".qweight", ".weight_packed") else "", key)
+            if base in mapped:
+                seen.add(base)
+        else:
+            extra.append(n)
+    missing = sorted(set(mapped) - seen)
+    differ = []
+    if sizes:
+        want = expected_bytes(m)
+        for n, size in sizes.items():
+            key = add + n[len(drop):] if n.startswith(drop) else n
+            if key in mapped and key in seen and size != want[mapped[key]]:
+                differ.append(f"{n} (checkpoint {size} bytes, map {want[mapped[key]]})")
+    return {"source": source, "tensors": len(names), "matched": len(seen), "prefix": drop,
+            "missing_in_checkpoint": _patterns(missing), "missing_in_map": _patterns(extra),
+            "quantization_tensors": len(quant), "verified": not missing and not extra,
+            # stored bytes (from the headers) against the map's: a float32 file of a model served in bf16 differs
+            "bytes": {"checked": sizes is not None, "differ": sorted(differ)[:6], "count": len(differ)}}
+
+
+def checkpoint_sentence(check: dict) -> str:
+    """One line on the comparison, for the CLI and the app."""
+    sizes = check.get("bytes") or {}
+    if check["verified"] and not sizes.get("count"):
+        what = "tensors" if sizes.get("checked") else "tensor names"  # an index alone has names, no shapes
+        return (f"Checkpoint check: all {check['matched']} {what} of {check['source']} match the map"
+                + (", byte for byte" if sizes.get("checked") else "")
+                + (f" (plus {check['quantization_tensors']} quantization tensors)" if check["quantization_tensors"] else "")
+                + ".")
+    parts = []
+    if sizes.get("count"):
+        parts.append(f"{sizes['count']} tensors are stored in other sizes than the map counts, e.g. "
+                     + sizes["differ"][0])
+    if check["missing_in_checkpoint"]:
+        parts.append("the checkpoint lacks " + ", ".join(check["missing_in_checkpoint"]))
+    if check["missing_in_map"]:
+        parts.append("the map lacks " + ", ".join(check["missing_in_map"]))
+    return f"Checkpoint check against {check['source']}: " + "; ".join(parts) + "."
+
+
+def local_folder(source) -> Path | None:
+    """The checkpoint folder a local source names (a folder, or the folder of its config.json), else None."""
+    from tpviz.config.sources import check_local_path, looks_local
+    if not isinstance(source, (str, Path)) or not (isinstance(source, Path) or looks_local(str(source).strip())):
+        return None
+    path = check_local_path(str(source).strip())
+    folder = path if path.is_dir() else path.parent
+    return folder if (folder / INDEX_FILE).is_file() or (folder / "model.safetensors").is_file() else None
+
+
+def checked(m: ShardMap, names: set[str] | None, source: str, known: bool,
+            sizes: dict[str, int] | None = None) -> ShardMap:
+    """Attach the comparison; an architecture tpviz does not know must verify, or it is refused."""
+    if not names:
+        return m
+    m.checkpoint = compare(m, names, source, sizes)
+    if not known:
+        if not m.checkpoint["verified"]:
+            raise ConfigError(f"model_type {m.model.model_type!r} is not one tpviz knows and its checkpoint does "
+                              f"not match a Llama-like decoder ({checkpoint_sentence(m.checkpoint)[:300]}); "
+                              "refusing to guess its layout")
+        m.model = replace(m.model, notes=[n for n in m.model.notes if "not one tpviz knows" not in n] + [
+            f"model_type {m.model.model_type!r} is not one tpviz knows; mapped as a Llama-like decoder, and every "
+            f"tensor name was verified against {source}"])
+    return m
+
+
+def hub_tensor_names(repo_id: str) -> set[str] | None:
+    """A hub repo's tensor names from its safetensors index (cache first, online when reachable); None when the
+    repo has no index or the hub cannot be reached (the map is still drawn, unchecked)."""
+    from tpviz.config.hub import fetch_index
+    try:
+        index = fetch_index(repo_id)
+    except SourceError:
+        return None
+    weight_map = index.get("weight_map") if isinstance(index, dict) else None
+    return set(weight_map) if isinstance(weight_map, dict) else None
+
+
+def tensor_names_for(source) -> tuple[set[str] | None, str]:
+    """(tensor names, where from) for a hub id; local folders are read by shard_map itself."""
+    from tpviz.config.sources import REPO_ID, find_preset, looks_local
+    if isinstance(source, str) and REPO_ID.match(source.strip()) and not find_preset(source.strip()) \
+            and not looks_local(source.strip()):
+        return hub_tensor_names(source.strip()), f"{source.strip()} ({INDEX_FILE})"
+    return None, ""
+
+
+def hub_sizes(source) -> dict[str, int] | None:
+    """Stored bytes per tensor of a hub id, from its safetensors headers when the hub answers (else None)."""
+    from tpviz.config.hub import fetch_tensor_bytes
+    from tpviz.config.sources import REPO_ID, find_preset, looks_local
+    if isinstance(source, str) and REPO_ID.match(source.strip()) and not find_preset(source.strip()) \
+            and not looks_local(source.strip()):
+        return fetch_tensor_bytes(source.strip())
+    return None

@@ -1,0 +1,180 @@
+"""The shard-map data model: plain data that the plots, JSON, PNG, CLI and app all read."""
+import json
+from dataclasses import asdict, dataclass, field
+
+from tpviz.errors import SourceError
+from tpviz.config.spec import ModelSpec
+
+SCHEMA = "tpviz.shardmap/4"
+FAMILIES = ("qkv", "o_proj", "linear_attn", "mamba", "conv", "gate_up", "down_proj", "experts", "embed", "lm_head",
+            "replicated")
+
+
+@dataclass
+class Piece:
+    """Source rows (or columns) [start, stop) along split_dim land at param_start of rank's local parameter."""
+    rank: int
+    start: int
+    stop: int
+    param_start: int
+
+    @property
+    def size(self) -> int:
+        return self.stop - self.start
+
+
+@dataclass
+class TensorMap:
+    """Where one checkpoint tensor goes: name uses '*' for the layer (and expert) index."""
+    name: str
+    shape: list[int]
+    split_dim: int | None
+    param: str
+    layer_class: str
+    shard_id: str | int | None
+    family: str
+    pieces: list[Piece]
+    layers: list[int] | None = None
+    experts: list[int] | None = None
+    note: str = ""
+    sections: list = field(default_factory=list)  # [label, start, stop, head size or 0, head word] along split_dim
+
+    def rank_pieces(self, rank: int) -> list[Piece]:
+        return [p for p in self.pieces if p.rank == rank]
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        for key in ("layers", "experts"):
+            if d[key] is None:
+                del d[key]
+        for key in ("note", "sections"):
+            if not d[key]:
+                del d[key]
+        return d
+
+
+@dataclass
+class ParamMap:
+    """One local parameter (qkv_proj, gate_up_proj, ...) and its per-rank shapes."""
+    name: str
+    layer_class: str
+    family: str
+    split_dim: int | None
+    shape: list[int]  # full logical shape, as if tp_size were 1
+    local_shapes: list[list[int]]  # per rank
+    padding: list[int]  # per rank: rows along split_dim never loaded (vocab padding)
+    sources: list[str]
+    count: int  # copies in the model: layers x experts
+    layers: list[int] | None = None
+    element_bytes: int = 0  # bytes per stored element (quantized tensors); 0: the model dtype
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        if d["layers"] is None:
+            del d["layers"]
+        return d
+
+
+@dataclass
+class LayerGroup:
+    """Layers of one kind: their indices, the mixer and FFN (as dicts) and a label."""
+    layers: list[int]
+    mixer: dict
+    ffn: dict
+    label: str
+
+
+@dataclass
+class RankInfo:
+    rank: int
+    weight_bytes: int
+    weight_bytes_by_family: dict[str, int]
+    kv_cache_bytes_per_token: int  # layers whose cache grows with the context (full attention, MLA)
+    kv_heads: list[int] = field(default_factory=list)  # which global KV heads this rank holds (first attention group)
+    kv_cache_windowed: list[dict] = field(default_factory=list)  # {kind, window, layers, bytes_per_token}: capped
+    state_bytes_per_sequence: int = 0  # Gated DeltaNet, Mamba2 and conv state, fixed per sequence
+
+    def cache_bytes(self, context: int) -> int:
+        """KV cache and state one sequence of `context` tokens holds on this rank."""
+        windowed = sum(w["bytes_per_token"] * min(context, w["window"]) for w in self.kv_cache_windowed)
+        return self.kv_cache_bytes_per_token * context + windowed + self.state_bytes_per_sequence
+
+
+@dataclass
+class ShardMap:
+    """Every checkpoint tensor of a model, where each rank's share of it lands, and per-rank totals."""
+    tp_size: int
+    rules: str
+    model: ModelSpec
+    tensors: list[TensorMap]
+    params: list[ParamMap]
+    ranks: list[RankInfo]
+    groups: list[LayerGroup] = field(default_factory=list)
+    checkpoint: dict | None = None  # comparison with a real checkpoint's tensor list, when one was at hand
+    warnings: list[str] = field(default_factory=list)  # layouts the engine accepts only through a fallback
+    layout: dict | None = None  # a pp / dp / ep deployment's GPUs (tpviz.deploy.deployment.layout_map), when one was asked
+    schema: str = SCHEMA
+
+    def tensor(self, name: str) -> TensorMap:
+        """The tensor with this checkpoint name ('*' for layer indices)."""
+        for t in self.tensors:
+            if t.name == name:
+                return t
+        raise KeyError(name)
+
+    def family(self, family: str, group: "LayerGroup | None" = None) -> list[TensorMap]:
+        return [t for t in self.tensors if t.family == family and in_group(t, group)]
+
+    @property
+    def total_weight_bytes(self) -> int:
+        """Bytes of the unsplit model, each tensor once."""
+        return sum(_numel(p.shape) * p.count * (p.element_bytes or self.model_dtype_bytes) for p in self.params)
+
+    @property
+    def kv_bytes(self) -> int:
+        """Bytes per cached KV value (the KV-cache dtype when one was chosen)."""
+        return self.model.kv_bytes
+
+    @property
+    def model_dtype_bytes(self) -> int:
+        return self.model.dtype_bytes
+
+    def to_dict(self) -> dict:
+        from tpviz.rules import ENGINE
+        return {"schema": self.schema, "tp_size": self.tp_size, "rules": self.rules, "engine": ENGINE[self.rules],
+                "model": self.model.to_dict(),
+                "tensors": [t.to_dict() for t in self.tensors], "params": [p.to_dict() for p in self.params],
+                "ranks": [asdict(r) for r in self.ranks], "groups": [asdict(g) for g in self.groups],
+                "warnings": self.warnings, **({"layout": self.layout} if self.layout else {}),
+                **({"checkpoint": self.checkpoint} if self.checkpoint is not None else {})}
+
+    def to_json(self, indent: int | None = None) -> str:
+        return json.dumps(self.to_dict(), indent=indent)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "ShardMap":
+        """Rebuild from to_dict() output (e.g. a downloaded JSON)."""
+        if not isinstance(d, dict) or d.get("schema") != SCHEMA:
+            raise SourceError(f"not a tpviz shard map: expected schema {SCHEMA!r}")
+        try:
+            tensors = [TensorMap(**{**t, "pieces": [Piece(**p) for p in t["pieces"]]}) for t in d["tensors"]]
+            groups = [LayerGroup(**g) for g in d["groups"]]
+            at = {i: {"mixer": g.mixer, "ffn": g.ffn} for g in groups for i in g.layers}  # the JSON keeps layers per group
+            model = ModelSpec.from_dict({**d["model"], "layers": [at[i] for i in sorted(at)]})
+            return cls(d["tp_size"], d["rules"], model, tensors, [ParamMap(**p) for p in d["params"]],
+                       [RankInfo(**r) for r in d["ranks"]], groups, d.get("checkpoint"),
+                       d.get("warnings", []), d.get("layout"))
+        except (KeyError, TypeError, AttributeError) as e:
+            raise SourceError(f"shard map JSON is missing or has unexpected fields: {e}") from None
+
+
+def _numel(shape) -> int:
+    n = 1
+    for s in shape:
+        n *= s
+    return n
+
+
+def in_group(t, group: LayerGroup | None) -> bool:
+    """Whether a tensor belongs in a layer group's view: it lives in one of its layers, or it is model-wide."""
+    return group is None or t.layers is None or bool(set(t.layers) & set(group.layers))
