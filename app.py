@@ -18,13 +18,13 @@ from explorer.style import narrow_screens
 from explorer.tables import collective_rows, valid_tp_rows
 from explorer.text import literal
 from tpviz.render import summary as S
+from tpviz.trace.collectives import collectives
 from tpviz.render.text import fmt_bytes
 from tpviz.trace.validity import ValidRow
-from tpviz.deploy.parallel import DenseEPError, Layout
-from tpviz.errors import MissingFieldError, NotJSONError, TPSizeError, TpvizError
+from tpviz.errors import DenseEPError, MissingFieldError, NotJSONError, TPSizeError, TpvizError
 from tpviz.render.export import chromium_path, figure_png, png_names
 from tpviz.render.plots.strip import layer_strip
-from tpviz.trace.shardmap import ShardMap
+from tpviz.trace.shardmap import Deployment, ShardMap
 from tpviz.config.sources import presets, web_local_root
 
 PLOTLY_CONFIG = {"displaylogo": False, "modeBarButtonsToRemove": ["select2d", "lasso2d", "autoScale2d"]}
@@ -83,22 +83,22 @@ def versus(value: float, naive: float) -> dict:
     return dict(delta=f"{pct:+.1f}% vs total/tp", delta_color="inverse")
 
 
-def header(page: Page, rows: list[ValidRow], lay: dict | None, mem: list[dict], coll: list) -> None:
+def header(page: Page, rows: list[ValidRow], lay: Deployment | None, mem: list[dict], coll: list) -> None:
     """The view's title, model line, notes, metrics, the special cases and a deployment's GPUs."""
     m, spec = page.m, page.m.model
-    gpus = len(lay["gpus"]) if lay else m.tp_size
+    gpus = len(lay.gpus) if lay else m.tp_size
     st.markdown(f"## {literal(spec.name)} on {gpus} GPU{'s' if gpus > 1 else ''}"
-                + (f" · {lay['label']}" if lay else ""))
+                + (f" · {lay.label}" if lay else ""))
     heads = (f"{spec.num_attention_heads} q heads, {spec.num_key_value_heads} KV heads × {spec.head_dim}"
              if not spec.is_mla else f"{spec.num_attention_heads} heads, MLA latent {spec.kv_lora_rank}")
-    st.caption(f"{RULE_LABELS[m.rules]} rules · {spec.num_hidden_layers} layers · hidden {spec.hidden_size} · "
+    st.caption(f"{m.rules.label} rules · {spec.num_hidden_layers} layers · hidden {spec.hidden_size} · "
                f"{heads} · vocab {spec.vocab_size:,} · {literal(spec.dtype)}")
     if spec.quant:
         st.caption(f"Quantized checkpoint: {literal(spec.quant.label)}; weights and scales are counted at the "
                    "bytes they are stored in.")
     for note in spec.notes:
         st.caption(f"Note: {literal(note)}")
-    for warning in lay["warnings"] if lay else m.warnings:  # a deployment's own: with EP the experts are whole
+    for warning in lay.warnings if lay else m.warnings:  # a deployment's own: with EP the experts are whole
         st.warning(literal(warning))
     if m.checkpoint:
         from tpviz.trace.checkpoint import checkpoint_sentence
@@ -106,12 +106,12 @@ def header(page: Page, rows: list[ValidRow], lay: dict | None, mem: list[dict], 
     worst = max(mem, key=lambda r: r["weights"])
     c1, c2, c3, c4 = st.columns(4)
     if lay:  # the deployment's fullest GPU and busiest sender (tpviz.deploy.deployment), not the tensor-parallel map's
-        off = dict(delta=lay["label"], delta_color="off", delta_arrow="off")
-        c1.metric("Weights on the fullest GPU", fmt_bytes(max(g["weight_bytes"] for g in lay["gpus"])), **off)
-        full = max(lay["gpus"], key=lambda g: g["kv_cache_bytes_per_token"] + g["kv_windowed_bytes_per_token"])
-        c2.metric("KV cache per token, fullest GPU", fmt_bytes(full["kv_cache_bytes_per_token"]
-                                                              + full["kv_windowed_bytes_per_token"]), **off)
-        c3.metric("Sent per decoded token, busiest GPU", fmt_bytes(sum(lay["comm_bytes_per_token"].values())), **off)
+        off = dict(delta=lay.label, delta_color="off", delta_arrow="off")
+        c1.metric("Weights on the fullest GPU", fmt_bytes(max(g.weight_bytes for g in lay.gpus)), **off)
+        full = max(lay.gpus, key=lambda g: g.kv_cache_bytes_per_token + g.kv_windowed_bytes_per_token)
+        c2.metric("KV cache per token, fullest GPU", fmt_bytes(full.kv_cache_bytes_per_token
+                                                              + full.kv_windowed_bytes_per_token), **off)
+        c3.metric("Sent per decoded token, busiest GPU", fmt_bytes(sum(lay.comm_bytes_per_token.values())), **off)
     else:
         c1.metric("Weights per GPU", fmt_bytes(worst["weights"]), **versus(worst["weights"], worst["naive"]))
         # windowed layers cache each token too, up to their window (the cache sentences below give the caps)
@@ -122,7 +122,7 @@ def header(page: Page, rows: list[ValidRow], lay: dict | None, mem: list[dict], 
         # as the Plan page and a layout count it: what each GPU sends (ring all-reduce 2(tp-1)/tp of the tensor)
         c3.metric("Sent per decoded token, busiest GPU", fmt_bytes(sum(c.count * c.sent_per_rank for c in coll)),
                   f"{sum(c.count for c in coll)} collectives per forward", delta_color="off", delta_arrow="off")
-    c4.metric(f"Valid tp sizes ({RULE_LABELS[m.rules]})", " ".join(map(str, S.valid_sizes(rows, m.rules))))
+    c4.metric(f"Valid tp sizes ({m.rules.label})", " ".join(map(str, S.valid_sizes(rows, m.rules))))
     for sentence in filter(None, [*S.special_cases(m).values(), S.mla_kv_sentence(m), *S.cache_sentences(m)]):
         st.info(sentence)
     if absent := S.absent_cases(m):
@@ -131,11 +131,11 @@ def header(page: Page, rows: list[ValidRow], lay: dict | None, mem: list[dict], 
         deployment_section(lay, PLOTLY_CONFIG)
 
 
-def render_page(page: Page, rows: list[ValidRow], lay: dict | None = None) -> None:
+def render_page(page: Page, rows: list[ValidRow], lay: Deployment | None = None) -> None:
     """The main area: header, metrics, the three special cases, a deployment's GPUs, one figure per family,
     summaries."""
     m = page.m
-    mem, coll = S.memory_rows(m), S.collectives(m)
+    mem, coll = S.memory_rows(m), collectives(m)
     # the figures go out first and the header fills its place above them after: the open figure, the slowest
     # thing on the page to draw, reaches the browser before the elements around it (bench/bench_browser.py)
     top = st.container()
@@ -169,7 +169,7 @@ def render_page(page: Page, rows: list[ValidRow], lay: dict | None = None) -> No
     if (table := st.expander("Memory table", key="open_memory", on_change="rerun")).open:
         table.dataframe([{LABELS.get(k) or S.FAMILY_LABELS.get(k, k): (v if k == "rank" else fmt_bytes(v))
                           for k, v in row.items()} for row in mem], hide_index=True, width="stretch")
-    fit_section(m, Layout.of(lay))
+    fit_section(m, lay.layout if lay else None)
     if (box := st.expander(f"Collectives per forward pass: {sum(c.count for c in coll)}", key="open_collectives",
                            on_change="rerun")).open:
         if coll:
@@ -182,7 +182,7 @@ def render_page(page: Page, rows: list[ValidRow], lay: dict | None = None) -> No
             box.caption("tp=1: the tensor-parallel map communicates nothing" + (
                 "; the deployment's pipeline hand-offs and MoE traffic are in its table above." if lay else "."))
     sizes = ", ".join(map(str, S.valid_sizes(rows, m.rules)))
-    if (box := st.expander(f"Valid tp sizes ({RULE_LABELS[m.rules]}: {sizes}) and why the others fail",
+    if (box := st.expander(f"Valid tp sizes ({m.rules.label}: {sizes}) and why the others fail",
                            key="open_valid", on_change="rerun")).open:
         box.dataframe(valid_tp_rows(rows), hide_index=True, width="stretch", height=300)
 
@@ -209,9 +209,9 @@ def nearest_view(cfg_json: str | None, name: str | None, rows: list[ValidRow] | 
     return cfg_json, name, tp, values["rules"]
 
 
-def ep_only_view(name: str, lay: dict, refused: TPSizeError) -> None:
+def ep_only_view(name: str, lay: Deployment, refused: TPSizeError) -> None:
     """A layout that exists only with EP: its GPUs, without the per-tensor maps (which cut every expert by tp)."""
-    st.markdown(f"## {literal(name)} on {len(lay['gpus'])} GPUs · {lay['label']}")
+    st.markdown(f"## {literal(name)} on {len(lay.gpus)} GPUs · {lay.label}")
     st.info(f"Without EP this tp is refused ({literal(refused.reason.rstrip('.'))}). With EP every routed expert stays whole on one GPU, "
             "so the per-tensor maps, which cut the experts by tp, are not drawn: the GPUs below are the layout vLLM "
             "runs. Exports need the per-tensor map: pick a tp the experts split by for them.")
@@ -256,7 +256,7 @@ def main() -> None:
                 errors += [p if lay else f"{p} (showing the tensor-parallel map alone)" for p in problems]
             except TPSizeError as e:  # with EP the experts are whole: their tp cut may be all that failed
                 errors += problems
-                if lay is None or not lay["ep"]:
+                if lay is None or not lay.layout.ep:
                     raise
                 ep_only = e
             query = query_from_controls(values)

@@ -9,7 +9,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from tpviz.deploy.planner import plan  # noqa: E402
+from tpviz.deploy.ranking import rank_layouts as plan  # noqa: E402
 from tpviz.config.sources import load_spec  # noqa: E402
 
 CASES = [("deepseek-ai/DeepSeek-V3", 16, 80), ("deepseek-ai/DeepSeek-V3", 8, 141), ("Qwen/Qwen3-235B-A22B-FP8", 16, 80),

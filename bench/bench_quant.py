@@ -14,7 +14,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from tpviz import shard_map  # noqa: E402
-from tpviz.cli.main import valid_table  # noqa: E402
+from tpviz.trace.validity import valid_table  # noqa: E402
 
 MODELS = ["deepseek-ai/DeepSeek-V3", "Qwen/Qwen3-235B-A22B-FP8", "openai/gpt-oss-120b", "nvidia/Qwen3-235B-A22B-FP4",
           "TheBloke/Llama-2-13B-chat-GPTQ", "nvidia/Llama-3.1-70B-Instruct-FP8"]

@@ -8,6 +8,10 @@ import plotly.graph_objects as go
 import streamlit as st
 
 from tpviz import load_spec, shard_map
+from tpviz.deploy.deployment import deploy
+from tpviz.rules import Layout
+from tpviz.trace.model_map import hub_checkpoint, local_checkpoint
+from tpviz.trace.shardmap import Deployment
 from tpviz.trace.validity import ValidRow, valid_table
 from tpviz.render.export import PngRenderer, shard_map_json
 from tpviz.render import plots  # looked up at call time (tests swap a figure function to inject a failure)
@@ -40,18 +44,10 @@ def valid_rows(cfg_json: str, name: str) -> list[ValidRow]:
 @st.cache_resource(show_spinner=False, max_entries=64, ttl=3600)
 def checkpoint_names(checkpoint: str) -> tuple[frozenset | None, str, dict | None]:
     """The tensor names of 'hub:owner/name' (its index) or 'local:/path' (index or header), where from, and
-    for a hub repo the stored bytes of each tensor when the hub answers (a local folder's are read by shard_map)."""
+    for a hub repo the stored bytes of each tensor when the hub answers."""
     kind, _, where = checkpoint.partition(":")
-    sizes = None
-    if kind == "hub":
-        from tpviz.trace.checkpoint import hub_sizes, hub_tensor_names
-        names = hub_tensor_names(where)
-        sizes = hub_sizes(where) if names else None
-    else:
-        from tpviz.trace.checkpoint import local_folder, local_tensor_names
-        folder = local_folder(where)
-        names = local_tensor_names(folder) if folder else None
-    return (frozenset(names) if names else None), where, sizes
+    found = hub_checkpoint(where) if kind == "hub" else local_checkpoint(where)
+    return (found.names if found else None), where, found.sizes if found and kind == "hub" else None
 
 
 @st.cache_resource(show_spinner=False, max_entries=32)
@@ -100,8 +96,6 @@ def every_group_figures(cfg_json: str, name: str, tp: int, rules: str, checkpoin
 
 
 @st.cache_data(show_spinner=False, max_entries=64)
-def layout_for(cfg_json: str, name: str, tp: int, pp: int, dp: int, ep: bool, rules: str) -> dict:
+def layout_for(cfg_json: str, name: str, tp: int, pp: int, dp: int, ep: bool, rules: str) -> Deployment:
     """One tp x pp x dp (+ EP) deployment's GPUs: stages, experts, bytes, communication (tpviz.deploy.deployment)."""
-    from tpviz.deploy.deployment import layout_map
-    from tpviz.deploy.parallel import Layout
-    return layout_map(load_spec(json.loads(cfg_json), name), Layout(tp, pp, dp, ep), rules)
+    return deploy(load_spec(json.loads(cfg_json), name), Layout(tp, pp, dp, ep), rules)

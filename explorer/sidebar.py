@@ -12,15 +12,17 @@ from explorer.state import DEFAULT_VIEW, MAX_PP_DP, SOURCES, controls_from_query
 from explorer.text import literal
 from tpviz.render import summary as S
 from tpviz.errors import SourceError, TpvizError
+from tpviz.trace.shardmap import Deployment
 from tpviz.trace.validity import ValidRow
 from tpviz.render.export import NO_CHROMIUM, chromium_path, file_stem, figures_zip, shard_map_json
 from tpviz.render.plots import export_figures
-from tpviz.rules import ENGINE, RULE_NOTES, RULES
+from tpviz.rules import RULE_SETS, RULES
 from tpviz.config.spec import KV_DTYPES, SERVE_DTYPES
-from tpviz.config.sources import (WEB_LOCAL_HINT, WEB_LOCAL_OFF, check_config_size, find_preset, local_config,
-                           parse_config, presets, repo_from_url, web_local_root)
+from tpviz.config.files import check_config_size, parse_config
+from tpviz.config.sources import (WEB_LOCAL_HINT, WEB_LOCAL_OFF, find_preset, local_config, presets, repo_from_url,
+                                  web_local_root)
 
-RULE_LABELS = ENGINE  # "vLLM 0.33", "vLLM 0.28", "nano-vllm": the UI names the engine version
+RULE_LABELS = {name: r.label for name, r in RULE_SETS.items()}  # the UI names the engine version
 UPLOAD_MB = 1
 RECEIVE_MB = 16  # the browser refuses bigger files itself; between 1 and 16 MB we say why in a red line
 
@@ -117,7 +119,7 @@ def sidebar_source(local_off: bool) -> UploadedFile | None:
     else:
         upload = capped_upload("config.json", "upload")
     st.radio("Rules", RULES, key="rules", format_func=RULE_LABELS.get, persist_state="session",
-             help=" · ".join(RULE_NOTES.values()))
+             help=" · ".join(r.note for r in RULE_SETS.values()))
     # drawn only when opened (a rerun draws no collapsed widgets); the choices persist in the session meanwhile
     if (box := st.expander("Serving choices", key="open_serving", on_change="rerun")).open:
         box.selectbox("Weight dtype", SERVE_DTYPES, key="serve_dtype", persist_state="session",
@@ -167,10 +169,10 @@ def layout_controls(values: dict) -> dict:
     return {"pp": int(pp), "dp": int(dp), "ep": bool(ep)}
 
 
-def sidebar_exports(page: Page, values: dict, lay: dict | None = None) -> None:
+def sidebar_exports(page: Page, values: dict, lay: Deployment | None = None) -> None:
     """JSON, ZIP of PNGs and the share link."""
     st.subheader("Export")
-    m = replace(page.m, layout=lay) if lay else page.m  # a copy: the cached map is shared by every session
+    m = replace(page.m, deployment=lay) if lay else page.m  # a copy: the cached map is shared by every session
     stem = file_stem(m)
     # deferred, like the ZIPs: bytes given up front are stored and fetched by the browser on every rerun
     st.download_button("Shard map (JSON)", (lambda: shard_map_json(m)) if lay else (lambda: page.json_bytes),

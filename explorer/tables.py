@@ -1,9 +1,9 @@
 """The explorer's tables: the library's numbers and verdicts as display rows (readable units, ✓ / ✗)."""
 from tpviz.render.text import fmt_bytes
 from tpviz.trace.validity import ValidRow
-from tpviz.rules import ENGINE, RULES
+from tpviz.rules import RULE_SETS
 from tpviz.trace.shardmap import ShardMap
-from tpviz.render.summary import collectives
+from tpviz.trace.collectives import collectives
 
 
 def collective_rows(m: ShardMap) -> list[dict]:
@@ -15,6 +15,6 @@ def collective_rows(m: ShardMap) -> list[dict]:
 
 def valid_tp_rows(rows: list[ValidRow]) -> list[dict]:
     """valid_table rows as display rows: '✓' for a valid size, else the first failing rule."""
-    return [{"tp": row.tp, **{ENGINE[rules]: ("✓ " + "; ".join(row.warnings.get(rules, []))).strip()
-                              if row.valid(rules) else "✗ " + row.problems[rules] for rules in RULES}}
+    return [{"tp": row.tp, **{r.label: ("✓ " + "; ".join(row.warnings.get(name, []))).strip()
+                              if row.valid(r) else "✗ " + row.problem(r) for name, r in RULE_SETS.items()}}
             for row in rows]

@@ -1,5 +1,5 @@
 """Plan: every tp x pp x dp (+ expert parallel) layout of N GPUs for a checkpoint, ranked by what fits and by
-the KV-cache room it leaves; rejected layouts with the rule that rejects them. A thin view over tpviz.deploy.planner."""
+the KV-cache room it leaves; rejected layouts with the rule that rejects them. A thin view over tpviz.deploy.ranking."""
 import json
 from urllib.parse import urlencode
 
@@ -14,16 +14,16 @@ from tpviz import load_spec
 from tpviz.deploy.fit import capped_context
 from tpviz.render.text import fmt_bytes
 from tpviz.errors import TpvizError
-from tpviz.deploy.planner import plan, plan_notes, plan_rows
+from tpviz.deploy.ranking import plan_notes, plan_rows, rank_layouts
 from tpviz.render.plots.deployment import device_grid, expert_figure
-from tpviz.rules import RULES
+from tpviz.rules import RULES, ruleset
 from tpviz.config.sources import find_preset, presets, repo_from_url
 
 
 @st.cache_data(show_spinner=False, max_entries=64)
 def cached_plan(cfg_json: str, name: str, gpus: int, gib: float, rules: str, util: float, context: int) -> list[dict]:
     """plan_rows of one question (the same answer for every visitor who asks it)."""
-    return plan_rows(plan(load_spec(json.loads(cfg_json), name), gpus, gib, rules, util, context))
+    return plan_rows(rank_layouts(load_spec(json.loads(cfg_json), name), gpus, gib, rules, util, context))
 
 
 def model_config(text: str) -> tuple[str, str]:
@@ -88,7 +88,7 @@ def main() -> None:
             st.plotly_chart(device_grid(lay), theme=None, key="grid")
             if (fig := expert_figure(lay)) is not None:
                 st.plotly_chart(fig, theme=None, key="experts")
-    logits = "gather to GPU 0" if rules == "nano-vllm" else "all-gather"
+    logits = "gather to GPU 0" if ruleset(rules).logits == "gather" else "all-gather"
     st.caption("Comm / token: what the busiest GPU sends for each decoded token: ring all-reduces over the tp GPUs "
                "after attention, dense and MoE layers (with or without EP) and the embedding; the MoE blocks' gather "
                "and reduce-scatter of tokens across dp replicas (vLLM 0.33's default all2all backend); the pipeline "

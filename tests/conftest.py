@@ -8,7 +8,6 @@ import pytest
 import torch
 from hypothesis import settings
 
-from tpviz.rules import VOCAB_PADDING
 from tests.paths import SHARED_CONFIGS
 
 
@@ -153,7 +152,7 @@ def check_shard_map(m) -> None:
             assert loaded + p.padding[r] == local[dim], (p.name, r, loaded, p.padding[r], local)
         if p.family in ("embed", "lm_head"):
             vocab = model.vocab_size
-            padded = -(-vocab // VOCAB_PADDING) * VOCAB_PADDING if m.rules != "nano-vllm" else vocab
+            padded = m.rules.padded_vocab(vocab)
             assert sum(p.padding) == padded - vocab, (p.name, p.padding)
             assert all(s[0] * tp == padded for s in p.local_shapes), (p.name, p.local_shapes)
             for r in range(tp):  # real rows first, padding after them

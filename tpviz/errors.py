@@ -57,3 +57,11 @@ class TensorError(WeightsError):
 
 class TPGroupError(TpvizError):
     """A process group whose size is not the layer's tp_size: its collectives would be wrong or skipped."""
+
+
+class LayoutError(TpvizError):
+    """A tp x pp x dp (x ep) layout that cannot exist for this model or GPU count."""
+
+
+class DenseEPError(LayoutError):
+    """Expert parallelism asked of a model without routed experts."""

@@ -5,8 +5,8 @@ import json
 import pytest
 from app_harness import charts, errors, heading, run_app
 
-from tpviz.deploy.deployment import layout_map
-from tpviz.deploy.parallel import Layout
+from tpviz.deploy.deployment import deploy
+from tpviz.rules import Layout
 from tpviz.config.sources import load_spec
 
 QWEN_MOE = "Qwen/Qwen3-30B-A3B"
@@ -37,10 +37,10 @@ def test_a_link_opens_a_deployment_with_its_grid_experts_gpus_and_collectives(se
     titles = [c["layout"]["title"]["text"] for c in charts(at)]
     assert titles[0] == "Device grid · TP 4 × PP 2 × DP 1 + EP" and titles[1].startswith("Expert placement · linear")
     gpus = table(at, "GPU")
-    expected = layout_map(load_spec(QWEN_MOE), Layout(4, 2, 1, True))
+    expected = deploy(load_spec(QWEN_MOE), Layout(4, 2, 1, True))
     assert list(gpus["GPU"]) == list(range(8)) and list(gpus["stage"]) == [0] * 4 + [1] * 4
     assert list(gpus["layers"])[:1] == ["0–23"] and list(gpus["experts"])[:2] == ["0–31", "32–63"]
-    assert expected["gpus"][0]["experts"] == list(range(32))
+    assert expected.gpus[0].experts == list(range(32))
     comm = table(at, "collective")
     assert set(comm["collective"]) == {"all-reduce over the tp GPUs", "send between stages + all-gather over the tp GPUs",
                                        "all-gather over the tp GPUs"}  # the last stage's logits
@@ -89,15 +89,15 @@ def test_a_deployments_headline_and_fit_are_its_own_not_the_tp_maps():
     """DeepSeek-V3 at TP 16 x PP 2 + EP: the metrics and "Does it fit?" describe the layout's fullest GPU (the
     plan's 20.70 GiB and 192 sequences at 80 GiB), not the TP-16 map's 40 GiB and 59 sequences."""
     from tpviz.render.text import fmt_bytes
-    from tpviz.deploy.planner import Planner
+    from tpviz.deploy.sizing import Sizer
     at = run_app({"model": "deepseek-ai/DeepSeek-V3", "tp": "16", "pp": "2", "ep": "1"})
     assert errors(at) == []
-    lay = layout_map(load_spec("deepseek-ai/DeepSeek-V3"), Layout(16, 2, 1, True))
+    lay = deploy(load_spec("deepseek-ai/DeepSeek-V3"), Layout(16, 2, 1, True))
     metrics = {m.label: m.value for m in at.metric}
-    assert metrics["Weights on the fullest GPU"] == fmt_bytes(max(g["weight_bytes"] for g in lay["gpus"]))
-    assert metrics["Sent per decoded token, busiest GPU"] == fmt_bytes(sum(lay["comm_bytes_per_token"].values()))
-    row = Planner(load_spec("deepseek-ai/DeepSeek-V3"), "vllm").row(Layout(16, 2, 1, True), 80 * 2**30, 0.9, 8192)
-    assert row.weights == max(g["weight_bytes"] for g in lay["gpus"]) and row.max_sequences == 192
+    assert metrics["Weights on the fullest GPU"] == fmt_bytes(max(g.weight_bytes for g in lay.gpus))
+    assert metrics["Sent per decoded token, busiest GPU"] == fmt_bytes(sum(lay.comm_bytes_per_token.values()))
+    row = Sizer(load_spec("deepseek-ai/DeepSeek-V3"), "vllm").row(Layout(16, 2, 1, True), 80 * 2**30, 0.9, 8192)
+    assert row.weights == max(g.weight_bytes for g in lay.gpus) and row.max_sequences == 192
     verdict = next(s.value for s in at.success if "concurrent sequences" in s.value)
     assert f"{row.max_sequences:,} concurrent sequences of 8,192 tokens fit" in verdict
 
@@ -126,7 +126,7 @@ def test_a_plain_tp_view_counts_traffic_as_the_plan_does():
     """Llama-3.1-8B at tp 8: the header's bytes sent per decoded token are the Plan page's comm/token (ring bytes
     each GPU sends), not the sum of the tensors reduced, which read 770.50 KiB beside the Plan's 1.10 MiB."""
     from tpviz.render.text import fmt_bytes
-    from tpviz.deploy.planner import comm_per_token
+    from tpviz.deploy.sizing import comm_per_token
     at = run_app({"model": "meta-llama/Llama-3.1-8B", "tp": "8"})
     assert errors(at) == []
     metric = next(m for m in at.metric if m.label == "Sent per decoded token, busiest GPU")

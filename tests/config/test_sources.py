@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 
 from tpviz import ConfigError, HubError, SourceError, load_spec, shard_map
-from tpviz.config.sources import MAX_CONFIG_BYTES, find_preset, local_config, parse_config, presets, resolve_config
+from tpviz.config.files import MAX_CONFIG_BYTES, parse_config
+from tpviz.config.sources import find_preset, local_config, presets, resolve_config
 from tests.paths import SHARED_CONFIGS
 
 CFG = {"model_type": "llama", "hidden_size": 256, "num_attention_heads": 8, "num_key_value_heads": 4,
@@ -253,7 +254,6 @@ def test_restricted_server_never_probes_bare_names(tmp_path, monkeypatch):
 
 
 def test_text_upload_size_counts_bytes_not_characters():
-    from tpviz.config.sources import MAX_CONFIG_BYTES, parse_config
     with pytest.raises(SourceError, match="MB"):
         parse_config("€" * (MAX_CONFIG_BYTES // 3 + 1))  # 3 bytes per character in UTF-8
 

@@ -53,17 +53,17 @@ def refused(f):
 
 def deploy_cases():
     """(key, thunk) for every preset's layouts under vLLM rules, and the 8-GPU plans of a few."""
-    from tpviz.deploy.deployment import layout_map
-    from tpviz.deploy.parallel import Layout
-    from tpviz.deploy.planner import plan, plan_rows
     from tpviz.config.sources import load_spec
+    from tpviz.deploy.deployment import deploy
+    from tpviz.deploy.ranking import plan_rows, rank_layouts
+    from tpviz.rules import Layout
     for name, source in models().items():
         for tp, pp, dp, ep in LAYOUTS:
             yield (f"{name}|layout {tp},{pp},{dp},{ep}",
-                   lambda s=source, l=Layout(tp, pp, dp, ep): layout_map(load_spec(s), l, "vllm"))
+                   lambda s=source, l=Layout(tp, pp, dp, ep): deploy(load_spec(s), l, "vllm").to_dict())
     for name in PLANNED:
         for rules in RULES:
-            yield f"plan {name}|{rules}", lambda n=name, r=rules: plan_rows(plan(load_spec(n), 8, 80.0, r))
+            yield f"plan {name}|{rules}", lambda n=name, r=rules: plan_rows(rank_layouts(load_spec(n), 8, 80.0, r))
 
 
 def live_cases():

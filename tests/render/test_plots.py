@@ -10,7 +10,7 @@ from tpviz.render.plots.style import INK, PADDING_COLOR, RANK_COLORS, rank_color
 from tpviz.trace.shardmap import Piece
 from tpviz.config.sources import presets
 from tpviz.render.summary import families_present
-from tpviz.trace.tracer import first_problem
+from tpviz.trace.validity import split_problem
 
 MB = 1_000_000
 
@@ -47,7 +47,7 @@ def test_one_figure_per_family_then_memory():
 
 @pytest.mark.parametrize("model", list(presets()))
 def test_every_preset_draws(model):
-    tp = 2 if first_problem(load_spec(model), 2) is None else 1  # falcon-7b's 71 heads split only at tp=1
+    tp = 2 if split_problem(load_spec(model), 2)[0] is None else 1  # falcon-7b's 71 heads split only at tp=1
     m = shard_map(model, tp)
     f = figs(model, tp)
     assert set(f) == set(families_present(m)) | {"memory"}

@@ -1,4 +1,4 @@
-"""tpviz.render.summary: memory, collectives, valid tp, the three special cases, and the shareable view state."""
+"""tpviz.render.summary: memory, valid tp, the three special cases, and the shareable view state."""
 from functools import lru_cache
 
 import pytest
@@ -40,49 +40,6 @@ def test_kv_cache_total_matches_tp1_and_mla():
     assert m.ranks[0].kv_cache_bytes_per_token * 4 == S.kv_cache_total_per_token(m)
     ds = shard_map("deepseek-ai/DeepSeek-V3", 8)
     assert S.kv_cache_total_per_token(ds) == (512 + 64) * 61 * 2 == ds.ranks[0].kv_cache_bytes_per_token
-
-
-def test_collectives_dense():
-    """vLLM 0.33 all-gathers the logits (LogitsProcessor, Platform.use_all_gather on CUDA); nano-vllm's
-    ParallelLMHead gathers them to GPU 0."""
-    m = shard_map(QWEN8, 4)
-    attn, mlp, embed, head = S.collectives(m)
-    assert (attn.op, mlp.op, embed.op, head.op) == ("all-reduce", "all-reduce", "all-reduce", "all-gather")
-    assert (attn.count, mlp.count, embed.count, head.count) == (36, 36, 1, 1)
-    assert attn.bytes_per_token == 4096 * 2
-    assert attn.sent_per_rank == pytest.approx(2 * 3 / 4 * 4096 * 2)  # ring all-reduce
-    assert head.bytes_per_token == 151936 * 2 and head.sent_per_rank == pytest.approx(151936 * 2 * 3 / 4)
-    assert attn.total_per_token == 36 * 8192
-    nano = S.collectives(shard_map(QWEN8, 4, "nano-vllm"))[-1]
-    assert nano.op == "gather" and nano.sent_per_rank == pytest.approx(151936 * 2 / 4)
-
-
-def olmo2_config(**extra) -> dict:
-    """An OLMo-2-7B-shaped config: q and k normed over all 32 heads."""
-    return {"model_type": "olmo2", "architectures": ["Olmo2ForCausalLM"], "hidden_size": 4096,
-            "num_attention_heads": 32, "num_key_value_heads": 32, "num_hidden_layers": 32, "intermediate_size": 11008,
-            "vocab_size": 100352, "torch_dtype": "bfloat16", "max_position_embeddings": 4096, **extra}
-
-
-def test_olmo_all_gathers_q_and_k_in_every_layer():
-    """Each attention layer all-gathers q and k before their norms over all heads (vLLM 0.33's TP-aware RMSNorm):
-    every GPU sends its (tp-1)/tp share of the whole projection."""
-    m = _shard_map(load_spec(olmo2_config(num_key_value_heads=8), "olmo2-7b-gqa"), 4)
-    q, k = [c for c in S.collectives(m) if c.op == "all-gather" and "norm" in c.where]
-    assert (q.count, q.bytes_per_token, k.bytes_per_token) == (32, 4096 * 2, 8 * 128 * 2)
-    assert q.sent_per_rank == pytest.approx(4096 * 2 * 3 / 4) and k.sent_per_rank == pytest.approx(1024 * 2 * 3 / 4)
-    assert not S.norm_collectives(load_spec(QWEN8), 4)  # Qwen3 norms each head: nothing to gather
-    assert not S.norm_collectives(m.model, 1)
-
-
-def test_collectives_moe_and_tp1():
-    assert S.collectives(shard_map(QWEN8, 1)) == []
-    moe = S.collectives(shard_map("Qwen/Qwen3-30B-A3B", 8))
-    assert [c.count for c in moe] == [48, 48, 1, 1]  # one all-reduce per MoE layer (routed experts)
-    ds = S.collectives(shard_map("deepseek-ai/DeepSeek-V3", 8))
-    assert [c.count for c in ds] == [61, 61, 1, 1]  # 3 dense + 58 MoE layers
-    padded = S.collectives(shard_map(padded_config(), 4))
-    assert padded[-1].bytes_per_token == 32064 * 2  # the gather carries the padded vocabulary
 
 
 def test_valid_rows_and_problems():

@@ -1,8 +1,8 @@
-"""The two rule sets: divide, KV split/replication, vocab padding, tp and rules checks, error classes."""
+"""The rule sets as objects: divide, KV split/replication, vocab padding, tp and rules checks, error classes."""
 import pytest
 
 from tpviz.errors import ConfigError, HubError, SourceError, TPSizeError, TpvizError, WeightsError
-from tpviz.rules import RULES, check_rules, check_tp, divide, kv_split, padded_vocab
+from tpviz.rules import RULE_SETS, RULES, RuleSet, check_tp, divide, ruleset
 
 
 def one_line(e: BaseException) -> str:
@@ -28,42 +28,43 @@ def test_divide():
 @pytest.mark.parametrize("kv, tp, expected", [(8, 1, (8, 1)), (8, 2, (4, 1)), (8, 8, (1, 1)), (8, 16, (1, 2)),
                                               (4, 16, (1, 4)), (1, 8, (1, 8)), (2, 2, (1, 1))])
 def test_kv_split_vllm(kv, tp, expected):
-    assert kv_split(kv, tp, "vllm") == expected
+    assert ruleset("vllm").kv_split(kv, tp) == expected
 
 
 def test_kv_split_messages():
     with pytest.raises(TPSizeError) as err:
-        kv_split(8, 3)
+        ruleset("vllm").kv_split(8, 3)
     assert one_line(err.value) == (
         "num_key_value_heads=8 is not divisible by tp_size=3, and tp_size is not a multiple of it")
     with pytest.raises(TPSizeError) as err:
-        kv_split(8, 12)  # 12 is neither a divisor nor a multiple of 8
+        ruleset("vllm").kv_split(8, 12)  # 12 is neither a divisor nor a multiple of 8
     assert "num_key_value_heads=8" in one_line(err.value) and "tp_size=12" in str(err.value)
     with pytest.raises(TPSizeError) as err:
-        kv_split(8, 16, "nano-vllm")
+        ruleset("nano-vllm").kv_split(8, 16)
     msg = one_line(err.value)
     assert msg.startswith("num_key_value_heads=8 is not divisible by tp_size=16") and "nano-vllm" in msg
     assert "replicate" in msg
     with pytest.raises(TPSizeError) as err:
-        kv_split(8, 3, "nano-vllm")
+        ruleset("nano-vllm").kv_split(8, 3)
     assert "num_key_value_heads=8" in one_line(err.value) and "tp_size=3" in str(err.value)
-    assert kv_split(8, 4, "nano-vllm") == (2, 1)
+    assert ruleset("nano-vllm").kv_split(8, 4) == (2, 1)
 
 
 @pytest.mark.parametrize("vocab, padded", [(32000, 32000), (32064, 32064), (128256, 128256), (151936, 151936),
                                            (1000, 1024), (1, 64), (65, 128), (64, 64)])
 def test_padded_vocab(vocab, padded):
-    assert padded_vocab(vocab, "vllm") == padded
-    assert padded_vocab(vocab, "nano-vllm") == vocab
+    assert ruleset("vllm").padded_vocab(vocab) == padded
+    assert ruleset("nano-vllm").padded_vocab(vocab) == vocab
 
 
-def test_check_rules():
+def test_rule_sets_are_looked_up_by_name():
     assert RULES == ("vllm", "vllm-0.28", "nano-vllm")
     for r in RULES:
-        assert check_rules(r) == r
+        assert isinstance(ruleset(r), RuleSet) and ruleset(r).name == r and ruleset(ruleset(r)) is ruleset(r)
+    assert [r.label for r in RULE_SETS.values()] == ["vLLM 0.33", "vLLM 0.28", "nano-vllm"]
     for bad in ("VLLM", "", "sglang", None, 3):
         with pytest.raises(TpvizError) as err:
-            check_rules(bad)
+            ruleset(bad)
         assert "vllm" in one_line(err.value) and "nano-vllm" in str(err.value)
 
 
@@ -92,7 +93,7 @@ def test_errors_carry_structured_fields():
     assert (e.value.quantity, e.value.value, e.value.tp, e.value.generic) == ("intermediate_size", 14336, 3, False)
     from tpviz import shard_map
     from tpviz.errors import MissingFieldError, NotJSONError
-    from tpviz.config.sources import parse_config
+    from tpviz.config.files import parse_config
     with pytest.raises(TPSizeError) as e:  # a layer's own 'output_size' is renamed to the config key behind it
         shard_map("Qwen/Qwen3-8B", 3)
     assert (e.value.quantity, e.value.value, e.value.tp) == ("num_attention_heads", 32, 3) and not e.value.generic

@@ -7,7 +7,8 @@ import time
 import pytest
 
 from tpviz import shard_map
-from tpviz.trace.checkpoint import compare, expand, hub_tensor_names, tensor_names_for
+from tpviz.trace.checkpoint import compare, expand
+from tpviz.trace.model_map import hub_checkpoint, hub_tensor_names
 from tpviz.errors import ConfigError
 from tests.helpers.checkpoint import NAMES, TINY, check, folder, names_only
 from tests.helpers.errors import one_line
@@ -94,7 +95,7 @@ def offline_hub(tmp_path, monkeypatch):
 
 def test_hub_offline_empty_cache_is_none_quickly(offline_hub):
     t = time.monotonic()
-    assert tensor_names_for("some-org/some-model") == (None, "some-org/some-model (model.safetensors.index.json)")
+    assert hub_checkpoint("some-org/some-model") is None
     assert hub_tensor_names("some-org/some-model") is None
     assert time.monotonic() - t < 5
 
@@ -104,14 +105,14 @@ def test_hub_cached_index_gives_names(offline_hub, tmp_path):
     add_to_cache(offline_hub, "some-org/cached-model", {"config.json": json.dumps(TINY),
                                                          "model.safetensors.index.json": json.dumps(index)})
     add_to_cache(offline_hub, "some-org/no-weight-map", {"model.safetensors.index.json": '{"metadata": {}}'})
-    names, where = tensor_names_for(" some-org/cached-model ")
-    assert names == NAMES and where == "some-org/cached-model (model.safetensors.index.json)"
-    m = shard_map("some-org/cached-model", 1, tensor_names=names, checkpoint_source=where)
+    found = hub_checkpoint(" some-org/cached-model ", sizes=False)
+    assert found.names == NAMES and found.source == "some-org/cached-model (model.safetensors.index.json)"
+    m = shard_map("some-org/cached-model", 1, tensor_names=found.names, checkpoint_source=found.source)
     assert m.checkpoint["verified"] and m.checkpoint["matched"] == 21
     assert hub_tensor_names("some-org/no-weight-map") is None
 
 
-def test_tensor_names_for_non_hub_sources(tmp_path):
+def test_no_hub_checkpoint_for_other_sources(tmp_path):
     f = folder(tmp_path)
     for source in ("meta-llama/Llama-3.1-8B", "qwen/qwen3-8b", str(f), "./ckpt", TINY, b"{}", "not a repo id"):
-        assert tensor_names_for(source) == (None, ""), source
+        assert hub_checkpoint(source) is None, source

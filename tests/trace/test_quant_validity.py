@@ -10,7 +10,7 @@ from tpviz import shard_map
 from tpviz.cli.main import main
 from tpviz.errors import TPSizeError
 from tpviz.config.sources import load_spec, presets
-from tpviz.trace.tracer import check_layout
+from tpviz.trace.validity import split_problem
 
 PRESETS = presets()
 FP8 = {"quant_method": "fp8", "weight_block_size": [128, 128], "activation_scheme": "dynamic", "fmt": "e4m3"}
@@ -25,7 +25,7 @@ EXPERT = "model.layers.0.mlp.experts.0."
 
 
 def layout(model, tp, rules):
-    return check_layout(load_spec(model), tp, rules)
+    return split_problem(load_spec(model), tp, rules)
 
 
 def refined(model, tp, rules, r):
@@ -214,7 +214,7 @@ def test_merged_block_scales_that_overlap_fail_at_tp1_too():
     assert misaligned_scales([64, 4, 4], 128) and misaligned_scales([128, 4, 4], 128)
     assert not misaligned_scales([128, 64], 128) and not misaligned_scales([8192, 1024, 1024], 128)
     cfg = dict(PRESETS["Qwen/Qwen3-235B-A22B-FP8"], head_dim=1)
-    problem = check_layout(load_spec(cfg), 1)[0]
+    problem = split_problem(load_spec(cfg), 1)[0]
     assert "the merged parts [64, 4, 4] are not whole FP8 blocks of 128 rows" in problem
     with pytest.raises(TPSizeError, match="not whole FP8 blocks"):
         shard_map(cfg, 1)
@@ -224,7 +224,7 @@ def test_fused_moe_block_scales_give_gate_and_up_their_own_rows():
     """vLLM's fused MoE sizes w13's block scales as 2 x ceil(I / 128) rows, so an expert width that is not a whole
     block still loads at tp=1 (found by the app fuzz test: moe_intermediate_size 1)."""
     cfg = dict(PRESETS["Qwen/Qwen3-235B-A22B-FP8"], moe_intermediate_size=1)
-    assert check_layout(load_spec(cfg), 1)[0] is None
+    assert split_problem(load_spec(cfg), 1)[0] is None
     tensors = {t["name"]: t for t in shard_map(cfg, 1).to_dict()["tensors"]}
     rows = {part: tensors[f"model.layers.*.mlp.experts.*.{part}_proj.weight_scale_inv"]["pieces"][0]["param_start"]
             for part in ("gate", "up")}

@@ -1,7 +1,7 @@
 """Round trip of the loader-driven tracer on the real configs in ../shared/configs and on every preset.
 
 For every config, tp in {1, 2, 4, 8, 16} and rule set:
-- an invalid tp raises TPSizeError with exactly first_problem's message;
+- an invalid tp raises TPSizeError with exactly split_problem's message;
 - the pieces cover every source row/column the right number of times (tests/conftest.py: check_shard_map);
 - each rank's pieces rebuild that rank's local parameter, built and loaded here independently of the tracer;
 - the checkpoint names equal those of the real safetensors index files.
@@ -19,7 +19,9 @@ from tpviz.plan import DT, build_plan
 from tpviz.rules import RULES
 from tpviz.trace.shardmap import ShardMap
 from tpviz.config.sources import load_spec, presets
-from tpviz.trace.tracer import build_rank, first_problem, load, tagged, trace
+from tpviz.trace.probe import build_rank
+from tpviz.trace.tracer import load, tagged, trace
+from tpviz.trace.validity import split_problem
 from tests.paths import SHARED
 
 CONFIGS = SHARED / "configs"
@@ -88,7 +90,7 @@ def rebuild_from_pieces(spec, m: ShardMap, rules: str) -> None:
 
 def round_trip(cfg, tp: int, rules: str, invariants) -> None:
     spec = load_spec(cfg)
-    problem = first_problem(spec, tp, rules)
+    problem = split_problem(spec, tp, rules)[0]
     if problem is not None:
         assert "\n" not in problem and f"tp_size={tp}" in problem, problem
         with pytest.raises(TPSizeError) as err:
@@ -96,7 +98,7 @@ def round_trip(cfg, tp: int, rules: str, invariants) -> None:
         assert str(err.value) == problem
         return
     m = trace(spec, tp, rules)
-    assert (m.tp_size, m.rules) == (tp, rules)
+    assert (m.tp_size, m.rules.name) == (tp, rules)
     invariants(m)
     rebuild_from_pieces(spec, m, rules)
 
@@ -125,7 +127,7 @@ def test_shared_config_validity_matches_hand_rules(stem):
         pytest.skip("hand rule covers non-MLA models")
     for rules in RULES:
         for tp in TPS:
-            assert (first_problem(spec, tp, rules) is not None) == expected_problem(spec, tp, rules), (tp, rules)
+            assert (split_problem(spec, tp, rules)[0] is not None) == expected_problem(spec, tp, rules), (tp, rules)
 
 
 def test_shared_configs_exercise_kv_replication_and_invalid_tps():
@@ -136,9 +138,9 @@ def test_shared_configs_exercise_kv_replication_and_invalid_tps():
     for stem in SHARED_FILES:
         spec = load_spec(shared_config(stem))
         for tp in TPS:
-            if first_problem(spec, tp, "vllm") is None and tp > spec.num_key_value_heads and not spec.is_mla:
+            if split_problem(spec, tp, "vllm")[0] is None and tp > spec.num_key_value_heads and not spec.is_mla:
                 replicated += 1
-            invalid += first_problem(spec, tp, "nano-vllm") is not None
+            invalid += split_problem(spec, tp, "nano-vllm")[0] is not None
     assert replicated >= 5 and invalid >= 5, (replicated, invalid)
 
 

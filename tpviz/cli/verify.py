@@ -1,7 +1,7 @@
 """`tpviz verify MODEL --tp N`: run a real TP forward pass and check it against tp=1.
 
 Exit codes: 0 pass, 1 mismatch, 2 bad input or a run that could not finish (one line on stderr).
-Also runs as one rank under `torchrun --nproc-per-node N -m tpviz.cli.verify MODEL ...`.
+Also runs as one rank under `torchrun --nproc-per-node N -m tpviz verify MODEL ...`.
 """
 import argparse
 import json
@@ -11,7 +11,8 @@ from pathlib import Path
 
 from tpviz.errors import TpvizError
 from tpviz.cli.outpaths import writable_file
-from tpviz.deploy.parallel import PLACEMENTS, placement_flag
+from tpviz.deploy.parallel import placement_flag
+from tpviz.rules import ruleset
 
 EXIT_PASS, EXIT_MISMATCH, EXIT_BAD_INPUT = 0, 1, 2
 
@@ -34,7 +35,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--tp", type=int, default=None, help="tensor-parallel size (default: WORLD_SIZE under torchrun)")
     p.add_argument("--pp", type=int, default=1, help="pipeline stages of tp ranks each, passing hidden states on")
     p.add_argument("--ep", action="store_true", help="expert parallelism: routed experts whole on the tp ranks")
-    p.add_argument("--placement", choices=PLACEMENTS, default=None,
+    p.add_argument("--placement", choices=ruleset().placements, default=None,
                    help="how experts are placed on the ranks with --ep")
     p.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto")
     p.add_argument("--dtype", choices=["auto", "float32", "bfloat16", "float16"], default="float32",
@@ -182,8 +183,3 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("tpviz verify: interrupted", file=sys.stderr)
         return 130
-
-
-if __name__ == "__main__":
-    from tpviz.__main__ import leave
-    leave(main())

@@ -21,8 +21,9 @@ import urllib.parse
 import urllib.request
 from pathlib import Path
 
-from tpviz.errors import HubError, SourceError
 from tpviz.config.fields import json_type
+from tpviz.config.files import QUANT_FILE, with_quant_file
+from tpviz.errors import HubError, SourceError
 
 try:
     from huggingface_hub import _CACHED_NO_EXIST, constants, hf_hub_download, try_to_load_from_cache
@@ -68,7 +69,6 @@ def fetch_config(repo_id: str, revision: str | None = None, timeout: float = 3.0
         raise HubError(f"{repo_id} has no {CONFIG_FILE}")
     cfg = _read_json(path, repo_id, CONFIG_FILE)
     if "quantization_config" not in cfg:  # ModelOpt's older exports keep it in hf_quant_config.json
-        from tpviz.config.sources import QUANT_FILE, with_quant_file
         try:  # from the cache only: one more download per hub id would slow every lookup
             extra = try_to_load_from_cache(repo_id, QUANT_FILE, cache_dir=_cache_dir(), revision=revision)
         except (OSError, ValueError):

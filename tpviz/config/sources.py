@@ -8,11 +8,11 @@ import re
 from functools import lru_cache
 from pathlib import Path
 
-from tpviz.errors import ConfigError, NotJSONError, SourceError
-from tpviz.config.fields import json_type
+from tpviz.config.files import MAX_CONFIG_BYTES, QUANT_FILE, parse_config, with_quant_file
+from tpviz.config.hub import fetch_config
 from tpviz.config.spec import ModelSpec, normalize
+from tpviz.errors import SourceError
 
-MAX_CONFIG_BYTES = 1_000_000  # real config.json files are a few KB
 LOCAL_ROOT_ENV = "TPVIZ_LOCAL_ROOT"  # a folder confines local paths to it; "off" disables them
 REPO_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 
@@ -21,33 +21,6 @@ REPO_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 def presets() -> dict[str, dict]:
     """Built-in configs keyed by Hugging Face repo id (work offline)."""
     return json.loads((Path(__file__).parent / "presets.json").read_text())
-
-
-def check_config_size(size: int, what: str = "config") -> None:
-    """One line for a 'config' too big to be one (refused before it is read or parsed)."""
-    if size > MAX_CONFIG_BYTES:
-        raise SourceError(f"{what} is {size / 1e6:.1f} MB; a config.json is a few KB (limit 1 MB)")
-
-
-def parse_config(data: bytes | str, what: str = "config") -> dict:
-    """Parse config.json bytes, refusing oversize or non-JSON input with one line."""
-    if isinstance(data, str):
-        data = data.encode("utf-8", "surrogatepass")
-    check_config_size(len(data), what)
-    if isinstance(data, bytes):
-        try:
-            data = data.decode("utf-8-sig")
-        except UnicodeDecodeError:
-            raise NotJSONError(f"{what} is not UTF-8 text; give the model's config.json") from None
-    try:
-        cfg = json.loads(data)
-    except json.JSONDecodeError as e:
-        raise NotJSONError(f"{what} is not valid JSON: {e.msg} at line {e.lineno} column {e.colno}") from None
-    except RecursionError:  # thousands of nested brackets: no config is built like that
-        raise NotJSONError(f"{what} nests JSON too deeply to be a config.json") from None
-    if not isinstance(cfg, dict):
-        raise ConfigError(f"{what} must be a JSON object, got {json_type(cfg)}")
-    return cfg
 
 
 OFF = ("off", "none", "0", "false")
@@ -108,17 +81,6 @@ def local_config(path: str | Path) -> tuple[dict, str]:
     return cfg, name
 
 
-QUANT_FILE = "hf_quant_config.json"
-
-
-def with_quant_file(cfg: dict, quant_file: dict) -> dict:
-    """A config whose quantization lives in hf_quant_config.json ({"producer": ..., "quantization": {...}})."""
-    q = quant_file.get("quantization", quant_file)
-    if not isinstance(q, dict):
-        raise ConfigError(f"{QUANT_FILE} has no 'quantization' object")
-    return {**cfg, "quantization_config": {"quant_method": "modelopt", **q}}
-
-
 def looks_local(text: str) -> bool:
     """Whether a source string names a local path rather than a hub id. When local access is
     restricted, only explicit paths count, so the answer never reveals what exists on the server."""
@@ -165,7 +127,6 @@ def resolve_config(source: str | Path | dict | bytes) -> tuple[dict, str]:
     if isinstance(source, Path) or looks_local(text):
         return local_config(text)
     if REPO_ID.match(text):
-        from tpviz.config.hub import fetch_config
         return fetch_config(text), text
     sample = ", ".join(list(presets())[:4])
     shown = text if len(text) <= 120 else f"{text[:100]}… ({len(text)} characters)"

@@ -6,7 +6,9 @@ from dataclasses import dataclass
 
 from tpviz.config.kinds import ATTENTION_KINDS, STATEFUL
 from tpviz.errors import TpvizError
-from tpviz.rules import ENGINE
+from tpviz.deploy.sizing import Sizer
+from tpviz.errors import LayoutError
+from tpviz.rules import RuleSet, ruleset
 from tpviz.trace.shardmap import ShardMap
 
 GPU_SIZES_GIB = (24, 40, 48, 80, 141, 192)  # common accelerator memory sizes (nominal)
@@ -39,11 +41,12 @@ HYBRID_PAGES = ("{engine} sizes a hybrid model's cache pages to its recurrent st
                 "weighs most on short contexts)")
 
 
-def sizing_notes(spec, rules: str = "vllm") -> list[str]:
+def sizing_notes(spec, rules: RuleSet | str = "vllm") -> list[str]:
     """What the sequence counts leave out for this model under `rules` (one line each): hybrid models' pages."""
     kinds = {layer.mixer.kind for layer in spec.layers}
     hybrid = kinds & set(STATEFUL) and kinds & {*ATTENTION_KINDS, "mla"}
-    return [HYBRID_PAGES.format(engine=ENGINE[rules])] if hybrid and rules != "nano-vllm" else []
+    rules = ruleset(rules)
+    return [HYBRID_PAGES.format(engine=rules.label)] if hybrid and rules.hybrid_pages else []
 
 
 def capped_context(spec, context: int) -> tuple[int, str | None]:
@@ -71,33 +74,31 @@ def check_fit_inputs(gpu_gib: float, utilization: float, context: int, concurren
             raise FitInputError(f"{what} {value!r} must be {want}")
 
 
-_PLANNERS: dict[int, tuple] = {}  # id(map) -> (weak reference to it, its Planner): each cut is traced once
+_SIZERS: dict[int, tuple] = {}  # id(map) -> (weak reference to it, its Sizer): each cut is traced once
 
 
-def _planner(m: ShardMap):
-    from tpviz.deploy.planner import Planner
-    hit = _PLANNERS.get(id(m))
+def _sizer(m: ShardMap) -> Sizer:
+    hit = _SIZERS.get(id(m))
     if hit and hit[0]() is m:
         return hit[1]
-    if len(_PLANNERS) >= 32:
-        _PLANNERS.clear()
-    planner = Planner(m.model, m.rules)
-    _PLANNERS[id(m)] = (weakref.ref(m), planner)
-    return planner
+    if len(_SIZERS) >= 32:
+        _SIZERS.clear()
+    sizer = Sizer(m.model, m.rules)
+    _SIZERS[id(m)] = (weakref.ref(m), sizer)
+    return sizer
 
 
 def fit(m: ShardMap, gpu_gib: float, utilization: float = GPU_UTILIZATION, context: int = 8192,
         concurrency: int = 1, layout=None) -> Fit:
     """Does the model fit on GPUs of gpu_gib GiB at this tp, and how many sequences of `context` tokens. With a
-    pp / dp / ep `layout` (parallel.Layout), as the planner sizes it: the fullest stage's GPU, and sequences
+    pp / dp / ep `layout` (parallel.Layout), as the Plan page sizes it: the fullest stage's GPU, and sequences
     across the dp replicas."""
     check_fit_inputs(gpu_gib, utilization, context, concurrency)
     context, note = capped_context(m.model, context)
     usable = gpu_gib * 2**30 * utilization
     uniform = not any(r.kv_cache_windowed or r.state_bytes_per_sequence for r in m.ranks)
     if layout is not None and (layout.pp > 1 or layout.dp > 1 or layout.ep):
-        from tpviz.deploy.planner import LayoutError
-        r = _planner(m).row(layout, gpu_gib * 2**30, utilization, context)
+        r = _sizer(m).row(layout, gpu_gib * 2**30, utilization, context)
         if r.problem:
             raise LayoutError(r.problem)
         return Fit(gpu_gib * 2**30, usable, r.weights, r.room, r.kv_tokens if r.room > 0 and uniform else None,

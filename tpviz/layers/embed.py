@@ -1,6 +1,6 @@
 """Vocab-parallel embedding and lm_head: each rank holds a contiguous block of vocabulary rows.
 
-Under vLLM rules the vocabulary is first padded to a multiple of 64; padding rows come after the
+The rule set pads the vocabulary first (vLLM: to a multiple of 64; nano-vllm never); padding rows come after the
 real ones, are never loaded from disk, and are dropped from the gathered logits.
 """
 import torch
@@ -8,28 +8,21 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
 
-from tpviz.errors import TPSizeError
 from tpviz.layers.linear import check_rows, copy_checked, tp_group
-from tpviz.rules import check_rules, check_tp, divide, padded_vocab
+from tpviz.rules import RuleSet, check_tp, ruleset
 
 
 class VocabParallelEmbedding(nn.Module):
     """weight [padded_vocab/tp, embedding_dim]; lookups outside this rank's rows give 0, then all-reduce."""
 
     def __init__(self, num_embeddings: int, embedding_dim: int, tp_size: int, tp_rank: int,
-                 rules: str = "vllm", dtype: torch.dtype | None = None):
+                 rules: RuleSet | str = "vllm", dtype: torch.dtype | None = None):
         super().__init__()
         check_tp(tp_size, tp_rank)
-        self.tp_dim, self.tp_size, self.tp_rank, self.rules = 0, tp_size, tp_rank, check_rules(rules)
+        self.tp_dim, self.tp_size, self.tp_rank, self.rules = 0, tp_size, tp_rank, ruleset(rules)
         self.org_vocab_size = num_embeddings
-        self.num_embeddings_padded = padded_vocab(num_embeddings, rules)
-        if rules == "nano-vllm":
-            self.num_embeddings_per_partition = divide(num_embeddings, tp_size, "vocab_size")
-        elif self.num_embeddings_padded % tp_size:
-            raise TPSizeError(f"vocab_size={num_embeddings}, padded to a multiple of 64 "
-                              f"({self.num_embeddings_padded}), is not divisible by tp_size={tp_size}")
-        else:
-            self.num_embeddings_per_partition = self.num_embeddings_padded // tp_size
+        self.num_embeddings_padded = self.rules.padded_vocab(num_embeddings)
+        self.num_embeddings_per_partition = self.rules.vocab_rows(num_embeddings, tp_size)
         self.vocab_start_idx = tp_rank * self.num_embeddings_per_partition
         self.vocab_end_idx = self.vocab_start_idx + self.num_embeddings_per_partition
         # zeros, so padding rows are harmless in the forward pass
@@ -63,7 +56,7 @@ class ParallelLMHead(VocabParallelEmbedding):
     rank 0 (others get None). Without one, forward returns this rank's block, as in the seed's demos."""
 
     def __init__(self, num_embeddings: int, embedding_dim: int, tp_size: int, tp_rank: int,
-                 rules: str = "vllm", dtype: torch.dtype | None = None):
+                 rules: RuleSet | str = "vllm", dtype: torch.dtype | None = None):
         super().__init__(num_embeddings, embedding_dim, tp_size, tp_rank, rules, dtype)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor | None:

@@ -10,7 +10,7 @@ from torch import nn
 
 from tpviz.errors import TPGroupError, WeightsError
 from tpviz.layers import quantized
-from tpviz.rules import check_rules, check_tp, divide, kv_split
+from tpviz.rules import RuleSet, check_tp, divide, ruleset
 
 
 _GROUP: list = [None]  # the TP group of this process's pipeline stage, when it is not the whole world
@@ -201,17 +201,17 @@ class MergedColumnParallelLinear(ColumnParallelLinear):
 
 
 class QKVParallelLinear(ColumnParallelLinear):
-    """q, k and v in one column-parallel table, split by heads. Under vLLM rules, when tp_size exceeds
-    the KV heads, each rank holds one KV head and rank r holds head r // (tp_size / num_kv_heads)."""
+    """q, k and v in one column-parallel table, split by heads. When tp_size exceeds the KV heads and the rule
+    set replicates them (vLLM), each rank holds one KV head and rank r holds head r // (tp_size / num_kv_heads)."""
 
     def __init__(self, hidden_size: int, head_size: int, total_num_heads: int, total_num_kv_heads: int,
-                 tp_size: int, tp_rank: int, bias: bool = False, rules: str = "vllm",
+                 tp_size: int, tp_rank: int, bias: bool = False, rules: RuleSet | str = "vllm",
                  dtype: torch.dtype | None = None, quant=None):
         check_tp(tp_size, tp_rank)
-        self.rules, self.head_size = check_rules(rules), head_size
+        self.rules, self.head_size = ruleset(rules), head_size
         self.total_num_heads, self.total_num_kv_heads = total_num_heads, total_num_kv_heads
         self.num_heads = divide(total_num_heads, tp_size, "num_attention_heads")
-        self.num_kv_heads, self.num_kv_head_replicas = kv_split(total_num_kv_heads, tp_size, rules)
+        self.num_kv_heads, self.num_kv_head_replicas = self.rules.kv_split(total_num_kv_heads, tp_size)
         self.q_size, self.kv_size = self.num_heads * head_size, self.num_kv_heads * head_size
         self.wrong_kv_head = False  # True maps ranks to KV heads round-robin (an injectable bug)
         output_size = (self.num_heads + 2 * self.num_kv_heads) * head_size * tp_size

@@ -15,10 +15,11 @@ from tpviz.layers.storage import QTensor
 
 
 class QuantContext:
-    """What a layer needs to quantize itself: the stored tensors, the rule set, and whether it is an expert."""
+    """What a layer needs to quantize itself: the stored tensors, the rule set's checks, and whether it is an
+    expert (moe_hidden: the hidden size its refined scale blocks must divide)."""
 
-    def __init__(self, tensors: list[QTensor], rules: str, check=None, moe_hidden: int = 0):
-        self.tensors, self.rules, self.check, self.moe_hidden = tensors, rules, check, moe_hidden
+    def __init__(self, tensors: list[QTensor], check=None, moe_hidden: int = 0):
+        self.tensors, self.check, self.moe_hidden = tensors, check, moe_hidden
 
 
 def units(layer: nn.Module, qt: QTensor) -> tuple[int, int]:

@@ -50,7 +50,7 @@ class QTensor:
         return DTYPE_BYTES.get(self.dtype, model_bytes)
 
 
-def linear_tensors(q: Quant, row_parallel: bool = False, rules: str = "vllm") -> list[QTensor]:
+def linear_tensors(q: Quant, row_parallel: bool = False, act_order_split: bool = False) -> list[QTensor]:
     """The stored tensors of a quantized Linear (column- or row-parallel) under scheme q."""
     if q.scheme == "fp8_block":
         bn, bk = q.block
@@ -74,7 +74,7 @@ def linear_tensors(q: Quant, row_parallel: bool = False, rules: str = "vllm") ->
         pack = 32 // q.bits
         per_channel = q.group == -1
         group_in = None if per_channel and row_parallel else 0  # a per-channel scale is whole on row layers
-        if q.packing == "gptq" and q.desc_act and rules == "vllm-0.28":
+        if q.packing == "gptq" and q.desc_act and act_order_split:
             # act-order up to vLLM 0.29: the input dim is permuted, so a row layer keeps every group's scales
             # and zeros whole on each GPU, and g_idx (one group index per input feature) is loaded by rows
             return [QTensor("qweight", "int32", out_dim=1, in_dim=0, in_unit=pack, note=f"{pack} int{q.bits} per int32"),

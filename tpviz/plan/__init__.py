@@ -11,6 +11,7 @@ from tpviz.plan.core import DT, PROBE, ParamPlan, Source, embed, norm, replicate
 from tpviz.archs.names import ARCH_NAMES, LLAMA, Names
 from tpviz.plan.ssm import state_plans
 from tpviz.config.spec import ModelSpec
+from tpviz.rules import RuleSet, ruleset
 
 __all__ = ["DT", "PROBE", "ParamPlan", "Source", "Names", "build_plan", "mixer_groups", "ffn_groups", "state_plans",
            "arch_names"]
@@ -43,8 +44,9 @@ def ffn_groups(spec: ModelSpec) -> dict[Ffn, list[int]]:
                                                            layer.ffn.shared))
 
 
-def build_plan(spec: ModelSpec, rules: str = "vllm") -> list[ParamPlan]:
+def build_plan(spec: ModelSpec, rules: RuleSet | str = "vllm") -> list[ParamPlan]:
     """Every local parameter of the model, with the checkpoint tensors each one loads."""
+    rules = ruleset(rules)
     names = arch_names(spec)
     hidden, p, nb = spec.hidden_size, names.layer, names.norm_bias
     plans = embed(spec, names, rules) + norm(names.final_norm, hidden, bias=nb) + extra_globals(spec, names)

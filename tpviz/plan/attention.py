@@ -10,6 +10,7 @@ from tpviz.plan.core import DT, PROBE, ParamPlan, Source, column, norm, param, r
 from tpviz.plan.quantized import qplan
 from tpviz.archs.names import Names
 from tpviz.config.spec import ModelSpec
+from tpviz.rules import RuleSet
 
 
 def per_head(h: int, kv: int, d: int):
@@ -45,7 +46,7 @@ def qkv_sections(order: str, h: int, kv: int, d: int, qd: int, bias: str) -> lis
             [f"v{bias}", h * qd + kv * d, h * qd + 2 * kv * d, d, "KV head"]]
 
 
-def qkv(spec: ModelSpec, names: Names, rules: str, m: Mixer, layers, bias: bool) -> list[ParamPlan]:
+def qkv(spec: ModelSpec, names: Names, rules: RuleSet, m: Mixer, layers, bias: bool) -> list[ParamPlan]:
     """q, k and v of one attention group; with an output gate (Qwen3-Next) each q head is [q | gate]."""
     h, kv, d, hidden = m.heads, m.kv_heads, m.head_dim, spec.hidden_size
     qh = h * (2 if m.output_gate else 1)  # vLLM builds the gated q as twice the heads
@@ -95,7 +96,7 @@ def qkv(spec: ModelSpec, names: Names, rules: str, m: Mixer, layers, bias: bool)
     return plans
 
 
-def attention(spec: ModelSpec, names: Names, rules: str, m: Mixer, layers) -> list[ParamPlan]:
+def attention(spec: ModelSpec, names: Names, rules: RuleSet, m: Mixer, layers) -> list[ParamPlan]:
     """A softmax-attention mixer: q/k/v, optional q/k norms, o_proj, gpt-oss sinks."""
     p = f"{names.layer}{names.attn}"
     plans = qkv(spec, names, rules, m, layers, spec.attention_bias)
@@ -129,7 +130,7 @@ def _list(plan) -> list[ParamPlan]:
     return plan if isinstance(plan, list) else [plan]
 
 
-def mla(spec: ModelSpec, names: Names, rules: str, m: Mixer, layers) -> list[ParamPlan]:
+def mla(spec: ModelSpec, names: Names, rules: RuleSet, m: Mixer, layers) -> list[ParamPlan]:
     """DeepSeek multi-head latent attention: the latent down-projections are replicated, the per-head
     up-projections column-split, o_proj row-split (as vLLM does)."""
     p, hidden, h = f"{names.layer}{names.attn}", spec.hidden_size, m.heads

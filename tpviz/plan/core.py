@@ -201,7 +201,7 @@ def merged(name, parts, fused, inp, sizes, family, layers, quantity, experts=0, 
     return plans
 
 
-def embed(spec, names, rules: str) -> list[ParamPlan]:
+def embed(spec, names, rules) -> list[ParamPlan]:
     """embed_tokens and lm_head: vocab-parallel (lm_head absent when tied)."""
     v, hidden = spec.vocab_size, spec.hidden_size
     plans = []

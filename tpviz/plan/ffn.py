@@ -8,6 +8,7 @@ from tpviz.layers.mxfp4 import Mxfp4Down, Mxfp4GateUp
 from tpviz.plan.core import PROBE, ParamPlan, Source, column, merged, param, replicated, row
 from tpviz.archs.names import Names
 from tpviz.plan.quantized import qplan
+from tpviz.rules import RuleSet
 from tpviz.config.spec import ModelSpec
 
 
@@ -15,7 +16,7 @@ from tpviz.config.spec import ModelSpec
 EXPERTS_PER_TP_RANK = ("qwen2_moe", "qwen3_moe", "qwen3_next", "qwen3_5_moe", "qwen3_5_moe_text")
 
 
-def dense(spec: ModelSpec, names: Names, f: Ffn, layers, rules: str = "vllm") -> list[ParamPlan]:
+def dense(spec: ModelSpec, names: Names, f: Ffn, layers, rules: RuleSet) -> list[ParamPlan]:
     """gate/up merged column-parallel (or one up projection) and down row-parallel over the layer's size."""
     p, hidden, inter = f"{names.layer}{names.mlp}", spec.hidden_size, f.size
     quantity = ("intermediate_size", inter)
@@ -38,13 +39,13 @@ def dense(spec: ModelSpec, names: Names, f: Ffn, layers, rules: str = "vllm") ->
                   q=qplan(spec, rules, f"{p}{names.down}", layers)))
 
 
-def moe(spec: ModelSpec, names: Names, f: Ffn, layers, rules: str = "vllm") -> list[ParamPlan]:
+def moe(spec: ModelSpec, names: Names, f: Ffn, layers, rules: RuleSet) -> list[ParamPlan]:
     """Experts: gate/up column-split and down row-split over moe_intermediate_size; router replicated."""
     p, hidden, e, inter = f"{names.layer}{names.mlp}", spec.hidden_size, f.experts, f.size
     quantity, ex = ("moe_intermediate_size", inter), f"{p}{names.experts}"
     gpt_oss = spec.model_type == "gpt_oss"
     plans = [replicated(f"{p}{names.router}.weight", e, hidden, layers)]
-    if rules != "nano-vllm" and spec.model_type in EXPERTS_PER_TP_RANK:
+    if rules.model_checks and spec.model_type in EXPERTS_PER_TP_RANK:
         plans[0].build = _at_least_one_expert(plans[0].build, e, spec.model_type)
     if gpt_oss:
         plans.append(replicated(f"{p}{names.router}.bias", e, hidden, layers, bias=True))

@@ -6,7 +6,7 @@ from tpviz.errors import QuantError
 from tpviz.layers.quantized import QuantContext
 from tpviz.config.quant import Quant
 from tpviz.layers.storage import QTensor, linear_tensors
-from tpviz.rules import ENGINE
+from tpviz.rules import RuleSet
 
 
 # vLLM 0.33's words when a row-parallel shard would split a quantization group (research: quantization/*.py)
@@ -35,16 +35,16 @@ def misaligned_scales(parts: list[int], block: int) -> bool:
 class QPlan:
     """A quantized layer's scheme, the rule set that judges it, and whether it is a MoE expert."""
     quant: Quant
-    rules: str
+    rules: RuleSet
     role: str  # "dense" or "moe"
     hidden: int
     model_bytes: int
 
     def tensors(self, row: bool) -> list[QTensor]:
-        return linear_tensors(self.quant, row, self.rules)
+        return linear_tensors(self.quant, row, self.rules.gptq_act_order_split)
 
     def ctx(self, row: bool) -> QuantContext:
-        return QuantContext(self.tensors(row), self.rules, self._check, self.hidden if self.role == "moe" else 0)
+        return QuantContext(self.tensors(row), self._check, self.hidden if self.role == "moe" else 0)
 
     def _check(self, layer, out_sizes: list[int], in_size: int) -> None:
         """vLLM's create-time checks (raise), and what fails later at load time or needs a fallback (recorded)."""
@@ -67,8 +67,8 @@ class QPlan:
             if not row and bad:
                 message = (f"Weight output_partition_size = {bad[0]} is not divisible by weight quantization "
                            f"block_n = {bn}.")
-                if len(out_sizes) > 1 and q.method == "fp8" and self.rules != "nano-vllm":
-                    layer.problem = (f"{message} {ENGINE[self.rules]} skips this check for merged layers (since 0.14) "
+                if len(out_sizes) > 1 and q.method == "fp8" and self.rules.fp8_merged_exempt:
+                    layer.problem = (f"{message} {self.rules.label} skips this check for merged layers (since 0.14) "
                                      "but then cannot cut the block scales: loading fails (start + length exceeds "
                                      "the scale rows)")
                     return
@@ -82,9 +82,9 @@ class QPlan:
         if i_p % bn == 0 and i_p % bk == 0:
             return
         r = math.gcd(math.gcd(bn, bk), math.gcd(i_p, self.hidden))
-        if self.rules == "vllm" and self.quant.method == "fp8" and r >= 32:  # vLLM >= 0.29 refines the blocks
+        if self.rules.fp8_moe_refine and self.quant.method == "fp8" and r >= 32:  # vLLM >= 0.29 refines the blocks
             layer.warning = (f"expert intermediate per GPU = {i_p} is not a multiple of the FP8 block ({bn}); "
-                             f"{ENGINE[self.rules]} refines the scales to {r}×{r} blocks, which only its Triton MoE "
+                             f"{self.rules.label} refines the scales to {r}×{r} blocks, which only its Triton MoE "
                              "kernel runs")
             layer.refine = bn // r
             return
@@ -95,7 +95,7 @@ class QPlan:
                           f"quantization block_n = {bn}.")
 
 
-def qplan(spec, rules: str, module: str, layers, role: str = "dense") -> QPlan | None:
+def qplan(spec, rules: RuleSet, module: str, layers, role: str = "dense") -> QPlan | None:
     """The QPlan of a linear module (checkpoint name without .weight, '*' for the layer), or None if unquantized."""
     q = spec.quant
     if q is None or q.scheme == "mxfp4":  # gpt-oss: MXFP4 covers the experts only, every Linear stays bf16

@@ -59,7 +59,7 @@ def _split_projections(nk, nv, dk, dv, hidden) -> list:
              ("linear_num_value_heads", nv))]
 
 
-def gated_deltanet(spec, names: Names, rules: str, m: Mixer, layers) -> list[ParamPlan]:
+def gated_deltanet(spec, names: Names, rules, m: Mixer, layers) -> list[ParamPlan]:
     nk, nv, dk, dv, hidden, k = m.groups, m.heads, m.key_dim, m.head_dim, spec.hidden_size, m.conv_kernel
     per = nv // nk  # value heads per key head
     kd, vd = nk * dk, nv * dv
@@ -81,7 +81,7 @@ def gated_deltanet(spec, names: Names, rules: str, m: Mixer, layers) -> list[Par
     ])
 
 
-def mamba2(spec, names: Names, rules: str, m: Mixer, layers) -> list[ParamPlan]:
+def mamba2(spec, names: Names, rules, m: Mixer, layers) -> list[ParamPlan]:
     h, d, g, n, hidden, k = m.heads, m.head_dim, m.groups, m.state, spec.hidden_size, m.conv_kernel
     inter, gs = h * d, g * n
     heads = ("mamba_num_heads", h)
@@ -99,7 +99,7 @@ def mamba2(spec, names: Names, rules: str, m: Mixer, layers) -> list[ParamPlan]:
     return _plans(spec, m, layers, f"{names.layer}{names.mamba}", tensors)
 
 
-def short_conv(spec, names: Names, rules: str, m: Mixer, layers) -> list[ParamPlan]:
+def short_conv(spec, names: Names, rules, m: Mixer, layers) -> list[ParamPlan]:
     h, k = spec.hidden_size, m.conv_kernel
     q = ("hidden_size", h)
     tensors = [("in_proj.weight", "in_proj.weight", (3 * h, h), 0,

@@ -141,10 +141,9 @@ def default_renderer() -> PngRenderer:
 
 def titled(m: ShardMap, fig: go.Figure) -> go.Figure:
     """A copy of a figure whose title names the model, tp and rules, so an exported image stands alone."""
-    from tpviz.rules import ENGINE
     out = go.Figure(fig)
     title = out.layout.title.text or ""
-    out.update_layout(title_text=f"{m.model.name} · tp {m.tp_size} · {ENGINE[m.rules]} — {title}")
+    out.update_layout(title_text=f"{m.model.name} · tp {m.tp_size} · {m.rules.label} — {title}")
     return out
 
 
@@ -157,9 +156,10 @@ def figure_png(fig: go.Figure, renderer: PngRenderer | None = None, m: ShardMap 
 def file_stem(m: ShardMap) -> str:
     """'Qwen3-8B_tp4_vllm': a file-safe name for this view."""
     name = re.sub(r"[^A-Za-z0-9._-]+", "-", str(m.model.name).split("/")[-1]).strip("-.")
-    lay = m.layout or {}
-    wide = "".join(f"_{k}{lay[k]}" for k in ("pp", "dp") if lay.get(k, 1) > 1) + ("_ep" if lay.get("ep") else "")
-    return f"{name or 'model'}_tp{m.tp_size}{wide}_{m.rules}"
+    lay = m.deployment.layout if m.deployment else None
+    wide = "".join(f"_{k}{getattr(lay, k)}" for k in ("pp", "dp") if lay and getattr(lay, k) > 1) + (
+        "_ep" if lay and lay.ep else "")
+    return f"{name or 'model'}_tp{m.tp_size}{wide}_{m.rules.name}"
 
 
 def png_names(m: ShardMap, keys: list[str]) -> dict[str, str]:

@@ -2,9 +2,8 @@
 
 Everything here reads the shard map (or the valid-tp rows) only, so the app, the plots and the tests agree.
 """
-from dataclasses import dataclass
-
 from tpviz.render.text import fmt_bytes
+from tpviz.rules import RuleSet
 from tpviz.trace.validity import ValidRow
 from tpviz.trace.shardmap import FAMILIES, ShardMap, in_group
 
@@ -83,85 +82,7 @@ def cache_sentences(m: ShardMap) -> list[str]:
     return out
 
 
-@dataclass
-class Collective:
-    """One kind of communication in a forward pass."""
-    op: str
-    where: str
-    count: int  # times per forward pass
-    bytes_per_token: int  # size of the reduced / gathered tensor, per token, per occurrence
-    sent_per_rank: float  # bytes per token each GPU sends for one occurrence (ring all-reduce, gather to rank 0)
-
-    @property
-    def total_per_token(self) -> int:
-        """Bytes per token over the whole forward pass."""
-        return self.count * self.bytes_per_token
-
-
-def _layers_of(m: ShardMap, families: tuple[str, ...], layer_class: str = "RowParallelLinear") -> set[int]:
-    layers = set()
-    for p in m.params:
-        if p.family in families and p.layer_class == layer_class and p.split_dim is not None:
-            layers.update(p.layers or [])
-    return layers
-
-
-def collectives(m: ShardMap) -> list[Collective]:
-    """Collectives per forward pass: all-reduce after o_proj and down_proj, the embedding all-reduce, the lm_head
-    logits (all-gathered by vLLM, gathered to GPU 0 by nano-vllm) and OLMo-2/3's q/k all-gathers."""
-    tp, b = m.tp_size, m.model_dtype_bytes
-    if tp == 1:
-        return []
-    hidden = m.model.hidden_size * b
-    ring = 2 * (tp - 1) / tp  # a ring all-reduce sends this fraction of the tensor from every GPU
-    attn = len(_layers_of(m, ("o_proj", "linear_attn", "mamba", "conv")))  # every mixer's out-projection reduces
-    mlp = len(_layers_of(m, ("down_proj", "experts")))  # a MoE layer reduces routed + shared experts once
-    vocab_param = next((p for p in m.params if p.family == "lm_head"), None) or next(
-        p for p in m.params if p.family == "embed")
-    padded_vocab = vocab_param.local_shapes[0][0] * tp
-    logits = padded_vocab * b
-    return [
-        Collective("all-reduce", "after o_proj / out_proj (the mixer's output, row-parallel)", attn, hidden,
-                   ring * hidden),
-        Collective("all-reduce", "after down_proj (MLP / MoE output, row-parallel)", mlp, hidden, ring * hidden),
-        *norm_collectives(m.model, tp),
-        Collective("all-reduce", "after embed_tokens (each GPU looks up only its vocab rows)", 1, hidden, ring * hidden),
-        logits_collective(logits, tp, m.rules),
-    ]
-
-
-def logits_collective(logits: int, tp: int, rules: str) -> Collective:
-    """The lm_head's logits (`logits` bytes per sampled token, padded vocab): vLLM's LogitsProcessor all-gathers
-    them (Platform.use_all_gather, CUDA); nano-vllm's ParallelLMHead gathers them to GPU 0."""
-    if rules == "nano-vllm":
-        return Collective("gather", "lm_head logits to GPU 0 (each GPU has its vocab block; per sampled token)", 1,
-                          logits, logits / tp)
-    return Collective("all-gather", "lm_head logits to every GPU (each GPU has its vocab block; per sampled token)",
-                      1, logits, logits * (tp - 1) / tp)
-
-
-def norm_collectives(spec, tp: int, layers=None) -> list[Collective]:
-    """The collectives of norms whose span crosses the tp cut, over `layers` (indices; every layer by default).
-    OLMo-2/3 norm q and k over all heads, so each attention layer all-gathers both first (vLLM 0.33's TP-aware
-    RMSNorm; the nano-vllm layers do the same): each GPU sends its heads' slice to the others. A Mamba2 gated norm
-    over one group all-reduces each token's fp32 sum of squares (vLLM 0.33 Mixer2RMSNormGated.forward_native)."""
-    if tp == 1:
-        return []
-    picked = [spec.layers[i] for i in (range(spec.num_hidden_layers) if layers is None else layers)]
-    attention = sum(1 for layer in picked if layer.mixer.is_attention)
-    mamba = sum(1 for layer in picked if layer.mixer.kind == "mamba2" and layer.mixer.groups == 1)
-    share, b = (tp - 1) / tp, spec.dtype_bytes
-    out = [Collective("all-gather", f"{what} before its norm over all heads (OLMo: each GPU holds its heads' slice)",
-                      attention, size, size * share)
-           for what, size in (("q", spec.num_attention_heads * spec.head_dim * b),
-                              ("k", spec.num_key_value_heads * spec.head_dim * b))] if spec.qk_norm_full else []
-    if mamba:
-        out.append(Collective("all-reduce", "Mamba2 gated norm's sum of squares (its one group spans every GPU)",
-                              mamba, 4, 2 * share * 4))
-    return [c for c in out if c.count]
-
-
-def valid_sizes(rows: list[ValidRow], rules: str) -> list[int]:
+def valid_sizes(rows: list[ValidRow], rules: RuleSet | str) -> list[int]:
     """The tp sizes that work under these rules."""
     return [row.tp for row in rows if row.valid(rules)]
 
@@ -170,7 +91,7 @@ def tp_problem(rows: list[ValidRow], tp: int, rules: str) -> str | None:
     """None if tp is valid under rules, else the failing rule (out-of-range tp is a problem too)."""
     for row in rows:
         if row.tp == tp:
-            return row.problems[rules]
+            return row.problem(rules)
     return f"tp={tp} is outside 1..{len(rows)}"
 
 
@@ -268,7 +189,7 @@ def absent_cases(m: ShardMap) -> list[str]:
                    f"no replicated KV heads (tp={m.tp_size} ≤ {m.model.num_key_value_heads} KV heads)")
     if cases["padding"] is None:
         vocab = m.model.vocab_size
-        out.append(f"no vocab padding (nano-vllm never pads; vocab {vocab} splits evenly)" if m.rules == "nano-vllm"
+        out.append(f"no vocab padding ({m.rules.label} never pads; vocab {vocab} splits evenly)" if not m.rules.vocab_padding
                    else f"no vocab padding rows (vocab {vocab} is already a multiple of 64 and splits evenly)")
     if cases["bias"] is None:
         out.append("no row-parallel biases (o_proj / down_proj have no bias)")

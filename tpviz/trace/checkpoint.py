@@ -3,10 +3,9 @@ with a shard map: what the map lacks and what the checkpoint lacks. This is what
 import json
 import re
 import struct
-from dataclasses import replace
 from pathlib import Path
 
-from tpviz.errors import ConfigError, SourceError
+from tpviz.errors import SourceError
 from tpviz.trace.shardmap import ShardMap
 
 INDEX_FILE = "model.safetensors.index.json"
@@ -192,61 +191,3 @@ def checkpoint_sentence(check: dict) -> str:
     if check["missing_in_map"]:
         parts.append("the map lacks " + ", ".join(check["missing_in_map"]))
     return f"Checkpoint check against {check['source']}: " + "; ".join(parts) + "."
-
-
-def local_folder(source) -> Path | None:
-    """The checkpoint folder a local source names (a folder, or the folder of its config.json), else None."""
-    from tpviz.config.sources import check_local_path, looks_local
-    if not isinstance(source, (str, Path)) or not (isinstance(source, Path) or looks_local(str(source).strip())):
-        return None
-    path = check_local_path(str(source).strip())
-    folder = path if path.is_dir() else path.parent
-    return folder if (folder / INDEX_FILE).is_file() or (folder / "model.safetensors").is_file() else None
-
-
-def checked(m: ShardMap, names: set[str] | None, source: str, known: bool,
-            sizes: dict[str, int] | None = None) -> ShardMap:
-    """Attach the comparison; an architecture tpviz does not know must verify, or it is refused."""
-    if not names:
-        return m
-    m.checkpoint = compare(m, names, source, sizes)
-    if not known:
-        if not m.checkpoint["verified"]:
-            raise ConfigError(f"model_type {m.model.model_type!r} is not one tpviz knows and its checkpoint does "
-                              f"not match a Llama-like decoder ({checkpoint_sentence(m.checkpoint)[:300]}); "
-                              "refusing to guess its layout")
-        m.model = replace(m.model, notes=[n for n in m.model.notes if "not one tpviz knows" not in n] + [
-            f"model_type {m.model.model_type!r} is not one tpviz knows; mapped as a Llama-like decoder, and every "
-            f"tensor name was verified against {source}"])
-    return m
-
-
-def hub_tensor_names(repo_id: str) -> set[str] | None:
-    """A hub repo's tensor names from its safetensors index (cache first, online when reachable); None when the
-    repo has no index or the hub cannot be reached (the map is still drawn, unchecked)."""
-    from tpviz.config.hub import fetch_index
-    try:
-        index = fetch_index(repo_id)
-    except SourceError:
-        return None
-    weight_map = index.get("weight_map") if isinstance(index, dict) else None
-    return set(weight_map) if isinstance(weight_map, dict) else None
-
-
-def tensor_names_for(source) -> tuple[set[str] | None, str]:
-    """(tensor names, where from) for a hub id; local folders are read by shard_map itself."""
-    from tpviz.config.sources import REPO_ID, find_preset, looks_local
-    if isinstance(source, str) and REPO_ID.match(source.strip()) and not find_preset(source.strip()) \
-            and not looks_local(source.strip()):
-        return hub_tensor_names(source.strip()), f"{source.strip()} ({INDEX_FILE})"
-    return None, ""
-
-
-def hub_sizes(source) -> dict[str, int] | None:
-    """Stored bytes per tensor of a hub id, from its safetensors headers when the hub answers (else None)."""
-    from tpviz.config.hub import fetch_tensor_bytes
-    from tpviz.config.sources import REPO_ID, find_preset, looks_local
-    if isinstance(source, str) and REPO_ID.match(source.strip()) and not find_preset(source.strip()) \
-            and not looks_local(source.strip()):
-        return fetch_tensor_bytes(source.strip())
-    return None

@@ -2,8 +2,9 @@
 import json
 from dataclasses import asdict, dataclass, field
 
-from tpviz.errors import SourceError
 from tpviz.config.spec import ModelSpec
+from tpviz.errors import SourceError
+from tpviz.rules import Layout, RuleSet, ruleset
 
 SCHEMA = "tpviz.shardmap/4"
 FAMILIES = ("qkv", "o_proj", "linear_attn", "mamba", "conv", "gate_up", "down_proj", "experts", "embed", "lm_head",
@@ -101,10 +102,54 @@ class RankInfo:
 
 
 @dataclass
+class Gpu:
+    """One GPU: its coordinates, the decoder layers [start, stop) of its stage, its whole experts (EP), and what it
+    holds per token."""
+    rank: int
+    pp: int
+    dp: int
+    tp: int
+    layers: list[int]
+    experts: list[int] | None
+    weight_bytes: int
+    kv_cache_bytes_per_token: int  # layers whose cache grows with the context
+    kv_windowed_bytes_per_token: int  # windowed layers, which cache each token only up to their window
+
+
+@dataclass
+class Deployment:
+    """Every GPU of a layout, the layer partition, the expert placement and the bytes each token sends."""
+    layout: Layout
+    placement: str | None  # with EP: linear or round_robin
+    stages: list[list[int]]  # [start, stop) per stage
+    expert_placement: list[list[int]] | None
+    gpus: list[Gpu]
+    warnings: list[str] = field(default_factory=list)
+    comm_bytes_per_token: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def label(self) -> str:
+        return self.layout.label
+
+    def to_dict(self) -> dict:
+        """The shard map JSON's "layout" object (docs/schema.md)."""
+        lay = self.layout
+        return {"tp": lay.tp, "pp": lay.pp, "dp": lay.dp, "ep": lay.ep, "label": lay.label,
+                "placement": self.placement, "stages": self.stages, "expert_placement": self.expert_placement,
+                "gpus": [asdict(g) for g in self.gpus], "warnings": self.warnings,
+                "comm_bytes_per_token": self.comm_bytes_per_token}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "Deployment":
+        return cls(Layout(d["tp"], d["pp"], d["dp"], d["ep"]), d["placement"], d["stages"], d["expert_placement"],
+                   [Gpu(**g) for g in d["gpus"]], d["warnings"], d["comm_bytes_per_token"])
+
+
+@dataclass
 class ShardMap:
     """Every checkpoint tensor of a model, where each rank's share of it lands, and per-rank totals."""
     tp_size: int
-    rules: str
+    rules: RuleSet
     model: ModelSpec
     tensors: list[TensorMap]
     params: list[ParamMap]
@@ -112,7 +157,7 @@ class ShardMap:
     groups: list[LayerGroup] = field(default_factory=list)
     checkpoint: dict | None = None  # comparison with a real checkpoint's tensor list, when one was at hand
     warnings: list[str] = field(default_factory=list)  # layouts the engine accepts only through a fallback
-    layout: dict | None = None  # a pp / dp / ep deployment's GPUs (tpviz.deploy.deployment.layout_map), when one was asked
+    deployment: Deployment | None = None  # a pp / dp / ep deployment's GPUs (tpviz.deploy.deployment), when asked
     schema: str = SCHEMA
 
     def tensor(self, name: str) -> TensorMap:
@@ -128,7 +173,7 @@ class ShardMap:
     @property
     def total_weight_bytes(self) -> int:
         """Bytes of the unsplit model, each tensor once."""
-        return sum(_numel(p.shape) * p.count * (p.element_bytes or self.model_dtype_bytes) for p in self.params)
+        return sum(numel(p.shape) * p.count * (p.element_bytes or self.model_dtype_bytes) for p in self.params)
 
     @property
     def kv_bytes(self) -> int:
@@ -140,12 +185,11 @@ class ShardMap:
         return self.model.dtype_bytes
 
     def to_dict(self) -> dict:
-        from tpviz.rules import ENGINE
-        return {"schema": self.schema, "tp_size": self.tp_size, "rules": self.rules, "engine": ENGINE[self.rules],
+        return {"schema": self.schema, "tp_size": self.tp_size, "rules": self.rules.name, "engine": self.rules.label,
                 "model": self.model.to_dict(),
                 "tensors": [t.to_dict() for t in self.tensors], "params": [p.to_dict() for p in self.params],
                 "ranks": [asdict(r) for r in self.ranks], "groups": [asdict(g) for g in self.groups],
-                "warnings": self.warnings, **({"layout": self.layout} if self.layout else {}),
+                "warnings": self.warnings, **({"layout": self.deployment.to_dict()} if self.deployment else {}),
                 **({"checkpoint": self.checkpoint} if self.checkpoint is not None else {})}
 
     def to_json(self, indent: int | None = None) -> str:
@@ -161,14 +205,15 @@ class ShardMap:
             groups = [LayerGroup(**g) for g in d["groups"]]
             at = {i: {"mixer": g.mixer, "ffn": g.ffn} for g in groups for i in g.layers}  # the JSON keeps layers per group
             model = ModelSpec.from_dict({**d["model"], "layers": [at[i] for i in sorted(at)]})
-            return cls(d["tp_size"], d["rules"], model, tensors, [ParamMap(**p) for p in d["params"]],
+            return cls(d["tp_size"], ruleset(d["rules"]), model, tensors, [ParamMap(**p) for p in d["params"]],
                        [RankInfo(**r) for r in d["ranks"]], groups, d.get("checkpoint"),
-                       d.get("warnings", []), d.get("layout"))
+                       d.get("warnings", []),
+                       Deployment.from_dict(d["layout"]) if d.get("layout") else None)
         except (KeyError, TypeError, AttributeError) as e:
             raise SourceError(f"shard map JSON is missing or has unexpected fields: {e}") from None
 
 
-def _numel(shape) -> int:
+def numel(shape) -> int:
     n = 1
     for s in shape:
         n *= s

@@ -1,7 +1,57 @@
-"""The valid-tp table every view shows: per tp size and rule set, the first rule that fails."""
+"""Which layouts a model splits by: the first rule each tp size breaks, per rule set, read off the layers.
+
+What fails while building a rank's layers comes first, then what would fail while loading them (a quantized
+layer's scales); warnings name layouts an engine accepts only through a fallback.
+"""
 from dataclasses import dataclass, field
 
-from tpviz.rules import RULES
+from tpviz.config.spec import ModelSpec
+from tpviz.errors import QuantError, TPSizeError
+from tpviz.plan import ParamPlan, build_plan
+from tpviz.plan.quantized import DESC_ACT
+from tpviz.rules import RULE_SETS, RuleSet, check_tp, ruleset
+from tpviz.trace.probe import build_rank, single_thread, where
+from tpviz.trace.shardmap import FAMILIES
+
+
+def _check_order(plan: ParamPlan) -> int:
+    return FAMILIES.index(plan.family) if plan.family in FAMILIES else len(FAMILIES)
+
+
+@single_thread()
+def split_error(spec: ModelSpec, tp_size: int, rules: RuleSet | str = "vllm", plans: list[ParamPlan] | None = None,
+                moe_tp: int | None = None) -> tuple[TPSizeError | None, list[str]]:
+    """(the first failing rule as the error the layers raised, or None; warnings). moe_tp: how many ways the
+    routed experts are cut when it differs from tp (tp x dp, or 1 with expert parallelism)."""
+    rules = ruleset(rules)
+    later, warnings = [], rules.tp_warnings(tp_size)
+    q = spec.quant
+    if q is not None and q.desc_act and q.group > 0 and rules.refuses_desc_act:
+        return QuantError(DESC_ACT), []
+    try:
+        check_tp(tp_size)
+        for plan in sorted(build_plan(spec, rules) if plans is None else plans, key=_check_order):
+            cut = moe_tp if moe_tp and plan.family == "experts" else tp_size
+            how = f"without expert parallelism the experts are cut tp × dp = {cut} ways: " if cut not in (1, tp_size) else ""
+            try:
+                module, _ = build_rank(plan, cut, 0)
+            except TPSizeError as e:
+                e.args = (how + str(e),)  # the type and fields stay; the user typed tp and dp, not `cut`
+                raise
+            if getattr(module, "problem", None):
+                later.append(TPSizeError(f"{how}{where(plan)}: {module.problem}", tp=tp_size))
+            if getattr(module, "warning", None):
+                warnings.append(f"{where(plan)}: {module.warning}")
+    except TPSizeError as e:
+        return e, list(dict.fromkeys(warnings))
+    return (later[0] if later else None), list(dict.fromkeys(warnings))
+
+
+def split_problem(spec: ModelSpec, tp_size: int, rules: RuleSet | str = "vllm", plans: list[ParamPlan] | None = None,
+                  moe_tp: int | None = None) -> tuple[str | None, list[str]]:
+    """split_error's first failing rule as one line (None when the model splits), and its warnings."""
+    error, warnings = split_error(spec, tp_size, rules, plans, moe_tp)
+    return (str(error) if error else None), warnings
 
 
 @dataclass(frozen=True)
@@ -11,21 +61,22 @@ class ValidRow:
     problems: dict[str, str | None]
     warnings: dict[str, list[str]] = field(default_factory=dict)
 
-    def valid(self, rules: str) -> bool:
-        return self.problems[rules] is None
+    def valid(self, rules: RuleSet | str) -> bool:
+        return self.problem(rules) is None
+
+    def problem(self, rules: RuleSet | str) -> str | None:
+        return self.problems[ruleset(rules).name]
 
 
 def valid_table(source, max_tp: int = 64) -> tuple[str, list[ValidRow]]:
     """(model name, a row per tp in 1..max_tp); a warning marks a layout an engine accepts only through a
     fallback."""
-    from tpviz.plan import build_plan
-    from tpviz.config.sources import load_spec
-    from tpviz.trace.tracer import check_layout
+    from tpviz.config.sources import load_spec  # the hub code behind it loads only when a source needs it
     spec = load_spec(source)
-    plans = {rules: build_plan(spec, rules) for rules in RULES}
+    plans = {name: build_plan(spec, rules) for name, rules in RULE_SETS.items()}
     rows = []
     for tp in range(1, max_tp + 1):
-        checks = {rules: check_layout(spec, tp, rules, plans[rules]) for rules in RULES}
+        checks = {name: split_problem(spec, tp, rules, plans[name]) for name, rules in RULE_SETS.items()}
         rows.append(ValidRow(tp, {r: c[0] for r, c in checks.items()},
                              {r: c[1] for r, c in checks.items() if c[1] and c[0] is None}))
     return spec.name, rows

@@ -5,7 +5,7 @@ import pytest
 
 from tpviz import shard_map
 from tpviz.live import verify
-from tpviz.render.summary import collectives
+from tpviz.trace.collectives import collectives
 
 from tests.live.conftest import FAMILIES
 

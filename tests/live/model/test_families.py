@@ -4,6 +4,7 @@ import pytest
 import torch
 
 import tpviz
+from tpviz.trace.collectives import norm_collectives
 from tpviz.errors import TPSizeError
 from tpviz.live import LiveForCausalLM, load_weights, prepare, resolve_model, verify
 from tpviz.live.check.inject import describe_injections
@@ -71,7 +72,7 @@ def test_tp_matches_tp1(tiny_extra, family, tp):
         assert gathers == {"count": 2 * layers, "bytes": layers * 2 * 12 * (64 + kv * 16) // tp * 4}
         # the explorer's collectives table counts what the ranks issued, each rank's slice being 1/tp of the whole
         spec = tpviz.load_spec(folder)
-        table = tpviz.render.summary.norm_collectives(spec, tp)
+        table = norm_collectives(spec, tp)
         assert sum(c.count for c in table) == gathers["count"]
         values = sum(c.count * c.bytes_per_token // spec.dtype_bytes // tp for c in table)
         assert values * 2 * 12 * 4 == gathers["bytes"]  # [2, 12] tokens in fp32

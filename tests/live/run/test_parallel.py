@@ -9,7 +9,7 @@ from tpviz.errors import TpvizError
 from tpviz.live import LiveForCausalLM, load_weights, resolve_model, verify
 from tpviz.live.model.decoder import Stage
 from tpviz.live.run.torchrun import SharedError, verify_torchrun
-from tpviz.deploy.parallel import LayoutError
+from tpviz.errors import LayoutError
 from tpviz.cli.verify import main
 
 IDS = torch.randint(0, 999, (2, 7), generator=torch.Generator().manual_seed(3))

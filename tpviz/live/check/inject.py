@@ -8,7 +8,7 @@ from tpviz.live.errors import LiveError
 from tpviz.live.model.blocks import GatheredRMSNorm
 from tpviz.live.model.decoder import LiveConfig
 from tpviz.live.model.moe import SparseMoeBlock
-from tpviz.rules import kv_split
+from tpviz.rules import ruleset
 
 INJECTIONS = {
     "bias-all-ranks": "row-parallel layers add their bias on every rank, so the all-reduce counts it tp times",
@@ -76,7 +76,7 @@ def describe_injections(names: list[str], cfg: LiveConfig, tp_size: int) -> list
             effect, reason = False, ("MLA has no KV heads to replicate: every rank computes the whole latent KV "
                                      "(kv_a_proj_with_mqa) and expands k and v for its own query heads (kv_b_proj)")
         else:
-            _, replicas = kv_split(s.num_key_value_heads, tp_size, cfg.rules)
+            _, replicas = ruleset(cfg.rules).kv_split(s.num_key_value_heads, tp_size)
             right = [r // replicas for r in range(tp_size)]
             wrong = [r % (tp_size // replicas) for r in range(tp_size)]
             effect = replicas > 1 and right != wrong

@@ -162,18 +162,18 @@ def estimate_weights(raw: dict, name: str, tp: int, *, pp: int = 1, ep: bool = F
                      gpus: int = 0, input_shape: tuple[int, int] = (0, 0)) -> MemoryEstimate:
     """The weights a run of this config holds, per rank and in the tp=1 reference, in the run's dtype; an
     invalid split or a model over the parameter cap fails as the run would, in one line."""
-    from tpviz.deploy.deployment import layout_map
+    from tpviz.deploy.deployment import deploy
     from tpviz.live.load.source import check_size, check_split, live_config
-    from tpviz.deploy.parallel import Layout, pp_partition
+    from tpviz.rules import Layout, ruleset
     from tpviz.config.spec import normalize
     cfg = live_config(normalize(raw, name), raw, layers)
     check_split(cfg, tp, ep)
     check_size(cfg, layers)
-    pp_partition(cfg.spec.num_hidden_layers, pp)
+    ruleset(cfg.rules).pp_partition(cfg.spec.num_hidden_layers, pp)
     # the vLLM layout the ranks load, in the run's dtype; gpt-oss MXFP4 experts are dequantized while loading
     spec = replace(cfg.spec.served(dtype), quantization="", quant=None)
-    ranks = [g["weight_bytes"] for g in layout_map(spec, Layout(tp, pp, 1, ep), placement=placement)["gpus"]]
-    whole = layout_map(spec, Layout(1))["gpus"][0]["weight_bytes"]
+    ranks = [g.weight_bytes for g in deploy(spec, Layout(tp, pp, 1, ep), cfg.rules, placement).gpus]
+    whole = deploy(spec, Layout(1), cfg.rules).gpus[0].weight_bytes
     return MemoryEstimate(name, dtype, cfg.spec.num_hidden_layers, ranks, whole, device, gpus,
                           activation_bytes(cfg.spec, *input_shape),
                           dict(raw=raw, name=name, tp=tp, pp=pp, ep=ep, placement=placement, device=device, gpus=gpus,

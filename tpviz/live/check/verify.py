@@ -32,7 +32,8 @@ from tpviz.live.run.runner import choose_backend, run_group
 from tpviz.live.run.slot import check_ranks
 from tpviz.live.load.source import ModelSource, resolve_model
 from tpviz.live.run.worker import DTYPES, REF_TOKENS_KEY, run_model
-from tpviz.deploy.parallel import LayoutError, expert_placement, pp_partition
+from tpviz.errors import LayoutError
+from tpviz.rules import ruleset
 
 FP32_TOL = 1e-4
 NOISE_MULTIPLE = 4.0  # correct TP lands near 1x the floor; measured bugs land at 25-40x
@@ -69,7 +70,7 @@ def prepare(model, tp_size: int, *, device: str = "auto", dtype: str = "float32"
     if prompt is not None and input_ids is not None:
         raise LiveError(f"give {PROMPT_FLAG} or {IDS_FLAG}, not both")
     names = check_injections(inject)
-    expert_placement(1, 1, placement)  # an unknown placement fails here, in one line
+    ruleset().expert_placement(1, 1, placement)  # an unknown placement fails here, in one line
     env = env or choose_backend(tp_size * pp, device)
     if input_ids is not None:  # its shape sizes the activations; the vocabulary is checked with the model
         input_ids = check_input_ids(input_ids)
@@ -80,7 +81,7 @@ def prepare(model, tp_size: int, *, device: str = "auto", dtype: str = "float32"
     source = resolve_model(model, layers, seed, tp_size, ep=ep, random_weights=random_weights,
                            download=download_progress)  # an invalid split fails before weights are made
     cfg = source.cfg
-    pp_partition(cfg.spec.num_hidden_layers, pp)  # more stages than layers (or a bad override): one line
+    ruleset(cfg.rules).pp_partition(cfg.spec.num_hidden_layers, pp)  # more stages than layers (or a bad override): one line
     if env.launcher == "spawn":  # torchrun starts its own ranks
         check_ranks(tp_size, len(env.gpus), pp)
     vocab = cfg.spec.vocab_size

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import torch
 
-from tpviz.errors import TPSizeError, TpvizError
+from tpviz.errors import DenseEPError, TPSizeError, TpvizError
 from tpviz.live.errors import RANDOM_FLAG, LiveError
 from tpviz.live.model.blocks import full_rope_config, sliding_rope
 from tpviz.live.model.gemma import GEMMA, read_gemma
@@ -18,8 +18,9 @@ from tpviz.live.model.moe import MOE_FAMILIES, routing_config
 from tpviz.live.load.random_weights import checkpoint_shapes, random_checkpoint
 from tpviz.live.model.rope import rope_parameters
 from tpviz.live.load.weights import checkpoint_files
-from tpviz.deploy.parallel import EP_DENSE, DenseEPError
+from tpviz.deploy.parallel import EP_DENSE
 from tpviz.config.spec import ModelSpec, normalize
+from tpviz.trace.validity import split_problem
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "tokenizer_config.json")
 MAX_PARAMS_ENV = "TPVIZ_LIVE_MAX_PARAMS"  # the most parameters a live run may build (each rank, and tp=1)
@@ -87,10 +88,9 @@ def check_split(cfg: LiveConfig, tp_size: int, ep: bool = False) -> None:
     """Raise the layers' own one-line TPSizeError when cfg cannot be split over tp_size (meta tensors: free);
     with ep the routed experts stay whole, so only the other layers must split."""
     from tpviz.live.model.decoder import LiveForCausalLM, Stage
-    from tpviz.trace.tracer import check_layout
     if ep and not cfg.spec.is_moe:
         raise DenseEPError(EP_DENSE)
-    problem = check_layout(cfg.spec, tp_size, moe_tp=1 if ep else None)[0]  # heads before vocab, as users expect
+    problem = split_problem(cfg.spec, tp_size, cfg.rules, moe_tp=1 if ep else None)[0]  # heads before vocab, as users expect
     if problem:
         raise TPSizeError(f"{problem.rstrip('.')}. Valid tp sizes for this model: {valid_live_sizes(cfg)}.")
     with torch.device("meta"):
@@ -100,10 +100,9 @@ def check_split(cfg: LiveConfig, tp_size: int, ep: bool = False) -> None:
 def valid_live_sizes(cfg: LiveConfig, max_tp: int = 64) -> str:
     """The tp sizes (up to max_tp) both the layout rules and the live model's own layers accept."""
     from tpviz.live.model.decoder import LiveForCausalLM
-    from tpviz.trace.tracer import first_problem
     sizes = []
     for tp in range(1, max_tp + 1):
-        if first_problem(cfg.spec, tp) is None:
+        if split_problem(cfg.spec, tp, cfg.rules)[0] is None:
             try:
                 with torch.device("meta"):
                     LiveForCausalLM(cfg, tp, 0)

@@ -18,7 +18,8 @@ from tpviz.layers import (MergedColumnParallelLinear, ParallelLMHead, QKVParalle
 from tpviz.live.errors import LiveError
 from tpviz.live.model.moe import MOE_FAMILIES, SHARED_EXPERTS, SparseMoeBlock
 from tpviz.live.model.rope import BY_LENGTH, frequencies
-from tpviz.deploy.parallel import expert_placement, stage_layers
+from tpviz.deploy.parallel import stage_layers
+from tpviz.rules import ruleset
 from tpviz.config.spec import ModelSpec
 
 GEMMA_FAMILIES = ("gemma2", "gemma3", "gemma3_text")  # gemma.py (gemma3: a multimodal config's text decoder)
@@ -75,10 +76,12 @@ class Stage:
 
     @classmethod
     def of(cls, spec: ModelSpec, tp_size: int = 1, tp_rank: int = 0, pp_size: int = 1, pp_rank: int = 0,
-           ep: bool = False, placement: str = "linear") -> "Stage":
-        """vLLM's layer partition for pp_rank and, with ep, the experts of EP rank tp_rank (EP size = tp, dp 1)."""
-        layers = stage_layers(spec.num_hidden_layers, pp_size)[pp_rank]
-        experts = tuple(expert_placement(spec.num_experts, tp_size, placement)[tp_rank]) if ep else None
+           ep: bool = False, placement: str = "linear", rules: str = "vllm") -> "Stage":
+        """The rule set's layer partition for pp_rank and, with ep, the experts of EP rank tp_rank (EP size = tp,
+        dp 1)."""
+        rules = ruleset(rules)
+        layers = stage_layers(spec.num_hidden_layers, pp_size, rules)[pp_rank]
+        experts = tuple(rules.expert_placement(spec.num_experts, tp_size, placement)[tp_rank]) if ep else None
         return cls(tuple(layers), pp_rank == 0, pp_rank == pp_size - 1, experts)
 
     def elsewhere(self, name: str) -> bool:

@@ -43,7 +43,8 @@ def rank_stage(job: dict, rank: int, tp_size: int) -> tuple[int, int, Stage]:
     """(pipeline stage, TP rank, Stage) of a global rank: stages are consecutive blocks of tp_size ranks."""
     cfg, pp = LiveConfig.from_dict(job["cfg"]), job.get("pp_size", 1)
     pp_rank, tp_rank = divmod(rank, tp_size)
-    stage = Stage.of(cfg.spec, tp_size, tp_rank, pp, pp_rank, job.get("ep", False), job.get("placement", "linear"))
+    stage = Stage.of(cfg.spec, tp_size, tp_rank, pp, pp_rank, job.get("ep", False), job.get("placement", "linear"),
+                     cfg.rules)
     return pp_rank, tp_rank, stage
 
 

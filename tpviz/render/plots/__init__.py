@@ -11,6 +11,7 @@ from tpviz.render.plots.rank import gpu_label, rank_view
 from tpviz.render.plots.replicated import replicated_figure
 from tpviz.render.plots.source import SourceView, source_view
 from tpviz.render.plots.style import INK, MUTED, axis, base_layout
+from tpviz.render.plots.deployment import device_grid, expert_figure
 from tpviz.render.plots.memory import memory_figure
 from tpviz.render.plots.strip import layer_strip
 from tpviz.trace.shardmap import LayerGroup, ShardMap
@@ -244,9 +245,8 @@ def export_figures(m: ShardMap) -> dict[str, go.Figure]:
         for _, group_figs in grouped_figures(m):
             figs.update(group_figs)
         figs["memory"] = memory_figure(m)
-    if m.layout:  # a pp / dp / ep deployment: its device grid and expert placement too
-        from tpviz.render.plots.deployment import device_grid, expert_figure
-        figs["device_grid"] = device_grid(m.layout)
-        if (experts := expert_figure(m.layout)) is not None:
+    if m.deployment:  # a pp / dp / ep deployment: its device grid and expert placement too
+        figs["device_grid"] = device_grid(m.deployment)
+        if (experts := expert_figure(m.deployment)) is not None:
             figs["expert_placement"] = experts
     return figs

@@ -2,25 +2,27 @@
 import plotly.graph_objects as go
 
 from tpviz.render.plots.style import INK, MUTED, base_layout
+from tpviz.trace.shardmap import Deployment
 
 
-def device_grid(lay: dict) -> go.Figure:
+def device_grid(d: Deployment) -> go.Figure:
     """One cell per GPU: rows are pipeline stages, columns the dp x tp GPUs of a stage; weights per GPU."""
-    cols = lay["dp"] * lay["tp"]
-    z = [[0.0] * cols for _ in range(lay["pp"])]
-    text = [[""] * cols for _ in range(lay["pp"])]
-    for g in lay["gpus"]:
-        c = g["dp"] * lay["tp"] + g["tp"]
-        z[g["pp"]][c] = g["weight_bytes"] / 2**30
-        experts = "" if g["experts"] is None else f"<br>{len(g['experts'])} experts"
-        text[g["pp"]][c] = f"GPU {g['rank']}<br>layers {g['layers'][0]}–{g['layers'][1] - 1}{experts}<br>{z[g['pp']][c]:.1f} GiB"
-    layout = base_layout(f"Device grid · {lay['label']}", 160 + 90 * lay["pp"])
+    lay = d.layout
+    cols = lay.dp * lay.tp
+    z = [[0.0] * cols for _ in range(lay.pp)]
+    text = [[""] * cols for _ in range(lay.pp)]
+    for g in d.gpus:
+        c = g.dp * lay.tp + g.tp
+        z[g.pp][c] = g.weight_bytes / 2**30
+        experts = "" if g.experts is None else f"<br>{len(g.experts)} experts"
+        text[g.pp][c] = f"GPU {g.rank}<br>layers {g.layers[0]}–{g.layers[1] - 1}{experts}<br>{z[g.pp][c]:.1f} GiB"
+    layout = base_layout(f"Device grid · {lay.label}", 160 + 90 * lay.pp)
     layout["title"]["subtitle"] = dict(text="Rows: pipeline stages · columns: data-parallel replicas × tensor-parallel "
                                             "ranks · colour: weights per GPU (GiB)", font=dict(size=11, color=MUTED))
     layout["xaxis"] = dict(title=dict(text="replica · tp rank", font=dict(size=11, color=INK)), tickvals=list(range(cols)),
-                           ticktext=[f"dp {c // lay['tp']} · tp {c % lay['tp']}" for c in range(cols)])
+                           ticktext=[f"dp {c // lay.tp} · tp {c % lay.tp}" for c in range(cols)])
     layout["yaxis"] = dict(title=dict(text="stage", font=dict(size=11, color=INK)), autorange="reversed",
-                           tickvals=list(range(lay["pp"])), ticktext=[f"stage {s}" for s in range(lay["pp"])])
+                           tickvals=list(range(lay.pp)), ticktext=[f"stage {s}" for s in range(lay.pp)])
     # the scale starts at 0 GiB: GPUs a few KiB apart (one stage's final norm) look alike, not light and dark
     heat = go.Heatmap(z=z, text=text, texttemplate="%{text}", colorscale="Blues", showscale=True, zmin=0,
                       zmax=max(max(row) for row in z) or 1, hovertemplate="%{text}<extra></extra>",
@@ -28,14 +30,14 @@ def device_grid(lay: dict) -> go.Figure:
     return go.Figure(data=[heat], layout=layout)
 
 
-def expert_figure(lay: dict) -> go.Figure | None:
+def expert_figure(d: Deployment) -> go.Figure | None:
     """Experts x EP ranks: which GPU of a stage holds each whole expert (None without expert parallelism)."""
-    placement = lay.get("expert_placement")
+    placement = d.expert_placement
     if not placement:
         return None
     experts = max((e for ranks in placement for e in ranks), default=-1) + 1
     z = [[1 if e in set(ranks) else 0 for e in range(experts)] for ranks in placement]
-    layout = base_layout(f"Expert placement · {lay['placement']} · {experts} experts on {len(placement)} GPUs per stage",
+    layout = base_layout(f"Expert placement · {d.placement} · {experts} experts on {len(placement)} GPUs per stage",
                          140 + min(24 * len(placement), 600))
     layout["xaxis"] = dict(title=dict(text="expert", font=dict(size=11, color=INK)))
     layout["yaxis"] = dict(title=dict(text="EP rank (dp × tp)", font=dict(size=11, color=INK)), autorange="reversed")

@@ -1,12 +1,19 @@
-"""Pipeline partitions, expert placement and the planner, against hand-computed answers (vLLM 0.33's rules:
-distributed/utils.py get_pp_indices, fused_moe/expert_map_manager.py determine_expert_map)."""
+"""Pipeline partitions, expert placement, deployments and the layout ranking, against hand-computed answers
+(vLLM 0.33's rules: distributed/utils.py get_pp_indices, fused_moe/expert_map_manager.py determine_expert_map)."""
 import pytest
 
 from tpviz import shard_map
 from tpviz.cli.main import main
-from tpviz.deploy.parallel import Layout, LayoutError, expert_placement, pp_partition, stage_layers
-from tpviz.deploy.planner import Planner, layouts, plan, plan_notes
+from tpviz.deploy.deployment import deploy
+from tpviz.deploy.parallel import stage_layers
+from tpviz.deploy.ranking import layouts, plan_notes, rank_layouts as plan
+from tpviz.deploy.sizing import Sizer, comm_per_token
+from tpviz.errors import LayoutError
+from tpviz.rules import Layout, ruleset
+
 from tpviz.config.sources import load_spec
+
+VLLM = ruleset("vllm")
 
 
 @pytest.mark.parametrize("layers, pp, parts", [
@@ -17,27 +24,27 @@ from tpviz.config.sources import load_spec
     (5, 5, [1, 1, 1, 1, 1]),
 ])
 def test_pp_partition_by_hand(layers, pp, parts):
-    assert pp_partition(layers, pp, override="") == parts and sum(parts) == layers
+    assert VLLM.pp_partition(layers, pp, override="") == parts and sum(parts) == layers
 
 
 def test_pp_override_and_bad_input(monkeypatch):
-    assert pp_partition(61, 2, override="30,31") == [30, 31]
+    assert VLLM.pp_partition(61, 2, override="30,31") == [30, 31]
     monkeypatch.setenv("VLLM_PP_LAYER_PARTITION", "20,41")
-    assert stage_layers(61, 2)[1] == list(range(20, 61))
+    assert stage_layers(61, 2, VLLM)[1] == list(range(20, 61))
     for bad, word in (("30,30", "gives 60 layers"), ("61", "1 stages"), ("a,b", "comma-separated")):
         with pytest.raises(LayoutError) as e:
-            pp_partition(61, 2, override=bad)
+            VLLM.pp_partition(61, 2, override=bad)
         assert word in str(e.value) and "\n" not in str(e.value)
     with pytest.raises(LayoutError, match="more pipeline stages than the model's 2 layers"):
-        pp_partition(2, 3, override="")
+        VLLM.pp_partition(2, 3, override="")
 
 
 def test_expert_placement_linear_and_round_robin_uneven():
-    assert expert_placement(10, 4) == [[0, 1, 2], [3, 4, 5], [6, 7], [8, 9]]  # the first ranks take one more
-    assert expert_placement(10, 4, "round_robin") == [[0, 4, 8], [1, 5, 9], [2, 6], [3, 7]]
-    assert expert_placement(256, 16)[15] == list(range(240, 256))
+    assert VLLM.expert_placement(10, 4) == [[0, 1, 2], [3, 4, 5], [6, 7], [8, 9]]  # the first ranks take one more
+    assert VLLM.expert_placement(10, 4, "round_robin") == [[0, 4, 8], [1, 5, 9], [2, 6], [3, 7]]
+    assert VLLM.expert_placement(256, 16)[15] == list(range(240, 256))
     with pytest.raises(LayoutError, match="placement"):
-        expert_placement(8, 2, "random")
+        VLLM.expert_placement(8, 2, "random")
 
 
 def test_layouts_multiply_to_n():
@@ -51,7 +58,7 @@ def verdicts(model: str, gpus: int, gib: float, rules: str) -> dict:
 
 
 @pytest.mark.parametrize("gpus", [8, 16])
-def test_planner_qwen3_235b_fp8(gpus):
+def test_ranking_qwen3_235b_fp8(gpus):
     old, new = verdicts("Qwen/Qwen3-235B-A22B-FP8", gpus, 141, "vllm-0.28"), verdicts(
         "Qwen/Qwen3-235B-A22B-FP8", gpus, 141, "vllm")
     tp8 = Layout(8, gpus // 8, 1)  # TP 8 (x PP 2 on 16 GPUs): each expert cut 8 ways, 1536 / 8 = 192
@@ -64,7 +71,7 @@ def test_planner_qwen3_235b_fp8(gpus):
 
 
 @pytest.mark.parametrize("gpus", [8, 16])
-def test_planner_deepseek_v3(gpus):
+def test_ranking_deepseek_v3(gpus):
     for rules in ("vllm", "vllm-0.28"):
         v = verdicts("deepseek-ai/DeepSeek-V3", gpus, 141, rules)
         assert v[Layout(8, gpus // 8, 1)].problem is None and v[Layout(8, 1, gpus // 8, True)].problem is None
@@ -74,8 +81,8 @@ def test_planner_deepseek_v3(gpus):
         assert "down_proj" in tp32.problem and "= 576 is not divisible" in tp32.problem
 
 
-def test_planner_bytes_match_the_map_and_stages_sum_up():
-    p = Planner(load_spec("deepseek-ai/DeepSeek-V3"), "vllm")
+def test_ranking_bytes_match_the_map_and_stages_sum_up():
+    p = Sizer(load_spec("deepseek-ai/DeepSeek-V3"), "vllm")
     one = p.row(Layout(8), 141 * 2**30, 0.9, 8192)
     assert one.weights == max(r.weight_bytes for r in shard_map("deepseek-ai/DeepSeek-V3", 8).ranks)
     two = p.row(Layout(8, 2), 141 * 2**30, 0.9, 8192)  # the same layers split over two stages
@@ -84,12 +91,12 @@ def test_planner_bytes_match_the_map_and_stages_sum_up():
     assert ep.weights == one.weights  # 256 experts / 8 whole = 32 each, the same bytes as 1/8 of each
 
 
-def test_planner_bad_input():
+def test_ranking_bad_input():
     with pytest.raises(LayoutError, match="gpus=0"):
         plan(load_spec("Qwen/Qwen3-8B"), 0, 80)
-    dense = Planner(load_spec("Qwen/Qwen3-8B"), "vllm").row(Layout(2, 1, 1, True), 80 * 2**30, 0.9, 8192)
+    dense = Sizer(load_spec("Qwen/Qwen3-8B"), "vllm").row(Layout(2, 1, 1, True), 80 * 2**30, 0.9, 8192)
     assert "needs a MoE model" in dense.problem
-    tiny = Planner(load_spec("Qwen/Qwen3-0.6B"), "vllm").row(Layout(1, 64), 80 * 2**30, 0.9, 8192)
+    tiny = Sizer(load_spec("Qwen/Qwen3-0.6B"), "vllm").row(Layout(1, 64), 80 * 2**30, 0.9, 8192)
     assert "more pipeline stages than the model's 28 layers" in tiny.problem
 
 
@@ -97,7 +104,6 @@ def test_nano_vllm_runs_tensor_parallelism_alone(capsys):
     """nano-vllm's Config has tensor_parallel_size alone: its plan is TP N alone, said once in its notes (not one
     rejection per pp / dp / ep layout), and a pp / dp / ep layout under its rules is one line, not a device grid it
     cannot run."""
-    from tpviz.deploy.deployment import layout_map
     spec = load_spec("Qwen/Qwen3-8B")
     rows = plan(spec, 4, 24, rules="nano-vllm")
     assert [(r.layout, r.problem) for r in rows] == [(Layout(4), None)]
@@ -106,7 +112,7 @@ def test_nano_vllm_runs_tensor_parallelism_alone(capsys):
     assert plan(load_spec("Qwen/Qwen3-0.6B"), 3, 24, rules="nano-vllm")[0].problem  # TP 3: its own rule, still one row
     for layout in (Layout(2, 2), Layout(2, 1, 2), Layout(4, 1, 1, True)):
         with pytest.raises(LayoutError, match="^nano-vllm runs tensor parallelism alone"):
-            layout_map(load_spec("Qwen/Qwen3-30B-A3B"), layout, "nano-vllm")
+            deploy(load_spec("Qwen/Qwen3-30B-A3B"), layout, "nano-vllm")
     assert main(["map", "Qwen/Qwen3-30B-A3B", "--tp", "4", "--pp", "2", "--rules", "nano-vllm"]) == 2
     assert capsys.readouterr().err.startswith("error: nano-vllm runs tensor parallelism alone")
 
@@ -119,21 +125,20 @@ def test_plan_cli(capsys):
     assert main(["plan", "Qwen/Qwen3-8B", "--gpus", "0", "--gpu-mem", "80"]) == 2
 
 
-def test_layout_map_ranks_stages_and_experts():
-    from tpviz.deploy.deployment import layout_map
+def test_deployment_ranks_stages_and_experts():
     from tpviz.render.plots.deployment import device_grid, expert_figure
-    lay = layout_map(load_spec("Qwen/Qwen3-30B-A3B"), Layout(2, 2, 2, True), "vllm", "round_robin")
-    assert [g["rank"] for g in lay["gpus"]] == list(range(8))
-    g5 = lay["gpus"][5]  # rank 5 = (dp 1 * pp 2 + stage 0) * tp 2 + tp 1
-    assert (g5["dp"], g5["pp"], g5["tp"]) == (1, 0, 1) and g5["layers"] == [0, 24]
-    assert g5["experts"] == list(range(3, 128, 4))  # EP rank dp * tp + tp = 3 of 4, round-robin
-    assert lay["stages"] == [[0, 24], [24, 48]] and lay["comm_bytes_per_token"]["pp_send_recv"] == 2048 * 2
+    lay = deploy(load_spec("Qwen/Qwen3-30B-A3B"), Layout(2, 2, 2, True), "vllm", "round_robin")
+    assert [g.rank for g in lay.gpus] == list(range(8))
+    g5 = lay.gpus[5]  # rank 5 = (dp 1 * pp 2 + stage 0) * tp 2 + tp 1
+    assert (g5.dp, g5.pp, g5.tp) == (1, 0, 1) and g5.layers == [0, 24]
+    assert g5.experts == list(range(3, 128, 4))  # EP rank dp * tp + tp = 3 of 4, round-robin
+    assert lay.stages == [[0, 24], [24, 48]] and lay.comm_bytes_per_token["pp_send_recv"] == 2048 * 2
     heat = device_grid(lay).data[0]
     assert len(heat.z) == 2 and expert_figure(lay) is not None
     # colour from 0 GiB: the stages, a final norm apart, must not look light and dark
-    assert heat.zmin == 0 and heat.zmax == max(g["weight_bytes"] for g in lay["gpus"]) / 2**30
+    assert heat.zmin == 0 and heat.zmax == max(g.weight_bytes for g in lay.gpus) / 2**30
     with pytest.raises(LayoutError, match="needs a MoE model"):
-        layout_map(load_spec("Qwen/Qwen3-8B"), Layout(2, 1, 1, True))
+        deploy(load_spec("Qwen/Qwen3-8B"), Layout(2, 1, 1, True))
 
 
 def test_map_cli_with_a_layout(capsys, tmp_path):
@@ -153,7 +158,6 @@ def test_communication_is_the_busiest_gpus_over_its_own_stage():
     ring share of 2 x (2-1)/2 = 1 x 8 KiB each; with pp 2 a GPU runs 16 layers, and a hand-off sends the hidden
     state and residual, each tp GPU its half (8 KiB), which the next stage's GPUs all-gather (8 KiB each). The
     first stage all-reduces the embedding, the last all-gathers the logits (128,256 padded to 128,256)."""
-    from tpviz.deploy.planner import comm_per_token
     spec, kib = load_spec("meta-llama/Llama-3.1-8B"), 1024
     c = comm_per_token(spec, Layout(2))
     assert c["tp_all_reduce"] == 32 * 2 * 8 * kib and c["embed_all_reduce"] == 8 * kib
@@ -173,8 +177,7 @@ def test_communication_is_the_busiest_gpus_over_its_own_stage():
 
 def test_olmo_communication_counts_the_q_and_k_all_gathers():
     """OLMo-2 all-gathers q and k in each of its 32 layers: at tp 4 each GPU sends 3/4 of both, per token."""
-    from tests.render.test_summary import olmo2_config
-    from tpviz.deploy.planner import comm_per_token
+    from tests.trace.test_collectives import olmo2_config
     spec = load_spec(olmo2_config(), "olmo2-7b")
     assert comm_per_token(spec, Layout(4))["norm_collectives"] == 32 * (4096 + 4096) * 2 * 3 / 4
     assert comm_per_token(spec, Layout(4, 2))["norm_collectives"] == 16 * (4096 + 4096) * 2 * 3 / 4
@@ -204,6 +207,5 @@ def test_a_refused_tp_with_a_layout_still_lists_the_valid_sizes(capsys):
 def test_a_deployment_counts_windowed_layers_cache_apart():
     """Gemma-2-9B at TP 2 x PP 2: stage 0 holds layers 0-20, 11 sliding (even) and 10 full; each caches 4 KV heads
     of 256 per GPU per token (4 KiB in bf16)."""
-    from tpviz.deploy.deployment import layout_map
-    gpu = layout_map(load_spec("google/gemma-2-9b-it"), Layout(2, 2))["gpus"][0]
-    assert (gpu["kv_cache_bytes_per_token"], gpu["kv_windowed_bytes_per_token"]) == (10 * 4096, 11 * 4096)
+    gpu = deploy(load_spec("google/gemma-2-9b-it"), Layout(2, 2)).gpus[0]
+    assert (gpu.kv_cache_bytes_per_token, gpu.kv_windowed_bytes_per_token) == (10 * 4096, 11 * 4096)

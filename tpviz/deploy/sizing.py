@@ -1,0 +1,196 @@
+"""What each GPU of a layout holds, read off traced maps, not estimated: the non-expert layers traced at their
+width, the routed experts at theirs (or whole, one expert at a time, under expert parallelism), summed over each
+pipeline stage's layers; the embedding sits on the first stage, the final norm and lm_head on the last. Also the
+bytes each decoded token sends, and one layout's verdict and room (a LayoutRow)."""
+from dataclasses import dataclass, field, replace
+
+from tpviz.config.kinds import Ffn, LayerSpec
+from tpviz.config.spec import ModelSpec
+from tpviz.deploy.parallel import EP_DENSE, stage_layers
+from tpviz.errors import LayoutError
+from tpviz.plan import ParamPlan, build_plan
+from tpviz.rules import Layout, RuleSet, ruleset
+from tpviz.trace.caches import layer_caches
+from tpviz.trace.collectives import logits_collective, norm_collectives
+from tpviz.trace.probe import single_thread
+from tpviz.trace.shardmap import numel
+from tpviz.trace.tracer import trace, trace_plan
+from tpviz.trace.validity import split_problem
+
+FIRST_STAGE = ("embed",)  # families held by the first pipeline stage; lm_head and the final norm by the last
+
+
+@dataclass
+class LayoutRow:
+    """One layout: valid or its first failing rule, and per-GPU figures for the fullest stage."""
+    layout: Layout
+    problem: str | None = None
+    warnings: list[str] = field(default_factory=list)
+    weights: int = 0  # bytes on the fullest GPU
+    stage_weights: list[int] = field(default_factory=list)
+    kv_per_token: int = 0  # on the fullest GPU (its stage's layers)
+    room: float = 0.0  # bytes left for KV cache on the tightest GPU
+    kv_tokens: int = 0  # tokens of KV cache the tightest stage holds
+    max_sequences: int = 0  # sequences of the context that fit (the whole deployment: x dp replicas)
+    per_sequence: int = 0  # KV cache one sequence of the context holds on the fullest stage's GPU
+    comm_per_token: float = 0.0  # bytes each token moves: all-reduces, MoE dispatch/combine over dp, PP hand-offs
+
+    @property
+    def fits(self) -> bool:
+        return self.problem is None and self.room > 0
+
+
+class Sizer:
+    """Traces each plan once per cut (the layers' width, the experts' width) and sums per stage and GPU."""
+
+    def __init__(self, spec: ModelSpec, rules: RuleSet | str = "vllm"):
+        self.spec, self.rules = spec, ruleset(rules)
+        self.plans = build_plan(spec, self.rules)
+        self._traced: dict = {}
+
+    def rank_bytes(self, plan: ParamPlan, tp: int) -> list[int]:
+        """Per layer (or once, for model-wide tensors), the bytes each rank holds of this plan cut tp ways."""
+        key = (id(plan), tp)
+        if key not in self._traced:
+            _, pm = trace_plan(plan, tp)
+            size = pm.element_bytes or self.spec.dtype_bytes
+            self._traced[key] = [numel(shape) * size * max(plan.experts, 1) for shape in pm.local_shapes]
+        return self._traced[key]
+
+    def held(self, plan: ParamPlan, first: bool, last: bool) -> bool:
+        """Whether a stage holds a model-wide plan: the embedding on the first, the rest on the last (a tied
+        lm_head on the last stage is its own copy of the embedding)."""
+        return ((plan.family in FIRST_STAGE and first) or (plan.family not in FIRST_STAGE and last)
+                or (plan.family == "embed" and last and self.spec.tie_word_embeddings))
+
+    def gpu_bytes(self, layout: Layout, layers: set[int], first: bool, last: bool, tp_i: int, moe_i: int,
+                  experts: list[int] | None) -> int:
+        """Bytes one GPU holds: its stage's layers at its tp rank, and its experts (whole, or its slice)."""
+        w, total = self.rules.widths(layout), 0
+        for plan in self.plans:
+            if plan.layers is None:
+                total += self.rank_bytes(plan, w.vocab if plan.family in ("embed", "lm_head") else w.attention)[
+                    tp_i] if self.held(plan, first, last) else 0
+                continue
+            count = len(layers & set(plan.layers))
+            if not count:
+                continue
+            if plan.family == "experts" and experts is not None:
+                total += self.rank_bytes(plan, 1)[0] // max(plan.experts, 1) * len(experts) * count
+            elif plan.family == "experts":
+                total += self.rank_bytes(plan, w.experts)[moe_i] * count
+            else:
+                total += self.rank_bytes(plan, w.attention)[tp_i] * count
+        return total
+
+    def stage_bytes(self, layout: Layout, layers: set[int], first: bool, last: bool) -> int:
+        """The fullest GPU of one stage: its layers' share of every plan, plus the model-wide tensors it holds."""
+        w, total = self.rules.widths(layout), 0
+        for plan in self.plans:
+            if plan.layers is None:
+                total += max(self.rank_bytes(plan, w.vocab if plan.family in ("embed", "lm_head") else w.attention)) \
+                    if self.held(plan, first, last) else 0
+                continue
+            count = len(layers & set(plan.layers))
+            if not count:
+                continue
+            if plan.family == "experts" and layout.ep:  # whole experts: this GPU's share of them
+                per_expert = max(self.rank_bytes(plan, 1)) // max(plan.experts, 1)
+                most = max(len(e) for e in self.rules.expert_placement(plan.experts, w.ep))
+                total += per_expert * most * count
+            else:
+                total += max(self.rank_bytes(plan, w.experts if plan.family == "experts" else w.attention)) * count
+        return total
+
+    def kv_per_layer(self, tp: int) -> dict[int, tuple[int, int]]:
+        """KV bytes per token (and window) per attention layer on the fullest GPU at tp, read off the k rows of
+        a trace of the attention layers alone."""
+        key = ("kv", tp)
+        if key not in self._traced:
+            m = trace(without_experts(self.spec), tp, self.rules)
+            per_rank = [layer_caches(self.spec, m.tensors, rank)[0] for rank in range(tp)]
+            self._traced[key] = {i: max(pr[i] for pr in per_rank) for i in per_rank[0]}
+        return self._traced[key]
+
+    @single_thread()
+    def row(self, layout: Layout, gpu_bytes: float, utilization: float, context: int) -> LayoutRow:
+        """Validate one layout and size it."""
+        r, spec = LayoutRow(layout), self.spec
+        if layout.ep and not spec.is_moe:
+            r.problem = EP_DENSE
+            return r
+        r.problem = self.rules.layout_problem(layout)
+        if r.problem:
+            return r
+        try:
+            stages = stage_layers(spec.num_hidden_layers, layout.pp, self.rules)
+        except LayoutError as e:
+            r.problem = str(e)
+            return r
+        w = self.rules.widths(layout)
+        r.problem, r.warnings = split_problem(spec, layout.tp, self.rules, self.plans, moe_tp=w.experts)
+        if r.problem:
+            return r
+        kv_layer = self.kv_per_layer(w.attention)
+        usable = gpu_bytes * utilization
+        replicas = []  # sequences of `context` tokens each stage can hold
+        for i, layers in enumerate(stages):
+            weights = self.stage_bytes(layout, set(layers), i == 0, i == len(stages) - 1)
+            r.stage_weights.append(weights)
+            per_token = sum(kv_layer.get(j, (0, 0))[0] for j in layers)
+            per_seq = sum(size * min(context, window or context) for size, window in
+                          (kv_layer.get(j, (0, 0)) for j in layers))
+            r.kv_per_token, r.per_sequence = max(r.kv_per_token, per_token), max(r.per_sequence, per_seq)
+            room = usable - weights
+            tokens = int(room // per_token) if per_token and room > 0 else 0
+            r.kv_tokens = tokens if i == 0 else min(r.kv_tokens, tokens)
+            replicas.append(int(room // per_seq) if per_seq and room > 0 else (1 << 30 if room > 0 else 0))
+        r.weights = max(r.stage_weights)
+        r.room = usable - r.weights
+        r.max_sequences = min(replicas) * layout.dp if r.room > 0 else 0
+        r.comm_per_token = sum(comm_per_token(spec, layout, self.rules).values())
+        return r
+
+
+def without_experts(spec: ModelSpec) -> ModelSpec:
+    """The same model without its FFNs (and unquantized), to read the attention KV heads at any tp."""
+    return replace(spec, layers=[LayerSpec(layer.mixer, Ffn("none")) for layer in spec.layers], quant=None)
+
+
+# comm_per_token's parts, as the CLI names them
+COMM_LABELS = {"tp_all_reduce": "TP all-reduces", "moe_all_reduce": "MoE all-reduces",
+               "moe_dispatch_combine": "MoE dispatch/combine over dp", "pp_send_recv": "PP hand-off",
+               "norm_collectives": "norm all-gathers / all-reduces", "embed_all_reduce": "embedding all-reduce",
+               "logits_gather": "logits gather (per sampled token)"}
+
+
+def comm_per_token(spec: ModelSpec, layout: Layout, rules: RuleSet | str = "vllm") -> dict[str, float]:
+    """Bytes the busiest GPU sends per decoded token (sampled, so the logits count; a prefill token skips them), as
+    vLLM 0.33 runs a forward pass over its stage's layers: ring all-reduces over the tp GPUs after the mixers, dense
+    FFNs and MoE blocks (with or without EP: the block's final reduce); with dp > 1 a MoE block also gathers every
+    replica's tokens and reduce-scatters them back (the default allgather_reducescatter all2all backend, one hidden
+    state per other replica each way). Between stages vLLM 0.33 sends the hidden state and the residual
+    (IntermediateTensors), each tp GPU its 1/tp slice, which the next stage's tp GPUs all-gather
+    (v1/worker/gpu_worker.py: isend_tensor_dict with all_gather_group). The first stage all-reduces the embedding;
+    the last gathers the logits (the rule set says how); OLMo-2/3 all-gather q and k in every attention layer
+    (collectives.norm_collectives)."""
+    rules = ruleset(rules)
+    hidden = spec.hidden_size * spec.dtype_bytes
+    ring = lambda n: 2 * (n - 1) / n if n > 1 else 0.0  # noqa: E731 - the ring all-reduce's share per GPU
+    moe_layers, tp, pp = set(spec.moe_layers), layout.tp, layout.pp
+    logits = rules.padded_vocab(spec.vocab_size) * spec.dtype_bytes
+    logits_sent = logits_collective(logits, tp, rules).sent_per_rank if tp > 1 else 0.0
+    busiest = {}
+    for stage, layers in enumerate(stage_layers(spec.num_hidden_layers, pp, rules)):
+        mine = [spec.layers[i] for i in layers]
+        moe = sum(1 for i in layers if i in moe_layers)
+        reduced = sum(1 for layer in mine if layer.ffn.kind == "dense") + sum(1 for x in mine if x.mixer.kind != "none")
+        sent = 2 * hidden / tp if stage < pp - 1 else 0.0  # its slice of hidden state and residual, to the next stage
+        gathered = 2 * hidden * (tp - 1) / tp if stage > 0 else 0.0  # its received slice, to each tp peer
+        comm = {"tp_all_reduce": ring(tp) * hidden * reduced, "moe_all_reduce": ring(tp) * hidden * moe,
+                "moe_dispatch_combine": 2 * (layout.dp - 1) * hidden * moe, "pp_send_recv": sent + gathered,
+                "norm_collectives": sum(c.count * c.sent_per_rank for c in norm_collectives(spec, tp, layers)),
+                "embed_all_reduce": ring(tp) * hidden if stage == 0 else 0.0,
+                "logits_gather": logits_sent if stage == pp - 1 else 0.0}
+        busiest = max(busiest, comm, key=lambda c: sum(c.values()))
+    return busiest

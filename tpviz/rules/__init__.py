@@ -1,0 +1,21 @@
+"""The rule sets: one RuleSet per engine version (engines.py), looked up by the name users pass."""
+from tpviz.errors import TpvizError
+from tpviz.rules.engines import NANO_VLLM, VLLM_0_28, VLLM_0_33
+from tpviz.rules.layout import Layout
+from tpviz.rules.ruleset import MAX_TP, Flags, RuleSet, Widths, check_tp, divide
+
+RULE_SETS = {r.name: r for r in (VLLM_0_33, VLLM_0_28, NANO_VLLM)}
+RULES = tuple(RULE_SETS)  # the names, in the order the views list them
+DEFAULT = VLLM_0_33
+
+
+def ruleset(rules: "str | RuleSet" = "vllm") -> RuleSet:
+    """The rule set a name (or a RuleSet) stands for, or one line naming the ones there are."""
+    if isinstance(rules, RuleSet):
+        return rules
+    if isinstance(rules, str) and rules in RULE_SETS:
+        return RULE_SETS[rules]
+    raise TpvizError(f"unknown rules {rules!r}; use one of: {', '.join(RULES)}")
+
+
+__all__ = ["RuleSet", "Layout", "Widths", "Flags", "RULE_SETS", "RULES", "DEFAULT", "MAX_TP", "ruleset", "check_tp", "divide"]

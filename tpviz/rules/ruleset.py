@@ -1,0 +1,188 @@
+"""A rule set: one engine version's rules for cutting a model over GPUs, as one object.
+
+Everything that differs between engines is a field or a method here, so the layers, the planner and the views
+ask the rule set and never compare its name. The engines themselves are in engines.py.
+"""
+import os
+from dataclasses import dataclass, field
+
+from tpviz.errors import LayoutError, TPSizeError
+from tpviz.rules.layout import Layout
+
+MAX_TP = 1024  # far beyond any deployment; keeps a typo from tracing a billion ranks
+
+
+def check_tp(tp_size, tp_rank: int = 0) -> None:
+    """tp_size must be a positive int and tp_rank one of its ranks."""
+    if isinstance(tp_size, bool) or not isinstance(tp_size, int) or tp_size < 1:
+        raise TPSizeError(f"tp_size={tp_size!r} must be a positive integer")
+    if tp_size > MAX_TP:
+        raise TPSizeError(f"tp_size={tp_size} is larger than {MAX_TP}; use a tp size a deployment could have")
+    if isinstance(tp_rank, bool) or not isinstance(tp_rank, int) or not 0 <= tp_rank < tp_size:
+        raise TPSizeError(f"tp_rank={tp_rank!r} must be in 0..{tp_size - 1} for tp_size={tp_size}")
+
+
+def divide(numerator: int, denominator: int, what: str = "size", generic: bool = False) -> int:
+    """numerator // denominator, raising a TPSizeError naming `what` when it does not divide; generic: `what`
+    is a layer's own size name, which the tracer replaces with the config key behind it."""
+    if numerator % denominator:
+        raise TPSizeError(f"{what}={numerator} is not divisible by tp_size={denominator}", what, numerator, denominator,
+                          generic)
+    return numerator // denominator
+
+
+@dataclass(frozen=True)
+class Widths:
+    """How many ways each kind of weight is cut in a layout (1: whole on every GPU that holds it)."""
+    attention: int  # q/k/v/o, MLA's per-head projections, the mixers
+    dense: int  # dense MLPs and shared experts
+    experts: int  # each routed expert
+    ep: int  # GPUs the routed experts are spread over whole (1: no expert parallelism)
+    vocab: int  # embedding and lm_head rows
+
+
+@dataclass(frozen=True)
+class Flags:
+    """The engine's own spelling of a layout, for the launch line users copy."""
+    command: str  # "vllm serve {model}"
+    tp: str
+    pp: str = ""
+    dp: str = ""
+    ep: str = ""
+    placement: str = ""
+
+
+@dataclass(frozen=True)
+class RuleSet:
+    """One engine version's rules; `name` is what users pass (--rules, ?rules=)."""
+    name: str
+    engine: str
+    version: str
+    note: str  # what sets it apart, one line (UI, CLI, JSON)
+    flags: Flags
+    replicate_kv: bool = True  # tp past the KV heads (a multiple of them) copies each KV head to tp / kv GPUs
+    vocab_padding: int = 64  # the vocabulary is padded to a multiple of this before it is split (0: never)
+    fp8_merged_exempt: bool = True  # merged layers skip the create-time FP8 block check (vLLM >= 0.14)
+    fp8_moe_refine: bool = True  # an FP8 MoE slice off the block gets r x r scale blocks (vLLM >= 0.29)
+    refuses_desc_act: bool = True  # GPTQ act-order (desc_act) refused at any tp (vLLM >= 0.30)
+    gptq_act_order_split: bool = False  # act-order row layers keep every group's scales whole (vLLM <= 0.29)
+    model_checks: bool = True  # the engine's model files add their own checks (Qwen MoE: tp <= experts)
+    tp_only: bool = False  # runs tensor parallelism alone: no pipeline stages, replicas or expert parallelism
+    max_tp: int = MAX_TP  # the engine's own limit on tp
+    serves: tuple[str, ...] | None = None  # the model_types its engine builds (None: every architecture mapped)
+    logits: str = "all-gather"  # how the lm_head's vocabulary blocks are joined: all-gather, or gather to GPU 0
+    hybrid_pages: bool = True  # hybrid models' cache pages are sized to the recurrent state
+    pp_env: str = "VLLM_PP_LAYER_PARTITION"  # the environment variable that overrides the layer partition
+    placements: tuple[str, ...] = ("linear", "round_robin")
+    notes: dict[str, str] = field(default_factory=dict)  # messages keyed by situation
+
+    @property
+    def label(self) -> str:
+        """'vLLM 0.33', 'nano-vllm': what the views call it."""
+        return f"{self.engine} {self.version}".strip()
+
+    def kv_split(self, total_num_kv_heads: int, tp_size: int) -> tuple[int, int]:
+        """(KV heads per rank, ranks sharing each KV head); replicated when tp_size is a multiple of them."""
+        if total_num_kv_heads % tp_size == 0:
+            return total_num_kv_heads // tp_size, 1
+        head = f"num_key_value_heads={total_num_kv_heads} is not divisible by tp_size={tp_size}"
+        if not self.replicate_kv:
+            hint = " (rules='vllm' would replicate them)" if tp_size % total_num_kv_heads == 0 else ""
+            raise TPSizeError(f"{head}; {self.label} rules never replicate KV heads{hint}")
+        if tp_size % total_num_kv_heads:
+            raise TPSizeError(f"{head}, and tp_size is not a multiple of it")
+        return 1, tp_size // total_num_kv_heads
+
+    def padded_vocab(self, vocab_size: int) -> int:
+        """Vocabulary rows the embedding and lm_head allocate in total."""
+        if not self.vocab_padding:
+            return vocab_size
+        return -(-vocab_size // self.vocab_padding) * self.vocab_padding
+
+    def vocab_rows(self, vocab_size: int, tp_size: int) -> int:
+        """Rows of the vocabulary each rank holds, or one line saying why it does not split."""
+        if not self.vocab_padding:
+            return divide(vocab_size, tp_size, "vocab_size")
+        padded = self.padded_vocab(vocab_size)
+        if padded % tp_size:
+            raise TPSizeError(f"vocab_size={vocab_size}, padded to a multiple of {self.vocab_padding} ({padded}), "
+                              f"is not divisible by tp_size={tp_size}")
+        return padded // tp_size
+
+    def tp_warnings(self, tp_size) -> list[str]:
+        """What the engine would not start at this tp, though its layer classes split it."""
+        if isinstance(tp_size, int) and tp_size > self.max_tp:
+            return [self.notes["max_tp"].format(max_tp=self.max_tp)]
+        return []
+
+    def model_notes(self, model_type: str) -> list[str]:
+        """What the engine would not run about this model at all (one line each)."""
+        if self.serves is not None and model_type not in self.serves:
+            return [self.notes["serves"].format(model_type=model_type or "this model")]
+        return []
+
+    def layout_problem(self, layout: Layout) -> str | None:
+        """What the engine cannot run about the layout's shape, else None."""
+        if self.tp_only and (layout.pp > 1 or layout.dp > 1 or layout.ep):
+            return self.notes["tp_only"]
+        return None
+
+    def widths(self, layout: Layout) -> Widths:
+        """vLLM: every layer is cut over the replica's tp GPUs; the routed experts over tp x dp, or kept whole and
+        spread over those GPUs with expert parallelism."""
+        ep = layout.tp * layout.dp if layout.ep else 1
+        return Widths(layout.tp, layout.tp, 1 if layout.ep else layout.tp * layout.dp, ep, layout.tp)
+
+    def pp_partition(self, num_layers: int, pp: int, override: str | None = None) -> list[int]:
+        """Layers per stage: even, the remainder on the stages before the last (vLLM's get_pp_indices), or the
+        override ("20,20,21", the environment variable pp_env when none is given)."""
+        if pp < 1:
+            raise LayoutError(f"pp={pp} must be at least 1")
+        if pp > num_layers:
+            raise LayoutError(f"pp={pp} is more pipeline stages than the model's {num_layers} layers")
+        text = os.environ.get(self.pp_env) if override is None else override
+        if text:
+            try:
+                parts = [int(x) for x in text.split(",")]
+            except ValueError:
+                raise LayoutError(f"{self.pp_env}={text!r} must be comma-separated layer counts") from None
+            if len(parts) != pp:
+                raise LayoutError(f"{self.pp_env} has {len(parts)} stages but pp={pp}")
+            if sum(parts) != num_layers or min(parts) < 0:
+                raise LayoutError(f"{self.pp_env} gives {sum(parts)} layers; the model has {num_layers}")
+            return parts
+        parts = [num_layers // pp] * pp
+        for i in range(2, num_layers % pp + 2):
+            parts[-i] += 1
+        return parts
+
+    def expert_placement(self, num_experts: int, ep_size: int, placement: str = "linear") -> list[list[int]]:
+        """The global experts each EP rank holds: an even share, the first ranks one more when they do not
+        divide (vLLM's determine_expert_map), in blocks (linear) or dealt out (round_robin)."""
+        if placement not in self.placements:
+            raise LayoutError(f"expert placement {placement!r}: use one of {', '.join(self.placements)}")
+        if ep_size < 1:
+            raise LayoutError(f"ep_size={ep_size} must be at least 1")
+        base, extra = divmod(num_experts, ep_size)
+        out = []
+        for rank in range(ep_size):
+            if placement == "round_robin":
+                out.append(list(range(rank, num_experts, ep_size)))
+            else:
+                start = rank * base + min(rank, extra)
+                out.append(list(range(start, start + base + (1 if rank < extra else 0))))
+        return out
+
+    def launch(self, model: str, layout: Layout, placement: str = "linear") -> str:
+        """The engine's launch line for this layout ('vllm serve MODEL --tensor-parallel-size 8 ...')."""
+        f = self.flags
+        parts = [f.command.format(model=model), f"{f.tp} {layout.tp}"]
+        if layout.pp > 1:
+            parts.append(f"{f.pp} {layout.pp}")
+        if layout.dp > 1:
+            parts.append(f"{f.dp} {layout.dp}")
+        if layout.ep:
+            parts.append(f.ep)
+            if placement != self.placements[0]:
+                parts.append(f"{f.placement} {placement}")
+        return " ".join(parts)

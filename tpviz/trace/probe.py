@@ -1,0 +1,55 @@
+"""The probe: one rank's layer built from a plan, tiny and on one thread, and where a plan lives in the model."""
+import threading
+from contextlib import contextmanager
+
+import torch
+
+from tpviz.errors import QuantError, TPSizeError
+from tpviz.plan import ParamPlan
+
+_threads_lock = threading.Lock()
+_threads_depth, _threads_saved = 0, 1
+
+
+@contextmanager
+def single_thread():
+    """Probe tensors are tiny: torch's intra-op threads only add contention (10-100x on a busy machine).
+    The setting is process-wide, so overlapping traces (app sessions are threads) share one save/restore."""
+    global _threads_depth, _threads_saved
+    with _threads_lock:
+        if _threads_depth == 0:
+            _threads_saved = torch.get_num_threads()
+            torch.set_num_threads(1)
+        _threads_depth += 1
+    try:
+        yield
+    finally:
+        with _threads_lock:
+            _threads_depth -= 1
+            if _threads_depth == 0:
+                torch.set_num_threads(_threads_saved)
+
+
+def build_rank(plan: ParamPlan, tp_size: int, tp_rank: int) -> tuple:
+    """Build one rank's module for a plan; generic divisibility errors are renamed to the config key, and a
+    quantization check names the layer it failed in (vLLM's own message follows)."""
+    try:
+        return plan.build(tp_size, tp_rank)
+    except QuantError as e:
+        hint = (" Expert parallelism (--enable-expert-parallel) keeps every expert whole on one GPU and avoids "
+                "this split." if plan.family == "experts" else "")
+        reason = f"{where(plan)} at tp_size={tp_size}: {e}"
+        raise QuantError(reason + hint, reason=reason) from None
+    except TPSizeError as e:
+        if plan.quantity and e.generic:
+            key, value = plan.quantity
+            raise TPSizeError(f"{key}={value} is not divisible by tp_size={tp_size}", key, value, tp_size) from None
+        raise
+
+
+def where(plan: ParamPlan) -> str:
+    """The first concrete module of a plan: 'model.layers.3.mlp.experts.0.gate_proj'."""
+    module = plan.sources[0].name.rsplit(".", 1)[0]
+    if plan.layers:
+        module = module.replace("*", str(plan.layers[0]), 1)
+    return module.replace("*", "0")
