@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from tpviz import shard_map
 from tpviz.rules import RULES
 from tpviz.config.sources import presets
-from tpviz.config.spec import KNOWN_TYPES
+from tpviz.archs import known_types
 from tests.paths import SHARED_CONFIGS
 
 
@@ -49,7 +49,7 @@ huge = st.sampled_from([2**26 + 1, 2**31, 2**40, 2**53, 2**62, 2**63, 10**30, -(
 junk = st.one_of(st.none(), st.booleans(), st.floats(allow_nan=True, allow_infinity=True), st.text(max_size=6),
                  st.lists(st.integers(-2, 40), max_size=4), st.dictionaries(st.text(max_size=4), st.integers(),
                                                                             max_size=2))
-model_types = st.sampled_from(sorted(KNOWN_TYPES) + ["unknown_arch", ""])
+model_types = st.sampled_from(sorted(known_types()) + ["unknown_arch", ""])
 tps = st.one_of(st.sampled_from([1, 2, 4, 8, 16, 32, 64]), st.integers(1, 64))
 
 

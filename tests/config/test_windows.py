@@ -46,7 +46,7 @@ def test_phi3_window_holds_for_every_layer_unless_it_never_binds():
 
 
 def test_a_binding_window_of_an_architecture_tpviz_does_not_window_is_named():
-    """A model-wide window on an architecture outside MODEL_WIDE_WINDOW is sized as full attention, and a note says
+    """A model-wide window on an architecture without the model-wide window rule is sized as full attention, and a note says
     so (an upper bound), rather than a silent cache figure; windows that are applied, never bind or are switched
     off say nothing."""
     s = normalize(dict(BASE, model_type="llama", sliding_window=4096, max_position_embeddings=131072))

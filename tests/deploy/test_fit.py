@@ -61,15 +61,16 @@ def test_a_context_past_max_model_len_is_sized_at_it_and_said(capsys):
     linear = dict(presets()["meta-llama/Llama-2-7b-hf"], rope_scaling={"type": "linear", "factor": 4.0})
     assert load_spec(linear).max_model_len == 16384
     assert load_spec(dict(linear, max_position_embeddings=None)).max_model_len == 0  # no length: not claimed
+    from tpviz.archs import arch_of
     from tpviz.config.readers import max_model_len
-    assert [max_model_len({"max_position_embeddings": v}, "llama") for v in (float("inf"), float("nan"), "4096", True,
+    assert [max_model_len({"max_position_embeddings": v}, arch_of("llama")) for v in (float("inf"), float("nan"), "4096", True,
                                                                             1.5, -1)] == [0] * 6  # not claimed
     odd = load_spec(dict(presets()["meta-llama/Llama-2-7b-hf"], max_position_embeddings=1.5))
     assert odd.max_model_len == 0 and "max_position_embeddings=1.5 is not a whole number of tokens" in " ".join(
         odd.notes)
     assert not any("whole number" in n for n in load_spec(dict(linear, max_position_embeddings=1e30)).notes)
     assert max_model_len({"max_position_embeddings": 4096, "rope_scaling": {"type": "linear", "factor": 1e300}},
-                         "llama") == 4096
+                         arch_of("llama")) == 4096
     assert capped_context(llama2, 4096) == (4096, None)
     long = fit(shard_map("meta-llama/Llama-2-7b-hf", 2), 80, context=100_000)
     assert long.context == 4096 and long.max_sequences == fit(shard_map("meta-llama/Llama-2-7b-hf", 2), 80,

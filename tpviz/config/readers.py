@@ -5,49 +5,41 @@ is refused with one line naming the field.
 """
 from dataclasses import replace
 
-from tpviz.config.kinds import Ffn, LayerSpec, Mixer, index_list, layer_list, per_layer
-from tpviz.errors import ConfigError
+from tpviz.archs import Arch
 from tpviz.config.fields import read_int
+from tpviz.config.kinds import Ffn, LayerSpec, Mixer, index_list, layer_list, per_layer
 from tpviz.config.windows import model_wide_kinds
+from tpviz.errors import ConfigError
 
 LAYER_TYPES = {"full_attention": "attention", "attention": "attention", "sliding_attention": "sliding_attention",
                "chunked_attention": "chunked_attention", "linear_attention": "gated_deltanet",
                "conv": "short_conv", "mamba": "mamba2"}
-# mixers tpviz does not model, by the config field that reveals them: refused, never drawn as attention
-GEMMA4_UNMODELLED = {"num_kv_shared_layers": "KV-shared layers", "num_experts": "MoE blocks beside the MLP",
-                     "hidden_size_per_layer_input": "per-layer input embeddings"}
-UNMODELLED = {"jamba": "Mamba1 layers (Jamba)", "minimax": "lightning attention (MiniMax)",
-              "minimax_m1": "lightning attention (MiniMax)", "minimax_text_01": "lightning attention (MiniMax)",
-              "kimi_linear": "Kimi Delta Attention (Kimi-Linear)", "falcon_h1": "parallel Mamba2 + attention layers (Falcon-H1)",
-              "mamba": "Mamba1 layers", "mamba2": "a pure Mamba2 model without attention config",
-              "bamba": "Mamba2 layers (Bamba)", "zamba2": "Mamba2 + shared attention blocks (Zamba2)",
-              "rwkv": "RWKV time mixing", "recurrent_gemma": "RG-LRU recurrent layers (RecurrentGemma)"}
 HYBRID_HINTS = ("ssm_cfg", "mamba_d_state", "mamba_expand", "ssm_state_size", "attn_type_list", "attn_layer_period",
                 "linear_attn_config", "conv_L_cache", "linear_num_key_heads", "hybrid_override_pattern", "block_configs",
                 "layer_types", "mamba_num_heads")
 
 
-def _mixers(cfg: dict, model_type: str, n: int, attn: Mixer) -> list[Mixer]:
+def _mixers(cfg: dict, arch: Arch, n: int, attn: Mixer) -> list[Mixer]:
     """Each layer's mixer: full attention unless a per-layer field says otherwise."""
     window = cfg.get("sliding_window") if isinstance(cfg.get("sliding_window"), int) else 0
     sliding = replace(attn, kind="sliding_attention", window=window) if window else None
     kinds = layer_list(cfg, "layer_types", n, LAYER_TYPES)
-    interval = cfg.get("full_attention_interval", 4 if model_type == "qwen3_next" else None)
+    interval = cfg.get("full_attention_interval", arch.full_attention_interval or None)
     if kinds is None and isinstance(interval, int) and interval > 0:
         k = interval  # Qwen3-Next: every k-th layer is full attention, the rest linear (HF default 4)
         kinds = ["attention" if (i + 1) % k == 0 else "gated_deltanet" for i in range(n)]
     if kinds is None and (full := index_list(cfg, "full_attn_idxs", n)) is not None:  # LFM2
         kinds = ["attention" if i in full else "short_conv" for i in range(n)]
-    if model_type == "gpt_oss" and sliding:  # vLLM ignores layer_types here: every even layer is sliding
+    if arch.sliding_even and sliding:  # vLLM ignores layer_types here: every even layer is sliding
         kinds = ["sliding_attention" if i % 2 == 0 else "attention" for i in range(n)]
-    if kinds is None and sliding and model_type in ("gemma2", "gemma3", "gemma3_text", "cohere2"):
-        every = cfg.get("sliding_window_pattern") or (2 if model_type == "gemma2" else 6)
+    if kinds is None and sliding and arch.sliding_pattern:
+        every = cfg.get("sliding_window_pattern") or arch.sliding_pattern
         if not isinstance(every, int) or every < 1:
             raise ConfigError(f"sliding_window_pattern={every!r} must be a positive integer")
         kinds = ["attention" if (i + 1) % every == 0 else "sliding_attention" for i in range(n)]
-    kinds = model_wide_kinds(cfg, model_type, n, kinds, bool(sliding))
-    chunk = cfg.get("attention_chunk_size", 8192 if model_type in ("llama4", "llama4_text") else None)
-    if model_type in ("gemma4", "gemma4_text"):  # global layers: their own head size, and K = V with fewer KV heads
+    kinds = model_wide_kinds(cfg, arch, n, kinds, bool(sliding))
+    chunk = cfg.get("attention_chunk_size", arch.chunk or None)
+    if arch.global_attention:  # Gemma-4's global layers: their own head size, and K = V with fewer KV heads
         k_eq_v = cfg.get("attention_k_eq_v") is True
         kv = cfg.get("num_global_key_value_heads") if k_eq_v and cfg.get("num_global_key_value_heads") else attn.kv_heads
         attn = replace(attn, head_dim=read_int(cfg, "global_head_dim", default=512), kv_heads=read_int({"kv": kv}, "kv"), k_eq_v=k_eq_v)
@@ -106,19 +98,18 @@ def _moe_layers(cfg: dict, n: int, experts: int) -> list[bool]:
             for i in range(n)]
 
 
-def derive(cfg: dict, model_type: str, n: int, hidden: int, attn: Mixer, dense: Ffn, moe: Ffn | None) -> list[LayerSpec]:
+def derive(cfg: dict, arch: Arch, n: int, hidden: int, attn: Mixer, dense: Ffn, moe: Ffn | None) -> list[LayerSpec]:
     """Every layer's LayerSpec from the config's per-layer fields."""
     if "block_configs" in cfg:
         return _block_configs(cfg, n, hidden, attn, dense)
     if "hybrid_override_pattern" in cfg:
         return _hybrid_pattern(cfg, n, attn, dense, moe)
-    if model_type in UNMODELLED:
-        raise ConfigError(f"{model_type} uses {UNMODELLED[model_type]}, which tpviz does not model yet")
-    if model_type in ("gemma4", "gemma4_text"):
-        for key, part in GEMMA4_UNMODELLED.items():
-            if cfg.get(key):
-                raise ConfigError(f"{key}={cfg[key]!r}: Gemma-4 {part} are not modelled by tpviz yet")
-    mixers = _mixers(cfg, model_type, n, attn)
+    if arch.refused:
+        raise ConfigError(f"{arch.model_type} uses {arch.refused}, which tpviz does not model yet")
+    for key, part in arch.unmodelled:
+        if cfg.get(key):
+            raise ConfigError(f"{key}={cfg[key]!r}: Gemma-4 {part} are not modelled by tpviz yet")
+    mixers = _mixers(cfg, arch, n, attn)
     has_moe = _moe_layers(cfg, n, moe.experts if moe else 0)
     top_k = per_layer(cfg, "moe_topk_per_layer", n, moe.top_k if moe else 0) if moe else [0] * n
     return [LayerSpec(m, replace(moe, top_k=k if isinstance(k, int) else moe.top_k) if is_moe else dense)
@@ -199,44 +190,11 @@ def hybrid_hint(cfg: dict) -> str | None:
         (k for k in cfg if any(w in k.lower() for w in ("mamba", "ssm", "conv_"))), None)
 
 
-def lfm2_ff_dim(cfg: dict) -> int:
-    """LFM2's MLP size: block_ff_dim, adjusted to 2/3, times the multiplier, rounded up to block_multiple_of."""
-    size = read_int(cfg, "block_ff_dim", default=cfg.get("intermediate_size"))
-    if cfg.get("block_auto_adjust_ff_dim", True):
-        size = int(2 * size / 3)
-        mult = cfg.get("block_ffn_dim_multiplier")
-        if mult is not None:
-            if isinstance(mult, bool) or not isinstance(mult, (int, float)) or mult <= 0:
-                raise ConfigError(f"block_ffn_dim_multiplier={mult!r} must be a positive number")
-            size = int(mult * size)
-        of = read_int(cfg, "block_multiple_of", default=256)
-        size = of * ((size + of - 1) // of)
-    return size
-
-
-def family_defaults(cfg: dict, model_type: str) -> dict:
-    """The config with each family's own field names mapped to the common ones, as vLLM reads them."""
+def family_defaults(cfg: dict, arch: Arch) -> dict:
+    """The config with the family's own field names mapped to the common ones, as vLLM reads them."""
     cfg = dict(cfg)
-    if model_type == "lfm2":
-        cfg["intermediate_size"] = lfm2_ff_dim(cfg)
-    if model_type in ("llama4", "llama4_text"):  # experts and the shared expert use intermediate_size
-        n = cfg.get("num_hidden_layers")
-        if not cfg.get("no_rope_layers") and isinstance(n, int) and 0 < n <= 100_000:  # HF default: every 4th is NoPE
-            cfg["no_rope_layers"] = [int((i + 1) % cfg.get("no_rope_layer_interval", 4) != 0) for i in range(n)]
-        size = cfg.get("intermediate_size", 8192)
-        cfg.update(moe_intermediate_size=size, shared_expert_intermediate_size=size,
-                   intermediate_size=cfg.get("intermediate_size_mlp", 16384))
-    if model_type == "nemotron_h":
-        if isinstance(cfg.get("intermediate_size"), list):  # per MLP layer; resolved by the pattern reader
-            cfg["mlp_sizes"] = [read_int({"intermediate_size": v}, "intermediate_size") for v in cfg["intermediate_size"]]
-            cfg["intermediate_size"] = max(cfg["mlp_sizes"], default=None)
-        shared, count = cfg.get("moe_shared_expert_intermediate_size"), cfg.get("n_shared_experts")
-        if count and shared is not None:
-            cfg["shared_expert_intermediate_size"] = read_int(cfg, "moe_shared_expert_intermediate_size") * read_int(
-                cfg, "n_shared_experts")
-        cfg["n_shared_experts"] = None
-        if cfg.get("moe_latent_size"):
-            raise ConfigError("moe_latent_size (latent MoE) is set; tpviz does not model latent MoE projections yet")
+    if arch.adapt:
+        cfg = arch.adapt(cfg)
     if isinstance(cfg.get("moe_topk"), list):  # Hunyuan: per layer; the model-wide value is the largest
         tops = [read_int({"moe_topk": v}, "moe_topk") for v in cfg["moe_topk"]]
         cfg["moe_topk_per_layer"], cfg["moe_topk"] = tops, max(tops, default=0)
@@ -257,7 +215,7 @@ def bad_lengths(cfg: dict) -> list[str]:
     return [k for k in MAX_LEN_KEYS if cfg.get(k) is not None and not length(cfg[k])]
 
 
-def max_model_len(cfg: dict, model_type: str) -> int:
+def max_model_len(cfg: dict, arch: Arch) -> int:
     """vLLM 0.33's derived max_model_len (config/model.py _get_and_verify_max_len): the least length key
     (model_max_length wins when set), times a RoPE factor the length does not already count; 0 when the config
     names no length (vLLM then assumes 2048, or the config class's default applies)."""
@@ -271,7 +229,7 @@ def max_model_len(cfg: dict, model_type: str) -> int:
     ropes = ([rope] if "rope_type" in rope or "type" in rope else [r for r in rope.values() if isinstance(r, dict)]) \
         if isinstance(rope, dict) else []
     factor = 1.0
-    for r in ropes if "gemma3" not in model_type else []:  # Gemma-3's length already counts its scaling
+    for r in ropes if arch.length_counts_rope else []:  # Gemma-3's length already counts its scaling
         if r.get("rope_type", r.get("type")) not in SCALED_ALREADY and positive(r.get("factor")):
             factor = r["factor"]
     return int(length * factor)

@@ -1,12 +1,13 @@
 """One normalized model spec from the many shapes real config.json files take."""
 from dataclasses import asdict, dataclass, field, fields
 
-from tpviz.config.kinds import ATTENTION_KINDS, Ffn, LayerSpec, Mixer
-from tpviz.errors import ConfigError, MissingFieldError
+from tpviz.archs import Arch, arch_of
 from tpviz.config.fields import MAX_DIM, full_rope, json_type, pick, read_bool, read_float, read_int
+from tpviz.config.kinds import ATTENTION_KINDS, Ffn, LayerSpec, Mixer
 from tpviz.config.quant import Quant, read_quant
 from tpviz.config.readers import bad_lengths, derive, family_defaults, hybrid_hint, max_model_len
 from tpviz.config.windows import ignored_window
+from tpviz.errors import ConfigError, MissingFieldError
 
 # plausibility limits on the large dims, far above any real model (vocab 262k, hidden 18k, 512 experts, 126 layers):
 # larger values mean a broken config, and they keep the cost of a map bounded (any config that passes maps in ~1 s)
@@ -14,21 +15,6 @@ LIMITS = {"vocab_size": 1 << 20, "hidden_size": 1 << 17, "num_experts": 1 << 14,
 SERVE_DTYPES = ("auto", "bfloat16", "float16", "float32")
 KV_DTYPES = {"auto": "", "fp8": "float8_e4m3fn"}
 DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2, "float8_e4m3fn": 1, "float64": 8}
-# model_types with a known checkpoint layout; anything else with standard keys is read as Llama-like
-KNOWN_TYPES = {"llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe", "gemma", "gemma2",
-               "gemma3", "gemma3_text", "phi3", "gpt_oss", "deepseek_v3", "deepseek_v2", "chatglm", "qwen3_next",
-               "nemotron_h", "nemotron-nas", "llama4", "llama4_text", "lfm2", "gpt_neox", "bloom", "falcon", "gpt2",
-               "gpt_bigcode", "starcoder2", "gemma4", "gemma4_text", "qwen3_5", "qwen3_5_text", "qwen3_5_moe",
-               "qwen3_5_moe_text", "olmo2", "olmo3"}
-# classic decoders: LayerNorm with bias and a plain (not gated) MLP of n_inner, by default 4 x hidden
-CLASSIC = {"gpt_neox", "bloom", "falcon", "gpt2", "gpt_bigcode", "starcoder2"}
-UNGATED_MLP = CLASSIC | {"nemotron_h"}
-TIED_BY_DEFAULT = {"gemma", "gemma2", "gemma3", "gemma3_text", "gemma4", "gemma4_text", "gpt2", "gpt_bigcode", "bloom", "falcon", "starcoder2",
-                   "lfm2"}
-QKV_BIAS_ALWAYS = {"qwen2", "qwen2_moe"}
-QK_NORM = {"qwen3", "qwen3_moe", "gemma3", "gemma3_text", "gemma4", "gemma4_text", "qwen3_next", "lfm2", "qwen3_5",
-           "qwen3_5_text", "qwen3_5_moe", "qwen3_5_moe_text", "olmo2", "olmo3"}
-QK_NORM_FULL = {"olmo2", "olmo3"}  # q_norm/k_norm span all heads (num_heads * head_dim), not each head
 
 
 @dataclass
@@ -75,6 +61,11 @@ class ModelSpec:
     gated_mlp: bool = True  # SwiGLU gate/up; False: one up projection (GPT-2 c_fc, NeoX dense_h_to_4h)
     layers: list[LayerSpec] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+
+    @property
+    def arch(self) -> Arch:
+        """Everything tpviz knows about this model_type (tpviz.archs)."""
+        return arch_of(self.model_type)
 
     @property
     def moe_layers(self) -> list[int]:
@@ -150,15 +141,9 @@ def _filled(cls, d: dict):
     return cls(**{f.name: type(f.default)() for f in fields(cls) if f.name != "kind"} | d)
 
 
-def falcon_variant(cfg: dict) -> str:
-    """Falcon's norms and q/k/v order: new decoder (one or two norms), or the old parallel / serial blocks."""
-    if cfg.get("new_decoder_architecture"):
-        return "new-2ln" if cfg.get("num_ln_in_parallel_attn", 2) == 2 else "new-1ln"
-    return "parallel" if cfg.get("parallel_attn", True) else "serial"
-
-
 def normalize(cfg: dict, name: str = "model") -> ModelSpec:
-    """Read a Hugging Face config dict (parsed JSON) into a ModelSpec, or raise one clear ConfigError."""
+    """Read a Hugging Face config dict (parsed JSON) into a ModelSpec, or raise one clear ConfigError; the model_type's
+    record (tpviz.archs) says what this architecture reads differently."""
     if not isinstance(cfg, dict):
         raise ConfigError(f"config must be a JSON object, got {json_type(cfg)}")
     outer = cfg
@@ -167,25 +152,25 @@ def normalize(cfg: dict, name: str = "model") -> ModelSpec:
         cfg = {**{k: v for k, v in outer.items() if k in kept}, **cfg["text_config"]}
     wrapped = cfg is not outer
     model_type = str(pick(cfg, "model_type", default=outer.get("model_type", "unknown")))
+    arch = arch_of(model_type)
     notes = []
-    if model_type not in KNOWN_TYPES:
+    if not arch.known:
         if hint := hybrid_hint(cfg):
             raise ConfigError(f"model_type {model_type!r} is not one tpviz knows and its config has {hint!r}, a part "
                               "of a non-Llama architecture tpviz does not model; refusing to guess its layout")
         notes.append(f"model_type {model_type!r} is not one tpviz knows; mapped as a Llama-like decoder "
                      "(q/k/v/o, gate/up/down, Llama checkpoint names)")
-    cfg = family_defaults(cfg, model_type)
+    cfg = family_defaults(cfg, arch)
     hidden = read_int(cfg, "hidden_size", "n_embd", "d_model", "model_dim", maximum=LIMITS["hidden_size"])
     heads = read_int(cfg, "num_attention_heads", "n_head", "num_heads", "n_heads")
     if cfg.get("new_decoder_architecture") is True:  # Falcon-40B/180B: grouped KV heads
         kv_heads = read_int(cfg, "num_kv_heads", "n_head_kv", default=heads)
-    elif cfg.get("multi_query") is True or (cfg.get("multi_query_attention") is False and model_type == "chatglm"):
-        kv_heads = 1 if cfg.get("multi_query") is True else heads
+    elif cfg.get("multi_query") is True:
+        kv_heads = 1
     else:
         kv_heads = read_int(cfg, "num_key_value_heads", "num_kv_heads", "multi_query_group_num", "n_head_kv", default=heads)
-    if model_type in ("gpt_neox", "bloom") or (model_type == "falcon" and falcon_variant(cfg) in ("parallel", "serial")
-                                                 and kv_heads != 1):
-        kv_heads = heads  # multi-head attention: q/k/v are fused per head on disk, there is no KV grouping
+    if arch.kv_heads:  # stored per head (GPT-NeoX, BLOOM, old Falcon), or ChatGLM without multi-query groups
+        kv_heads = arch.kv_heads(cfg, heads, kv_heads)
     if kv_heads > heads or heads % kv_heads:
         raise ConfigError(f"num_attention_heads={heads} is not a multiple of num_key_value_heads={kv_heads}")
     head_dim = pick(cfg, "head_dim", "kv_channels")
@@ -200,38 +185,38 @@ def normalize(cfg: dict, name: str = "model") -> ModelSpec:
     experts = read_int(cfg, "num_local_experts", "num_experts", "n_routed_experts", "moe_num_experts", default=0, minimum=0,
                    maximum=LIMITS["num_experts"])
     inter = pick(cfg, "intermediate_size", "ffn_hidden_size", "n_inner")
-    if inter is None and model_type in CLASSIC:
-        inter = 4 * hidden
+    if inter is None and arch.ffn_ratio:
+        inter = arch.ffn_ratio * hidden
     moe_inter = pick(cfg, "moe_intermediate_size", default=inter if experts else 0)
     num_layers = read_int(cfg, "num_hidden_layers", "n_layer", "num_layers", maximum=LIMITS["num_hidden_layers"])
+    attention_bias = read_bool(cfg, "attention_bias", False)
     spec = ModelSpec(
         name=name, model_type=model_type, hidden_size=hidden, num_attention_heads=heads,
         num_key_value_heads=kv_heads, head_dim=head_dim,
         intermediate_size=read_int({"intermediate_size": inter}, "intermediate_size", minimum=0) if inter is not None else 0,
         vocab_size=read_int(cfg, "vocab_size", "padded_vocab_size", "n_vocab", maximum=LIMITS["vocab_size"]),
         num_hidden_layers=num_layers,
-        tie_word_embeddings=read_bool(cfg, "tie_word_embeddings", model_type in TIED_BY_DEFAULT),
-        attention_bias=model_type in QKV_BIAS_ALWAYS or read_bool(cfg, "attention_bias", False)
-        or read_bool(cfg, "add_qkv_bias", False) or model_type == "gpt_oss",
-        o_proj_bias=(model_type not in QKV_BIAS_ALWAYS and read_bool(cfg, "attention_bias", False)) or model_type == "gpt_oss",
-        qk_norm=model_type in QK_NORM, qk_norm_full=model_type in QK_NORM_FULL,
+        tie_word_embeddings=read_bool(cfg, "tie_word_embeddings", arch.tied),
+        attention_bias=(attention_bias or read_bool(cfg, "add_qkv_bias", False)) if arch.qkv_bias is None
+        else arch.qkv_bias,
+        o_proj_bias=attention_bias if arch.o_bias is None else arch.o_bias,
+        qk_norm=bool(arch.qk_norm), qk_norm_full=arch.qk_norm == "full",
         num_experts=experts,
         num_experts_per_tok=read_int(cfg, "num_experts_per_tok", "experts_per_token", "moe_topk", default=0, minimum=0),
         # vLLM 0.33 deepseek_v2.py: the bias exists only for topk_method noaux_tc (V3's default, never V2's)
-        router_score_bias=model_type == "nemotron_h" or (model_type.startswith("deepseek") and cfg.get(
-            "topk_method", "noaux_tc" if model_type == "deepseek_v3" else None) == "noaux_tc"),
+        router_score_bias=arch.score_bias == "always" or (
+            arch.score_bias == "noaux_tc" and cfg.get("topk_method", arch.topk_method) == "noaux_tc"),
         moe_intermediate_size=read_int({"moe_intermediate_size": moe_inter}, "moe_intermediate_size", minimum=0),
         shared_expert_intermediate_size=read_int(cfg, "shared_expert_intermediate_size", default=0, minimum=0)
         or read_int(cfg, "n_shared_experts", default=0, minimum=0) * (moe_inter or 0),
-        gated_mlp=model_type not in UNGATED_MLP,
+        gated_mlp=arch.gated_mlp,
         conv_bias=read_bool(cfg, "conv_bias", False) or read_bool(cfg, "use_conv_bias", False),
         max_positions=read_int(cfg, "n_positions", "max_position_embeddings", default=0, minimum=0, maximum=1 << 22)
-        if model_type in ("gpt2", "gpt_bigcode") else 0,
-        max_model_len=max_model_len(cfg, model_type),
+        if arch.learned_positions else 0,
+        max_model_len=max_model_len(cfg, arch),
         # the SSM state dtype vLLM takes from the config (Qwen3.5's mamba_ssm_dtype; Nemotron-H's default float32)
-        state_dtype=str(cfg.get("mamba_ssm_cache_dtype") or cfg.get("mamba_ssm_dtype")
-                        or ("float32" if model_type == "nemotron_h" else "")),
-        variant=falcon_variant(cfg) if model_type == "falcon" else "",
+        state_dtype=str(cfg.get("mamba_ssm_cache_dtype") or cfg.get("mamba_ssm_dtype") or arch.state_dtype),
+        variant=arch.variant(cfg) if arch.variant else "",
         q_lora_rank=read_int(cfg, "q_lora_rank", default=0, minimum=0),
         kv_lora_rank=read_int(cfg, "kv_lora_rank", default=0, minimum=0),
         qk_nope_head_dim=read_int(cfg, "qk_nope_head_dim", default=0, minimum=0),
@@ -251,10 +236,38 @@ def normalize(cfg: dict, name: str = "model") -> ModelSpec:
     spec.quant, note = read_quant(outer.get("quantization_config") or cfg.get("quantization_config"))
     if spec.quant is not None:
         spec.quantization = spec.quant.method
-        if spec.quant.scheme == "mxfp4" and model_type != "gpt_oss":
+        if spec.quant.scheme == "mxfp4" and not arch.mxfp4:
             spec.quant, note = None, "MXFP4 is read for gpt-oss only (as vLLM does); mapped as if unquantized"
     if note:
         spec.notes.append(note)
+    check_dims(spec)
+    if arch.learned_positions and not spec.max_positions:
+        raise MissingFieldError(f"config is missing n_positions, the size of {model_type}'s learned position "
+                                "embeddings", "n_positions")
+    if arch.bias_switch:  # one switch for every bias: Falcon's "bias" (off by default), the others' use_bias
+        spec.attention_bias = spec.o_proj_bias = spec.mlp_bias = read_bool(cfg, *arch.bias_switch)
+    attn = Mixer("mla" if spec.kv_lora_rank else "attention", heads, kv_heads, head_dim,
+                 output_gate=read_bool(cfg, "attn_output_gate", arch.output_gate))
+    if experts and spec.num_experts_per_tok > experts:
+        raise ConfigError(f"num_experts_per_tok={spec.num_experts_per_tok} is more than the {experts} experts")
+    moe = Ffn("moe", spec.moe_intermediate_size, experts, spec.num_experts_per_tok,
+              spec.shared_expert_intermediate_size) if experts else None
+    spec.layers = derive(cfg, arch, num_layers, hidden, attn, Ffn("dense", spec.intermediate_size), moe)
+    if window_note := ignored_window(cfg, arch, spec.layers):
+        spec.notes.append(window_note)
+    spec.notes += [f"{k}={cfg[k]!r} is not a whole number of tokens, so no context limit is taken from it"
+                   for k in bad_lengths(cfg)]
+    check_parts(spec, cfg)
+    spec.dtype = "bfloat16" if spec.config_dtype == "float32" else spec.config_dtype  # vLLM's dtype=auto
+    if spec.config_dtype == "float32":
+        spec.notes.append("the config says float32; vLLM's dtype=auto serves it in bfloat16, as sized here")
+    if spec.dtype not in DTYPE_BYTES:
+        spec.notes.append(f"dtype {spec.dtype!r} is unknown; sized as 2 bytes per weight")
+    return spec
+
+
+def check_dims(spec: ModelSpec) -> None:
+    """One line for a dimension no real model has (it would also make a map cost without bound)."""
     dims = {"vocab_size": spec.vocab_size, "hidden_size": spec.hidden_size,
             "intermediate_size": spec.intermediate_size, "moe_intermediate_size": spec.moe_intermediate_size,
             "num_attention_heads * head_dim": spec.num_attention_heads * spec.head_dim,
@@ -267,23 +280,10 @@ def normalize(cfg: dict, name: str = "model") -> ModelSpec:
         limit = LIMITS.get(key, MAX_DIM)
         if value > limit:
             raise ConfigError(f"{key}={value} is larger than {limit}; this does not look like a real model config")
-    if model_type in ("gpt2", "gpt_bigcode") and not spec.max_positions:
-        raise MissingFieldError(f"config is missing n_positions, the size of {model_type}'s learned position "
-                                "embeddings", "n_positions")
-    if model_type in CLASSIC:  # one switch for every bias: Falcon's "bias" (off by default), the others' use_bias
-        spec.attention_bias = spec.o_proj_bias = spec.mlp_bias = (
-            read_bool(cfg, "bias", False) if model_type == "falcon" else read_bool(cfg, "use_bias", True))
-    attn = Mixer("mla" if spec.kv_lora_rank else "attention", heads, kv_heads, head_dim,
-                 output_gate=read_bool(cfg, "attn_output_gate", model_type.startswith(("qwen3_next", "qwen3_5"))))
-    if experts and spec.num_experts_per_tok > experts:
-        raise ConfigError(f"num_experts_per_tok={spec.num_experts_per_tok} is more than the {experts} experts")
-    moe = Ffn("moe", spec.moe_intermediate_size, experts, spec.num_experts_per_tok,
-              spec.shared_expert_intermediate_size) if experts else None
-    spec.layers = derive(cfg, model_type, num_layers, hidden, attn, Ffn("dense", spec.intermediate_size), moe)
-    if window_note := ignored_window(cfg, model_type, spec.layers):
-        spec.notes.append(window_note)
-    spec.notes += [f"{k}={cfg[k]!r} is not a whole number of tokens, so no context limit is taken from it"
-                   for k in bad_lengths(cfg)]
+
+
+def check_parts(spec: ModelSpec, cfg: dict) -> None:
+    """One line for a part the layers need but the config does not give (MLA dims, expert and MLP sizes)."""
     if spec.is_mla and not (spec.qk_nope_head_dim and spec.qk_rope_head_dim and spec.v_head_dim):
         raise ConfigError("config has kv_lora_rank (MLA) but lacks qk_nope_head_dim, qk_rope_head_dim or v_head_dim")
     if spec.is_moe and spec.moe_intermediate_size < 1:
@@ -295,9 +295,3 @@ def normalize(cfg: dict, name: str = "model") -> ModelSpec:
                                     "intermediate_size")
         raise ConfigError(f"intermediate_size={pick(cfg, 'intermediate_size')!r} must be >= 1: its dense MLP "
                           "layers need it")
-    spec.dtype = "bfloat16" if spec.config_dtype == "float32" else spec.config_dtype  # vLLM's dtype=auto
-    if spec.config_dtype == "float32":
-        spec.notes.append("the config says float32; vLLM's dtype=auto serves it in bfloat16, as sized here")
-    if spec.dtype not in DTYPE_BYTES:
-        spec.notes.append(f"dtype {spec.dtype!r} is unknown; sized as 2 bytes per weight")
-    return spec

@@ -6,9 +6,9 @@ tensors does this architecture have" (the tracer, the checkpoint comparison) rea
 """
 from tpviz.config.kinds import Ffn, Mixer
 from tpviz.plan import attention, ffn, ssm
-from tpviz.plan.classic import CLASSIC_NAMES, extra_globals, falcon_names
+from tpviz.plan.classic import extra_globals
 from tpviz.plan.core import DT, PROBE, ParamPlan, Source, embed, norm, replicated
-from tpviz.archs.names import ARCH_NAMES, LLAMA, Names
+from tpviz.archs import Names
 from tpviz.plan.ssm import state_plans
 from tpviz.config.spec import ModelSpec
 from tpviz.rules import RuleSet, ruleset
@@ -21,10 +21,9 @@ FFNS = {"dense": ffn.dense, "moe": ffn.moe}
 
 
 def arch_names(spec: ModelSpec) -> Names:
-    """The checkpoint names of this architecture (Llama's for unknown ones)."""
-    if spec.model_type == "falcon":
-        return falcon_names(spec.variant, spec.num_key_value_heads)
-    return ARCH_NAMES.get(spec.model_type) or CLASSIC_NAMES.get(spec.model_type) or LLAMA
+    """The checkpoint names of this architecture (Llama's for unknown ones; Falcon's by its decoder variant)."""
+    arch = spec.arch
+    return arch.names_for(spec.variant, spec.num_key_value_heads) if arch.names_for else arch.names
 
 
 def _by_key(spec: ModelSpec, key) -> dict:
@@ -52,7 +51,7 @@ def build_plan(spec: ModelSpec, rules: RuleSet | str = "vllm") -> list[ParamPlan
     plans = embed(spec, names, rules) + norm(names.final_norm, hidden, bias=nb) + extra_globals(spec, names)
     every = list(range(spec.num_hidden_layers))
     plans += [pl for n in names.block_norms for pl in norm(f"{p}{n}", hidden, every, bias=nb)]
-    if spec.model_type.startswith("gemma4"):  # a saved per-layer output scale (a buffer, but in the checkpoint)
+    if "layer_scalar" in spec.arch.extra:  # Gemma-4: a saved per-layer output scale (a buffer, in the checkpoint)
         plans.append(replicated(f"{p}layer_scalar", 1, hidden, every, bias=True))
     with_mixer = [i for i, layer in enumerate(spec.layers) if layer.mixer.kind != "none"]
     with_ffn = [i for i, layer in enumerate(spec.layers) if layer.ffn.kind != "none"]

@@ -108,7 +108,7 @@ def attention(spec: ModelSpec, names: Names, rules: RuleSet, m: Mixer, layers) -
         plans += norms
     plans += row(f"{p}{names.o}", m.heads * m.head_dim, spec.hidden_size, "o_proj", layers, spec.o_proj_bias,
                  ("num_attention_heads", m.heads), disk_t=names.conv1d, q=qplan(spec, rules, f"{p}{names.o}", layers))
-    if spec.model_type == "gpt_oss":  # one attention-sink logit per head, split with the heads
+    if "sinks" in spec.arch.extra:  # gpt-oss: one attention-sink logit per head, split with the heads
         sink = column(f"{p}sinks", PROBE, m.heads, "qkv", layers, True, ("num_attention_heads", m.heads))[1]
         sink.name = sink.sources[0].name = f"{p}sinks"
         plans.append(sink)

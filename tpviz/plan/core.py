@@ -32,6 +32,7 @@ class Source:
     dim: int | None = None
     prepare: Callable[[torch.Tensor], torch.Tensor] | None = None
     sections: list = field(default_factory=list)  # [label, start, stop, head_size or 0, head word]
+    disk: tuple | None = None  # the shape stored on disk when the map draws it otherwise (gpt-oss's stacked experts)
 
 
 @dataclass

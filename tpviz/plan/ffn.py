@@ -12,16 +12,11 @@ from tpviz.rules import RuleSet
 from tpviz.config.spec import ModelSpec
 
 
-# vLLM 0.33 qwen2_moe.py / qwen3_moe.py / qwen3_next.py (Qwen3.5 reuses the last): tp_size > num_experts raises
-EXPERTS_PER_TP_RANK = ("qwen2_moe", "qwen3_moe", "qwen3_next", "qwen3_5_moe", "qwen3_5_moe_text")
-
-
 def dense(spec: ModelSpec, names: Names, f: Ffn, layers, rules: RuleSet) -> list[ParamPlan]:
     """gate/up merged column-parallel (or one up projection) and down row-parallel over the layer's size."""
     p, hidden, inter = f"{names.layer}{names.mlp}", spec.hidden_size, f.size
     quantity = ("intermediate_size", inter)
-    if spec.model_type == "gpt_bigcode":  # vLLM 0.33 runs it on the Transformers backend, with no TP plan for the MLP
-        note = "vLLM 0.33 serves GPTBigCode through its Transformers backend, which does not split this MLP"
+    if note := spec.arch.dense_replicated:  # GPTBigCode: vLLM 0.33's Transformers backend has no TP plan for it
         return [replicated(f"{p}{n}.{s}", out, inp, layers, note=note, bias=s == "bias")
                 for n, out, inp in ((names.up, inter, hidden), (names.down, hidden, inter))
                 for s in ("weight", "bias")[:1 + spec.mlp_bias]]
@@ -43,27 +38,28 @@ def moe(spec: ModelSpec, names: Names, f: Ffn, layers, rules: RuleSet) -> list[P
     """Experts: gate/up column-split and down row-split over moe_intermediate_size; router replicated."""
     p, hidden, e, inter = f"{names.layer}{names.mlp}", spec.hidden_size, f.experts, f.size
     quantity, ex = ("moe_intermediate_size", inter), f"{p}{names.experts}"
-    gpt_oss = spec.model_type == "gpt_oss"
+    stacked = spec.arch.experts == "stacked"  # gpt-oss: all experts in one tensor, gate/up interleaved, biases
     plans = [replicated(f"{p}{names.router}.weight", e, hidden, layers)]
-    if rules.model_checks and spec.model_type in EXPERTS_PER_TP_RANK:
+    if rules.model_checks and spec.arch.moe_tp_limit:  # vLLM 0.33's Qwen MoE blocks: tp_size > num_experts raises
         plans[0].build = _at_least_one_expert(plans[0].build, e, spec.model_type)
-    if gpt_oss:
+    if "router_bias" in spec.arch.extra:
         plans.append(replicated(f"{p}{names.router}.bias", e, hidden, layers, bias=True))
     if spec.router_score_bias:
         plans.append(replicated(f"{p}{names.router}.e_score_correction_bias", e, hidden, layers, bias=True))
-    if gpt_oss and spec.quant is not None and spec.quant.scheme == "mxfp4":
+    if stacked and spec.quant is not None and spec.quant.scheme == "mxfp4":
         plans += mxfp4_experts(ex, hidden, inter, e, layers, quantity)
-    elif gpt_oss:
+    elif stacked:
         note = ("stored stacked and transposed as [experts, hidden, 2*intermediate] with gate/up interleaved; "
                 "shown per expert as [2*intermediate, hidden]: each rank takes one contiguous block of interleaved rows")
         stacked = column(f"{ex}gate_up_proj", hidden, 2 * inter, "experts", layers, True, quantity, e, note)
         stacked += row(f"{ex}down_proj", inter, hidden, "experts", layers, True, quantity, e,
                        "stored stacked and transposed as [experts, intermediate, hidden]; shown per expert")
         for plan in stacked:  # the checkpoint's stacked names: gate_up_proj, gate_up_proj_bias, ...
-            for src in plan.sources:
+            for src in plan.sources:  # stored [experts, in, out] (transformers' GptOssExperts), biases [experts, out]
                 src.name = src.name.replace(".weight", "").replace(".bias", "_bias")
+                src.disk = (e, *src.shape[::-1])
         plans += stacked
-    elif not spec.gated_mlp:  # Nemotron-H experts: up and down only (relu2)
+    elif spec.arch.experts == "ungated":  # Nemotron-H experts: up and down only (relu2)
         plans += column(f"{ex}{names.up}", hidden, inter, "experts", layers, False, quantity, e)
         plans += row(f"{ex}{names.expert_down}", inter, hidden, "experts", layers, False, quantity, e)
     else:

@@ -12,7 +12,7 @@ def build_mixer(spec, m: Mixer, tp: int, r: int, kernel: int = PROBE):
     hidden = PROBE if kernel == PROBE else spec.hidden_size
     if m.kind == "gated_deltanet":
         return GatedDeltaNet(hidden, m.groups, m.heads, m.key_dim, m.head_dim, kernel, tp, r, dtype=DT,
-                             interleaved=not spec.model_type.startswith("qwen3_5"))
+                             interleaved=not spec.arch.deltanet_split)
     if m.kind == "mamba2":
         return Mamba2Mixer(hidden, m.heads, m.head_dim, m.groups, m.state, kernel, tp, r,
                            conv_bias=spec.conv_bias, bias=spec.mlp_bias, dtype=DT)
@@ -65,7 +65,7 @@ def gated_deltanet(spec, names: Names, rules, m: Mixer, layers) -> list[ParamPla
     kd, vd = nk * dk, nv * dv
     group = 2 * dk + 2 * per * dv
     heads = ("linear_num_value_heads", nv)
-    projections = _split_projections(nk, nv, dk, dv, hidden) if spec.model_type.startswith("qwen3_5") else [
+    projections = _split_projections(nk, nv, dk, dv, hidden) if spec.arch.deltanet_split else [
         ("in_proj_qkvz.weight", "in_proj_qkvz.weight", (nk * group, hidden), 0,
          [["q|k|v|z", 0, nk * group, group, "key-head group"]], ("linear_num_key_heads", nk)),
         ("in_proj_ba.weight", "in_proj_ba.weight", (2 * nv, hidden), 0,

@@ -5,7 +5,7 @@ from pathlib import Path
 
 from tpviz.config.hub import fetch_index, fetch_tensor_bytes
 from tpviz.config.sources import REPO_ID, check_local_path, find_preset, looks_local
-from tpviz.config.spec import KNOWN_TYPES, ModelSpec
+from tpviz.config.spec import ModelSpec
 from tpviz.errors import ConfigError, SourceError
 from tpviz.rules import RuleSet
 from tpviz.trace.checkpoint import (INDEX_FILE, checkpoint_sentence, compare, local_tensor_bytes,
@@ -71,7 +71,7 @@ def checked(m: ShardMap, checkpoint: CheckpointNames | None) -> ShardMap:
     if checkpoint is None or not checkpoint.names:
         return m
     m.checkpoint = compare(m, set(checkpoint.names), checkpoint.source, checkpoint.sizes)
-    if m.model.model_type not in KNOWN_TYPES:  # (the registry replaces this)
+    if not m.model.arch.known:
         if not m.checkpoint["verified"]:
             raise ConfigError(f"model_type {m.model.model_type!r} is not one tpviz knows and its checkpoint does "
                               f"not match a Llama-like decoder ({checkpoint_sentence(m.checkpoint)[:300]}); "

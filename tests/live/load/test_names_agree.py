@@ -4,7 +4,7 @@ maps, for every family Run live runs. A family added to one side only fails here
 import pytest
 
 import tpviz
-from tpviz.live.model.decoder import FAMILIES
+from tpviz.live.model.decoder import live_types
 from tpviz.live.load.random_weights import checkpoint_shapes
 from tpviz.live.load.source import live_config
 from tpviz.config.sources import presets
@@ -39,7 +39,7 @@ def small_config(family: str) -> dict:
     return {**cfg, **shrink}
 
 
-@pytest.mark.parametrize("family", FAMILIES)
+@pytest.mark.parametrize("family", live_types())
 def test_random_weights_write_exactly_the_tensors_the_plan_maps(family):
     cfg = small_config(family)
     live = live_config(normalize(cfg, family), cfg)

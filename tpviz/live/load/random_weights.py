@@ -5,25 +5,20 @@ import json
 import os
 import shutil
 import uuid
+from dataclasses import replace
 from pathlib import Path
 
 import torch
 
-from tpviz.live.model.blocks import FUSED_ON_DISK, POST_NORM
-from tpviz.live.model.gemma import GEMMA, hf_gemma_config
-from tpviz.live.model.gptoss import GPT_OSS, gpt_oss_shapes, hf_gpt_oss_config
-from tpviz.live.model.mla import hf_mla_config, mla_shapes
 from tpviz.live.model.decoder import LiveConfig
-from tpviz.live.model.moe import MOE_FAMILIES, SHARED_EXPERTS
-from tpviz.config.spec import ModelSpec
+from tpviz.live.model.gemma import hf_gemma_config
+from tpviz.live.model.gptoss import hf_gpt_oss_config
+from tpviz.live.model.mla import hf_mla_config
+from tpviz.plan import build_plan
+from tpviz.plan.tensors import tensors
 
-RANDOM_FORMAT = 1  # bump when the random-weight recipe changes, so old caches are not reused
+RANDOM_FORMAT = 2  # bump when the random-weight recipe changes, so old caches are not reused
 CACHE_MAX_ENTRIES, CACHE_MAX_BYTES = 8, 8 << 30  # random checkpoints kept beyond these are pruned, oldest first
-ARCHITECTURES = {"llama": "LlamaForCausalLM", "mistral": "MistralForCausalLM", "qwen2": "Qwen2ForCausalLM",
-                 "qwen3": "Qwen3ForCausalLM", "mixtral": "MixtralForCausalLM", "qwen3_moe": "Qwen3MoeForCausalLM",
-                 "phi3": "Phi3ForCausalLM", "olmo2": "Olmo2ForCausalLM", "olmo3": "Olmo3ForCausalLM",
-                 "qwen2_moe": "Qwen2MoeForCausalLM", "deepseek_v2": "DeepseekV2ForCausalLM",
-                 "deepseek_v3": "DeepseekV3ForCausalLM"}
 
 
 def cache_root() -> Path:
@@ -91,7 +86,7 @@ def prune_cache(keep: Path, max_entries: int = CACHE_MAX_ENTRIES, max_bytes: int
 def hf_config(cfg: LiveConfig) -> dict:
     """A Hugging Face style config.json for cfg, so the random folder is a checkpoint like any other."""
     s = cfg.spec
-    out = {"architectures": [ARCHITECTURES.get(s.model_type, "LlamaForCausalLM")], "model_type": s.model_type,
+    out = {"architectures": [s.arch.hf_class], "model_type": s.model_type,
            "hidden_size": s.hidden_size, "num_attention_heads": s.num_attention_heads,
            "num_key_value_heads": s.num_key_value_heads, "head_dim": s.head_dim,
            "intermediate_size": s.intermediate_size, "vocab_size": s.vocab_size,
@@ -101,10 +96,9 @@ def hf_config(cfg: LiveConfig) -> dict:
            "torch_dtype": "bfloat16"}
     if cfg.sliding_window:
         out["sliding_window"] = cfg.sliding_window
-    if s.model_type == "phi3":  # transformers' default pad/eos id (32000) may lie outside the vocabulary
-        out.update(pad_token_id=None, eos_token_id=None)
-    if s.model_type == "olmo3":  # windows per layer type
-        windows = [layer.mixer.window for layer in s.layers if layer.mixer.kind == "sliding_attention"]
+    out.update(s.arch.hf_extra)  # Phi-3: transformers' default pad/eos id (32000) may lie outside the vocabulary
+    windows = [layer.mixer.window for layer in s.layers if layer.mixer.kind == "sliding_attention"]
+    if s.arch.live == "olmo" and windows:  # windows per layer type (OLMo-3)
         out["layer_types"] = ["sliding_attention" if layer.mixer.kind == "sliding_attention" else "full_attention"
                               for layer in s.layers]
         out["sliding_window"] = max(windows, default=4096)
@@ -112,11 +106,11 @@ def hf_config(cfg: LiveConfig) -> dict:
             ropes = {"full_attention": cfg.rope or {"rope_theta": s.rope_theta}, "sliding_attention": cfg.local_rope}
             out["rope_parameters"] = {kind: {"rope_type": "default", **{k: v for k, v in p.items() if k != "rotary_dim"}}
                                       for kind, p in ropes.items()}
-    if s.model_type in GEMMA:  # soft-caps, query_pre_attn_scalar, layer types, RoPE per layer type (Gemma-3)
+    if s.arch.live in ("gemma2", "gemma3"):  # soft-caps, query_pre_attn_scalar, layer types, RoPE per layer type (Gemma-3)
         out.update(hf_gemma_config(cfg))
     if s.is_moe:  # both families read num_experts_per_tok; Qwen3-MoE's dense layers come back as mlp_only_layers
         out.update(num_experts_per_tok=s.num_experts_per_tok, norm_topk_prob=cfg.norm_topk_prob)
-        if s.model_type == "mixtral":
+        if s.arch.routing == "fp32":  # Mixtral
             out.update(num_local_experts=s.num_experts, intermediate_size=s.moe_intermediate_size)
         elif not s.is_mla:  # Qwen-MoE; DeepSeek's fields: hf_mla_config
             out.update(num_experts=s.num_experts, moe_intermediate_size=s.moe_intermediate_size,
@@ -124,7 +118,7 @@ def hf_config(cfg: LiveConfig) -> dict:
                        shared_expert_intermediate_size=s.shared_expert_intermediate_size)
     if s.is_mla:  # DeepSeek: MLA dims, RoPE (YaRN), first_k_dense_replace, routing
         out.update(hf_mla_config(cfg))
-    if s.model_type == GPT_OSS:  # experts, layer types, SwiGLU clamp, RoPE (YaRN); written unquantized
+    if s.arch.live == "gpt_oss":  # experts, layer types, SwiGLU clamp, RoPE (YaRN); written unquantized
         out = {k: v for k, v in out.items() if k not in ("num_experts", "moe_intermediate_size", "mlp_only_layers",
                                                         "decoder_sparse_step", "shared_expert_intermediate_size")}
         out.update(hf_gpt_oss_config(cfg))
@@ -132,79 +126,17 @@ def hf_config(cfg: LiveConfig) -> dict:
 
 
 def checkpoint_shapes(cfg: LiveConfig) -> dict[str, tuple[int, ...]]:
-    """Every tensor of the Hugging Face checkpoint layout for cfg, with its full shape."""
-    s = cfg.spec
-    H, hd, I = s.hidden_size, s.head_dim, s.intermediate_size
-    q, kv = s.num_attention_heads * hd, s.num_key_value_heads * hd
-    fused, post_norm, gemma = s.model_type in FUSED_ON_DISK, s.model_type in POST_NORM, s.model_type in GEMMA
-    qkv = (("qkv_proj", q + 2 * kv),) if fused else (("q_proj", q), ("k_proj", kv), ("v_proj", kv))
-    mlp = ((("gate_up_proj", (2 * I, H)),) if fused else (("gate_proj", (I, H)), ("up_proj", (I, H)))) + (
-        ("down_proj", (H, I)),)
-    out = {"model.embed_tokens.weight": (s.vocab_size, H)}
-    for i in range(s.num_hidden_layers):
-        p = f"model.layers.{i}."
-        if not post_norm:
-            out[p + "input_layernorm.weight"] = (H,)
-        if s.is_mla:  # DeepSeek: latent projections and norms, per-head up-projections, o_proj
-            out.update(mla_shapes(s, p))
-        else:
-            for proj, rows in qkv:
-                out[f"{p}self_attn.{proj}.weight"] = (rows, H)
-                if cfg.qkv_bias:
-                    out[f"{p}self_attn.{proj}.bias"] = (rows,)
-            if s.qk_norm:  # per head, or (OLMo) over the whole q and k
-                out[p + "self_attn.q_norm.weight"], out[p + "self_attn.k_norm.weight"] = \
-                    ((q,), (kv,)) if s.qk_norm_full else ((hd,), (hd,))
-            out[p + "self_attn.o_proj.weight"] = (H, q)
-            if cfg.o_bias:
-                out[p + "self_attn.o_proj.bias"] = (H,)
-        out[p + "post_attention_layernorm.weight"] = (H,)
-        if s.model_type == GPT_OSS:  # sinks, biased router, stacked experts with biases
-            out.update(gpt_oss_shapes(cfg, p))
-            continue
-        if s.is_moe and i in s.moe_layers:
-            out.update(moe_shapes(s, p))
-            continue
-        for proj, shp in mlp:
-            out[f"{p}mlp.{proj}.weight"] = shp
-            if cfg.mlp_bias:
-                out[f"{p}mlp.{proj}.bias"] = shp[:1]
-        if gemma:
-            out[p + "pre_feedforward_layernorm.weight"] = (H,)
-        if post_norm or gemma:
-            out[p + "post_feedforward_layernorm.weight"] = (H,)
-    out["model.norm.weight"] = (H,)
-    if not s.tie_word_embeddings:
-        out["lm_head.weight"] = (s.vocab_size, H)
-    return out
-
-
-def moe_shapes(s: ModelSpec, prefix: str) -> dict[str, tuple[int, ...]]:
-    """One MoE layer's checkpoint tensors: the router (DeepSeek-V3: and its e_score_correction_bias), each
-    expert's gate/up/down (Mixtral: w1/w3/w2), and the shared expert (Qwen2-MoE: and its sigmoid gate)."""
-    block, _ = MOE_FAMILIES[s.model_type]
-    gate, up, down = ("w1", "w3", "w2") if s.model_type == "mixtral" else ("gate_proj", "up_proj", "down_proj")
-    H, I = s.hidden_size, s.moe_intermediate_size
-    out = {f"{prefix}{block}.gate.weight": (s.num_experts, H)}
-    if s.model_type == "deepseek_v3":
-        out[f"{prefix}{block}.gate.e_score_correction_bias"] = (s.num_experts,)
-    for e in range(s.num_experts):
-        ex = f"{prefix}{block}.experts.{e}."
-        out.update({f"{ex}{gate}.weight": (I, H), f"{ex}{up}.weight": (I, H), f"{ex}{down}.weight": (H, I)})
-    if (shared := s.shared_expert_intermediate_size) and s.model_type in SHARED_EXPERTS:
-        sh = f"{prefix}{block}.{SHARED_EXPERTS[s.model_type]}."
-        out.update({f"{sh}gate_proj.weight": (shared, H), f"{sh}up_proj.weight": (shared, H),
-                    f"{sh}down_proj.weight": (H, shared)})
-        if s.model_type == "qwen2_moe":
-            out[f"{prefix}{block}.shared_expert_gate.weight"] = (1, H)
-    return out
+    """Every tensor of the checkpoint the plan maps for cfg (unquantized: random weights are bf16), with its shape on
+    disk: the same list the explorer draws and Run live loads (tpviz.plan.tensors)."""
+    spec = replace(cfg.spec, quant=None, quantization="")
+    return {t.name: tuple(t.shape) for t in tensors(build_plan(spec, cfg.rules))}
 
 
 def iter_random_tensors(cfg: LiveConfig, seed: int):
     """Seeded bf16 weights, one (name, tensor) at a time: N(0, 0.02) matrices, norms 1 + N(0, 0.1) (Gemma's
     stored offsets, which scale by 1 + w: N(0, 0.1)), biases N(0, 0.1) (nothing trivial)."""
     gen = torch.Generator().manual_seed(seed)
-    offset = 0 if cfg.spec.model_type in GEMMA else 1
+    offset = 0 if cfg.spec.arch.live in ("gemma2", "gemma3") else 1
     for name, shape in checkpoint_shapes(cfg).items():
         t = torch.randn(shape, generator=gen)
         if name.endswith("norm.weight"):

@@ -10,11 +10,11 @@ import torch
 from tpviz.errors import DenseEPError, TPSizeError, TpvizError
 from tpviz.live.errors import RANDOM_FLAG, LiveError
 from tpviz.live.model.blocks import full_rope_config, sliding_rope
-from tpviz.live.model.gemma import GEMMA, read_gemma
-from tpviz.live.model.gptoss import GPT_OSS, is_mxfp4, read_gpt_oss
+from tpviz.live.model.gemma import read_gemma
+from tpviz.live.model.gptoss import is_mxfp4, read_gpt_oss
 from tpviz.live.model.decoder import LiveConfig, check_supported
 from tpviz.live.model.mla import read_mla
-from tpviz.live.model.moe import MOE_FAMILIES, routing_config
+from tpviz.live.model.moe import routing_config
 from tpviz.live.load.random_weights import checkpoint_shapes, random_checkpoint
 from tpviz.live.model.rope import rope_parameters
 from tpviz.live.load.weights import checkpoint_files
@@ -52,7 +52,7 @@ def live_config(spec: ModelSpec, raw: dict | None = None, layers: int | None = N
     # OLMo-3's sliding layers carry their own (families.py)
     window = spec.layers[0].mixer.window if {x.mixer.kind for x in spec.layers} == {"sliding_attention"} else None
     # Qwen*-MoE's and DeepSeek-V2's default (transformers'); DeepSeek-V3's is true; Mixtral always renormalizes
-    norm_topk = raw.get("norm_topk_prob", spec.model_type == "deepseek_v3")
+    norm_topk = raw.get("norm_topk_prob", spec.arch.renormalize_default)
     if norm_topk is not None and not isinstance(norm_topk, bool):
         raise LiveError(f"norm_topk_prob={norm_topk!r} must be true or false")
     if layers is not None:
@@ -63,22 +63,23 @@ def live_config(spec: ModelSpec, raw: dict | None = None, layers: int | None = N
             spec = spec.first_layers(layers)
         elif layers > spec.num_hidden_layers:
             notes.append(f"layers={layers} is more than the model's {spec.num_hidden_layers}: all of them run")
-    cfg = LiveConfig(spec=spec, mlp_bias=spec.mlp_bias and spec.model_type not in MOE_FAMILIES,
+    cfg = LiveConfig(spec=spec, mlp_bias=spec.mlp_bias and not spec.arch.live_moe,
                      sliding_window=window if isinstance(window, int) and window > 0 else None,
-                     norm_topk_prob=spec.model_type == "mixtral" or bool(norm_topk), notes=notes)
+                     norm_topk_prob=spec.arch.routing == "fp32" or bool(norm_topk), notes=notes)
     check_supported(cfg.spec)
     # after the family check, so its error comes first; OLMo-3's sliding layers have a RoPE of their own
-    if spec.model_type in GEMMA:  # soft-caps, query_pre_attn_scalar, embedding scale, Gemma-3's two RoPEs
+    if spec.arch.live in ("gemma2", "gemma3"):  # soft-caps, query_pre_attn_scalar, embedding scale, Gemma-3's two RoPEs
         read_gemma(cfg, raw, wrapped)
     elif spec.is_mla:  # RoPE over qk_rope_head_dim (interleaved), the mscale-adjusted softmax scale
         read_mla(cfg, raw)
     else:
-        cfg.rope = rope_parameters(full_rope_config(spec.model_type, raw), spec.head_dim, spec.rope_theta)
-        cfg.local_rope = sliding_rope(spec.model_type, raw, spec.head_dim, spec.rope_theta)
+        cfg.rope = rope_parameters(full_rope_config(raw), spec.head_dim, spec.rope_theta)
+        cfg.local_rope = sliding_rope(spec, raw, spec.head_dim, spec.rope_theta)
     cfg.routing = routing_config(spec, raw, notes)  # DeepSeek's grouped top-k; {} for the others
-    if spec.model_type == GPT_OSS:  # the experts' clamped SwiGLU; MXFP4 experts must cut in whole blocks
+    if spec.arch.live == "gpt_oss":  # the experts' clamped SwiGLU; MXFP4 experts must cut in whole blocks
         read_gpt_oss(cfg, raw)
-    if cfg.rope["rotary_dim"] < spec.head_dim and spec.model_type != "phi3" and not spec.is_mla:  # transformers' Phi-3 turns them too
+    # transformers' own Phi-3 turns the partial rotary dims too; the others ignore partial_rotary_factor
+    if cfg.rope["rotary_dim"] < spec.head_dim and not spec.arch.hf_partial_rotary and not spec.is_mla:
         notes.append(f"partial_rotary_factor: RoPE turns the first {cfg.rope['rotary_dim']} of {spec.head_dim} dims "
                      f"of each head, as vLLM does (transformers' {spec.model_type} ignores it)")
     return cfg

@@ -18,29 +18,28 @@ from torch import nn
 
 from tpviz.errors import TPGroupError, TPSizeError
 from tpviz.layers import RMSNorm, tp_group
-from tpviz.live.model.gemma import GEMMA, GemmaDecoderLayer, GemmaRMSNorm
-from tpviz.live.model.gptoss import GPT_OSS, GptOssDecoderLayer
+from tpviz.live.model.gemma import GemmaDecoderLayer, GemmaRMSNorm
+from tpviz.live.model.gptoss import GptOssDecoderLayer
 from tpviz.live.model.mla import MLADecoderLayer
 from tpviz.live.model.decoder import MLP, Attention, DecoderLayer, LiveConfig, RotaryEmbedding
 from tpviz.live.model.rope import rope_parameters
 
-FUSED_ON_DISK = ("phi3",)  # qkv_proj and gate_up_proj are single checkpoint tensors
-POST_NORM = ("olmo2", "olmo3")  # h + norm(attn(h)), h + norm(mlp(h)); whole-projection q/k norms
 
 
-def full_rope_config(model_type: str, raw: dict) -> dict:
-    """The raw config as rope.rope_parameters reads it for the model-wide RoPE: OLMo-3's rope_parameters come
-    per layer type (transformers 5), and the model-wide RoPE is the full-attention layers' one."""
+def full_rope_config(raw: dict) -> dict:
+    """The raw config as rope.rope_parameters reads it for the model-wide RoPE: rope_parameters given per layer
+    type (OLMo-3, transformers 5) are the full-attention layers' for it."""
     rope = raw.get("rope_parameters")
-    if model_type == "olmo3" and isinstance(rope, dict) and isinstance(rope.get("full_attention"), dict):
+    if isinstance(rope, dict) and isinstance(rope.get("full_attention"), dict):
         return {**raw, "rope_parameters": rope["full_attention"]}
     return raw
 
 
-def sliding_rope(model_type: str, raw: dict, head_dim: int, theta: float) -> dict | None:
+def sliding_rope(spec, raw: dict, head_dim: int, theta: float) -> dict | None:
     """OLMo-3's sliding layers: their own RoPE (rope_parameters["sliding_attention"]; from a legacy flat config,
-    plain RoPE with rope_theta: transformers and vLLM scale only the full layers). None for other families."""
-    if model_type != "olmo3":
+    plain RoPE with rope_theta: transformers and vLLM scale only the full layers). None for other blocks, and
+    for a model without sliding layers."""
+    if spec.arch.live != "olmo" or all(layer.mixer.kind != "sliding_attention" for layer in spec.layers):
         return None
     rope = raw.get("rope_parameters")
     if isinstance(rope, dict) and isinstance(rope.get("sliding_attention"), dict):
@@ -125,11 +124,12 @@ class PostNormDecoderLayer(nn.Module):
 def decoder_layer(cfg: LiveConfig, tp_size: int, tp_rank: int, index: int,
                   experts: tuple[int, ...] | None = None) -> nn.Module:
     """Layer `index` of this family: OLMo's post-norm block, Gemma's four-norm block, else Llama's pre-norm block."""
-    if cfg.spec.model_type in GEMMA:
+    block = cfg.spec.arch.live
+    if block in ("gemma2", "gemma3"):
         return GemmaDecoderLayer(cfg, tp_size, tp_rank, index)
-    if cfg.spec.model_type in POST_NORM:
+    if block == "olmo":  # h + norm(attn(h)), h + norm(mlp(h)); whole-projection q/k norms
         return PostNormDecoderLayer(cfg, tp_size, tp_rank, index)
-    if cfg.spec.model_type == GPT_OSS:  # sinks, biased router, clamped SwiGLU experts (MXFP4 dequantized on load)
+    if block == "gpt_oss":  # sinks, biased router, clamped SwiGLU experts (MXFP4 dequantized on load)
         return GptOssDecoderLayer(cfg, tp_size, tp_rank, index, experts)
     if cfg.spec.is_mla:  # DeepSeek: MLA, then a dense MLP or the MoE block with shared experts
         return MLADecoderLayer(cfg, tp_size, tp_rank, index, experts)
@@ -138,4 +138,5 @@ def decoder_layer(cfg: LiveConfig, tp_size: int, tp_rank: int, index: int,
 
 def final_norm(cfg: LiveConfig) -> nn.Module:
     """The last stage's final norm: Gemma's (1 + w) RMSNorm, else the plain one."""
-    return (GemmaRMSNorm if cfg.spec.model_type in GEMMA else RMSNorm)(cfg.spec.hidden_size, cfg.spec.rms_norm_eps)
+    gemma = cfg.spec.arch.live in ("gemma2", "gemma3")
+    return (GemmaRMSNorm if gemma else RMSNorm)(cfg.spec.hidden_size, cfg.spec.rms_norm_eps)

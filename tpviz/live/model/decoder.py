@@ -16,18 +16,14 @@ from torch import nn
 from tpviz.layers import (MergedColumnParallelLinear, ParallelLMHead, QKVParallelLinear, RMSNorm,
                           RowParallelLinear, VocabParallelEmbedding)
 from tpviz.live.errors import LiveError
-from tpviz.live.model.moe import MOE_FAMILIES, SHARED_EXPERTS, SparseMoeBlock
+from tpviz.live.model.moe import SparseMoeBlock
 from tpviz.live.model.rope import BY_LENGTH, frequencies
 from tpviz.deploy.parallel import stage_layers
 from tpviz.rules import ruleset
+from tpviz.archs import REGISTRY
 from tpviz.config.spec import ModelSpec
 
-GEMMA_FAMILIES = ("gemma2", "gemma3", "gemma3_text")  # gemma.py (gemma3: a multimodal config's text decoder)
-GPT_OSS = "gpt_oss"  # attention sinks, biased router, clamped SwiGLU experts, MXFP4 checkpoints: gptoss.py
-FAMILIES = ("llama", "mistral", "qwen2", "qwen3", "phi3", "olmo2", "olmo3", *MOE_FAMILIES,  # Phi-3, OLMo: families.py
-            *GEMMA_FAMILIES, GPT_OSS)
-NO_BIAS = ("mistral", "mixtral")  # their attention never has biases, whatever the config says
-MLA_FAMILIES = ("deepseek_v2", "deepseek_v3")  # multi-head latent attention: mla.py
+GELU_BLOCKS = ("gemma2", "gemma3")  # Gemma's GELU-tanh MLPs (gemma.read_gemma); the others run SiLU
 
 
 @dataclass
@@ -51,11 +47,11 @@ class LiveConfig:
 
     @property
     def qkv_bias(self) -> bool:
-        return self.spec.attention_bias and self.spec.model_type not in NO_BIAS
+        return self.spec.attention_bias
 
     @property
     def o_bias(self) -> bool:
-        return self.spec.o_proj_bias and self.spec.model_type not in NO_BIAS
+        return self.spec.o_proj_bias
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -98,31 +94,37 @@ class Stage:
         return not self.last and (parts[:2] == ["model", "norm"] or parts[0] == "lm_head")
 
 
+def live_types(block: str | None = None) -> list[str]:
+    """The model_types Run live runs (with this block, when given), from the registry."""
+    return [t for t, a in REGISTRY.items() if a.live and (block is None or a.live == block)]
+
+
 def check_supported(spec: ModelSpec) -> None:
     """Raise a one-line LiveError unless the live model can run this architecture faithfully."""
-    if spec.is_mla and spec.model_type not in MLA_FAMILIES:
+    arch, mla = spec.arch, live_types("mla")
+    if spec.is_mla and arch.live != "mla":
         raise LiveError(f"{spec.name} uses MLA ({spec.model_type}), which the live check runs for "
-                        f"{', '.join(MLA_FAMILIES)} only")
-    if spec.model_type in MLA_FAMILIES and not spec.is_mla:
+                        f"{', '.join(mla)} only")
+    if arch.live == "mla" and not spec.is_mla:
         raise LiveError(f"{spec.name} is a {spec.model_type} config without kv_lora_rank; the live check runs "
                         "DeepSeek with MLA only")
-    if spec.is_moe and spec.model_type != GPT_OSS and (spec.model_type not in MOE_FAMILIES or (spec.shared_expert_intermediate_size
-                                                                and spec.model_type not in SHARED_EXPERTS)):
+    if spec.is_moe and (not arch.live_moe or (spec.shared_expert_intermediate_size and not arch.live_shared)):
+        moe = [t for t, a in REGISTRY.items() if a.live_moe and a.live != "gpt_oss"]
+        shared = [t for t, a in REGISTRY.items() if a.live_shared]
         raise LiveError(f"{spec.name} uses {spec.model_type} MoE, which the live check does not support yet; "
-                        f"it runs MoE for {', '.join(MOE_FAMILIES)} only (shared experts: "
-                        f"{', '.join(SHARED_EXPERTS)})")
-    if spec.model_type in MLA_FAMILIES and (spec.attention_bias or spec.mlp_bias):
+                        f"it runs MoE for {', '.join(moe)} only (shared experts: {', '.join(shared)})")
+    if arch.live == "mla" and (spec.attention_bias or spec.mlp_bias):
         raise LiveError(f"{spec.name} sets attention_bias or mlp_bias; vLLM 0.33 builds DeepSeek's projections "
                         "without biases, and so does the live check")
-    if spec.model_type not in FAMILIES:
-        raise LiveError(f"the live check runs {', '.join(FAMILIES)} models; "
+    if not arch.live:
+        raise LiveError(f"the live check runs {', '.join(live_types())} models; "
                         f"{spec.name} is model_type {spec.model_type!r}")
-    if spec.model_type == "mixtral" and not spec.is_moe:
-        raise LiveError(f"{spec.name} is a Mixtral config without experts (num_local_experts)")
+    if arch.needs_experts and not spec.is_moe:
+        raise LiveError(f"{spec.name} is a {arch.hf_class} config without experts (num_local_experts)")
     if spec.is_moe and not 1 <= spec.num_experts_per_tok <= spec.num_experts:
         raise LiveError(f"num_experts_per_tok={spec.num_experts_per_tok} must be between 1 and "
                         f"num_experts={spec.num_experts}")
-    if spec.hidden_act != "silu" and spec.model_type not in GEMMA_FAMILIES:  # Gemma's GELU-tanh: gemma.read_gemma
+    if spec.hidden_act != "silu" and arch.live not in GELU_BLOCKS:  # Gemma's GELU-tanh: gemma.read_gemma
         raise LiveError(f"hidden_act={spec.hidden_act!r}: the live check runs SiLU-gated MLPs only")
 
 
@@ -235,7 +237,7 @@ class DecoderLayer(nn.Module):
         self.self_attn = self.attention(cfg, tp_size, tp_rank)
         self.post_attention_layernorm = RMSNorm(s.hidden_size, s.rms_norm_eps)
         if s.is_moe and index in s.moe_layers:  # Qwen3-MoE's mlp_only_layers stay dense (spec.dense_layers)
-            self.ffn_name = MOE_FAMILIES[s.model_type][0]  # Mixtral: block_sparse_moe, Qwen3-MoE: mlp
+            self.ffn_name = s.arch.names.mlp.rstrip(".")  # Mixtral: block_sparse_moe, Qwen3-MoE: mlp
             self.add_module(self.ffn_name, SparseMoeBlock(s, cfg.norm_topk_prob, tp_size, tp_rank, experts,
                                                           cfg.routing))
         else:

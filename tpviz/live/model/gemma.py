@@ -23,13 +23,13 @@ from torch import nn
 
 from tpviz.layers import RMSNorm
 from tpviz.live.errors import LiveError
-from tpviz.live.model.decoder import GEMMA_FAMILIES, MLP, Attention, LiveConfig, RotaryEmbedding
+from tpviz.archs import arch_of
+from tpviz.live.model.decoder import MLP, Attention, LiveConfig, RotaryEmbedding
 from tpviz.live.model.rope import rope_parameters
 
-GEMMA = GEMMA_FAMILIES  # gemma2, gemma3_text, and gemma3 (a multimodal config's text decoder)
 ACTIVATION = "gelu_pytorch_tanh"
 # transformers 5 defaults when a config leaves a field out (Gemma-2 soft-caps by default, Gemma-3 does not)
-SOFTCAP_DEFAULTS = {"gemma2": (50.0, 30.0), "gemma3": (None, None), "gemma3_text": (None, None)}
+SOFTCAP_DEFAULTS = {"gemma2": (50.0, 30.0), "gemma3": (None, None)}  # by live block
 
 
 class GemmaRMSNorm(RMSNorm):
@@ -51,11 +51,11 @@ def _positive(raw: dict, key: str, default) -> float | None:
     return float(v)
 
 
-def gemma_ropes(model_type: str, raw: dict, head_dim: int, theta: float) -> tuple[dict, dict | None]:
+def gemma_ropes(block: str, raw: dict, head_dim: int, theta: float) -> tuple[dict, dict | None]:
     """(the model-wide or full layers' RoPE, Gemma-3's sliding layers' RoPE or None), as rope_parameters gives.
     Gemma-3 reads rope_parameters per layer type (transformers 5), else rope_theta (default 1e6) with rope_scaling
     for the full layers and rope_local_base_freq (default 1e4, never scaled) for the sliding ones."""
-    if model_type == "gemma2":
+    if block == "gemma2":
         return rope_parameters(raw, head_dim, theta), None
     rope = raw.get("rope_parameters") or {}
     if not isinstance(rope, dict):
@@ -75,7 +75,7 @@ def gemma_ropes(model_type: str, raw: dict, head_dim: int, theta: float) -> tupl
 def read_gemma(cfg: LiveConfig, raw: dict, multimodal: bool = False) -> None:
     """Fill cfg with the Gemma facts the spec leaves out (raw: the text config of a `multimodal` wrapper, or the
     config itself), or refuse in one line."""
-    s, kind = cfg.spec, cfg.spec.model_type
+    s, kind = cfg.spec, cfg.spec.arch.live
     act = raw.get("hidden_activation") or ACTIVATION  # what transformers' Gemma reads (not hidden_act)
     if act != ACTIVATION:
         raise LiveError(f"hidden_activation={act!r}: Gemma runs {ACTIVATION} (vLLM accepts no other)")
@@ -101,8 +101,8 @@ def hf_gemma_config(cfg: LiveConfig) -> dict:
     s = cfg.spec
     scalar = cfg.attn_scale ** -2 if cfg.attn_scale else 256
     windows = [layer.mixer.window for layer in s.layers if layer.mixer.kind == "sliding_attention"]
-    out = {"model_type": "gemma2" if s.model_type == "gemma2" else "gemma3_text",
-           "architectures": ["Gemma2ForCausalLM" if s.model_type == "gemma2" else "Gemma3ForCausalLM"],
+    text = s.arch.text_model or s.model_type  # a multimodal Gemma-3 runs (and writes) its text decoder
+    out = {"model_type": text, "architectures": [arch_of(text).hf_class],
            "hidden_act": ACTIVATION, "hidden_activation": ACTIVATION,
            "query_pre_attn_scalar": round(scalar) if abs(scalar - round(scalar)) < 1e-6 else scalar,
            "attn_logit_softcapping": cfg.attn_softcap, "final_logit_softcapping": cfg.final_softcap,
@@ -111,7 +111,7 @@ def hf_gemma_config(cfg: LiveConfig) -> dict:
            "sliding_window": max(windows, default=4096)}
     ropes = {"full_attention": cfg.rope, "sliding_attention": cfg.local_rope}
     ropes = {k: {key: v for key, v in p.items() if key != "rotary_dim"} for k, p in ropes.items() if p}
-    if s.model_type == "gemma2":
+    if s.arch.live == "gemma2":
         out.update(rope_parameters=ropes.get("full_attention") or {"rope_type": "default", "rope_theta": s.rope_theta})
     else:
         out.update(rope_parameters=ropes)

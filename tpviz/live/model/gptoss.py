@@ -28,7 +28,7 @@ from tpviz.errors import TensorError
 from tpviz.layers import RMSNorm, ReplicatedLinear, tp_group
 from tpviz.layers.mxfp4 import mxfp4_rows
 from tpviz.live.errors import LiveError
-from tpviz.live.model.decoder import GPT_OSS, Attention, LiveConfig
+from tpviz.live.model.decoder import Attention, LiveConfig
 from tpviz.live.model.moe import SparseMoeBlock
 from tpviz.live.check.routing import note as note_routing
 from tpviz.live.model.rope import rope_parameters
@@ -45,7 +45,7 @@ DEFAULT_ROPE = {"rope_type": "yarn", "factor": 32.0, "beta_fast": 32.0, "beta_sl
 def is_mxfp4(cfg: LiveConfig) -> bool:
     """A gpt-oss MXFP4 checkpoint: the one quantized format Run live loads (dequantizing while it reads)."""
     q = cfg.spec.quant
-    return cfg.spec.model_type == GPT_OSS and q is not None and q.scheme == "mxfp4"
+    return cfg.spec.arch.mxfp4 and q is not None and q.scheme == "mxfp4"
 
 
 def read_gpt_oss(cfg: LiveConfig, raw: dict) -> None:
@@ -252,16 +252,6 @@ class GptOssDecoderLayer(nn.Module):
     def forward(self, positions: torch.Tensor, h: torch.Tensor) -> torch.Tensor:
         h = h + self.self_attn(positions, self.input_layernorm(h))
         return h + self.mlp(self.post_attention_layernorm(h))
-
-
-def gpt_oss_shapes(cfg: LiveConfig, prefix: str) -> dict[str, tuple[int, ...]]:
-    """One layer's sinks and experts as transformers stores them unquantized (random weights, size checks)."""
-    s = cfg.spec
-    H, E, I = s.hidden_size, s.num_experts, s.moe_intermediate_size
-    m = f"{prefix}mlp."
-    return {f"{prefix}self_attn.sinks": (s.num_attention_heads,), f"{m}router.weight": (E, H), f"{m}router.bias": (E,),
-            f"{m}experts.gate_up_proj": (E, H, 2 * I), f"{m}experts.gate_up_proj_bias": (E, 2 * I),
-            f"{m}experts.down_proj": (E, I, H), f"{m}experts.down_proj_bias": (E, H)}
 
 
 def hf_gpt_oss_config(cfg: LiveConfig) -> dict:

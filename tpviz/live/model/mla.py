@@ -107,27 +107,12 @@ class MLADecoderLayer(DecoderLayer):
     attention = MLAttention
 
 
-def mla_shapes(s: ModelSpec, prefix: str) -> dict[str, tuple[int, ...]]:
-    """One layer's MLA checkpoint tensors (under `prefix`self_attn.), with their full shapes."""
-    H, h, qk = s.hidden_size, s.num_attention_heads, s.qk_nope_head_dim + s.qk_rope_head_dim
-    p = prefix + "self_attn."
-    if s.q_lora_rank:
-        out = {p + "q_a_proj.weight": (s.q_lora_rank, H), p + "q_a_layernorm.weight": (s.q_lora_rank,),
-               p + "q_b_proj.weight": (h * qk, s.q_lora_rank)}
-    else:
-        out = {p + "q_proj.weight": (h * qk, H)}
-    return {**out, p + "kv_a_proj_with_mqa.weight": (s.kv_lora_rank + s.qk_rope_head_dim, H),
-            p + "kv_a_layernorm.weight": (s.kv_lora_rank,),
-            p + "kv_b_proj.weight": (h * (s.qk_nope_head_dim + s.v_head_dim), s.kv_lora_rank),
-            p + "o_proj.weight": (H, h * s.v_head_dim)}
-
-
 def read_mla(cfg: LiveConfig, raw: dict) -> None:
     """The raw-config facts MLA needs: RoPE over qk_rope_head_dim, its layout, the softmax scale; notes where
     transformers and vLLM differ."""
     s = cfg.spec
     cfg.rope = rope_parameters(raw, s.qk_rope_head_dim, s.rope_theta)
-    interleave = raw.get("rope_interleave", True) if s.model_type == "deepseek_v3" else True  # V2: always pairs
+    interleave = raw.get("rope_interleave", True) if s.arch.routing == "v3" else True  # V2: always pairs
     if not isinstance(interleave, bool):
         raise LiveError(f"rope_interleave={interleave!r} must be true or false")
     cfg.rope_interleave = interleave
@@ -152,14 +137,14 @@ def hf_mla_config(cfg: LiveConfig) -> dict:
     if "factor" in rope and "original_max_position_embeddings" in rope:
         out["max_position_embeddings"] = cfg.rope.get("max_position_embeddings") or int(
             rope["factor"] * rope["original_max_position_embeddings"])
-    if s.model_type == "deepseek_v3":
+    if s.arch.routing == "v3":
         out["rope_interleave"] = cfg.rope_interleave
     moe = s.moe_layers
     out["first_k_dense_replace"] = moe[0] if moe else s.num_hidden_layers
     if len(moe) > 1 and moe != list(range(moe[0], s.num_hidden_layers)):  # vLLM reads it; transformers does not
         out["moe_layer_freq"] = moe[1] - moe[0]
     if s.is_moe:
-        v3 = s.model_type == "deepseek_v3"
+        v3 = s.arch.routing == "v3"
         out.update(n_routed_experts=s.num_experts, num_experts_per_tok=s.num_experts_per_tok,
                    moe_intermediate_size=s.moe_intermediate_size,
                    n_shared_experts=s.shared_expert_intermediate_size // s.moe_intermediate_size or None,

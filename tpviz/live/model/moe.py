@@ -33,12 +33,6 @@ from tpviz.live.errors import LiveError
 from tpviz.live.check.routing import note as note_routing
 from tpviz.config.spec import ModelSpec
 
-# model_type -> (the block's checkpoint name, the expert down projection's name); gate/up load into gate_up_proj
-MOE_FAMILIES = {"mixtral": ("block_sparse_moe", "w2"), "qwen3_moe": ("mlp", "down_proj"),
-                "qwen2_moe": ("mlp", "down_proj"), "deepseek_v2": ("mlp", "down_proj"),
-                "deepseek_v3": ("mlp", "down_proj")}
-SHARED_EXPERTS = {"qwen2_moe": "shared_expert", "deepseek_v2": "shared_experts", "deepseek_v3": "shared_experts"}
-GROUPED = ("deepseek_v2", "deepseek_v3")  # routed by grouped_route, as routing_config reads the config
 
 
 class Expert(nn.Module):
@@ -123,9 +117,9 @@ def grouped_route(logits: torch.Tensor, bias: torch.Tensor | None, top_k: int, r
 def routing_config(spec: ModelSpec, raw: dict, notes: list[str]) -> dict:
     """DeepSeek's routing as the config says (transformers' defaults when a field is absent), checked in one
     LiveError line; {} for the softmax-top-k families."""
-    if spec.model_type not in GROUPED or not spec.is_moe:
+    if spec.arch.routing not in ("v2", "v3") or not spec.is_moe:
         return {}
-    v3, E, k = spec.model_type == "deepseek_v3", spec.num_experts, spec.num_experts_per_tok
+    v3, E, k = spec.arch.routing == "v3", spec.num_experts, spec.num_experts_per_tok
     scoring, method = raw.get("scoring_func"), raw.get("topk_method")
     if v3 and (scoring or "sigmoid", method or "noaux_tc") != ("sigmoid", "noaux_tc"):
         raise LiveError(f"deepseek_v3 with scoring_func={scoring!r}, topk_method={method!r}: the live check routes V3 "
@@ -172,21 +166,23 @@ class SparseMoeBlock(nn.Module):
         super().__init__()
         H, E = spec.hidden_size, spec.num_experts
         self.top_k, self.tp_size, self.routing = spec.num_experts_per_tok, tp_size, routing or None
-        self.mixtral = spec.model_type == "mixtral"
-        self.renormalize = self.mixtral or norm_topk_prob  # Mixtral always renormalizes the top-k
+        self.fp32 = spec.arch.routing == "fp32"  # Mixtral: softmax in float32, the top-k always renormalized
+        self.renormalize = self.fp32 or norm_topk_prob
         self.gate = (DeepseekGate(H, E, tp_size, tp_rank, self.routing["correction_bias"]) if self.routing
                      else ReplicatedLinear(H, E, tp_size, tp_rank))
-        down_name = MOE_FAMILIES[spec.model_type][1]
+        names = spec.arch.names
+        down_name = names.expert_down  # gate/up load into gate_up_proj
         cut = (1, 0) if experts is not None else (tp_size, tp_rank)  # EP: whole experts, only this rank's
         ids = range(E) if experts is None else experts
         self.experts = nn.ModuleDict({str(e): Expert(H, spec.moe_intermediate_size, *cut, down_name)
                                       for e in ids})  # keyed by global id: names stay experts.N.*
-        self.shared_name = SHARED_EXPERTS.get(spec.model_type) if spec.shared_expert_intermediate_size else None
+        self.shared_name = names.shared.rstrip(".") if spec.shared_expert_intermediate_size else None
         if self.shared_name:  # TP-split like a dense MLP, under EP too
             self.add_module(self.shared_name, Expert(H, spec.shared_expert_intermediate_size, tp_size, tp_rank,
                                                      "down_proj"))
-            if spec.model_type == "qwen2_moe":
-                self.shared_expert_gate = ReplicatedLinear(H, 1, tp_size, tp_rank)
+            self.shared_gate = names.shared_gate  # Qwen2-MoE: the shared expert scaled by a sigmoid gate
+            if self.shared_gate:
+                self.add_module(self.shared_gate, ReplicatedLinear(H, 1, tp_size, tp_rank))
         self.reduce_results = True  # False (the skip-allreduce injection) leaves each rank its partial sum
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -199,10 +195,10 @@ class SparseMoeBlock(nn.Module):
             if (forced := note_routing(self, ids=ids, **seen)) is not ids:  # the check's fp32 reference
                 weights, ids = grouped_route(logits, bias, self.top_k, self.routing, self.renormalize, ids=forced)
         else:
-            weights, ids = route(logits, self.top_k, self.renormalize, keep_fp32=self.mixtral)
+            weights, ids = route(logits, self.top_k, self.renormalize, keep_fp32=self.fp32)
             # softmax keeps the logits' order: top-k ranks them
             if (forced := note_routing(self, logits, ids)) is not ids:
-                weights, ids = route(logits, self.top_k, self.renormalize, keep_fp32=self.mixtral, ids=forced)
+                weights, ids = route(logits, self.top_k, self.renormalize, keep_fp32=self.fp32, ids=forced)
         out = torch.zeros_like(x)
         slots = ids.T  # [top_k, tokens]: where() then lists hits by (slot, token), as transformers does
         for e, expert in self.experts.items():
@@ -215,8 +211,8 @@ class SparseMoeBlock(nn.Module):
             out.index_add_(0, token, y.to(out.dtype))
         if self.shared_name:
             shared = getattr(self, self.shared_name)(x)
-            if hasattr(self, "shared_expert_gate"):  # Qwen2-MoE: sigmoid of a replicated [1, hidden] linear
-                shared = torch.sigmoid(self.shared_expert_gate(x)) * shared
+            if self.shared_gate:  # Qwen2-MoE: sigmoid of a replicated [1, hidden] linear
+                shared = torch.sigmoid(getattr(self, self.shared_gate)(x)) * shared
             out = out + shared
         if self.reduce_results and (group := tp_group(self.tp_size)) is not None:
             dist.all_reduce(out, group=group)  # the block's only collective (expert downs skip theirs)

@@ -1,0 +1,64 @@
+"""Hybrid and heterogeneous decoders: Nemotron-H (Mamba2, attention and MoE layers by pattern; vLLM 0.33
+models/nemotron_h.py), LFM2 (short convolutions and attention; models/lfm2.py) and ChatGLM (fused q/k/v with
+multi-query groups; models/chatglm.py)."""
+from dataclasses import replace
+
+from tpviz.archs.base import Arch
+from tpviz.archs.names import LLAMA
+from tpviz.config.fields import read_int
+from tpviz.errors import ConfigError
+
+NEMOTRON_H = replace(LLAMA, embed="backbone.embeddings.weight", final_norm="backbone.norm_f",
+                     layer="backbone.layers.*.", block_norms=("norm",), mixer_norms=(), ffn_norms=(), attn="mixer.",
+                     mlp="mixer.", shared="shared_experts.", mamba="mixer.")
+LFM2 = replace(LLAMA, final_norm="model.embedding_norm", mixer_norms=("operator_norm",), ffn_norms=("ffn_norm",),
+               o="out_proj", q_norm="q_layernorm", k_norm="k_layernorm", mlp="feed_forward.", gate="w1", up="w3",
+               down="w2")
+CHATGLM = replace(LLAMA, embed="transformer.embedding.word_embeddings.weight",
+                  lm_head="transformer.output_layer.weight", final_norm="transformer.encoder.final_layernorm",
+                  layer="transformer.encoder.layers.*.", attn="self_attention.", qkv_fused="query_key_value",
+                  o="dense", gate_up_fused="dense_h_to_4h", down="dense_4h_to_h")
+
+
+def nemotron_h_fields(cfg: dict) -> dict:
+    """Per-MLP-layer sizes (resolved by the pattern reader), the shared experts' total size; latent MoE refused."""
+    if isinstance(cfg.get("intermediate_size"), list):
+        cfg["mlp_sizes"] = [read_int({"intermediate_size": v}, "intermediate_size") for v in cfg["intermediate_size"]]
+        cfg["intermediate_size"] = max(cfg["mlp_sizes"], default=None)
+    shared, count = cfg.get("moe_shared_expert_intermediate_size"), cfg.get("n_shared_experts")
+    if count and shared is not None:
+        cfg["shared_expert_intermediate_size"] = read_int(cfg, "moe_shared_expert_intermediate_size") * read_int(
+            cfg, "n_shared_experts")
+    cfg["n_shared_experts"] = None
+    if cfg.get("moe_latent_size"):
+        raise ConfigError("moe_latent_size (latent MoE) is set; tpviz does not model latent MoE projections yet")
+    return cfg
+
+
+def lfm2_fields(cfg: dict) -> dict:
+    """LFM2's MLP size: block_ff_dim, adjusted to 2/3, times the multiplier, rounded up to block_multiple_of."""
+    size = read_int(cfg, "block_ff_dim", default=cfg.get("intermediate_size"))
+    if cfg.get("block_auto_adjust_ff_dim", True):
+        size = int(2 * size / 3)
+        mult = cfg.get("block_ffn_dim_multiplier")
+        if mult is not None:
+            if isinstance(mult, bool) or not isinstance(mult, (int, float)) or mult <= 0:
+                raise ConfigError(f"block_ffn_dim_multiplier={mult!r} must be a positive number")
+            size = int(mult * size)
+        of = read_int(cfg, "block_multiple_of", default=256)
+        size = of * ((size + of - 1) // of)
+    cfg["intermediate_size"] = size
+    return cfg
+
+
+def chatglm_kv(cfg: dict, heads: int, kv: int) -> int:
+    """ChatGLM without multi-query attention runs one KV head per query head."""
+    return heads if cfg.get("multi_query_attention") is False and cfg.get("multi_query") is not True else kv
+
+
+RECORDS = [
+    Arch("nemotron_h", "NemotronHForCausalLM", NEMOTRON_H, adapt=nemotron_h_fields, gated_mlp=False,
+         score_bias="always", state_dtype="float32", experts="ungated"),
+    Arch("lfm2", "Lfm2ForCausalLM", LFM2, adapt=lfm2_fields, tied=True, qk_norm="head"),
+    Arch("chatglm", "ChatGLMModel", CHATGLM, kv_heads=chatglm_kv),
+]
