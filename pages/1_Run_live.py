@@ -11,7 +11,8 @@ from explorer.run_live import (PHASES, PhaseStatus, injection_hint, injection_re
                                model_input, show_memory, show_result, text_input, typed_shape)
 from explorer.text import literal
 from tpviz.errors import TpvizError
-from tpviz.live.check.verify import NOISE_MULTIPLE, verify
+from tpviz.live.check.compare import NOISE_MULTIPLE
+from tpviz.live.check.verify import verify
 from tpviz.live.errors import for_page
 from tpviz.live.check.inject import INJECTIONS
 from tpviz.live.load.inputs import parse_ids_text

@@ -1,9 +1,13 @@
 """Helpers the live family tests share: a checkpoint's tensor shapes, our tp=1 logits (with a change), and the
 two checks every family makes against transformers."""
+from dataclasses import replace
+
 import torch
 from safetensors import safe_open
 
 from tpviz.live import LiveConfig, LiveForCausalLM, load_weights, prepare, resolve_model
+from tpviz.config.sources import load_spec
+from tpviz.live.load.weights import LoadingMap
 from tpviz.live.run.worker import run_model
 
 
@@ -37,12 +41,14 @@ def random_round_trip(config, ids: torch.Tensor, seed: int = 0):
 def tp1_logits(folder, ids: torch.Tensor, patch=None, edit=None) -> torch.Tensor:
     """Our tp=1 logits for ids: as loaded, with patch(job cfg dict) applied to the config first, or with
     edit(model) applied to the loaded model (to switch one feature off and show it matters)."""
-    prep = prepare(folder, 1, device="cpu", input_ids=ids)
-    if patch:
-        patch(prep.job["cfg"])
+    job = prepare(folder, 1, device="cpu", input_ids=ids).job
+    if patch:  # on the config as a dict, as the ranks used to receive it
+        cfg = job.cfg.to_dict()
+        patch(cfg)
+        job = replace(job, cfg=LiveConfig.from_dict(cfg))
     if edit is None:
-        return run_model(prep.job, 0, 1, torch.device("cpu"))[0]
-    model = LiveForCausalLM(LiveConfig.from_dict(prep.job["cfg"]))
+        return run_model(job, 0, 1, torch.device("cpu"))[0]
+    model = LiveForCausalLM(job.cfg)
     load_weights(model, folder)
     edit(model)
     with torch.inference_mode():
@@ -55,3 +61,9 @@ def add_tokenizer(folder, vocab_size: int) -> None:
     tok = Tokenizer(models.WordLevel({f"t{i}": i for i in range(vocab_size)}, unk_token="t0"))
     tok.pre_tokenizer = pre_tokenizers.Whitespace()
     tok.save(str(folder / "tokenizer.json"))
+
+
+def loading_map(source, layers: int | None = None) -> LoadingMap:
+    """The plan-derived loading map of a model source (a folder, config or preset), shrunk to `layers`."""
+    spec = load_spec(source)
+    return LoadingMap(spec.first_layers(layers) if layers else spec)

@@ -1,8 +1,10 @@
 """Run live: a real TP forward pass over spawned ranks (or torchrun), checked against a single device."""
-from tpviz.live.check.verify import FP32_TOL, NOISE_MULTIPLE, prepare, verify
+from tpviz.live.check.compare import FP32_TOL, NOISE_MULTIPLE
+from tpviz.live.check.verify import prepare, verify
 from tpviz.live.errors import LiveError, RankFailure
 from tpviz.live.check.inject import INJECTIONS, Injection
-from tpviz.live.model.decoder import LiveConfig, LiveForCausalLM
+from tpviz.live.model.config import LiveConfig
+from tpviz.live.model.causal_lm import LiveForCausalLM
 from tpviz.live.check.results import Environment, LayerDiff, RankReport, VerifyResult
 from tpviz.live.run.runner import choose_backend
 from tpviz.live.load.random_weights import random_checkpoint

@@ -2,6 +2,8 @@
 called noise, never a pass; a real TP bug in an MoE model still fails in bf16 and is not explained away; the fp32
 reference follows the bf16 run's experts, so the noise floor is rounding, not an expert swap."""
 import pytest
+from dataclasses import replace
+
 import torch
 
 from tpviz.live import prepare, verify
@@ -72,7 +74,7 @@ def test_fp32_reference_follows_the_bf16_experts(near_tie):
     run's choice it is rounding only, and the block still records its own choice."""
     job = prepare(near_tie, 1, device="cpu", input_ids=IDS, dtype="bfloat16").job
     ref = reference(job, torch.device("cpu"))
-    alone, hidden_alone, _ = run_model({**job, "dtype": "float32"}, 0, 1, torch.device("cpu"))
+    alone, hidden_alone, _ = run_model(replace(job, dtype="float32"), 0, 1, torch.device("cpu"))
     followed = float((ref["logits"] - ref["logits32"]).abs().max())
     assert followed < float((ref["logits"] - alone).abs().max()) / 10
     own, bf16 = split(ref["hidden32"])[1], split(ref["hidden"])[1]

@@ -148,8 +148,8 @@ def test_the_shrunk_model_reads_only_its_layers_of_the_cached_weights(tiny, hf_c
     source = resolve_model("tpviz-test/tiny-llama", layers=1)
     assert not source.random_weights and source.cfg.spec.num_hidden_layers == 1
     assert source.checkpoint.parent.name == "snapshots" and source.checkpoint.name == COMMIT
-    from tpviz.live.load.weights import param_target
-    assert param_target("model.layers.1.mlp.down_proj.weight", 1) is None  # the loader skips layer 1
+    from tpviz.live.load.weights import LoadingMap
+    assert LoadingMap(source.cfg.spec).target("model.layers.1.mlp.down_proj.weight") is None  # it skips layer 1
     assert not any("were not fetched" in n for n in source.cfg.notes)  # every shard is cached: nothing was saved
 
 

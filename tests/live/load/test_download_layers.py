@@ -8,7 +8,7 @@ import pytest
 from tpviz.errors import WeightsError
 from tpviz.live.load import download
 from tpviz.live.load.download import Download, human_size, shrink_note
-from tpviz.live.model.decoder import LiveForCausalLM
+from tpviz.live.model.causal_lm import LiveForCausalLM
 from tpviz.live.load.source import resolve_model
 from tpviz.live.load.weights import load_weights
 from tpviz.cli.verify import main

@@ -4,7 +4,7 @@ maps, for every family Run live runs. A family added to one side only fails here
 import pytest
 
 import tpviz
-from tpviz.live.model.decoder import live_types
+from tpviz.live.model.config import live_types
 from tpviz.live.load.random_weights import checkpoint_shapes
 from tpviz.live.load.source import live_config
 from tpviz.config.sources import presets
@@ -63,3 +63,22 @@ def test_a_tensor_on_one_side_only_is_caught():
     shapes.pop("model.layers.0.self_attn.k_norm.weight")
     m = tpviz.shard_map(cfg, 1, tensor_names=set(shapes))
     assert not m.checkpoint["verified"]
+
+
+def test_each_rank_checks_its_parameters_against_the_explorers_map():
+    """A rank's parameters are the map on screen: equal shapes pass (and are counted); a layer that built another
+    shape than the plan draws is named in one line, before any forward pass."""
+    import torch
+    from tpviz.errors import WeightsError
+    from tpviz.live.load.weights import check_against_map
+    from tpviz.live.model.causal_lm import LiveForCausalLM
+    cfg = small_config("qwen3")
+    live = live_config(normalize(cfg, "qwen3"), cfg)
+    with torch.device("meta"):
+        model = LiveForCausalLM(live, 2, 1)
+    assert check_against_map(model, 1) == len(dict(model.named_parameters()))
+    mlp = model.model.layers[0].mlp
+    mlp.gate_up_proj.weight = torch.nn.Parameter(torch.empty(48, 64, device="meta"), requires_grad=False)
+    with pytest.raises(WeightsError, match=r"^rank 1: model\.layers\.0\.mlp\.gate_up_proj\.weight holds \[48, 64\], "
+                                           r"but the map draws \[96, 64\] for this rank"):
+        check_against_map(model, 1)

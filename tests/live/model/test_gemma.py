@@ -16,7 +16,7 @@ from tpviz.live.errors import LiveError
 from tpviz.live.model.decoder import MLP
 from tpviz.live.load.random_weights import checkpoint_shapes, hf_config
 from tpviz.live.load.source import live_config
-from tpviz.live.load.weights import param_target
+from tests.live.checks import loading_map
 from tpviz.live.run.worker import run_model
 from tpviz.config.sources import resolve_config
 from tpviz.config.spec import normalize
@@ -224,9 +224,9 @@ def test_multimodal_checkpoint_runs_its_text_decoder(tmp_path):
     # both layouts transformers has written: before 4.52 (language_model.model.*) and after (model.language_model.*)
     for name in ("language_model.model.layers.1.self_attn.q_proj.weight",
                  "model.language_model.layers.1.self_attn.q_proj.weight"):
-        assert param_target(name, 4) == ("model.layers.1.self_attn.qkv_proj.weight", "q")
-    assert param_target("language_model.lm_head.weight", 4) == ("lm_head.weight", None)
-    assert param_target("model.vision_tower.vision_model.post_layernorm.weight", 4) is None
+        assert loading_map(tmp_path).target(name) == ("model.layers.1.self_attn.qkv_proj.weight", "q")
+    assert loading_map(tmp_path).target("language_model.lm_head.weight") == ("lm_head.weight", None)
+    assert loading_map(tmp_path).target("model.vision_tower.vision_model.post_layernorm.weight") is None
 
 
 def test_legacy_preset_configs():

@@ -12,7 +12,7 @@ from tpviz.live.model import gptoss
 from tpviz.live.errors import LiveError
 from tpviz.live.load.random_weights import checkpoint_shapes, hf_config
 from tpviz.live.load.source import live_config
-from tpviz.live.load.weights import param_target
+from tests.live.checks import loading_map
 from tpviz.config.spec import normalize
 from tests.live.checks import random_round_trip, saved_shapes, tp1_logits, tp1_matches
 
@@ -143,14 +143,18 @@ def test_details_matter(tiny_oss, detail):
     assert (tp1_logits(folder, IDS, patch, edit) - expected).abs().max() > 1e-3
 
 
-def test_checkpoint_names_map():
-    assert param_target("model.layers.1.mlp.experts.gate_up_proj_blocks", 4) == \
+def test_checkpoint_names_map(tiny_oss):
+    """Stacked experts load into one parameter named as their tensor; MXFP4 blocks and scales as its parts."""
+    targets = loading_map(tiny_oss["mxfp4"][0])
+    assert targets.target("model.layers.1.mlp.experts.gate_up_proj_blocks") == \
         ("model.layers.1.mlp.experts.gate_up_proj", "blocks")
-    assert param_target("model.layers.1.mlp.experts.down_proj_scales", 4) == \
+    assert targets.target("model.layers.1.mlp.experts.down_proj_scales") == \
         ("model.layers.1.mlp.experts.down_proj", "scales")
-    assert param_target("model.layers.1.mlp.experts.down_proj_bias", 4) == \
+    assert targets.target("model.layers.1.mlp.experts.down_proj_bias") == \
         ("model.layers.1.mlp.experts.down_proj_bias", None)
-    assert param_target("model.layers.1.self_attn.sinks", 4) == ("model.layers.1.self_attn.sinks", None)
+    assert targets.target("model.layers.1.self_attn.sinks") == ("model.layers.1.self_attn.sinks", None)
+    assert loading_map(tiny_oss["plain"][0]).target("model.layers.1.mlp.experts.gate_up_proj") == \
+        ("model.layers.1.mlp.experts.gate_up_proj", None)
 
 
 def test_dequantize_matches_transformers():
@@ -176,7 +180,7 @@ def test_mxfp4_reads_only_its_slices(tiny_oss):
     folder, _ = tiny_oss["mxfp4"]
     from tpviz.live import LiveConfig, LiveForCausalLM, load_weights
     prep = prepare(folder, 2, device="cpu", input_ids=IDS)
-    cfg = LiveConfig.from_dict(prep.job["cfg"])
+    cfg = prep.job.cfg
     full = LiveForCausalLM(cfg)
     whole = load_weights(full, folder).read
     half = load_weights(LiveForCausalLM(cfg, 2, 1), folder).read

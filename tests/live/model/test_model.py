@@ -8,7 +8,7 @@ import torch
 from tpviz.errors import TpvizError, WeightsError
 from tpviz.live import LiveError, LiveForCausalLM, load_weights, prepare, resolve_model
 from tpviz.live.load.random_weights import checkpoint_shapes, random_tensors
-from tpviz.live.load.weights import param_target
+from tests.live.checks import loading_map
 from tpviz.live.run.worker import run_model
 
 from tests.live.conftest import FAMILIES
@@ -55,13 +55,14 @@ def _all_tensors(folder):
     return out
 
 
-def test_checkpoint_names_map_exactly():
-    qkv = "model.layers.3.self_attn.qkv_proj.weight"
-    assert param_target("model.layers.3.self_attn.v_proj.weight", 4) == (qkv, "v")
-    assert param_target("model.layers.0.mlp.up_proj.bias", 4) == ("model.layers.0.mlp.gate_up_proj.bias", 1)
-    assert param_target(qkv, 4) == (qkv, None)  # fused on disk: the loader splits it
-    assert param_target("model.layers.5.mlp.down_proj.weight", 4) is None  # shrunk away
-    assert param_target("model.layers.0.self_attn.rotary_emb.inv_freq", 4) is None
+def test_checkpoint_names_map_exactly(tiny, tiny_extra):
+    qkv, llama, phi3 = "model.layers.1.self_attn.qkv_proj.weight", loading_map(tiny["llama"][0]), loading_map(
+        tiny_extra["phi3"][0])
+    assert llama.target("model.layers.1.self_attn.v_proj.weight") == (qkv, "v")
+    assert llama.target("model.layers.0.mlp.up_proj.bias") == ("model.layers.0.mlp.gate_up_proj.bias", 1)
+    assert phi3.target(qkv) == (qkv, None)  # fused on disk: the loader splits it
+    assert llama.target("model.layers.5.mlp.down_proj.weight") is None  # past its 2 layers
+    assert llama.target("model.layers.0.self_attn.rotary_emb.inv_freq") is None
 
 
 def test_missing_tensor_is_one_clear_line(tiny, tmp_path):
@@ -105,7 +106,7 @@ def test_preset_gets_random_weights_and_shrinks():
 
 
 def test_a_tied_lm_head_is_the_embedding_and_allocates_no_weight_of_its_own(tiny_config, monkeypatch):
-    import tpviz.live.model.decoder as live_model
+    import tpviz.live.model.causal_lm as live_model
     built = []
 
     class Head(live_model.ParallelLMHead):  # where the head's own weight was made, before any tying

@@ -5,7 +5,7 @@ import torch
 from tpviz.live import LiveForCausalLM, load_weights, resolve_model, verify
 from tpviz.live.check.inject import apply_injections, describe_injections
 from tpviz.live.model.moe import SparseMoeBlock
-from tpviz.live.load.weights import param_target
+from tests.live.checks import loading_map
 
 from tests.live.conftest import MOE_FAMILIES
 from tests.live.checks import random_round_trip, saved_shapes, tp1_logits, tp1_matches
@@ -49,15 +49,18 @@ def test_qwen3_moe_norm_topk_prob_is_read_and_matters(tiny_moe):
     assert (outs[0] - outs[1]).abs().max() > 1e-2  # the flag really changes the routing weights
 
 
-def test_expert_names_map_onto_merged_layers():
-    p = "model.layers.0.block_sparse_moe.experts.3."
-    assert param_target(p + "w1.weight", 2) == (p + "gate_up_proj.weight", 0)
-    assert param_target(p + "w3.weight", 2) == (p + "gate_up_proj.weight", 1)
-    assert param_target(p + "w2.weight", 2) == (p + "w2.weight", None)
-    assert param_target("model.layers.0.mlp.experts.1.up_proj.weight", 2) == (
+def test_expert_names_map_onto_merged_layers(tiny_moe):
+    """The plan's loading map (vLLM's expert_params_mapping as data): Mixtral's w1/w3 and Qwen3-MoE's gate/up
+    load into one merged layer per expert."""
+    p, mixtral, qwen = "model.layers.0.block_sparse_moe.experts.3.", *(loading_map(tiny_moe[f][0], 2) for f in
+                                                                        ("mixtral", "qwen3_moe"))
+    assert mixtral.target(p + "w1.weight") == (p + "gate_up_proj.weight", 0)
+    assert mixtral.target(p + "w3.weight") == (p + "gate_up_proj.weight", 1)
+    assert mixtral.target(p + "w2.weight") == (p + "w2.weight", None)
+    assert qwen.target("model.layers.0.mlp.experts.1.up_proj.weight") == (
         "model.layers.0.mlp.experts.1.gate_up_proj.weight", 1)
-    assert param_target("model.layers.0.block_sparse_moe.gate.weight", 2)[1] is None  # router: replicated
-    assert param_target("model.layers.2.mlp.experts.0.gate_proj.weight", 2) is None  # shrunk away
+    assert mixtral.target("model.layers.0.block_sparse_moe.gate.weight")[1] is None  # router: replicated
+    assert qwen.target("model.layers.2.mlp.experts.0.gate_proj.weight") is None  # past its 2 layers
 
 
 @pytest.mark.parametrize("family", list(MOE_FAMILIES))

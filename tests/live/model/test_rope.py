@@ -39,7 +39,7 @@ def _live(folder, ids, rope: dict | None = None) -> torch.Tensor:
     """tp=1 logits of the live model; `rope` replaces the parsed rope parameters (e.g. {} for plain RoPE)."""
     prep = prepare(folder, 1, device="cpu", input_ids=ids)
     if rope is not None:
-        prep.job["cfg"]["rope"] = rope
+        prep.job.cfg.rope = rope
     return run_model(prep.job, 0, 1, torch.device("cpu"))[0]
 
 
@@ -131,12 +131,12 @@ def test_partial_rotary_factor_matches_phi3(tmp_path, rope):
     with torch.no_grad():
         expected = hf_model(ids).logits
     prep = prepare(tmp_path / "ckpt", 1, device="cpu", input_ids=ids)
-    assert prep.job["cfg"]["rope"]["rotary_dim"] == 8
+    assert prep.job.cfg.rope["rotary_dim"] == 8
     assert any("first 8 of 16 dims" in n for n in prep.source.cfg.notes)
     logits = run_model(prep.job, 0, 1, torch.device("cpu"))[0]
     assert (logits - expected).abs().max() < 1e-4
     if rope["rope_type"] == "default":  # rotating every dim, as transformers' Llama does, is a different model
-        full = _live(tmp_path / "ckpt", ids, rope={**prep.job["cfg"]["rope"], "rotary_dim": HEAD_DIM})
+        full = _live(tmp_path / "ckpt", ids, rope={**prep.job.cfg.rope, "rotary_dim": HEAD_DIM})
         assert (logits - full).abs().max() > 1e-3
 
 

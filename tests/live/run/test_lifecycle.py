@@ -62,7 +62,7 @@ def diverge_then_hang(monkeypatch) -> threading.Event:
     real, rerun = check.reference, threading.Event()
 
     def reference(job, device):
-        if not job["generate"]:  # the diverging step, re-run on the common prefix
+        if not job.generate:  # the diverging step, re-run on the common prefix
             rerun.set()
             hang()
         out = real(job, device)

@@ -7,7 +7,7 @@ import torch
 
 from tpviz.errors import TpvizError
 from tpviz.live import LiveForCausalLM, load_weights, resolve_model, verify
-from tpviz.live.model.decoder import Stage
+from tpviz.live.model.config import Stage
 from tpviz.live.run.torchrun import SharedError, verify_torchrun
 from tpviz.errors import LayoutError
 from tpviz.cli.verify import main

@@ -16,6 +16,7 @@ import torch
 import torch.distributed as dist
 
 from tpviz.live.errors import IDS_FLAG, PROMPT_FLAG, LiveError
+from tpviz.live.check.compare import compare
 from tpviz.live.check.results import Generation, LayerDiff
 
 MAX_NEW_TOKENS = 128  # each step re-runs the whole sequence on every rank and on tp=1
@@ -102,7 +103,6 @@ def greedy_steps(forward, first: tuple, ids: torch.Tensor, n: int, *, keep: bool
 def step_diffs(tp_last: torch.Tensor, ref_last: torch.Tensor, ref32_last: torch.Tensor | None,
                dtype: str) -> list[LayerDiff]:
     """Last-position logits of TP vs tp=1 at each step given (same input), under the check's own tolerance."""
-    from tpviz.live.check.verify import compare  # check imports this module
     out = []
     for s in range(len(tp_last)):
         ref = {"logits": ref_last[s], "hidden": {}, "hidden32": {},

@@ -6,7 +6,7 @@ from torch import nn
 from tpviz.layers import QKVParallelLinear, RowParallelLinear
 from tpviz.live.errors import LiveError
 from tpviz.live.model.blocks import GatheredRMSNorm
-from tpviz.live.model.decoder import LiveConfig
+from tpviz.live.model.config import LiveConfig
 from tpviz.live.model.moe import SparseMoeBlock
 from tpviz.rules import ruleset
 

@@ -1,7 +1,7 @@
 """Figures and tables of a VerifyResult, shared by the page and anything else that draws one."""
 import plotly.graph_objects as go
 
-from tpviz.live.check.verify import FP32_TOL, NOISE_MULTIPLE
+from tpviz.live.check.compare import FP32_TOL, NOISE_MULTIPLE
 from tpviz.live.check.memory import ITEMSIZE
 from tpviz.live.check.results import LayerDiff, VerifyResult
 from tpviz.render.plots.style import INK, MUTED, axis, base_layout, rank_color

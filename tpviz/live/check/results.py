@@ -33,6 +33,7 @@ class RankReport:
     stored_dtype: str = ""  # the checkpoint's (most of its bytes); stored_bytes: the same parameters in it
     stored_bytes: int = 0
     generate_s: float = 0.0  # greedy steps after the first forward pass
+    params_checked_against_map: int = 0  # parameters whose local shape equals the explorer's map for this rank
 
     def to_dict(self) -> dict:
         return asdict(self)

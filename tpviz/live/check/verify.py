@@ -13,7 +13,7 @@ which both runs compute alike (causal attention), and otherwise on every positio
 """
 import json
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import torch
 
@@ -27,16 +27,16 @@ from tpviz.live.load.inputs import (TextTokenizer, check_input_ids, is_ids_text,
                                tokenize)
 from tpviz.live.check.memory import DTYPE_CHOICES, check_fits, checkpoint_dtype, input_shape, run_dtype
 from tpviz.live.check.results import Environment, LayerDiff, RankReport, VerifyResult
-from tpviz.live.check.routing import decide_before_flips, explain as explain_routing, max_abs, split as split_routing
+from tpviz.live.check.compare import compare
+from tpviz.live.check.routing import split as split_routing
 from tpviz.live.run.runner import choose_backend, run_group
 from tpviz.live.run.slot import check_ranks
 from tpviz.live.load.source import ModelSource, resolve_model
-from tpviz.live.run.worker import DTYPES, REF_TOKENS_KEY, run_model
+from tpviz.live.run.job import Job
+from tpviz.live.run.worker import REF_TOKENS_KEY, run_model
 from tpviz.errors import LayoutError
 from tpviz.rules import ruleset
 
-FP32_TOL = 1e-4
-NOISE_MULTIPLE = 4.0  # correct TP lands near 1x the floor; measured bugs land at 25-40x
 
 
 @dataclass
@@ -46,7 +46,7 @@ class Prepared:
     input_ids: torch.Tensor
     injections: list[Injection]
     env: Environment
-    job: dict
+    job: Job
     notes: list[str] = field(default_factory=list)
 
 
@@ -100,71 +100,27 @@ def prepare(model, tp_size: int, *, device: str = "auto", dtype: str = "float32"
     # the model's own folder (a random checkpoint's config.json is rebuilt and names no EOS)
     own = source.tokenizer_dir or (None if source.random_weights else source.checkpoint)
     dtype, note = run_dtype(dtype, stored)
-    job = {"cfg": cfg.to_dict(), "checkpoint": str(source.checkpoint), "input_ids": ids.tolist(), "dtype": dtype,
-           "device": env.device, "backend": env.backend, "inject": names, "pp_size": pp, "ep": ep,
-           "placement": placement, "stored_dtype": stored, "generate": n, "eos": eos_token_ids(own) if n else []}
+    job = Job(cfg, str(source.checkpoint), ids.tolist(), dtype, env.device, env.backend, tuple(names), pp, ep,
+              placement, stored, n, eos_token_ids(own) if n else [])
     return Prepared(source, ids, describe_injections(names, cfg, tp_size), env, job, [note] if note else [])
 
 
-def reference(job: dict, device: torch.device) -> dict:
+def reference(job: Job, device: torch.device) -> dict:
     """The single-device run(s): tp=1 in the run's dtype, plus fp32 when that dtype is low precision, computing
     with the first run's expert choices (so the floor is rounding, not a routing flip: routing.py). With
-    job["generate"] the first generates its own greedy tokens and the fp32 run follows them: out["gen"]."""
-    clean = {**job, "inject": [], "pp_size": 1, "ep": False, "ref_tokens": None}
+    job.generate the first generates its own greedy tokens and the fp32 run follows them: out["gen"]."""
+    clean = replace(job, inject=(), pp_size=1, ep=False, ref_tokens=None)
     out = {"logits": None, "hidden": None, "logits32": None, "hidden32": None, "gen": None}
     out["logits"], out["hidden"], report = run_model(clean, 0, 1, device)
     out["gen"] = report.get("generation")
-    if job["dtype"] != "float32":
+    if job.dtype != "float32":
         follow = out["gen"]["gen.tokens"].tolist() if out["gen"] else None
         routes = {layer: r["ids"] for layer, r in split_routing(out["hidden"])[1].items()}
-        out["logits32"], out["hidden32"], report = run_model({**clean, "dtype": "float32", "follow": follow,
-                                                              "follow_routing": routes}, 0, 1, device)
+        out["logits32"], out["hidden32"], report = run_model(replace(clean, dtype="float32", follow=follow,
+                                                                      follow_routing=routes), 0, 1, device)
         if out["gen"]:
             out["gen"]["gen.last32"] = report["generation"]["gen.last"]
     return out
-
-
-def stage_limit(floor: float | None, scale: float) -> float:
-    """A stage's tolerance: float32 (floor None) 1e-4 scaled by max(1, max|value|), else NOISE_MULTIPLE x floor."""
-    return FP32_TOL * max(1.0, scale) if floor is None else NOISE_MULTIPLE * floor
-
-
-def compare(tp_logits, tp_hidden, ref: dict, dtype: str) -> dict:
-    """Verdict fields and per-stage diffs for TP outputs against the reference outputs, and for MoE models the
-    first token TP routed to other experts (routing.explain: float noise at a near tie, or not)."""
-    tp_hidden, tp_routes = split_routing(tp_hidden)
-    ref_hidden, ref_routes = split_routing(ref["hidden"])
-    stages = [*tp_hidden.items(), ("logits", tp_logits)]
-    refs = {**ref_hidden, "logits": ref["logits"]}
-    refs32 = {**ref["hidden32"], "logits": ref["logits32"]} if ref["logits32"] is not None else None
-    eps = torch.finfo(DTYPES[dtype]).eps
-    diffs, tol, rule = [], None, ""
-    for name, value in stages:
-        gap, scale = max_abs(value, refs[name]), float(refs[name].abs().max())
-        # low precision: the floor is never 0, exact stages still round
-        floor = None if refs32 is None else max(max_abs(refs[name], refs32[name]), eps * scale)
-        limit = stage_limit(floor, scale)
-        # `not gap <= limit` also catches NaN
-        diffs.append(LayerDiff(name, gap, gap / scale if scale else gap, limit, floor, not gap <= limit))
-        tol = limit
-    logits_diff = diffs[-1]
-    if refs32 is None:
-        rule = f"float32: pass when max|Δlogit| <= {FP32_TOL:g} x max(1, max|logit|)"
-    else:
-        rule = (f"{dtype}: pass when max|Δlogit| <= {NOISE_MULTIPLE:g} x the noise floor (max|tp=1 {dtype} - "
-                f"tp=1 float32 logits| = {logits_diff.floor:.3g}"
-                + (f", the float32 run computing with the {dtype} run's experts" if ref_routes else "")
-                + "); argmax agreement is reported, not required")
-    agree = float((tp_logits.argmax(-1) == ref["logits"].argmax(-1)).float().mean())
-    first = next((d.name for d in diffs if d.exceeds), None)
-    hidden32, routes32 = split_routing(ref["hidden32"]) if refs32 is not None else (None, None)
-    flip = explain_routing(tp_routes, ref_routes, routes32, diffs, tp_hidden, ref_hidden, hidden32, eps, stage_limit)
-    passed = not logits_diff.exceeds
-    if flip is not None and flip.noise_explained and not passed:  # decide on what both runs compute alike
-        passed = decide_before_flips(flip, tp_routes, ref_routes, tp_logits, ref["logits"], logits_diff.limit)
-    return {"passed": passed, "tolerance": tol, "tolerance_rule": rule,
-            "max_abs_diff": logits_diff.max_abs, "max_rel_diff": logits_diff.max_rel, "argmax_agreement": agree,
-            "noise_floor": logits_diff.floor, "diverges_at": first, "layers": diffs, "routing": flip}
 
 
 def generation(prep: Prepared, gen: dict, ref: dict, layers: list[LayerDiff], device: torch.device,
@@ -172,18 +128,18 @@ def generation(prep: Prepared, gen: dict, ref: dict, layers: list[LayerDiff], de
     """The two continuations and their first difference; when it is past the first step, that step's forward
     pass is compared stage by stage: TP's kept outputs against a tp=1 run on the same common prefix, run by
     `within(fn, what)` (the run's timeout and stop)."""
-    n, prompt, dtype = prep.job["generate"], prep.input_ids[0].tolist(), prep.job["dtype"]
+    n, prompt, dtype = prep.job.generate, prep.input_ids[0].tolist(), prep.job.dtype
     d = int(gen["gen.diverged"][0])
     if d > 0:
         prefix = prompt + ref["gen"]["gen.tokens"][:d].tolist()
-        ref_d = within(lambda: reference({**prep.job, "input_ids": [prefix], "generate": 0}, device),
+        ref_d = within(lambda: reference(replace(prep.job, input_ids=[prefix], generate=0), device),
                        f"the tp=1 re-run of new token #{d + 1} (to compare it stage by stage)")
         # in the check's stage order (safetensors hands the ranks' tensors back sorted by name)
         hidden = {x.name: gen[f"gen.hidden.{x.name}"] for x in layers if f"gen.hidden.{x.name}" in gen}
         layers = compare(gen["gen.logits"], hidden, ref_d, dtype)["layers"]
     tokenizer = prep.source.tokenizer_dir
     decode = TextTokenizer(tokenizer).decode if tokenizer is not None else None
-    return build_generation(n, prompt, gen, ref["gen"], dtype, layers if d >= 0 else [], decode, prep.job["eos"])
+    return build_generation(n, prompt, gen, ref["gen"], dtype, layers if d >= 0 else [], decode, prep.job.eos)
 
 
 def build_result(prep: Prepared, tp_size: int, tp_logits, tp_hidden, ref: dict, reports: list[dict],
@@ -192,20 +148,20 @@ def build_result(prep: Prepared, tp_size: int, tp_logits, tp_hidden, ref: dict, 
     """Compare and wrap everything into the user-facing VerifyResult; `gen`: TP's gen.* tensors; `within(fn,
     what)` runs a tp=1 re-run under the run's timeout."""
     start = time.perf_counter()
-    fields = compare(tp_logits, tp_hidden, ref, prep.job["dtype"])
+    fields = compare(tp_logits, tp_hidden, ref, prep.job.dtype)
     if gen:
         fields["generation"] = generation(prep, gen, ref, fields["layers"], device or torch.device("cpu"), within)
         phases["generate"] = max(r.get("generate_s", 0.0) for r in reports)
     phases["compare"] = time.perf_counter() - start
     notes = list(prep.source.cfg.notes) + prep.notes
     notes += [f"--inject {i.name} has no effect here: {i.reason}" for i in prep.injections if not i.has_effect]
-    if prep.job["ep"] and tp_size == 1:
+    if prep.job.ep and tp_size == 1:
         notes.append("expert parallelism over one rank per stage holds every expert: the same split as without it")
-    return VerifyResult(model=prep.source.name, tp_size=tp_size, dtype=prep.job["dtype"],
+    return VerifyResult(model=prep.source.name, tp_size=tp_size, dtype=prep.job.dtype,
                         input_shape=list(prep.input_ids.shape), ranks=[RankReport(**r) for r in reports],
                         environment=prep.env, injections=prep.injections, phases=phases, notes=notes,
-                        random_weights=prep.source.random_weights, seed=seed, pp_size=prep.job["pp_size"],
-                        ep=prep.job["ep"], checkpoint_dtype=prep.job["stored_dtype"], **fields)
+                        random_weights=prep.source.random_weights, seed=seed, pp_size=prep.job.pp_size,
+                        ep=prep.job.ep, checkpoint_dtype=prep.job.stored_dtype, **fields)
 
 
 def verify(model, tp_size: int, *, device: str = "auto", dtype: str = "float32", input_ids=None,
@@ -244,14 +200,14 @@ def verify(model, tp_size: int, *, device: str = "auto", dtype: str = "float32",
 
     if tp_size * pp == 1:  # nothing to spawn: the "TP" run is one more in-process run, injections included
         ref = within(lambda mark: timed_reference(), "the tp=1 reference")
-        job = {**prep.job, "ref_tokens": ref["gen"]["gen.tokens"].tolist() if ref["gen"] else None}
+        job = replace(prep.job, ref_tokens=ref["gen"]["gen.tokens"].tolist() if ref["gen"] else None)
         logits, hidden, report = within(lambda mark: run_model(job, 0, 1, ref_device, mark=mark), "the tp=1 run",
                                         progress)  # marks load, forward
         phases.update(spawn=0.0, load=report["load_s"], forward=report["forward_s"])
         gen, reports = report.pop("generation", None), [report]
     else:
-        publish = (lambda ref: {REF_TOKENS_KEY: json.dumps(ref["gen"]["gen.tokens"].tolist())}) if prep.job[
-            "generate"] else None
+        publish = (lambda ref: {REF_TOKENS_KEY: json.dumps(ref["gen"]["gen.tokens"].tolist())}) if prep.job.generate \
+            else None
         group = run_group(prep.job, tp_size, timeout, lambda p: p in ("load", "forward") and progress(p),
                           overlap=timed_reference, tick=tick, publish=publish)
         logits, hidden, reports, ref = group.logits, group.hidden, group.reports, group.overlap_result

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import torch
 
-from tpviz.live.model.decoder import LiveConfig
+from tpviz.live.model.config import LiveConfig
 from tpviz.live.model.gemma import hf_gemma_config
 from tpviz.live.model.gptoss import hf_gpt_oss_config
 from tpviz.live.model.mla import hf_mla_config

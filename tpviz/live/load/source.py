@@ -12,7 +12,7 @@ from tpviz.live.errors import RANDOM_FLAG, LiveError
 from tpviz.live.model.blocks import full_rope_config, sliding_rope
 from tpviz.live.model.gemma import read_gemma
 from tpviz.live.model.gptoss import is_mxfp4, read_gpt_oss
-from tpviz.live.model.decoder import LiveConfig, check_supported
+from tpviz.live.model.config import LiveConfig, check_supported
 from tpviz.live.model.mla import read_mla
 from tpviz.live.model.moe import routing_config
 from tpviz.live.load.random_weights import checkpoint_shapes, random_checkpoint
@@ -88,7 +88,8 @@ def live_config(spec: ModelSpec, raw: dict | None = None, layers: int | None = N
 def check_split(cfg: LiveConfig, tp_size: int, ep: bool = False) -> None:
     """Raise the layers' own one-line TPSizeError when cfg cannot be split over tp_size (meta tensors: free);
     with ep the routed experts stay whole, so only the other layers must split."""
-    from tpviz.live.model.decoder import LiveForCausalLM, Stage
+    from tpviz.live.model.config import Stage
+    from tpviz.live.model.causal_lm import LiveForCausalLM
     if ep and not cfg.spec.is_moe:
         raise DenseEPError(EP_DENSE)
     problem = split_problem(cfg.spec, tp_size, cfg.rules, moe_tp=1 if ep else None)[0]  # heads before vocab, as users expect
@@ -100,7 +101,7 @@ def check_split(cfg: LiveConfig, tp_size: int, ep: bool = False) -> None:
 
 def valid_live_sizes(cfg: LiveConfig, max_tp: int = 64) -> str:
     """The tp sizes (up to max_tp) both the layout rules and the live model's own layers accept."""
-    from tpviz.live.model.decoder import LiveForCausalLM
+    from tpviz.live.model.causal_lm import LiveForCausalLM
     sizes = []
     for tp in range(1, max_tp + 1):
         if split_problem(cfg.spec, tp, cfg.rules)[0] is None:

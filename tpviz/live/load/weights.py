@@ -3,20 +3,21 @@
 The loader gets a CheckpointTensor instead of a tensor: when the loader narrows or chunks it, only
 that slice is read from disk (safetensors `get_slice`), and its bytes are counted.
 """
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import torch
 from safetensors import safe_open
 from torch import nn
 
+from tpviz.config.spec import ModelSpec
 from tpviz.errors import TensorError, WeightsError
+from tpviz.plan import build_plan
+from tpviz.plan.tensors import Tensor, fill, stacked, tensors
+from tpviz.rules import RuleSet
+from tpviz.trace.checkpoint import index_weight_map
+from tpviz.trace.tracer import trace_plan
 
-# checkpoint module name -> (fused module in our model, loaded_shard_id); matched as a whole name component
-PACKED_MODULES = {"q_proj": ("qkv_proj", "q"), "k_proj": ("qkv_proj", "k"), "v_proj": ("qkv_proj", "v"),
-                  "gate_proj": ("gate_up_proj", 0), "up_proj": ("gate_up_proj", 1)}
-# Mixtral experts call gate/up w1/w3 (w2, the down projection, keeps its name); only under experts.N
-EXPERT_PACKED = {"w1": ("gate_up_proj", 0), "w3": ("gate_up_proj", 1)}
 IGNORED_SUFFIXES = ("rotary_emb.inv_freq",)  # buffers some old checkpoints saved
 # multimodal checkpoints (Gemma-3, Mistral-3): the text decoder's tensors under a language-model prefix (before and
 # after transformers 4.52, as vLLM's hf_to_vllm_mapper reads them); the vision side is not run, so never read
@@ -154,7 +155,6 @@ def checkpoint_files(folder: Path) -> list[Path]:
     """The safetensors files of a checkpoint folder (via its index when sharded)."""
     index = folder / "model.safetensors.index.json"
     if index.is_file():
-        from tpviz.trace.checkpoint import index_weight_map
         weight_map = index_weight_map(index, WeightsError)
         names = list(dict.fromkeys(weight_map.values()))
         if bad := [f for f in names if not isinstance(f, str) or not f]:
@@ -198,27 +198,34 @@ def layer_of(name: str) -> int | None:
     return int(parts[2]) if len(parts) > 3 and parts[:2] == ["model", "layers"] and parts[2].isdigit() else None
 
 
-def param_target(name: str, num_layers: int, mla: bool = False) -> tuple[str, object] | None:
-    """Checkpoint name -> (our parameter name, loaded_shard_id); None for layers shrunk away or ignored names.
-    mla: DeepSeek's self_attn.q_proj (no q_lora_rank) is a plain column-parallel layer, not part of a qkv_proj."""
-    if name.endswith(IGNORED_SUFFIXES) or name.startswith(VISION_PREFIXES):
-        return None
-    old = next((p for p in TEXT_PREFIXES if name.startswith(p)), None)
-    if old is not None:
-        name = TEXT_PREFIXES[old] + name[len(old):]
-    if (layer := layer_of(name)) is not None and layer >= num_layers:
-        return None
-    parts = name.split(".")
-    shard_id = None
-    if mla and len(parts) >= 2 and parts[-2] == "q_proj":
-        pass
-    elif len(parts) >= 2 and parts[-2] in PACKED_MODULES:  # exact component, so v_proj never matches qkv_proj
-        parts[-2], shard_id = PACKED_MODULES[parts[-2]]
-    elif len(parts) >= 4 and parts[-4] == "experts" and parts[-2] in EXPERT_PACKED:
-        parts[-2], shard_id = EXPERT_PACKED[parts[-2]]
-    elif len(parts) >= 2 and parts[-2] == "experts" and parts[-1][-7:] in MXFP4_PARTS:  # gpt-oss MXFP4
-        parts[-1], shard_id = parts[-1][:-7], MXFP4_PARTS[parts[-1][-7:]]
-    return ".".join(parts), shard_id
+class LoadingMap:
+    """Checkpoint tensor name -> (parameter, loaded_shard_id), read off the plan the explorer draws (its sources are
+    vLLM's stacked_params_mapping as data); the multimodal wrappers' text prefixes and the vision tower's names are
+    handled here. Stacked experts (gpt-oss) load into one parameter named as their tensor, MXFP4 blocks and scales as
+    its parts, which the experts' loader dequantizes."""
+
+    def __init__(self, spec: ModelSpec, rules: RuleSet | str = "vllm"):
+        self.num_layers = spec.num_hidden_layers
+        self.targets = {t.name: self._target(t) for t in tensors(build_plan(spec, rules))}
+
+    @staticmethod
+    def _target(t: Tensor) -> tuple[str, object]:
+        if not stacked(t.plan, t.source):
+            return t.param, t.shard_id
+        part = next((p for suffix, p in MXFP4_PARTS.items() if t.name.endswith(suffix)), None)
+        return (t.name[:-len("_blocks")] if part else t.name), part
+
+    def target(self, name: str) -> tuple[str, object] | None:
+        """Where a checkpoint tensor loads; None for what this model never reads (buffers, the vision tower, layers
+        shrunk away). A name the plan lacks maps to itself, so the loader says it has no place."""
+        if name.endswith(IGNORED_SUFFIXES) or name.startswith(VISION_PREFIXES):
+            return None
+        old = next((p for p in TEXT_PREFIXES if name.startswith(p)), None)
+        if old is not None:
+            name = TEXT_PREFIXES[old] + name[len(old):]
+        if (layer := layer_of(name)) is not None and layer >= self.num_layers:
+            return None
+        return self.targets.get(name, (name, None))
 
 
 def _complete(owner: nn.Module, shard_ids: set) -> bool:
@@ -237,7 +244,6 @@ def _complete(owner: nn.Module, shard_ids: set) -> bool:
 def load_weights(model: nn.Module, folder: str | Path) -> ReadStats:
     """Load every parameter of a LiveForCausalLM through its weight_loader; return the bytes this rank read."""
     folder, stats = Path(folder), ReadStats()
-    num_layers = model.cfg.spec.num_hidden_layers  # checkpoint layers beyond it were shrunk away
     params = dict(model.named_parameters())  # tied lm_head shares embed_tokens' Parameter, listed once
     owners = {}  # parameter name -> the layer whose weight_loader and tp_dim apply to it
     for mname, module in model.named_modules():
@@ -248,6 +254,7 @@ def load_weights(model: nn.Module, folder: str | Path) -> ReadStats:
     if not files:
         raise WeightsError(f"no *.safetensors files in {folder}")
     loaded: dict[str, set] = {}
+    targets = LoadingMap(model.cfg.spec, model.cfg.rules)
     for path in files:
         try:
             handle_ctx = safe_open(str(path), framework="pt", device="cpu")
@@ -255,7 +262,7 @@ def load_weights(model: nn.Module, folder: str | Path) -> ReadStats:
             raise WeightsError(f"{path.name} is not a readable safetensors file ({e})") from None
         with handle_ctx as handle:
             for ckpt_name in handle.keys():
-                target = param_target(ckpt_name, num_layers, model.cfg.spec.is_mla)
+                target = targets.target(ckpt_name)
                 if target is None or (tied and target[0] == "lm_head.weight"):
                     continue
                 pname, shard_id = target
@@ -287,3 +294,27 @@ def load_weights(model: nn.Module, folder: str | Path) -> ReadStats:
         more = f" and {len(missing) - 1} more" if len(missing) > 1 else ""
         raise WeightsError(f"checkpoint in {folder} lacks {missing[0]}{more}")
     return stats
+
+
+def check_against_map(model: nn.Module, tp_rank: int) -> int:
+    """Each parameter this rank built against the shard map the explorer draws for the same model and tp: its local
+    shape at this rank, read off the same plan's traced layers (experts cut 1 way under EP, where each is whole).
+    One line names the first that differs; returns how many were checked. Stacked experts (gpt-oss) keep their own
+    layout, which the loader checks tensor by tensor."""
+    cfg, stage = model.cfg, model.stage
+    params = dict(model.named_parameters())  # this stage's layers and this EP rank's experts only
+    checked = 0
+    for plan in build_plan(replace(cfg.spec, quant=None, quantization=""), cfg.rules):
+        per_expert = plan.experts and plan.name.count("*") == 2
+        if plan.experts and not per_expert:
+            continue
+        whole = plan.family == "experts" and stage.experts is not None
+        want = list(trace_plan(plan, 1 if whole else model.tp_size)[1].local_shapes[0 if whole else tp_rank])
+        for layer in plan.layers if plan.layers is not None else [None]:
+            for expert in range(plan.experts) if per_expert else [None]:
+                name = fill(plan.name, layer, expert)
+                if name in params and (have := list(params[name].shape)) != want:
+                    raise WeightsError(f"rank {tp_rank}: {name} holds {have}, but the map draws {want} for this rank: "
+                                       "the live model and the explorer's plan disagree")
+                checked += name in params
+    return checked

@@ -21,7 +21,8 @@ from tpviz.layers import RMSNorm, tp_group
 from tpviz.live.model.gemma import GemmaDecoderLayer, GemmaRMSNorm
 from tpviz.live.model.gptoss import GptOssDecoderLayer
 from tpviz.live.model.mla import MLADecoderLayer
-from tpviz.live.model.decoder import MLP, Attention, DecoderLayer, LiveConfig, RotaryEmbedding
+from tpviz.live.model.config import LiveConfig
+from tpviz.live.model.decoder import MLP, Attention, DecoderLayer, RotaryEmbedding
 from tpviz.live.model.rope import rope_parameters
 
 

@@ -24,7 +24,8 @@ from torch import nn
 from tpviz.layers import RMSNorm
 from tpviz.live.errors import LiveError
 from tpviz.archs import arch_of
-from tpviz.live.model.decoder import MLP, Attention, LiveConfig, RotaryEmbedding
+from tpviz.live.model.config import LiveConfig
+from tpviz.live.model.decoder import MLP, Attention, RotaryEmbedding
 from tpviz.live.model.rope import rope_parameters
 
 ACTIVATION = "gelu_pytorch_tanh"

@@ -28,7 +28,8 @@ from tpviz.errors import TensorError
 from tpviz.layers import RMSNorm, ReplicatedLinear, tp_group
 from tpviz.layers.mxfp4 import mxfp4_rows
 from tpviz.live.errors import LiveError
-from tpviz.live.model.decoder import Attention, LiveConfig
+from tpviz.live.model.config import LiveConfig
+from tpviz.live.model.decoder import Attention
 from tpviz.live.model.moe import SparseMoeBlock
 from tpviz.live.check.routing import note as note_routing
 from tpviz.live.model.rope import rope_parameters

@@ -21,7 +21,8 @@ from torch import nn
 
 from tpviz.layers import ColumnParallelLinear, ReplicatedLinear, RMSNorm, RowParallelLinear
 from tpviz.live.errors import LiveError
-from tpviz.live.model.decoder import DecoderLayer, LiveConfig, RotaryEmbedding
+from tpviz.live.model.config import LiveConfig
+from tpviz.live.model.decoder import DecoderLayer, RotaryEmbedding
 from tpviz.live.model.rope import BY_LENGTH, frequencies, rope_parameters
 from tpviz.rules import divide
 from tpviz.config.spec import ModelSpec

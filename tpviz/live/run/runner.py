@@ -25,6 +25,7 @@ from safetensors.torch import load_file
 from tpviz.live.errors import LiveError, RankFailure
 from tpviz.live.run.inprocess import Background
 from tpviz.live.check.results import Environment
+from tpviz.live.run.job import Job, Launch
 from tpviz.live.run.worker import spawn_entry
 
 PHASES = ("start", "init", "load", "forward", "done")  # in order; "start" = process starting, importing torch
@@ -201,9 +202,9 @@ def interrupt_on_sigterm():
         signal.signal(signal.SIGTERM, previous)
 
 
-def run_group(job: dict, tp_size: int, timeout: float, progress=None, overlap=None, tick=None,
+def run_group(job: Job, tp_size: int, timeout: float, progress=None, overlap=None, tick=None,
               publish=None) -> GroupRun:
-    """Spawn tp_size x job["pp_size"] ranks running `job`, wait at most `timeout` s, and collect the outputs.
+    """Spawn tp_size x job.pp_size ranks running `job`, wait at most `timeout` s, and collect the outputs.
 
     `overlap()` (the tp=1 reference) runs on a thread of this process while the ranks run, under the same
     timeout; `progress(phase)` is called as the slowest rank enters each phase, and `tick()` every 0.1 s:
@@ -212,11 +213,10 @@ def run_group(job: dict, tp_size: int, timeout: float, progress=None, overlap=No
     """
     run_dir = Path(tempfile.mkdtemp(prefix="tpviz-live-"))
     store = dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False, timeout=timedelta(seconds=timeout))
-    world = tp_size * job.get("pp_size", 1)
-    job = {**job, "run_dir": str(run_dir), "store_port": store.port, "tp_size": tp_size, "world_size": world,
-           "timeout": timeout, "parent_pid": os.getpid()}
+    world = tp_size * job.pp_size
+    launch = Launch(job, str(run_dir), store.port, tp_size, world, timeout, os.getpid(), dict(os.environ))
     t0, started = time.time(), time.monotonic()
-    ctx = mp.start_processes(spawn_entry, args=({**job, "env": dict(os.environ)},), nprocs=world, join=False,
+    ctx = mp.start_processes(spawn_entry, args=(launch,), nprocs=world, join=False,
                              daemon=True, start_method=start_method())
     ref = Background(overlap or (lambda: None))
     try:

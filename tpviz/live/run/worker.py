@@ -22,14 +22,16 @@ from tpviz.errors import TpvizError
 from tpviz.live.check.inject import apply_injections
 from tpviz.layers.linear import use_tp_group
 from tpviz.live.run.comms import CollectiveCounter
+from tpviz.live.check.compare import DTYPES
 from tpviz.live.check.generate import greedy_steps
 from tpviz.live.check.memory import stored_bytes
-from tpviz.live.model.decoder import LiveConfig, LiveForCausalLM, Stage
+from tpviz.live.model.config import Stage
+from tpviz.live.run.job import Job, Launch
+from tpviz.live.model.causal_lm import LiveForCausalLM
 from tpviz.live.model.moe import SparseMoeBlock
 from tpviz.live.check.routing import collect as collect_routing, watch as watch_routing
-from tpviz.live.load.weights import checkpoint_files, load_weights
+from tpviz.live.load.weights import check_against_map, checkpoint_files, load_weights
 
-DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 REF_TOKENS_KEY = "ref_tokens"  # TCPStore key: the tp=1 reference's generated tokens (JSON)
 FAULT_ENV = "TPVIZ_LIVE_FAULT"  # "RANK:raise|hang|kill:PHASE", used by the tests to make one rank fail
 
@@ -39,37 +41,36 @@ def _sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def rank_stage(job: dict, rank: int, tp_size: int) -> tuple[int, int, Stage]:
+def rank_stage(job: Job, rank: int, tp_size: int) -> tuple[int, int, Stage]:
     """(pipeline stage, TP rank, Stage) of a global rank: stages are consecutive blocks of tp_size ranks."""
-    cfg, pp = LiveConfig.from_dict(job["cfg"]), job.get("pp_size", 1)
     pp_rank, tp_rank = divmod(rank, tp_size)
-    stage = Stage.of(cfg.spec, tp_size, tp_rank, pp, pp_rank, job.get("ep", False), job.get("placement", "linear"),
-                     cfg.rules)
+    stage = Stage.of(job.cfg.spec, tp_size, tp_rank, job.pp_size, pp_rank, job.ep, job.placement, job.cfg.rules)
     return pp_rank, tp_rank, stage
 
 
-def run_model(job: dict, rank: int, tp_size: int, device: torch.device,
+def run_model(job: Job, rank: int, tp_size: int, device: torch.device,
               mark: Callable[[str], None] = lambda phase: None, ref_tokens: Callable[[], list[int]] | None = None
               ) -> tuple:
     """Build, load and run one rank; return (logits or None, this stage's hidden states or None, report dict).
 
     A pipeline stage after the first receives the hidden state from the same TP rank of the stage before and
     sends its own on; logits come from the last stage's TP rank 0, hidden states from each stage's TP rank 0.
-    With job["generate"] = N the first forward pass is step 0 of N greedy steps (generate.greedy_steps), whose
-    gen.* tensors go in report["generation"]; `ref_tokens()` (or job["ref_tokens"]) gives the tp=1 picks."""
-    cfg, dtype = LiveConfig.from_dict(job["cfg"]), DTYPES[job["dtype"]]
+    With job.generate = N the first forward pass is step 0 of N greedy steps (generate.greedy_steps), whose
+    gen.* tensors go in report["generation"]; `ref_tokens()` (or job.ref_tokens) gives the tp=1 picks."""
+    cfg, dtype = job.cfg, DTYPES[job.dtype]
     pp_rank, tp_rank, stage = rank_stage(job, rank, tp_size)
     start = time.perf_counter()
     mark("load")
     with torch.device(device):
         model = LiveForCausalLM(cfg, tp_size, tp_rank, stage)
     model.to(dtype)
-    apply_injections(model, job.get("inject", []))  # before loading: wrong-kv-head changes which slice loads
-    stats = load_weights(model, job["checkpoint"])
+    apply_injections(model, list(job.inject))  # before loading: wrong-kv-head changes which slice loads
+    stats = load_weights(model, job.checkpoint)
+    mapped = check_against_map(model, tp_rank)  # the map on screen is the map that loaded
     _sync(device)
     load_s = time.perf_counter() - start
     mark("forward")
-    ids = torch.tensor(job["input_ids"], dtype=torch.int64, device=device)
+    ids = torch.tensor(job.input_ids, dtype=torch.int64, device=device)
 
     def forward(ids: torch.Tensor) -> tuple:
         h = None
@@ -86,7 +87,7 @@ def run_model(job: dict, rank: int, tp_size: int, device: torch.device,
     counter = CollectiveCounter() if dist.is_initialized() else None
     counting = counter if counter is not None else nullcontext()
     # the check compares each MoE layer's expert choices; its fp32 reference computes with the bf16 run's
-    watch_routing(model, (SparseMoeBlock,), job.get("follow_routing"))
+    watch_routing(model, (SparseMoeBlock,), job.follow_routing)
     with torch.inference_mode(), counting:
         logits, hidden = forward(ids)
     _sync(device)
@@ -96,21 +97,19 @@ def run_model(job: dict, rank: int, tp_size: int, device: torch.device,
     numel = sum(p.numel() for p in params.values())
     report = {"rank": rank, "device": str(device), "stage": pp_rank, "tp_rank": tp_rank,
               "layers": list(stage.layers), "experts": None if stage.experts is None else list(stage.experts),
-              "param_shapes": {n: list(p.shape) for n, p in params.items()},
+              "param_shapes": {n: list(p.shape) for n, p in params.items()}, "params_checked_against_map": mapped,
               "param_bytes": sum(p.numel() * p.element_size() for p in params.values()),
               "bytes_read": stats.read, "bytes_spanned": stats.spanned,
-              "checkpoint_bytes": sum(f.stat().st_size for f in checkpoint_files(Path(job["checkpoint"]))),
+              "checkpoint_bytes": sum(f.stat().st_size for f in checkpoint_files(Path(job.checkpoint))),
               "load_s": load_s, "forward_s": forward_s, "collectives": counter.stats if counter else {},
-              "dtype": job["dtype"], "stored_dtype": job.get("stored_dtype", ""),
-              "stored_bytes": stored_bytes(numel, job.get("stored_dtype", ""))}
-    if job.get("generate"):
+              "dtype": job.dtype, "stored_dtype": job.stored_dtype, "stored_bytes": stored_bytes(numel, job.stored_dtype)}
+    if job.generate:
         start = time.perf_counter()
-        refs = ref_tokens or ((lambda: job["ref_tokens"]) if job.get("ref_tokens") is not None else None)
-        leader = (job.get("pp_size", 1) - 1) * tp_size if tp_size * job.get("pp_size", 1) > 1 else None
+        refs = ref_tokens or ((lambda: job.ref_tokens) if job.ref_tokens is not None else None)
+        leader = (job.pp_size - 1) * tp_size if tp_size * job.pp_size > 1 else None
         with torch.inference_mode():
-            report["generation"] = greedy_steps(forward, (logits, hidden), ids, job["generate"], keep=tp_rank == 0,
-                                                leader=leader, ref_tokens=refs, follow=job.get("follow"),
-                                                eos=job.get("eos", ()))
+            report["generation"] = greedy_steps(forward, (logits, hidden), ids, job.generate, keep=tp_rank == 0,
+                                                leader=leader, ref_tokens=refs, follow=job.follow, eos=job.eos)
         _sync(device)
         report["generate_s"] = time.perf_counter() - start
     if tp_rank != 0:
@@ -129,9 +128,9 @@ def _tp_groups(pp: int, tp_size: int, rank: int) -> None:
             use_tp_group(group)
 
 
-def spawn_device(job: dict, rank: int) -> torch.device:
+def spawn_device(job: Job, rank: int) -> torch.device:
     """cuda:rank under NCCL, a shared GPU (rank mod GPUs) under gloo with CUDA tensors, else CPU."""
-    if job["device"] != "cuda":
+    if job.device != "cuda":
         return torch.device("cpu")
     return torch.device("cuda", rank % torch.cuda.device_count())
 
@@ -178,13 +177,12 @@ def _fault(rank: int, phase: str) -> None:
             raise RuntimeError(f"injected fault on rank {rank} during {phase}")
 
 
-def spawn_entry(rank: int, job: dict) -> None:
+def spawn_entry(rank: int, launch: Launch) -> None:
     """Body of one spawned rank: join the group over the parent's TCPStore, run, write results to run_dir."""
-    if (env := job.pop("env", None)) is not None:  # the caller's now, not the forkserver's from when it started
-        os.environ.clear()
-        os.environ.update(env)
-    _watch_parent(job["parent_pid"])
-    run_dir, tp_size, world = Path(job["run_dir"]), job["tp_size"], job["world_size"]
+    os.environ.clear()  # the caller's environment now, not the forkserver's from when it started
+    os.environ.update(launch.env)
+    _watch_parent(launch.parent_pid)
+    job, run_dir, tp_size, world = launch.job, Path(launch.run_dir), launch.tp_size, launch.world_size
     log = os.open(run_dir / f"rank{rank}.log", os.O_WRONLY | os.O_CREAT | os.O_APPEND)
     os.dup2(log, 1)  # library warnings go to the run's log, so the caller's terminal keeps one clean line
     os.dup2(log, 2)
@@ -201,10 +199,10 @@ def spawn_entry(rank: int, job: dict) -> None:
             torch.cuda.set_device(device)
         else:
             torch.set_num_threads(1)  # ranks share the cores; more threads only thrash
-        timeout = timedelta(seconds=job["timeout"])
-        store = dist.TCPStore("127.0.0.1", job["store_port"], is_master=False, timeout=timeout)
-        dist.init_process_group(job["backend"], store=store, rank=rank, world_size=world, timeout=timeout)
-        _tp_groups(job.get("pp_size", 1), tp_size, rank)
+        timeout = timedelta(seconds=launch.timeout)
+        store = dist.TCPStore("127.0.0.1", launch.store_port, is_master=False, timeout=timeout)
+        dist.init_process_group(job.backend, store=store, rank=rank, world_size=world, timeout=timeout)
+        _tp_groups(job.pp_size, tp_size, rank)
         # the parent posts the tp=1 reference's picks once it has them (runner.run_group's publish)
         logits, hidden, report = run_model(job, rank, tp_size, device, mark,
                                            lambda: json.loads(store.get(REF_TOKENS_KEY).decode()))

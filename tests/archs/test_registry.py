@@ -1,0 +1,79 @@
+"""The architecture registry: one record per model_type, and what every stage derives from it agrees.
+
+For every architecture tpviz maps, the shard map's checkpoint names are exactly the plan's tensors (the list Run live
+writes for random weights and the explorer compares checkpoints with); for every one Run live runs, the plan's
+loading map lands every tensor on a parameter of the live model and fills every parameter."""
+import json
+
+import pytest
+import torch
+
+from tests.paths import SHARED_CONFIGS
+from tpviz import shard_map
+from tpviz.archs import REGISTRY, arch_of, known_types
+from tpviz.config.sources import load_spec, presets
+from tpviz.live.load.source import live_config
+from tpviz.live.load.weights import LoadingMap
+from tpviz.live.model.causal_lm import LiveForCausalLM
+from tpviz.live.model.config import live_types
+from tpviz.plan import build_plan
+from tpviz.plan.tensors import tensors
+from tpviz.trace.checkpoint import expand
+
+# architectures no preset or shared config has, as a sibling's config retyped (and what the retyping needs)
+SIBLINGS = {"deepseek_v2": ("deepseek-ai/DeepSeek-V3", {"topk_method": "greedy", "scoring_func": "softmax"}),
+            "gemma": ("google/gemma-2-9b-it", {"sliding_window": None}), "olmo2": ("Qwen/Qwen3-0.6B", {}),
+            "olmo3": ("Qwen/Qwen3-0.6B", {}), "starcoder2": ("meta-llama/Llama-3.2-1B", {"tie_word_embeddings": True}),
+            "qwen3_5_moe_text": ("Qwen/Qwen3-30B-A3B", {"layer_types": None})}
+SMALL = dict(num_hidden_layers=3, hidden_size=64, num_attention_heads=4, num_key_value_heads=2, head_dim=16,
+             intermediate_size=96, vocab_size=1000)
+
+
+def configs() -> dict[str, dict]:
+    """A config of every architecture tpviz maps: the presets', the shared ones', then siblings retyped."""
+    out = {}
+    sources = [*presets().values(), *(json.loads(p.read_text()) for p in sorted(SHARED_CONFIGS.glob("*.json"))
+                                      if not p.name.endswith(".index.json"))] if SHARED_CONFIGS.is_dir() else [
+        *presets().values()]
+    for cfg in sources:
+        out.setdefault(load_spec(cfg).model_type, cfg)
+    for model_type, (sibling, extra) in SIBLINGS.items():
+        if model_type not in out:
+            raw = presets()[sibling]
+            raw = {**raw.get("text_config", {}), **{k: v for k, v in raw.items() if k != "text_config"}}
+            out[model_type] = {**raw, **extra, "model_type": model_type}
+    return out
+
+
+def test_one_record_per_model_type():
+    assert all(model_type == a.model_type for model_type, a in REGISTRY.items())
+    unknown = arch_of("no_such_arch")
+    assert not unknown.known and unknown.names == arch_of("llama").names  # read as a Llama-like decoder
+    assert all(not a.known and a.refused for a in REGISTRY.values() if a.refused)
+
+
+@pytest.mark.parametrize("model_type", known_types())
+def test_the_map_names_exactly_the_plans_tensors(model_type):
+    cfg = configs().get(model_type)
+    if cfg is None:  # a multimodal wrapper: its configs read as their text decoder's model_type
+        assert REGISTRY[model_type].text_model, model_type
+        return
+    spec = load_spec(cfg)
+    plan_names = {t.name for t in tensors(build_plan(spec))}
+    m = shard_map(spec, 1)
+    assert set(expand(m)) == plan_names
+    assert shard_map(spec, 1, tensor_names=plan_names).checkpoint["verified"]
+
+
+@pytest.mark.parametrize("model_type", live_types())
+def test_the_loading_map_fills_every_live_parameter(model_type):
+    cfg = {**(configs().get(model_type) or configs()[REGISTRY[model_type].text_model]), **SMALL}
+    cfg.pop("quantization_config", None)
+    spec = load_spec(cfg)
+    live = live_config(spec, cfg)
+    with torch.device("meta"):
+        params = set(dict(LiveForCausalLM(live, 1, 0).named_parameters()))
+    targets = LoadingMap(live.spec)
+    loaded = {targets.target(t.name)[0] for t in tensors(build_plan(live.spec))}
+    tied = {"lm_head.weight"} if live.spec.tie_word_embeddings else set()
+    assert loaded == params - tied, (model_type, sorted(loaded ^ (params - tied))[:6])
