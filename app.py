@@ -19,6 +19,7 @@ from explorer.tables import collective_rows, valid_tp_rows
 from explorer.text import literal
 from tpviz.render import summary as S
 from tpviz.trace.collectives import collectives
+from tpviz.trace.checkpoint import checkpoint_sentence
 from tpviz.render.text import fmt_bytes
 from tpviz.trace.validity import ValidRow
 from tpviz.errors import DenseEPError, MissingFieldError, NotJSONError, TPSizeError, TpvizError
@@ -101,7 +102,6 @@ def header(page: Page, rows: list[ValidRow], lay: Deployment | None, mem: list[d
     for warning in lay.warnings if lay else m.warnings:  # a deployment's own: with EP the experts are whole
         st.warning(literal(warning))
     if m.checkpoint:
-        from tpviz.trace.checkpoint import checkpoint_sentence
         (st.success if m.checkpoint["verified"] else st.warning)(literal(checkpoint_sentence(m.checkpoint)))
     worst = max(mem, key=lambda r: r["weights"])
     c1, c2, c3, c4 = st.columns(4)

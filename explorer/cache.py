@@ -8,6 +8,8 @@ import plotly.graph_objects as go
 import streamlit as st
 
 from tpviz import load_spec, shard_map
+from tpviz.config.hub import fetch_config
+import atexit
 from tpviz.deploy.deployment import deploy
 from tpviz.rules import Layout
 from tpviz.trace.model_map import hub_checkpoint, local_checkpoint
@@ -31,7 +33,6 @@ class Page:
 @st.cache_data(show_spinner=False, max_entries=256, ttl=3600)
 def resolve_hub(repo_id: str) -> tuple[str, str]:
     """A hub repo's config as canonical JSON text, and its name (cached: the hub is slow)."""
-    from tpviz.config.hub import fetch_config
     return json.dumps(fetch_config(repo_id), sort_keys=True), repo_id
 
 
@@ -76,7 +77,6 @@ def screen_figure(key: tuple, _fig: go.Figure) -> go.Figure:
 @st.cache_resource(show_spinner=False)
 def png_renderer() -> PngRenderer:
     """One persistent headless Chromium for every session's PNG downloads (closed when the server exits)."""
-    import atexit
     renderer = PngRenderer()
     atexit.register(renderer.close)
     return renderer

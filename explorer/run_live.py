@@ -5,6 +5,12 @@ from pathlib import Path
 
 import streamlit as st
 
+from tpviz.config.sources import REPO_ID, find_preset, repo_from_url
+from tpviz.config.sources import WEB_LOCAL_HINT, presets, web_local_root
+from tpviz.config.sources import resolve_config
+from tpviz.config.spec import normalize
+from tpviz.live.check.inject import INJECTIONS, describe_injections
+from tpviz.live.load.source import live_config
 from explorer.text import literal
 from tpviz.errors import TpvizError
 from tpviz.live.load.download import human_size
@@ -72,7 +78,6 @@ class PhaseStatus:
 def model_input() -> tuple[str | bytes, bool]:
     """The model widget(s) (the explorer's presets, a hub id, a local checkpoint folder, or an uploaded config)
     and whether to run random weights instead of the checkpoint's."""
-    from tpviz.config.sources import WEB_LOCAL_HINT, presets, web_local_root
     root = web_local_root()
     kind = st.radio("Model source", [s for s in SOURCES if root or s != "Local folder"],
                     horizontal=True, key="live_source")
@@ -110,7 +115,6 @@ def model_input() -> tuple[str | bytes, bool]:
 def hub_id(text: str, root: str | None) -> str:
     """A hub id or preset from the hub box, never a server path (unless local folders are allowed);
     an error line and no model otherwise."""
-    from tpviz.config.sources import REPO_ID, find_preset, repo_from_url
     text = repo_from_url(text.strip())
     if not text or find_preset(text) or root:  # with a root set, the library confines local paths
         return text
@@ -220,10 +224,6 @@ def show_result(result) -> None:
 def injection_reach(model: str | bytes, tp: int, layers: int) -> dict[str, tuple[bool, str]]:
     """Before a run: for each injectable bug, whether it can change this model's output at this tp, and why
     ({} when the config cannot be read yet: the run itself will say why)."""
-    from tpviz.live.check.inject import INJECTIONS, describe_injections
-    from tpviz.live.load.source import live_config
-    from tpviz.config.sources import resolve_config
-    from tpviz.config.spec import normalize
     try:
         raw, name = resolve_config(model)
         cfg = live_config(normalize(raw, name), raw, layers or None)

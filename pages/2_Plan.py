@@ -18,6 +18,7 @@ from tpviz.deploy.ranking import plan_notes, plan_rows, rank_layouts
 from tpviz.render.plots.deployment import device_grid, expert_figure
 from tpviz.rules import RULES, ruleset
 from tpviz.config.sources import find_preset, presets, repo_from_url
+from tpviz.config.hub import fetch_config
 
 
 @st.cache_data(show_spinner=False, max_entries=64)
@@ -32,7 +33,6 @@ def model_config(text: str) -> tuple[str, str]:
     key = find_preset(text)
     if key:
         return json.dumps(presets()[key], sort_keys=True), key
-    from tpviz.config.hub import fetch_config
     return json.dumps(fetch_config(text), sort_keys=True), text
 
 

@@ -12,7 +12,7 @@ def shard_map(config_or_source, tp_size: int, rules: str = "vllm", tensor_names:
 
     When a checkpoint's tensor names are at hand (given, or read from a local folder's safetensors
     index or header), the map is compared with them; an unknown architecture must match or is refused."""
-    # imported here so that `import tpviz` stays light (no torch) until a map is asked for
+    # imported here for start-up: `import tpviz` stays light (no torch) until a map is asked for
     from tpviz.trace.model_map import CheckpointNames, local_checkpoint, map_model
     spec = load_spec(config_or_source)
     checkpoint = (local_checkpoint(config_or_source) if tensor_names is None else

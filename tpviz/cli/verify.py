@@ -11,6 +11,17 @@ from pathlib import Path
 
 from tpviz.errors import TpvizError
 from tpviz.cli.outpaths import writable_file
+from tpviz.live.check.inject import INJECTIONS
+from tpviz.live.check.memory import available_memory, check_memory, input_shape, plan_memory
+from tpviz.live.check.verify import verify
+from tpviz.live.errors import check_timeout
+from tpviz.live.errors import for_cli
+from tpviz.live.load.download import human_size
+from tpviz.live.load.inputs import read_input_ids, write_logits
+from tpviz.live.run.runner import choose_backend
+from tpviz.live.run.runner import interrupt_on_sigterm
+from tpviz.live.run.torchrun import SharedError, launched_by_torchrun, torchrun_rank
+from tpviz.live.run.torchrun import launched_by_torchrun, verify_torchrun
 from tpviz.deploy.parallel import placement_flag
 from tpviz.rules import ruleset
 
@@ -28,7 +39,6 @@ class _Parser(argparse.ArgumentParser):
 
 def build_parser() -> argparse.ArgumentParser:
     """The verify command line."""
-    from tpviz.live.check.inject import INJECTIONS
     p = _Parser(prog="tpviz verify", description="Run MODEL split over tp ranks and check it against one device.")
     p.add_argument("model", help="checkpoint folder, preset/hub id (its safetensors are downloaded into the Hugging "
                                  "Face cache), or config.json (random weights)")
@@ -63,8 +73,6 @@ def build_parser() -> argparse.ArgumentParser:
 
 def dry_run(args, ids) -> None:
     """--dry-run: print the memory estimate, refusing as the run itself would; nothing is downloaded or run."""
-    from tpviz.live.check.memory import available_memory, check_memory, input_shape, plan_memory
-    from tpviz.live.run.runner import choose_backend
     for flag, value in (("--tp", args.tp), ("--pp", args.pp)):
         if value < 1:
             raise TpvizError(f"{flag} {value} must be a positive integer")
@@ -80,11 +88,7 @@ def dry_run(args, ids) -> None:
 
 
 def _run(args) -> int:
-    from tpviz.live.check.verify import verify
-    from tpviz.live.load.inputs import read_input_ids, write_logits
-    from tpviz.live.run.torchrun import launched_by_torchrun, verify_torchrun
 
-    from tpviz.live.errors import check_timeout
     check_timeout(args.timeout)  # before anything is read or started
     if args.json is not None and args.json != "-":  # output paths too: a typo must not cost a finished run
         writable_file(args.json, "--json", "verify.json")
@@ -136,7 +140,6 @@ def _run(args) -> int:
 def download_progress():
     """Report a checkpoint download on stderr: a line when it starts and ends, and every 10% when stderr is no
     terminal (on a terminal huggingface_hub draws its own bars)."""
-    from tpviz.live.load.download import human_size
     state = {"start": None, "step": 0, "ended": False}
     tty = sys.stderr.isatty()
 
@@ -159,7 +162,6 @@ def main(argv: list[str] | None = None) -> int:
     """Entry point of `python -m tpviz verify` and `python -m tpviz.cli.verify`; returns the exit code."""
     try:
         args = build_parser().parse_args(argv)
-        from tpviz.live.run.runner import interrupt_on_sigterm
         with interrupt_on_sigterm():
             return _run(args)
     except SystemExit as e:  # --help
@@ -168,8 +170,6 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: tpviz verify: {e}", file=sys.stderr)  # as the other commands' usage errors
         return EXIT_BAD_INPUT
     except TpvizError as e:
-        from tpviz.live.errors import for_cli
-        from tpviz.live.run.torchrun import SharedError, launched_by_torchrun, torchrun_rank
         if launched_by_torchrun() and torchrun_rank() != 0:
             if isinstance(e, SharedError):
                 return EXIT_BAD_INPUT  # rank 0 prints the same line

@@ -26,7 +26,8 @@ from tpviz.config.files import QUANT_FILE, with_quant_file
 from tpviz.errors import HubError, SourceError
 
 try:
-    from huggingface_hub import _CACHED_NO_EXIST, constants, hf_hub_download, try_to_load_from_cache
+    from huggingface_hub import (_CACHED_NO_EXIST, constants, get_safetensors_metadata, hf_hub_download,
+                                 try_to_load_from_cache)
     from huggingface_hub.errors import (
         DisabledRepoError,
         EntryNotFoundError,
@@ -67,21 +68,21 @@ def fetch_config(repo_id: str, revision: str | None = None, timeout: float = 3.0
     path = _fetch(repo_id, CONFIG_FILE, revision, timeout, missing_ok=False)
     if path is None:  # not reached: missing_ok=False raises instead
         raise HubError(f"{repo_id} has no {CONFIG_FILE}")
-    cfg = _read_json(path, repo_id, CONFIG_FILE)
+    cfg = read_json(path, repo_id, CONFIG_FILE)
     if "quantization_config" not in cfg:  # ModelOpt's older exports keep it in hf_quant_config.json
         try:  # from the cache only: one more download per hub id would slow every lookup
             extra = try_to_load_from_cache(repo_id, QUANT_FILE, cache_dir=_cache_dir(), revision=revision)
         except (OSError, ValueError):
             extra = None
         if isinstance(extra, str):
-            cfg = with_quant_file(cfg, _read_json(extra, repo_id, QUANT_FILE))
+            cfg = with_quant_file(cfg, read_json(extra, repo_id, QUANT_FILE))
     return cfg
 
 
 def fetch_index(repo_id: str, revision: str | None = None, timeout: float = 3.0) -> dict | None:
     """Return the parsed model.safetensors.index.json of a hub repo, or None when it has none."""
     path = _fetch(repo_id, INDEX_FILE, revision, timeout, missing_ok=True)
-    return None if path is None else _read_json(path, repo_id, INDEX_FILE)
+    return None if path is None else read_json(path, repo_id, INDEX_FILE)
 
 
 def validate_repo_id(repo_id: object) -> str:
@@ -253,7 +254,7 @@ def _first_line(exc: BaseException) -> str:
     return lines[0][:200] if lines else "no details"
 
 
-def _read_json(path: str, repo_id: str, filename: str) -> dict:
+def read_json(path: str, repo_id: str, filename: str) -> dict:
     """Parse a downloaded JSON file as data only; it must be an object."""
     try:
         text = Path(path).read_text(encoding="utf-8")
@@ -276,7 +277,6 @@ def fetch_tensor_bytes(repo_id: str, timeout: float = 3.0) -> dict[str, int] | N
     """Stored bytes of every tensor of a hub repo, from its safetensors headers (huggingface_hub's
     get_safetensors_metadata reads only the headers). None offline or on any failure: the map is then sized
     from the config alone, and says so."""
-    from huggingface_hub import get_safetensors_metadata
     validate_repo_id(repo_id)
     if _offline() or not _reachable(_endpoint(), min(timeout, 2.0)):
         return None

@@ -1,5 +1,6 @@
 """One normalized model spec from the many shapes real config.json files take."""
 from dataclasses import asdict, dataclass, field, fields
+from dataclasses import replace
 
 from tpviz.archs import Arch, arch_of
 from tpviz.config.fields import MAX_DIM, full_rope, json_type, pick, read_bool, read_float, read_int
@@ -98,7 +99,6 @@ class ModelSpec:
 
     def first_layers(self, n: int) -> "ModelSpec":
         """The same model cut to its first n layers (the live check's shrink)."""
-        from dataclasses import replace
         return replace(self, num_hidden_layers=n, layers=self.layers[:n])
 
     @property
@@ -121,7 +121,6 @@ class ModelSpec:
     def served(self, dtype: str = "auto", kv_cache_dtype: str = "auto") -> "ModelSpec":
         """The spec as vLLM serves it: dtype 'auto' runs a float32 config in bfloat16; kv_cache_dtype 'fp8'
         stores the KV cache (and nothing else) in one byte per value."""
-        from dataclasses import replace
         if dtype not in SERVE_DTYPES or kv_cache_dtype not in KV_DTYPES:
             raise ConfigError(f"dtype={dtype!r} / kv_cache_dtype={kv_cache_dtype!r}: use dtype one of "
                               f"{', '.join(SERVE_DTYPES)} and kv_cache_dtype one of {', '.join(KV_DTYPES)}")

@@ -19,6 +19,7 @@ from pathlib import Path
 import plotly.graph_objects as go
 
 from tpviz.errors import TpvizError
+from tpviz.render.plots import export_figures
 from tpviz.trace.shardmap import ShardMap
 
 PNG_WIDTH, PNG_SCALE = 1300, 2
@@ -36,7 +37,7 @@ def chromium_path() -> str | None:
     env = os.environ.get("BROWSER_PATH")
     if env:
         return env if os.access(env, os.X_OK) else None
-    try:  # the same search kaleido does
+    try:  # the same search kaleido does; start-up: kaleido's browser driver loads only for an export
         from choreographer.browsers.chromium import Chromium
         found = Chromium.find_browser(skip_local=False)
     except Exception:  # noqa: BLE001 - an older/newer choreographer: fall back to PATH
@@ -63,7 +64,7 @@ class PngRenderer:
     def _start(self) -> None:
         if chromium_path() is None:
             raise ExportError(NO_CHROMIUM)
-        import kaleido
+        import kaleido  # start-up: the PNG renderer loads on the first export
         if self._loop is None:
             self._loop = asyncio.new_event_loop()
             threading.Thread(target=self._loop.run_forever, name="tpviz-kaleido", daemon=True).start()
@@ -185,7 +186,6 @@ def shard_map_json(m: ShardMap) -> bytes:
 
 def write_pngs(m: ShardMap, out_dir: str | Path) -> list[Path]:
     """Write one PNG per figure (the app's figures) into out_dir; returns the paths written."""
-    from tpviz.render.plots import export_figures
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     figs = export_figures(m)

@@ -6,6 +6,7 @@ layer's scales); warnings name layouts an engine accepts only through a fallback
 from dataclasses import dataclass, field
 
 from tpviz.config.spec import ModelSpec
+from tpviz.config.sources import load_spec  # the hub code behind it loads only when a source needs it
 from tpviz.errors import QuantError, TPSizeError
 from tpviz.plan import ParamPlan, build_plan
 from tpviz.plan.quantized import DESC_ACT
@@ -71,7 +72,6 @@ class ValidRow:
 def valid_table(source, max_tp: int = 64) -> tuple[str, list[ValidRow]]:
     """(model name, a row per tp in 1..max_tp); a warning marks a layout an engine accepts only through a
     fallback."""
-    from tpviz.config.sources import load_spec  # the hub code behind it loads only when a source needs it
     spec = load_spec(source)
     plans = {name: build_plan(spec, rules) for name, rules in RULE_SETS.items()}
     rows = []

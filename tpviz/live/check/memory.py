@@ -9,6 +9,13 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from tpviz.errors import TpvizError
+from tpviz.config.sources import resolve_config
+from tpviz.config.spec import normalize
+from tpviz.deploy.deployment import deploy
+from tpviz.live.load.source import check_size, check_split, live_config
+from tpviz.render.text import fmt_bytes
+from tpviz.rules import Layout, ruleset
+import torch
 from tpviz.live.errors import LiveError
 from tpviz.live.check.results import layout_name
 from tpviz.live.load.weights import checkpoint_files
@@ -115,7 +122,6 @@ class MemoryEstimate:
 
     def summary(self, available: dict[str, int]) -> str:
         """One line: what each rank and the reference hold, and each memory's peak against what is free."""
-        from tpviz.render.text import fmt_bytes
         n, lo, hi = len(self.ranks), fmt_bytes(min(self.ranks)), fmt_bytes(max(self.ranks))
         built = f" (built in {BUILD_DTYPE})" if self.peak(2**20) > 2**20 else ""
         peaks = ", ".join(f"{k} {fmt_bytes(v)}{built}" + (f" of {fmt_bytes(available[k])} available" if k in
@@ -162,10 +168,6 @@ def estimate_weights(raw: dict, name: str, tp: int, *, pp: int = 1, ep: bool = F
                      gpus: int = 0, input_shape: tuple[int, int] = (0, 0)) -> MemoryEstimate:
     """The weights a run of this config holds, per rank and in the tp=1 reference, in the run's dtype; an
     invalid split or a model over the parameter cap fails as the run would, in one line."""
-    from tpviz.deploy.deployment import deploy
-    from tpviz.live.load.source import check_size, check_split, live_config
-    from tpviz.rules import Layout, ruleset
-    from tpviz.config.spec import normalize
     cfg = live_config(normalize(raw, name), raw, layers)
     check_split(cfg, tp, ep)
     check_size(cfg, layers)
@@ -185,7 +187,6 @@ def plan_memory(model, tp: int, *, pp: int = 1, ep: bool = False, placement: str
                 random_weights: bool = False, input_shape: tuple[int, int] = (0, 0)) -> MemoryEstimate:
     """estimate_weights for a model as the run reads it (folder, config, preset or hub id: its config alone,
     nothing downloaded); dtype 'auto' is the folder's stored dtype, else the config's (random weights: bf16)."""
-    from tpviz.config.sources import resolve_config
     raw, name = resolve_config(model)
     if dtype == "auto":
         stored = RANDOM_STORED if random_weights else _folder_dtype(model) or str(
@@ -223,7 +224,6 @@ def available_memory(device: str = "cpu", gpus: int = 0) -> dict[str, int]:
         return {}
     out = {}
     if device == "cuda":
-        import torch
         for i in range(gpus):
             try:
                 out[f"cuda:{i}"] = torch.cuda.mem_get_info(i)[0]
@@ -251,7 +251,6 @@ def available_memory(device: str = "cpu", gpus: int = 0) -> dict[str, int]:
 
 def check_memory(est: MemoryEstimate, available: dict[str, int] | None = None) -> None:
     """Refuse, in one line, a run whose weights would not fit, naming the numbers and what would fit."""
-    from tpviz.render.text import fmt_bytes
     available = available_memory(est.device, est.gpus) if available is None else available
     over = est.over(available)
     if over is None:

@@ -20,13 +20,16 @@ from typing import Callable
 from tpviz.config import hub
 from tpviz.errors import HubError, SourceError, TpvizError, WeightsError
 from tpviz.live.errors import RANDOM_FLAG
+from tpviz.live.load.weights import checkpoint_files, layer_of
 
 try:
     from huggingface_hub import HfApi, snapshot_download
     from huggingface_hub.errors import LocalEntryNotFoundError
+    from huggingface_hub.utils import tqdm as hf_tqdm
 except ImportError:  # pragma: no cover - hub.constants is None then, and download_checkpoint says so
     HfApi = snapshot_download = None
     LocalEntryNotFoundError = ()
+    hf_tqdm = object
 
 CONFIG_FILE = "config.json"
 WEIGHTS_FILE = "model.safetensors"
@@ -121,7 +124,6 @@ def _listing(repo_id: str, revision: str | None, endpoint: str) -> tuple[str, di
 def needed_shards(weight_map: dict, layers: int | None) -> list[str]:
     """The index's shard files a model of the first `layers` layers reads (all when None): those holding a tensor
     of a kept layer or one outside the layers (embeddings, final norm, lm_head), as the loader maps names."""
-    from tpviz.live.load.weights import layer_of
     keep = {str(f) for n, f in weight_map.items() if layers is None or (i := layer_of(str(n))) is None or i < layers}
     return [s for s in dict.fromkeys(str(f) for f in weight_map.values()) if s in keep]
 
@@ -193,7 +195,6 @@ def _cached(repo_id: str, revision: str | None, cache_dir: str, reason: str, lay
 def _snapshot(repo_id: str, folder: Path, hint: str, layers: int | None) -> Download:
     """The snapshot folder as a Download (sizes filled in by the caller); one line unless it holds every file
     of a safetensors checkpoint that the first `layers` layers need."""
-    from tpviz.live.load.weights import checkpoint_files
     try:
         names = [p.name for p in folder.iterdir()]
     except OSError as e:
@@ -240,7 +241,6 @@ class _Cancelled(Exception):
 
 def _bar_class(state: SimpleNamespace, bars: bool):
     """A huggingface_hub tqdm that also counts the snapshot's written bytes, and stops once cancelled."""
-    from huggingface_hub.utils import tqdm as hf_tqdm
 
     class Bar(hf_tqdm):
         def __init__(self, *args, **kwargs):

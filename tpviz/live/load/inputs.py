@@ -88,10 +88,10 @@ class TextTokenizer:
     def __init__(self, folder: str | Path):
         folder = Path(folder)
         try:
-            if (folder / "tokenizer.json").is_file():
+            if (folder / "tokenizer.json").is_file():  # start-up: a tokenizer library loads only for a prompt
                 from tokenizers import Tokenizer
                 self._fast, self._tok = True, Tokenizer.from_file(str(folder / "tokenizer.json"))
-            else:
+            else:  # start-up, as above; transformers is needed for tokenizer.model alone
                 from transformers import AutoTokenizer
                 self._fast = False
                 self._tok = AutoTokenizer.from_pretrained(str(folder), local_files_only=True)

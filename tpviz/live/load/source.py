@@ -8,6 +8,12 @@ from pathlib import Path
 import torch
 
 from tpviz.errors import DenseEPError, TPSizeError, TpvizError
+from tpviz.config.hub import read_json
+from tpviz.config.sources import check_local_path
+from tpviz.config.sources import check_local_path, local_config, resolve_config
+from tpviz.live.load.download import download_checkpoint, shrink_note
+from tpviz.live.model.causal_lm import LiveForCausalLM
+from tpviz.live.model.config import Stage
 from tpviz.live.errors import RANDOM_FLAG, LiveError
 from tpviz.live.model.blocks import full_rope_config, sliding_rope
 from tpviz.live.model.gemma import read_gemma
@@ -88,8 +94,6 @@ def live_config(spec: ModelSpec, raw: dict | None = None, layers: int | None = N
 def check_split(cfg: LiveConfig, tp_size: int, ep: bool = False) -> None:
     """Raise the layers' own one-line TPSizeError when cfg cannot be split over tp_size (meta tensors: free);
     with ep the routed experts stay whole, so only the other layers must split."""
-    from tpviz.live.model.config import Stage
-    from tpviz.live.model.causal_lm import LiveForCausalLM
     if ep and not cfg.spec.is_moe:
         raise DenseEPError(EP_DENSE)
     problem = split_problem(cfg.spec, tp_size, cfg.rules, moe_tp=1 if ep else None)[0]  # heads before vocab, as users expect
@@ -101,7 +105,6 @@ def check_split(cfg: LiveConfig, tp_size: int, ep: bool = False) -> None:
 
 def valid_live_sizes(cfg: LiveConfig, max_tp: int = 64) -> str:
     """The tp sizes (up to max_tp) both the layout rules and the live model's own layers accept."""
-    from tpviz.live.model.causal_lm import LiveForCausalLM
     sizes = []
     for tp in range(1, max_tp + 1):
         if split_problem(cfg.spec, tp, cfg.rules)[0] is None:
@@ -124,7 +127,6 @@ def resolve_model(model, layers: int | None = None, seed: int = 0, tp_size: int 
     with random_weights, gets seeded random weights. An invalid split and a model over the parameter cap fail
     before any weights are made or downloaded.
     """
-    from tpviz.config.sources import check_local_path, local_config, resolve_config
     path = is_dir = None
     if isinstance(model, (str, Path)) and str(model).strip():
         text = str(model).strip()
@@ -164,8 +166,6 @@ def _random(cfg: LiveConfig, seed: int, asked: bool) -> Path:
 def _hub_source(repo_id: str, cfg: LiveConfig, layers: int | None, tp_size: int | None, ep: bool,
                 download) -> ModelSource:
     """A hub repo's real weights: checked against the cap first, then downloaded (or found in the cache)."""
-    from tpviz.config.hub import _read_json
-    from tpviz.live.load.download import download_checkpoint, shrink_note
 
     def unquantized(c: LiveConfig) -> LiveConfig:
         if c.spec.quantization and not is_mxfp4(c):  # gpt-oss MXFP4: dequantized while loading
@@ -175,7 +175,7 @@ def _hub_source(repo_id: str, cfg: LiveConfig, layers: int | None, tp_size: int 
 
     unquantized(cfg)  # before downloading what could not be loaded
     got = download_checkpoint(repo_id, layers=layers, progress=download)  # only the shards those layers need
-    raw = _read_json(str(got.folder / "config.json"), repo_id, "config.json")
+    raw = read_json(str(got.folder / "config.json"), repo_id, "config.json")
     spec = normalize(raw, repo_id)
     cfg = unquantized(live_config(spec, raw, layers))  # the config the weights were saved with
     if tp_size is not None:
@@ -241,7 +241,6 @@ def check_size(cfg: LiveConfig, layers: int | None = None) -> None:
 def local_tokenizer(model) -> Path | None:
     """The folder itself when `model` is a local checkpoint folder with tokenizer files, else None
     (also when TPVIZ_LOCAL_ROOT refuses the path)."""
-    from tpviz.config.sources import check_local_path
     if not isinstance(model, (str, Path)) or not str(model).strip():
         return None
     try:
