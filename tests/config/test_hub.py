@@ -144,14 +144,13 @@ def test_tensor_bytes_offline_is_none_and_fast(monkeypatch, tmp_path):
 
 def test_tensor_bytes_from_the_headers(monkeypatch):
     """Online: huggingface_hub reads the safetensors headers; the bytes come from each tensor's offsets."""
-    import huggingface_hub
     from types import SimpleNamespace as NS
     meta = NS(files_metadata={"model.safetensors": NS(tensors={"a.weight": NS(data_offsets=(0, 96)),
                                                                "b.weight_scale_inv": NS(data_offsets=(96, 100))})})
     monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
     monkeypatch.setattr(hub, "_offline", lambda: False)
     monkeypatch.setattr(hub, "_reachable", lambda endpoint, limit: True)
-    monkeypatch.setattr(huggingface_hub, "get_safetensors_metadata", lambda repo, token=None: meta)
+    monkeypatch.setattr(hub, "get_safetensors_metadata", lambda repo, token=None: meta)
     assert hub.fetch_tensor_bytes("someone/some-model") == {"a.weight": 96, "b.weight_scale_inv": 4}
-    monkeypatch.setattr(huggingface_hub, "get_safetensors_metadata", lambda repo, token=None: 1 / 0)
+    monkeypatch.setattr(hub, "get_safetensors_metadata", lambda repo, token=None: 1 / 0)
     assert hub.fetch_tensor_bytes("someone/some-model") is None
