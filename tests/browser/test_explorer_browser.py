@@ -138,8 +138,10 @@ def test_unticking_ep_keeps_the_parallelism_section_open(page, app_url):
     ep = page.locator("label").filter(has_text="Expert parallelism (EP)").first
     ep.click()
     wait_heading(page, "+ EP")
+    wait_idle(page)  # a click while the rerun still runs can be lost (the flake this test had on a loaded machine)
     ep.click()
-    page.wait_for_function(f"!(document.querySelector({HEADING!r}) || {{innerText: '+ EP'}}).innerText.includes('+ EP')")
+    page.wait_for_function(f"!(document.querySelector({HEADING!r}) || {{innerText: '+ EP'}}).innerText.includes('+ EP')",
+                           timeout=60_000)
     wait_idle(page)
     assert ep.is_visible()  # the section the user works in stays open
 

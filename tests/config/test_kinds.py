@@ -45,7 +45,10 @@ def test_layer_types_refused():
     refused(dict(BASE, model_type="qwen3", layer_types=["full_attention"] * 3), "layer_types", "3", "4")
     refused(dict(BASE, model_type="qwen3", layer_types=["full_attention"] * 3 + ["banana"]), "layer_types", "banana")
     refused(dict(BASE, model_type="qwen3", layer_types="full_attention"), "layer_types")
-    refused(dict(BASE, model_type="olmo3", layer_types=["sliding_attention"] * 4), "sliding_window")  # no window
+    refused(dict(BASE, model_type="llama", layer_types=["sliding_attention"] * 4), "sliding_window")  # no window
+    # transformers' Olmo3Config, which vLLM reads it with, gives a window the config leaves out: 4096
+    s = normalize(dict(BASE, model_type="olmo3", layer_types=["sliding_attention"] * 4))
+    assert [layer.mixer.window for layer in s.layers] == [4096] * 4
 
 
 # --- Qwen3-Next: full_attention_interval ---
@@ -83,6 +86,8 @@ def test_hybrid_override_pattern_per_mlp_sizes():
     # intermediate_size as a list: one entry per '-' layer, by its ordinal among the '-' layers
     s = normalize(dict(NH, hybrid_override_pattern="-M--", intermediate_size=[8, 16, 24]))
     assert ffns(s) == [("dense", 8), ("none", 0), ("dense", 16), ("dense", 24)]
+    # transformers' NemotronHConfig takes one size: read as given, with a note (a checkpoint's own config code can)
+    assert any("NemotronHConfig" in n and "read as given" in n for n in s.notes)
     s = normalize(dict(NH, hybrid_override_pattern="-M--", intermediate_size=[40]))  # one entry serves all
     assert ffns(s) == [("dense", 40), ("none", 0), ("dense", 40), ("dense", 40)]
     refused(dict(NH, hybrid_override_pattern="-M--", intermediate_size=[8, 16]), "intermediate_size", "3")

@@ -20,7 +20,7 @@ FALCON = replace(BLOOM, qkv_order="qkv")
 def falcon_variant(cfg: dict) -> str:
     """Falcon's norms and q/k/v order: new decoder (one or two norms), or the old parallel / serial blocks."""
     if cfg.get("new_decoder_architecture"):
-        return "new-2ln" if cfg.get("num_ln_in_parallel_attn", 2) == 2 else "new-1ln"
+        return "new-2ln" if (cfg.get("num_ln_in_parallel_attn") or 2) == 2 else "new-1ln"  # vLLM: None means 2
     return "parallel" if cfg.get("parallel_attn", True) else "serial"
 
 

@@ -52,7 +52,7 @@ def _mixers(cfg: dict, arch: Arch, n: int, attn: Mixer) -> list[Mixer]:
             if not sliding:
                 raise ConfigError("layer_types has sliding_attention layers but sliding_window is not set")
             m = sliding
-        elif kind == "attention":
+        elif kind in ("attention", "chunked_attention"):  # transformers' Llama-4 names its chunked layers
             m = attn
             if isinstance(chunk, int) and chunk > 0:  # Llama-4: RoPE layers attend within chunks, NoPE layers fully
                 m = replace(attn, kind="chunked_attention", window=chunk)

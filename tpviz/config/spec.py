@@ -3,6 +3,7 @@ from dataclasses import asdict, dataclass, field, fields
 from dataclasses import replace
 
 from tpviz.archs import Arch, arch_of
+from tpviz.config.hf import DIMENSIONS, through_transformers
 from tpviz.config.fields import MAX_DIM, full_rope, json_type, pick, read_bool, read_float, read_int
 from tpviz.config.kinds import ATTENTION_KINDS, Ffn, LayerSpec, Mixer
 from tpviz.config.quant import Quant, read_quant
@@ -141,10 +142,32 @@ def _filled(cls, d: dict):
 
 
 def normalize(cfg: dict, name: str = "model") -> ModelSpec:
-    """Read a Hugging Face config dict (parsed JSON) into a ModelSpec, or raise one clear ConfigError; the model_type's
-    record (tpviz.archs) says what this architecture reads differently."""
+    """Read a Hugging Face config dict (parsed JSON) into a ModelSpec, or raise one clear ConfigError: first through
+    transformers' config class, as vLLM reads it (config/hf.py), then as the model_type's record says."""
     if not isinstance(cfg, dict):
         raise ConfigError(f"config must be a JSON object, got {json_type(cfg)}")
+    check_plausible(cfg)  # before transformers' class, which builds per-layer lists of any length
+    read, refusal = through_transformers(cfg)
+    spec = read_spec(read, name)  # as given when the class refuses it: tpviz's own reading names a faulty field
+    if refusal:  # a checkpoint may ship its own config code (trust_remote_code), which tpviz never runs
+        spec.notes.append(f"{refusal}; read as given: vLLM loads it only with the checkpoint's own config code")
+    return spec
+
+
+def check_plausible(cfg: dict) -> None:
+    """One line for a dimension of the config as given (its text decoder's, in a multimodal wrapper) that is no whole
+    number or larger than any real model's."""
+    text = cfg["text_config"] if isinstance(cfg.get("text_config"), dict) else cfg
+    experts = ("num_local_experts", "num_experts", "n_routed_experts", "moe_num_experts")
+    for key, names in (*DIMENSIONS.items(), ("num_experts", experts), ("head_dim", ("head_dim",)),
+                       ("num_key_value_heads", ("num_key_value_heads", "num_kv_heads", "multi_query_group_num"))):
+        value = pick(text, *names)
+        for one in value if isinstance(value, list) else [] if value is None else [value]:  # or one per layer
+            read_int({key: one}, key, minimum=0, maximum=LIMITS.get(key, MAX_DIM))
+
+
+def read_spec(cfg: dict, name: str) -> ModelSpec:
+    """A config dict (as transformers' class reads it, or as given) into a ModelSpec, as its record says."""
     outer = cfg
     if isinstance(cfg.get("text_config"), dict):  # multimodal wrappers (Gemma-3, Llama-4, Mistral-3)
         kept = ("torch_dtype", "dtype", "tie_word_embeddings")  # model-wide keys some wrappers keep outside
@@ -153,6 +176,8 @@ def normalize(cfg: dict, name: str = "model") -> ModelSpec:
     model_type = str(pick(cfg, "model_type", default=outer.get("model_type", "unknown")))
     arch = arch_of(model_type)
     notes = []
+    if arch.refused:
+        raise ConfigError(f"{model_type} uses {arch.refused}, which tpviz does not model yet")
     if not arch.known:
         if hint := hybrid_hint(cfg):
             raise ConfigError(f"model_type {model_type!r} is not one tpviz knows and its config has {hint!r}, a part "
@@ -160,7 +185,7 @@ def normalize(cfg: dict, name: str = "model") -> ModelSpec:
         notes.append(f"model_type {model_type!r} is not one tpviz knows; mapped as a Llama-like decoder "
                      "(q/k/v/o, gate/up/down, Llama checkpoint names)")
     cfg = family_defaults(cfg, arch)
-    hidden = read_int(cfg, "hidden_size", "n_embd", "d_model", "model_dim", maximum=LIMITS["hidden_size"])
+    hidden = read_int(cfg, "hidden_size", "n_embd", "n_embed", "d_model", "model_dim", maximum=LIMITS["hidden_size"])
     heads = read_int(cfg, "num_attention_heads", "n_head", "num_heads", "n_heads")
     if cfg.get("new_decoder_architecture") is True:  # Falcon-40B/180B: grouped KV heads
         kv_heads = read_int(cfg, "num_kv_heads", "n_head_kv", default=heads)
@@ -173,9 +198,9 @@ def normalize(cfg: dict, name: str = "model") -> ModelSpec:
     if kv_heads > heads or heads % kv_heads:
         raise ConfigError(f"num_attention_heads={heads} is not a multiple of num_key_value_heads={kv_heads}")
     head_dim = pick(cfg, "head_dim", "kv_channels")
-    if head_dim is None and cfg.get("kv_lora_rank"):  # MLA: a query/key head is nope + rope wide
+    if cfg.get("kv_lora_rank"):  # MLA: a query/key head is nope + rope wide (transformers' head_dim is the rope part)
         head_dim = (read_int(cfg, "qk_nope_head_dim", default=0, minimum=0)
-                    + read_int(cfg, "qk_rope_head_dim", default=0, minimum=0)) or None
+                    + read_int(cfg, "qk_rope_head_dim", default=0, minimum=0)) or head_dim
     if head_dim is None:
         if hidden % heads:
             raise ConfigError(f"hidden_size={hidden} is not divisible by num_attention_heads={heads} and no head_dim is given")
@@ -252,6 +277,9 @@ def normalize(cfg: dict, name: str = "model") -> ModelSpec:
     moe = Ffn("moe", spec.moe_intermediate_size, experts, spec.num_experts_per_tok,
               spec.shared_expert_intermediate_size) if experts else None
     spec.layers = derive(cfg, arch, num_layers, hidden, attn, Ffn("dense", spec.intermediate_size), moe)
+    if experts and not spec.is_moe:  # experts no layer holds are none (a class default, or every layer dense)
+        spec.num_experts = spec.num_experts_per_tok = spec.moe_intermediate_size = 0
+        spec.shared_expert_intermediate_size = 0
     if window_note := ignored_window(cfg, arch, spec.layers):
         spec.notes.append(window_note)
     spec.notes += [f"{k}={cfg[k]!r} is not a whole number of tokens, so no context limit is taken from it"

@@ -134,6 +134,7 @@ def hf_mla_config(cfg: LiveConfig) -> dict:
     out = {"q_lora_rank": s.q_lora_rank or None, "kv_lora_rank": s.kv_lora_rank,
            "qk_nope_head_dim": s.qk_nope_head_dim, "qk_rope_head_dim": s.qk_rope_head_dim,
            "v_head_dim": s.v_head_dim, "num_key_value_heads": s.num_attention_heads,
+           "head_dim": s.qk_rope_head_dim,  # transformers' DeepSeek reads head_dim as the rope part
            "rope_parameters": {"rope_type": "default", "rope_theta": s.rope_theta, **rope}}
     if "factor" in rope and "original_max_position_embeddings" in rope:
         out["max_position_embeddings"] = cfg.rope.get("max_position_embeddings") or int(

@@ -1,0 +1,97 @@
+"""Configs as vLLM reads them: through transformers' config class for their model_type, built from the JSON dict
+alone (never remote code), so its attribute maps (n_embd, n_embed -> hidden_size) and its defaults (GPT-2's
+n_positions 1024, Mistral's sliding_window 4096) hold as they do for the engine. A model_type transformers has no
+class for (ChatGLM, Llama-Nemotron's DeciLM, custom ones) is read as given, by tpviz's own readers."""
+import json
+import logging
+import warnings
+from contextlib import contextmanager
+from functools import lru_cache
+
+# what tpviz reads differently from the class, or the class drops: kept from the JSON as given
+KEPT = ("quantization_config",)
+# the model's own dimensions, under every name a config gives them: a class default for one (LlamaConfig's
+# hidden_size 4096) would draw another model, so a config without them is refused, naming the field
+DIMENSIONS = {"hidden_size": ("hidden_size", "n_embd", "n_embed", "d_model", "model_dim"),
+              "num_attention_heads": ("num_attention_heads", "n_head", "num_heads", "n_heads"),
+              "num_hidden_layers": ("num_hidden_layers", "n_layer", "num_layers"),
+              "vocab_size": ("vocab_size", "padded_vocab_size", "n_vocab"),
+              "intermediate_size": ("intermediate_size", "ffn_hidden_size", "n_inner"),
+              "moe_intermediate_size": ("moe_intermediate_size",)}
+
+
+@contextmanager
+def quiet():
+    """transformers' config classes log and warn about odd fields; the map says what matters, in its own notes."""
+    logger = logging.getLogger("transformers")
+    level, logger.level = logger.level, logging.ERROR
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            yield
+    finally:
+        logger.level = level
+
+
+def config_class(model_type: object):
+    """transformers' config class for a model_type, or None when it has none."""
+    if not isinstance(model_type, str):
+        return None
+    # start-up: transformers (and the torch it imports) loads only when a config is read, not on `import tpviz`
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING, CONFIG_MAPPING_NAMES
+    return CONFIG_MAPPING[model_type] if model_type in CONFIG_MAPPING_NAMES else None
+
+
+def as_dict(config) -> dict:
+    """A config object as the dict tpviz reads: every attribute (defaults included) and, beside the class's own
+    names, the common names its attribute_map gives them (hidden_size for n_embd); sub-configs alike."""
+    out = config.to_dict()
+    for alias in getattr(config, "attribute_map", {}):
+        value = getattr(config, alias, None)
+        if alias not in out and value is not None:
+            out[alias] = value
+    for key, value in vars(config).items():
+        if hasattr(value, "to_dict") and hasattr(value, "attribute_map"):  # text_config, vision_config
+            out[key] = as_dict(value)
+    return out
+
+
+def through_transformers(cfg: dict) -> tuple[dict, str | None]:
+    """(the config as transformers' class reads it, None), or (the config as given, why the class refused it);
+    as given, too, when transformers has no class for its model_type."""
+    try:
+        text = json.dumps(cfg, sort_keys=True)
+    except (TypeError, ValueError):  # not JSON data (a dict built in Python): read as given
+        return cfg, None
+    read, refusal = _read(text)
+    return (dict(read) if refusal is None else cfg), refusal
+
+
+@lru_cache(maxsize=256)  # the app reads the same config on every rerun
+def _read(text: str) -> tuple[dict, str | None]:
+    cfg = json.loads(text)
+    cls = config_class(cfg.get("model_type"))
+    if cls is None:
+        return cfg, None
+    try:
+        with quiet():
+            return merged(cfg, as_dict(cls(**cfg))), None
+    except Exception as e:  # noqa: BLE001 - any refusal of the class is the config's, said in one line below
+        words = next((line.strip() for line in str(e).splitlines() if line.strip()), "") or type(e).__name__
+        return cfg, f"transformers' {cls.__name__} (which vLLM reads it with) refuses it: {words[:300]}"
+
+
+def merged(given: dict, read: dict) -> dict:
+    """The class's reading over the config as given, sub-configs alike: what the class turns into properties or
+    moves elsewhere (Nemotron-H's hybrid_override_pattern, Gemma-4's global head sizes) stays as given, and a
+    dimension the config does not give is left out rather than taken from the class's defaults."""
+    out = {**given, **read, **{k: given[k] for k in KEPT if k in given}}
+    for names in DIMENSIONS.values():
+        if not any(given.get(n) is not None for n in names):
+            for n in names:
+                out.pop(n, None)
+    for key, value in read.items():
+        if isinstance(value, dict) and isinstance(given.get(key), dict) and key.endswith("_config"):
+            out[key] = merged(given[key], value)
+    return out
+
