@@ -43,7 +43,8 @@ def explain(error: Exception, name: str | None, rows: list[ValidRow] | None, rul
         return f"{text}; {FIELDS_HINT}."
     if isinstance(error, NotJSONError) and not text.endswith("config.json"):  # say it once
         return f"{text}. Upload the model's config.json as plain JSON."
-    return text if isinstance(error, TpvizError) else f"unexpected {type(error).__name__}: {text.splitlines()[0] if text else ''}"
+    return (text if isinstance(error, TpvizError)
+            else f"unexpected {type(error).__name__}: {text.splitlines()[0] if text else ''}")
 
 
 def tab_label(key: str) -> str:
@@ -95,8 +96,8 @@ def header(page: Page, rows: list[ValidRow], lay: Deployment | None, mem: list[d
     st.caption(f"{m.rules.label} rules · {spec.num_hidden_layers} layers · hidden {spec.hidden_size} · "
                f"{heads} · vocab {spec.vocab_size:,} · {literal(spec.dtype)}")
     if spec.quant:
-        st.caption(f"Quantized checkpoint: {literal(spec.quant.label)}; weights and scales are counted at the "
-                   "bytes they are stored in.")
+        st.caption(f"Quantized checkpoint: {literal(spec.quant.label)}; weights and "
+                   "scales are counted at the bytes they are stored in.")
     for note in spec.notes:
         st.caption(f"Note: {literal(note)}")
     for warning in lay.warnings if lay else m.warnings:  # a deployment's own: with EP the experts are whole
@@ -105,23 +106,29 @@ def header(page: Page, rows: list[ValidRow], lay: Deployment | None, mem: list[d
         (st.success if m.checkpoint["verified"] else st.warning)(literal(checkpoint_sentence(m.checkpoint)))
     worst = max(mem, key=lambda r: r["weights"])
     c1, c2, c3, c4 = st.columns(4)
-    if lay:  # the deployment's fullest GPU and busiest sender (tpviz.deploy.deployment), not the tensor-parallel map's
+    # the deployment's fullest GPU and busiest sender (tpviz.deploy.deployment), not the tensor-parallel map's
+    if lay:
         off = dict(delta=lay.label, delta_color="off", delta_arrow="off")
         c1.metric("Weights on the fullest GPU", fmt_bytes(max(g.weight_bytes for g in lay.gpus)), **off)
         full = max(lay.gpus, key=lambda g: g.kv_cache_bytes_per_token + g.kv_windowed_bytes_per_token)
         c2.metric("KV cache per token, fullest GPU", fmt_bytes(full.kv_cache_bytes_per_token
                                                               + full.kv_windowed_bytes_per_token), **off)
-        c3.metric("Sent per decoded token, busiest GPU", fmt_bytes(sum(lay.comm_bytes_per_token.values())), **off)
+        c3.metric("Sent per decoded token, busiest GPU",
+                  fmt_bytes(sum(lay.comm_bytes_per_token.values())), **off)
     else:
         c1.metric("Weights per GPU", fmt_bytes(worst["weights"]), **versus(worst["weights"], worst["naive"]))
         # windowed layers cache each token too, up to their window (the cache sentences below give the caps)
         windowed = worst.get("kv_windowed_per_token", 0)
         c2.metric("KV cache per token per GPU", fmt_bytes(worst["kv_per_token"] + windowed),
-                  **(dict(delta=f"{fmt_bytes(windowed)} of it up to a window", delta_color="off", delta_arrow="off")
+                  **(dict(delta=f"{fmt_bytes(windowed)} of it up to a window",
+                          delta_color="off", delta_arrow="off")
                      if windowed else versus(worst["kv_per_token"], worst["kv_naive_per_token"])))
-        # as the Plan page and a layout count it: what each GPU sends (ring all-reduce 2(tp-1)/tp of the tensor)
-        c3.metric("Sent per decoded token, busiest GPU", fmt_bytes(sum(c.count * c.sent_per_rank for c in coll)),
-                  f"{sum(c.count for c in coll)} collectives per forward", delta_color="off", delta_arrow="off")
+        # as the Plan page and a layout count it: what each GPU sends (ring all-reduce 2(tp-1)/tp of the
+        # tensor)
+        c3.metric("Sent per decoded token, busiest GPU",
+                  fmt_bytes(sum(c.count * c.sent_per_rank for c in coll)),
+                  f"{sum(c.count for c in coll)} collectives per forward",
+                  delta_color="off", delta_arrow="off")
     c4.metric(f"Valid tp sizes ({m.rules.label})", " ".join(map(str, S.valid_sizes(rows, m.rules))))
     for sentence in filter(None, [*S.special_cases(m).values(), S.mla_kv_sentence(m), *S.cache_sentences(m)]):
         st.info(sentence)
@@ -152,15 +159,18 @@ def render_page(page: Page, rows: list[ValidRow], lay: Deployment | None = None)
         if g is not None:
             st.markdown(f"#### Layers {S.layer_span(g.layers)}: {g.label}")
         names = png_names(m, list(figs))
-        # one tab per matrix family, drawn only while open: a tp change redraws what is on screen, not every figure
-        tabs = st.tabs([tab_label(key) for key in figs], key=f"figtabs_{i}_{g.label if g else ''}", on_change="rerun")
+        # one tab per matrix family, drawn only while open: a tp change redraws what is on screen, not every
+        # figure
+        tabs = st.tabs([tab_label(key) for key in figs],
+                       key=f"figtabs_{i}_{g.label if g else ''}", on_change="rerun")
         for tab, (key, fig) in zip(tabs, figs.items()):
             if tab.open is False:
                 continue
             with tab:
                 screen = screen_figure((page.key, tuple(g.layers) if g else None, key), fig)
                 st.plotly_chart(screen, theme=None, key=f"fig_{key}", config=PLOTLY_CONFIG)
-                st.download_button("PNG", lambda f=fig: figure_png(f, png_renderer(), page.m), names[key], "image/png",
+                st.download_button("PNG", lambda f=fig: figure_png(f, png_renderer(), page.m),
+                                   names[key], "image/png",
                                    key=f"png_{key}", on_click="ignore", icon=":material/download:",
                                    disabled=not has_browser, type="tertiary")
     with top:
@@ -170,17 +180,18 @@ def render_page(page: Page, rows: list[ValidRow], lay: Deployment | None = None)
         table.dataframe([{LABELS.get(k) or S.FAMILY_LABELS.get(k, k): (v if k == "rank" else fmt_bytes(v))
                           for k, v in row.items()} for row in mem], hide_index=True, width="stretch")
     fit_section(m, lay.layout if lay else None)
-    if (box := st.expander(f"Collectives per forward pass: {sum(c.count for c in coll)}", key="open_collectives",
-                           on_change="rerun")).open:
+    if (box := st.expander(f"Collectives per forward pass: {sum(c.count for c in coll)}",
+                           key="open_collectives", on_change="rerun")).open:
         if coll:
             box.dataframe(collective_rows(m), hide_index=True, width="stretch")
-            box.caption("Bytes are per token and per occurrence; “sent per GPU” assumes ring collectives (an "
-                        "all-reduce sends 2(tp−1)/tp of the tensor, an all-gather (tp−1)/tp). "
-                        "Multiply by the batch's tokens for a step (the logits' row by the tokens sampled, one per "
-                        "sequence).")
+            box.caption("Bytes are per token and per occurrence; “sent per GPU” assumes ring collectives "
+                        "(an all-reduce sends 2(tp−1)/tp of the tensor, an all-gather (tp−1)/tp). "
+                        "Multiply by the batch's tokens for a step (the logits' row by the "
+                        "tokens sampled, one per sequence).")
         else:
             box.caption("tp=1: the tensor-parallel map communicates nothing" + (
-                "; the deployment's pipeline hand-offs and MoE traffic are in its table above." if lay else "."))
+                "; the deployment's pipeline hand-offs and MoE traffic are in its table above." if lay
+                else "."))
     sizes = ", ".join(map(str, S.valid_sizes(rows, m.rules)))
     if (box := st.expander(f"Valid tp sizes ({m.rules.label}: {sizes}) and why the others fail",
                            key="open_valid", on_change="rerun")).open:
@@ -190,7 +201,8 @@ def render_page(page: Page, rows: list[ValidRow], lay: Deployment | None = None)
 def deployment(cfg_json: str, name: str, values: dict, problems: list[str]) -> dict | None:
     """The pp / dp / ep layout of the view, or None with one line in `problems`."""
     try:
-        return layout_for(cfg_json, name, values["tp"], values["pp"], values["dp"], values["ep"], values["rules"])
+        return layout_for(cfg_json, name, values["tp"], values["pp"], values["dp"],
+                          values["ep"], values["rules"])
     except TpvizError as e:
         if isinstance(e, DenseEPError) and (values["pp"] > 1 or values["dp"] > 1):  # keep the chosen pp / dp
             problems.append(f"{e} (showing the layout without EP)")
@@ -199,8 +211,10 @@ def deployment(cfg_json: str, name: str, values: dict, problems: list[str]) -> d
         return None
 
 
-def nearest_view(cfg_json: str | None, name: str | None, rows: list[ValidRow] | None, values: dict) -> tuple | None:
-    """A first view whose tp does not work: the same model at the nearest valid tp (largest below, else smallest)."""
+def nearest_view(cfg_json: str | None, name: str | None, rows: list[ValidRow] | None,
+                 values: dict) -> tuple | None:
+    """A first view whose tp does not work: the same model at the nearest valid tp (largest below, else
+    smallest)."""
     bad_tp = bool(cfg_json and rows and S.tp_problem(rows, values["tp"], values["rules"]))
     sizes = S.valid_sizes(rows, values["rules"]) if bad_tp else []
     if not sizes:
@@ -210,11 +224,13 @@ def nearest_view(cfg_json: str | None, name: str | None, rows: list[ValidRow] | 
 
 
 def ep_only_view(name: str, lay: Deployment, refused: TPSizeError) -> None:
-    """A layout that exists only with EP: its GPUs, without the per-tensor maps (which cut every expert by tp)."""
+    """A layout that exists only with EP: its GPUs, without the per-tensor maps (which cut every expert by
+    tp)."""
     st.markdown(f"## {literal(name)} on {len(lay.gpus)} GPUs · {lay.label}")
-    st.info(f"Without EP this tp is refused ({literal(refused.reason.rstrip('.'))}). With EP every routed expert stays whole on one GPU, "
-            "so the per-tensor maps, which cut the experts by tp, are not drawn: the GPUs below are the layout vLLM "
-            "runs. Exports need the per-tensor map: pick a tp the experts split by for them.")
+    st.info(f"Without EP this tp is refused ({literal(refused.reason.rstrip('.'))}). With EP every routed "
+            "expert stays whole on one GPU, so the per-tensor maps, which cut the experts by tp, are not "
+            "drawn: the GPUs below are the layout vLLM runs. Exports need the per-tensor map: pick a tp the "
+            "experts split by for them.")
     deployment_section(lay, PLOTLY_CONFIG)
 
 
@@ -246,7 +262,8 @@ def main() -> None:
     if cfg_json is not None and rows is not None:
         try:
             checkpoint = checkpoint_key(values)
-            serving = f"{st.session_state.get('serve_dtype', 'auto')},{st.session_state.get('kv_dtype', 'auto')}"
+            state = st.session_state
+            serving = f"{state.get('serve_dtype', 'auto')},{state.get('kv_dtype', 'auto')}"
             problems = []  # the deployment's: said with the TP map's fate below
             if values["pp"] > 1 or values["dp"] > 1 or values["ep"]:
                 lay = deployment(cfg_json, name, values, problems)

@@ -2,16 +2,17 @@
 
   - first load to the first screen drawn (every chart in the 1400x1000 viewport drawn, the run finished),
     Llama-3.1-405B tp 8;
-  - a tp change (8 -> 16), from the pick in the open tp list to every chart in the viewport redrawn for 16 GPUs;
+  - a tp change (8 -> 16), from the pick in the open tp list to every chart in the viewport redrawn for 16
+    GPUs;
   - 8 concurrent sessions each getting their first screen;
 
 for tpviz and for the floor: a bare Streamlit page with a tp selectbox that draws the same 8 Plotly figures
 (built once per tp and cached, so the floor pays only for Streamlit and Plotly). Both sides wait for the same
-thing: the charts a user can see (tpviz: the open tab's figure; the floor: its first two charts), so neither is
-timed on charts below the fold, and the clock of a tp change starts at the click on the option, not while the
-test types into the list. Targets: tp change within 0.5x the floor, first load no slower than the floor, all 8
-sessions served. A bare page drawing only the open tab's figure under the same selectbox is timed too: the
-least any page can spend on a tp change. Last, each server's memory warm and after all of that. Needs
+thing: the charts a user can see (tpviz: the open tab's figure; the floor: its first two charts), so neither
+is timed on charts below the fold, and the clock of a tp change starts at the click on the option, not while
+the test types into the list. Targets: tp change within 0.5x the floor, first load no slower than the floor,
+all 8 sessions served. A bare page drawing only the open tab's figure under the same selectbox is timed too:
+the least any page can spend on a tp change. Last, each server's memory warm and after all of that. Needs
 /usr/bin/chromium.
 python bench/bench_browser.py [--runs 5]
 """
@@ -43,15 +44,16 @@ for key, fig in figures(tp).items():
     st.plotly_chart(fig, theme=None, key=key)
 '''
 # the least any page does on a tp change: the open tab's one figure (the copy tpviz sends), same selectbox
-ONE_CHART = FLOOR.replace("import streamlit as st", "import plotly.graph_objects as go\nimport streamlit as st").replace(
+ONE_CHART = FLOOR.replace("import streamlit as st",
+                          "import plotly.graph_objects as go\nimport streamlit as st").replace(
     """for key, fig in figures(tp).items():
     st.plotly_chart(fig, theme=None, key=key)""", """fig = go.Figure(figures(tp)["qkv"])
 fig.layout.template, fig.layout.datarevision = None, str(tp)
 st.plotly_chart(fig, theme=None, key="qkv")""")
 # every chart that reaches into the viewport is drawn (and, after a tp change, shows the new last GPU)
 ON_SCREEN = ("(text) => { const seen = [...document.querySelectorAll('div.stPlotlyChart')].filter(d => {"
-             " const r = d.getBoundingClientRect(); return r.width > 0 && r.bottom > 0 && r.top < innerHeight; });"
-             " return seen.length > 0"
+             " const r = d.getBoundingClientRect(); return r.width > 0 && r.bottom > 0 && "
+             "r.top < innerHeight; }); return seen.length > 0"
              " && seen.every(d => d.querySelector('.main-svg') && d.textContent.includes(text)); }")
 
 
@@ -149,11 +151,14 @@ def main() -> int:
     for key, target in (("first load", "<= 1.0x"), ("tp change", "<= 0.5x")):
         print(f"{key + ' to charts drawn':<32}{t[key]:>8.2f}{f[key]:>8.2f}{t[key] / f[key]:>7.2f}x  {target}")
     one = results["one chart"]["tp change"]
-    print(f"{'  a bare page with one chart':<32}{one:>8.2f}{f['tp change']:>8.2f}{one / f['tp change']:>7.2f}x  "
+    bare = f['tp change']
+    print(f"{'  a bare page with one chart':<32}{one:>8.2f}{bare:>8.2f}{one / bare:>7.2f}x  "
           "(the least a tp change costs: the open tab's figure alone)")
     (ts, tn), (fs, fn) = t["8 sessions"], f["8 sessions"]
-    print(f"{'8 sessions, all first screens':<32}{ts:>8.2f}{fs:>8.2f}{ts / fs:>7.2f}x  served {tn}/8 (floor {fn}/8)")
-    # no full garbage collection after each run (.streamlit/config.toml): the server must not grow from run to run
+    print(f"{'8 sessions, all first screens':<32}{ts:>8.2f}{fs:>8.2f}{ts / fs:>7.2f}x  served "
+          f"{tn}/8 (floor {fn}/8)")
+    # no full garbage collection after each run (.streamlit/config.toml): the server must not grow from run to
+    # run
     (tw, te), (fw, fe) = t["rss"], f["rss"]
     print(f"server memory (MiB), warm -> after {2 * args.runs} views, {args.runs} tp changes and 8 sessions: "
           f"tpviz {tw:.0f} -> {te:.0f}, floor {fw:.0f} -> {fe:.0f}")

@@ -16,12 +16,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from tests.helpers.cost import measure  # noqa: E402
 from tpviz import shard_map  # noqa: E402
 from tpviz.config.sources import presets  # noqa: E402
-from tpviz.config.spec import LIMITS, MAX_DIM  # noqa: E402
+from tpviz.config.fields import MAX_DIM
+from tpviz.config.spec import LIMITS
 
 BASES = ["Qwen/Qwen3-8B", "Qwen/Qwen3-30B-A3B", "deepseek-ai/DeepSeek-V3", "openai/gpt-oss-120b",
          "meta-llama/Llama-3.1-405B"]
-KEYS = {"vocab_size": LIMITS["vocab_size"], "hidden_size": LIMITS["hidden_size"], "intermediate_size": MAX_DIM,
-        "moe_intermediate_size": MAX_DIM, "num_experts": LIMITS["num_experts"],
+KEYS = {"vocab_size": LIMITS["vocab_size"], "hidden_size": LIMITS["hidden_size"],
+        "intermediate_size": MAX_DIM, "moe_intermediate_size": MAX_DIM, "num_experts": LIMITS["num_experts"],
         "n_routed_experts": LIMITS["num_experts"], "num_local_experts": LIMITS["num_experts"],
         "num_hidden_layers": LIMITS["num_hidden_layers"]}
 TIME_S, MEMORY_MB = 2.0, 300.0
@@ -47,8 +48,8 @@ def main() -> int:
             took, grew, out = measure(lambda: shard_map(cfg, tp))
             n, refused = n + 1, refused + isinstance(out, ValueError)
             what = f"refused: {str(out)[:70]}" if isinstance(out, ValueError) else "mapped"
-            print(f"{name:55s} tp={tp:<3d} {took * 1e3:8.1f} ms {grew if grew is not None else float('nan'):7.1f} MB "
-                  f" {what}")
+            print(f"{name:55s} tp={tp:<3d} {took * 1e3:8.1f} ms "
+                  f"{grew if grew is not None else float('nan'):7.1f} MB  {what}")
             worst_t = max(worst_t, (took, f"{name} tp={tp}"))
             worst_m = max(worst_m, (grew or 0.0, f"{name} tp={tp}"))
     print(f"\n{n} cases ({refused} refused in one line): worst time {worst_t[0]:.2f} s ({worst_t[1]}), "

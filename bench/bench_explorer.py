@@ -35,11 +35,13 @@ def bench_rerun() -> float:
     at = app({"model": "meta-llama/Llama-3.1-405B", "tp": "8"})
     print("rerun after a tp change, meta-llama/Llama-3.1-405B (AppTest, whole script):")
     worst = 0.0
-    for tp, kind in ((16, "first visit"), (32, "first visit"), (64, "first visit"), (8, "revisit"), (64, "revisit")):
+    for tp, kind in ((16, "first visit"), (32, "first visit"), (64, "first visit"),
+                     (8, "revisit"), (64, "revisit")):
         start = time.perf_counter()
         at.selectbox(key="tp").select(tp).run()
         took = time.perf_counter() - start
-        assert not at.exception and not [e for e in at.error if "Chromium" not in e.value], [e.value for e in at.error]
+        assert not at.exception and not [e for e in at.error
+                                         if "Chromium" not in e.value], [e.value for e in at.error]
         worst = max(worst, took)
         print(f"  tp 8/..→{tp:<3} {kind:<12} {took * 1000:7.0f} ms")
     return worst
@@ -49,7 +51,8 @@ def bench_payload() -> int:
     """Plotly JSON bytes per page; returns the largest."""
     print("Plotly payload of the page (all charts):")
     largest = 0
-    for model, tp in (("Qwen/Qwen3-8B", 4), ("meta-llama/Llama-3.1-405B", 8), ("meta-llama/Llama-3.1-405B", 64),
+    for model, tp in (("Qwen/Qwen3-8B", 4), ("meta-llama/Llama-3.1-405B", 8),
+                      ("meta-llama/Llama-3.1-405B", 64),
                       ("deepseek-ai/DeepSeek-V3", 64), ("Qwen/Qwen3-30B-A3B", 32)):
         at = app({"model": model, "tp": str(tp)})
         size = sum(len(c.proto.spec) for c in at.get("plotly_chart"))
@@ -71,7 +74,8 @@ def bench_png() -> float:
     except ExportError as e:
         print(f"PNG: skipped ({e})")
         return 0.0
-    print(f"PNG (kaleido, system Chromium, 2600 px wide): browser start + first image {time.perf_counter() - start:.2f} s")
+    print("PNG (kaleido, system Chromium, 2600 px wide): browser start + first image "
+          f"{time.perf_counter() - start:.2f} s")
     times = {}
     for key, fig in figs.items():
         start = time.perf_counter()

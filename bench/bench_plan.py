@@ -12,7 +12,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from tpviz.deploy.ranking import rank_layouts as plan  # noqa: E402
 from tpviz.config.sources import load_spec  # noqa: E402
 
-CASES = [("deepseek-ai/DeepSeek-V3", 16, 80), ("deepseek-ai/DeepSeek-V3", 8, 141), ("Qwen/Qwen3-235B-A22B-FP8", 16, 80),
+CASES = [("deepseek-ai/DeepSeek-V3", 16, 80), ("deepseek-ai/DeepSeek-V3", 8, 141),
+         ("Qwen/Qwen3-235B-A22B-FP8", 16, 80),
          ("meta-llama/Llama-3.1-405B", 16, 80), ("Qwen/Qwen3-Next-80B-A3B-Thinking", 8, 80)]
 
 

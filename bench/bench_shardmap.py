@@ -5,7 +5,8 @@ For each model, a fresh Python process imports tpviz, makes one warm-up call, th
   - tracemalloc: peak of Python-level allocations during one call (torch's tensor storage is not traced);
   - RSS: growth of the process's peak resident set (ru_maxrss) over the warm-up and timed calls, which does
     include torch's buffers.
-Targets: <= 100 ms per call, and every model (the hybrid and heterogeneous ones too) no more than 3x Qwen3-0.6B.
+Targets: <= 100 ms per call, and every model (the hybrid and heterogeneous ones too) no more than 3x
+Qwen3-0.6B.
 
     python bench/bench_shardmap.py [--tp 8] [--n 20] [--rules vllm] [--threads N] [--strict]
 
@@ -27,12 +28,13 @@ import tracemalloc
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-MODELS = ["meta-llama/Llama-3.1-405B", "deepseek-ai/DeepSeek-V3", "Qwen/Qwen3-30B-A3B", "mistralai/Mixtral-8x7B-v0.1",
-          "meta-llama/Llama-3.1-70B",
+MODELS = ["meta-llama/Llama-3.1-405B", "deepseek-ai/DeepSeek-V3", "Qwen/Qwen3-30B-A3B",
+          "mistralai/Mixtral-8x7B-v0.1", "meta-llama/Llama-3.1-70B",
           # hybrid and heterogeneous: the tracer runs once per distinct layer kind, not per layer
-          "Qwen/Qwen3-Next-80B-A3B-Thinking", "nvidia/NVIDIA-Nemotron-3-Nano-30B-A3B-BF16", "nvidia/Nemotron-H-56B-Base-8K",
-          "nvidia/Llama-3_3-Nemotron-Super-49B-v1", "meta-llama/Llama-4-Scout-17B-16E-Instruct", "google/gemma-4-31B-it",
-          "LiquidAI/LFM2.5-VL-1.6B", "bigscience/bloom-560m", "Qwen/Qwen3-0.6B"]
+          "Qwen/Qwen3-Next-80B-A3B-Thinking", "nvidia/NVIDIA-Nemotron-3-Nano-30B-A3B-BF16",
+          "nvidia/Nemotron-H-56B-Base-8K",
+          "nvidia/Llama-3_3-Nemotron-Super-49B-v1", "meta-llama/Llama-4-Scout-17B-16E-Instruct",
+          "google/gemma-4-31B-it", "LiquidAI/LFM2.5-VL-1.6B", "bigscience/bloom-560m", "Qwen/Qwen3-0.6B"]
 TARGET_MS, TARGET_RATIO = 100.0, 3.0
 
 
@@ -67,9 +69,10 @@ def measure(model: str, tp: int, n: int, rules: str, threads: int) -> dict:
 
 
 def run_child(model: str, args, threads: int) -> dict:
-    cmd = [sys.executable, __file__, "--child", model, "--tp", str(args.tp), "--n", str(args.n), "--rules", args.rules,
-           "--threads", str(threads)]
-    out = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "HF_HUB_OFFLINE": "1"}, check=True)
+    cmd = [sys.executable, __file__, "--child", model, "--tp", str(args.tp), "--n", str(args.n),
+           "--rules", args.rules, "--threads", str(threads)]
+    out = subprocess.run(cmd, capture_output=True, text=True,
+                         env={**os.environ, "HF_HUB_OFFLINE": "1"}, check=True)
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
@@ -77,9 +80,9 @@ def one_pass(args, threads: int) -> tuple[bool, bool]:
     rows = {}
     for model in MODELS:
         r = rows[model] = run_child(model, args, threads)
-        print(f"{model:<42} {r['params_b']:>7.1f}B {r['tensors']:>7} {r['threads']:>7} {r['median_ms']:>7.1f}ms "
-              f"{r['min_ms']:>6.1f}ms {r['max_ms']:>6.1f}ms {r['tracemalloc_peak_kib'] / 1024:>13.2f}MiB "
-              f"{r['rss_growth_kib'] / 1024:>8.1f}MiB")
+        print(f"{model:<42} {r['params_b']:>7.1f}B {r['tensors']:>7} {r['threads']:>7} "
+              f"{r['median_ms']:>7.1f}ms {r['min_ms']:>6.1f}ms {r['max_ms']:>6.1f}ms "
+              f"{r['tracemalloc_peak_kib'] / 1024:>13.2f}MiB {r['rss_growth_kib'] / 1024:>8.1f}MiB")
     worst = max(rows.values(), key=lambda r: r["median_ms"])
     ratio = worst["median_ms"] / rows["Qwen/Qwen3-0.6B"]["median_ms"]
     ok_time, ok_ratio = worst["median_ms"] <= TARGET_MS, ratio <= TARGET_RATIO
@@ -97,14 +100,15 @@ def main() -> int:
     p.add_argument("--rules", default="vllm")
     p.add_argument("--strict", action="store_true", help="exit 1 when a target is missed")
     p.add_argument("--threads", type=int, default=None,
-                   help="torch threads in the timed process (default: run once with torch's default, once with 1)")
+                   help="torch threads in the timed process (default: run once with torch's "
+                        "default, once with 1)")
     p.add_argument("--child", metavar="MODEL", help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.child:
         print(json.dumps(measure(args.child, args.tp, args.n, args.rules, args.threads or 0)))
         return 0
-    print(f"shard_map at tp={args.tp}, rules={args.rules}: median of {args.n} in-process calls after a warm-up; "
-          f"python {sys.version.split()[0]}, {os.cpu_count()} CPUs")
+    print(f"shard_map at tp={args.tp}, rules={args.rules}: median of {args.n} in-process "
+          f"calls after a warm-up; python {sys.version.split()[0]}, {os.cpu_count()} CPUs")
     print(f"{'model':<42} {'params':>8} {'tensors':>7} {'threads':>7} {'median':>9} {'min':>8} {'max':>8} "
           f"{'tracemalloc peak':>16} {'RSS growth':>11}")
     ok = True

@@ -57,15 +57,16 @@ def main() -> None:
     n = ap.parse_args().n
     py = sys.executable
     print(f"start-up (median of {n} fresh processes):")
-    print(f"  python -m tpviz map {PRESET} --tp 8: {wall([py, '-m', 'tpviz', 'map', PRESET, '--tp', '8'], n):.2f} s")
+    print(f"  python -m tpviz map {PRESET} --tp 8: "
+          f"{wall([py, '-m', 'tpviz', 'map', PRESET, '--tp', '8'], n):.2f} s")
     print(f"  import tpviz: {wall([py, '-c', 'import tpviz'], n):.2f} s")
     print(f"  python -c 'import torch' (the floor): {wall([py, '-c', 'import torch'], n):.2f} s")
     loads = [float(subprocess.run([py, "-c", APP_FIRST_LOAD], cwd=ROOT, check=True, capture_output=True,
                                   text=True).stdout.split()[-1]) for _ in range(max(1, n // 2))]
     print(f"  app first load (AppTest, fresh process, imports included): {statistics.median(loads):.2f} s")
     print("map time, warm, one thread:")
-    out = subprocess.run([py, "-c", MAP_TIMES, str(max(3, n)), *BIG], cwd=ROOT, check=True, capture_output=True,
-                         text=True).stdout
+    out = subprocess.run([py, "-c", MAP_TIMES, str(max(3, n)), *BIG], cwd=ROOT, check=True,
+                         capture_output=True, text=True).stdout
     print(out.rstrip())
 
 

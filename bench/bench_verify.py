@@ -5,8 +5,8 @@ attention, MoE, MLA and norm options kept; widths, vocabulary and experts cut do
 weights: the in-process verify time (and its phases), the verdict, and the checkpoint bytes each rank read
 against the whole checkpoint. Families the live check refuses are listed with its one-line reason.
 
---model MODEL: that model at each of --tps instead: the end-to-end wall time of `python -m tpviz.cli.verify` (a
-fresh process: torch import, spawn, load, forward, compare), the in-process phase times and the bytes each
+--model MODEL: that model at each of --tps instead: the end-to-end wall time of `python -m tpviz.cli.verify`
+(a fresh process: torch import, spawn, load, forward, compare), the in-process phase times and the bytes each
 rank read. Target: <= 15 s end to end for a tiny model at tp=2 (--strict exits 1 when missed).
 
     python bench/bench_verify.py [--families qwen3 mixtral ...] [--layers 2] [--seq-len 32]
@@ -32,8 +32,9 @@ TARGET_S = 15.0
 
 def end_to_end(model: str, tp: int, args, env: dict) -> tuple[float, int, str]:
     """Wall time of a fresh `python -m tpviz.cli.verify` process, its exit code and verdict line."""
-    cmd = [sys.executable, "-m", "tpviz", "verify", model, "--tp", str(tp), "--device", "cpu", "--dtype", args.dtype,
-           "--seq-len", str(args.seq_len), "--quiet"] + (["--layers", str(args.layers)] if args.layers else []) \
+    cmd = [sys.executable, "-m", "tpviz", "verify", model, "--tp", str(tp), "--device", "cpu",
+           "--dtype", args.dtype, "--seq-len", str(args.seq_len), "--quiet"] + (["--layers", str(args.layers)]
+                                                         if args.layers else []) \
         + (["--random-weights"] if args.random_weights else [])
     start = time.perf_counter()
     proc = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, env=env)
@@ -50,7 +51,8 @@ def shrink(raw: dict) -> dict:
     kv = t.get("num_key_value_heads") or heads
     sizes = {"num_attention_heads": 4, "num_key_value_heads": 4 if kv == heads else 1 if kv == 1 else 2,
              "hidden_size": 128, "intermediate_size": 256, "moe_intermediate_size": 64,
-             "shared_expert_intermediate_size": 128, "vocab_size": 1024, "head_dim": 32, "query_pre_attn_scalar": 32,
+             "shared_expert_intermediate_size": 128, "vocab_size": 1024, "head_dim": 32,
+             "query_pre_attn_scalar": 32,
              "kv_lora_rank": 64, "qk_nope_head_dim": 32, "qk_rope_head_dim": 16, "v_head_dim": 32,
              "n_group": 2, "topk_group": 1, "first_k_dense_replace": 1}  # DeepSeek: layer 1 is a MoE layer
     for key, value in sizes.items():
@@ -66,7 +68,8 @@ def shrink(raw: dict) -> dict:
             t[key] = min(t[key], 2)
     for key in [k for k in t if k.endswith("_token_id")]:  # ids of the real vocabulary
         del t[key]
-    out.pop("quantization_config", None)  # random weights are bf16; fp8 blocks of 128 would not fit tiny widths
+    # random weights are bf16; fp8 blocks of 128 would not fit tiny widths
+    out.pop("quantization_config", None)
     return out
 
 
@@ -74,7 +77,7 @@ def by_family(args) -> int:
     """Each preset family, shrunk, at tp=2 with random weights: verify time, verdict, bytes read per rank."""
     from tpviz.errors import TpvizError
     from tpviz.live import resolve_model, verify
-    from tpviz.live.model.decoder import FAMILIES
+    from tpviz.live.model.config import live_types
     from tpviz.config.sources import presets
     chosen = {}
     for quantized in (False, True):  # each family's first unquantized preset, else its first (random weights)
@@ -98,16 +101,18 @@ def by_family(args) -> int:
         except TpvizError as e:
             print(f"{family:<12} {name}: skipped: {e}\n")
             continue
-        phases = ", ".join(f"{k} {v:.2f}" for k, v in result.phases.items() if k in ("spawn", "load", "forward",
+        phases = ", ".join(f"{k} {v:.2f}" for k,
+                           v in result.phases.items() if k in ("spawn", "load", "forward",
                                                                                        "reference"))
         total = result.ranks[0].checkpoint_bytes
-        print(f"{family:<12} {name}: {wall:.2f} s ({phases}), {result.verdict}, checkpoint {total / 2**20:.2f} MiB")
+        print(f"{family:<12} {name}: {wall:.2f} s ({phases}), {result.verdict}, checkpoint "
+              f"{total / 2**20:.2f} MiB")
         for r in result.ranks:
-            print(f"    rank {r.rank}: read {r.bytes_read / 2**20:7.3f} MiB = {100 * r.bytes_read / total:5.1f}%, "
-                  f"holds {100 * r.stored_bytes / total:5.1f}% in {r.stored_dtype} ({r.param_bytes / 2**20:.3f} MiB "
-                  f"in {r.dtype})")
+            print(f"    rank {r.rank}: read {r.bytes_read / 2**20:7.3f} MiB = "
+                  f"{100 * r.bytes_read / total:5.1f}%, holds {100 * r.stored_bytes / total:5.1f}% "
+                  f"in {r.stored_dtype} ({r.param_bytes / 2**20:.3f} MiB in {r.dtype})")
         print()
-    for family in (f for f in FAMILIES if f not in chosen and f != "gemma3_text" and not args.families):
+    for family in (f for f in live_types() if f not in chosen and f != "gemma3_text" and not args.families):
         print(f"{family:<12} no preset of this family: not benchmarked")
     return 0
 
@@ -127,17 +132,19 @@ def by_tp(args) -> int:
     missed = False
     for tp in args.tps:
         wall, code, line = end_to_end(model, tp, args, env)
-        result, _ = verify(model, tp, device="cpu", dtype=args.dtype, layers=args.layers, seq_len=args.seq_len,
-                           random_weights=args.random_weights)
+        result, _ = verify(model, tp, device="cpu", dtype=args.dtype, layers=args.layers,
+                           seq_len=args.seq_len, random_weights=args.random_weights)
         phases = ", ".join(f"{k} {v:.2f}s" for k, v in result.phases.items())
         target = f"  (target <= {TARGET_S:g} s: {'ok' if wall <= TARGET_S else 'MISSED'})" if tp == 2 else ""
         missed |= tp == 2 and wall > TARGET_S
-        print(f"\ntp={tp}: end to end {wall:.2f} s, exit {code}{target}\n  {line}\n  in-process phases: {phases}")
+        print(f"\ntp={tp}: end to end {wall:.2f} s, exit {code}{target}\n  {line}\n  "
+              f"in-process phases: {phases}")
         total = result.ranks[0].checkpoint_bytes
         for r in result.ranks:
-            print(f"  rank {r.rank}: read {r.bytes_read / 2**20:8.2f} MiB = {100 * r.bytes_read / total:5.1f}% of "
-                  f"{total / 2**20:.2f} MiB (file span {100 * r.bytes_spanned / total:5.1f}%), "
-                  f"holds {r.param_bytes / 2**20:.2f} MiB, load {r.load_s:.2f}s, forward {r.forward_s:.3f}s")
+            print(f"  rank {r.rank}: read {r.bytes_read / 2**20:8.2f} MiB = "
+                  f"{100 * r.bytes_read / total:5.1f}% of {total / 2**20:.2f} MiB (file span "
+                  f"{100 * r.bytes_spanned / total:5.1f}%), holds {r.param_bytes / 2**20:.2f} MiB, load "
+                  f"{r.load_s:.2f}s, forward {r.forward_s:.3f}s")
         print(f"  all ranks read {sum(r.bytes_read for r in result.ranks) / total:.2f}x the checkpoint")
     return 1 if args.strict and missed else 0
 

@@ -1,1 +1,2 @@
-"""The explorer's views (Streamlit): app.py renders the page, these modules hold its sidebar, state and caches."""
+"""The explorer's views (Streamlit): app.py renders the page, these modules hold its sidebar, state and
+caches."""

@@ -52,22 +52,24 @@ def checkpoint_names(checkpoint: str) -> tuple[frozenset | None, str, dict | Non
 
 
 @st.cache_resource(show_spinner=False, max_entries=32)
-def page_for(cfg_json: str, name: str, tp: int, rules: str, checkpoint: str = "", serving: str = "auto,auto") -> Page:
-    """Shard map, figures and JSON of one view; kept as objects (no copy per rerun) since nothing mutates them.
-    checkpoint names the checkpoint whose tensor list the map is checked against ('' for none)."""
+def page_for(cfg_json: str, name: str, tp: int, rules: str, checkpoint: str = "",
+             serving: str = "auto,auto") -> Page:
+    """Shard map, figures and JSON of one view; kept as objects (no copy per rerun) since nothing mutates
+    them. checkpoint names the checkpoint whose tensor list the map is checked against ('' for none)."""
     names, where, sizes = checkpoint_names(checkpoint) if checkpoint else (None, "", None)
     dtype, kv_cache_dtype = serving.split(",")
-    m = shard_map(load_spec(json.loads(cfg_json), name), tp, rules, tensor_names=set(names) if names else None,
+    m = shard_map(load_spec(json.loads(cfg_json), name), tp, rules,
+                  tensor_names=set(names) if names else None,
                   checkpoint_source=where, dtype=dtype, kv_cache_dtype=kv_cache_dtype, tensor_bytes=sizes)
     return Page(m, plots.all_figures(m), shard_map_json(m), (cfg_json, name, tp, rules, checkpoint, serving))
 
 
 @st.cache_resource(show_spinner=False, max_entries=256)
 def screen_figure(key: tuple, _fig: go.Figure) -> go.Figure:
-    """The copy of a cached figure that the page sends (`key` names it; exports use the figure itself). Streamlit
-    hands a new chart to Plotly twice, and the second pass redraws it all when it meets a new template object or,
-    without a datarevision, new data arrays: no template (plotly.js's default look is plotly.py's "none") and a
-    fixed datarevision make it a no-op."""
+    """The copy of a cached figure that the page sends (`key` names it; exports use the figure itself).
+    Streamlit hands a new chart to Plotly twice, and the second pass redraws it all when it meets a new
+    template object or, without a datarevision, new data arrays: no template (plotly.js's default look is
+    plotly.py's "none") and a fixed datarevision make it a no-op."""
     screen = go.Figure(_fig)
     screen.layout.template = None
     screen.layout.datarevision = hashlib.sha1(repr(key).encode()).hexdigest()[:12]
@@ -83,7 +85,8 @@ def png_renderer() -> PngRenderer:
 
 
 @st.cache_resource(show_spinner=False, max_entries=64)
-def group_figures(cfg_json: str, name: str, tp: int, rules: str, checkpoint: str, serving: str, group: int) -> dict:
+def group_figures(cfg_json: str, name: str, tp: int, rules: str, checkpoint: str, serving: str,
+                  group: int) -> dict:
     """The figures of one layer group (cached like the page; nothing mutates them)."""
     m = page_for(cfg_json, name, tp, rules, checkpoint, serving).m
     return plots.all_figures(m, m.groups[group])
@@ -97,5 +100,6 @@ def every_group_figures(cfg_json: str, name: str, tp: int, rules: str, checkpoin
 
 @st.cache_data(show_spinner=False, max_entries=64)
 def layout_for(cfg_json: str, name: str, tp: int, pp: int, dp: int, ep: bool, rules: str) -> Deployment:
-    """One tp x pp x dp (+ EP) deployment's GPUs: stages, experts, bytes, communication (tpviz.deploy.deployment)."""
+    """One tp x pp x dp (+ EP) deployment's GPUs: stages, experts, bytes, communication
+    (tpviz.deploy.deployment)."""
     return deploy(load_spec(json.loads(cfg_json), name), Layout(tp, pp, dp, ep), rules)

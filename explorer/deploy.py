@@ -12,18 +12,19 @@ COMM = {"tp_all_reduce": ("all-reduce over the tp GPUs", "after each attention /
                                  "each MoE block gathers every replica's tokens and returns their sums"),
         "pp_send_recv": ("send between stages + all-gather over the tp GPUs",
                          "hidden state and residual, a 1/tp slice from each GPU, gathered by the next stage"),
-        "norm_collectives": ("all-gather / all-reduce over the tp GPUs", "norms spanning the cut: OLMo's q and k, "
-                             "a one-group Mamba2 gated norm"),
+        "norm_collectives": ("all-gather / all-reduce over the tp GPUs",
+                             "norms spanning the cut: OLMo's q and k, " "a one-group Mamba2 gated norm"),
         "embed_all_reduce": ("all-reduce over the tp GPUs", "after embed_tokens, on the first stage"),
-        "logits_gather": ("all-gather over the tp GPUs", "the lm_head's vocab blocks of each sampled token, on the "
-                          "last stage")}
+        "logits_gather": ("all-gather over the tp GPUs",
+                          "the lm_head's vocab blocks of each sampled token, on the " "last stage")}
 
 
 def deployment_section(lay: Deployment, plot_config: dict) -> None:
     """Device grid, expert placement, one row per GPU, and this layout's communication per token."""
     st.markdown(f"### Deployment: {lay.label}")
-    st.caption("Ranks in vLLM's order (rank = (dp × pp + stage) × tp + tp rank). Every GPU holds its stage's "
-               "layers at its tp rank's rows and columns (the maps below); with EP the routed experts are whole.")
+    st.caption("Ranks in vLLM's order (rank = (dp × pp + stage) × tp + tp rank). Every GPU holds its "
+               "stage's layers at its tp rank's rows and columns (the maps below); with EP the routed "
+               "experts are whole.")
     for warning in lay.warnings:
         st.warning(warning)
     st.plotly_chart(device_grid(lay), theme=None, key="fig_device_grid", config=plot_config)
@@ -32,7 +33,8 @@ def deployment_section(lay: Deployment, plot_config: dict) -> None:
     st.dataframe([{"GPU": g.rank, "stage": g.pp, "replica": g.dp, "tp rank": g.tp,
                    "layers": f"{g.layers[0]}–{g.layers[1] - 1}" if g.layers[1] > g.layers[0] else "none",
                    **({"experts": layer_span(g.experts, 6) or "none"} if g.experts is not None else {}),
-                   "weights": fmt_bytes(g.weight_bytes), "KV cache / token": fmt_bytes(g.kv_cache_bytes_per_token) + (
+                   "weights": fmt_bytes(g.weight_bytes),
+                   "KV cache / token": fmt_bytes(g.kv_cache_bytes_per_token) + (
                        f" + {fmt_bytes(g.kv_windowed_bytes_per_token)} up to a window"
                        if g.kv_windowed_bytes_per_token else "")}
                   for g in lay.gpus], hide_index=True, width="stretch")
@@ -40,8 +42,9 @@ def deployment_section(lay: Deployment, plot_config: dict) -> None:
             for k, v in lay.comm_bytes_per_token.items() if v]
     if rows:
         st.dataframe(rows, hide_index=True, width="stretch")
-        st.caption("As vLLM 0.33 runs them, for the busiest GPU and each decoded token (a decoded token is sampled, "
-                   "so the logits count; a prefill token skips them): ring shares summed over its stage's layers; the "
-                   "MoE dispatch uses the default allgather_reducescatter backend.")
+        st.caption("As vLLM 0.33 runs them, for the busiest GPU and each decoded token (a "
+                   "decoded token is sampled, so the logits count; a prefill token skips them): ring "
+                   "shares summed over its stage's layers; the MoE dispatch uses the default "
+                   "allgather_reducescatter backend.")
     else:
         st.caption("One GPU: nothing is communicated.")

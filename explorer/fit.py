@@ -14,16 +14,16 @@ def _tokens(n: float) -> str:
 
 def fit_rows(m: ShardMap, sizes: tuple[int, ...] = GPU_SIZES_GIB, utilization: float = GPU_UTILIZATION,
              context: int = 8192, layout=None) -> list[dict]:
-    """The fit at common GPU sizes, as table rows: what vLLM may use, the room left for KV cache, how many tokens
-    of full-attention KV cache that holds, and how many sequences of `context` tokens fit."""
+    """The fit at common GPU sizes, as table rows: what vLLM may use, the room left for KV cache, how many
+    tokens of full-attention KV cache that holds, and how many sequences of `context` tokens fit."""
     rows, context = [], capped_context(m.model, context)[0]
     for gib in sizes:
         f = fit(m, gib, utilization, context, layout=layout)
         rows.append({"GPU memory": f"{gib} GiB", f"vLLM may use (×{utilization:g})": fmt_bytes(f.usable),
                      "left for KV cache": fmt_bytes(f.room) if f.room > 0 else "does not fit",
                      "KV-cache tokens": _tokens(f.kv_tokens) if f.kv_tokens is not None else "—",
-                     f"sequences of {context:,} tokens": f"{f.max_sequences:,}" if f.room > 0 and f.per_sequence
-                     else "—"})
+                     f"sequences of {context:,} tokens": f"{f.max_sequences:,}"
+                     if f.room > 0 and f.per_sequence else "—"})
     return rows
 
 
@@ -53,9 +53,9 @@ def fit_section(m: ShardMap, layout=None) -> None:
     else:
         tokens = f" ({f.kv_tokens:,} tokens of KV cache)" if f.kv_tokens is not None else ""
         verdict = st.success if f.fits else st.warning
-        verdict(f"{fmt_bytes(f.room)} per GPU left for KV cache{tokens}: {f.max_sequences:,} concurrent sequences "
-                f"of {int(context):,} tokens fit ({'enough for' if f.fits else 'fewer than'} the "
-                f"{int(concurrency):,} asked for).")
+        verdict(f"{fmt_bytes(f.room)} per GPU left for KV cache{tokens}: {f.max_sequences:,} "
+                f"concurrent sequences of {int(context):,} tokens fit "
+                f"({'enough for' if f.fits else 'fewer than'} the {int(concurrency):,} asked for).")
     rows = fit_rows(m, utilization=util, context=int(context), layout=layout)
     room = [r["GPU memory"] for r in rows if r["left for KV cache"] != "does not fit"]
     label = (f"At common GPU sizes ({rows[0]['GPU memory']} to {rows[-1]['GPU memory']}): "
@@ -64,7 +64,7 @@ def fit_section(m: ShardMap, layout=None) -> None:
     if (box := st.expander(label, key="open_fit", on_change="rerun")).open:
         box.dataframe(rows, hide_index=True, width="stretch")
     st.caption(f"Every GPU caches its share of every token; one sequence of {int(context):,} tokens holds "
-               f"{fmt_bytes(f.per_sequence)} on the fullest GPU (windowed layers capped, recurrent state once). "
-               "Activations, CUDA graphs and NCCL buffers take a few GiB more.")
+               f"{fmt_bytes(f.per_sequence)} on the fullest GPU (windowed layers capped, "
+               "recurrent state once). Activations, CUDA graphs and NCCL buffers take a few GiB more.")
     for note in sizing_notes(m.model, m.rules) if f.room > 0 else []:
         st.caption(f"Note: {note}.")

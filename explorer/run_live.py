@@ -1,4 +1,5 @@
-"""The Run-live page's widgets and result view (pages/1_Run_live.py runs them); the checking is in tpviz.live."""
+"""The Run-live page's widgets and result view (pages/1_Run_live.py runs them); the checking is in
+tpviz.live."""
 import json
 import time
 from pathlib import Path
@@ -8,7 +9,7 @@ import streamlit as st
 from tpviz.config.sources import REPO_ID, find_preset, repo_from_url
 from tpviz.config.sources import WEB_LOCAL_HINT, presets, web_local_root
 from tpviz.config.sources import resolve_config
-from tpviz.config.spec import normalize
+from tpviz.config.normalize import normalize
 from tpviz.live.check.inject import INJECTIONS, describe_injections
 from tpviz.live.load.source import live_config
 from explorer.text import literal
@@ -29,7 +30,8 @@ DEFAULT_PRESET = "Qwen/Qwen3-0.6B"
 DEFAULT_PROMPT = "Tensor parallelism splits every weight matrix"
 PLOTLY_CONFIG = {"displaylogo": False}
 HUB_SOURCES = ("Preset", "Hub repo id")
-RANK_COLUMNS = {"read % of checkpoint": st.column_config.NumberColumn("read %", help="share of the checkpoint read"),
+RANK_COLUMNS = {"read % of checkpoint": st.column_config.NumberColumn("read %",
+                                                                      help="share of the checkpoint read"),
                 "held % of checkpoint": st.column_config.NumberColumn(
                     "held %", help="this rank's parameters in the checkpoint's own dtype, as a share of it"),
                 "collective MiB": st.column_config.NumberColumn(
@@ -45,7 +47,8 @@ class PhaseStatus:
     def __call__(self, phase: str) -> None:
         self.finish()
         if phase in PHASES:
-            self.box, self.phase, self.started = st.status(f"{PHASES[phase]}…", state="running"), phase, time.time()
+            self.box, self.phase, self.started = st.status(f"{PHASES[phase]}…",
+                                                           state="running"), phase, time.time()
 
     def tick(self) -> None:
         """Every 0.1 s of a run: the elapsed time in the running box, twice a second. Each update is also a
@@ -57,7 +60,8 @@ class PhaseStatus:
 
     def download(self, message: str, done: int, total: int) -> None:
         """Checkpoint download progress (called on the script's thread while the download runs): a bar in its
-        box, updated twice a second; like tick, each update is a point where Stop ends the run and the download."""
+        box, updated twice a second; like tick, each update is a point where Stop ends the run and the
+        download."""
         now = time.time()
         if self.phase != "download":
             self("download")
@@ -76,15 +80,17 @@ class PhaseStatus:
 
 
 def model_input() -> tuple[str | bytes, bool]:
-    """The model widget(s) (the explorer's presets, a hub id, a local checkpoint folder, or an uploaded config)
-    and whether to run random weights instead of the checkpoint's."""
+    """The model widget(s) (the explorer's presets, a hub id, a local checkpoint folder, or an uploaded
+    config) and whether to run random weights instead of the checkpoint's."""
     root = web_local_root()
     kind = st.radio("Model source", [s for s in SOURCES if root or s != "Local folder"],
                     horizontal=True, key="live_source")
     if root is None:
         st.caption(f"Local folders are off in the web app; {WEB_LOCAL_HINT}.")
-    random = kind == "Upload config.json" or bool(st.session_state.get("live_random"))  # the box is drawn below
-    weights = "random weights from the seed" if random else "its checkpoint is downloaded from the Hugging Face hub"
+    # the box is drawn below
+    random = kind == "Upload config.json" or bool(st.session_state.get("live_random"))
+    weights = ("random weights from the seed" if random
+               else "its checkpoint is downloaded from the Hugging Face hub")
     if kind == "Preset":
         names = list(presets())
         model = st.selectbox(f"Preset ({weights})", names, key="live_preset",
@@ -94,7 +100,8 @@ def model_input() -> tuple[str | bytes, bool]:
                                      placeholder="Qwen/Qwen3-0.6B"), root)
     elif kind == "Local folder":
         model = st.text_input("Checkpoint folder (config.json, *.safetensors; "
-                              + ("its weights are not read: random weights)" if random else "random weights if none)"),
+                              + ("its weights are not read: random weights)" if random
+                                 else "random weights if none)"),
                               key="live_folder", placeholder="/models/Qwen3-0.6B")
         st.caption(f"Limited to {root}.")
     else:
@@ -103,12 +110,12 @@ def model_input() -> tuple[str | bytes, bool]:
         st.caption("A config alone has no weights: it runs with random weights from the seed.")
         return (upload.getvalue() if upload is not None else ""), True
     random = st.checkbox("Random weights", key="live_random",
-                         help="Seeded random weights of the model's shapes instead of its checkpoint: nothing is "
-                              "downloaded or read, and the result says random weights")
+                         help="Seeded random weights of the model's shapes instead of its "
+                              "checkpoint: nothing is downloaded or read, and the result says random weights")
     if kind in HUB_SOURCES:
         st.caption("Random weights from the seed (Advanced): nothing is downloaded." if random else
-                   "Real weights: the safetensors checkpoint is downloaded once into the Hugging Face cache and "
-                   "reused, also offline; pickle-only repos are refused.")
+                   "Real weights: the safetensors checkpoint is downloaded once into the "
+                   "Hugging Face cache and reused, also offline; pickle-only repos are refused.")
     return model, random
 
 
@@ -120,23 +127,25 @@ def hub_id(text: str, root: str | None) -> str:
         return text
     if REPO_ID.match(text) and not {".", ".."} & set(text.split("/")) and not Path(text).exists():
         return text
-    st.error(f"{literal(text)} is not a Hugging Face repo id (owner/name); pick Preset for the built-in models")
+    st.error(f"{literal(text)} is not a Hugging Face repo id (owner/name); pick Preset "
+             "for the built-in models")
     return ""
 
 
 def text_input(model, random: bool) -> tuple[str, bool, int]:
     """The input box, whether it holds a prompt, and the number of new tokens: a prompt when the model has a
-    tokenizer (a local folder's, or a hub repo's, which comes with its real weights), else token ids, saying why
-    there is no tokenizer."""
+    tokenizer (a local folder's, or a hub repo's, which comes with its real weights), else token ids, saying
+    why there is no tokenizer."""
     kind = st.session_state.get("live_source")
     local = local_tokenizer(model) is not None
     is_prompt = local or kind in HUB_SOURCES and not random
     if local:
-        text = st.text_area("Prompt (tokenized with the folder's tokenizer)", DEFAULT_PROMPT, key="live_prompt")
+        text = st.text_area("Prompt (tokenized with the folder's tokenizer)",
+                            DEFAULT_PROMPT, key="live_prompt")
     elif kind in HUB_SOURCES and not random:
-        text = st.text_area("Prompt (tokenized with the repo's own tokenizer, downloaded with its weights; a repo "
-                            "without one takes token ids; empty = random ids)", key="live_prompt",
-                            placeholder=DEFAULT_PROMPT)
+        text = st.text_area("Prompt (tokenized with the repo's own tokenizer, downloaded with "
+                            "its weights; a repo without one takes token ids; empty = random ids)",
+                            key="live_prompt", placeholder=DEFAULT_PROMPT)
     else:
         why = {"Upload config.json": "a config.json alone has no tokenizer",
                "Local folder": "this folder has no tokenizer.json or tokenizer.model"}.get(
@@ -146,13 +155,15 @@ def text_input(model, random: bool) -> tuple[str, bool, int]:
     # a prompt continues by 8 tokens unless changed; token ids (empty = random) by none unless asked
     n = int(st.number_input("New tokens to generate (0 = none)", 0, MAX_NEW_TOKENS, 8 if is_prompt else 0,
                             key="live_generate" if is_prompt else "live_generate_ids",
-                            help="Greedy continuation of the prompt on TP and on tp=1, each following its own "
-                                 "picks, shown side by side with where they part and why"))
+                            help="Greedy continuation of the prompt on TP and on tp=1, "
+                                 "each following its own picks, shown side by side with "
+                                 "where they part and why"))
     return text, is_prompt, n
 
 
 def short(x: float) -> str:
-    """A metric-sized number: '3.88', '0.25', '3.4e-4' (the exact values are in the line above the metrics)."""
+    """A metric-sized number: '3.88', '0.25', '3.4e-4' (the exact values are in the line above the
+    metrics)."""
     if x == 0 or 1e-2 <= abs(x) < 1e4:
         return f"{x:.3g}"
     mantissa, exponent = f"{x:.1e}".split("e")
@@ -174,11 +185,13 @@ def show_generation(result) -> None:
     line = g.explanation if g.diverged_at is None else f"{where[0].upper()}{where[1:]}. {g.explanation}"
     (st.success if g.diverged_at is None else st.info if g.noise_explained else st.warning)(line)
     if g.diverged_at:
-        st.plotly_chart(stage_figure(result, g.layers, f"New token #{g.diverged_at + 1}: TP vs tp=1 on the same "
+        st.plotly_chart(stage_figure(result, g.layers,
+                                     f"New token #{g.diverged_at + 1}: TP vs tp=1 on the same "
                                                        f"{len(g.prompt_ids) + g.diverged_at} tokens"),
                         config=PLOTLY_CONFIG, key="generation_chart")
     elif g.diverged_at == 0:
-        st.caption("The first new token already differs: the chart above is that step (the prompt's forward pass).")
+        st.caption("The first new token already differs: the chart above is that step (the "
+                   "prompt's forward pass).")
 
 
 def show_result(result) -> None:
@@ -194,11 +207,13 @@ def show_result(result) -> None:
                    help="The first stage whose TP output differs from tp=1 by more than its tolerance")
     st.caption(f"Tolerance: {result.tolerance_rule}. Relative difference (max|Δ| / max|logit|): "
                f"{result.max_rel_diff:.3g}.")
-    if flip := result.routing:  # MoE: a token TP sent to other experts; noise at a near tie, or a real mismatch
+    # MoE: a token TP sent to other experts; noise at a near tie, or a real mismatch
+    if flip := result.routing:
         (st.info if flip.noise_explained else st.error)(f"Routing: {literal(flip.explanation)}.")
     for inj in result.injections:
         (st.info if inj.has_effect else st.warning)(
-            f"Injected **{inj.name}**: {inj.description}. " + ("" if inj.has_effect else "It has **no effect** here: ")
+            f"Injected **{inj.name}**: {inj.description}. " + ("" if inj.has_effect
+                                                               else "It has **no effect** here: ")
             + inj.reason + ".")
     st.plotly_chart(stage_figure(result), config=PLOTLY_CONFIG, key="stage_chart")
     if result.generation is not None:
@@ -216,8 +231,8 @@ def show_result(result) -> None:
     st.caption("Phases: " + ", ".join(f"{k} {v:.2f} s" for k, v in result.phases.items()))
     for note in result.notes:
         st.caption(f"Note: {note}")
-    st.download_button("Download result JSON", json.dumps(result.to_dict(), indent=2), file_name="verify.json",
-                       mime="application/json", key="download_json")
+    st.download_button("Download result JSON", json.dumps(result.to_dict(), indent=2),
+                       file_name="verify.json", mime="application/json", key="download_json")
 
 
 @st.cache_data(show_spinner=False, max_entries=64, ttl=600)
@@ -242,8 +257,8 @@ def injection_hint(reach: dict[str, tuple[bool, str]], chosen: list[str]) -> str
 
 
 def typed_shape(text: str, is_prompt: bool, generate: int) -> tuple[int, int]:
-    """The [batch, seq] the typed input makes (random ids: 2 x 32), for the estimate; ids that do not parse are
-    left to the run, which says why."""
+    """The [batch, seq] the typed input makes (random ids: 2 x 32), for the estimate; ids that do not parse
+    are left to the run, which says why."""
     try:
         ids = parse_ids_text(text, None) if text.strip() and not is_prompt else None
     except TpvizError:
@@ -257,7 +272,8 @@ def memory_estimate(model: str | bytes, tp: int, pp: int, ep: bool, placement: s
                     shape: tuple[int, int] = (0, 0)) -> MemoryEstimate | str | None:
     """Before a run: the weights each rank and the tp=1 reference will hold, from the shard map, and the
     activations for an input of `shape` (typed_shape: cached by shape, so typing a prompt recomputes nothing);
-    or the one line saying why this model cannot run as chosen (None when even that is unknown: the run will say)."""
+    or the one line saying why this model cannot run as chosen (None when even that is unknown: the run will
+    say)."""
     try:
         return plan_memory(model, tp, pp=pp, ep=ep, placement=placement, layers=layers or None, dtype=dtype,
                            device=device, gpus=gpus, random_weights=random, input_shape=shape)

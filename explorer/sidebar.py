@@ -19,8 +19,8 @@ from tpviz.render.plots import export_figures
 from tpviz.rules import RULE_SETS, RULES
 from tpviz.config.spec import KV_DTYPES, SERVE_DTYPES
 from tpviz.config.files import check_config_size, parse_config
-from tpviz.config.sources import (WEB_LOCAL_HINT, WEB_LOCAL_OFF, find_preset, local_config, presets, repo_from_url,
-                                  web_local_root)
+from tpviz.config.sources import (WEB_LOCAL_HINT, WEB_LOCAL_OFF, find_preset, local_config,
+                                  presets, repo_from_url, web_local_root)
 
 RULE_LABELS = {name: r.label for name, r in RULE_SETS.items()}  # the UI names the engine version
 UPLOAD_MB = 1
@@ -111,7 +111,8 @@ def sidebar_source(local_off: bool) -> UploadedFile | None:
         st.text_input("Hugging Face repo id", key="hub", placeholder="owner/name", persist_state="session",
                       help="Read from the local cache first; HF_TOKEN is used for gated repos.")
     elif source == "Local path":
-        st.text_input("config.json or checkpoint folder", key="path", persist_state="session", disabled=local_off)
+        st.text_input("config.json or checkpoint folder", key="path",
+                      persist_state="session", disabled=local_off)
         if local_off:
             st.caption(f"Local paths are off in the web app; {WEB_LOCAL_HINT}.")
         else:
@@ -120,10 +121,12 @@ def sidebar_source(local_off: bool) -> UploadedFile | None:
         upload = capped_upload("config.json", "upload")
     st.radio("Rules", RULES, key="rules", format_func=RULE_LABELS.get, persist_state="session",
              help=" · ".join(r.note for r in RULE_SETS.values()))
-    # drawn only when opened (a rerun draws no collapsed widgets); the choices persist in the session meanwhile
+    # drawn only when opened (a rerun draws no collapsed widgets); the choices persist in the session
+    # meanwhile
     if (box := st.expander("Serving choices", key="open_serving", on_change="rerun")).open:
         box.selectbox("Weight dtype", SERVE_DTYPES, key="serve_dtype", persist_state="session",
-                      help="vLLM's auto serves a float32 config in bfloat16; quantized weights keep their own bytes.")
+                      help="vLLM's auto serves a float32 config in bfloat16; quantized weights "
+                           "keep their own bytes.")
         box.selectbox("KV-cache dtype", list(KV_DTYPES), key="kv_dtype", persist_state="session",
                       help="fp8 stores the KV cache in one byte per value.")
     return upload
@@ -140,7 +143,8 @@ def tp_control(rows: list[ValidRow] | None, rules: str) -> int:
         head = current.split()[0] if current.split() else ""
         current = st.session_state["tp"] = int(head) if head.isdigit() else DEFAULT_VIEW["tp"]
     every = list(range(1, S.MAX_TP + 1))
-    options = every if show_all or not rows else sorted({t for t in every if problems.get(t) is None} | {current})
+    options = every if show_all or not rows else sorted({t for t in every
+                                                         if problems.get(t) is None} | {current})
     tp = st.selectbox("tp size (GPUs)", options, key="tp", persist_state="session", filter_mode="prefix",
                       format_func=lambda t: f"{t}" if problems.get(t) is None else f"{t}  ✗ invalid")
     if show_all and rows:
@@ -162,17 +166,19 @@ def layout_controls(values: dict) -> dict:
     pp = box.number_input("pp: pipeline stages", 1, MAX_PP_DP, key="pp", persist_state="session",
                           help="vLLM's --pipeline-parallel-size: the layers are divided between stages")
     dp = box.number_input("dp: data-parallel replicas", 1, MAX_PP_DP, key="dp", persist_state="session",
-                          help="vLLM's --data-parallel-size: attention replicas; MoE experts span tp × dp GPUs")
+                          help="vLLM's --data-parallel-size: attention replicas; MoE "
+                               "experts span tp × dp GPUs")
     ep = box.checkbox("Expert parallelism (EP)", key="ep", persist_state="session",
-                      help="vLLM's --enable-expert-parallel: each routed expert whole on one of the tp × dp GPUs "
-                           "(linear placement)")
+                      help="vLLM's --enable-expert-parallel: each routed expert whole on one "
+                           "of the tp × dp GPUs (linear placement)")
     return {"pp": int(pp), "dp": int(dp), "ep": bool(ep)}
 
 
 def sidebar_exports(page: Page, values: dict, lay: Deployment | None = None) -> None:
     """JSON, ZIP of PNGs and the share link."""
     st.subheader("Export")
-    m = replace(page.m, deployment=lay) if lay else page.m  # a copy: the cached map is shared by every session
+    # a copy: the cached map is shared by every session
+    m = replace(page.m, deployment=lay) if lay else page.m
     stem = file_stem(m)
     # deferred, like the ZIPs: bytes given up front are stored and fetched by the browser on every rerun
     st.download_button("Shard map (JSON)", (lambda: shard_map_json(m)) if lay else (lambda: page.json_bytes),

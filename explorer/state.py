@@ -1,12 +1,12 @@
-"""The explorer's shareable view state: ?model=...&tp=...&rules=...(&pp=&dp=&ep=) <-> the controls (no Streamlit
-import)."""
+"""The explorer's shareable view state: ?model=...&tp=...&rules=...(&pp=&dp=&ep=) <-> the controls (no
+Streamlit import)."""
 from tpviz.rules import RULES
 from tpviz.config.sources import repo_from_url
 from tpviz.render.summary import MAX_TP
 
 SOURCES = ("Preset", "Hub repo id", "Local path", "Upload config.json")
-DEFAULT_VIEW = {"source": "Preset", "preset": "Qwen/Qwen3-8B", "hub": "", "path": "", "tp": 4, "rules": "vllm",
-                "pp": 1, "dp": 1, "ep": False}
+DEFAULT_VIEW = {"source": "Preset", "preset": "Qwen/Qwen3-8B", "hub": "", "path": "",
+                "tp": 4, "rules": "vllm", "pp": 1, "dp": 1, "ep": False}
 MAX_PP_DP = 64
 FLAGS = {"1": True, "true": True, "on": True, "0": False, "false": False, "off": False}
 
@@ -25,7 +25,8 @@ def controls_from_query(params: dict[str, str], preset_keys: list[str]) -> tuple
             values.update(source="Hub repo id", hub=model)
     if "tp" in params:
         text = str(params["tp"]).strip()
-        if text.isascii() and text.isdigit() and len(text) <= 3 and 1 <= int(text) <= MAX_TP:  # not '²' or '①' 
+        # not '²' or '①'
+        if text.isascii() and text.isdigit() and len(text) <= 3 and 1 <= int(text) <= MAX_TP:
             values["tp"] = int(text)
         else:
             problems.append(f"tp={text[:20]!r} in the link is not a whole number from 1 to {MAX_TP}; "
@@ -36,8 +37,8 @@ def controls_from_query(params: dict[str, str], preset_keys: list[str]) -> tuple
             if text.isascii() and text.isdigit() and len(text) <= 3 and 1 <= int(text) <= MAX_PP_DP:
                 values[key] = int(text)
             else:
-                problems.append(f"{key}={text[:20]!r} in the link is not a whole number from 1 to {MAX_PP_DP}; "
-                                f"showing {key}={values[key]}")
+                problems.append(f"{key}={text[:20]!r} in the link is not a whole number "
+                                f"from 1 to {MAX_PP_DP}; showing {key}={values[key]}")
     if "ep" in params:
         text = str(params["ep"]).strip().lower()
         if text in FLAGS:

@@ -1,14 +1,16 @@
-"""Page CSS shared by every page: on a narrow screen (a phone, or a laptop with the sidebar open) the wide figures
-scroll sideways instead of squeezing their source and rank panels into each other, and Plotly's toolbar (which
-would cover the titles) is hidden; the header's numbers wrap instead of being cut off with an ellipsis."""
+"""Page CSS shared by every page: on a narrow screen (a phone, or a laptop with the sidebar open) the wide
+figures scroll sideways instead of squeezing their source and rank panels into each other, and Plotly's
+toolbar (which would cover the titles) is hidden; the header's numbers wrap instead of being cut off with an
+ellipsis."""
 import streamlit as st
 
-NARROW_PX = 1100  # below this window width (the sidebar takes about 340 px) figures keep MIN_FIGURE_PX and scroll
+# below this window width (the sidebar takes about 340 px) figures keep MIN_FIGURE_PX and scroll
+NARROW_PX = 1100
 MIN_FIGURE_PX = 980
 CSS = f"""<style>
 div[data-testid=stMetricValue] > div, [data-testid=stMetricLabel] *,
-div[data-testid=stMetricDelta] * {{ white-space: normal !important; overflow-wrap: anywhere; text-overflow: clip;
-  overflow: visible !important; }}
+div[data-testid=stMetricDelta] * {{ white-space: normal !important; overflow-wrap: anywhere;
+  text-overflow: clip; overflow: visible !important; }}
 div[data-testid=stMetricValue] {{ font-size: clamp(1.25rem, 2.3vw, 2.25rem); }}
 @media (max-width: {NARROW_PX}px) {{
   div[data-testid=stElementContainer]:has(div.stPlotlyChart) {{ overflow-x: auto; }}

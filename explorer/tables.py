@@ -8,8 +8,9 @@ from tpviz.trace.collectives import collectives
 
 def collective_rows(m: ShardMap) -> list[dict]:
     """collectives() as display rows (sizes per token, human-readable)."""
-    return [{"collective": c.op, "where": c.where, "per forward": c.count, "size / token": fmt_bytes(c.bytes_per_token),
-             "sent per GPU / token": fmt_bytes(c.sent_per_rank), "per forward / token": fmt_bytes(c.total_per_token)}
+    return [{"collective": c.op, "where": c.where, "per forward": c.count,
+             "size / token": fmt_bytes(c.bytes_per_token), "sent per GPU / token": fmt_bytes(c.sent_per_rank),
+             "per forward / token": fmt_bytes(c.total_per_token)}
             for c in collectives(m)]
 
 

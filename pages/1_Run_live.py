@@ -28,29 +28,32 @@ def main() -> None:
     """The page: inputs on the left, phases and results on the right."""
     st.set_page_config(page_title="tpviz · Run live", layout="wide")
     st.title("Run live")
-    st.caption("Split a real model over tp ranks (one process each; pipeline stages and expert parallelism too), "
-               "run one forward pass, and check it against a single device: is a difference a bug or float noise, "
-               "and where does it start?")
+    st.caption("Split a real model over tp ranks (one process each; pipeline stages and "
+               "expert parallelism too), run one forward pass, and check it against a single "
+               "device: is a difference a bug or float noise, and where does it start?")
     left, right = st.columns([1, 2])
     with left:
         model, random = model_input()
         tp = int(st.number_input("tp size", min_value=1, max_value=64, value=2, key="live_tp"))
         pp = int(st.number_input("Pipeline stages", min_value=1, max_value=16, value=1, key="live_pp",
-                                 help="Each stage runs its share of the layers on tp ranks and sends the hidden "
-                                      "state on (point-to-point)"))
+                                 help="Each stage runs its share of the layers on tp ranks "
+                                      "and sends the hidden state on (point-to-point)"))
         ep = st.checkbox("Expert parallelism", key="live_ep",
                          help="MoE models: each routed expert lives whole on one of the tp ranks")
-        placement = st.radio("Expert placement", ["linear", "round_robin"], horizontal=True, key="live_placement",
-                             disabled=not ep)
+        placement = st.radio("Expert placement", ["linear", "round_robin"], horizontal=True,
+                             key="live_placement", disabled=not ep)
         device = st.selectbox("Device", ["auto", "cpu", "cuda"], key="live_device")
         dtype = st.selectbox("dtype", [d for d in DTYPE_CHOICES if d != "auto"] + ["auto"], key="live_dtype",
-                             help=f"bf16/fp16 pass within {NOISE_MULTIPLE:g}x the measured noise floor; auto runs "
-                                  "in the dtype the checkpoint is stored in")
-        layers = int(st.number_input("Layers to keep (0 = all)", min_value=0, max_value=512, value=2, key="live_layers",
+                             help=f"bf16/fp16 pass within {NOISE_MULTIPLE:g}x the measured "
+                                  "noise floor; auto runs in the dtype the checkpoint is stored in")
+        layers = int(st.number_input("Layers to keep (0 = all)", min_value=0, max_value=512,
+                                     value=2, key="live_layers",
                                      help="Keep only the first layers: a quick check of a big config"))
-        reach = injection_reach(model, tp, layers) if model else {}  # which bugs can bite this model, up front
+        # which bugs can bite this model, up front
+        reach = injection_reach(model, tp, layers) if model else {}
         inject = st.multiselect("Inject a TP bug", list(INJECTIONS), key="live_inject",
-                                format_func=lambda n: n if reach.get(n, (True,))[0] else f"{n} (no effect here)",
+                                format_func=lambda n: n if reach.get(n, (True,))[0]
+                                else f"{n} (no effect here)",
                                 help="; ".join(f"{k}: {v}" for k, v in INJECTIONS.items()))
         if hint := injection_hint(reach, inject):
             st.caption(literal(hint))
@@ -111,13 +114,14 @@ def main() -> None:
                 if "live_result" in st.session_state:
                     st.caption("The previous run's result:")
             except (StopException, RerunException):  # run_group's finally has stopped the ranks already;
-                st.session_state["live_stopped"] = PHASES.get(status.phase, "Start")  # the page can only say so
+                # the page can only say so
+                st.session_state["live_stopped"] = PHASES.get(status.phase, "Start")
                 raise                                                                 # on its next run
         if "live_result" in st.session_state:
             last = st.session_state["live_result"]
             if st.session_state.get("live_result_for") != chosen:  # never read as a verdict on the new choice
-                st.info(f"This is the last run's result, for {literal(last.model)} at {last.layout}; the choices "
-                        "have changed since: press Run to check them.")
+                st.info(f"This is the last run's result, for {literal(last.model)} at "
+                        f"{last.layout}; the choices have changed since: press Run to check them.")
             show_result(last)
         else:
             st.info("Pick a model and tp size, then press Run.")

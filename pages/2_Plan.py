@@ -1,5 +1,6 @@
 """Plan: every tp x pp x dp (+ expert parallel) layout of N GPUs for a checkpoint, ranked by what fits and by
-the KV-cache room it leaves; rejected layouts with the rule that rejects them. A thin view over tpviz.deploy.ranking."""
+the KV-cache room it leaves; rejected layouts with the rule that rejects them. A thin view over
+tpviz.deploy.ranking."""
 import json
 from urllib.parse import urlencode
 
@@ -22,7 +23,8 @@ from tpviz.config.hub import fetch_config
 
 
 @st.cache_data(show_spinner=False, max_entries=64)
-def cached_plan(cfg_json: str, name: str, gpus: int, gib: float, rules: str, util: float, context: int) -> list[dict]:
+def cached_plan(cfg_json: str, name: str, gpus: int, gib: float, rules: str, util: float,
+                context: int) -> list[dict]:
     """plan_rows of one question (the same answer for every visitor who asks it)."""
     return plan_rows(rank_layouts(load_spec(json.loads(cfg_json), name), gpus, gib, rules, util, context))
 
@@ -44,8 +46,9 @@ def _pick() -> None:
 def main() -> None:
     st.set_page_config(page_title="tpviz · Plan", layout="wide")  # the table's "why" column needs the room
     st.title("Plan a deployment")
-    st.caption("Every layout of your GPUs that the chosen engine would accept for this checkpoint, ranked: what fits "
-               "first, then the most concurrent sequences. Per-GPU bytes come from the traced maps of each cut.")
+    st.caption("Every layout of your GPUs that the chosen engine would accept for this "
+               "checkpoint, ranked: what fits first, then the most concurrent sequences. Per-GPU "
+               "bytes come from the traced maps of each cut.")
     c1, c2, c3 = st.columns([3, 1, 1])
     text = c1.selectbox("Model (preset) or type a hub id", list(presets()), index=list(presets()).index(
         "deepseek-ai/DeepSeek-V3"), key="plan_model", accept_new_options=True)
@@ -55,7 +58,8 @@ def main() -> None:
     c4, c5, c6 = st.columns(3)
     gib = c4.number_input("GPU memory (GiB)", 1.0, 10_000.0, 141.0, key="plan_gib")
     util = c5.slider("gpu_memory_utilization", 0.5, 0.98, 0.9, 0.01, key="plan_util")
-    context = c6.number_input("Context per sequence (tokens)", 1, 10_000_000, 8192, step=1024, key="plan_context")
+    context = c6.number_input("Context per sequence (tokens)", 1, 10_000_000, 8192,
+                              step=1024, key="plan_context")
     try:
         cfg_json, name = model_config(str(text or ""))
         with st.spinner("Tracing each cut of the model…"):
@@ -68,7 +72,8 @@ def main() -> None:
     accepted = [r for r in rows if r["valid"]]
     if not accepted:
         st.warning(f"No layout of {int(gpus)} GPUs is accepted for {literal(name)}; the reasons are below.")
-    table = [{"layout": r["layout"], "verdict": ("fits" if r["fits"] else "does not fit") if r["valid"] else "rejected",
+    table = [{"layout": r["layout"],
+              "verdict": ("fits" if r["fits"] else "does not fit") if r["valid"] else "rejected",
               "weights / GPU": fmt_bytes(r["weights_per_gpu"]) if r["valid"] else "",
               "KV tokens": f"{r['kv_tokens']:,}" if r["valid"] else "",
               f"sequences of {sized:,}": f"{r['max_sequences']:,}" if r["valid"] else "",
@@ -79,9 +84,10 @@ def main() -> None:
     picked = event.selection.rows if event and hasattr(event, "selection") else []
     if picked:
         r = rows[picked[0]]
-        query = urlencode(query_from_controls({"source": "Hub repo id", "hub": name, **r, "rules": rules}), safe="/")
-        st.markdown(f"**{literal(r['layout'])}**: [open its map in the explorer](/?{query}) (every GPU's rows and "
-                    "columns, its stage and experts, and this layout's collectives).")
+        query = urlencode(query_from_controls({"source": "Hub repo id", "hub": name, **r,
+                                               "rules": rules}), safe="/")
+        st.markdown(f"**{literal(r['layout'])}**: [open its map in the explorer](/?{query}) "
+                    "(every GPU's rows and columns, its stage and experts, and this layout's collectives).")
         if r["valid"]:
             st.caption("Weights per GPU by stage: " + ", ".join(fmt_bytes(b) for b in r["stage_weights"]))
             lay = layout_for(cfg_json, name, r["tp"], r["pp"], r["dp"], r["ep"], rules)
@@ -89,12 +95,13 @@ def main() -> None:
             if (fig := expert_figure(lay)) is not None:
                 st.plotly_chart(fig, theme=None, key="experts")
     logits = "gather to GPU 0" if ruleset(rules).logits == "gather" else "all-gather"
-    st.caption("Comm / token: what the busiest GPU sends for each decoded token: ring all-reduces over the tp GPUs "
-               "after attention, dense and MoE layers (with or without EP) and the embedding; the MoE blocks' gather "
-               "and reduce-scatter of tokens across dp replicas (vLLM 0.33's default all2all backend); the pipeline "
-               "hand-off (hidden state and residual, 1/tp from each GPU, all-gathered by the next stage); norms "
-               f"spanning the tp cut (OLMo's q and k, a one-group Mamba2 norm); and the logits' {logits} (a decoded "
-               "token is sampled; a prefill token is not).")
+    st.caption("Comm / token: what the busiest GPU sends for each decoded token: ring "
+               "all-reduces over the tp GPUs after attention, dense and MoE layers (with or without "
+               "EP) and the embedding; the MoE blocks' gather and reduce-scatter of tokens "
+               "across dp replicas (vLLM 0.33's default all2all backend); the pipeline "
+               "hand-off (hidden state and residual, 1/tp from each GPU, all-gathered by the next "
+               "stage); norms spanning the tp cut (OLMo's q and k, a one-group Mamba2 norm); and the "
+               f"logits' {logits} (a decoded token is sampled; a prefill token is not).")
     for note in plan_notes(spec, rules, any(r["fits"] for r in rows), int(context)):
         st.caption(f"Note: {note}.")
 

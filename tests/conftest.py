@@ -11,8 +11,8 @@ from hypothesis import settings
 from tests.paths import SHARED_CONFIGS
 
 
-# the suite draws the same hypothesis examples on every run, so a clean CI run repeats the run that passed here;
-# TPVIZ_FUZZ=random draws new ones (and keeps what fails in .hypothesis/), to look for new bugs
+# the suite draws the same hypothesis examples on every run, so a clean CI run repeats the run that passed
+# here; TPVIZ_FUZZ=random draws new ones (and keeps what fails in .hypothesis/), to look for new bugs
 settings.register_profile("repeatable", derandomize=True)
 settings.register_profile("explore", derandomize=False)
 settings.load_profile("explore" if os.environ.get("TPVIZ_FUZZ") == "random" else "repeatable")
@@ -27,7 +27,8 @@ def _shared_config_files() -> list[Path]:
 @pytest.fixture(scope="session", autouse=True)
 def torch_single_thread():
     """The tracer works on tiny probe tensors; on a busy 2-core machine torch's spinning worker threads make
-    each shard_map call 10-100x slower (see bench/bench_shardmap.py), so the suite runs torch on one thread."""
+    each shard_map call 10-100x slower (see bench/bench_shardmap.py), so the suite runs torch on one
+    thread."""
     before = torch.get_num_threads()
     torch.set_num_threads(1)
     yield
@@ -52,7 +53,8 @@ def _kv_replicas(model, tp: int) -> int:
 def _expected_cover(t, tp: int, replicas: int, q_rows: int, d: int, model) -> torch.Tensor:
     """How many ranks hold each source row: once, except replicated KV heads and Mamba2's single group."""
     expected = torch.ones(t.shape[t.split_dim], dtype=torch.int64)
-    fused_kv = [sec for sec in t.sections if t.family == "qkv" and not sec[3] and sec[0].split(" ")[0] in "kv"]
+    fused_kv = [sec for sec in t.sections if t.family == "qkv" and not sec[3]
+                and sec[0].split(" ")[0] in "kv"]
     n_kv = len(fused_kv) // 2  # per-head / per-KV-group fused q/k/v: one k and one v section per KV head
     for _, a, b, _, _ in fused_kv:
         expected[a:b] = tp // n_kv if tp > n_kv else 1
@@ -64,7 +66,8 @@ def _expected_cover(t, tp: int, replicas: int, q_rows: int, d: int, model) -> to
             expected[a:b] = tp // blocks if tp > blocks else 1
         elif word == "KV group":  # Falcon: [q..., k, v] per KV group; k and v are the last 2 heads
             for blk in range(blocks):
-                expected[a + (blk + 1) * size - 2 * d:a + (blk + 1) * size] = tp // blocks if tp > blocks else 1
+                expected[a + (blk + 1) * size - 2 * d:a + (blk + 1) * size] = (tp // blocks
+                                                                               if tp > blocks else 1)
         elif word == "group" and blocks % tp:  # Mamba2 with one group: B and C go to every rank
             expected[a:b] = tp
     if t.layer_class == "QKVParallelLinear" and not t.sections:
@@ -134,16 +137,19 @@ def check_shard_map(m) -> None:
             counts[piece.start:piece.stop] += 1
         expected = _expected_cover(t, tp, replicas, q_rows, model.head_dim, model)
         bad = torch.nonzero(counts != expected).flatten()
-        assert not len(bad), (f"{t.name} (shard_id={t.shard_id}, tp={tp}): source index {int(bad[0])} covered "
-                              f"{int(counts[bad[0]])} times, expected {int(expected[bad[0]])}")
+        assert not len(bad), (f"{t.name} (shard_id={t.shard_id}, tp={tp}): source index "
+                              f"{int(bad[0])} covered {int(counts[bad[0]])} times, expected "
+                              f"{int(expected[bad[0]])}")
     for p in m.params:
         dim = 0 if p.split_dim is None else p.split_dim
         assert len(p.local_shapes) == tp and len(p.padding) == tp, p.name
         for r in range(tp):
             local = p.local_shapes[r]
             assert len(local) == len(p.shape), p.name
-            refined = p.family == "experts" and p.name.endswith("scale_inv")  # r x r MoE grids: finer on both dims
-            assert all(a == b or (refined and a % b == 0) for i, (a, b) in enumerate(zip(local, p.shape)) if i != dim), (
+            # r x r MoE grids: finer on both dims
+            refined = p.family == "experts" and p.name.endswith("scale_inv")
+            assert all(a == b or (refined and a % b == 0) for i,
+                       (a, b) in enumerate(zip(local, p.shape)) if i != dim), (
                 p.name, local, p.shape)
             spans = sorted(by_param_rank.get((p.name, tuple(p.layers or ()), r), []))
             for (a, n), (b, _) in zip(spans, spans[1:]):

@@ -16,7 +16,8 @@ def shard_map(config_or_source, tp_size: int, rules: str = "vllm", tensor_names:
     from tpviz.trace.model_map import CheckpointNames, local_checkpoint, map_model
     spec = load_spec(config_or_source)
     checkpoint = (local_checkpoint(config_or_source) if tensor_names is None else
-                  CheckpointNames(frozenset(tensor_names), checkpoint_source or "the checkpoint", tensor_bytes))
+                  CheckpointNames(frozenset(tensor_names),
+                                  checkpoint_source or "the checkpoint", tensor_bytes))
     return map_model(spec, tp_size, rules, checkpoint, dtype, kv_cache_dtype)
 
 

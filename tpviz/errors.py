@@ -12,8 +12,8 @@ class TPSizeError(TpvizError):
     """A tp size the model cannot be split by under the chosen rules: `quantity`=`value` does not divide by
     `tp` when those are known; `generic` marks a layer's own size name (output_size...), not a config key."""
 
-    def __init__(self, message: str, quantity: str | None = None, value: int | None = None, tp: int | None = None,
-                 generic: bool = False, reason: str | None = None):
+    def __init__(self, message: str, quantity: str | None = None, value: int | None = None,
+                 tp: int | None = None, generic: bool = False, reason: str | None = None):
         super().__init__(message)
         self.quantity, self.value, self.tp, self.generic = quantity, value, tp, generic
         self.reason = reason or message  # the rule alone, without advice appended to the message

@@ -1,7 +1,6 @@
 """AppTest helpers for the explorer: run app.py in-process, read its errors, heading and charts."""
 import json
 import re
-from pathlib import Path
 
 from streamlit.testing.v1 import AppTest
 from tests.paths import ROOT

@@ -8,8 +8,8 @@ def test_opens_offline_on_the_default_preset():
     at = run_app()
     assert errors(at) == []
     assert heading(at) == "Qwen/Qwen3-8B on 4 GPUs"
-    assert figure_tabs(at) == ["q/k/v", "o_proj", "gate/up", "down_proj", "embed_tokens", "lm_head", "replicated",
-                               "memory"]
+    assert figure_tabs(at) == ["q/k/v", "o_proj", "gate/up", "down_proj", "embed_tokens",
+                               "lm_head", "replicated", "memory"]
     assert len(charts(at)) == 1  # only the open tab's figure is drawn
     titles = [c["layout"]["title"]["text"] for c in tab_charts(at)]
     assert len(titles) == 8 and titles[0].startswith("q / k / v") and titles[-1] == "Memory per GPU"
@@ -33,7 +33,8 @@ def test_tp_picker_offers_valid_sizes_and_shows_invalid_ones_with_their_reason()
     at.selectbox(key="tp").select(3).run()
     assert errors(at)[0].startswith("num_attention_heads=32 is not divisible by tp_size=3")
     at.toggle(key="tp_show_invalid").set_value(False).run()
-    assert at.selectbox(key="tp").options == ["1", "2", "3  ✗ invalid", "4", "8"]  # the chosen size stays listed
+    # the chosen size stays listed
+    assert at.selectbox(key="tp").options == ["1", "2", "3  ✗ invalid", "4", "8"]
 
 
 def test_preset_and_tp_change_update_the_view_and_the_link():
@@ -64,7 +65,8 @@ def test_a_link_with_an_invalid_tp_opens_that_model_at_the_nearest_valid_tp():
     at = run_app({"model": "google/gemma-2-9b-it", "tp": "16", "rules": "nano-vllm"})
     (line,) = errors(at)
     assert "never replicate KV heads" in line and line.endswith("nano-vllm rules: 1, 2, 4, 8.")
-    assert heading(at) == "google/gemma-2-9b-it on 8 GPUs"  # not the default model: the one the link asked for
+    # not the default model: the one the link asked for
+    assert heading(at) == "google/gemma-2-9b-it on 8 GPUs"
     assert any("Showing the nearest valid view: google/gemma-2-9b-it at tp=8 (nano-vllm rules)" in c.value
                for c in at.caption)
     at.selectbox(key="tp").select(4).run()
@@ -74,7 +76,8 @@ def test_a_link_with_an_invalid_tp_opens_that_model_at_the_nearest_valid_tp():
 def test_fit_table_and_the_mla_kv_note():
     at = run_app({"model": "deepseek-ai/DeepSeek-V3", "tp": "8"})
     assert errors(at) == []
-    assert any(i.value.startswith("MLA KV cache:") and "each of the 8 tensor-parallel GPUs" in i.value for i in at.info)
+    assert any(i.value.startswith("MLA KV cache:")
+               and "each of the 8 tensor-parallel GPUs" in i.value for i in at.info)
     labels = [e.label for e in at.expander]
     assert "At common GPU sizes (24 GiB to 192 GiB): room for KV cache from 141 GiB up" in labels
     at.session_state["open_fit"] = True  # the table is drawn when opened
@@ -89,7 +92,8 @@ def test_rules_control():
     assert errors(at) == [] and heading(at) == "meta-llama/Llama-3.1-8B on 16 GPUs"
     at.radio(key="rules").set_value("nano-vllm").run()
     (line,) = errors(at)
-    assert "nano-vllm rules never replicate KV heads" in line and line.endswith("nano-vllm rules: 1, 2, 4, 8.")
+    assert ("nano-vllm rules never replicate KV heads" in line
+            and line.endswith("nano-vllm rules: 1, 2, 4, 8."))
     assert heading(at) == "meta-llama/Llama-3.1-8B on 16 GPUs"  # the last good (vLLM) view stays usable
     at.selectbox(key="tp").select(8).run()
     assert errors(at) == [] and heading(at) == "meta-llama/Llama-3.1-8B on 8 GPUs"
@@ -109,7 +113,8 @@ def test_every_source_option_renders_its_control():
 def test_query_restores_the_view_and_a_control_change_updates_it():
     at = run_app({"model": "meta-llama/Llama-3.1-8B", "tp": "16", "rules": "vllm"})
     assert errors(at) == []
-    assert at.selectbox(key="preset").value == "meta-llama/Llama-3.1-8B" and at.selectbox(key="tp").value == 16
+    assert (at.selectbox(key="preset").value == "meta-llama/Llama-3.1-8B"
+            and at.selectbox(key="tp").value == 16)
     assert heading(at) == "meta-llama/Llama-3.1-8B on 16 GPUs"
     at.selectbox(key="tp").select(8).run()
     params = dict(at.query_params)
@@ -123,7 +128,8 @@ def test_query_with_rules_and_a_hub_id():
     at = run_app({"model": "Qwen/Qwen3-8B", "tp": "8", "rules": "nano-vllm"})
     assert errors(at) == [] and at.radio(key="rules").value == "nano-vllm"
     hub = run_app({"model": "someone/not-cached", "tp": "2"})
-    assert hub.radio(key="source").value == "Hub repo id" and hub.text_input(key="hub").value == "someone/not-cached"
+    assert (hub.radio(key="source").value == "Hub repo id"
+            and hub.text_input(key="hub").value == "someone/not-cached")
     (line,) = errors(hub)
     assert "HF_HUB_OFFLINE" in line and "pick a preset" in line
     assert heading(hub) == "Qwen/Qwen3-8B on 4 GPUs"  # nothing good yet: the default view
@@ -152,7 +158,8 @@ def test_pages_keep_their_own_controls():
     assert not at.exception
     assert at.radio(key="live_source").value == "Preset" and at.number_input(key="live_tp").value == 2
     at.switch_page("app.py").run()
-    assert not at.exception and at.radio(key="source").value == "Local path" and at.selectbox(key="tp").value == 8
+    assert (not at.exception and at.radio(key="source").value == "Local path"
+            and at.selectbox(key="tp").value == 8)
 
 
 def test_sections_below_the_figures_are_drawn_when_opened():
@@ -166,5 +173,6 @@ def test_sections_below_the_figures_are_drawn_when_opened():
     at.run()
     columns = [list(d.value.columns) for d in at.dataframe]
     assert any(c[0] == "GPU memory" for c in columns)  # the fit at common GPU sizes
-    assert ["tp", "vLLM 0.33", "vLLM 0.28", "nano-vllm"] in columns and any("collective" in c for c in columns)
+    assert (["tp", "vLLM 0.33", "vLLM 0.28", "nano-vllm"] in columns
+            and any("collective" in c for c in columns))
     assert any("GPU" in c and "KV cache / token" in c for c in columns)

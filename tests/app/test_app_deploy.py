@@ -13,7 +13,8 @@ QWEN_MOE = "Qwen/Qwen3-30B-A3B"
 
 
 def table(at, column: str):
-    """The first dataframe with this column (the deployment's GPU table has 'GPU', its comm table 'collective')."""
+    """The first dataframe with this column (the deployment's GPU table has 'GPU', its comm table
+    'collective')."""
     return next(d.value for d in at.dataframe if column in d.value.columns)
 
 
@@ -35,14 +36,16 @@ def test_a_link_opens_a_deployment_with_its_grid_experts_gpus_and_collectives(se
     assert errors(at) == []
     assert heading(at) == f"{QWEN_MOE} on 8 GPUs · TP 4 × PP 2 × DP 1 + EP"
     titles = [c["layout"]["title"]["text"] for c in charts(at)]
-    assert titles[0] == "Device grid · TP 4 × PP 2 × DP 1 + EP" and titles[1].startswith("Expert placement · linear")
+    assert (titles[0] == "Device grid · TP 4 × PP 2 × DP 1 + EP"
+            and titles[1].startswith("Expert placement · linear"))
     gpus = table(at, "GPU")
     expected = deploy(load_spec(QWEN_MOE), Layout(4, 2, 1, True))
     assert list(gpus["GPU"]) == list(range(8)) and list(gpus["stage"]) == [0] * 4 + [1] * 4
     assert list(gpus["layers"])[:1] == ["0–23"] and list(gpus["experts"])[:2] == ["0–31", "32–63"]
     assert expected.gpus[0].experts == list(range(32))
     comm = table(at, "collective")
-    assert set(comm["collective"]) == {"all-reduce over the tp GPUs", "send between stages + all-gather over the tp GPUs",
+    assert set(comm["collective"]) == {"all-reduce over the tp GPUs",
+                                       "send between stages + all-gather over the tp GPUs",
                                        "all-gather over the tp GPUs"}  # the last stage's logits
     assert at.query_params == {"model": QWEN_MOE, "tp": "4", "rules": "vllm", "pp": "2", "ep": "1"}
     data = json.loads(served["Qwen3-30B-A3B_tp4_pp2_ep_vllm.json"]())
@@ -59,27 +62,33 @@ def test_sidebar_controls_change_the_layout_and_bad_layouts_are_one_line():
     assert errors(at) == [] and heading(at).endswith("on 8 GPUs · TP 4 × PP 1 × DP 2")
     at.session_state["open_layout"] = False
     at.run()
-    assert not at.sidebar.get("number_input") and heading(at).endswith("TP 4 × PP 1 × DP 2")  # kept while closed
+    # kept while closed
+    assert not at.sidebar.get("number_input") and heading(at).endswith("TP 4 × PP 1 × DP 2")
     at.session_state["open_layout"] = True
     at.run()
     comm = table(at, "collective")
     assert "all-gather + reduce-scatter over the dp replicas" in set(comm["collective"])
     at.number_input(key="pp").set_value(64).run()
-    assert errors(at) == ["pp=64 is more pipeline stages than the model's 48 layers (showing the tensor-parallel "
-                          "map alone)"]
+    assert (errors(at)
+            == ["pp=64 is more pipeline stages than the model's 48 layers (showing the tensor-parallel "
+                          "map alone)"])
     assert heading(at) == f"{QWEN_MOE} on 4 GPUs"  # the TP map still shows
     dense = run_app({"model": "Qwen/Qwen3-8B", "tp": "4", "ep": "1"})
-    assert errors(dense) == ["expert parallelism needs a MoE model; this one has no routed experts (showing the "
-                             "tensor-parallel map alone)"]
+    assert (errors(dense)
+            == ["expert parallelism needs a MoE model; this one has no routed experts (showing the "
+                             "tensor-parallel map alone)"])
 
 
 def test_a_tp_only_ep_makes_work_shows_its_gpus_not_an_error():
-    """Qwen3-30B-A3B-FP8 at tp 16: the experts' 768/16 = 48 rows are not a multiple of the 128-row FP8 block, so
-    plain TP is refused, but with EP every expert is whole (vLLM accepts it): the page draws the EP layout."""
+    """Qwen3-30B-A3B-FP8 at tp 16: the experts' 768/16 = 48 rows are not a multiple of the 128-row FP8 block,
+    so plain TP is refused, but with EP every expert is whole (vLLM accepts it): the page draws the EP
+    layout."""
     at = run_app({"model": "Qwen/Qwen3-30B-A3B-FP8", "tp": "16", "ep": "1", "tp_show_invalid": "1"})
-    assert errors(at) == [] and heading(at) == "Qwen/Qwen3-30B-A3B-FP8 on 16 GPUs · TP 16 × PP 1 × DP 1 + EP"
+    assert errors(at) == []
+    assert heading(at) == "Qwen/Qwen3-30B-A3B-FP8 on 16 GPUs · TP 16 × PP 1 × DP 1 + EP"
     info = " ".join(i.value for i in at.info)
-    assert "Without EP this tp is refused" in info and "weight = 48 is not divisible" in info and "not drawn" in info
+    assert ("Without EP this tp is refused" in info and "weight = 48 is not divisible" in info
+            and "not drawn" in info)
     assert list(table(at, "GPU")["experts"])[:2] == ["0–7", "8–15"]
     at = run_app({"model": "Qwen/Qwen3-30B-A3B-FP8", "tp": "16"})  # without EP: refused, valid sizes named
     assert any("block_n = 128" in e and "Valid tp sizes" in e for e in errors(at))
@@ -96,7 +105,8 @@ def test_a_deployments_headline_and_fit_are_its_own_not_the_tp_maps():
     metrics = {m.label: m.value for m in at.metric}
     assert metrics["Weights on the fullest GPU"] == fmt_bytes(max(g.weight_bytes for g in lay.gpus))
     assert metrics["Sent per decoded token, busiest GPU"] == fmt_bytes(sum(lay.comm_bytes_per_token.values()))
-    row = Sizer(load_spec("deepseek-ai/DeepSeek-V3"), "vllm").row(Layout(16, 2, 1, True), 80 * 2**30, 0.9, 8192)
+    row = Sizer(load_spec("deepseek-ai/DeepSeek-V3"), "vllm").row(Layout(16, 2, 1, True),
+                                                                  80 * 2**30, 0.9, 8192)
     assert row.weights == max(g.weight_bytes for g in lay.gpus) and row.max_sequences == 192
     verdict = next(s.value for s in at.success if "concurrent sequences" in s.value)
     assert f"{row.max_sequences:,} concurrent sequences of 8,192 tokens fit" in verdict
@@ -104,27 +114,31 @@ def test_a_deployments_headline_and_fit_are_its_own_not_the_tp_maps():
 
 def test_ep_on_a_dense_model_keeps_the_chosen_pp_and_dp():
     at = run_app({"model": "Qwen/Qwen3-8B", "tp": "4", "pp": "2", "dp": "2", "ep": "1"})
-    assert errors(at) == ["expert parallelism needs a MoE model; this one has no routed experts (showing the layout "
-                          "without EP)"]
+    assert (errors(at)
+            == ["expert parallelism needs a MoE model; this one has no routed experts (showing the layout "
+                          "without EP)"])
     assert heading(at) == "Qwen/Qwen3-8B on 16 GPUs · TP 4 × PP 2 × DP 2"
 
 
 def test_nano_vllm_rules_refuse_a_deployment_and_keep_the_tp_map():
-    """nano-vllm has no pp / dp / ep: switching a deployment's rules to it says so and shows its TP map alone."""
+    """nano-vllm has no pp / dp / ep: switching a deployment's rules to it says so and shows its TP map
+    alone."""
     at = run_app({"model": QWEN_MOE, "tp": "4", "pp": "2", "ep": "1"})
     assert heading(at).endswith("· TP 4 × PP 2 × DP 1 + EP")
     at.radio(key="rules").set_value("nano-vllm").run()
-    assert errors(at) == ["nano-vllm runs tensor parallelism alone: no pipeline stages, data-parallel replicas or "
-                          "expert parallelism; vLLM rules have them (showing the tensor-parallel map alone)"]
+    assert (errors(at)
+            == ["nano-vllm runs tensor parallelism alone: no pipeline stages, data-parallel replicas or "
+                          "expert parallelism; vLLM rules have them (showing the tensor-parallel map alone)"])
     assert [w.value for w in at.warning][:1] == [  # qwen3_moe: not the Qwen3ForCausalLM nano-vllm builds
-        "nano-vllm's engine builds Qwen3ForCausalLM only, so for qwen3\\_moe this shows its layer classes' rules, not "
-        "a model it can serve"]
+        "nano-vllm's engine builds Qwen3ForCausalLM only, so for qwen3\\_moe this shows its layer "
+        "classes' rules, not a model it can serve"]
     assert heading(at) == f"{QWEN_MOE} on 4 GPUs"
 
 
 def test_a_plain_tp_view_counts_traffic_as_the_plan_does():
-    """Llama-3.1-8B at tp 8: the header's bytes sent per decoded token are the Plan page's comm/token (ring bytes
-    each GPU sends), not the sum of the tensors reduced, which read 770.50 KiB beside the Plan's 1.10 MiB."""
+    """Llama-3.1-8B at tp 8: the header's bytes sent per decoded token are the Plan page's comm/token (ring
+    bytes each GPU sends), not the sum of the tensors reduced, which read 770.50 KiB beside the Plan's 1.10
+    MiB."""
     from tpviz.render.text import fmt_bytes
     from tpviz.deploy.sizing import comm_per_token
     at = run_app({"model": "meta-llama/Llama-3.1-8B", "tp": "8"})

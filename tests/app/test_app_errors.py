@@ -39,7 +39,8 @@ def test_upload_a_valid_config():
 def test_upload_invalid_json():
     at = upload(run_app(), "config.json", b'{"hidden_size": 4096,,}')
     line = one_error(at)
-    assert "is not valid JSON" in line and "line 1 column" in line and "Upload the model's config.json" in line
+    assert ("is not valid JSON" in line and "line 1 column" in line
+            and "Upload the model's config.json" in line)
     still_showing_last_good(at)
 
 
@@ -49,14 +50,16 @@ def test_upload_too_large_is_one_red_line_and_the_file_is_dropped():
     assert line == "uploaded big.json is 1.1 MB; a config.json is a few KB (limit 1 MB)"
     assert [u.key for u in at.file_uploader] == ["upload_1"] and at.file_uploader[0].value is None  # dropped
     still_showing_last_good(at)
-    at.file_uploader(key="upload_1").set_value(("ok.json", json.dumps(LLAMA).encode(), "application/json")).run()
+    at.file_uploader(key="upload_1").set_value(("ok.json", json.dumps(LLAMA).encode(),
+                                                "application/json")).run()
     assert errors(at) == [] and "on 4 GPUs" in heading(at)  # a good file in the fresh uploader works
 
 
 def test_upload_missing_fields():
     cfg = {k: v for k, v in LLAMA.items() if k != "hidden_size"}
     line = one_error(upload(run_app(), "config.json", json.dumps(cfg).encode()))
-    assert line.startswith("config is missing hidden_size") and "a decoder config.json needs hidden_size" in line
+    assert (line.startswith("config is missing hidden_size")
+            and "a decoder config.json needs hidden_size" in line)
 
 
 def test_upload_not_an_object_and_not_utf8():
@@ -66,8 +69,8 @@ def test_upload_not_an_object_and_not_utf8():
 
 def test_empty_sources_give_a_hint_not_an_error():
     at = run_app()
-    for source, words in (("Upload config.json", "Upload a model's config.json"), ("Hub repo id", "Type a Hugging Face"),
-                          ("Local path", "Type the path")):
+    for source, words in (("Upload config.json", "Upload a model's config.json"),
+                          ("Hub repo id", "Type a Hugging Face"), ("Local path", "Type the path")):
         at.radio(key="source").set_value(source).run()
         assert errors(at) == [] and words in at.info[0].value
         still_showing_last_good(at)
@@ -153,7 +156,8 @@ def test_local_path_confined_and_disabled(monkeypatch, tmp_path):
             monkeypatch.setenv("TPVIZ_LOCAL_ROOT", root)
         for probe in (str(folder), "/etc/passwd", "/no/such/file"):
             off = run_app({"model": probe})
-            assert one_error(off).startswith("local paths are off in the web app; start it with TPVIZ_LOCAL_ROOT=")
+            assert one_error(off).startswith("local paths are off in the web app; start it "
+                                             "with TPVIZ_LOCAL_ROOT=")
             assert off.text_input(key="path").disabled
             assert heading(off) == "Qwen/Qwen3-8B on 4 GPUs"
 
@@ -175,7 +179,8 @@ def test_even_a_failing_fallback_is_no_traceback(monkeypatch):
     import tpviz.render.plots
     import tpviz.config.sources
     monkeypatch.setattr(tpviz.render.plots, "all_figures", lambda m: 1 / 0)
-    monkeypatch.setitem(tpviz.config.sources.presets(), "Qwen/Qwen3-8B", dict(LLAMA, rms_norm_eps=2.5e-5))  # uncached
+    # uncached
+    monkeypatch.setitem(tpviz.config.sources.presets(), "Qwen/Qwen3-8B", dict(LLAMA, rms_norm_eps=2.5e-5))
     at = run_app()
     assert errors(at) == ["unexpected ZeroDivisionError: division by zero"] * 2
 

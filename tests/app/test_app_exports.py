@@ -1,4 +1,5 @@
-"""AppTest: download payloads (JSON equal to the shard map, PNG, ZIP), no-Chromium notice, speed and payload size."""
+"""AppTest: download payloads (JSON equal to the shard map, PNG, ZIP), no-Chromium notice, speed and payload
+size."""
 import io
 import json
 import time
@@ -95,7 +96,8 @@ def test_tp_change_on_405b_reruns_within_a_second():
     assert max(times.values()) < 2.0, times  # ~0.6 s when the machine is quiet; slack for a busy CI box
 
 
-@pytest.mark.parametrize("model, tp", [("meta-llama/Llama-3.1-405B", "64"), ("deepseek-ai/DeepSeek-V3", "16")])
+@pytest.mark.parametrize("model, tp", [("meta-llama/Llama-3.1-405B", "64"),
+                                       ("deepseek-ai/DeepSeek-V3", "16")])
 def test_page_payload_under_2mb_at_tp64(model, tp):  # DeepSeek-V3's FP8 blocks allow tp <= 16
     at = run_app({"model": model, "tp": tp})
     assert errors(at) == []
@@ -105,10 +107,13 @@ def test_page_payload_under_2mb_at_tp64(model, tp):  # DeepSeek-V3's FP8 blocks 
 def test_the_page_sends_charts_without_the_template_and_exports_keep_the_figure():
     at = run_app({"model": "Qwen/Qwen3-0.6B", "tp": "2"})
     (sent,) = charts(at)
-    assert "template" not in sent["layout"] and sent["layout"]["datarevision"]  # Plotly's second pass draws nothing
+    # Plotly's second pass draws nothing
+    assert "template" not in sent["layout"] and sent["layout"]["datarevision"]
     page = page_for(*at.session_state["good"])
     fig = page.figs["qkv"]  # what the PNG button and the ZIP render: unchanged
-    assert fig.to_dict()["layout"]["template"] == {"data": {"scatter": [{"type": "scatter"}]}}  # plotly.py's "none"
+    # plotly.py's "none"
+    assert fig.to_dict()["layout"]["template"] == {"data": {"scatter": [{"type": "scatter"}]}}
     screen = screen_figure((page.key, None, "qkv"), fig).to_dict()
     assert {k: v for k, v in screen["layout"].items() if k != "datarevision"} == {
-        k: v for k, v in fig.to_dict()["layout"].items() if k != "template"} and screen["data"] == fig.to_dict()["data"]
+        k: v for k,
+        v in fig.to_dict()["layout"].items() if k != "template"} and screen["data"] == fig.to_dict()["data"]

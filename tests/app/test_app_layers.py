@@ -17,7 +17,8 @@ def test_hybrid_preset_has_a_layer_strip_and_group_views():
     full = [x for x, g in zip(bars["x"], bars["customdata"]) if g == 1]
     assert full == list(range(3, 48, 4))  # every 4th layer is full attention, clickable as group 2
     groups = at.radio(key="layer_group")
-    assert groups.options[0].startswith("1. Gated DeltaNet + MoE 512×512 + shared 512 · layers 0–2, 4–6")
+    first = "1. Gated DeltaNet + MoE 512×512 + shared 512 · layers 0–2, 4–6"
+    assert groups.options[0].startswith(first)
     assert groups.options[-1] == "All layers"
     # group 1 (the default): the linear-attention figure, no q/k/v
     assert any(t.startswith("Gated DeltaNet") for t in titles(at))
@@ -52,7 +53,8 @@ def test_mamba_preset_shows_mamba_and_state():
     at.session_state["open_fit"] = True
     at.run()
     fit = next(df.value for df in at.dataframe if "GPU memory" in df.value.columns)
-    assert "sequences of 8,192 tokens" in fit.columns and set(fit["KV-cache tokens"]) == {"—"}  # not tokens alone
+    # not tokens alone
+    assert "sequences of 8,192 tokens" in fit.columns and set(fit["KV-cache tokens"]) == {"—"}
     assert not any("collective" in df.value.columns for df in at.dataframe)  # drawn only when opened
     at.session_state["open_collectives"] = True
     at.run()
@@ -64,12 +66,14 @@ def test_sliding_window_cache_is_capped_and_the_context_changes_the_fit():
     at = run_app({"model": "openai/gpt-oss-20b", "tp": "2"})
     assert errors(at) == []
     assert any("12 sliding-window layers cache at most 128 tokens" in i.value for i in at.info)
-    # the headline counts every layer's cache of a token: 24 layers x 8 KV heads / 2 GPUs x 64 x 2 (k, v) x 2 bytes
+    # the headline counts every layer's cache of a token: 24 layers x 8 KV heads / 2 GPUs x 64 x 2 (k, v) x 2
+    # bytes
     kv = next(x for x in at.metric if x.label == "KV cache per token per GPU")
     assert (kv.value, kv.delta) == ("24.00 KiB", "12.00 KiB of it up to a window")
     at.session_state["open_fit"] = True
     at.number_input(key="context").set_value(100_000).run()
-    assert errors(at) == [] and any("sequences of 100,000 tokens" in c for df in at.dataframe for c in df.value.columns)
+    assert errors(at) == [] and any("sequences of 100,000 tokens" in c for df in at.dataframe
+                                    for c in df.value.columns)
 
 
 def test_fused_legacy_preset_draws_interleaved_qkv():

@@ -1,5 +1,4 @@
 """AppTest of the Plan page: layouts of N GPUs ranked, rejected ones with their rule, a row opens its map."""
-from pathlib import Path
 
 from streamlit.testing.v1 import AppTest
 from tests.paths import ROOT
@@ -34,7 +33,8 @@ def test_plan_of_a_dense_model_has_no_expert_parallel_rows():
     at = run(plan_model="meta-llama/Llama-3.1-8B", plan_gpus=4, plan_gib=24.0)
     assert not at.exception and not at.error
     layouts = list(at.dataframe[0].value["layout"])
-    assert len(layouts) == 6 and not any(x.endswith("+ EP") for x in layouts)  # 4 = 1x1x4 ... 4x1x1: six layouts
+    # 4 = 1x1x4 ... 4x1x1: six layouts
+    assert len(layouts) == 6 and not any(x.endswith("+ EP") for x in layouts)
 
 
 def test_plan_under_nano_vllm_rules_keeps_tensor_parallelism_alone():

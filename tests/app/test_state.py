@@ -24,7 +24,8 @@ def test_controls_from_query(params, expected):
 
 
 @pytest.mark.parametrize("params, word", [({"tp": "abc"}, "tp='abc'"), ({"tp": "0"}, "from 1 to 64"),
-                                           ({"tp": "65"}, "showing tp=4"), ({"rules": "sglang"}, "vllm, vllm-0.28, nano-vllm")])
+                                           ({"tp": "65"}, "showing tp=4"),
+                                          ({"rules": "sglang"}, "vllm, vllm-0.28, nano-vllm")])
 def test_controls_from_query_problems(params, word):
     values, problems = controls_from_query(params, KEYS)
     assert len(problems) == 1 and word in problems[0]
@@ -32,7 +33,8 @@ def test_controls_from_query_problems(params, word):
 
 
 def test_query_round_trip():
-    for params in ({"model": LLAMA8, "tp": "16", "rules": "vllm"}, {"model": "a/b", "tp": "2", "rules": "nano-vllm"},
+    for params in ({"model": LLAMA8, "tp": "16", "rules": "vllm"},
+                   {"model": "a/b", "tp": "2", "rules": "nano-vllm"},
                    {"model": "/x/config.json", "tp": "8", "rules": "vllm"}):
         values, _ = controls_from_query(params, KEYS)
         assert query_from_controls(values) == params
@@ -69,4 +71,5 @@ def test_pp_dp_ep_travel_in_the_link_and_plain_tp_links_stay_short():
                                            ({"ep": "maybe"}, "ep='maybe'")])
 def test_odd_pp_dp_ep_in_a_link_is_one_problem(params, word):
     values, problems = controls_from_query(params, KEYS)
-    assert len(problems) == 1 and word in problems[0] and (values["pp"], values["dp"], values["ep"]) == (1, 1, False)
+    assert (len(problems) == 1 and word in problems[0]
+            and (values["pp"], values["dp"], values["ep"]) == (1, 1, False))

@@ -7,7 +7,8 @@ from tpviz.trace.validity import valid_table
 def test_collective_rows_in_readable_units():
     rows = collective_rows(shard_map("Qwen/Qwen3-8B", 4))
     assert rows[0]["per forward"] == 36 and rows[0]["size / token"] == "8.00 KiB"
-    assert rows[-1]["collective"] == "all-gather" and rows[-1]["size / token"] == "296.75 KiB"  # 151936 x 2 bytes
+    # 151936 x 2 bytes
+    assert rows[-1]["collective"] == "all-gather" and rows[-1]["size / token"] == "296.75 KiB"
     assert rows[-1]["sent per GPU / token"] == "222.56 KiB"  # 3/4 of it: the ring all-gather
 
 

@@ -1,8 +1,8 @@
 """The architecture registry: one record per model_type, and what every stage derives from it agrees.
 
-For every architecture tpviz maps, the shard map's checkpoint names are exactly the plan's tensors (the list Run live
-writes for random weights and the explorer compares checkpoints with); for every one Run live runs, the plan's
-loading map lands every tensor on a parameter of the live model and fills every parameter."""
+For every architecture tpviz maps, the shard map's checkpoint names are exactly the plan's tensors (the list
+Run live writes for random weights and the explorer compares checkpoints with); for every one Run live runs,
+the plan's loading map lands every tensor on a parameter of the live model and fills every parameter."""
 import json
 
 import pytest
@@ -13,7 +13,7 @@ from tpviz import shard_map
 from tpviz.archs import REGISTRY, arch_of, known_types
 from tpviz.config.sources import load_spec, presets
 from tpviz.live.load.source import live_config
-from tpviz.live.load.weights import LoadingMap
+from tpviz.live.load.targets import LoadingMap
 from tpviz.live.model.causal_lm import LiveForCausalLM
 from tpviz.live.model.config import live_types
 from tpviz.plan import build_plan
@@ -23,7 +23,8 @@ from tpviz.trace.checkpoint import expand
 # architectures no preset or shared config has, as a sibling's config retyped (and what the retyping needs)
 SIBLINGS = {"deepseek_v2": ("deepseek-ai/DeepSeek-V3", {"topk_method": "greedy", "scoring_func": "softmax"}),
             "gemma": ("google/gemma-2-9b-it", {"sliding_window": None}), "olmo2": ("Qwen/Qwen3-0.6B", {}),
-            "olmo3": ("Qwen/Qwen3-0.6B", {}), "starcoder2": ("meta-llama/Llama-3.2-1B", {"tie_word_embeddings": True}),
+            "olmo3": ("Qwen/Qwen3-0.6B", {}), "starcoder2": ("meta-llama/Llama-3.2-1B",
+                                                             {"tie_word_embeddings": True}),
             "qwen3_5_moe_text": ("Qwen/Qwen3-30B-A3B", {"layer_types": None})}
 SMALL = dict(num_hidden_layers=3, hidden_size=64, num_attention_heads=4, num_key_value_heads=2, head_dim=16,
              intermediate_size=96, vocab_size=1000)
@@ -32,9 +33,9 @@ SMALL = dict(num_hidden_layers=3, hidden_size=64, num_attention_heads=4, num_key
 def configs() -> dict[str, dict]:
     """A config of every architecture tpviz maps: the presets', the shared ones', then siblings retyped."""
     out = {}
-    sources = [*presets().values(), *(json.loads(p.read_text()) for p in sorted(SHARED_CONFIGS.glob("*.json"))
-                                      if not p.name.endswith(".index.json"))] if SHARED_CONFIGS.is_dir() else [
-        *presets().values()]
+    shared = sorted(SHARED_CONFIGS.glob("*.json")) if SHARED_CONFIGS.is_dir() else []
+    sources = [*presets().values(), *(json.loads(p.read_text()) for p in shared
+                                      if not p.name.endswith(".index.json"))]
     for cfg in sources:
         out.setdefault(load_spec(cfg).model_type, cfg)
     for model_type, (sibling, extra) in SIBLINGS.items():

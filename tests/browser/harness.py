@@ -86,7 +86,7 @@ def wait_for_charts(page: Page, count: int, timeout_ms: int = 60_000) -> None:
     # a drawn chart has several .main-svg layers: count charts, not layers
     page.wait_for_function(f"[...document.querySelectorAll('div.stPlotlyChart')]"
                            f".filter(d => d.querySelector('.js-plotly-plot .main-svg')).length >= {count}",
-                           timeout=timeout_ms)
+                           timeout=timeout_ms, polling=250)
     wait_idle(page, timeout_ms)
 
 
@@ -95,7 +95,7 @@ def wait_idle(page: Page, timeout_ms: int = 60_000) -> None:
     page.wait_for_function(
         "(() => { const w = document.querySelector('[data-testid=\"stStatusWidget\"]');"
         " return !w || !/Running|Stop/.test(w.innerText); })()",
-        timeout=timeout_ms)
+        timeout=timeout_ms, polling=250)
 
 
 HEADING = "[data-testid=stMain] h2"
@@ -108,8 +108,8 @@ def heading(page: Page) -> str:
 
 def wait_heading(page: Page, text: str, timeout_ms: int = 60_000) -> None:
     """Wait until the view's title contains text."""
-    page.wait_for_function(f"(document.querySelector({HEADING!r}) || {{innerText: ''}}).innerText.includes({text!r})",
-                           timeout=timeout_ms)
+    page.wait_for_function(f"(document.querySelector({HEADING!r}) || {{innerText: "
+                           f"''}}).innerText.includes({text!r})", timeout=timeout_ms, polling=250)
 
 
 def choose(page: Page, label: str, option: str) -> None:

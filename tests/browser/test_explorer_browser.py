@@ -14,7 +14,8 @@ from harness import (CHROMIUM, HEADING, SCREENSHOTS, choose, heading, launch, sh
 
 pytestmark = [pytest.mark.browser,
               pytest.mark.skipif(not Path(CHROMIUM).exists(),
-                                 reason=f"{CHROMIUM} not found: install it with `apt-get install chromium` (root, Debian)")]
+                                 reason=f"{CHROMIUM} not found: install it with `apt-get install "
+                                        "chromium` (root, Debian)")]
 playwright_api = pytest.importorskip("playwright.sync_api", reason="python playwright is not installed")
 FIGURES = 1  # one tab per matrix family: only the open tab's figure is drawn
 VIEWPORT = {"width": 1400, "height": 1000}
@@ -70,8 +71,8 @@ def test_change_model_and_tp_download_json_and_png(page, app_url):
     wait_heading(page, "on 16 GPUs")
     wait_for_charts(page, FIGURES)
     # the charts were redrawn for 16 GPUs: the rank view now has a strip for GPU 15
-    page.wait_for_function("(document.querySelector('div.stPlotlyChart .main-svg')?.parentNode.textContent || '')"
-                           ".includes('GPU 15')")
+    page.wait_for_function("(document.querySelector('div.stPlotlyChart "
+                           ".main-svg')?.parentNode.textContent || '').includes('GPU 15')")
     assert "model=meta-llama%2FLlama-3.1-8B&tp=16&rules=vllm" in page.url  # the URL follows the controls
     assert page.locator("[data-testid=stTab]").all_inner_texts()[:3] == ["q/k/v", "o_proj", "gate/up"]
     no_errors(page)
@@ -79,7 +80,8 @@ def test_change_model_and_tp_download_json_and_png(page, app_url):
     box = page.locator("div.stPlotlyChart").first.locator("g.point path").first.bounding_box()
     page.mouse.move(box["x"] + box["width"] / 2, box["y"] + box["height"] / 2)
     hover = page.locator("div.stPlotlyChart").first.locator(".hoverlayer")
-    page.wait_for_function("(document.querySelector('div.stPlotlyChart .hoverlayer')?.textContent || '').includes('GPU')")
+    page.wait_for_function("(document.querySelector('div.stPlotlyChart .hoverlayer')?.textContent "
+                           "|| '').includes('GPU')")
     assert "local rows" in hover.text_content()
     page.screenshot(path=SCREENSHOTS / "02_llama_tp16.png")
 
@@ -118,17 +120,20 @@ def test_invalid_tp_shows_one_error_and_keeps_the_view(page, app_url):
 
 
 def test_a_rule_set_that_refuses_the_tp_and_back_keeps_working(page, app_url):
-    """nano-vllm refuses Qwen3-8B at tp=16 (8 KV heads); back on vLLM 0.33 the view returns. The browser sent tp
-    back as the option's text once the list had changed, which crashed the sidebar until a reload."""
+    """nano-vllm refuses Qwen3-8B at tp=16 (8 KV heads); back on vLLM 0.33 the view returns. The browser sent
+    tp back as the option's text once the list had changed, which crashed the sidebar until a reload."""
     page.goto(app_url + "/?model=Qwen/Qwen3-8B&tp=16")
     wait_for_charts(page, FIGURES)
     page.locator("label").filter(has_text="nano-vllm").first.click()
     page.wait_for_selector("[data-testid=stAlertContentError]")
-    assert "nano-vllm rules never replicate KV heads" in page.locator("[data-testid=stAlertContentError]").first.inner_text()
+    assert ("nano-vllm rules "
+            "never replicate KV "
+            "heads") in page.locator("[data-testid=stAlertContentError]").first.inner_text()
     page.locator("label").filter(has_text="vLLM 0.33").first.click()
     page.wait_for_selector("[data-testid=stAlertContentError]", state="detached")
     wait_for_charts(page, FIGURES)
-    assert heading(page) == "Qwen/Qwen3-8B on 16 GPUs" and page.locator("[data-testid=stException]").count() == 0
+    assert (heading(page) == "Qwen/Qwen3-8B on 16 GPUs"
+            and page.locator("[data-testid=stException]").count() == 0)
 
 
 def test_unticking_ep_keeps_the_parallelism_section_open(page, app_url):
@@ -138,10 +143,12 @@ def test_unticking_ep_keeps_the_parallelism_section_open(page, app_url):
     ep = page.locator("label").filter(has_text="Expert parallelism (EP)").first
     ep.click()
     wait_heading(page, "+ EP")
-    wait_idle(page)  # a click while the rerun still runs can be lost (the flake this test had on a loaded machine)
+    # a click while the rerun still runs can be lost (the flake this test had on a loaded machine)
+    wait_idle(page)
     ep.click()
-    page.wait_for_function(f"!(document.querySelector({HEADING!r}) || {{innerText: '+ EP'}}).innerText.includes('+ EP')",
-                           timeout=60_000)
+    # polled on a timer: rAF polling stalled here for the whole timeout while the page was already redrawn
+    page.wait_for_function(f"!(document.querySelector({HEADING!r}) || {{innerText: '+ "
+                           "EP'}).innerText.includes('+ EP')", timeout=60_000, polling=250)
     wait_idle(page)
     assert ep.is_visible()  # the section the user works in stays open
 
@@ -156,14 +163,17 @@ def test_shared_url_restores_the_view(page, app_url):
     page.goto(app_url + "/?model=microsoft/Phi-3-mini-128k-instruct&tp=2&rules=nano-vllm")
     wait_for_charts(page, FIGURES)
     assert heading(page) == "microsoft/Phi-3-mini-128k-instruct on 2 GPUs"
-    assert "nano-vllm rules" in page.locator("[data-testid=stMain] [data-testid=stCaptionContainer]").first.inner_text()
+    assert "nano-vllm rules" in page.locator("[data-testid=stMain] "
+                                             "[data-testid=stCaptionContainer]").first.inner_text()
     no_errors(page)
     page.screenshot(path=SCREENSHOTS / "04_shared_url.png")
 
 
-LOAD_VIEWS = ["?model=Qwen/Qwen3-8B&tp=4", "?model=meta-llama/Llama-3.1-8B&tp=16", "?model=Qwen/Qwen3-30B-A3B&tp=8",
+LOAD_VIEWS = ["?model=Qwen/Qwen3-8B&tp=4", "?model=meta-llama/Llama-3.1-8B&tp=16",
+              "?model=Qwen/Qwen3-30B-A3B&tp=8",
               "?model=deepseek-ai/DeepSeek-V3&tp=8", "?model=microsoft/Phi-3-mini-128k-instruct&tp=2",
-              "?model=openai/gpt-oss-20b&tp=8", "?model=meta-llama/Llama-3.1-405B&tp=64", "?model=google/gemma-2-9b-it&tp=4"]
+              "?model=openai/gpt-oss-20b&tp=8", "?model=meta-llama/Llama-3.1-405B&tp=64",
+              "?model=google/gemma-2-9b-it&tp=4"]
 
 
 def test_eight_sessions_at_once_all_render(browser, app_url):
@@ -188,7 +198,8 @@ def test_eight_sessions_at_once_all_render(browser, app_url):
 
 
 def test_layer_strip_click_selects_a_group(page, app_url):
-    """A hybrid model: the strip draws every layer; clicking a full-attention layer shows that group's figures."""
+    """A hybrid model: the strip draws every layer; clicking a full-attention layer shows that group's
+    figures."""
     page.goto(app_url + "/?model=Qwen/Qwen3-Next-80B-A3B-Thinking&tp=4&rules=vllm")
     wait_for_charts(page, 2)  # the layer strip and the open tab's figure
     no_errors(page)
@@ -197,9 +208,10 @@ def test_layer_strip_click_selects_a_group(page, app_url):
     assert cells.count() == 48
     assert page.locator("h4").filter(has_text="Gated DeltaNet").count() == 1  # group 1 by default
     box = cells.nth(36).bounding_box()  # cells are in group order (36 GDN, then 12): layer 3 is the 37th
-    page.mouse.click(box["x"] + box["width"] / 2, box["y"] + box["height"] / 2)  # as a user clicks: on the plot
-    page.wait_for_function("[...document.querySelectorAll('h4')].some(h => h.innerText.startsWith('Layers 3, 7, 11'))",
-                           timeout=60_000)
+    # as a user clicks: on the plot
+    page.mouse.click(box["x"] + box["width"] / 2, box["y"] + box["height"] / 2)
+    page.wait_for_function("[...document.querySelectorAll('h4')].some(h => "
+                           "h.innerText.startsWith('Layers 3, 7, 11'))", timeout=60_000)
     wait_for_charts(page, 2)
     no_errors(page)
     page.screenshot(path=SCREENSHOTS / "hybrid_group.png", full_page=False)
@@ -225,7 +237,8 @@ def test_nothing_is_loaded_from_the_internet(browser, app_url):
         context = browser.new_context(viewport=VIEWPORT)
         pg = context.new_page()
         outside = []
-        pg.on("request", lambda r: outside.append(r.url) if not r.url.startswith((app_url, "data:", "blob:")) else None)
+        pg.on("request",
+              lambda r: outside.append(r.url) if not r.url.startswith((app_url, "data:", "blob:")) else None)
         pg.goto(app_url + path)
         pg.wait_for_selector("[data-testid=stMain] h1, [data-testid=stMain] h2", timeout=60_000)
         pg.wait_for_timeout(1500)
@@ -234,8 +247,8 @@ def test_nothing_is_loaded_from_the_internet(browser, app_url):
 
 
 def test_a_phone_scrolls_the_figures_instead_of_squeezing_them(browser, app_url):
-    """390 px wide: each figure keeps its desktop proportions (source and rank panels side by side, titles apart)
-    and scrolls sideways; Plotly's toolbar, which would cover the titles, is hidden."""
+    """390 px wide: each figure keeps its desktop proportions (source and rank panels side by side, titles
+    apart) and scrolls sideways; Plotly's toolbar, which would cover the titles, is hidden."""
     context = browser.new_context(viewport={"width": 390, "height": 844}, is_mobile=True, has_touch=True)
     pg = context.new_page()
     pg.goto(app_url + "/?model=meta-llama/Llama-3.1-8B&tp=16")
@@ -243,8 +256,8 @@ def test_a_phone_scrolls_the_figures_instead_of_squeezing_them(browser, app_url)
     sizes = pg.evaluate("""(() => { const c = document.querySelector('div.stPlotlyChart');
         const box = c.closest('[data-testid=stElementContainer]');
         const bar = c.querySelector('.modebar-container');
-        return [c.querySelector('.svg-container').getBoundingClientRect().width, box.clientWidth, box.scrollWidth,
-                bar ? getComputedStyle(bar).display : 'none']; })()""")
+        return [c.querySelector('.svg-container').getBoundingClientRect().width, box.clientWidth,
+                box.scrollWidth, bar ? getComputedStyle(bar).display : 'none']; })()""")
     pg.screenshot(path=SCREENSHOTS / "06_phone.png")
     context.close()
     drawn, visible, scrollable, toolbar = sizes
@@ -252,8 +265,8 @@ def test_a_phone_scrolls_the_figures_instead_of_squeezing_them(browser, app_url)
 
 
 def test_a_laptop_with_the_sidebar_open_shows_whole_numbers_and_scrolls_the_figures(browser, app_url):
-    """1024 px: the header's values, labels and notes wrap rather than end in an ellipsis, and the figures keep
-    their desktop width and scroll, as on a phone."""
+    """1024 px: the header's values, labels and notes wrap rather than end in an ellipsis, and the figures
+    keep their desktop width and scroll, as on a phone."""
     context = browser.new_context(viewport={"width": 1024, "height": 900})
     pg = context.new_page()
     pg.goto(app_url + "/?model=deepseek-ai/DeepSeek-V3&tp=16")
@@ -280,14 +293,16 @@ def test_a_tab_draws_its_figure_when_opened(page, app_url):
 def test_a_tp_change_draws_the_chart_once_and_closed_sections_draw_when_opened(page, app_url):
     page.goto(app_url + "/?model=meta-llama/Llama-3.1-8B&tp=8")
     wait_for_charts(page, FIGURES)
-    # count Plotly's full redraws of each chart mounted from now on (its first draw starts before the hook is on)
+    # count Plotly's full redraws of each chart mounted from now on (its first draw starts before the hook is
+    # on)
     page.evaluate("""() => { window.redraws = 0; const hooked = new WeakSet();
         new MutationObserver(() => document.querySelectorAll('.js-plotly-plot').forEach(g => {
-            if (!hooked.has(g) && g.on) { hooked.add(g); g.on('plotly_beforeplot', () => window.redraws++); } }))
+            if (!hooked.has(g) && g.on) {
+                hooked.add(g); g.on('plotly_beforeplot', () => window.redraws++); } }))
             .observe(document.body, {subtree: true, childList: true, attributes: true}); }""")
     choose(page, "tp size", "16")
-    page.wait_for_function("(document.querySelector('div.stPlotlyChart .main-svg') || {parentNode: {textContent: ''}})"
-                           ".parentNode.textContent.includes('GPU 15')")
+    page.wait_for_function("(document.querySelector('div.stPlotlyChart .main-svg') || "
+                           "{parentNode: {textContent: ''}}).parentNode.textContent.includes('GPU 15')")
     wait_idle(page)
     page.wait_for_timeout(500)
     assert page.evaluate("window.redraws") == 0  # Streamlit's second hand-over of the chart drew nothing

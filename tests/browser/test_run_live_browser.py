@@ -11,7 +11,8 @@ from harness import CHROMIUM, SCREENSHOTS, launch, streamlit_app, wait_for_chart
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow,
               pytest.mark.skipif(not Path(CHROMIUM).exists(),
-                                 reason=f"{CHROMIUM} not found: install it with `apt-get install chromium` (root, Debian)")]
+                                 reason=f"{CHROMIUM} not found: install it with `apt-get install "
+                                        "chromium` (root, Debian)")]
 playwright_api = pytest.importorskip("playwright.sync_api", reason="python playwright is not installed")
 
 
@@ -25,7 +26,8 @@ def test_navigation_and_a_tp2_run_from_the_page():
             nav = page.locator("[data-testid=stSidebarNav]").inner_text()
             assert "Explorer" in nav and "Run live" in nav
             page.goto(f"{url}/Run_live")
-            page.get_by_text("Random weights", exact=True).click()  # the preset's shapes; nothing is downloaded
+            # the preset's shapes; nothing is downloaded
+            page.get_by_text("Random weights", exact=True).click()
             page.wait_for_selector("text=Preset (random weights from the seed)")
             page.get_by_role("button", name="Run").click()
             page.wait_for_selector("text=vs tp=1 float32", timeout=120_000)  # the verdict banner

@@ -1,9 +1,9 @@
-"""The CLI: `python -m tpviz map/valid`, in-process through tpviz.cli.main.main and once as a real subprocess."""
+"""The CLI: `python -m tpviz map/valid`, in-process through tpviz.cli.main.main and once as a real
+subprocess."""
 import json
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
@@ -50,7 +50,8 @@ def test_map_prints_summary_and_writes_json(tmp_path, capsys):
 
 def test_map_nano_vllm_rules(tmp_path, capsys):
     path = tmp_path / "m.json"
-    rc, out, _ = run_main(capsys, "map", "Qwen/Qwen3-8B", "--tp", "4", "--rules", "nano-vllm", "--json", str(path))
+    rc, out, _ = run_main(capsys, "map", "Qwen/Qwen3-8B", "--tp", "4", "--rules", "nano-vllm",
+                          "--json", str(path))
     assert rc == 0 and "rules=nano-vllm" in out.splitlines()[0]
     assert json.loads(path.read_text()) == shard_map("Qwen/Qwen3-8B", 4, rules="nano-vllm").to_dict()
 
@@ -68,11 +69,13 @@ def test_valid_lists_both_rule_sets(capsys):
     rc, out, err = run_main(capsys, "valid", "meta-llama/Llama-3.1-8B", "--max-tp", "16")
     assert rc == 0 and err == ""
     lines = out.splitlines()
-    assert lines[-1].startswith("note (nano-vllm column): nano-vllm's engine builds Qwen3ForCausalLM only")  # Llama
+    # Llama
+    assert lines[-1].startswith("note (nano-vllm column): nano-vllm's engine builds Qwen3ForCausalLM only")
     rows = {int(line.split()[0]): line for line in lines[2:-1]}
     assert sorted(rows) == list(range(1, 17))
     assert rows[8].split()[1:] == ["valid", "valid", "valid"]
-    assert rows[16].split()[1:3] == ["valid", "valid"] and "num_key_value_heads=8" in rows[16]  # vLLM replicates
+    # vLLM replicates
+    assert rows[16].split()[1:3] == ["valid", "valid"] and "num_key_value_heads=8" in rows[16]
     assert rows[3].count("num_attention_heads=32 is not divisible by tp_size=3") == 3
     assert out.splitlines()[1].split()[1:] == ["vLLM", "0.33", "vLLM", "0.28", "nano-vllm"]
 
@@ -126,7 +129,8 @@ OUTPUT_FIRST = {  # refused before any map is printed, with what would work
     ("--json", "{tmp}/no-dir/x.json"): "--json {tmp}/no-dir/x.json: the folder {tmp}/no-dir does not exist",
     ("--png", "{tmp}/a-file"): "--png {tmp}/a-file is a file; give a folder to write the PNGs into",
     ("--util", "0.8"): "--util only apply with --gpu-mem GIB (they size the KV cache on a GPU)",
-    ("--placement", "round_robin"): "--placement places whole experts under --ep: add --ep, or drop --placement",
+    ("--placement",
+     "round_robin"): "--placement places whole experts under --ep: add --ep, or drop --placement",
     ("--dp", "1000"): "tp × pp × dp = 2000 GPUs; tpviz maps deployments of up to 1024",
 }
 
@@ -134,8 +138,10 @@ OUTPUT_FIRST = {  # refused before any map is printed, with what would work
 @pytest.mark.parametrize("flag, value", list(OUTPUT_FIRST))
 def test_flags_that_cannot_apply_are_refused_before_any_output(flag, value, tmp_path, capsys):
     (tmp_path / "a-file").write_text("")
-    rc, out, err = run_main(capsys, "map", "Qwen/Qwen3-30B-A3B", "--tp", "2", flag, value.replace("{tmp}", str(tmp_path)))
-    assert rc == 2 and out == "" and err == f"error: {OUTPUT_FIRST[flag, value]}\n".replace("{tmp}", str(tmp_path))
+    rc, out, err = run_main(capsys, "map", "Qwen/Qwen3-30B-A3B", "--tp", "2", flag,
+                            value.replace("{tmp}", str(tmp_path)))
+    assert (rc == 2 and out == ""
+            and err == f"error: {OUTPUT_FIRST[flag, value]}\n".replace("{tmp}", str(tmp_path)))
 
 
 def test_a_layout_names_its_own_figures(capsys):
@@ -147,8 +153,8 @@ def test_a_layout_names_its_own_figures(capsys):
     assert rc == 0 and lines[tp_only + 1].startswith("rank 0: weights")
     assert max(i for i, line in enumerate(lines) if line.startswith("GPU ")) < next(
         i for i, line in enumerate(lines) if line.startswith("fit: "))
-    rc, out, _ = run_main(capsys, "plan", "Qwen/Qwen3-235B-A22B-FP8", "--gpus", "8", "--gpu-mem", "80", "--rules",
-                          "vllm-0.28")
+    rc, out, _ = run_main(capsys, "plan", "Qwen/Qwen3-235B-A22B-FP8", "--gpus", "8",
+                          "--gpu-mem", "80", "--rules", "vllm-0.28")
     row = next(line for line in out.splitlines() if line.startswith("TP 1 × PP 1 × DP 8  "))
     assert "rejected: without expert parallelism the experts are cut tp × dp = 8 ways: " in row
 
@@ -167,7 +173,8 @@ def subprocess_env(tmp_path) -> dict:
 def test_subprocess_map_and_bad_input(tmp_path):
     env = subprocess_env(tmp_path)
     path = tmp_path / "map.json"
-    ok = subprocess.run([sys.executable, "-m", "tpviz", "map", "Qwen/Qwen3-30B-A3B", "--tp", "8", "--json", str(path)],
+    ok = subprocess.run([sys.executable, "-m", "tpviz", "map", "Qwen/Qwen3-30B-A3B", "--tp", "8",
+                         "--json", str(path)],
                         capture_output=True, text=True, cwd=tmp_path, env=env, timeout=120)
     assert ok.returncode == 0, ok.stderr
     assert ok.stdout.startswith("Qwen/Qwen3-30B-A3B  tp=8") and ok.stderr == ""
@@ -175,4 +182,6 @@ def test_subprocess_map_and_bad_input(tmp_path):
     bad = subprocess.run([sys.executable, "-m", "tpviz", "map", "Qwen/Qwen3-8B", "--tp", "3"],
                          capture_output=True, text=True, cwd=tmp_path, env=env, timeout=120)
     assert bad.returncode == 2 and bad.stdout == ""
-    assert bad.stderr == "error: num_attention_heads=32 is not divisible by tp_size=3. Valid tp sizes under vLLM 0.33 rules: 1, 2, 4, 8, 16, 32.\n"
+    assert (bad.stderr
+            == "error: num_attention_heads=32 is not divisible by tp_size=3. Valid tp sizes under vLLM 0.33 "
+               "rules: 1, 2, 4, 8, 16, 32.\n")

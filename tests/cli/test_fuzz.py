@@ -20,7 +20,8 @@ def test_cli_maps_or_exits_2_with_one_line(cfg, tp, command, capsys):
     with tempfile.TemporaryDirectory() as d:
         path = Path(d) / "config.json"
         path.write_text(json.dumps(cfg))
-        argv = [command, str(path)] + (["--tp", tp, "--json", str(Path(d) / "out.json")] if command == "map" else [])
+        argv = [command, str(path)] + (["--tp", tp, "--json", str(Path(d) / "out.json")]
+                                       if command == "map" else [])
         capsys.readouterr()
         took, _, rc = measure(lambda: cli_main(argv))
         err = capsys.readouterr().err

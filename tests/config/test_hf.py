@@ -1,12 +1,13 @@
-"""tpviz.config.hf: configs read through transformers' config classes, as vLLM reads them (attribute maps and the
-classes' defaults), from JSON alone; tpviz's own readers for what has no class; refusals and dimensions."""
+"""tpviz.config.hf: configs read through transformers' config classes, as vLLM reads them (attribute maps and
+the classes' defaults), from JSON alone; tpviz's own readers for what has no class; refusals and
+dimensions."""
 import pytest
 
 import tpviz
 from tpviz.archs import REGISTRY
 from tpviz.config.hf import config_class, through_transformers
 from tpviz.config.sources import presets
-from tpviz.config.spec import normalize
+from tpviz.config.normalize import normalize
 from tpviz.errors import ConfigError, MissingFieldError
 from tpviz.trace.checkpoint import compare
 
@@ -22,13 +23,14 @@ BLOOM_TOTAL = 352494542848  # its model.safetensors.index.json's metadata.total_
 
 def bloom_names() -> set[str]:
     """bigscience/bloom's tensor names, as its model.safetensors.index.json lists them (h.N.*, no prefix)."""
-    layer = ["input_layernorm.bias", "input_layernorm.weight", "mlp.dense_4h_to_h.bias", "mlp.dense_4h_to_h.weight",
+    layer = ["input_layernorm.bias", "input_layernorm.weight", "mlp.dense_4h_to_h.bias",
+             "mlp.dense_4h_to_h.weight",
              "mlp.dense_h_to_4h.bias", "mlp.dense_h_to_4h.weight", "post_attention_layernorm.bias",
              "post_attention_layernorm.weight", "self_attention.dense.bias", "self_attention.dense.weight",
              "self_attention.query_key_value.bias", "self_attention.query_key_value.weight"]
     return {f"h.{i}.{n}" for i in range(70) for n in layer} | {
-        "word_embeddings.weight", "word_embeddings_layernorm.bias", "word_embeddings_layernorm.weight", "ln_f.bias",
-        "ln_f.weight"}
+        "word_embeddings.weight", "word_embeddings_layernorm.bias",
+        "word_embeddings_layernorm.weight", "ln_f.bias", "ln_f.weight"}
 
 
 def test_the_published_bloom_config_maps_and_matches_its_checkpoint():
@@ -49,7 +51,8 @@ def test_gpt2_without_n_positions_takes_the_class_default():
 
 @pytest.mark.parametrize("cfg, read", [
     # Mistral without sliding_window: MistralConfig's 4096, as vLLM serves it (every layer windowed)
-    ({**presets()["mistralai/Mistral-7B-Instruct-v0.3"], "sliding_window": None}, lambda s: s.layers[0].mixer.window == 0),
+    ({**presets()["mistralai/Mistral-7B-Instruct-v0.3"], "sliding_window": None},
+     lambda s: s.layers[0].mixer.window == 0),
     ({k: v for k, v in presets()["mistralai/Mistral-7B-Instruct-v0.3"].items() if k != "sliding_window"},
      lambda s: {x.mixer.window for x in s.layers} == {4096}),
     # Falcon without max_position_embeddings: FalconConfig's 2048 is its max_model_len
@@ -66,7 +69,8 @@ def test_a_class_default_vllm_cannot_run_is_refused_as_it_would_be():
     """Qwen2Config's num_key_value_heads is 32 when a config leaves it out: 28 heads cannot group into 32."""
     qwen = {k: v for k, v in presets()["Qwen/Qwen2.5-7B-Instruct"].items() if k != "num_key_value_heads"}
     assert config_class("qwen2")().num_key_value_heads == 32
-    with pytest.raises(ConfigError, match="num_attention_heads=28 is not a multiple of num_key_value_heads=32"):
+    with pytest.raises(ConfigError,
+                       match="num_attention_heads=28 is not a multiple of num_key_value_heads=32"):
         normalize(qwen)
 
 
@@ -76,7 +80,8 @@ def test_dimensions_are_never_taken_from_a_class_default():
     with pytest.raises(MissingFieldError) as e:
         normalize(llama)
     assert e.value.field == "hidden_size"
-    with pytest.raises(ConfigError, match="num_hidden_layers=1099511627776 is larger than"):  # before the class
+    # before the class
+    with pytest.raises(ConfigError, match="num_hidden_layers=1099511627776 is larger than"):
         normalize({**presets()["meta-llama/Llama-2-7b-hf"], "num_hidden_layers": 2**40})
 
 

@@ -1,5 +1,5 @@
-"""Offline tests for tpviz.config.hub: a fake Hugging Face cache in tmp_path, offline mode, closed ports and proxies, and
-the safetensors header sizes. Hub errors and input validation: test_hub_errors.py."""
+"""Offline tests for tpviz.config.hub: a fake Hugging Face cache in tmp_path, offline mode, closed ports and
+proxies, and the safetensors header sizes. Hub errors and input validation: test_hub_errors.py."""
 
 import json
 import socket
@@ -36,7 +36,8 @@ def test_cache_found_through_hf_home_alone(hub_env, monkeypatch):
 def test_cached_index_and_cached_absence(hub_env, monkeypatch):
     index = {"metadata": {"total_size": 8}, "weight_map": {"lm_head.weight": "model.safetensors"}}
     add_to_cache(hub_env, REPO, {"config.json": "{}", "model.safetensors.index.json": json.dumps(index)})
-    add_to_cache(hub_env, "tpviz-test/single-file", {"config.json": "{}"}, missing=["model.safetensors.index.json"])
+    add_to_cache(hub_env, "tpviz-test/single-file", {"config.json": "{}"},
+                 missing=["model.safetensors.index.json"])
     monkeypatch.setattr(hub, "_reachable", no_network)
     assert hub.fetch_index(REPO) == index
     assert hub.fetch_index("tpviz-test/single-file") is None
@@ -145,8 +146,8 @@ def test_tensor_bytes_offline_is_none_and_fast(monkeypatch, tmp_path):
 def test_tensor_bytes_from_the_headers(monkeypatch):
     """Online: huggingface_hub reads the safetensors headers; the bytes come from each tensor's offsets."""
     from types import SimpleNamespace as NS
-    meta = NS(files_metadata={"model.safetensors": NS(tensors={"a.weight": NS(data_offsets=(0, 96)),
-                                                               "b.weight_scale_inv": NS(data_offsets=(96, 100))})})
+    tensors = {"a.weight": NS(data_offsets=(0, 96)), "b.weight_scale_inv": NS(data_offsets=(96, 100))}
+    meta = NS(files_metadata={"model.safetensors": NS(tensors=tensors)})
     monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
     monkeypatch.setattr(hub, "_offline", lambda: False)
     monkeypatch.setattr(hub, "_reachable", lambda endpoint, limit: True)

@@ -1,5 +1,5 @@
-"""Offline tests for tpviz.config.hub's failures: fake hub errors mapped to one line, the online download's arguments,
-and repo ids and revisions rejected before any lookup."""
+"""Offline tests for tpviz.config.hub's failures: fake hub errors mapped to one line, the online download's
+arguments, and repo ids and revisions rejected before any lookup."""
 
 import json
 import os
@@ -52,7 +52,8 @@ def install_fake_download(monkeypatch, online_error=None, online_path=None):
 @pytest.mark.parametrize(
     "error, words",
     [
-        (GatedRepoError("gated", response=fake_response(403)), ["gated", "licence", "HF_TOKEN", "hf auth login"]),
+        (GatedRepoError("gated", response=fake_response(403)),
+         ["gated", "licence", "HF_TOKEN", "hf auth login"]),
         (RepositoryNotFoundError("nope", response=fake_response(404)), ["not found", "check the id"]),
         (RemoteEntryNotFoundError("no entry", response=fake_response(404)), ["has no config.json"]),
         (RevisionNotFoundError("no rev", response=fake_response(404)), ["revision", "not found"]),
@@ -83,7 +84,8 @@ def test_httpx_connect_error_becomes_hub_error(hub_env, monkeypatch):
 
 
 def test_missing_index_online_is_none_but_other_errors_raise(hub_env, monkeypatch):
-    install_fake_download(monkeypatch, online_error=RemoteEntryNotFoundError("x", response=fake_response(404)))
+    install_fake_download(monkeypatch, online_error=RemoteEntryNotFoundError("x",
+                                                                             response=fake_response(404)))
     assert hub.fetch_index(REPO) is None
     install_fake_download(monkeypatch, online_error=GatedRepoError("g", response=fake_response(403)))
     with pytest.raises(HubError, match="gated"):
@@ -127,7 +129,8 @@ def test_bad_repo_id_is_rejected_before_any_lookup(hub_env, monkeypatch, repo_id
     assert one_line(info.value)
 
 
-@pytest.mark.parametrize("repo_id", ["Qwen/Qwen3-0.6B", "01-ai/Yi-6B-Chat", "a_b/c.d-e", "meta-llama/Llama-3.1-8B"])
+@pytest.mark.parametrize("repo_id", ["Qwen/Qwen3-0.6B", "01-ai/Yi-6B-Chat", "a_b/c.d-e",
+                                     "meta-llama/Llama-3.1-8B"])
 def test_good_repo_ids_pass(repo_id):
     assert hub.validate_repo_id(repo_id) == repo_id
     assert hub.validate_repo_id(f"  {repo_id}\n") == repo_id  # pasted ids often carry whitespace

@@ -1,9 +1,10 @@
 """Config readers: every per-layer field turned into each layer's mixer and FFN, as vLLM 0.33 reads them
-(research: per-layer rules). Bad or unmodelled configs are refused with one ConfigError line naming the part."""
+(research: per-layer rules). Bad or unmodelled configs are refused with one ConfigError line naming the
+part."""
 import pytest
 
 from tpviz import ConfigError
-from tpviz.config.spec import normalize
+from tpviz.config.normalize import normalize
 
 BASE = dict(hidden_size=16, num_attention_heads=4, num_key_value_heads=2, intermediate_size=32, vocab_size=64,
             num_hidden_layers=4)
@@ -33,7 +34,8 @@ def refused(cfg, *words):
 
 def test_layer_types():
     s = normalize(dict(BASE, model_type="olmo3", sliding_window=8,
-                       layer_types=["sliding_attention", "full_attention", "sliding_attention", "full_attention"]))
+                       layer_types=["sliding_attention", "full_attention",
+                                    "sliding_attention", "full_attention"]))
     assert mixers(s) == ["sliding_attention", "attention"] * 2
     assert [layer.mixer.window for layer in s.layers] == [8, 0, 8, 0]
     s = normalize(dict(BASE, **GDN, model_type="qwen3_next",
@@ -43,9 +45,11 @@ def test_layer_types():
 
 def test_layer_types_refused():
     refused(dict(BASE, model_type="qwen3", layer_types=["full_attention"] * 3), "layer_types", "3", "4")
-    refused(dict(BASE, model_type="qwen3", layer_types=["full_attention"] * 3 + ["banana"]), "layer_types", "banana")
+    refused(dict(BASE, model_type="qwen3", layer_types=["full_attention"] * 3 + ["banana"]),
+            "layer_types", "banana")
     refused(dict(BASE, model_type="qwen3", layer_types="full_attention"), "layer_types")
-    refused(dict(BASE, model_type="llama", layer_types=["sliding_attention"] * 4), "sliding_window")  # no window
+    # no window
+    refused(dict(BASE, model_type="llama", layer_types=["sliding_attention"] * 4), "sliding_window")
     # transformers' Olmo3Config, which vLLM reads it with, gives a window the config leaves out: 4096
     s = normalize(dict(BASE, model_type="olmo3", layer_types=["sliding_attention"] * 4))
     assert [layer.mixer.window for layer in s.layers] == [4096] * 4
@@ -69,7 +73,8 @@ def test_full_attention_interval_default_is_4():
 
 # --- Nemotron-H: hybrid_override_pattern ---
 
-NH = dict(BASE, **MAMBA, model_type="nemotron_h", n_routed_experts=4, num_experts_per_tok=2, moe_intermediate_size=8)
+NH = dict(BASE, **MAMBA, model_type="nemotron_h", n_routed_experts=4, num_experts_per_tok=2,
+          moe_intermediate_size=8)
 
 
 def test_hybrid_override_pattern():
@@ -86,7 +91,8 @@ def test_hybrid_override_pattern_per_mlp_sizes():
     # intermediate_size as a list: one entry per '-' layer, by its ordinal among the '-' layers
     s = normalize(dict(NH, hybrid_override_pattern="-M--", intermediate_size=[8, 16, 24]))
     assert ffns(s) == [("dense", 8), ("none", 0), ("dense", 16), ("dense", 24)]
-    # transformers' NemotronHConfig takes one size: read as given, with a note (a checkpoint's own config code can)
+    # transformers' NemotronHConfig takes one size: read as given, with a note (a checkpoint's own config code
+    # can)
     assert any("NemotronHConfig" in n and "read as given" in n for n in s.notes)
     s = normalize(dict(NH, hybrid_override_pattern="-M--", intermediate_size=[40]))  # one entry serves all
     assert ffns(s) == [("dense", 40), ("none", 0), ("dense", 40), ("dense", 40)]
@@ -128,7 +134,8 @@ def test_block_configs_refused():
     refused(dict(NAS, block_configs=[good] * 3), "block_configs")
     refused(dict(NAS, block_configs=[good, good, block({"n_heads_in_group": 3}, {"ffn_mult": 1.0}), good]),
             "block_configs[2]", "n_heads_in_group")
-    refused(dict(NAS, block_configs=[good, block({"replace_with_linear": True}, {"ffn_mult": 1.0}), good, good]),
+    refused(dict(NAS,
+                 block_configs=[good, block({"replace_with_linear": True}, {"ffn_mult": 1.0}), good, good]),
             "block_configs[1].attention.replace_with_linear")
 
 
@@ -144,14 +151,16 @@ def test_llama4():
     assert mixers(s) == ["chunked_attention"] * 3 + ["attention"]
     assert [layer.mixer.window for layer in s.layers] == [32, 32, 32, 0]
     assert [layer.mixer.rope for layer in s.layers] == [True, True, True, False]
-    # MoE iff (i + 1) % step == 0; experts and the shared expert use intermediate_size, dense intermediate_size_mlp
+    # MoE iff (i + 1) % step == 0; experts and the shared expert use intermediate_size, dense
+    # intermediate_size_mlp
     assert ffns(s) == [("dense", 24), ("moe", 8), ("dense", 24), ("moe", 8)]
     assert s.layers[1].ffn.shared == 8 and s.layers[1].ffn.experts == 4
     refused(dict(L4, no_rope_layers=[1, 0]), "no_rope_layers", "2")
 
 
 def test_llama4_defaults():
-    # HF default: no_rope_layers[i] = int((i + 1) % 4 != 0), so layers 3 and 7 are NoPE; step 1: every layer MoE
+    # HF default: no_rope_layers[i] = int((i + 1) % 4 != 0), so layers 3 and 7 are NoPE; step 1: every layer
+    # MoE
     s = normalize(dict(L4, num_hidden_layers=8))
     assert [i for i, layer in enumerate(s.layers) if not layer.mixer.rope] == [3, 7]
     assert mixers(s)[3] == "attention" and mixers(s)[0] == "chunked_attention"
@@ -170,7 +179,8 @@ def test_first_k_dense_replace_and_freq():
     cfg = dict(BASE, model_type="deepseek_v3", num_hidden_layers=6, n_routed_experts=4, num_experts_per_tok=2,
                moe_intermediate_size=8, first_k_dense_replace=2)
     assert [f[0] for f in ffns(normalize(cfg))] == ["dense"] * 2 + ["moe"] * 4
-    assert [f[0] for f in ffns(normalize(dict(cfg, moe_layer_freq=2)))] == ["dense", "dense", "moe", "dense", "moe",
+    assert [f[0] for f in ffns(normalize(dict(cfg, moe_layer_freq=2)))] == ["dense", "dense",
+                                                                            "moe", "dense", "moe",
                                                                           "dense"]
 
 
@@ -199,7 +209,8 @@ def test_lfm2_layers_and_ff_dim():
     assert s.layers[0].mixer.conv_kernel == 3
     # auto adjust: int(2 * 12288 / 3) = 8192, already a multiple of 256; every layer dense
     assert set(ffns(s)) == {("dense", 8192)}
-    s = normalize(dict(BASE, model_type="lfm2", full_attn_idxs=[1], block_ff_dim=1000, block_ffn_dim_multiplier=1.5))
+    s = normalize(dict(BASE, model_type="lfm2", full_attn_idxs=[1], block_ff_dim=1000,
+                       block_ffn_dim_multiplier=1.5))
     assert mixers(s) == ["short_conv", "attention", "short_conv", "short_conv"]
     assert s.intermediate_size == 1024  # int(1.5 * int(2000 / 3)) = 999 -> 1024
     assert normalize(dict(BASE, model_type="lfm2", layer_types=["conv"] * 4, block_ff_dim=100,
@@ -208,7 +219,8 @@ def test_lfm2_layers_and_ff_dim():
 
 # --- unknown and unmodelled model types ---
 
-@pytest.mark.parametrize("field, value", [("mamba_d_state", 16), ("ssm_cfg", {}), ("attn_type_list", [0, 1, 0, 1])])
+@pytest.mark.parametrize("field, value", [("mamba_d_state", 16), ("ssm_cfg", {}),
+                                          ("attn_type_list", [0, 1, 0, 1])])
 def test_unknown_type_with_hybrid_field_is_refused(field, value):
     refused(dict(BASE, model_type="some_hybrid", **{field: value}), "some_hybrid", field)
 
@@ -220,6 +232,7 @@ def test_unknown_llama_like_type_maps_with_a_note():
 
 
 @pytest.mark.parametrize("model_type, part", [("jamba", "Mamba1"), ("minimax_m1", "lightning attention"),
-                                              ("kimi_linear", "Kimi Delta Attention"), ("falcon_h1", "Falcon-H1")])
+                                              ("kimi_linear", "Kimi Delta Attention"),
+                                              ("falcon_h1", "Falcon-H1")])
 def test_unmodelled_types_are_refused(model_type, part):
     refused(dict(BASE, model_type=model_type), model_type, part)

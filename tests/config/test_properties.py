@@ -1,9 +1,8 @@
-"""Property-based tests: generated and mutated configs, random tp and rules. Each either gives a valid shard map
-(checked with the coverage invariants of tests/conftest.py) or raises a ValueError with a one-line message.
-Never another exception."""
+"""Property-based tests: generated and mutated configs, random tp and rules. Each either gives a valid shard
+map (checked with the coverage invariants of tests/conftest.py) or raises a ValueError with a one-line
+message. Never another exception."""
 import json
 import os
-from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, example, given, settings
@@ -20,8 +19,8 @@ from tests.paths import SHARED_CONFIGS
 def _bases() -> list[tuple[str, dict]]:
     bases = [(k, v) for k, v in presets().items()]
     if SHARED_CONFIGS.is_dir():
-        bases += [(p.stem, json.loads(p.read_text(encoding="utf-8"))) for p in sorted(SHARED_CONFIGS.glob("*.json"))
-                  if not p.name.endswith(".index.json")]
+        bases += [(p.stem, json.loads(p.read_text(encoding="utf-8")))
+                  for p in sorted(SHARED_CONFIGS.glob("*.json")) if not p.name.endswith(".index.json")]
     return bases
 
 
@@ -41,13 +40,14 @@ OTHER_KEYS = ["model_type", "torch_dtype", "dtype", "tie_word_embeddings", "atte
 ALL_KEYS = LAYER_KEYS + SIZE_KEYS + OTHER_KEYS
 
 small_ints = st.integers(-3, 70)
-sizes = st.sampled_from([0, 1, 2, 3, 4, 6, 7, 8, 12, 14, 16, 24, 32, 48, 64, 96, 100, 128, 768, 1000, 1024, 4096,
-                         14336, 32000, 32064, 151936])
+sizes = st.sampled_from([0, 1, 2, 3, 4, 6, 7, 8, 12, 14, 16, 24, 32, 48, 64, 96, 100, 128,
+                         768, 1000, 1024, 4096, 14336, 32000, 32064, 151936])
 # beyond any real model: each must be refused at once. (Huge layer counts are tested on their own in
 # test_spec.py::test_huge_layer_count_fails_fast, in a memory-capped child process.)
 huge = st.sampled_from([2**26 + 1, 2**31, 2**40, 2**53, 2**62, 2**63, 10**30, -(2**63)])
-junk = st.one_of(st.none(), st.booleans(), st.floats(allow_nan=True, allow_infinity=True), st.text(max_size=6),
-                 st.lists(st.integers(-2, 40), max_size=4), st.dictionaries(st.text(max_size=4), st.integers(),
+junk = st.one_of(st.none(), st.booleans(), st.floats(allow_nan=True, allow_infinity=True),
+                 st.text(max_size=6), st.lists(st.integers(-2, 40), max_size=4),
+                 st.dictionaries(st.text(max_size=4), st.integers(),
                                                                             max_size=2))
 model_types = st.sampled_from(sorted(known_types()) + ["unknown_arch", ""])
 tps = st.one_of(st.sampled_from([1, 2, 4, 8, 16, 32, 64]), st.integers(1, 64))
@@ -93,7 +93,8 @@ def generated_configs(draw):
     cfg = {"model_type": draw(model_types), "num_attention_heads": heads, "num_key_value_heads": kv,
            "hidden_size": draw(st.sampled_from([heads * head_dim, 64, 100, 4096])),
            "intermediate_size": draw(st.sampled_from([64, 96, 128, 1000, 14336])),
-           "vocab_size": draw(st.one_of(st.sampled_from([64, 1000, 32000, 32064, 151936]), st.integers(1, 5000))),
+           "vocab_size": draw(st.one_of(st.sampled_from([64, 1000, 32000, 32064, 151936]),
+                                        st.integers(1, 5000))),
            "num_hidden_layers": draw(st.integers(1, 8))}
     if draw(st.booleans()):
         cfg["head_dim"] = head_dim
@@ -102,7 +103,8 @@ def generated_configs(draw):
     if draw(st.booleans()):
         cfg["attention_bias"] = draw(st.booleans())
     if draw(st.integers(0, 2)) == 0:
-        cfg[draw(st.sampled_from(["num_local_experts", "num_experts", "n_routed_experts"]))] = draw(st.integers(1, 16))
+        cfg[draw(st.sampled_from(["num_local_experts", "num_experts",
+                                  "n_routed_experts"]))] = draw(st.integers(1, 16))
         cfg["moe_intermediate_size"] = draw(st.sampled_from([16, 64, 96, 768]))
         if draw(st.booleans()):
             cfg["first_k_dense_replace"] = draw(st.integers(0, 3))
@@ -131,7 +133,8 @@ def offline():
 
 
 def map_or_clear_error(source, tp, rules, invariants):
-    """The property: a valid map satisfying the invariants, or one ValueError line. Returns the map or None."""
+    """The property: a valid map satisfying the invariants, or one ValueError line. Returns the map or
+    None."""
     try:
         m = shard_map(source, tp, rules)
     except ValueError as e:
@@ -164,11 +167,13 @@ def test_mutated_configs(cfg, tp, rules, shard_map_invariants):
 @given(cfg=generated_configs(), tp=tps, rules=st.sampled_from(RULES))
 def test_generated_configs(cfg, tp, rules, shard_map_invariants):
     m = map_or_clear_error(cfg, tp, rules, shard_map_invariants)
-    if m is None or m.model.is_mla or not m.model.attention_layers:  # class defaults may leave no attention layer
+    # class defaults may leave no attention layer
+    if m is None or m.model.is_mla or not m.model.attention_layers:
         return
     # KV head mapping by hand: rank r holds heads [r*kv/tp, ...) or, replicated, head r // (tp/kv)
     kv = m.model.num_key_value_heads
-    expected = [[r // (tp // kv)] if tp > kv else list(range(r * kv // tp, (r + 1) * kv // tp)) for r in range(tp)]
+    expected = [[r // (tp // kv)] if tp > kv
+                else list(range(r * kv // tp, (r + 1) * kv // tp)) for r in range(tp)]
     assert [r.kv_heads for r in m.ranks] == expected
 
 
@@ -193,7 +198,8 @@ def test_generated_configs_as_uploaded_bytes(cfg, data, shard_map_invariants):
 
 @settings(max_examples=300, **SETTINGS)
 @given(source=st.one_of(st.text(max_size=30), st.binary(max_size=60), st.integers(), st.none(), st.floats(),
-                        st.lists(st.integers(), max_size=3), st.dictionaries(st.text(max_size=5), junk, max_size=4)),
+                        st.lists(st.integers(), max_size=3),
+                        st.dictionaries(st.text(max_size=5), junk, max_size=4)),
        tp=st.one_of(tps, st.integers(-5, 0), st.sampled_from([2**40, 1.5, "4", None, True])),
        rules=st.one_of(st.sampled_from(RULES), st.text(max_size=8), st.none()))
 def test_arbitrary_sources_tp_and_rules(source, tp, rules, shard_map_invariants):

@@ -1,6 +1,6 @@
-"""Quantized models end to end (research quant.md sections 0-6): bytes against published checkpoint sizes, real
-safetensors folders read header only, and quantization_config that is malformed, unknown, ignores a layer or meets a
-fused qkv on disk. The layouts by hand: test_quant.py."""
+"""Quantized models end to end (research quant.md sections 0-6): bytes against published checkpoint sizes,
+real safetensors folders read header only, and quantization_config that is malformed, unknown, ignores a layer
+or meets a fused qkv on disk. The layouts by hand: test_quant.py."""
 import json
 import struct
 
@@ -34,20 +34,24 @@ def test_memory_matches_published_checkpoints():
     assert abs(gptq - 7.25e9) < 0.03 * 7.25e9
 
 
-TINY = {"model_type": "llama", "hidden_size": 256, "num_attention_heads": 2, "num_key_value_heads": 1, "head_dim": 128,
+TINY = {"model_type": "llama", "hidden_size": 256, "num_attention_heads": 2,
+        "num_key_value_heads": 1, "head_dim": 128,
         "intermediate_size": 256, "vocab_size": 128, "num_hidden_layers": 1, "torch_dtype": "bfloat16"}
 LINEAR = {"self_attn.q_proj": (256, 256), "self_attn.k_proj": (128, 256), "self_attn.v_proj": (128, 256),
           **{n: (256, 256) for n in ("self_attn.o_proj", "mlp.gate_proj", "mlp.up_proj", "mlp.down_proj")}}
 
 
 def checkpoint(tmp_path, q, stored):
-    """A folder with config.json and one model.safetensors: bf16 embeddings and norms plus stored(N, K) per linear."""
+    """A folder with config.json and one model.safetensors: bf16 embeddings and norms plus stored(N, K) per
+    linear."""
     f = tmp_path / q["quant_method"]
     f.mkdir()
     (f / "config.json").write_text(json.dumps({**TINY, "quantization_config": q}))
-    t = {n: torch.zeros(128, 256, dtype=torch.bfloat16) for n in ("model.embed_tokens.weight", "lm_head.weight")}
+    t = {n: torch.zeros(128, 256, dtype=torch.bfloat16)
+         for n in ("model.embed_tokens.weight", "lm_head.weight")}
     t |= {n: torch.ones(256, dtype=torch.bfloat16) for n in (
-        "model.norm.weight", "model.layers.0.input_layernorm.weight", "model.layers.0.post_attention_layernorm.weight")}
+        "model.norm.weight", "model.layers.0.input_layernorm.weight",
+        "model.layers.0.post_attention_layernorm.weight")}
     for name, (n, k) in LINEAR.items():
         t |= {f"model.layers.0.{name}.{s}": v for s, v in stored(n, k).items()}
     save_file(t, str(f / "model.safetensors"))
@@ -57,7 +61,8 @@ def checkpoint(tmp_path, q, stored):
 @pytest.mark.parametrize("q, stored, dtypes", [
     (BLOCK, lambda n, k: {"weight": torch.zeros(n, k, dtype=torch.float8_e4m3fn),
                           "weight_scale_inv": torch.ones(-(-n // 128), -(-k // 128))}, {"F8_E4M3", "F32"}),
-    (GPTQ, lambda n, k: {"qweight": torch.zeros(k // 8, n, dtype=torch.int32), "qzeros": torch.zeros(k // 128, n // 8,
+    (GPTQ, lambda n, k: {"qweight": torch.zeros(k // 8, n, dtype=torch.int32),
+                         "qzeros": torch.zeros(k // 128, n // 8,
                          dtype=torch.int32), "scales": torch.ones(k // 128, n, dtype=torch.float16),
                          "g_idx": torch.zeros(k, dtype=torch.int32)}, {"I32", "F16"})])
 def test_real_checkpoint_folder_verifies(tmp_path, q, stored, dtypes):
@@ -87,14 +92,16 @@ def test_unknown_method_maps_unquantized_with_one_note():
 @pytest.mark.parametrize("q, key", [({**BLOCK, "weight_block_size": [0, 128]}, "weight_block_size"),
                                     ({**BLOCK, "weight_block_size": [128]}, "weight_block_size"),
                                     ({**BLOCK, "weight_block_size": "x"}, "weight_block_size"),
-                                    ({**GPTQ, "group_size": 0}, "group_size"), ({**AWQ, "group_size": 0}, "group_size"),
+                                    ({**GPTQ, "group_size": 0}, "group_size"),
+                                    ({**AWQ, "group_size": 0}, "group_size"),
                                     ({**GPTQ, "bits": 3}, "bits"), ({**AWQ, "bits": 3}, "bits"),
                                     # keys vLLM's from_config requires: it refuses to load without them
                                     ({k: v for k, v in GPTQ.items() if k != "bits"}, "lacks bits"),
                                     ({k: v for k, v in GPTQ.items() if k != "sym"}, "lacks sym"),
                                     ({k: v for k, v in AWQ.items() if k != "zero_point"}, "lacks zero_point"),
                                     ({**CT, "format": "sparse-24-bitmask"}, "sparse"),
-                                    ({**CT, "sparsity_config": {"targets": ["Linear"], "format": "sparse-bitmask"}},
+                                    ({**CT, "sparsity_config": {"targets": ["Linear"],
+                                                                "format": "sparse-bitmask"}},
                                      "no longer loads")])
 def test_malformed_quantization_config_is_one_line(q, key):
     with pytest.raises(ConfigError) as e:
@@ -103,7 +110,8 @@ def test_malformed_quantization_config_is_one_line(q, key):
 
 
 def test_ignore_entry_for_one_layer():
-    m = shard_map(llama({**BLOCK, "ignored_layers": ["model.layers.1.mlp.down_proj"]}, num_hidden_layers=2), 1)
+    m = shard_map(llama({**BLOCK, "ignored_layers": ["model.layers.1.mlp.down_proj"]},
+                        num_hidden_layers=2), 1)
     assert m.tensor(f"{L}down_proj.weight_scale_inv").layers == [0]
 
 

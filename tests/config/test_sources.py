@@ -238,7 +238,8 @@ def test_overlong_or_unreadable_paths_are_one_line_source_errors(tmp_path, monke
         load_spec("/" + "y" * 300 + "/config.json")
     locked = tmp_path / "config.json"
     locked.write_text("{}")
-    monkeypatch.setattr(Path, "read_bytes", lambda self: (_ for _ in ()).throw(PermissionError(13, "Permission denied")))
+    monkeypatch.setattr(Path, "read_bytes",
+                        lambda self: (_ for _ in ()).throw(PermissionError(13, "Permission denied")))
     with pytest.raises(SourceError, match="cannot read"):
         load_spec(str(locked))
 

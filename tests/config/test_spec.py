@@ -3,12 +3,11 @@ import json
 import resource
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
 from tpviz import ConfigError, shard_map
-from tpviz.config.spec import normalize
+from tpviz.config.normalize import normalize
 from tests.paths import ROOT
 
 LLAMA = {"model_type": "llama", "hidden_size": 4096, "num_attention_heads": 32, "num_key_value_heads": 8,
@@ -27,7 +26,8 @@ def one_line_error(cfg, match: str | None = None) -> str:
 
 def test_plain_llama():
     s = normalize(LLAMA, "x")
-    assert (s.name, s.hidden_size, s.num_attention_heads, s.num_key_value_heads, s.head_dim) == ("x", 4096, 32, 8, 128)
+    assert (s.name, s.hidden_size, s.num_attention_heads, s.num_key_value_heads,
+            s.head_dim) == ("x", 4096, 32, 8, 128)
     assert (s.intermediate_size, s.vocab_size, s.num_hidden_layers) == (14336, 128256, 32)
     assert (s.tie_word_embeddings, s.attention_bias, s.num_experts) == (False, False, 0)
     assert not s.is_moe and not s.is_mla
@@ -44,7 +44,8 @@ def test_nested_text_config():
     s = normalize(cfg)
     assert (s.model_type, s.hidden_size, s.num_key_value_heads, s.head_dim) == ("gemma3_text", 5376, 16, 128)
     assert s.tie_word_embeddings is True  # gemma ties by default
-    assert s.config_dtype == "float32" and s.dtype == "bfloat16"  # the outer dtype applies; vLLM's auto serves bf16
+    # the outer dtype applies; vLLM's auto serves bf16
+    assert s.config_dtype == "float32" and s.dtype == "bfloat16"
     assert s.qk_norm
 
 
@@ -66,7 +67,8 @@ def test_tie_word_embeddings_default():
     assert normalize(base).tie_word_embeddings is False  # llama: untied unless it says so
     for mt in ("gemma", "gemma2", "gemma3_text"):
         assert normalize({**base, "model_type": mt}).tie_word_embeddings is True
-    assert normalize({**base, "model_type": "gemma2", "tie_word_embeddings": False}).tie_word_embeddings is False
+    assert normalize({**base, "model_type": "gemma2",
+                      "tie_word_embeddings": False}).tie_word_embeddings is False
     assert normalize({**base, "tie_word_embeddings": True}).tie_word_embeddings is True
 
 
@@ -74,16 +76,18 @@ def test_legacy_names():
     gpt = {"model_type": "gpt_bigcode", "n_embd": 2048, "n_head": 16, "multi_query": True, "n_inner": 8192,
            "vocab_size": 49152, "n_layer": 24, "n_positions": 8192}
     s = normalize(gpt)
-    assert (s.hidden_size, s.num_attention_heads, s.num_key_value_heads, s.intermediate_size, s.num_hidden_layers) == (
+    assert (s.hidden_size, s.num_attention_heads, s.num_key_value_heads, s.intermediate_size,
+            s.num_hidden_layers) == (
         2048, 16, 1, 8192, 24)
     assert not s.notes and not s.gated_mlp and s.max_positions == 8192  # a classic decoder tpviz knows
     falcon = {"model_type": "falcon", "hidden_size": 4544, "num_attention_heads": 71, "num_kv_heads": 1,
               "ffn_hidden_size": 18176, "vocab_size": 65024, "num_hidden_layers": 32}
     s = normalize(falcon)
     assert (s.num_key_value_heads, s.intermediate_size, s.head_dim) == (1, 18176, 64)
-    glm = {"model_type": "chatglm", "hidden_size": 4096, "num_attention_heads": 32, "multi_query_attention": True,
-           "multi_query_group_num": 2, "kv_channels": 128, "ffn_hidden_size": 13696, "padded_vocab_size": 65024,
-           "num_layers": 28, "add_qkv_bias": True}
+    glm = {"model_type": "chatglm", "hidden_size": 4096, "num_attention_heads": 32,
+           "multi_query_attention": True,
+           "multi_query_group_num": 2, "kv_channels": 128, "ffn_hidden_size": 13696,
+           "padded_vocab_size": 65024, "num_layers": 28, "add_qkv_bias": True}
     s = normalize(glm)
     assert (s.num_key_value_heads, s.head_dim, s.intermediate_size, s.vocab_size, s.num_hidden_layers) == (
         2, 128, 13696, 65024, 28)
@@ -96,7 +100,8 @@ def test_multi_query_false_keeps_kv_heads():
     assert normalize(cfg).num_key_value_heads == 8
 
 
-@pytest.mark.parametrize("key, value", [("num_local_experts", 8), ("num_experts", 128), ("n_routed_experts", 256)])
+@pytest.mark.parametrize("key, value", [("num_local_experts", 8), ("num_experts", 128),
+                                        ("n_routed_experts", 256)])
 def test_moe_names(key, value):
     s = normalize({**LLAMA, key: value, "moe_intermediate_size": 768, "num_experts_per_tok": 8})
     assert (s.num_experts, s.moe_intermediate_size, s.num_experts_per_tok) == (value, 768, 8)
@@ -104,7 +109,8 @@ def test_moe_names(key, value):
 
 
 def test_moe_intermediate_defaults_to_intermediate_size():
-    s = normalize({**LLAMA, "model_type": "mixtral", "num_local_experts": 8})  # Mixtral has no moe_intermediate_size
+    # Mixtral has no moe_intermediate_size
+    s = normalize({**LLAMA, "model_type": "mixtral", "num_local_experts": 8})
     assert s.moe_intermediate_size == 14336
 
 
@@ -130,7 +136,8 @@ def test_moe_without_dense_layers_needs_no_intermediate_size():
 
 
 def test_moe_intermediate_size_zero_is_a_config_error():
-    """Experts with moe_intermediate_size=0 cannot be mapped: it must be a ConfigError (or TPSizeError) line."""
+    """Experts with moe_intermediate_size=0 cannot be mapped: it must be a ConfigError (or TPSizeError)
+    line."""
     cfg = {**LLAMA, "model_type": "mixtral", "num_local_experts": 8, "moe_intermediate_size": 0}
     with pytest.raises(ValueError) as err:
         shard_map(cfg, 2)
@@ -183,7 +190,8 @@ def test_wrong_types_and_values(key, value):
                                  "head_dim", "num_local_experts"])
 @pytest.mark.parametrize("value", [2**40, 2**62, 10**30])
 def test_huge_values_are_refused_cleanly(key, value):
-    one_line_error({**LLAMA, key: value, **({"num_key_value_heads": value} if key == "num_attention_heads" else {})})
+    one_line_error({**LLAMA, key: value,
+                    **({"num_key_value_heads": value} if key == "num_attention_heads" else {})})
 
 
 @pytest.mark.parametrize("cfg", [None, [], [LLAMA], "config", 3, 2.5])
@@ -200,8 +208,8 @@ def test_huge_layer_count_fails_fast(experts):
     """num_hidden_layers=2**40 must be refused at once, with or without experts (run in a child with a memory
     cap and a time limit, so a layer loop over 2**40 layers cannot take the test machine down)."""
     cfg = {**LLAMA, "num_hidden_layers": 2**40, "num_local_experts": experts, "model_type": "mixtral"}
-    code = ("import sys, json\nfrom tpviz.config.spec import normalize\ntry:\n    normalize(json.loads(sys.argv[1]))\n"
-            "except ValueError as e:\n    print('ValueError:', e)\n")
+    code = ("import sys, json\nfrom tpviz.config.normalize import normalize\ntry:\n    "
+            "normalize(json.loads(sys.argv[1]))\nexcept ValueError as e:\n    print('ValueError:', e)\n")
 
     def cap():  # 3 GiB of address space: plenty for Python + torch, far below the machine's memory
         resource.setrlimit(resource.RLIMIT_AS, (3 << 30, 3 << 30))
@@ -210,17 +218,20 @@ def test_huge_layer_count_fails_fast(experts):
         out = subprocess.run([sys.executable, "-c", code, json.dumps(cfg)], capture_output=True, text=True,
                              timeout=5, preexec_fn=cap, cwd=ROOT)
     except subprocess.TimeoutExpired:
-        pytest.fail(f"normalize() did not finish within 5 s for num_hidden_layers=2**40, num_local_experts={experts}")
+        pytest.fail("normalize() did not finish within 5 s for num_hidden_layers=2**40, "
+                    f"num_local_experts={experts}")
     assert out.returncode == 0 and "Traceback" not in out.stderr, out.stderr[-500:]
     assert out.stdout.startswith("ValueError: num_hidden_layers="), out.stdout
 
 
 @pytest.mark.parametrize("key, value", [("vocab_size", (1 << 20) + 1), ("hidden_size", (1 << 17) + 64),
-                                        ("num_local_experts", (1 << 14) + 1), ("num_hidden_layers", (1 << 12) + 1),
+                                        ("num_local_experts", (1 << 14) + 1),
+                                        ("num_hidden_layers", (1 << 12) + 1),
                                         ("intermediate_size", (1 << 19) + 1)])
 def test_implausible_sizes_are_refused_naming_the_limit(key, value):
-    cfg = {**LLAMA, key: value, "num_experts_per_tok": 1, "moe_intermediate_size": 64} if "experts" in key else {
-        **LLAMA, key: value}
+    cfg = ({**LLAMA, key: value, "num_experts_per_tok": 1, "moe_intermediate_size": 64}
+           if "experts" in key else {
+        **LLAMA, key: value})
     with pytest.raises(ConfigError) as e:
         normalize(cfg)
     assert "is larger than" in str(e.value) and "real model config" in str(e.value)

@@ -12,7 +12,8 @@ from hypothesis import strategies as st
 from tests.helpers.cost import measure
 from tpviz import shard_map
 from tpviz.config.sources import presets
-from tpviz.config.spec import LIMITS, MAX_DIM
+from tpviz.config.fields import MAX_DIM
+from tpviz.config.spec import LIMITS
 
 BASES = ["Qwen/Qwen3-8B", "Qwen/Qwen3-30B-A3B", "deepseek-ai/DeepSeek-V3", "openai/gpt-oss-120b",
          "meta-llama/Llama-3.1-405B", "mistralai/Mixtral-8x7B-v0.1"]
@@ -29,8 +30,10 @@ def extreme_configs(draw):
     target = cfg.get("text_config", cfg)
     for key in draw(st.sets(st.sampled_from(["vocab_size", "hidden_size", "intermediate_size",
                                              "moe_intermediate_size", "num_experts", "num_local_experts",
-                                             "n_routed_experts", "num_hidden_layers"]), min_size=1, max_size=4)):
-        limit = LIMITS.get({"num_local_experts": "num_experts", "n_routed_experts": "num_experts"}.get(key, key),
+                                             "n_routed_experts", "num_hidden_layers"]),
+                            min_size=1, max_size=4)):
+        limit = LIMITS.get({"num_local_experts": "num_experts",
+                            "n_routed_experts": "num_experts"}.get(key, key),
                            MAX_DIM)
         target[key] = draw(near(limit))
     return cfg

@@ -26,17 +26,21 @@ def test_no_room_and_per_sequence_caches():
 
 
 def test_hybrid_models_say_vllm_pads_their_pages(capsys):
-    """vLLM aligns a hybrid model's attention block to its recurrent state (Platform._align_hybrid_block_size),
-    which the sizing does not model: hybrids carry the note, under vLLM rules and when something fits, in the
-    library, `map --gpu-mem` and `plan` (text and JSON); dense, MoE and MLA models do not."""
+    """vLLM aligns a hybrid model's attention block to its recurrent state
+    (Platform._align_hybrid_block_size), which the sizing does not model: hybrids carry the note, under vLLM
+    rules and when something fits, in the library, `map --gpu-mem` and `plan` (text and JSON); dense, MoE and
+    MLA models do not."""
     import json
     from tpviz.cli.main import main
     from tpviz.deploy.fit import HYBRID_PAGES, sizing_notes
     from tpviz.config.sources import load_spec
     note = HYBRID_PAGES.format(engine="vLLM 0.33")
-    for hybrid in ("Qwen/Qwen3-Next-80B-A3B-Thinking", "nvidia/Nemotron-H-56B-Base-8K", "LiquidAI/LFM2.5-VL-1.6B"):
-        assert sizing_notes(load_spec(hybrid)) == [note] and sizing_notes(load_spec(hybrid), "nano-vllm") == []
-    assert sizing_notes(load_spec("nvidia/Nemotron-H-56B-Base-8K"), "vllm-0.28")[0].startswith("vLLM 0.28 sizes")
+    for hybrid in ("Qwen/Qwen3-Next-80B-A3B-Thinking", "nvidia/Nemotron-H-56B-Base-8K",
+                   "LiquidAI/LFM2.5-VL-1.6B"):
+        assert (sizing_notes(load_spec(hybrid)) == [note]
+                and sizing_notes(load_spec(hybrid), "nano-vllm") == [])
+    assert sizing_notes(load_spec("nvidia/Nemotron-H-56B-Base-8K"),
+                        "vllm-0.28")[0].startswith("vLLM 0.28 sizes")
     for plain in ("Qwen/Qwen3-8B", "Qwen/Qwen3-30B-A3B", "deepseek-ai/DeepSeek-V3"):
         assert sizing_notes(load_spec(plain)) == []
     assert main(["map", "Qwen/Qwen3-Next-80B-A3B-Thinking", "--tp", "4", "--gpu-mem", "80"]) == 0
@@ -50,9 +54,10 @@ def test_hybrid_models_say_vllm_pads_their_pages(capsys):
 
 
 def test_a_context_past_max_model_len_is_sized_at_it_and_said(capsys):
-    """vLLM 0.33 refuses a max_model_len past the one its config derives (the least length key, times a RoPE factor
-    the length does not count already): Llama-2's 4,096; Llama-3.1's 131,072 (llama3 RoPE: not multiplied);
-    a linear factor multiplies. A longer context is sized at that length, with a note, not counted as if served."""
+    """vLLM 0.33 refuses a max_model_len past the one its config derives (the least length key, times a RoPE
+    factor the length does not count already): Llama-2's 4,096; Llama-3.1's 131,072 (llama3 RoPE: not
+    multiplied); a linear factor multiplies. A longer context is sized at that length, with a note, not
+    counted as if served."""
     from tpviz.cli.main import main
     from tpviz.deploy.fit import capped_context
     from tpviz.config.sources import load_spec, presets
@@ -63,19 +68,24 @@ def test_a_context_past_max_model_len_is_sized_at_it_and_said(capsys):
     assert load_spec(dict(linear, max_position_embeddings=None)).max_model_len == 0  # no length: not claimed
     from tpviz.archs import arch_of
     from tpviz.config.readers import max_model_len
-    assert [max_model_len({"max_position_embeddings": v}, arch_of("llama")) for v in (float("inf"), float("nan"), "4096", True,
-                                                                            1.5, -1)] == [0] * 6  # not claimed
+    assert [max_model_len({"max_position_embeddings": v}, arch_of("llama"))
+            for v in (float("inf"), float("nan"), "4096", True,
+                                                                            # not claimed
+                                                                            1.5, -1)] == [0] * 6
     odd = load_spec(dict(presets()["meta-llama/Llama-2-7b-hf"], max_position_embeddings=1.5))
-    assert odd.max_model_len == 0 and "max_position_embeddings=1.5 is not a whole number of tokens" in " ".join(
-        odd.notes)
+    assert (odd.max_model_len == 0
+            and "max_position_embeddings=1.5 is not a whole number of tokens" in " ".join(
+        odd.notes))
     assert not any("whole number" in n for n in load_spec(dict(linear, max_position_embeddings=1e30)).notes)
-    assert max_model_len({"max_position_embeddings": 4096, "rope_scaling": {"type": "linear", "factor": 1e300}},
+    assert max_model_len({"max_position_embeddings": 4096,
+                          "rope_scaling": {"type": "linear", "factor": 1e300}},
                          arch_of("llama")) == 4096
     assert capped_context(llama2, 4096) == (4096, None)
     long = fit(shard_map("meta-llama/Llama-2-7b-hf", 2), 80, context=100_000)
     assert long.context == 4096 and long.max_sequences == fit(shard_map("meta-llama/Llama-2-7b-hf", 2), 80,
                                                               context=4096).max_sequences
     assert long.note.startswith("context 100,000 is past this model's max_model_len 4,096")
-    assert main(["map", "meta-llama/Llama-2-7b-hf", "--tp", "2", "--gpu-mem", "80", "--context", "100000"]) == 0
+    assert main(["map", "meta-llama/Llama-2-7b-hf", "--tp", "2", "--gpu-mem", "80",
+                 "--context", "100000"]) == 0
     out = capsys.readouterr().out
     assert "concurrent sequences of 4,096 tokens" in out and f"note: {long.note}\n" in out

@@ -1,5 +1,6 @@
 """Pipeline partitions, expert placement, deployments and the layout ranking, against hand-computed answers
-(vLLM 0.33's rules: distributed/utils.py get_pp_indices, fused_moe/expert_map_manager.py determine_expert_map)."""
+(vLLM 0.33's rules: distributed/utils.py get_pp_indices, fused_moe/expert_map_manager.py
+determine_expert_map)."""
 import pytest
 
 from tpviz import shard_map
@@ -18,7 +19,8 @@ VLLM = ruleset("vllm")
 
 @pytest.mark.parametrize("layers, pp, parts", [
     (32, 4, [8, 8, 8, 8]),
-    (61, 4, [15, 16, 15, 15]) if False else (61, 4, [15, 15, 16, 15]),  # remainder 1: the stage before the last
+    # remainder 1: the stage before the last
+    (61, 4, [15, 16, 15, 15]) if False else (61, 4, [15, 15, 16, 15]),
     (62, 4, [15, 16, 16, 15]),  # remainder 2: the two stages before the last
     (94, 8, [11, 12, 12, 12, 12, 12, 12, 11]),  # remainder 6
     (5, 5, [1, 1, 1, 1, 1]),
@@ -40,7 +42,8 @@ def test_pp_override_and_bad_input(monkeypatch):
 
 
 def test_expert_placement_linear_and_round_robin_uneven():
-    assert VLLM.expert_placement(10, 4) == [[0, 1, 2], [3, 4, 5], [6, 7], [8, 9]]  # the first ranks take one more
+    # the first ranks take one more
+    assert VLLM.expert_placement(10, 4) == [[0, 1, 2], [3, 4, 5], [6, 7], [8, 9]]
     assert VLLM.expert_placement(10, 4, "round_robin") == [[0, 4, 8], [1, 5, 9], [2, 6], [3, 7]]
     assert VLLM.expert_placement(256, 16)[15] == list(range(240, 256))
     with pytest.raises(LayoutError, match="placement"):
@@ -101,15 +104,17 @@ def test_ranking_bad_input():
 
 
 def test_nano_vllm_runs_tensor_parallelism_alone(capsys):
-    """nano-vllm's Config has tensor_parallel_size alone: its plan is TP N alone, said once in its notes (not one
-    rejection per pp / dp / ep layout), and a pp / dp / ep layout under its rules is one line, not a device grid it
-    cannot run."""
+    """nano-vllm's Config has tensor_parallel_size alone: its plan is TP N alone, said once in its notes (not
+    one rejection per pp / dp / ep layout), and a pp / dp / ep layout under its rules is one line, not a
+    device grid it cannot run."""
     spec = load_spec("Qwen/Qwen3-8B")
     rows = plan(spec, 4, 24, rules="nano-vllm")
     assert [(r.layout, r.problem) for r in rows] == [(Layout(4), None)]
-    assert plan_notes(spec, "nano-vllm", True)[0].startswith("nano-vllm runs tensor parallelism alone, so its plan")
+    assert plan_notes(spec, "nano-vllm",
+                      True)[0].startswith("nano-vllm runs tensor parallelism alone, so its plan")
     assert not any("tensor parallelism alone" in n for n in plan_notes(spec, "vllm", True))
-    assert plan(load_spec("Qwen/Qwen3-0.6B"), 3, 24, rules="nano-vllm")[0].problem  # TP 3: its own rule, still one row
+    # TP 3: its own rule, still one row
+    assert plan(load_spec("Qwen/Qwen3-0.6B"), 3, 24, rules="nano-vllm")[0].problem
     for layout in (Layout(2, 2), Layout(2, 1, 2), Layout(4, 1, 1, True)):
         with pytest.raises(LayoutError, match="^nano-vllm runs tensor parallelism alone"):
             deploy(load_spec("Qwen/Qwen3-30B-A3B"), layout, "nano-vllm")
@@ -118,7 +123,8 @@ def test_nano_vllm_runs_tensor_parallelism_alone(capsys):
 
 
 def test_plan_cli(capsys):
-    assert main(["plan", "Qwen/Qwen3-235B-A22B-FP8", "--gpus", "8", "--gpu-mem", "80", "--rules", "vllm-0.28"]) == 0
+    assert main(["plan", "Qwen/Qwen3-235B-A22B-FP8", "--gpus", "8", "--gpu-mem", "80",
+                 "--rules", "vllm-0.28"]) == 0
     out = capsys.readouterr().out.splitlines()
     assert out[0].startswith("Qwen/Qwen3-235B-A22B-FP8 on 8 × 80 GiB (vLLM 0.28 rules")
     assert any(x.startswith("TP 8 × PP 1 × DP 1 ") and "rejected" in x for x in out)
@@ -154,24 +160,29 @@ def test_map_cli_with_a_layout(capsys, tmp_path):
 
 
 def test_communication_is_the_busiest_gpus_over_its_own_stage():
-    """Llama-3.1-8B (32 layers, hidden 4096 in bf16 = 8 KiB per token): at tp 2 every layer all-reduces twice, a
-    ring share of 2 x (2-1)/2 = 1 x 8 KiB each; with pp 2 a GPU runs 16 layers, and a hand-off sends the hidden
-    state and residual, each tp GPU its half (8 KiB), which the next stage's GPUs all-gather (8 KiB each). The
-    first stage all-reduces the embedding, the last all-gathers the logits (128,256 padded to 128,256)."""
+    """Llama-3.1-8B (32 layers, hidden 4096 in bf16 = 8 KiB per token): at tp 2 every layer all-reduces twice,
+    a ring share of 2 x (2-1)/2 = 1 x 8 KiB each; with pp 2 a GPU runs 16 layers, and a hand-off sends the
+    hidden state and residual, each tp GPU its half (8 KiB), which the next stage's GPUs all-gather (8 KiB
+    each). The first stage all-reduces the embedding, the last all-gathers the logits (128,256 padded to
+    128,256)."""
     spec, kib = load_spec("meta-llama/Llama-3.1-8B"), 1024
     c = comm_per_token(spec, Layout(2))
     assert c["tp_all_reduce"] == 32 * 2 * 8 * kib and c["embed_all_reduce"] == 8 * kib
     assert c["logits_gather"] == 128256 * 2 / 2 and c["norm_collectives"] == 0
-    assert comm_per_token(spec, Layout(2), "nano-vllm")["logits_gather"] == 128256 * 2 / 2  # to GPU 0: the same half
+    # to GPU 0: the same half
+    assert comm_per_token(spec, Layout(2), "nano-vllm")["logits_gather"] == 128256 * 2 / 2
     assert comm_per_token(spec, Layout(4), "nano-vllm")["logits_gather"] == 128256 * 2 / 4
     assert comm_per_token(spec, Layout(4))["logits_gather"] == 128256 * 2 * 3 / 4
-    first, last = comm_per_token(spec, Layout(2, 2)), 128256 * 2 / 2  # stage 1's logits outweigh stage 0's embedding
+    # stage 1's logits outweigh stage 0's embedding
+    first, last = comm_per_token(spec, Layout(2, 2)), 128256 * 2 / 2
     assert first["tp_all_reduce"] == 16 * 2 * 8 * kib and first["pp_send_recv"] == 8 * kib
     assert first["logits_gather"] == last and first["embed_all_reduce"] == 0
-    c = comm_per_token(spec, Layout(4, 3))  # stages of 11, 11, 10 layers: the last one's logits make it the busiest
+    # stages of 11, 11, 10 layers: the last one's logits make it the busiest
+    c = comm_per_token(spec, Layout(4, 3))
     assert c["tp_all_reduce"] == 10 * 2 * 1.5 * 8 * kib and c["pp_send_recv"] == 2 * 8 * kib * 3 / 4
     assert sum(c.values()) == 10 * 2 * 1.5 * 8 * kib + 2 * 8 * kib * 3 / 4 + 128256 * 2 * 3 / 4
-    c = comm_per_token(spec, Layout(1, 4))  # one GPU per stage: only the hand-offs, a whole hidden state and residual
+    # one GPU per stage: only the hand-offs, a whole hidden state and residual
+    c = comm_per_token(spec, Layout(1, 4))
     assert sum(c.values()) == c["pp_send_recv"] == 2 * 8 * kib
 
 
@@ -184,28 +195,32 @@ def test_olmo_communication_counts_the_q_and_k_all_gathers():
 
 
 def test_map_cli_draws_a_layout_only_ep_makes_work(capsys):
-    """plan accepts Qwen3-30B-A3B-FP8 at TP 16 + EP (experts whole); map --ep shows its GPUs instead of refusing
-    with advice to use the flag already given, and names what it cannot draw."""
+    """plan accepts Qwen3-30B-A3B-FP8 at TP 16 + EP (experts whole); map --ep shows its GPUs instead of
+    refusing with advice to use the flag already given, and names what it cannot draw."""
     assert main(["map", "Qwen/Qwen3-30B-A3B-FP8", "--tp", "16", "--ep"]) == 0
     out = capsys.readouterr().out
-    assert out.startswith("TP 16 × PP 1 × DP 1 + EP: without EP, ") and "weight = 48 is not divisible" in out
+    assert out.startswith("TP 16 × PP 1 × DP 1 + EP: without EP, ")
+    assert "weight = 48 is not divisible" in out
     assert "GPU   1 (stage 0, replica 0, tp rank 1): layers 0–47, experts 8–15" in out
     assert main(["map", "Qwen/Qwen3-30B-A3B-FP8", "--tp", "16", "--ep", "--json", "x.json"]) == 2
     assert "only the EP layout exists" in capsys.readouterr().err
-    assert main(["map", "Qwen/Qwen3-235B-A22B-FP8", "--tp", "8", "--ep"]) == 0  # no expert-split fallback warning
+    # no expert-split fallback warning
+    assert main(["map", "Qwen/Qwen3-235B-A22B-FP8", "--tp", "8", "--ep"]) == 0
     assert "Triton MoE kernel" not in capsys.readouterr().out
-    assert main(["map", "Qwen/Qwen3-235B-A22B-FP8", "--tp", "8"]) == 0  # without EP the experts are cut: it is
+    # without EP the experts are cut: it is
+    assert main(["map", "Qwen/Qwen3-235B-A22B-FP8", "--tp", "8"]) == 0
     assert "Triton MoE kernel" in capsys.readouterr().out
 
 
 def test_a_refused_tp_with_a_layout_still_lists_the_valid_sizes(capsys):
     assert main(["map", "Qwen/Qwen3-8B", "--tp", "3", "--pp", "2"]) == 2
-    assert capsys.readouterr().err == ("error: num_attention_heads=32 is not divisible by tp_size=3. Valid tp sizes "
-                                       "under vLLM 0.33 rules: 1, 2, 4, 8, 16, 32.\n")
+    assert (capsys.readouterr().err
+            == ("error: num_attention_heads=32 is not divisible by tp_size=3. Valid tp sizes "
+                                       "under vLLM 0.33 rules: 1, 2, 4, 8, 16, 32.\n"))
 
 
 def test_a_deployment_counts_windowed_layers_cache_apart():
-    """Gemma-2-9B at TP 2 x PP 2: stage 0 holds layers 0-20, 11 sliding (even) and 10 full; each caches 4 KV heads
-    of 256 per GPU per token (4 KiB in bf16)."""
+    """Gemma-2-9B at TP 2 x PP 2: stage 0 holds layers 0-20, 11 sliding (even) and 10 full; each caches 4 KV
+    heads of 256 per GPU per token (4 KiB in bf16)."""
     gpu = deploy(load_spec("google/gemma-2-9b-it"), Layout(2, 2)).gpus[0]
     assert (gpu.kv_cache_bytes_per_token, gpu.kv_windowed_bytes_per_token) == (10 * 4096, 11 * 4096)

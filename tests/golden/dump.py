@@ -1,6 +1,6 @@
-"""The behaviour-kept dump: every preset's and shared config's shard map at tp 1, 2, 8 and 16 under every rule set
-(a refusal recorded as its error type and message). `python tests/golden/dump.py` writes maps.json.gz; the golden
-test compares the code with it."""
+"""The behaviour-kept dump: every preset's and shared config's shard map at tp 1, 2, 8 and 16 under every rule
+set (a refusal recorded as its error type and message). `python tests/golden/dump.py` writes maps.json.gz; the
+golden test compares the code with it."""
 import gzip
 import json
 import sys
@@ -63,7 +63,8 @@ def deploy_cases():
                    lambda s=source, l=Layout(tp, pp, dp, ep): deploy(load_spec(s), l, "vllm").to_dict())
     for name in PLANNED:
         for rules in RULES:
-            yield f"plan {name}|{rules}", lambda n=name, r=rules: plan_rows(rank_layouts(load_spec(n), 8, 80.0, r))
+            yield (f"plan {name}|{rules}",
+                   lambda n=name, r=rules: plan_rows(rank_layouts(load_spec(n), 8, 80.0, r)))
 
 
 def live_cases():
@@ -81,7 +82,8 @@ def live_cases():
 
 
 def write(path: Path, out: dict) -> None:
-    path.write_bytes(gzip.compress(json.dumps(out, sort_keys=True, separators=(",", ":")).encode(), 9, mtime=0))
+    path.write_bytes(gzip.compress(json.dumps(out, sort_keys=True,
+                                              separators=(",", ":")).encode(), 9, mtime=0))
     print(f"{path.name}: {len(out)} cases, {path.stat().st_size / 1e6:.2f} MB")
 
 

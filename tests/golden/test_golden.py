@@ -1,13 +1,14 @@
-"""Behaviour kept: every preset's and shared config's map (tp 1, 2, 8, 16, every rule set) equals the dump taken
-before the redesign, except the changes listed in CHANGED (each named in the commit that made it)."""
+"""Behaviour kept: every preset's and shared config's map (tp 1, 2, 8, 16, every rule set) equals the dump
+taken before the redesign, except the changes listed in CHANGED (each named in the commit that made it)."""
 import gzip
 import json
 
-from tests.golden.dump import DEPLOY_DUMP, DUMP, LIVE_DUMP, SHARED, cases, deploy_cases, live_cases, one, refused
+from tests.golden.dump import (DEPLOY_DUMP, DUMP, LIVE_DUMP, SHARED, cases, deploy_cases,
+                               live_cases, one, refused)
 
 # case key -> why its map may differ from the dump (behaviour the redesign changed on purpose)
-FALCON_LENGTH = ("falcon-7b's config leaves max_position_embeddings out; transformers' FalconConfig, which vLLM reads "
-                 "it with, defaults it to 2048, now its max_model_len")
+FALCON_LENGTH = ("falcon-7b's config leaves max_position_embeddings out; transformers' "
+                 "FalconConfig, which vLLM reads it with, defaults it to 2048, now its max_model_len")
 CHANGED: dict[str, str] = {f"preset:tiiuae/falcon-7b|{rules}|1": FALCON_LENGTH
                            for rules in ("vllm", "vllm-0.28", "nano-vllm")}
 
@@ -30,7 +31,8 @@ def first_difference(a, b, path: str = "") -> str | None:
     if isinstance(a, list):
         if len(a) != len(b):
             return f"{path}: {len(a)} items != {len(b)}"
-        return next((d for i, (x, y) in enumerate(zip(a, b)) if (d := first_difference(x, y, f"{path}[{i}]"))), None)
+        return next((d for i,
+                     (x, y) in enumerate(zip(a, b)) if (d := first_difference(x, y, f"{path}[{i}]"))), None)
     return None if a == b else f"{path}: {str(a)[:300]} != {str(b)[:300]}"
 
 

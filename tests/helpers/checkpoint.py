@@ -1,4 +1,5 @@
-"""A tiny Llama config, the checkpoint tensor names of its map, and safetensors folders holding (some of) them."""
+"""A tiny Llama config, the checkpoint tensor names of its map, and safetensors folders holding (some of)
+them."""
 import json
 
 import torch
@@ -7,9 +8,10 @@ from safetensors.torch import save_file
 TINY = {"model_type": "llama", "hidden_size": 64, "num_attention_heads": 4, "num_key_value_heads": 2,
         "intermediate_size": 128, "vocab_size": 128, "num_hidden_layers": 2}
 LINEARS = [f"model.layers.{i}.{p}" for i in range(2) for p in (
-    "self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj", "mlp.gate_proj", "mlp.up_proj",
-    "mlp.down_proj")]
-NAMES = {"model.embed_tokens.weight", "lm_head.weight", "model.norm.weight"} | {n + ".weight" for n in LINEARS} | {
+    "self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj",
+    "mlp.gate_proj", "mlp.up_proj", "mlp.down_proj")]
+NAMES = {"model.embed_tokens.weight", "lm_head.weight", "model.norm.weight"} | {n + ".weight"
+                                                                                for n in LINEARS} | {
     f"model.layers.{i}.{n}_layernorm.weight" for i in range(2) for n in ("input", "post_attention")}
 
 
@@ -34,4 +36,5 @@ def names_only(c: dict) -> dict:
 def check(f, **changes):
     """The checkpoint report of folder f when every tensor matches, with `changes` applied."""
     return {"source": str(f.resolve()), "tensors": len(NAMES), "matched": len(NAMES), "prefix": "",
-            "missing_in_checkpoint": [], "missing_in_map": [], "quantization_tensors": 0, "verified": True, **changes}
+            "missing_in_checkpoint": [], "missing_in_map": [], "quantization_tensors": 0,
+            "verified": True, **changes}

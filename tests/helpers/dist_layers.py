@@ -15,7 +15,8 @@ def worker(rank: int, tp: int, port: int, out_dir: str) -> None:
     dist.init_process_group("gloo", rank=rank, world_size=tp)
     try:
         g = torch.Generator().manual_seed(0)  # same full weights on every rank
-        w_col, w_row, b_row = torch.randn(8, 6, generator=g), torch.randn(5, 8, generator=g), torch.randn(5, generator=g)
+        w_col, w_row, b_row = (torch.randn(8, 6, generator=g), torch.randn(5, 8, generator=g),
+                               torch.randn(5, generator=g))
         vocab = torch.randn(100, 6, generator=g)  # 100 rows: padded to 128 under vllm rules
         x, ids = torch.randn(3, 6, generator=g), torch.tensor([[0, 31, 32, 99, 64]])
         col, row = ColumnParallelLinear(6, 8, tp, rank), RowParallelLinear(8, 5, tp, rank, bias=True)
@@ -34,6 +35,7 @@ def worker(rank: int, tp: int, port: int, out_dir: str) -> None:
         except TPGroupError as e:
             result["group_size_refused"] = torch.tensor(int(f"process group has {tp} ranks" in str(e)))
         if rank == 0:
-            save_file({k: v.contiguous() for k, v in result.items()}, os.path.join(out_dir, "rank0.safetensors"))
+            save_file({k: v.contiguous() for k, v in result.items()},
+                      os.path.join(out_dir, "rank0.safetensors"))
     finally:
         dist.destroy_process_group()

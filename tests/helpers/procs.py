@@ -24,8 +24,8 @@ def _children(pid: int) -> list[tuple[int, bytes]]:
 
 
 def spawned_by(pid: int) -> list[int]:
-    """Living ranks of `pid`: its spawn children, or the children of its forkserver (the resource tracker and the
-    forkserver itself are not ranks, nor are zombies)."""
+    """Living ranks of `pid`: its spawn children, or the children of its forkserver (the resource tracker and
+    the forkserver itself are not ranks, nor are zombies)."""
     out = []
     for child, cmdline in _children(pid):
         if b"spawn_main" in cmdline:

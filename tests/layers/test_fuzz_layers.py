@@ -9,7 +9,8 @@ from tpviz.errors import TpvizError
 from tpviz.config.sources import presets
 
 KEYS = ["Qwen/Qwen3-Next-80B-A3B-Thinking", "nvidia/NVIDIA-Nemotron-3-Nano-30B-A3B-BF16",
-        "nvidia/Llama-3_3-Nemotron-Super-49B-v1", "meta-llama/Llama-4-Scout-17B-16E-Instruct", "google/gemma-4-31B-it",
+        "nvidia/Llama-3_3-Nemotron-Super-49B-v1", "meta-llama/Llama-4-Scout-17B-16E-Instruct",
+        "google/gemma-4-31B-it",
         "Qwen/Qwen3.5-9B", "LiquidAI/LFM2.5-VL-1.6B", "openai-community/gpt2", "bigscience/bloom-560m",
         "tiiuae/falcon-7b", "EleutherAI/pythia-1.4b", "bigcode/starcoderbase-1b", "openai/gpt-oss-20b"]
 VALUES = [None, 0, -1, 1, 2, 3, 7, 1.5, "x", [], [1], {}, True, [0, 1], "M*-E", 10**9, [[1]], {"a": 1}]

@@ -6,8 +6,8 @@ import torch.nn.functional as F
 
 from tpviz.errors import TPSizeError, WeightsError
 from tpviz.layers import (ColumnParallelLinear, LinearBase, MergedColumnParallelLinear, ParallelLMHead,
-                          QKVParallelLinear, ReplicatedLinear, RMSNorm, RowParallelLinear, VocabParallelEmbedding,
-                          divide, tp_group)
+                          QKVParallelLinear, ReplicatedLinear, RMSNorm, RowParallelLinear,
+                          VocabParallelEmbedding, divide, tp_group)
 
 DT = torch.float64
 
@@ -134,7 +134,8 @@ def qkv_weights(heads, kv, d, hidden):
     return rand(heads * d, hidden), rand(kv * d, hidden, seed=1), rand(kv * d, hidden, seed=2)
 
 
-@pytest.mark.parametrize("heads, kv, tp", [(8, 8, 2), (8, 2, 2), (8, 4, 4), (8, 2, 8), (16, 4, 16), (8, 1, 4)])
+@pytest.mark.parametrize("heads, kv, tp", [(8, 8, 2), (8, 2, 2), (8, 4, 4), (8, 2, 8),
+                                           (16, 4, 16), (8, 1, 4)])
 def test_qkv_split_and_kv_replication(heads, kv, tp):
     d, hidden = 3, 5
     q, k, v = qkv_weights(heads, kv, d, hidden)
@@ -211,11 +212,13 @@ def test_vocab_embedding_padding_and_masked_forward():
     for r in range(tp):
         m = VocabParallelEmbedding(vocab, dim, tp, r, dtype=DT)
         assert (m.num_embeddings_padded, m.num_embeddings_per_partition) == (1024, 128)
-        assert (m.vocab_start_idx, m.vocab_end_idx, m.num_real_rows) == (128 * r, 128 * r + 128, 104 if r == 7 else 128)
+        assert (m.vocab_start_idx, m.vocab_end_idx, m.num_real_rows) == (128 * r, 128 * r + 128,
+                                                                         104 if r == 7 else 128)
         m.weight_loader(m.weight, w)
         real = m.num_real_rows
         assert torch.equal(m.weight.data[:real], w[128 * r:128 * r + real])
-        assert torch.equal(m.weight.data[real:], torch.zeros(128 - real, dim, dtype=DT))  # padding: never loaded
+        # padding: never loaded
+        assert torch.equal(m.weight.data[real:], torch.zeros(128 - real, dim, dtype=DT))
         y = m(ids)
         inside = (ids >= 128 * r) & (ids < 128 * r + 128)
         assert torch.equal(y[~inside], torch.zeros_like(y[~inside]))  # other ranks' tokens are masked to 0

@@ -20,10 +20,12 @@ def free_port() -> int:
 def test_row_allreduce_embedding_allreduce_and_lmhead_gather(tmp_path):
     """Also: a layer whose tp_size differs from the group's size raises TPGroupError instead of skipping."""
     tp = 2
-    mp.start_processes(worker, args=(tp, free_port(), str(tmp_path)), nprocs=tp, start_method="spawn", join=True)
+    mp.start_processes(worker, args=(tp, free_port(), str(tmp_path)), nprocs=tp,
+                       start_method="spawn", join=True)
     got = load_file(tmp_path / "rank0.safetensors")
     g = torch.Generator().manual_seed(0)
-    w_col, w_row, b_row = torch.randn(8, 6, generator=g), torch.randn(5, 8, generator=g), torch.randn(5, generator=g)
+    w_col, w_row, b_row = (torch.randn(8, 6, generator=g), torch.randn(5, 8, generator=g),
+                           torch.randn(5, generator=g))
     vocab = torch.randn(100, 6, generator=g)
     x, ids = torch.randn(3, 6, generator=g), torch.tensor([[0, 31, 32, 99, 64]])
     torch.testing.assert_close(got["mlp"], F.linear(F.linear(x, w_col), w_row, b_row))

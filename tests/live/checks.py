@@ -7,7 +7,7 @@ from safetensors import safe_open
 
 from tpviz.live import LiveConfig, LiveForCausalLM, load_weights, prepare, resolve_model
 from tpviz.config.sources import load_spec
-from tpviz.live.load.weights import LoadingMap
+from tpviz.live.load.targets import LoadingMap
 from tpviz.live.run.worker import run_model
 
 
@@ -18,7 +18,8 @@ def saved_shapes(folder) -> dict:
 
 
 def tp1_matches(folder, expected: torch.Tensor, ids: torch.Tensor):
-    """Our tp=1 float32 run of folder within 1e-4 of transformers' logits; returns (prep, the rank's report)."""
+    """Our tp=1 float32 run of folder within 1e-4 of transformers' logits; returns (prep, the rank's
+    report)."""
     prep = prepare(folder, 1, device="cpu", input_ids=ids)
     logits, _, report = run_model(prep.job, 0, 1, torch.device("cpu"))
     assert (logits - expected).abs().max() < 1e-4
@@ -26,8 +27,8 @@ def tp1_matches(folder, expected: torch.Tensor, ids: torch.Tensor):
 
 
 def random_round_trip(config, ids: torch.Tensor, seed: int = 0):
-    """Seeded random weights for config.json are a checkpoint transformers loads as it is, and it agrees with our
-    tp=1 run within 1e-4; returns (the ModelSource, transformers' model)."""
+    """Seeded random weights for config.json are a checkpoint transformers loads as it is, and it agrees with
+    our tp=1 run within 1e-4; returns (the ModelSource, transformers' model)."""
     from transformers import AutoModelForCausalLM
     source = resolve_model(config, seed=seed, random_weights=True)
     assert source.random_weights
@@ -56,7 +57,8 @@ def tp1_logits(folder, ids: torch.Tensor, patch=None, edit=None) -> torch.Tensor
 
 
 def add_tokenizer(folder, vocab_size: int) -> None:
-    """Save a WordLevel tokenizer.json in folder whose word 't<i>' is id i, over the model's whole vocabulary."""
+    """Save a WordLevel tokenizer.json in folder whose word 't<i>' is id i, over the model's whole
+    vocabulary."""
     from tokenizers import Tokenizer, models, pre_tokenizers
     tok = Tokenizer(models.WordLevel({f"t{i}": i for i in range(vocab_size)}, unk_token="t0"))
     tok.pre_tokenizer = pre_tokenizers.Whitespace()

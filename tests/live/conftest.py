@@ -1,5 +1,5 @@
-"""Tiny Hugging Face checkpoints (Llama, Mistral, Qwen2, Qwen3; Mixtral, Qwen3-MoE; Phi-3, OLMo-2, OLMo-3) with
-non-trivial weights."""
+"""Tiny Hugging Face checkpoints (Llama, Mistral, Qwen2, Qwen3; Mixtral, Qwen3-MoE; Phi-3, OLMo-2, OLMo-3)
+with non-trivial weights."""
 import os
 
 import pytest
@@ -7,22 +7,28 @@ import torch
 
 # hidden 64, 4 heads: KV heads 2 (or 1) are replicated at tp=4 (or 2); vocabs are not multiples of tp
 FAMILIES = {
-    "llama": dict(num_key_value_heads=2, vocab_size=1001, attention_bias=True, mlp_bias=True, rope_theta=5000.0),
-    "mistral": dict(num_key_value_heads=1, head_dim=16, vocab_size=999, sliding_window=4096, rope_theta=20000.0),
+    "llama": dict(num_key_value_heads=2, vocab_size=1001, attention_bias=True,
+                  mlp_bias=True, rope_theta=5000.0),
+    "mistral": dict(num_key_value_heads=1, head_dim=16, vocab_size=999, sliding_window=4096,
+                    rope_theta=20000.0),
     "qwen2": dict(num_key_value_heads=2, vocab_size=1003, rope_theta=1e6, tie_word_embeddings=False),
-    "qwen3": dict(num_key_value_heads=2, head_dim=32, vocab_size=1001, rope_theta=1e6, tie_word_embeddings=True),
+    "qwen3": dict(num_key_value_heads=2, head_dim=32, vocab_size=1001, rope_theta=1e6,
+                  tie_word_embeddings=True),
 }
-# 4 experts, top-2; Mixtral's experts use intermediate_size (96), Qwen3-MoE's layer 1 is a dense mlp_only layer
+# 4 experts, top-2; Mixtral's experts use intermediate_size (96), Qwen3-MoE's layer 1 is a dense mlp_only
+# layer
 MOE_FAMILIES = {
     "mixtral": dict(num_key_value_heads=2, vocab_size=1001, num_local_experts=4, num_experts_per_tok=2,
                     sliding_window=4096),
-    "qwen3_moe": dict(num_key_value_heads=1, head_dim=16, vocab_size=999, num_experts=4, num_experts_per_tok=2,
+    "qwen3_moe": dict(num_key_value_heads=1, head_dim=16, vocab_size=999, num_experts=4,
+                      num_experts_per_tok=2,
                       moe_intermediate_size=48, mlp_only_layers=[1], norm_topk_prob=True),
 }
 
-# Phi-3: q/k/v and gate/up fused on disk, a window (6) shorter than the test sequences; OLMo-2: biases, 2 KV heads
-# (tp=4 would replicate them, which its k_norm refuses); OLMo-3: 3 layers, sliding (window 5) / full / sliding,
-# each layer type with its own rope_theta, 4 KV heads so tp=4 runs
+# Phi-3: q/k/v and gate/up fused on disk, a window (6) shorter than the test sequences; OLMo-2: biases, 2 KV
+# heads
+# (tp=4 would replicate them, which its k_norm refuses); OLMo-3: 3 layers, sliding (window 5) / full /
+# sliding, each layer type with its own rope_theta, 4 KV heads so tp=4 runs
 NO_SPECIAL_TOKENS = dict(pad_token_id=None, bos_token_id=None, eos_token_id=None)
 EXTRA_FAMILIES = {
     "phi3": dict(num_key_value_heads=2, vocab_size=1001, sliding_window=6, **NO_SPECIAL_TOKENS),
@@ -78,7 +84,8 @@ def tiny(tmp_path_factory):
     out = {}
     for i, family in enumerate(FAMILIES):
         folder = root / family
-        out[family] = (folder, make_tiny(family, folder, seed=i, max_shard_size="200KB" if family == "llama" else None))
+        out[family] = (folder, make_tiny(family, folder, seed=i,
+                                         max_shard_size="200KB" if family == "llama" else None))
     return out
 
 

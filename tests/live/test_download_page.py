@@ -1,5 +1,5 @@
-"""The Run live page with real weights: cached ones, offline with nothing cached, a download with its progress,
-and a shrunk model from a cache holding only the shards it needs."""
+"""The Run live page with real weights: cached ones, offline with nothing cached, a download with its
+progress, and a shrunk model from a cache holding only the shards it needs."""
 from tests.paths import ROOT
 import pytest
 from streamlit.testing.v1 import AppTest

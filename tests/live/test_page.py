@@ -1,4 +1,5 @@
-"""AppTest of pages/1_Run_live.py: a tp=2 run on CPU shows the verdict, chart, per-rank table and environment."""
+"""AppTest of pages/1_Run_live.py: a tp=2 run on CPU shows the verdict, chart, per-rank table and
+environment."""
 import json
 
 from tests.paths import ROOT
@@ -38,8 +39,8 @@ def test_page_runs_tp2_on_cpu(tiny):
     assert metrics["first beyond tolerance"] == "none" and len(metrics["max |Δlogit|"]) <= 7  # e.g. 1.2e-6
     labels = [s.proto.label for s in at.get("status")]
     assert [label.split(" (")[0] for label in labels] == [
-        "Spawn ranks and join the process group", "Load each rank's weight slices", "Forward pass on every rank",
-        "Compare against tp=1"]
+        "Spawn ranks and join the process group", "Load each rank's weight slices",
+        "Forward pass on every rank", "Compare against tp=1"]
     charts = at.get("plotly_chart")
     assert len(charts) == 2
     stage = json.loads(charts[0].proto.spec)
@@ -64,7 +65,8 @@ def test_page_shows_an_injected_bug_and_user_errors_in_one_line(tiny):
     at.number_input(key="live_tp").set_value(3)
     at.button(key="live_run").click().run()
     assert not at.exception
-    assert len(at.error) == 1 and "not divisible by tp_size=3" in at.error[0].value and "\n" not in at.error[0].value
+    assert (len(at.error) == 1 and "not divisible by tp_size=3" in at.error[0].value
+            and "\n" not in at.error[0].value)
     assert any(w.value.startswith("As chosen, this cannot run: ") for w in at.warning)  # said before Run too
     assert any(w.value.startswith("MISMATCH") for w in at.warning)  # the last good result stays visible
     at.text_input(key="live_folder").set_value("/no/such/folder")
@@ -101,7 +103,8 @@ def test_page_hides_local_folder_unless_the_server_opts_in(monkeypatch, root):
     at.radio(key="live_source").set_value("Hub repo id").run()
     for probe in ("/etc", "~/x", "tests/..", "tests/live"):  # paths, not hub ids: never looked up as files
         at.text_input(key="live_hub").set_value(probe).run()
-        assert not at.exception and len(at.error) == 1 and "is not a Hugging Face repo id" in at.error[0].value
+        assert (not at.exception and len(at.error) == 1
+                and "is not a Hugging Face repo id" in at.error[0].value)
 
 
 def test_page_turns_an_unexpected_error_into_one_line(monkeypatch):
@@ -143,8 +146,9 @@ def test_a_second_visitor_is_queued_until_the_running_one_ends(monkeypatch, tiny
     at.button(key="live_run").click().run()
     t.join()
     assert not at.exception and not at.error
-    assert [i.value for i in at.info][:1] == ["Another run is in progress on this server; yours starts when it ends "
-                                              "(one live run at a time)."]
+    assert ([i.value for i in at.info][:1]
+            == ["Another run is in progress on this server; yours starts when it ends "
+                                              "(one live run at a time)."])
     assert at.success[0].value.startswith("PASS: tp=1")
     assert any("runs at most" in c.value and "one live run at a time" in c.value for c in at.caption)
 
@@ -161,8 +165,9 @@ def test_a_stopped_run_is_reported_on_the_next_run(monkeypatch):
     at.button(key="live_run").click().run()
     assert not at.exception
     at.run()
-    assert [w.value for w in at.warning] == ["The last run was stopped during “spawn ranks and join the process "
-                                             "group”; its ranks were ended."]
+    assert ([w.value for w in at.warning]
+            == ["The last run was stopped during “spawn ranks and join the process "
+                                             "group”; its ranks were ended."])
     at.run()
     assert not at.warning  # said once
 
@@ -185,8 +190,9 @@ def test_page_runs_pipeline_stages_with_expert_parallelism(tiny_moe, tiny):
     at.text_input(key="live_folder").set_value(str(tiny["qwen3"][0]))
     at.number_input(key="live_pp").set_value(3)
     at.button(key="live_run").click().run()
-    assert not at.exception and [e.value for e in at.error] == ["pp=3 is more pipeline stages than the model's 2 "
-                                                                "layers"]
+    assert (not at.exception
+            and [e.value for e in at.error] == ["pp=3 is more pipeline stages than the model's 2 "
+                                                                "layers"])
     at.number_input(key="live_pp").set_value(1)
     at.checkbox(key="live_ep").check()
     at.button(key="live_run").click().run()
@@ -200,7 +206,8 @@ def test_page_generates_from_a_prompt_and_shows_where_tp_and_tp1_part(tiny, tmp_
     from tests.live.checks import add_tokenizer
     at = _page(tiny["qwen2"][0]).run()  # no tokenizer: token ids, saying why
     assert at.text_input(key="live_ids") and not at.text_area
-    assert "Token ids, not text: this folder has no tokenizer.json or tokenizer.model." in [c.value for c in at.caption]
+    assert ("Token ids, not text: this folder has no "
+            "tokenizer.json or tokenizer.model.") in [c.value for c in at.caption]
     folder = tmp_path / "qwen3"
     shutil.copytree(tiny["qwen3"][0], folder)
     add_tokenizer(folder, 1001)
@@ -228,7 +235,8 @@ def test_injections_say_up_front_whether_they_can_bite(tiny):
     at.number_input(key="live_tp").set_value(2).run()
     options = at.multiselect(key="live_inject").options
     assert "bias-all-ranks (no effect here)" in options and "skip-allreduce" in options
-    assert "wrong-kv-head (no effect here)" in options  # 2 KV heads split evenly over tp=2: nothing replicated
+    # 2 KV heads split evenly over tp=2: nothing replicated
+    assert "wrong-kv-head (no effect here)" in options
     at.multiselect(key="live_inject").set_value(["bias-all-ranks"]).run()
     hint = next(c.value for c in at.caption if "has no effect here" in c.value).replace("\\", "")  # unescaped
     assert hint.startswith("bias-all-ranks has no effect here (no row-parallel layer here has a bias")

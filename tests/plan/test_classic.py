@@ -12,7 +12,8 @@ TPS = [1, 2, 4]
 def rows(m, name, rank):
     """The source rows (along split_dim) one rank holds, in the order they sit in its local parameter."""
     t = m.tensor(name)
-    return [row for p in sorted(t.rank_pieces(rank), key=lambda p: p.param_start) for row in range(p.start, p.stop)]
+    return [row for p in sorted(t.rank_pieces(rank), key=lambda p: p.param_start)
+            for row in range(p.start, p.stop)]
 
 
 def chunk(lo, hi, tp, r):
@@ -29,7 +30,8 @@ def assert_replicated(m, *names):
     for name in names:
         t = m.tensor(name)
         assert t.split_dim is None, name
-        assert [(p.rank, p.start, p.stop) for p in t.pieces] == [(r, 0, t.shape[0]) for r in range(m.tp_size)], name
+        assert [(p.rank, p.start, p.stop) for p in t.pieces] == [(r, 0, t.shape[0])
+                                                                 for r in range(m.tp_size)], name
 
 
 # --- GPT-NeoX: query_key_value is [h, (q, k, v), d] on disk and the Transformers backend splits it as is ---
@@ -52,14 +54,16 @@ def test_gpt_neox_plain_row_split(tp):
                       p + "post_attention_layernorm.bias", "gpt_neox.final_layer_norm.bias")
 
 
-# --- BLOOM: load_weights regroups [h, (q, k, v), d] to [q | k | v] first: thin pieces from every head block ---
+# --- BLOOM: load_weights regroups [h, (q, k, v), d] to [q | k | v] first: thin pieces from every head block
+# ---
 
 @pytest.mark.parametrize("tp", TPS)
 def test_bloom_reorders_per_head(tp):
     m = shard_map(dict(BASE, model_type="bloom"), tp)
     p = "transformer.h.*.self_attention.query_key_value."
     for r in range(tp):
-        # disk row of head h, part s (0 q, 1 k, 2 v), j < 2: 6h + 2s + j; local order: q of my heads, k, then v
+        # disk row of head h, part s (0 q, 1 k, 2 v), j < 2: 6h + 2s + j; local order: q of my heads, k, then
+        # v
         want = [6 * h + 2 * s + j for s in range(3) for h in heads_of(tp, r) for j in range(2)]
         assert rows(m, p + "weight", r) == rows(m, p + "bias", r) == want
         # one 2-row piece per (head, part); a rank with a single head gets its q, k, v as one contiguous block
@@ -67,7 +71,8 @@ def test_bloom_reorders_per_head(tp):
     if tp == 2:
         assert rows(m, p + "weight", 0) == [0, 1, 6, 7, 2, 3, 8, 9, 4, 5, 10, 11]
     assert m.tensor("transformer.h.*.mlp.dense_h_to_4h.weight").shape == [32, 8]  # always 4 x hidden
-    assert_replicated(m, "transformer.word_embeddings_layernorm.weight", "transformer.word_embeddings_layernorm.bias",
+    assert_replicated(m, "transformer.word_embeddings_layernorm.weight",
+                      "transformer.word_embeddings_layernorm.bias",
                       "transformer.h.*.input_layernorm.bias", "transformer.ln_f.bias")
     assert "lm_head.weight" not in {t.name for t in m.tensors}  # tied
 
@@ -89,8 +94,10 @@ def test_falcon_new_decoder_grouped_per_kv_group(tp):
         assert rows(m, "transformer.h.*.self_attention.query_key_value.weight", 2) == [8, 9, 12, 13, 14, 15]
         assert [r.kv_heads for r in m.ranks] == [[0], [0], [1], [1]]
     names = {t.name for t in m.tensors}
-    assert {"transformer.h.*.ln_attn.weight", "transformer.h.*.ln_attn.bias", "transformer.h.*.ln_mlp.bias"} <= names
-    assert not any(n.endswith("query_key_value.bias") or n.endswith("dense.bias") for n in names)  # bias false
+    assert {"transformer.h.*.ln_attn.weight", "transformer.h.*.ln_attn.bias",
+            "transformer.h.*.ln_mlp.bias"} <= names
+    # bias false
+    assert not any(n.endswith("query_key_value.bias") or n.endswith("dense.bias") for n in names)
 
 
 @pytest.mark.parametrize("tp", TPS)
@@ -101,9 +108,11 @@ def test_falcon_multi_query_replicates_the_kv_head(tp):
         want = chunk(0, 8, tp, r) + [8, 9, 10, 11]
         assert rows(m, "transformer.h.*.self_attention.query_key_value.weight", r) == want
     assert [r.kv_heads for r in m.ranks] == [[0]] * tp
-    assert {r.kv_cache_bytes_per_token for r in m.ranks} == {2 * 1 * 2 * 2 * 2}  # k, v x 1 head x d 2 x 2 layers x 2 B
+    # k, v x 1 head x d 2 x 2 layers x 2 B
+    assert {r.kv_cache_bytes_per_token for r in m.ranks} == {2 * 1 * 2 * 2 * 2}
     assert_replicated(m, "transformer.h.*.input_layernorm.weight", "transformer.h.*.input_layernorm.bias")
-    assert "transformer.h.*.post_attention_layernorm.weight" not in {t.name for t in m.tensors}  # parallel block
+    # parallel block
+    assert "transformer.h.*.post_attention_layernorm.weight" not in {t.name for t in m.tensors}
 
 
 # --- GPT-2: Conv1D weights stored [in, out] ---
@@ -118,7 +127,8 @@ def test_gpt2_conv1d_split_dims(tp):
     assert c_attn.shape == [8, 24] and c_attn.split_dim == 1  # output columns on disk
     assert m.tensor("h.*.attn.c_proj.weight").split_dim == 0  # row-parallel: input rows on disk
     assert m.tensor("h.*.mlp.c_fc.weight").shape == [8, 32] and m.tensor("h.*.mlp.c_fc.weight").split_dim == 1
-    assert m.tensor("h.*.mlp.c_proj.weight").shape == [32, 8] and m.tensor("h.*.mlp.c_proj.weight").split_dim == 0
+    assert (m.tensor("h.*.mlp.c_proj.weight").shape == [32, 8]
+            and m.tensor("h.*.mlp.c_proj.weight").split_dim == 0)
     for r in range(tp):
         # [q | k | v] columns, 8 each: each rank takes its chunk of each (bias the same)
         want = chunk(0, 8, tp, r) + chunk(8, 16, tp, r) + chunk(16, 24, tp, r)

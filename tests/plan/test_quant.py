@@ -1,6 +1,7 @@
 """Quantized layouts worked out by hand from vLLM 0.33's parameter classes (research quant.md sections 0-6):
-FP8 block / per-tensor, GPTQ, AWQ, compressed-tensors W4A16, ModelOpt NVFP4 and gpt-oss MXFP4 at tp 1-16. Published
-checkpoint sizes, real safetensors folders and malformed quantization_config: test_quant_configs.py."""
+FP8 block / per-tensor, GPTQ, AWQ, compressed-tensors W4A16, ModelOpt NVFP4 and gpt-oss MXFP4 at tp 1-16.
+Published checkpoint sizes, real safetensors folders and malformed quantization_config:
+test_quant_configs.py."""
 from types import SimpleNamespace
 
 import pytest
@@ -14,8 +15,8 @@ from tests.helpers.quant import AWQ, BLOCK, CT, GPTQ, NVFP4, A, L, llama
 TPS = (1, 2, 4, 8)
 ROW_LAYERS = (f"{A}o_proj", f"{L}down_proj")
 # each projection's slot in its merged parameter: q/k/v 0/1/2, gate/up 0/1, o and down alone
-SLOTS = {f"{A}q_proj": 0, f"{A}k_proj": 1, f"{A}v_proj": 2, f"{A}o_proj": 0, f"{L}gate_proj": 0, f"{L}up_proj": 1,
-         f"{L}down_proj": 0}
+SLOTS = {f"{A}q_proj": 0, f"{A}k_proj": 1, f"{A}v_proj": 2, f"{A}o_proj": 0,
+         f"{L}gate_proj": 0, f"{L}up_proj": 1, f"{L}down_proj": 0}
 
 
 def got(m, name):
@@ -34,7 +35,8 @@ def kv(n, tp, at):
 
 
 def mapped(q, tp, invariants):
-    """The map of llama(q) at tp, checked by conftest's invariants: every row covered once (KV replicas aside)."""
+    """The map of llama(q) at tp, checked by conftest's invariants: every row covered once (KV replicas
+    aside)."""
     m = shard_map(llama(q), tp)
     invariants(m)
     return m
@@ -72,7 +74,8 @@ def test_fp8_block_scales_follow_block_rows_and_columns(tp, shard_map_invariants
     # weight [N, K] is cut exactly like the unquantized weight; the scale grid [N/128, K/128] in whole blocks
     check_merged_column(m, tp, "weight", 1024, 256, 1024)
     check_merged_column(m, tp, "weight_scale_inv", 8, 2, 8)  # q 1024 rows = 8 block rows, k/v 256 = 2
-    check_row_parallel(m, tp, 1, weight=1024, weight_scale_inv=8)  # row-parallel: K cut, in block columns for scales
+    # row-parallel: K cut, in block columns for scales
+    check_row_parallel(m, tp, 1, weight=1024, weight_scale_inv=8)
     assert m.tensor(f"{A}k_proj.weight_scale_inv").shape == [2, 8]
     linear = [p for p in m.params if "layers" in p.name and "norm" not in p.name]
     assert {p.name.rsplit(".", 1)[1]: p.element_bytes for p in linear} == {"weight": 1, "weight_scale_inv": 4}
@@ -105,14 +108,15 @@ def test_fp8_per_tensor_scales_replicated_one_slot_per_projection(q, inputs, tp,
         check_scalar_slots(m, tp, suffix)
     assert (f"{A}k_proj.input_scale" in {t.name for t in m.tensors}) == inputs  # fp8 dynamic: no input scale
     shapes = {p.name: p.local_shapes for p in m.params}
-    assert shapes[f"{A}qkv_proj.weight_scale"] == [[3]] * tp and shapes[f"{L}gate_up_proj.weight_scale"] == [[2]] * tp
+    assert (shapes[f"{A}qkv_proj.weight_scale"] == [[3]] * tp
+            and shapes[f"{L}gate_up_proj.weight_scale"] == [[2]] * tp)
     # 5632x1024 fp8 weights + bf16 embed/lm_head/norms + 7 f32 slots (x2 with input scales)
     assert m.total_weight_bytes == 5767168 + 1048576 + 6144 + 28 * (2 if inputs else 1)
 
 
 # GPTQ packs along K: qweight [K/8, N], scales [K/128, N], qzeros [K/128, N/8]; AWQ along N: qweight [K, N/8],
-# qzeros [K/128, N/8], scales [K/128, N]. Column layers cut N (dim 1) in each tensor's units (q, k/v, gate), row
-# layers K (dim 0); `shapes`: some column tensors' whole shapes.
+# qzeros [K/128, N/8], scales [K/128, N]. Column layers cut N (dim 1) in each tensor's units (q, k/v, gate),
+# row layers K (dim 0); `shapes`: some column tensors' whole shapes.
 INT4 = {"gptq": (GPTQ, {"qweight": (1024, 256, 1024), "scales": (1024, 256, 1024), "qzeros": (128, 32, 128)},
                  {"qweight": 128, "scales": 8, "qzeros": 8}, {f"{A}q_proj.qweight": [128, 1024],
                                                                f"{A}k_proj.qzeros": [8, 32]}),
@@ -126,10 +130,11 @@ def test_gptq_and_awq_packing(q, columns, rows, shapes, tp, shard_map_invariants
     m = mapped(q, tp, shard_map_invariants)
     for suffix, units in columns.items():
         check_merged_column(m, tp, suffix, *units)
-    assert {n: (m.tensor(n).shape, m.tensor(n).split_dim) for n in shapes} == {n: (s, 1) for n, s in shapes.items()}
+    assert {n: (m.tensor(n).shape, m.tensor(n).split_dim) for n in shapes} == {n: (s, 1) for n,
+                                                                               s in shapes.items()}
     check_row_parallel(m, tp, 0, **rows)
-    # sum(N*K) = 5632*1024: int4 = /2 bytes; bf16 scales 8*5632*2; int32 zeros 8*704*4; + embed, lm_head, norms:
-    # the same bytes for GPTQ and AWQ, packed the other way
+    # sum(N*K) = 5632*1024: int4 = /2 bytes; bf16 scales 8*5632*2; int32 zeros 8*704*4; + embed, lm_head,
+    # norms: the same bytes for GPTQ and AWQ, packed the other way
     assert m.total_weight_bytes == 2883584 + 90112 + 22528 + 1048576 + 6144 == 4050944
 
 
@@ -150,7 +155,8 @@ def test_compressed_tensors_w4a16_layout(tp):
         check_merged_column(ts, tp, s, 1024, 256, 1024)
     assert (ts.tensor(f"{A}q_proj.weight_packed").shape, ts.tensor(f"{A}q_proj.weight_scale").shape) == (
         [1024, 128], [1024, 8])
-    check_row_parallel(ts, tp, 1, weight_packed=128, weight_scale=8)  # row layers cut K: 128 packed, 8 group columns
+    # row layers cut K: 128 packed, 8 group columns
+    check_row_parallel(ts, tp, 1, weight_packed=128, weight_scale=8)
     for name in (f"{A}k_proj", f"{L}down_proj"):  # weight_shape [2] whole on every GPU
         assert ts.tensor(f"{name}.weight_shape").split_dim is None
         assert got(ts, f"{name}.weight_shape") == [(r, 0, 2, 0) for r in range(tp)]
@@ -166,10 +172,12 @@ def test_compressed_tensors_w4a16_shard_map():
 @pytest.mark.parametrize("tp", TPS)
 def test_modelopt_nvfp4_layout(tp, shard_map_invariants):
     m = mapped(NVFP4, tp, shard_map_invariants)
-    # weight [N, K/2] uint8 and weight_scale [N, K/16] fp8 are cut like weights; scale_2 / input_scale per slot
+    # weight [N, K/2] uint8 and weight_scale [N, K/16] fp8 are cut like weights; scale_2 / input_scale per
+    # slot
     check_merged_column(m, tp, "weight", 1024, 256, 1024)
     check_merged_column(m, tp, "weight_scale", 1024, 256, 1024)
-    assert (m.tensor(f"{A}q_proj.weight").shape, m.tensor(f"{A}q_proj.weight_scale").shape) == ([1024, 512], [1024, 64])
+    assert (m.tensor(f"{A}q_proj.weight").shape,
+            m.tensor(f"{A}q_proj.weight_scale").shape) == ([1024, 512], [1024, 64])
     check_row_parallel(m, tp, 1, weight=512, weight_scale=64)
     for s in ("weight_scale_2", "input_scale"):
         check_scalar_slots(m, tp, s)
@@ -177,8 +185,8 @@ def test_modelopt_nvfp4_layout(tp, shard_map_invariants):
     assert m.total_weight_bytes == 2883584 + 360448 + 56 + 1048576 + 6144
 
 
-@pytest.mark.parametrize("tp, rows", [(1, [2880]), (2, [1440, 1440]), (4, [736, 736, 736, 672]), (8, [384] * 7 + [192]),
-                                      (16, [192] * 15 + [0])])
+@pytest.mark.parametrize("tp, rows", [(1, [2880]), (2, [1440, 1440]), (4, [736, 736, 736, 672]),
+                                      (8, [384] * 7 + [192]), (16, [192] * 15 + [0])])
 def test_mxfp4_rows_per_gpu(tp, rows, shard_map_invariants):
     # P = ceil((2880/32)/tp)*32 rows per GPU, the last GPUs get the rest (or nothing)
     m = shard_map("openai/gpt-oss-120b", tp)
@@ -188,12 +196,14 @@ def test_mxfp4_rows_per_gpu(tp, rows, shard_map_invariants):
 
     def want(unit):
         return [(r, int(s / unit), int((s + n) / unit), 0) for r, (s, n) in enumerate(zip(starts, rows)) if n]
-    assert got(m, f"{e}gate_up_proj_blocks") == want(0.5)  # gate and up interleaved: 2 rows per intermediate row
+    # gate and up interleaved: 2 rows per intermediate row
+    assert got(m, f"{e}gate_up_proj_blocks") == want(0.5)
     assert got(m, f"{e}gate_up_proj_scales") == want(0.5) and got(m, f"{e}gate_up_proj_bias") == want(0.5)
     assert got(m, f"{e}down_proj_blocks") == want(2)  # columns are bytes: 2 fp4 per byte
     assert got(m, f"{e}down_proj_scales") == want(32)  # one E8M0 scale per 32 values
     bias = m.tensor(f"{e}down_proj_bias")
-    assert (bias.split_dim, got(m, bias.name)) == (None, [(0, 0, 2880, 0)])  # rank 0 only; the all-reduce adds it once
+    # rank 0 only; the all-reduce adds it once
+    assert (bias.split_dim, got(m, bias.name)) == (None, [(0, 0, 2880, 0)])
     alloc = -(-2880 // tp // 64) * 64  # allocated: 2880/tp rounded up to Triton's 64
     gate_up = next(p for p in m.params if p.name.endswith("gate_up_proj_blocks"))
     assert gate_up.padding == [2 * (alloc - n) for n in rows]

@@ -1,4 +1,5 @@
-"""tpviz.render.export: the JSON download, PNGs from a persistent kaleido browser, the ZIP, and the CLI's --png."""
+"""tpviz.render.export: the JSON download, PNGs from a persistent kaleido browser, the ZIP, and the CLI's
+--png."""
 import io
 import json
 import struct
@@ -10,12 +11,14 @@ import pytest
 
 from tpviz import load_spec, shard_map
 from tpviz.cli.main import main as cli_main
-from tpviz.render.export import (NO_CHROMIUM, ExportError, PngRenderer, chromium_path, figure_png, figures_zip, file_stem,
+from tpviz.render.export import (NO_CHROMIUM, ExportError, PngRenderer, chromium_path, figure_png,
+                                 figures_zip, file_stem,
                           png_names, shard_map_json, write_pngs)
 from tpviz.render.plots import all_figures, family_figure
 from tpviz.trace.shardmap import ShardMap
 
-needs_chromium = pytest.mark.skipif(chromium_path() is None, reason="PNG export needs Chromium (apt-get install chromium)")
+needs_chromium = pytest.mark.skipif(chromium_path() is None,
+                                    reason="PNG export needs Chromium (apt-get install chromium)")
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 
@@ -57,7 +60,8 @@ def test_no_chromium_is_one_clear_line(monkeypatch, qwen):
     assert chromium_path() is None
     with pytest.raises(ExportError) as info:
         PngRenderer().render(family_figure(qwen, "qkv"))
-    assert str(info.value) == NO_CHROMIUM and "\n" not in NO_CHROMIUM and "apt-get install chromium" in NO_CHROMIUM
+    assert (str(info.value) == NO_CHROMIUM and "\n" not in NO_CHROMIUM
+            and "apt-get install chromium" in NO_CHROMIUM)
     assert cli_main(["map", "Qwen/Qwen3-0.6B", "--tp", "2", "--png", "/tmp/tpviz-never-written"]) == 2
 
 
@@ -132,7 +136,8 @@ def test_renderer_recovers_after_a_failure(monkeypatch, qwen):
 
 
 def test_output_dir_is_created(tmp_path, monkeypatch, qwen):
-    monkeypatch.setattr("tpviz.render.export.figure_png", lambda fig, renderer=None, m=None, fmt="png": PNG_MAGIC)
+    monkeypatch.setattr("tpviz.render.export.figure_png",
+                        lambda fig, renderer=None, m=None, fmt="png": PNG_MAGIC)
     paths = write_pngs(qwen, tmp_path / "deep" / "dir")
     assert all(Path(p).exists() for p in paths) and len(paths) == 8
 

@@ -31,7 +31,8 @@ def figs(model, tp: int, rules: str = "vllm"):
 def bars(fig, view: int) -> list[dict]:
     """The rectangles of a view (0 = source, 1 = rank) as dicts."""
     t = fig.data[view]
-    return [dict(x=x, y=y, base=b, width=w, color=c, hover=h, text=tx, pattern=pt) for x, y, b, w, c, h, tx, pt in
+    return [dict(x=x, y=y, base=b, width=w, color=c, hover=h, text=tx, pattern=pt) for x, y,
+            b, w, c, h, tx, pt in
             zip(t.x, t.y, t.base, t.width, t.marker.color, t.hovertext, t.text, t.marker.pattern.shape)]
 
 
@@ -62,7 +63,8 @@ def test_source_view_hover_has_head_range_rank_and_local_offset():
     q8 = next(h for h in hovers if "q_proj rows 1024–1151" in h)
     assert "<b>GPU 1</b>" in q8 and "q head 8" in q8 and "local rows 0–127 of self_attn.qkv_proj" in q8
     k0 = next(h for h in hovers if "k_proj rows 256–383" in h)
-    assert "GPU 1" in k0 and "KV head 2" in k0 and "local rows 1024–1151" in k0  # after this GPU's 1024 q rows
+    # after this GPU's 1024 q rows
+    assert "GPU 1" in k0 and "KV head 2" in k0 and "local rows 1024–1151" in k0
     # one bar per head (32 q + 8 k + 8 v), never one per row
     assert len(hovers) == 48
 
@@ -80,7 +82,8 @@ def test_source_view_bands_match_pieces_and_rank_colours():
 def test_row_parallel_is_banded_by_columns():
     m, fig = shard_map("Qwen/Qwen3-8B", 4), figs("Qwen/Qwen3-8B", 4)["down_proj"]
     src = bars(fig, 0)
-    assert [b["width"] for b in src] == [p.size for p in m.tensor("model.layers.*.mlp.down_proj.weight").pieces]
+    assert [b["width"] for b in src] == [p.size
+                                         for p in m.tensor("model.layers.*.mlp.down_proj.weight").pieces]
     assert all(b["y"] == 4096 for b in src) and "columns 0–3071" in src[0]["hover"]
 
 
@@ -93,9 +96,12 @@ def test_replicated_kv_heads_are_one_hatched_band_named_in_the_legend():
     assert legend == [f"KV head shared by GPUs {2 * i}–{2 * i + 1}" for i in range(8)]
     assert [b["pattern"] for b in bars(fig, 0) if "q_proj" in b["hover"]][0] == ""  # q heads are not shared
     gpu1 = [b["text"] for b in bars(fig, 1) if b["y"].endswith("GPU 1")]
-    assert gpu1 == ["q h2–3 (256–511)", "k h0 (0–127)", "v h0 (0–127)"]  # head ranges readable without hovering
-    assert list(fig.layout.yaxis.ticktext) == ["0", "2,048", "4,096", "0", "512", "1,024", "0", "512", "1,024"]
-    assert [t.showlegend for t in figs("Qwen/Qwen3-8B", 4)["qkv"].data] == [False, False]  # nothing shared: no legend
+    # head ranges readable without hovering
+    assert gpu1 == ["q h2–3 (256–511)", "k h0 (0–127)", "v h0 (0–127)"]
+    assert list(fig.layout.yaxis.ticktext) == ["0", "2,048", "4,096", "0", "512", "1,024",
+                                               "0", "512", "1,024"]
+    # nothing shared: no legend
+    assert [t.showlegend for t in figs("Qwen/Qwen3-8B", 4)["qkv"].data] == [False, False]
 
 
 def test_rank_view_is_the_double_cut():
@@ -105,7 +111,8 @@ def test_rank_view_is_the_double_cut():
     assert [b["text"].split()[0] for b in gpu0] == ["q", "k", "v"]
     assert [b["base"] for b in gpu0] == [0, 1536, 3072] and [b["x"] for b in gpu0] == [1536] * 3
     assert "← qkv_proj rows 3072–4607 (KV heads 0–15)" in gpu0[1]["hover"]
-    gate_up = [b for b in bars(figs("microsoft/Phi-3-mini-128k-instruct", 2)["gate_up"], 1) if b["y"].endswith("GPU 1")]
+    gate_up = [b for b in bars(figs("microsoft/Phi-3-mini-128k-instruct", 2)["gate_up"], 1)
+               if b["y"].endswith("GPU 1")]
     assert [b["text"].split()[0] for b in gate_up] == ["gate", "up"]
     assert m.params[-2].local_shapes[1][0] == 8192
 
@@ -170,14 +177,16 @@ def test_memory_figure_naive_line():
 
 def tensor_labels(fig) -> dict[str, str]:
     """Source-view tensor name -> where its label sits ('bottom' = above the tensor, 'top' = below it)."""
-    return {a.text.split("<br>")[0].replace("<b>", "").replace("</b>", ""): a.yanchor for a in fig.layout.annotations
-            if a.xref == "x" and "×" in (a.text or "")}
+    return {a.text.split("<br>")[0].replace("<b>", "").replace("</b>", ""): a.yanchor
+            for a in fig.layout.annotations if a.xref == "x" and "×" in (a.text or "")}
 
 
 def test_side_by_side_names_never_run_into_each_other():
     # tall, narrow gate/up tensors: the second name moves below its tensor
-    assert tensor_labels(figs("Qwen/Qwen2.5-7B-Instruct", 4)["gate_up"]) == {"gate_proj": "bottom", "up_proj": "top"}
-    ds = tensor_labels(figs("deepseek-ai/DeepSeek-V3", 16)["gate_up"])  # FP8: the block scales sit beside them
+    assert (tensor_labels(figs("Qwen/Qwen2.5-7B-Instruct", 4)["gate_up"])
+            == {"gate_proj": "bottom", "up_proj": "top"})
+    # FP8: the block scales sit beside them
+    ds = tensor_labels(figs("deepseek-ai/DeepSeek-V3", 16)["gate_up"])
     assert {k: v for k, v in ds.items() if "scale" not in k} == {
         "gate_proj": "bottom", "up_proj": "top", "shared gate_proj": "top", "shared up_proj": "top"}
     # MLA: each narrow scale tensor's name is wider than the gap it sits in, so both go under the drawing, one

@@ -3,7 +3,7 @@ from functools import lru_cache
 
 import pytest
 
-from tpviz import load_spec, shard_map as _shard_map
+from tpviz import shard_map as _shard_map
 from tpviz.render import summary as S
 from tpviz.trace.validity import valid_table
 from tpviz.config.sources import presets
@@ -74,7 +74,8 @@ def test_bias_sentence():
     m = shard_map("openai/gpt-oss-20b", 8)
     # the MXFP4 experts' down bias is loaded by GPU 0 only (the others hold zeros): not a row-parallel bias
     assert S.row_bias_params(m) == ["model.layers.*.self_attn.o_proj.bias"]
-    two = dict(presets()["openai/gpt-oss-20b"], quantization_config=None)  # unquantized: experts are row-parallel
+    # unquantized: experts are row-parallel
+    two = dict(presets()["openai/gpt-oss-20b"], quantization_config=None)
     sentence = S.bias_sentence(_shard_map(two, 8))
     assert "self_attn.o_proj.bias" in sentence and "GPU 0 only" in sentence
     assert "bias are held whole" in sentence and "counts each exactly once" in sentence  # two biases: plural
@@ -85,7 +86,8 @@ def test_bias_sentence():
 
 def test_mla_kv_sentence_says_why_the_cache_does_not_shrink():
     sentence = S.mla_kv_sentence(shard_map("deepseek-ai/DeepSeek-V3", 16))
-    assert "512 + 64" in sentence and "each of the 16 tensor-parallel GPUs" in sentence and "68.62 KiB per token per GPU" in sentence
+    assert ("512 + 64" in sentence and "each of the 16 tensor-parallel GPUs" in sentence
+            and "68.62 KiB per token per GPU" in sentence)
     assert S.mla_kv_sentence(shard_map("deepseek-ai/DeepSeek-V3", 1)) is None
     assert S.mla_kv_sentence(shard_map(QWEN8, 4)) is None
 
@@ -105,7 +107,8 @@ def test_short_name():
 
 
 def test_memory_rows_give_windowed_layers_cache_apart():
-    """gpt-oss-20b at tp 2: 12 sliding and 12 full layers, 4 of its 8 KV heads of 64 per GPU: 1 KiB per layer."""
+    """gpt-oss-20b at tp 2: 12 sliding and 12 full layers, 4 of its 8 KV heads of 64 per GPU: 1 KiB per
+    layer."""
     row = S.memory_rows(shard_map("openai/gpt-oss-20b", 2))[0]
     assert (row["kv_per_token"], row["kv_windowed_per_token"]) == (12 * 1024, 12 * 1024)
     assert "kv_windowed_per_token" not in S.memory_rows(shard_map(LLAMA8, 2))[0]

@@ -1,4 +1,5 @@
-"""The rule sets as objects: divide, KV split/replication, vocab padding, tp and rules checks, error classes."""
+"""The rule sets as objects: divide, KV split/replication, vocab padding, tp and rules checks, error
+classes."""
 import pytest
 
 from tpviz.errors import ConfigError, HubError, SourceError, TPSizeError, TpvizError, WeightsError
@@ -90,24 +91,28 @@ def test_check_tp_huge_and_ranks():
 def test_errors_carry_structured_fields():
     with pytest.raises(TPSizeError) as e:
         divide(14336, 3, "intermediate_size")
-    assert (e.value.quantity, e.value.value, e.value.tp, e.value.generic) == ("intermediate_size", 14336, 3, False)
+    assert (e.value.quantity, e.value.value, e.value.tp,
+            e.value.generic) == ("intermediate_size", 14336, 3, False)
     from tpviz import shard_map
     from tpviz.errors import MissingFieldError, NotJSONError
     from tpviz.config.files import parse_config
-    with pytest.raises(TPSizeError) as e:  # a layer's own 'output_size' is renamed to the config key behind it
+    # a layer's own 'output_size' is renamed to the config key behind it
+    with pytest.raises(TPSizeError) as e:
         shard_map("Qwen/Qwen3-8B", 3)
-    assert (e.value.quantity, e.value.value, e.value.tp) == ("num_attention_heads", 32, 3) and not e.value.generic
+    assert ((e.value.quantity, e.value.value, e.value.tp) == ("num_attention_heads", 32, 3)
+            and not e.value.generic)
     with pytest.raises(MissingFieldError) as e:
-        shard_map({"model_type": "llama", "num_attention_heads": 8, "num_hidden_layers": 2, "intermediate_size": 64,
-                   "vocab_size": 100}, 1)
+        shard_map({"model_type": "llama", "num_attention_heads": 8, "num_hidden_layers": 2,
+                   "intermediate_size": 64, "vocab_size": 100}, 1)
     assert e.value.field == "hidden_size" and isinstance(e.value, ConfigError)
     with pytest.raises(NotJSONError):
         parse_config(b"{nope")
 
 
 def test_nano_vllm_engine_runs_at_most_8_gpus_and_qwen3_alone(capsys):
-    """nanovllm/config.py asserts 1 <= tensor_parallel_size <= 8 and its ModelRunner builds Qwen3ForCausalLM whatever
-    the checkpoint: the maps stay (they are the layer classes'), and say what the engine would not run."""
+    """nanovllm/config.py asserts 1 <= tensor_parallel_size <= 8 and its ModelRunner builds Qwen3ForCausalLM
+    whatever the checkpoint: the maps stay (they are the layer classes'), and say what the engine would not
+    run."""
     from tpviz import shard_map
     from tpviz.cli.main import main
     from tpviz.config.sources import presets
@@ -116,10 +121,11 @@ def test_nano_vllm_engine_runs_at_most_8_gpus_and_qwen3_alone(capsys):
     warning, = shard_map(qwen3, 16, "nano-vllm").warnings
     assert warning.startswith("nano-vllm's engine runs at most 8 GPUs")
     assert not shard_map(qwen3, 16, "vllm").warnings
-    only = ("nano-vllm's engine builds Qwen3ForCausalLM only, so for llama this shows its layer classes' rules, not a "
-            "model it can serve")
+    only = ("nano-vllm's engine builds Qwen3ForCausalLM only, so for llama this shows its layer "
+            "classes' rules, not a model it can serve")
     assert shard_map("meta-llama/Llama-2-7b-hf", 2, "nano-vllm").warnings == [only]
-    assert main(["valid", "meta-llama/Llama-2-7b-hf"]) == 0  # per tp: the GPU limit; for the model: the engine note
+    # per tp: the GPU limit; for the model: the engine note
+    assert main(["valid", "meta-llama/Llama-2-7b-hf"]) == 0
     out = capsys.readouterr().out
     assert "valid (warning below)" in out and "warning: nano-vllm's engine runs at most 8 GPUs" in out
     assert out.endswith(f"note (nano-vllm column): {only}\n")

@@ -1,6 +1,6 @@
-"""Checkpoint comparison against local safetensors folders: tiny folders whose names differ from the map in known
-ways, sharded indexes, quantization tensors counted apart, header reading without tensor data, corrupt files, and
-stored bytes against the map."""
+"""Checkpoint comparison against local safetensors folders: tiny folders whose names differ from the map in
+known ways, sharded indexes, quantization tensors counted apart, header reading without tensor data, corrupt
+files, and stored bytes against the map."""
 import json
 import struct
 
@@ -24,14 +24,16 @@ def test_exact_match_from_folder_and_config_path(tmp_path):
     for source, tp in ((str(f), 1), (str(f / "config.json"), 2), (f, 4)):
         m = shard_map(source, tp)
         assert names_only(m.checkpoint) == check(f), source
-    assert checkpoint_sentence(names_only(m.checkpoint)) == f"Checkpoint check: all 21 tensor names of {f.resolve()} match the map."
+    assert (checkpoint_sentence(names_only(m.checkpoint))
+            == f"Checkpoint check: all 21 tensor names of {f.resolve()} match the map.")
     assert shard_map(TINY, 1).checkpoint is None  # a dict source has no checkpoint at hand
 
 
 def test_missing_extra_and_ignored_tensors(tmp_path):
     dropped = {"model.layers.0.mlp.down_proj.weight", "model.layers.1.mlp.down_proj.weight",
                "model.layers.1.self_attn.q_proj.weight"}
-    extra = {"model.layers.0.mlp.extra_norm.weight", "model.layers.1.mlp.extra_norm.weight", "model.final_logit_bias"}
+    extra = {"model.layers.0.mlp.extra_norm.weight", "model.layers.1.mlp.extra_norm.weight",
+             "model.final_logit_bias"}
     ignored = {"model.layers.0.self_attn.rotary_emb.inv_freq", "vision_tower.blocks.0.attn.weight",
                "mtp.layers.0.mlp.up_proj.weight", "model.visual.patch_embed.weight"}
     f = folder(tmp_path, (NAMES - dropped) | extra | ignored)
@@ -39,11 +41,12 @@ def test_missing_extra_and_ignored_tensors(tmp_path):
     assert names_only(m.checkpoint) == check(f, tensors=21 - 3 + 3 + 4, matched=18, verified=False,
                                  missing_in_checkpoint=["model.layers.*.mlp.down_proj.weight (2)",
                                                         "model.layers.*.self_attn.q_proj.weight"],
-                                 missing_in_map=["model.layers.*.mlp.extra_norm.weight (2)", "model.final_logit_bias"])
+                                 missing_in_map=["model.layers.*.mlp.extra_norm.weight (2)",
+                                                 "model.final_logit_bias"])
     assert checkpoint_sentence(names_only(m.checkpoint)) == (
-        f"Checkpoint check against {f.resolve()}: the checkpoint lacks model.layers.*.mlp.down_proj.weight (2), "
-        "model.layers.*.self_attn.q_proj.weight; the map lacks model.layers.*.mlp.extra_norm.weight (2), "
-        "model.final_logit_bias.")
+        f"Checkpoint check against {f.resolve()}: the checkpoint lacks "
+        "model.layers.*.mlp.down_proj.weight (2), model.layers.*.self_attn.q_proj.weight; the map lacks "
+        "model.layers.*.mlp.extra_norm.weight (2), model.final_logit_bias.")
 
 
 def test_multimodal_language_model_prefix(tmp_path):
@@ -56,12 +59,14 @@ def test_multimodal_language_model_prefix(tmp_path):
 
 def test_multimodal_projector_under_model_is_ignored(tmp_path):
     names = {"model.language_model." + n[6:] if n.startswith("model.") else n for n in NAMES}
-    f = folder(tmp_path, names | {"model.multi_modal_projector.linear_1.weight", "model.vision_tower.a.weight"})
+    f = folder(tmp_path, names | {"model.multi_modal_projector.linear_1.weight",
+                                  "model.vision_tower.a.weight"})
     assert names_only(shard_map(str(f), 1).checkpoint) == check(f, tensors=23, prefix="model.language_model.")
 
 
 def test_old_multimodal_layout_lm_head(tmp_path):
-    names = {"language_model." + n for n in NAMES} | {"vision_model.x.weight", "multi_modal_projector.linear_1.weight"}
+    names = {"language_model." + n for n in NAMES} | {"vision_model.x.weight",
+                                                      "multi_modal_projector.linear_1.weight"}
     f = folder(tmp_path, names)
     assert names_only(shard_map(str(f), 1).checkpoint) == check(f, tensors=23, prefix="language_model.model.")
 
@@ -69,10 +74,13 @@ def test_old_multimodal_layout_lm_head(tmp_path):
 def test_sharded_index(tmp_path):
     shards = ["model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors"]
     order = sorted(NAMES)
-    f = folder(tmp_path, NAMES - {"lm_head.weight"})  # a stray single file: the index wins, as in transformers
-    (f / "model.safetensors.index.json").write_text(json.dumps({"metadata": {"total_size": 84}, "weight_map": {
+    # a stray single file: the index wins, as in transformers
+    f = folder(tmp_path, NAMES - {"lm_head.weight"})
+    (f
+     / "model.safetensors.index.json").write_text(json.dumps({"metadata": {"total_size": 84}, "weight_map": {
         n: shards[i % 2] for i, n in enumerate(order)}}))
-    assert names_only(shard_map(str(f), 1).checkpoint) == check(f)  # the shards need not exist: only the index is read
+    # the shards need not exist: only the index is read
+    assert names_only(shard_map(str(f), 1).checkpoint) == check(f)
     for k, shard in enumerate(shards):
         save(f / shard, order[k::2])
     assert names_only(shard_map(str(f), 1).checkpoint) == check(f)
@@ -98,11 +106,13 @@ def test_quantization_tensors_counted_apart(tmp_path):
     g = folder(tmp_path, gptq, sub="gptq")
     m = shard_map(str(g), 1)
     assert names_only(m.checkpoint) == check(g, tensors=7 + 14 * 4, quantization_tensors=56)
-    assert checkpoint_sentence(names_only(m.checkpoint)).endswith("match the map (plus 56 quantization tensors).")
+    assert checkpoint_sentence(names_only(m.checkpoint)).endswith("match the map (plus 56 "
+                                                                  "quantization tensors).")
 
 
 def test_gpt_oss_mxfp4_blocks_and_scales(tmp_path):
-    cfg = {"model_type": "gpt_oss", "hidden_size": 64, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16,
+    cfg = {"model_type": "gpt_oss", "hidden_size": 64, "num_attention_heads": 4,
+           "num_key_value_heads": 2, "head_dim": 16,
            "intermediate_size": 64, "vocab_size": 128, "num_hidden_layers": 2, "num_local_experts": 4,
            "num_experts_per_tok": 2, "sliding_window": 8, "quantization_config": {"quant_method": "mxfp4"}}
     names = set(expand(shard_map(cfg, 1)))  # the MXFP4 map has the stacked blocks and scales themselves
@@ -110,12 +120,14 @@ def test_gpt_oss_mxfp4_blocks_and_scales(tmp_path):
         f"{p}_{s}" for p in ("gate_up_proj", "down_proj") for s in ("blocks", "scales", "bias")}
     f = folder(tmp_path, names, cfg)
     c = shard_map(str(f), 2).checkpoint
-    assert (c["verified"], c["matched"], c["quantization_tensors"], c["tensors"]) == (True, len(names), 0, len(names))
+    assert (c["verified"], c["matched"], c["quantization_tensors"],
+            c["tensors"]) == (True, len(names), 0, len(names))
 
 
 def test_read_header_reads_no_tensor_data(tmp_path):
     p = tmp_path / "model.safetensors"
-    save_file({"a.weight": torch.zeros(1000, 100), "b.bias": torch.zeros(3)}, str(p), metadata={"format": "pt"})
+    save_file({"a.weight": torch.zeros(1000, 100), "b.bias": torch.zeros(3)}, str(p),
+              metadata={"format": "pt"})
     size = struct.unpack("<Q", p.read_bytes()[:8])[0]
     p.write_bytes(p.read_bytes()[:8 + size + 10])  # header intact, the 400 kB of data cut off
     h = read_header(p)
@@ -148,7 +160,8 @@ def test_non_object_header_is_source_error(tmp_path, header):
 
 def test_stray_consolidated_file_is_not_read(tmp_path):
     f = folder(tmp_path)
-    save(f / "consolidated.safetensors", {"layers.0.attention.wq.weight", "tok_embeddings.weight", "output.weight"})
+    save(f / "consolidated.safetensors", {"layers.0.attention.wq.weight",
+                                          "tok_embeddings.weight", "output.weight"})
     assert names_only(shard_map(str(f), 1).checkpoint) == check(f)
     (f / "consolidated.safetensors").write_bytes(b"garbage")  # never opened
     assert names_only(shard_map(str(f), 1).checkpoint) == check(f)
@@ -157,8 +170,9 @@ def test_stray_consolidated_file_is_not_read(tmp_path):
 
 
 def test_stored_bytes_are_compared_with_the_map(tmp_path):
-    """With the weight files at hand, each tensor's stored bytes (from the header) are checked against the map."""
-    from tpviz.config.spec import normalize
+    """With the weight files at hand, each tensor's stored bytes (from the header) are checked against the
+    map."""
+    from tpviz.config.normalize import normalize
     spec = normalize(TINY)
     m = shard_map(TINY, 1)
     shapes = {}
@@ -177,7 +191,8 @@ def test_stored_bytes_are_compared_with_the_map(tmp_path):
     save_file(tensors, str(f / "model.safetensors"))
     c = shard_map(str(f), 2).checkpoint
     want = spec.vocab_size * spec.hidden_size
-    assert c["verified"] and c["bytes"]["differ"] == [f"lm_head.weight (checkpoint {4 * want} bytes, map {2 * want})"]
+    assert (c["verified"]
+            and c["bytes"]["differ"] == [f"lm_head.weight (checkpoint {4 * want} bytes, map {2 * want})"])
     assert "1 tensors are stored in other sizes" in checkpoint_sentence(c)
 
 

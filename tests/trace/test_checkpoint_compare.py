@@ -1,7 +1,6 @@
 """Checkpoint comparison beyond a local folder's own names: unknown model types verified or refused, the real
 indexes in ../shared, DeepSeek's MTP layer, and the hub index offline (fake HF cache)."""
 import json
-from pathlib import Path
 import time
 
 import pytest
@@ -26,19 +25,23 @@ def test_unknown_model_type_verified_by_checkpoint(tmp_path):
     m = shard_map(str(f), 2)
     assert names_only(m.checkpoint) == check(f, tensors=22)
     notes = [n for n in m.model.notes if "mystery_lm" in n]
-    assert notes == [f"model_type 'mystery_lm' is not one tpviz knows; mapped as a Llama-like decoder, and every tensor "
-                     f"name was verified against {f.resolve()}"]
+    assert (notes
+            == ["model_type 'mystery_lm' is not one tpviz knows; mapped as a Llama-like "
+                "decoder, and every tensor "
+                     f"name was verified against {f.resolve()}"])
     m = shard_map(MYSTERY, 1, tensor_names=NAMES, checkpoint_source="org/mystery")
     assert m.checkpoint["verified"] and m.model.notes[-1].endswith("verified against org/mystery")
 
 
-@pytest.mark.parametrize("names", [NAMES - {"model.layers.1.mlp.up_proj.weight"}, NAMES | {"model.layers.0.mixer.A_log"},
+@pytest.mark.parametrize("names", [NAMES - {"model.layers.1.mlp.up_proj.weight"},
+                                   NAMES | {"model.layers.0.mixer.A_log"},
                                    {"transformer.blocks.0.attn.Wqkv.weight", "transformer.wte.weight"}])
 def test_unknown_model_type_not_matching_is_refused(tmp_path, names):
     f = folder(tmp_path, names, MYSTERY)
     with pytest.raises(ConfigError) as e:
         shard_map(str(f), 1)
-    assert one_line(e.value) and "'mystery_lm' is not one tpviz knows" in str(e.value) and "refusing" in str(e.value)
+    assert (one_line(e.value) and "'mystery_lm' is not one tpviz knows" in str(e.value)
+            and "refusing" in str(e.value))
     with pytest.raises(ConfigError):
         shard_map(MYSTERY, 1, tensor_names=names)
     known = shard_map(TINY, 1, tensor_names=names)  # a known type is only reported, never refused
@@ -65,23 +68,28 @@ def test_real_indexes_verify(stem, shared_configs, tmp_path):
     names = set(index["weight_map"])
     m = shard_map(shared_configs[stem], 1, tensor_names=names, checkpoint_source=stem)
     real = {n for n in names if not n.endswith("rotary_emb.inv_freq")}
-    assert names_only(m.checkpoint) == {"source": stem, "tensors": len(names), "matched": len(real), "prefix": "",
-                            "missing_in_checkpoint": [], "missing_in_map": [], "quantization_tensors": 0, "verified": True}
+    assert names_only(m.checkpoint) == {"source": stem, "tensors": len(names),
+                                        "matched": len(real), "prefix": "",
+                            "missing_in_checkpoint": [], "missing_in_map": [],
+                                        "quantization_tensors": 0, "verified": True}
     f = folder(tmp_path, None, shared_configs[stem])  # the same through a local folder holding config + index
     (f / "model.safetensors.index.json").write_text(json.dumps(index))
-    assert names_only(shard_map(str(f), 2).checkpoint) == {**names_only(m.checkpoint), "source": str(f.resolve())}
+    assert names_only(shard_map(str(f), 2).checkpoint) == {**names_only(m.checkpoint),
+                                                           "source": str(f.resolve())}
 
 
 def test_deepseek_mtp_layer_ignored():
     m = shard_map("deepseek-ai/DeepSeek-V3", 1)
     names = set(expand(m))
     mtp = {n.replace("layers.60.", "layers.61.") for n in names if "layers.60." in n} | {
-        "model.layers.61." + s for s in ("eh_proj.weight", "enorm.weight", "hnorm.weight", "shared_head.head.weight",
+        "model.layers.61." + s for s in ("eh_proj.weight", "enorm.weight", "hnorm.weight",
+                                         "shared_head.head.weight",
                                          "shared_head.norm.weight", "embed_tokens.weight")}
     assert compare(m, names | mtp, "ds")["verified"]
 
 
-# ---- hub index, offline ---------------------------------------------------------------------------------------------
+# ---- hub index, offline
+# ---------------------------------------------------------------------------------------------
 
 @pytest.fixture
 def offline_hub(tmp_path, monkeypatch):
@@ -101,7 +109,8 @@ def test_hub_offline_empty_cache_is_none_quickly(offline_hub):
 
 
 def test_hub_cached_index_gives_names(offline_hub, tmp_path):
-    index = {"metadata": {"total_size": 1}, "weight_map": {n: "model-00001-of-00001.safetensors" for n in NAMES}}
+    index = {"metadata": {"total_size": 1},
+             "weight_map": {n: "model-00001-of-00001.safetensors" for n in NAMES}}
     add_to_cache(offline_hub, "some-org/cached-model", {"config.json": json.dumps(TINY),
                                                          "model.safetensors.index.json": json.dumps(index)})
     add_to_cache(offline_hub, "some-org/no-weight-map", {"model.safetensors.index.json": '{"metadata": {}}'})
@@ -114,5 +123,6 @@ def test_hub_cached_index_gives_names(offline_hub, tmp_path):
 
 def test_no_hub_checkpoint_for_other_sources(tmp_path):
     f = folder(tmp_path)
-    for source in ("meta-llama/Llama-3.1-8B", "qwen/qwen3-8b", str(f), "./ckpt", TINY, b"{}", "not a repo id"):
+    for source in ("meta-llama/Llama-3.1-8B", "qwen/qwen3-8b", str(f), "./ckpt", TINY,
+                   b"{}", "not a repo id"):
         assert hub_checkpoint(source) is None, source

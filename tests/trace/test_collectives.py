@@ -40,17 +40,19 @@ def test_collectives_dense():
 def olmo2_config(**extra) -> dict:
     """An OLMo-2-7B-shaped config: q and k normed over all 32 heads."""
     return {"model_type": "olmo2", "architectures": ["Olmo2ForCausalLM"], "hidden_size": 4096,
-            "num_attention_heads": 32, "num_key_value_heads": 32, "num_hidden_layers": 32, "intermediate_size": 11008,
+            "num_attention_heads": 32, "num_key_value_heads": 32, "num_hidden_layers": 32,
+            "intermediate_size": 11008,
             "vocab_size": 100352, "torch_dtype": "bfloat16", "max_position_embeddings": 4096, **extra}
 
 
 def test_olmo_all_gathers_q_and_k_in_every_layer():
-    """Each attention layer all-gathers q and k before their norms over all heads (vLLM 0.33's TP-aware RMSNorm):
-    every GPU sends its (tp-1)/tp share of the whole projection."""
+    """Each attention layer all-gathers q and k before their norms over all heads (vLLM 0.33's TP-aware
+    RMSNorm): every GPU sends its (tp-1)/tp share of the whole projection."""
     m = _shard_map(load_spec(olmo2_config(num_key_value_heads=8), "olmo2-7b-gqa"), 4)
     q, k = [c for c in collectives(m) if c.op == "all-gather" and "norm" in c.where]
     assert (q.count, q.bytes_per_token, k.bytes_per_token) == (32, 4096 * 2, 8 * 128 * 2)
-    assert q.sent_per_rank == pytest.approx(4096 * 2 * 3 / 4) and k.sent_per_rank == pytest.approx(1024 * 2 * 3 / 4)
+    assert (q.sent_per_rank == pytest.approx(4096 * 2 * 3 / 4)
+            and k.sent_per_rank == pytest.approx(1024 * 2 * 3 / 4))
     assert not norm_collectives(load_spec(QWEN8), 4)  # Qwen3 norms each head: nothing to gather
     assert not norm_collectives(m.model, 1)
 

@@ -163,10 +163,12 @@ def test_phi3_fused_qkv_and_gate_up_split_by_total_sizes():
     assert (qkv.shape, gu.shape) == ([3 * 3072, 3072], [2 * 8192, 3072])
     # q, k, v are 3072 rows each (32 heads x 96); each rank takes 384 of each, in q, k, v order
     for r in (0, 5):
-        assert spans(m, qkv.name, r) == [(384 * r, 384 * (r + 1), 0), (3072 + 384 * r, 3072 + 384 * (r + 1), 384),
+        assert spans(m, qkv.name, r) == [(384 * r, 384 * (r + 1), 0),
+                                         (3072 + 384 * r, 3072 + 384 * (r + 1), 384),
                                          (6144 + 384 * r, 6144 + 384 * (r + 1), 768)]
         # gate is rows 0..8191, up rows 8192..16383: 1024 of each per rank
-        assert spans(m, gu.name, r) == [(1024 * r, 1024 * (r + 1), 0), (8192 + 1024 * r, 8192 + 1024 * (r + 1), 1024)]
+        assert spans(m, gu.name, r) == [(1024 * r, 1024 * (r + 1), 0),
+                                        (8192 + 1024 * r, 8192 + 1024 * (r + 1), 1024)]
     assert {t.name for t in m.tensors} >= {L + "self_attn.o_proj.weight", L + "mlp.down_proj.weight"}
     assert not {L + "self_attn.q_proj.weight", L + "mlp.gate_proj.weight"} & {t.name for t in m.tensors}
 
@@ -220,8 +222,8 @@ def test_deepseek_v3_mla():
     # 671,026,419,200 parameters without the MTP layer (the model card's 671B), counted unquantized in bf16
     bf16 = {k: v for k, v in presets()["deepseek-ai/DeepSeek-V3"].items() if k != "quantization_config"}
     assert shard_map(bf16, 8).total_weight_bytes == 671_026_419_200 * 2
-    # as published (FP8 blocks + float32 scales, bf16 embeddings, norms and routers): the checkpoint's files hold
-    # 688,586,727,753 bytes including the MTP layer vLLM does not load by default (about 2.2%)
+    # as published (FP8 blocks + float32 scales, bf16 embeddings, norms and routers): the checkpoint's files
+    # hold 688,586,727,753 bytes including the MTP layer vLLM does not load by default (about 2.2%)
     assert 0.97 < m.total_weight_bytes / 688_586_727_753 < 1.0
 
 
@@ -250,9 +252,9 @@ def test_weight_bytes_total_and_per_rank(repo, params):
 
 
 def test_gpt_oss_expert_tensors_use_checkpoint_names():
-    """gpt-oss stores experts stacked: the checkpoint's names are model.layers.N.mlp.experts.gate_up_proj_bias /
-    down_proj_bias, with the weights as gate_up_proj / down_proj (dequantized) or *_blocks + *_scales (mxfp4).
-    There is no 'experts.gate_up_proj.weight' or '.bias' in any gpt-oss checkpoint."""
+    """gpt-oss stores experts stacked: the checkpoint's names are model.layers.N.mlp.experts.gate_up_proj_bias
+    / down_proj_bias, with the weights as gate_up_proj / down_proj (dequantized) or *_blocks + *_scales
+    (mxfp4). There is no 'experts.gate_up_proj.weight' or '.bias' in any gpt-oss checkpoint."""
     m = shard_map("openai/gpt-oss-20b", 4)
     names = {t.name for t in m.tensors if t.name.startswith(L + "mlp.experts")}
     pre = L + "mlp.experts."
@@ -262,8 +264,8 @@ def test_gpt_oss_expert_tensors_use_checkpoint_names():
                        {pre + s for s in ("gate_up_proj_blocks", "gate_up_proj_scales", "down_proj_blocks",
                                           "down_proj_scales")}), sorted(weights)
     # and the non-expert names are the checkpoint's
-    assert {L + "mlp.router.weight", L + "mlp.router.bias", L + "self_attn.sinks", L + "self_attn.q_proj.bias",
-            L + "self_attn.o_proj.bias"} <= {t.name for t in m.tensors}
+    assert {L + "mlp.router.weight", L + "mlp.router.bias", L + "self_attn.sinks",
+            L + "self_attn.q_proj.bias", L + "self_attn.o_proj.bias"} <= {t.name for t in m.tensors}
 
 
 BASE = {"model_type": "llama", "hidden_size": 768, "num_attention_heads": 24, "num_key_value_heads": 8,
@@ -275,11 +277,13 @@ BASE = {"model_type": "llama", "hidden_size": 768, "num_attention_heads": 24, "n
     ({"num_attention_heads": 32, "hidden_size": 1024, "intermediate_size": 1000}, 16,
      "intermediate_size=1000 is not divisible by tp_size=16"),
     ({"num_attention_heads": 32, "hidden_size": 1024, "num_experts": 4, "num_experts_per_tok": 2,
-      "moe_intermediate_size": 100, "model_type": "qwen3_moe"}, 8, "moe_intermediate_size=100 is not divisible by tp_size=8"),
+      "moe_intermediate_size": 100, "model_type": "qwen3_moe"}, 8,
+     "moe_intermediate_size=100 is not divisible by tp_size=8"),
     ({"num_attention_heads": 32, "hidden_size": 1024, "num_experts": 4, "moe_intermediate_size": 64,
       "shared_expert_intermediate_size": 100, "model_type": "qwen2_moe"}, 8,
      "shared_expert_intermediate_size=100 is not divisible by tp_size=8"),
-    ({"kv_lora_rank": 16, "qk_nope_head_dim": 8, "qk_rope_head_dim": 8, "v_head_dim": 8, "model_type": "deepseek_v3",
+    ({"kv_lora_rank": 16, "qk_nope_head_dim": 8, "qk_rope_head_dim": 8, "v_head_dim": 8,
+      "model_type": "deepseek_v3",
       "intermediate_size": 1024}, 16, "num_attention_heads=24 is not divisible by tp_size=16"),
 ])
 def test_first_failing_rule_names_quantity_and_numbers(change, tp, message):
@@ -289,7 +293,8 @@ def test_first_failing_rule_names_quantity_and_numbers(change, tp, message):
 
 
 def test_vocab_failure_names_vocab_and_tp():
-    cfg = {**BASE, "num_attention_heads": 3, "num_key_value_heads": 3, "hidden_size": 96, "intermediate_size": 6}
+    cfg = {**BASE, "num_attention_heads": 3, "num_key_value_heads": 3, "hidden_size": 96,
+           "intermediate_size": 6}
     with pytest.raises(TPSizeError) as err:
         shard_map(cfg, 3)  # 1000 padded to 1024, and 1024 % 3 != 0
     msg = str(err.value)
@@ -297,7 +302,8 @@ def test_vocab_failure_names_vocab_and_tp():
 
 
 def test_qwen_moe_refuses_more_tp_ranks_than_experts_and_v2_has_no_score_bias():
-    """vLLM 0.33 qwen3_moe.py raises when tp_size > num_experts (EP or not); nano-vllm rules have no such block."""
+    """vLLM 0.33 qwen3_moe.py raises when tp_size > num_experts (EP or not); nano-vllm rules have no such
+    block."""
     cfg = dict(presets()["Qwen/Qwen3-30B-A3B"], num_experts=8, num_hidden_layers=2)
     with pytest.raises(TPSizeError) as e:
         shard_map(cfg, 16)
@@ -306,6 +312,7 @@ def test_qwen_moe_refuses_more_tp_ranks_than_experts_and_v2_has_no_score_bias():
     assert shard_map(cfg, 8).tp_size == 8
     v3 = {t.name for t in shard_map("deepseek-ai/DeepSeek-V3", 8).tensors}
     assert "model.layers.*.mlp.gate.e_score_correction_bias" in v3
-    v2 = dict(presets()["deepseek-ai/DeepSeek-V3"], model_type="deepseek_v2", topk_method="group_limited_greedy",
-              quantization_config=None)
-    assert not any("e_score_correction_bias" in t.name for t in shard_map(v2, 8).tensors)  # V2 routers have none
+    v2 = dict(presets()["deepseek-ai/DeepSeek-V3"], model_type="deepseek_v2",
+              topk_method="group_limited_greedy", quantization_config=None)
+    # V2 routers have none
+    assert not any("e_score_correction_bias" in t.name for t in shard_map(v2, 8).tensors)

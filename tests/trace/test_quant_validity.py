@@ -1,6 +1,7 @@
-"""The public failure reports per rule set (research quant.md sections 1.2-1.4, 2-4, 9): FP8 MoE slices that miss
-the 128 block (refused by vLLM 0.28, refined to r x r blocks by 0.33), DeepSeek-V3's dense down_proj at tp 32, merged
-layers that pass creation but cannot load, INT4 groups straddling GPUs, GPTQ act-order, and `valid --json`."""
+"""The public failure reports per rule set (research quant.md sections 1.2-1.4, 2-4, 9): FP8 MoE slices that
+miss the 128 block (refused by vLLM 0.28, refined to r x r blocks by 0.33), DeepSeek-V3's dense down_proj at
+tp 32, merged layers that pass creation but cannot load, INT4 groups straddling GPUs, GPTQ act-order, and
+`valid --json`."""
 import json
 import math
 
@@ -60,7 +61,8 @@ def test_fp8_moe_block_per_rule_set(model, tp, per_gpu, r):
 
 def test_qwen3_235b_fp8_tp8_report_text():
     problem, _ = layout("Qwen/Qwen3-235B-A22B-FP8", 8, "vllm-0.28")
-    assert ("The output_size of gate's and up's weight = 192 is not divisible by weight quantization block_n = 128."
+    assert ("The output_size of gate's and up's weight = 192 is not divisible by weight "
+            "quantization block_n = 128."
             in problem) and "model.layers.0.mlp.experts" in problem and "\n" not in problem
     with pytest.raises(TPSizeError, match="= 192 is not divisible"):  # shard_map refuses with the same line
         shard_map("Qwen/Qwen3-235B-A22B-FP8", 8, "vllm-0.28")
@@ -90,7 +92,8 @@ def test_deepseek_v3_tp32_dense_down_proj(rules):
     # 18432/32 = 576 = 4.5 blocks of 128; the merged gate_up is skipped at creation, so down_proj raises first
     problem, _ = layout("deepseek-ai/DeepSeek-V3", 32, rules)
     assert problem.startswith("model.layers.0.mlp.down_proj") and ROW.format(576) in problem
-    assert layout("deepseek-ai/DeepSeek-V3", 16, rules) == (None, [])  # 1152 = 9 blocks, experts 2048/16 = 128
+    # 1152 = 9 blocks, experts 2048/16 = 128
+    assert layout("deepseek-ai/DeepSeek-V3", 16, rules) == (None, [])
 
 
 def dense(block, inter, head_dim=128, heads=8, kv=8):
@@ -101,9 +104,11 @@ def dense(block, inter, head_dim=128, heads=8, kv=8):
 
 @pytest.mark.parametrize("rules, engine", [("vllm", "vLLM 0.33"), ("vllm-0.28", "vLLM 0.28")])
 def test_dense_merged_fp8_passes_creation_but_fails_loading(rules, engine):
-    # 1536/8 = 192 rows of gate (and of up) per GPU; block [128, 64] keeps down_proj's 192 columns whole (3 x 64)
+    # 1536/8 = 192 rows of gate (and of up) per GPU; block [128, 64] keeps down_proj's 192 columns whole (3 x
+    # 64)
     problem, warnings = layout(dense([128, 64], 1536), 8, rules)
-    assert problem.startswith("model.layers.0.mlp.gate_proj: ") and COL.format(192) in problem and not warnings
+    assert (problem.startswith("model.layers.0.mlp.gate_proj: ")
+            and COL.format(192) in problem and not warnings)
     assert f"{engine} skips this check for merged layers" in problem and "loading fails" in problem
     with pytest.raises(TPSizeError, match="skips this check"):
         shard_map(dense([128, 64], 1536), 8, rules)
@@ -123,12 +128,14 @@ def test_create_time_error_comes_before_load_time(rules):
     # vLLM stops at down_proj's constructor before any weight is loaded
     first = f"model.layers.0.mlp.down_proj at tp_size=8: {ROW.format(192)}"
     assert layout(dense([128, 128], 1536), 8, rules)[0] == first
-    problem, _ = layout(dense([128, 128], 1536, head_dim=64, heads=32), 8, rules)  # q/k/v fails at load as well
+    # q/k/v fails at load as well
+    problem, _ = layout(dense([128, 128], 1536, head_dim=64, heads=32), 8, rules)
     assert problem.startswith("model.layers.0.mlp.down_proj at tp_size=8") and ROW.format(192) in problem
 
 
 def test_compressed_tensors_fp8_block_merged_layers_are_checked():
-    # only Fp8Config has weight_block_size, so compressed-tensors merged layers still get the create-time check
+    # only Fp8Config has weight_block_size, so compressed-tensors merged layers still get the create-time
+    # check
     ct = {"quant_method": "compressed-tensors", "config_groups": {"g": {"targets": ["Linear"], "weights": {
         "num_bits": 8, "type": "float", "strategy": "block", "block_structure": [128, 128]}}}}
     model = {**dense([128, 128], 2048, head_dim=64, heads=32), "quantization_config": ct}
@@ -136,7 +143,8 @@ def test_compressed_tensors_fp8_block_merged_layers_are_checked():
 
 
 GPTQ13 = PRESETS["TheBloke/Llama-2-13B-chat-GPTQ"]
-INT4 = [(GPTQ13["quantization_config"], "in_features per partition 1728 is not divisible by group_size = 128"),
+INT4 = [(GPTQ13["quantization_config"],
+         "in_features per partition 1728 is not divisible by group_size = 128"),
         ({"quant_method": "awq", "bits": 4, "group_size": 128, "zero_point": True, "version": "gemm"},
          "The input size is not aligned with the quantized weight shape"),
         ({"quant_method": "compressed-tensors", "format": "pack-quantized", "config_groups": {"g": {
@@ -179,12 +187,14 @@ def test_valid_json(capsys):
     # 1536/16 = 96: gcd(128, 96, 4096) = 32 still refines under 0.33
     assert rows[16]["vllm"]["valid"] and all("32×32" in w for w in rows[16]["vllm"]["warnings"])
     assert GATE.format(96) in rows[16]["vllm-0.28"]["problem"]
-    assert not rows[3]["vllm"]["valid"] and "num_attention_heads" in rows[3]["vllm"]["problem"]  # 64 heads / 3
+    # 64 heads / 3
+    assert not rows[3]["vllm"]["valid"] and "num_attention_heads" in rows[3]["vllm"]["problem"]
 
 
 def test_valid_json_act_order(capsys, tmp_path):
     cfg = tmp_path / "config.json"
-    cfg.write_text(json.dumps({**GPTQ13, "quantization_config": {**GPTQ13["quantization_config"], "desc_act": True}}))
+    cfg.write_text(json.dumps({**GPTQ13, "quantization_config": {**GPTQ13["quantization_config"],
+                                                                 "desc_act": True}}))
     assert main(["valid", str(cfg), "--json", "--max-tp", "4"]) == 0
     rows = json.loads(capsys.readouterr().out)["rows"]
     assert [row["vllm"]["valid"] for row in rows] == [False] * 4
@@ -192,7 +202,8 @@ def test_valid_json_act_order(capsys, tmp_path):
 
 
 def test_refined_scale_grid_size():
-    m = shard_map("Qwen/Qwen3-235B-A22B-FP8", 8)  # 192 rows per GPU on 64x64 blocks: 2*3 rows, 4096/64 = 64 cols
+    # 192 rows per GPU on 64x64 blocks: 2*3 rows, 4096/64 = 64 cols
+    m = shard_map("Qwen/Qwen3-235B-A22B-FP8", 8)
     shapes = {p.name.split("experts.*.")[1]: p.local_shapes[0] for p in m.params
               if "scale_inv" in p.name and "experts" in p.name}
     assert shapes == {"gate_up_proj.weight_scale_inv": [6, 64], "down_proj.weight_scale_inv": [64, 3]}
@@ -221,11 +232,11 @@ def test_merged_block_scales_that_overlap_fail_at_tp1_too():
 
 
 def test_fused_moe_block_scales_give_gate_and_up_their_own_rows():
-    """vLLM's fused MoE sizes w13's block scales as 2 x ceil(I / 128) rows, so an expert width that is not a whole
-    block still loads at tp=1 (found by the app fuzz test: moe_intermediate_size 1)."""
+    """vLLM's fused MoE sizes w13's block scales as 2 x ceil(I / 128) rows, so an expert width that is not a
+    whole block still loads at tp=1 (found by the app fuzz test: moe_intermediate_size 1)."""
     cfg = dict(PRESETS["Qwen/Qwen3-235B-A22B-FP8"], moe_intermediate_size=1)
     assert split_problem(load_spec(cfg), 1)[0] is None
     tensors = {t["name"]: t for t in shard_map(cfg, 1).to_dict()["tensors"]}
-    rows = {part: tensors[f"model.layers.*.mlp.experts.*.{part}_proj.weight_scale_inv"]["pieces"][0]["param_start"]
-            for part in ("gate", "up")}
+    scale = "model.layers.*.mlp.experts.*.{}_proj.weight_scale_inv"
+    rows = {part: tensors[scale.format(part)]["pieces"][0]["param_start"] for part in ("gate", "up")}
     assert rows == {"gate": 0, "up": 1}  # one scale row each, as vLLM's w13_weight_scale_inv

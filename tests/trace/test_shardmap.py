@@ -31,7 +31,8 @@ def test_to_dict_shape(qwen):
     emb = d["tensors"][0]
     assert emb["name"] == "model.embed_tokens.weight" and "layers" not in emb and "experts" not in emb
     assert emb["note"].startswith("tied")  # kept when present...
-    assert "note" not in next(t for t in d["tensors"] if t["name"].endswith("q_proj.weight"))  # ...dropped if empty
+    # ...dropped if empty
+    assert "note" not in next(t for t in d["tensors"] if t["name"].endswith("q_proj.weight"))
     json.dumps(d)  # plain JSON types only
 
 
@@ -43,10 +44,12 @@ def test_from_dict_round_trip(qwen):
     assert back.ranks[1].kv_heads == qwen.ranks[1].kv_heads == [4, 5, 6, 7]
 
 
-@pytest.mark.parametrize("name", ["deepseek-ai/DeepSeek-V3", "google/gemma-3-27b-it", "TheBloke/Llama-2-13B-chat-GPTQ",
+@pytest.mark.parametrize("name", ["deepseek-ai/DeepSeek-V3", "google/gemma-3-27b-it",
+                                  "TheBloke/Llama-2-13B-chat-GPTQ",
                                   "nvidia/Llama-3.1-70B-Instruct-FP8", "openai/gpt-oss-120b"])
 def test_from_dict_rebuilds_the_model_spec(name):
-    """The JSON's model plus its groups give back the same typed spec: per-layer kinds, quantization and all."""
+    """The JSON's model plus its groups give back the same typed spec: per-layer kinds, quantization and
+    all."""
     m = shard_map(name, 2)
     back = ShardMap.from_dict(json.loads(m.to_json()))
     assert back.model == m.model and back.model.layers == m.model.layers and back.model.quant == m.model.quant

@@ -8,7 +8,6 @@ For every config, tp in {1, 2, 4, 8, 16} and rule set:
 """
 import json
 import re
-from pathlib import Path
 
 import pytest
 import torch
@@ -61,7 +60,8 @@ def rebuild_from_pieces(spec, m: ShardMap, rules: str) -> None:
         pm, dim = params[(plan.name, tuple(plan.layers or ()))], plan.tp_dim
         tensors = [t for t in m.tensors if t.param == plan.name and t.layers == plan.layers]
         assert sorted(t.name for t in tensors) == sorted(s.name for s in plan.sources)
-        # tagged along the split dim on disk, then prepared as the model's load_weights does (transpose, reorder)
+        # tagged along the split dim on disk, then prepared as the model's load_weights does (transpose,
+        # reorder)
         tags = {s.name: (s.prepare or (lambda x: x))(tagged(s.shape, dim if s.dim is None else s.dim))
                 for s in plan.sources}
         for rank in range(tp):
@@ -78,7 +78,8 @@ def rebuild_from_pieces(spec, m: ShardMap, rules: str) -> None:
                     view = [1] * got.ndim
                     view[dim] = piece.size
                     block = want.narrow(dim, piece.param_start, piece.size)
-                    block.copy_(torch.arange(piece.start, piece.stop, dtype=DT).reshape(view).expand_as(block))
+                    block.copy_(torch.arange(piece.start, piece.stop,
+                                             dtype=DT).reshape(view).expand_as(block))
             torch.testing.assert_close(got, want, rtol=0, atol=0, equal_nan=True,
                                        msg=lambda s: f"{plan.name} rank {rank} tp={tp} {rules}: {s}")
             nan_rows = torch.isnan(got).movedim(dim, 0).reshape(got.size(dim), -1).all(1)
@@ -127,7 +128,8 @@ def test_shared_config_validity_matches_hand_rules(stem):
         pytest.skip("hand rule covers non-MLA models")
     for rules in RULES:
         for tp in TPS:
-            assert (split_problem(spec, tp, rules)[0] is not None) == expected_problem(spec, tp, rules), (tp, rules)
+            assert (split_problem(spec, tp,
+                                  rules)[0] is not None) == expected_problem(spec, tp, rules), (tp, rules)
 
 
 def test_shared_configs_exercise_kv_replication_and_invalid_tps():
@@ -138,8 +140,8 @@ def test_shared_configs_exercise_kv_replication_and_invalid_tps():
     for stem in SHARED_FILES:
         spec = load_spec(shared_config(stem))
         for tp in TPS:
-            if split_problem(spec, tp, "vllm")[0] is None and tp > spec.num_key_value_heads and not spec.is_mla:
-                replicated += 1
+            if (split_problem(spec, tp, "vllm")[0] is None and tp > spec.num_key_value_heads
+                and not spec.is_mla): replicated += 1
             invalid += split_problem(spec, tp, "nano-vllm")[0] is not None
     assert replicated >= 5 and invalid >= 5, (replicated, invalid)
 
@@ -170,7 +172,8 @@ def test_checkpoint_names_match_safetensors_index(stem):
         star, numbers = _star(name)
         on_disk.setdefault(star, set()).add(numbers[0] if numbers else None)
     mapped = {t.name: t for t in m.tensors}
-    assert set(mapped) == set(on_disk), (sorted(set(mapped) - set(on_disk)), sorted(set(on_disk) - set(mapped)))
+    assert set(mapped) == set(on_disk), (sorted(set(mapped) - set(on_disk)),
+                                         sorted(set(on_disk) - set(mapped)))
     for name, layers in on_disk.items():
         if "*" in name:
             assert set(mapped[name].layers) == layers, name
@@ -223,16 +226,18 @@ def test_json_round_trip_and_schema():
 
 
 def test_kv_heads_are_read_from_the_loaded_k_rows_also_when_qkv_is_fused():
-    chatglm = {"model_type": "chatglm", "hidden_size": 256, "num_attention_heads": 8, "multi_query_attention": True,
-               "multi_query_group_num": 2, "kv_channels": 32, "ffn_hidden_size": 512, "padded_vocab_size": 1024,
-               "num_layers": 2, "add_qkv_bias": True}
+    chatglm = {"model_type": "chatglm", "hidden_size": 256, "num_attention_heads": 8,
+               "multi_query_attention": True,
+               "multi_query_group_num": 2, "kv_channels": 32, "ffn_hidden_size": 512,
+               "padded_vocab_size": 1024, "num_layers": 2, "add_qkv_bias": True}
     m = shard_map(chatglm, 4)
     assert [r.kv_heads for r in m.ranks] == [[0], [0], [1], [1]]
     assert all(r.kv_cache_bytes_per_token == 2 * 1 * 32 * 2 * 2 for r in m.ranks)
 
 
 def test_interleaved_traces_restore_torch_threads():
-    """App sessions are threads: trace A may end while trace B runs; B must keep 1 thread and the end restore."""
+    """App sessions are threads: trace A may end while trace B runs; B must keep 1 thread and the end
+    restore."""
     import torch
     from tpviz.trace.tracer import single_thread
     before = torch.get_num_threads()

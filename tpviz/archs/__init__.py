@@ -1,7 +1,7 @@
 """The architecture registry: one Arch record per model_type (base.py), one module per model line.
 
-To add an architecture, add its record to a family module (or a new one listed in MODULES) with its tests; every
-stage reads it from here through arch_of.
+To add an architecture, add its record to a family module (or a new one listed in MODULES) with its tests;
+every stage reads it from here through arch_of.
 """
 from tpviz.archs import classic, deepseek, gemma, gpt_oss, hybrid, llama, olmo, qwen, refused
 from tpviz.archs.base import Arch

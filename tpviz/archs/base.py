@@ -1,8 +1,8 @@
 """The architecture record: everything tpviz knows about one model_type, in one frozen object.
 
-The config stage reads a config through its record (defaults, quirks, windows, layer kinds), the plan names its
-checkpoint tensors with it, and the live half picks its block from it. Only tpviz/archs/ defines records; the rest
-of tpviz asks a record and never compares model_type strings.
+The config stage reads a config through its record (defaults, quirks, windows, layer kinds), the plan names
+its checkpoint tensors with it, and the live half picks its block from it. Only tpviz/archs/ defines records;
+the rest of tpviz asks a record and never compares model_type strings.
 """
 from dataclasses import dataclass
 from typing import Callable
@@ -17,20 +17,25 @@ class Arch:
     hf_class: str = "LlamaForCausalLM"  # the checkpoint's architectures entry (random checkpoints write it)
     names: Names = LLAMA  # checkpoint names; names_for picks them per config where a variant changes them
     names_for: Callable[[str, int], Names] | None = None  # (variant, kv heads) -> names (Falcon)
-    known: bool = True  # False: the Llama-like reading of a model_type tpviz does not know (checked, or refused)
+    # False: the Llama-like reading of a model_type tpviz does not know (checked, or refused)
+    known: bool = True
     refused: str = ""  # a part tpviz does not model: the config is refused in one line naming it
     unmodelled: tuple[tuple[str, str], ...] = ()  # (config key, part): set and truthy, the config is refused
     text_model: str = ""  # a multimodal wrapper's text decoder model_type (Gemma-3: gemma3_text)
     # --- reading the config (what vLLM reads through transformers' config class, and the quirks it adds)
     adapt: Callable[[dict], dict] | None = None  # the family's own config fields onto the common ones
-    kv_heads: Callable[[dict, int, int], int] | None = None  # (config, heads, KV heads read) -> the KV heads it runs
+    # (config, heads, KV heads read) -> the KV heads it runs
+    kv_heads: Callable[[dict, int, int], int] | None = None
     variant: Callable[[dict], str] | None = None  # a decoder variant that changes checkpoint names (Falcon)
     tied: bool = False  # tie_word_embeddings when the config does not say
-    qkv_bias: bool | None = None  # None: the config's attention_bias (or add_qkv_bias); True/False: always/never
+    # None: the config's attention_bias (or add_qkv_bias); True/False: always/never
+    qkv_bias: bool | None = None
     o_bias: bool | None = None  # None: attention_bias, unless q/k/v always have a bias (Qwen2)
-    bias_switch: tuple[str, bool] | None = None  # one config key (and its default) for every bias (classic decoders)
+    # one config key (and its default) for every bias (classic decoders)
+    bias_switch: tuple[str, bool] | None = None
     qk_norm: str = ""  # "head": q_norm / k_norm per head; "full": over the whole projection (OLMo-2/3)
-    gated_mlp: bool = True  # SwiGLU gate/up; False: one up projection (GPT-2 c_fc, NeoX dense_h_to_4h, Nemotron-H)
+    # SwiGLU gate/up; False: one up projection (GPT-2 c_fc, NeoX dense_h_to_4h, Nemotron-H)
+    gated_mlp: bool = True
     ffn_ratio: int = 0  # an MLP size the config may leave out: this many times hidden (classic decoders: 4)
     learned_positions: bool = False  # learned position embeddings of n_positions rows (GPT-2, GPTBigCode)
     score_bias: str = ""  # the router's e_score_correction_bias: "always", or "noaux_tc" when topk_method is
@@ -38,7 +43,8 @@ class Arch:
     state_dtype: str = ""  # recurrent state dtype when the config does not say (Nemotron-H: float32)
     mxfp4: bool = False  # reads MXFP4 expert checkpoints (gpt-oss), as vLLM does for it alone
     output_gate: bool = False  # attn_output_gate when the config does not say (Qwen3-Next, Qwen3.5)
-    length_counts_rope: bool = True  # max_model_len times the RoPE factor (Gemma-3's length already counts it)
+    # max_model_len times the RoPE factor (Gemma-3's length already counts it)
+    length_counts_rope: bool = True
     # --- layer kinds and windows
     full_attention_interval: int = 0  # the interval when the config does not say (Qwen3-Next: every 4th)
     sliding_pattern: int = 0  # every n-th layer full attention, the rest sliding (Gemma-2: 2, Gemma-3: 6)
@@ -47,7 +53,8 @@ class Arch:
     global_attention: bool = False  # global layers with their own head size and KV heads (Gemma-4)
     window: str = ""  # a model-wide sliding_window: "model_wide" (every layer), or a Qwen rule (windows.py)
     window_flag: bool = False  # windows only when use_sliding_window is not false (the Qwen family)
-    deltanet_split: bool = False  # Gated DeltaNet projections stored apart (Qwen3.5), not interleaved (Qwen3-Next)
+    # Gated DeltaNet projections stored apart (Qwen3.5), not interleaved (Qwen3-Next)
+    deltanet_split: bool = False
     # --- the plan's extra tensors and checks
     extra: tuple[str, ...] = ()  # "positions", "embed_norm", "layer_scalar", "sinks", "router_bias"
     experts: str = ""  # routed experts' layout: "" gate/up/down, "stacked" (gpt-oss), "ungated" (Nemotron-H)
@@ -59,7 +66,8 @@ class Arch:
     live_shared: bool = False  # ... and its shared experts
     needs_experts: bool = False  # a config without routed experts is no such model (Mixtral)
     renormalize_default: bool = False  # norm_topk_prob when the config does not say (DeepSeek-V3: true)
-    routing: str = ""  # "": softmax top-k; "fp32": in float32, always renormalized (Mixtral); "v2" / "v3": DeepSeek's
+    # "": softmax top-k; "fp32": in float32, always renormalized (Mixtral); "v2" / "v3": DeepSeek's
+    routing: str = ""
     # grouped top-k (V3: sigmoid scores with e_score_correction_bias)
     hf_partial_rotary: bool = False  # transformers' own model turns partial_rotary_factor (Phi-3) too
     hf_extra: tuple[tuple[str, object], ...] = ()  # extra keys of a random checkpoint's config.json

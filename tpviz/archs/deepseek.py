@@ -1,5 +1,6 @@
-"""DeepSeek-V2/V3 (vLLM 0.33 models/deepseek_v2.py): multi-head latent attention, shared experts, grouped top-k
-routing; V3's router holds e_score_correction_bias (topk_method noaux_tc, its default and never V2's)."""
+"""DeepSeek-V2/V3 (vLLM 0.33 models/deepseek_v2.py): multi-head latent attention, shared experts, grouped
+top-k routing; V3's router holds e_score_correction_bias (topk_method noaux_tc, its default and never
+V2's)."""
 from dataclasses import replace
 
 from tpviz.archs.base import Arch
@@ -9,7 +10,7 @@ DEEPSEEK = replace(LLAMA, shared="shared_experts.")
 _MLA = dict(names=DEEPSEEK, score_bias="noaux_tc", live="mla", live_moe=True, live_shared=True)
 
 RECORDS = [
-    Arch("deepseek_v3", "DeepseekV3ForCausalLM", topk_method="noaux_tc", renormalize_default=True, routing="v3",
-         **_MLA),
+    Arch("deepseek_v3", "DeepseekV3ForCausalLM", topk_method="noaux_tc",
+         renormalize_default=True, routing="v3", **_MLA),
     Arch("deepseek_v2", "DeepseekV2ForCausalLM", routing="v2", **_MLA),
 ]

@@ -1,5 +1,5 @@
-"""Gemma 1-4 (vLLM 0.33 models/gemma*.py): tied embeddings, four norms a block from Gemma-2 on, sliding layers in
-a fixed pattern, and Gemma-4's global layers with their own head size and K = V."""
+"""Gemma 1-4 (vLLM 0.33 models/gemma*.py): tied embeddings, four norms a block from Gemma-2 on, sliding layers
+in a fixed pattern, and Gemma-4's global layers with their own head size and K = V."""
 from dataclasses import replace
 
 from tpviz.archs.base import Arch
@@ -7,10 +7,13 @@ from tpviz.archs.names import LLAMA
 
 GEMMA2 = replace(LLAMA, mixer_norms=("input_layernorm", "post_attention_layernorm"),
                  ffn_norms=("pre_feedforward_layernorm", "post_feedforward_layernorm"))
-# parts of Gemma-4 tpviz does not model, by the config field that reveals them: refused, never drawn as attention
-GEMMA4_UNMODELLED = (("num_kv_shared_layers", "KV-shared layers"), ("num_experts", "MoE blocks beside the MLP"),
+# parts of Gemma-4 tpviz does not model, by the config field that reveals them: refused, never drawn as
+# attention
+GEMMA4_UNMODELLED = (("num_kv_shared_layers", "KV-shared layers"),
+                     ("num_experts", "MoE blocks beside the MLP"),
                      ("hidden_size_per_layer_input", "per-layer input embeddings"))
-_GEMMA3 = dict(names=GEMMA2, tied=True, qk_norm="head", sliding_pattern=6, length_counts_rope=False, live="gemma3")
+_GEMMA3 = dict(names=GEMMA2, tied=True, qk_norm="head", sliding_pattern=6,
+               length_counts_rope=False, live="gemma3")
 _GEMMA4 = dict(names=GEMMA2, tied=True, qk_norm="head", global_attention=True, unmodelled=GEMMA4_UNMODELLED,
                extra=("layer_scalar",))
 

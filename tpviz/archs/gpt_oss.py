@@ -1,5 +1,5 @@
-"""gpt-oss (vLLM 0.33 models/gpt_oss.py): biases everywhere, attention sinks, even layers sliding, a biased router
-and stacked experts, MXFP4 checkpoints."""
+"""gpt-oss (vLLM 0.33 models/gpt_oss.py): biases everywhere, attention sinks, even layers sliding, a biased
+router and stacked experts, MXFP4 checkpoints."""
 from dataclasses import replace
 
 from tpviz.archs.base import Arch

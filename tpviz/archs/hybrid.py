@@ -9,11 +9,11 @@ from tpviz.config.fields import read_int
 from tpviz.errors import ConfigError
 
 NEMOTRON_H = replace(LLAMA, embed="backbone.embeddings.weight", final_norm="backbone.norm_f",
-                     layer="backbone.layers.*.", block_norms=("norm",), mixer_norms=(), ffn_norms=(), attn="mixer.",
-                     mlp="mixer.", shared="shared_experts.", mamba="mixer.")
-LFM2 = replace(LLAMA, final_norm="model.embedding_norm", mixer_norms=("operator_norm",), ffn_norms=("ffn_norm",),
-               o="out_proj", q_norm="q_layernorm", k_norm="k_layernorm", mlp="feed_forward.", gate="w1", up="w3",
-               down="w2")
+                     layer="backbone.layers.*.", block_norms=("norm",), mixer_norms=(),
+                     ffn_norms=(), attn="mixer.", mlp="mixer.", shared="shared_experts.", mamba="mixer.")
+LFM2 = replace(LLAMA, final_norm="model.embedding_norm", mixer_norms=("operator_norm",),
+               ffn_norms=("ffn_norm",), o="out_proj", q_norm="q_layernorm", k_norm="k_layernorm",
+               mlp="feed_forward.", gate="w1", up="w3", down="w2")
 CHATGLM = replace(LLAMA, embed="transformer.embedding.word_embeddings.weight",
                   lm_head="transformer.output_layer.weight", final_norm="transformer.encoder.final_layernorm",
                   layer="transformer.encoder.layers.*.", attn="self_attention.", qkv_fused="query_key_value",
@@ -21,22 +21,27 @@ CHATGLM = replace(LLAMA, embed="transformer.embedding.word_embeddings.weight",
 
 
 def nemotron_h_fields(cfg: dict) -> dict:
-    """Per-MLP-layer sizes (resolved by the pattern reader), the shared experts' total size; latent MoE refused."""
+    """Per-MLP-layer sizes (resolved by the pattern reader), the shared experts' total size; latent MoE
+    refused."""
     if isinstance(cfg.get("intermediate_size"), list):
-        cfg["mlp_sizes"] = [read_int({"intermediate_size": v}, "intermediate_size") for v in cfg["intermediate_size"]]
+        cfg["mlp_sizes"] = [read_int({"intermediate_size": v}, "intermediate_size")
+                            for v in cfg["intermediate_size"]]
         cfg["intermediate_size"] = max(cfg["mlp_sizes"], default=None)
     shared, count = cfg.get("moe_shared_expert_intermediate_size"), cfg.get("n_shared_experts")
     if count and shared is not None:
-        cfg["shared_expert_intermediate_size"] = read_int(cfg, "moe_shared_expert_intermediate_size") * read_int(
+        cfg["shared_expert_intermediate_size"] = read_int(cfg,
+                                                          "moe_shared_expert_intermediate_size") * read_int(
             cfg, "n_shared_experts")
     cfg["n_shared_experts"] = None
     if cfg.get("moe_latent_size"):
-        raise ConfigError("moe_latent_size (latent MoE) is set; tpviz does not model latent MoE projections yet")
+        raise ConfigError("moe_latent_size (latent MoE) is set; tpviz does not model "
+                          "latent MoE projections yet")
     return cfg
 
 
 def lfm2_fields(cfg: dict) -> dict:
-    """LFM2's MLP size: block_ff_dim, adjusted to 2/3, times the multiplier, rounded up to block_multiple_of."""
+    """LFM2's MLP size: block_ff_dim, adjusted to 2/3, times the multiplier, rounded up to
+    block_multiple_of."""
     size = read_int(cfg, "block_ff_dim", default=cfg.get("intermediate_size"))
     if cfg.get("block_auto_adjust_ff_dim", True):
         size = int(2 * size / 3)

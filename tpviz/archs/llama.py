@@ -10,8 +10,8 @@ PHI3 = replace(LLAMA, qkv_fused="qkv_proj", gate_up_fused="gate_up_proj")
 
 
 def llama4_fields(cfg: dict) -> dict:
-    """Llama-4: the experts and the shared expert use intermediate_size, the dense MLP intermediate_size_mlp; every
-    4th layer is NoPE when no_rope_layers is not given (transformers' default)."""
+    """Llama-4: the experts and the shared expert use intermediate_size, the dense MLP intermediate_size_mlp;
+    every 4th layer is NoPE when no_rope_layers is not given (transformers' default)."""
     n = cfg.get("num_hidden_layers")
     if not cfg.get("no_rope_layers") and isinstance(n, int) and 0 < n <= 100_000:
         cfg["no_rope_layers"] = [int((i + 1) % cfg.get("no_rope_layer_interval", 4) != 0) for i in range(n)]
@@ -23,13 +23,16 @@ def llama4_fields(cfg: dict) -> dict:
 
 RECORDS = [
     Arch("llama", live="llama"),
-    # MistralForCausalLM / MixtralForCausalLM: no attention biases whatever the config says (transformers' models)
+    # MistralForCausalLM / MixtralForCausalLM: no attention biases whatever the config says (transformers'
+    # models)
     Arch("mistral", "MistralForCausalLM", qkv_bias=False, o_bias=False, window="model_wide", live="llama"),
-    Arch("mixtral", "MixtralForCausalLM", MIXTRAL, qkv_bias=False, o_bias=False, window="model_wide", live="llama",
-         live_moe=True, needs_experts=True, routing="fp32"),
+    Arch("mixtral", "MixtralForCausalLM", MIXTRAL, qkv_bias=False, o_bias=False,
+         window="model_wide", live="llama", live_moe=True, needs_experts=True, routing="fp32"),
     Arch("phi3", "Phi3ForCausalLM", PHI3, window="model_wide", live="llama", hf_partial_rotary=True,
-         hf_extra=(("pad_token_id", None), ("eos_token_id", None))),  # transformers' 32000 may lie past the vocab
-    Arch("llama4", "Llama4ForConditionalGeneration", text_model="llama4_text", adapt=llama4_fields, chunk=8192),
+         # transformers' 32000 may lie past the vocab
+         hf_extra=(("pad_token_id", None), ("eos_token_id", None))),
+    Arch("llama4", "Llama4ForConditionalGeneration", text_model="llama4_text",
+         adapt=llama4_fields, chunk=8192),
     Arch("llama4_text", "Llama4ForCausalLM", adapt=llama4_fields, chunk=8192),
     Arch("nemotron-nas", "DeciLMForCausalLM"),  # its block_configs give each layer's attention and FFN
 ]

@@ -1,5 +1,5 @@
 """Checkpoint names of each architecture, as data; '*' is the layer (or expert) index."""
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 
 @dataclass(frozen=True)
@@ -18,7 +18,8 @@ class Names:
     v: str = "v_proj"
     o: str = "o_proj"
     qkv_fused: str | None = None  # fused on disk (Phi-3, ChatGLM, the classic decoders)
-    qkv_order: str = "qkv"  # how a fused qkv is laid out on disk: qkv, per_head (NeoX, BLOOM), per_kv_group (Falcon)
+    # how a fused qkv is laid out on disk: qkv, per_head (NeoX, BLOOM), per_kv_group (Falcon)
+    qkv_order: str = "qkv"
     conv1d: bool = False  # GPT-2 style Conv1D weights, stored transposed [in, out]
     q_norm: str = "q_norm"
     k_norm: str = "k_norm"

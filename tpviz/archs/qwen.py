@@ -1,7 +1,8 @@
 """Qwen2, Qwen3 and their MoE, Qwen3-Next and Qwen3.5 (vLLM 0.33 models/qwen2*.py, qwen3*.py, qwen3_next.py).
 
-Qwen2 puts biases on q/k/v but not o; Qwen3 norms q and k per head; the Qwen MoE blocks refuse tp above the expert
-count; windows apply only as transformers and vLLM's Qwen2Model read use_sliding_window (config/windows.py)."""
+Qwen2 puts biases on q/k/v but not o; Qwen3 norms q and k per head; the Qwen MoE blocks refuse tp above the
+expert count; windows apply only as transformers and vLLM's Qwen2Model read use_sliding_window
+(config/windows.py)."""
 from dataclasses import replace
 
 from tpviz.archs.base import Arch
@@ -10,12 +11,13 @@ from tpviz.archs.names import LLAMA
 GATED_SHARED = replace(LLAMA, shared_gate="shared_expert_gate")  # the shared expert's sigmoid gate
 
 RECORDS = [
-    Arch("qwen2", "Qwen2ForCausalLM", qkv_bias=True, o_bias=False, window="qwen2", window_flag=True, live="llama"),
+    Arch("qwen2", "Qwen2ForCausalLM", qkv_bias=True, o_bias=False, window="qwen2",
+         window_flag=True, live="llama"),
     Arch("qwen2_moe", "Qwen2MoeForCausalLM", GATED_SHARED, qkv_bias=True, o_bias=False, window="qwen2_moe",
          window_flag=True, moe_tp_limit=True, live="llama", live_moe=True, live_shared=True),
     Arch("qwen3", "Qwen3ForCausalLM", qk_norm="head", window="qwen2", window_flag=True, live="llama"),
-    Arch("qwen3_moe", "Qwen3MoeForCausalLM", qk_norm="head", window="qwen3_moe", window_flag=True, moe_tp_limit=True,
-         live="llama", live_moe=True),
+    Arch("qwen3_moe", "Qwen3MoeForCausalLM", qk_norm="head", window="qwen3_moe",
+         window_flag=True, moe_tp_limit=True, live="llama", live_moe=True),
     Arch("qwen3_next", "Qwen3NextForCausalLM", GATED_SHARED, qk_norm="head", output_gate=True,
          full_attention_interval=4, window_flag=True, moe_tp_limit=True),
     *(Arch(t, c, text_model=text, qk_norm="head", output_gate=True, deltanet_split=True, window_flag=True,

@@ -24,18 +24,23 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--rules", choices=RULES, default="vllm")
     p.add_argument("--json", metavar="PATH", help="write the shard map (schema tpviz.shardmap/4)")
     p.add_argument("--png", metavar="DIR", help="write one PNG per figure into DIR")
-    p.add_argument("--dtype", choices=SERVE_DTYPES, default="auto", help="weight dtype served (auto: float32 -> bf16)")
+    p.add_argument("--dtype", choices=SERVE_DTYPES, default="auto",
+                   help="weight dtype served (auto: float32 -> bf16)")
     p.add_argument("--kv-cache-dtype", choices=list(KV_DTYPES), default="auto")
-    p.add_argument("--gpu-mem", type=float, metavar="GIB", help="GPU memory: print whether it fits and how many sequences")
+    p.add_argument("--gpu-mem", type=float, metavar="GIB",
+                   help="GPU memory: print whether it fits and how many sequences")
     p.add_argument("--util", type=float, help="gpu_memory_utilization with --gpu-mem (default 0.9)")
     p.add_argument("--context", type=int, help="tokens per sequence with --gpu-mem (default 8192)")
-    p.add_argument("--concurrency", type=int, help="sequences that should fit at once, with --gpu-mem (default 1)")
+    p.add_argument("--concurrency", type=int,
+                   help="sequences that should fit at once, with --gpu-mem (default 1)")
     p.add_argument("--pp", type=int, default=1, help="pipeline stages (vLLM's partition of the layers)")
     p.add_argument("--dp", type=int, default=1, help="data-parallel replicas")
     p.add_argument("--ep", action="store_true", help="expert parallelism: whole experts on the tp x dp GPUs")
-    p.add_argument("--placement", choices=ruleset().placements, help="expert placement with --ep (default linear)")
+    p.add_argument("--placement", choices=ruleset().placements,
+                   help="expert placement with --ep (default linear)")
     p.set_defaults(command_module="map", func="cmd_map")
-    p = sub.add_parser("valid", help="which tp sizes work, under every rule set (vLLM 0.33, vLLM 0.28, nano-vllm)")
+    p = sub.add_parser("valid",
+                       help="which tp sizes work, under every rule set (vLLM 0.33, vLLM 0.28, nano-vllm)")
     p.add_argument("model")
     p.add_argument("--max-tp", type=int, default=64, help="the largest tp size tried (default 64)")
     p.add_argument("--json", action="store_true", help="print the table as JSON (schema tpviz.valid/1)")
@@ -49,7 +54,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--context", type=int, default=8192, help="tokens per sequence")
     p.add_argument("--json", action="store_true", help="print the plan as JSON (schema tpviz.plan/1)")
     p.set_defaults(command_module="tables", func="cmd_plan")
-    sub.add_parser("verify", help="run a real TP forward pass and check it against one device (see verify -h)",
+    sub.add_parser("verify",
+                   help="run a real TP forward pass and check it against one device (see verify -h)",
                    add_help=False)
     return parser
 
@@ -76,7 +82,8 @@ def main(argv: list[str] | None = None) -> int:
 
 def leave(code: int) -> None:
     """Exit with `code`; when a timed-out tp=1 run is still inside torch on its abandoned thread, skip the
-    interpreter's shutdown, which would abort on it (SIGABRT, "terminate called without an active exception")."""
+    interpreter's shutdown, which would abort on it (SIGABRT, "terminate called without an active
+    exception")."""
     if any(t.name == "tpviz-in-process" and t.is_alive() for t in threading.enumerate()):
         sys.stdout.flush()
         sys.stderr.flush()

@@ -1,5 +1,5 @@
-"""`python -m tpviz map MODEL --tp N`: every tensor's pieces per rank, per-rank memory, a deployment's GPUs, and
-whether it fits; --json and --png write the exports."""
+"""`python -m tpviz map MODEL --tp N`: every tensor's pieces per rank, per-rank memory, a deployment's GPUs,
+and whether it fits; --json and --png write the exports."""
 from pathlib import Path
 
 from tpviz.cli.outpaths import writable_file, writable_folder
@@ -33,25 +33,32 @@ def _ranges(t: TensorMap, tp: int) -> str:
 def summary(m: ShardMap) -> str:
     """A compact per-tensor table and per-rank memory, as the `map` command prints it."""
     spec = m.model
-    lines = [f"{spec.name}  tp={m.tp_size}  rules={m.rules.name}  ({spec.num_hidden_layers} layers, {spec.dtype})"]
+    lines = [f"{spec.name}  tp={m.tp_size}  rules={m.rules.name}  ({spec.num_hidden_layers} "
+             f"layers, {spec.dtype})"]
     if len(m.groups) > 1:
-        lines += [f"group {i + 1}: layers {layer_span(g.layers)} ({len(g.layers)}): {g.label}" for i, g in enumerate(m.groups)]
+        lines += [f"group {i + 1}: layers {layer_span(g.layers)} ({len(g.layers)}): {g.label}" for i,
+                  g in enumerate(m.groups)]
     width = max(len(t.name) for t in m.tensors)
     for t in m.tensors:
         split = "-" if t.split_dim is None else f"dim{t.split_dim}"
         shard = "" if t.shard_id is None else f"[{t.shard_id}]"
         shape = "x".join(map(str, t.shape))
         where = f"  [layers {layer_span(t.layers, 4)}]" if t.layers and len(m.groups) > 1 else ""
-        lines.append(f"{t.name:<{width}}  {shape:>13}  {split:<4}  {t.layer_class + shard:<30}  {_ranges(t, m.tp_size)}{where}")
+        lines.append(f"{t.name:<{width}}  {shape:>13}  {split:<4}  {t.layer_class + shard:<30}  "
+                     f"{_ranges(t, m.tp_size)}{where}")
     naive = m.total_weight_bytes / m.tp_size
     if m.deployment:  # the layout's own per-GPU lines follow; these are the plain tp split they start from
-        lines.append(f"tp only, every layer on each rank (the layout {m.deployment.label} below places them):")
+        lines.append("tp only, every layer on each rank (the layout "
+                     f"{m.deployment.label} below places them):")
     for r in m.ranks:
-        windowed = "".join(f" + {fmt_bytes(w['bytes_per_token'])}/token up to {w['window']} tokens ({w['layers']} "
-                           f"{w['kind'].split('_')[0]} layers)" for w in r.kv_cache_windowed)
-        state = f", state {fmt_bytes(r.state_bytes_per_sequence)}/sequence" if r.state_bytes_per_sequence else ""
-        lines.append(f"rank {r.rank}: weights {fmt_bytes(r.weight_bytes)} (naive total/tp {fmt_bytes(naive)}), "
-                     f"KV cache {fmt_bytes(r.kv_cache_bytes_per_token)}/token{windowed}{state}")
+        windowed = "".join(f" + {fmt_bytes(w['bytes_per_token'])}/token up to {w['window']} "
+                           f"tokens ({w['layers']} {w['kind'].split('_')[0]} layers)"
+                           for w in r.kv_cache_windowed)
+        state = (f", state {fmt_bytes(r.state_bytes_per_sequence)}/sequence"
+                 if r.state_bytes_per_sequence else "")
+        lines.append(f"rank {r.rank}: weights {fmt_bytes(r.weight_bytes)} (naive total/tp "
+                     f"{fmt_bytes(naive)}), KV cache "
+                     f"{fmt_bytes(r.kv_cache_bytes_per_token)}/token{windowed}{state}")
     for note in spec.notes:
         lines.append(f"note: {note}")
     return "\n".join(lines)
@@ -59,14 +66,16 @@ def summary(m: ShardMap) -> str:
 
 def fit_line(m: ShardMap, args) -> str:
     """One line: does it fit on these GPUs, and how many sequences of the context."""
-    f = fit(m, args.gpu_mem, args.util, args.context, args.concurrency, layout=m.deployment.layout if m.deployment else None)
+    f = fit(m, args.gpu_mem, args.util, args.context, args.concurrency,
+            layout=m.deployment.layout if m.deployment else None)
     if f.room <= 0:
         return (f"fit: does not fit: {fmt_bytes(f.weights)} of weights on the fullest GPU, vLLM may use "
                 f"{fmt_bytes(f.usable)} of {args.gpu_mem:g} GiB at gpu_memory_utilization {args.util:g}")
     tokens = f" = {f.kv_tokens:,} KV-cache tokens" if f.kv_tokens is not None else ""
     return "\n".join([
-        f"fit: {fmt_bytes(f.room)} left for KV cache per GPU{tokens}; {f.max_sequences:,} concurrent sequences of "
-        f"{f.context:,} tokens ({'enough for' if f.fits else 'fewer than'} the {args.concurrency:,} asked for)",
+        f"fit: {fmt_bytes(f.room)} left for KV cache per GPU{tokens}; {f.max_sequences:,} "
+        f"concurrent sequences of {f.context:,} tokens ({'enough for' if f.fits else 'fewer than'} the "
+        f"{args.concurrency:,} asked for)",
         *(f"note: {note}" for note in ([f.note] if f.note else []) + sizing_notes(m.model, m.rules))])
 
 
@@ -99,7 +108,8 @@ def layout_lines(d: Deployment) -> str:
 def cmd_map(args) -> int:
     fit_flags = {"util": 0.9, "context": 8192, "concurrency": 1}  # their defaults: they size the KV cache
     if args.gpu_mem is None and (given := [f"--{k}" for k in fit_flags if getattr(args, k) is not None]):
-        raise TpvizError(f"{', '.join(given)} only apply with --gpu-mem GIB (they size the KV cache on a GPU)")
+        raise TpvizError(f"{', '.join(given)} only apply with --gpu-mem GIB (they size "
+                         "the KV cache on a GPU)")
     for k, default in fit_flags.items():
         setattr(args, k, default if getattr(args, k) is None else getattr(args, k))
     args.placement = placement_flag(args.placement, args.ep)
@@ -151,14 +161,15 @@ def with_valid_sizes(e: TPSizeError, spec: ModelSpec, rules: str) -> TpvizError:
 
 
 def ep_only(args, lay: Deployment, refused: TPSizeError) -> int:
-    """A layout that exists only with EP: its GPUs, without the per-tensor map (which cuts every expert by tp)."""
+    """A layout that exists only with EP: its GPUs, without the per-tensor map (which cuts every expert by
+    tp)."""
     if args.json or args.png or args.gpu_mem is not None:
-        raise TpvizError(f"at tp={args.tp} the experts cannot be cut by tp, so only the EP layout exists; --json, "
-                         "--png and --gpu-mem need the per-tensor map, which cuts them: drop those, or pick a tp the "
-                         "experts split by")
+        raise TpvizError(f"at tp={args.tp} the experts cannot be cut by tp, so only the EP "
+                         "layout exists; --json, --png and --gpu-mem need the per-tensor map, "
+                         "which cuts them: drop those, or pick a tp the experts split by")
     print(f"{lay.label}: without EP, {refused.reason.rstrip('.')}; with EP every "
-          "routed expert stays whole on one GPU, so the per-tensor map (which cuts them by tp) is not drawn: the "
-          "GPUs below are the layout vLLM runs")
+          "routed expert stays whole on one GPU, so the per-tensor map (which cuts them by "
+          "tp) is not drawn: the GPUs below are the layout vLLM runs")
     for w in lay.warnings:
         print(f"warning: {w}")
     print(layout_lines(lay))

@@ -1,5 +1,5 @@
-"""Output paths (--json, --png, --dump-logits) checked before any work: a typo costs one line, not a finished run
-whose result cannot be written."""
+"""Output paths (--json, --png, --dump-logits) checked before any work: a typo costs one line, not a finished
+run whose result cannot be written."""
 import os
 from pathlib import Path
 
@@ -14,8 +14,8 @@ def _nearest_existing(p: Path) -> Path:
 
 
 def writable_file(path: str, flag: str, example: str) -> None:
-    """Raise one line unless `path` names a file that can be written: not empty, not a folder, in a folder that
-    exists and may be written to. `example`: a file name to suggest when a folder was given."""
+    """Raise one line unless `path` names a file that can be written: not empty, not a folder, in a folder
+    that exists and may be written to. `example`: a file name to suggest when a folder was given."""
     if not path.strip():
         raise TpvizError(f"{flag} needs a path, got an empty one")
     p = Path(path)

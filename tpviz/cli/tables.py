@@ -1,5 +1,5 @@
-"""`python -m tpviz valid MODEL` (which tp sizes work under every rule set) and `plan MODEL --gpus N` (every layout of
-N GPUs, ranked)."""
+"""`python -m tpviz valid MODEL` (which tp sizes work under every rule set) and `plan MODEL --gpus N` (every
+layout of N GPUs, ranked)."""
 import json
 
 from tpviz.config.sources import load_spec
@@ -27,20 +27,22 @@ def cmd_valid(args) -> int:
     name, rows = valid_table(spec, args.max_tp)
     notes = {r.name: r.model_notes(spec.model_type) for r in RULE_SETS.values()}  # what an engine never runs
     if args.json:
-        print(json.dumps({"schema": "tpviz.valid/1", "model": name, "rules": {r: RULE_SETS[r].label for r in RULES},
+        print(json.dumps({"schema": "tpviz.valid/1", "model": name,
+                          "rules": {r: RULE_SETS[r].label for r in RULES},
                           "notes": {r: n for r, n in notes.items() if n},
                           "rows": [{"tp": row.tp, **{r: {"valid": row.valid(r), "problem": row.problems[r],
                                                             "warnings": row.warnings.get(r, [])}
                                                            for r in RULES}} for row in rows]}, indent=1))
         return 0
     print(f"{name}: valid tp sizes")
-    cells = [["valid" + (" (warning below)" if row.warnings.get(r) else "") if row.valid(r) else row.problems[r]
-              for r in RULES] for row in rows]
+    cells = [["valid" + (" (warning below)" if row.warnings.get(r) else "") if row.valid(r)
+              else row.problems[r] for r in RULES] for row in rows]
     widths = [max(len(RULE_SETS[r].label), *(len(c[i]) for c in cells)) for i, r in enumerate(RULES)]
     print(f"{'tp':>4}  " + "  ".join(f"{RULE_SETS[r].label:<{w}}" for r, w in zip(RULES, widths)).rstrip())
     for row, cell in zip(rows, cells):
         print(f"{row.tp:>4}  " + "  ".join(f"{c:<{w}}" for c, w in zip(cell, widths)).rstrip())
-    print_warnings({w for row in rows for ws in row.warnings.values() for w in ws}, "valid --json gives each tp's")
+    print_warnings({w for row in rows for ws in row.warnings.values() for w in ws},
+                   "valid --json gives each tp's")
     for r, lines in notes.items():
         for line in lines:
             print(f"note ({RULE_SETS[r].label} column): {line}")
@@ -48,25 +50,31 @@ def cmd_valid(args) -> int:
 
 
 def cmd_plan(args) -> int:
-    """Every layout of --gpus GPUs: accepted ones ranked (fits, then KV room), rejected ones with their rule."""
+    """Every layout of --gpus GPUs: accepted ones ranked (fits, then KV room), rejected ones with their
+    rule."""
     spec = load_spec(args.model)
     rows = rank_layouts(spec, args.gpus, args.gpu_mem, args.rules, args.util, args.context)
     notes = plan_notes(spec, args.rules, any(r.fits for r in rows), args.context)
     if args.json:
-        print(json.dumps({"schema": "tpviz.plan/1", "model": spec.name, "rules": args.rules, "engine": ruleset(args.rules).label,
+        print(json.dumps({"schema": "tpviz.plan/1", "model": spec.name, "rules": args.rules,
+                          "engine": ruleset(args.rules).label,
                           "gpus": args.gpus, "gpu_mem_gib": args.gpu_mem, "utilization": args.util,
                           "context": args.context, "notes": notes, "layouts": plan_rows(rows)}, indent=1))
         return 0
     context = capped_context(spec, args.context)[0]
-    print(f"{spec.name} on {args.gpus} × {args.gpu_mem:g} GiB ({ruleset(args.rules).label} rules, context {context:,})")
-    print(f"{'layout':<28} {'weights/GPU':>12} {'KV tokens':>11} {'sequences':>10} {'comm/token':>11}  verdict")
+    print(f"{spec.name} on {args.gpus} × {args.gpu_mem:g} GiB ({ruleset(args.rules).label} rules, "
+          f"context {context:,})")
+    print(f"{'layout':<28} {'weights/GPU':>12} {'KV tokens':>11} {'sequences':>10} "
+          f"{'comm/token':>11}  verdict")
     for r in rows:
         verdict = ("fits" if r.fits else "does not fit") + (" (warning below)" if r.warnings else "") \
             if r.problem is None else f"rejected: {r.problem}"
-        numbers = (f"{fmt_bytes(r.weights):>12} {r.kv_tokens:>11,} {r.max_sequences:>10,} {fmt_bytes(r.comm_per_token):>11}"
+        numbers = (f"{fmt_bytes(r.weights):>12} {r.kv_tokens:>11,} {r.max_sequences:>10,} "
+                   f"{fmt_bytes(r.comm_per_token):>11}"
                    if r.problem is None else f"{'':>12} {'':>11} {'':>10} {'':>11}")
         print(f"{r.layout.label:<28} {numbers}  {verdict}")
-    print_warnings({w for r in rows if r.problem is None for w in r.warnings}, "plan --json gives each layout's")
+    print_warnings({w for r in rows if r.problem is None for w in r.warnings},
+                   "plan --json gives each layout's")
     for note in notes:
         print(f"note: {note}")
     return 0

@@ -21,7 +21,7 @@ from tpviz.live.load.inputs import read_input_ids, write_logits
 from tpviz.live.run.runner import choose_backend
 from tpviz.live.run.runner import interrupt_on_sigterm
 from tpviz.live.run.torchrun import SharedError, launched_by_torchrun, torchrun_rank
-from tpviz.live.run.torchrun import launched_by_torchrun, verify_torchrun
+from tpviz.live.run.torchrun import verify_torchrun
 from tpviz.deploy.parallel import placement_flag
 from tpviz.rules import ruleset
 
@@ -39,22 +39,33 @@ class _Parser(argparse.ArgumentParser):
 
 def build_parser() -> argparse.ArgumentParser:
     """The verify command line."""
-    p = _Parser(prog="tpviz verify", description="Run MODEL split over tp ranks and check it against one device.")
-    p.add_argument("model", help="checkpoint folder, preset/hub id (its safetensors are downloaded into the Hugging "
+    p = _Parser(prog="tpviz verify",
+                description="Run MODEL split over tp ranks and check it against one device.")
+    p.add_argument("model",
+                   help="checkpoint folder, preset/hub id (its safetensors are downloaded into the Hugging "
                                  "Face cache), or config.json (random weights)")
-    p.add_argument("--tp", type=int, default=None, help="tensor-parallel size (default: WORLD_SIZE under torchrun)")
-    p.add_argument("--pp", type=int, default=1, help="pipeline stages of tp ranks each, passing hidden states on")
-    p.add_argument("--ep", action="store_true", help="expert parallelism: routed experts whole on the tp ranks")
+    p.add_argument("--tp", type=int, default=None,
+                   help="tensor-parallel size (default: WORLD_SIZE under torchrun)")
+    p.add_argument("--pp", type=int, default=1,
+                   help="pipeline stages of tp ranks each, passing hidden states on")
+    p.add_argument("--ep", action="store_true",
+                   help="expert parallelism: routed experts whole on the tp ranks")
     p.add_argument("--placement", choices=ruleset().placements, default=None,
                    help="how experts are placed on the ranks with --ep")
     p.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto")
     p.add_argument("--dtype", choices=["auto", "float32", "bfloat16", "float16"], default="float32",
-                   help="the run's dtype; auto: the dtype the checkpoint is stored in (float32 checks exactly)")
-    p.add_argument("--input-ids", metavar="FILE", help=".safetensors with int64 input_ids [batch, seq], or .json")
-    p.add_argument("--prompt", metavar="TEXT", help="text input, tokenized with the checkpoint's own tokenizer "
-                                                    "(a checkpoint without one takes token ids such as '1 2 3')")
-    p.add_argument("--generate", type=int, metavar="N", help="also continue the prompt (or one row of --input-ids) "
-                                                              "by N greedy tokens on TP and on tp=1, side by side")
+                   help="the run's dtype; auto: the dtype the checkpoint is stored in "
+                        "(float32 checks exactly)")
+    p.add_argument("--input-ids", metavar="FILE",
+                   help=".safetensors with int64 input_ids [batch, seq], or .json")
+    p.add_argument("--prompt", metavar="TEXT",
+                   help="text input, tokenized with the checkpoint's own tokenizer "
+                                                    "(a checkpoint without one takes token "
+                                                    "ids such as '1 2 3')")
+    p.add_argument("--generate", type=int, metavar="N",
+                   help="also continue the prompt (or one row of --input-ids) "
+                                                              "by N greedy tokens on TP and "
+                                                              "on tp=1, side by side")
     p.add_argument("--dump-logits", metavar="FILE", help="write the TP run's float32 logits as safetensors")
     p.add_argument("--inject", action="append", choices=list(INJECTIONS), default=[], help="inject a TP bug")
     p.add_argument("--json", metavar="FILE", help="write the full result as JSON ('-' for stdout)")
@@ -66,24 +77,29 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=0, help="seed for random weights and random input ids")
     p.add_argument("--timeout", type=float, default=300.0, help="seconds before a hung group is stopped")
     p.add_argument("--quiet", action="store_true", help="print only the verdict line")
-    p.add_argument("--dry-run", action="store_true", help="print the memory estimate (weights per rank and in the "
-                                                          "tp=1 reference) and exit: nothing is downloaded or run")
+    p.add_argument("--dry-run", action="store_true",
+                   help="print the memory estimate (weights per rank and in the "
+                                                          "tp=1 reference) and exit: nothing "
+                                                          "is downloaded or run")
     return p
 
 
 def dry_run(args, ids) -> None:
-    """--dry-run: print the memory estimate, refusing as the run itself would; nothing is downloaded or run."""
+    """--dry-run: print the memory estimate, refusing as the run itself would; nothing is downloaded or
+    run."""
     for flag, value in (("--tp", args.tp), ("--pp", args.pp)):
         if value < 1:
             raise TpvizError(f"{flag} {value} must be a positive integer")
     env = choose_backend(args.tp * args.pp, args.device)
     shape = input_shape(ids, args.batch, args.seq_len, args.prompt, args.generate)
-    est = plan_memory(args.model, args.tp, pp=args.pp, ep=args.ep, placement=args.placement, layers=args.layers,
-                      dtype=args.dtype, device=env.device, gpus=len(env.gpus), random_weights=args.random_weights,
-                      input_shape=shape)
+    est = plan_memory(args.model, args.tp, pp=args.pp, ep=args.ep,
+                      placement=args.placement, layers=args.layers,
+                      dtype=args.dtype, device=env.device, gpus=len(env.gpus),
+                      random_weights=args.random_weights, input_shape=shape)
     available = available_memory(env.device, len(env.gpus))
     what = "the prompt's own tokens, " if args.prompt is not None else ""
-    print(f"memory estimate: {est.summary(available)}\n(not counted: {what}each process's own torch and CUDA context)")
+    print(f"memory estimate: {est.summary(available)}\n(not counted: {what}each process's own "
+          "torch and CUDA context)")
     check_memory(est, available)
 
 
@@ -101,7 +117,8 @@ def _run(args) -> int:
     args.placement = placement_flag(args.placement, args.ep)
     # read early so a bad file fails before any rank starts; the vocabulary range is checked with the model
     input_ids = read_input_ids(args.input_ids) if args.input_ids else None
-    options = dict(device=args.device, dtype=args.dtype, input_ids=input_ids, inject=args.inject, layers=args.layers,
+    options = dict(device=args.device, dtype=args.dtype, input_ids=input_ids,
+                   inject=args.inject, layers=args.layers,
                    seed=args.seed, batch=args.batch, seq_len=args.seq_len, timeout=args.timeout, pp=args.pp,
                    ep=args.ep, placement=args.placement, random_weights=args.random_weights,
                    download_progress=download_progress(), prompt=args.prompt, generate=args.generate or 0)
@@ -118,7 +135,8 @@ def _run(args) -> int:
     else:
         result, logits = verify(args.model, args.tp, **options)
     if args.quiet:  # still say when an injection could not do anything
-        print("\n".join([result.headline(), *(f"  note: {n}" for n in result.notes if n.startswith("--inject"))]))
+        print("\n".join([result.headline(),
+                         *(f"  note: {n}" for n in result.notes if n.startswith("--inject"))]))
         if result.generation is not None:
             print(f"  generated: {result.generation.divergence(result.layout)}")
     else:
@@ -150,8 +168,8 @@ def download_progress():
         elif done >= total:
             if not state["ended"]:
                 state["ended"] = True
-                print(f"tpviz verify: downloaded in {time.perf_counter() - state['start']:.0f} s", file=sys.stderr,
-                      flush=True)
+                print(f"tpviz verify: downloaded in {time.perf_counter() - state['start']:.0f} s",
+                      file=sys.stderr, flush=True)
         elif not tty and (step := int(10 * done / max(total, 1))) > state["step"]:
             state["step"] = step
             print(f"tpviz verify:   {10 * step}% of {human_size(total)}", file=sys.stderr, flush=True)

@@ -1,8 +1,8 @@
 """Typed reads of config.json fields: each wrong type or implausible value is one line naming the key."""
 from tpviz.errors import ConfigError, MissingFieldError
 
-# plausibility limit on any one dim, far above any real model (hidden 18k, 126 layers): larger means a broken config,
-# and it keeps the cost of a map bounded
+# plausibility limit on any one dim, far above any real model (hidden 18k, 126 layers): larger means a broken
+# config, and it keeps the cost of a map bounded
 MAX_DIM = 1 << 19
 
 
@@ -24,8 +24,8 @@ def json_type(value) -> str:
 
 
 def read_int(cfg: dict, *keys, default=None, minimum: int = 1, maximum: int = 0) -> int:
-    """An integer in [minimum, maximum or MAX_DIM] from the first key the config sets; missing and no default: one
-    line naming it."""
+    """An integer in [minimum, maximum or MAX_DIM] from the first key the config sets; missing and no default:
+    one line naming it."""
     value = pick(cfg, *keys, default=default)
     if value is None:
         also = f" (also looked for {', '.join(keys[1:])})" if len(keys) > 1 else ""

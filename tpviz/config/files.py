@@ -39,7 +39,8 @@ QUANT_FILE = "hf_quant_config.json"
 
 
 def with_quant_file(cfg: dict, quant_file: dict) -> dict:
-    """A config whose quantization lives in hf_quant_config.json ({"producer": ..., "quantization": {...}})."""
+    """A config whose quantization lives in hf_quant_config.json ({"producer": ..., "quantization":
+    {...}})."""
     q = quant_file.get("quantization", quant_file)
     if not isinstance(q, dict):
         raise ConfigError(f"{QUANT_FILE} has no 'quantization' object")

@@ -1,7 +1,8 @@
-"""Configs as vLLM reads them: through transformers' config class for their model_type, built from the JSON dict
-alone (never remote code), so its attribute maps (n_embd, n_embed -> hidden_size) and its defaults (GPT-2's
-n_positions 1024, Mistral's sliding_window 4096) hold as they do for the engine. A model_type transformers has no
-class for (ChatGLM, Llama-Nemotron's DeciLM, custom ones) is read as given, by tpviz's own readers."""
+"""Configs as vLLM reads them: through transformers' config class for their model_type, built from the JSON
+dict alone (never remote code), so its attribute maps (n_embd, n_embed -> hidden_size) and its defaults
+(GPT-2's n_positions 1024, Mistral's sliding_window 4096) hold as they do for the engine. A model_type
+transformers has no class for (ChatGLM, Llama-Nemotron's DeciLM, custom ones) is read as given, by tpviz's own
+readers."""
 import json
 import logging
 import warnings
@@ -22,7 +23,8 @@ DIMENSIONS = {"hidden_size": ("hidden_size", "n_embd", "n_embed", "d_model", "mo
 
 @contextmanager
 def quiet():
-    """transformers' config classes log and warn about odd fields; the map says what matters, in its own notes."""
+    """transformers' config classes log and warn about odd fields; the map says what matters, in its own
+    notes."""
     logger = logging.getLogger("transformers")
     level, logger.level = logger.level, logging.ERROR
     try:
@@ -37,14 +39,15 @@ def config_class(model_type: object):
     """transformers' config class for a model_type, or None when it has none."""
     if not isinstance(model_type, str):
         return None
-    # start-up: transformers (and the torch it imports) loads only when a config is read, not on `import tpviz`
+    # start-up: transformers (and the torch it imports) loads only when a config is read, not on `import
+    # tpviz`
     from transformers.models.auto.configuration_auto import CONFIG_MAPPING, CONFIG_MAPPING_NAMES
     return CONFIG_MAPPING[model_type] if model_type in CONFIG_MAPPING_NAMES else None
 
 
 def as_dict(config) -> dict:
-    """A config object as the dict tpviz reads: every attribute (defaults included) and, beside the class's own
-    names, the common names its attribute_map gives them (hidden_size for n_embd); sub-configs alike."""
+    """A config object as the dict tpviz reads: every attribute (defaults included) and, beside the class's
+    own names, the common names its attribute_map gives them (hidden_size for n_embd); sub-configs alike."""
     out = config.to_dict()
     for alias in getattr(config, "attribute_map", {}):
         value = getattr(config, alias, None)
@@ -82,9 +85,9 @@ def _read(text: str) -> tuple[dict, str | None]:
 
 
 def merged(given: dict, read: dict) -> dict:
-    """The class's reading over the config as given, sub-configs alike: what the class turns into properties or
-    moves elsewhere (Nemotron-H's hybrid_override_pattern, Gemma-4's global head sizes) stays as given, and a
-    dimension the config does not give is left out rather than taken from the class's defaults."""
+    """The class's reading over the config as given, sub-configs alike: what the class turns into properties
+    or moves elsewhere (Nemotron-H's hybrid_override_pattern, Gemma-4's global head sizes) stays as given, and
+    a dimension the config does not give is left out rather than taken from the class's defaults."""
     out = {**given, **read, **{k: given[k] for k in KEPT if k in given}}
     for names in DIMENSIONS.values():
         if not any(given.get(n) is not None for n in names):

@@ -1,13 +1,15 @@
-"""Fetch a Hugging Face repo's config.json and safetensors index: cache first, then the hub, fast when offline.
+"""Fetch a Hugging Face repo's config.json and safetensors index: cache first, then the hub, fast when
+offline.
 
 Only JSON is read (json.loads); nothing from the repo is ever executed. Every failure
 becomes a one-line tpviz.errors.SourceError / HubError.
 
 What is here and huggingface_hub does not do: a 2 s TCP probe before any download (offline, hf_hub_download
 retries DNS for ~23 s, and a dropping network waits up to 60 s per try); the environment re-read at call time
-(the library reads HF_HUB_OFFLINE / HF_HOME / HF_ENDPOINT once, at import); the repo-id check before any request;
-and one line per failure (its errors, and httpx's, which are not OSErrors). Downloads, the cache layout and the
-cache lookups are the library's (hf_hub_download, try_to_load_from_cache, get_safetensors_metadata).
+(the library reads HF_HUB_OFFLINE / HF_HOME / HF_ENDPOINT once, at import); the repo-id check before any
+request; and one line per failure (its errors, and httpx's, which are not OSErrors). Downloads, the cache
+layout and the cache lookups are the library's (hf_hub_download, try_to_load_from_cache,
+get_safetensors_metadata).
 """
 
 from __future__ import annotations
@@ -91,7 +93,8 @@ def validate_repo_id(repo_id: object) -> str:
     if not _REPO_ID.fullmatch(text) or "--" in text or ".." in text:
         shown = repr(repo_id)[:120]
         raise SourceError(
-            f"{shown} is not a Hugging Face repo id: expected owner/name using letters, digits, '-', '_' or '.'"
+            f"{shown} is not a Hugging Face repo id: expected owner/name using letters, "
+            "digits, '-', '_' or '.'"
         )
     return text
 
@@ -165,7 +168,8 @@ def _unreachable(endpoint: str, repo_id: str) -> HubError:
 
 
 def _fetch(repo_id: str, filename: str, revision: str | None, timeout: float, missing_ok: bool) -> str | None:
-    """Local path of `filename` in the repo: from the cache, else downloaded; None if absent and missing_ok."""
+    """Local path of `filename` in the repo: from the cache, else downloaded; None if absent and
+    missing_ok."""
     repo_id = validate_repo_id(repo_id)
     revision = _validate_revision(revision)
     if constants is None:
@@ -213,7 +217,8 @@ def _is_missing_entry(exc: BaseException) -> bool:
     return isinstance(exc, EntryNotFoundError) and not isinstance(exc, LocalEntryNotFoundError)
 
 
-def _map_error(exc: BaseException, repo_id: str, filename: str, revision: str | None, endpoint: str) -> SourceError:
+def _map_error(exc: BaseException, repo_id: str, filename: str, revision: str | None,
+               endpoint: str) -> SourceError:
     """Translate a huggingface_hub / network exception into one tpviz error line."""
     # Order matters: GatedRepoError is a RepositoryNotFoundError, and most hub errors are OSErrors.
     if isinstance(exc, GatedRepoError):
@@ -237,14 +242,16 @@ def _map_error(exc: BaseException, repo_id: str, filename: str, revision: str | 
     if isinstance(exc, HfHubHTTPError):
         status = getattr(getattr(exc, "response", None), "status_code", "?")
         if status == 401:
-            return HubError(f"the Hugging Face hub refused {repo_id} (HTTP 401); set HF_TOKEN or run `hf auth login`")
+            return HubError(f"the Hugging Face hub refused {repo_id} (HTTP 401); set HF_TOKEN "
+                            "or run `hf auth login`")
         return HubError(f"the Hugging Face hub could not serve {filename} of {repo_id} (HTTP {status})")
     if isinstance(exc, HFValidationError):
-        return SourceError(f"{repo_id} / revision {revision!r} rejected by huggingface_hub: {_first_line(exc)}")
+        return SourceError(f"{repo_id} / revision {revision!r} rejected by "
+                           f"huggingface_hub: {_first_line(exc)}")
     if isinstance(exc, (OSError, TimeoutError) + _HTTP_ERRORS):
         return HubError(
-            f"cannot download {filename} of {repo_id} from {endpoint} ({type(exc).__name__}: {_first_line(exc)}); "
-            "pick a preset or a local config.json"
+            f"cannot download {filename} of {repo_id} from {endpoint} ({type(exc).__name__}: "
+            f"{_first_line(exc)}); pick a preset or a local config.json"
         )
     return HubError(f"reading {filename} of {repo_id} failed: {type(exc).__name__}: {_first_line(exc)}")
 

@@ -42,7 +42,8 @@ class Mixer:
 
     @property
     def weights(self) -> "Mixer":
-        """The part that decides the tensors: a sliding and a full attention layer of equal dims hold the same."""
+        """The part that decides the tensors: a sliding and a full attention layer of equal dims hold the
+        same."""
         if self.is_attention:
             return replace(self, kind="attention", window=0, rope=True)
         return self
@@ -50,7 +51,8 @@ class Mixer:
     @property
     def label(self) -> str:
         rope = "" if self.rope else ", no RoPE"
-        return {"attention": f"full attention{rope}", "sliding_attention": f"sliding attention ({self.window}){rope}",
+        return {"attention": f"full attention{rope}",
+                "sliding_attention": f"sliding attention ({self.window}){rope}",
                 "chunked_attention": f"chunked attention ({self.window}){rope}", "mla": "MLA attention",
                 "gated_deltanet": "Gated DeltaNet", "mamba2": "Mamba2", "short_conv": "short conv",
                 "none": "no mixer"}[self.kind]
@@ -107,7 +109,8 @@ def layer_list(cfg: dict, key: str, n: int, kinds: dict) -> list[str] | None:
     for v in value:
         kind = kinds.get(v) if isinstance(v, (str, int)) and not isinstance(v, bool) else None
         if kind is None:
-            raise ConfigError(f"{key} entry {v!r} is not a layer kind tpviz knows ({', '.join(map(str, kinds))})")
+            raise ConfigError(f"{key} entry {v!r} is not a layer kind tpviz knows "
+                              f"({', '.join(map(str, kinds))})")
         out.append(kind)
     return out
 

@@ -33,7 +33,8 @@ class Quant:
 
     @property
     def label(self) -> str:
-        extra = f" {self.block[0]}×{self.block[1]}" if self.block else (f", group {self.group}" if self.group > 0 else "")
+        extra = f" {self.block[0]}×{self.block[1]}" if self.block else (f", group {self.group}"
+                                                                        if self.group > 0 else "")
         return f"{SCHEMES[self.scheme]}{extra} ({self.method})"
 
     def quantizes(self, module: str) -> bool:
@@ -41,7 +42,8 @@ class Quant:
         return not any(_matches(module, pattern) for pattern in self.ignore)
 
     def to_dict(self) -> dict:
-        return {"method": self.method, "scheme": self.scheme, "block": list(self.block) if self.block else None,
+        return {"method": self.method, "scheme": self.scheme,
+                "block": list(self.block) if self.block else None,
                 "group": self.group, "bits": self.bits, "desc_act": self.desc_act, "label": self.label,
                 "ignore": list(self.ignore), "packing": self.packing, "kv_cache": self.kv_cache}
 
@@ -61,7 +63,8 @@ def _positive(q: dict, key: str, default=None, allowed: tuple = ()) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < -1 or value == 0:
         raise ConfigError(f"quantization_config.{key}={value!r} must be a positive integer")
     if allowed and value not in allowed:
-        raise ConfigError(f"quantization_config.{key}={value!r} must be one of {', '.join(map(str, allowed))}")
+        raise ConfigError(f"quantization_config.{key}={value!r} must be one of "
+                          f"{', '.join(map(str, allowed))}")
     return value
 
 
@@ -97,11 +100,12 @@ def _modelopt(q: dict) -> Quant:
     if algo == "NVFP4":
         return Quant("modelopt", "nvfp4", group=_positive(q, "group_size", 16, (16,)), bits=4, ignore=ignore,
                      kv_cache=kv)
-    raise ConfigError(f"quantization_config.quant_algo={q.get('quant_algo')!r}: tpviz reads ModelOpt FP8 and NVFP4")
+    raise ConfigError(f"quantization_config.quant_algo={q.get('quant_algo')!r}: tpviz reads "
+                      "ModelOpt FP8 and NVFP4")
 
 
-# keys vLLM's from_config reads with get_from_keys, which raises when none of a tuple is present (auto_gptq.py,
-# auto_awq.py in 0.33; the same in 0.28)
+# keys vLLM's from_config reads with get_from_keys, which raises when none of a tuple is present
+# (auto_gptq.py, auto_awq.py in 0.33; the same in 0.28)
 REQUIRED = {"gptq": (("bits",), ("group_size",), ("desc_act",), ("sym",)),
             "awq": (("w_bit", "bits"), ("q_group_size", "group_size"), ("zero_point",))}
 
@@ -109,8 +113,8 @@ REQUIRED = {"gptq": (("bits",), ("group_size",), ("desc_act",), ("sym",)),
 def _gptq_awq(q: dict, method: str) -> Quant:
     for keys in REQUIRED[method]:
         if not any(k in q for k in keys):
-            raise ConfigError(f"quantization_config lacks {' or '.join(keys)}, which vLLM's {method.upper()} config "
-                              "requires (it refuses to load without it)")
+            raise ConfigError(f"quantization_config lacks {' or '.join(keys)}, which vLLM's "
+                              f"{method.upper()} config requires (it refuses to load without it)")
     bits = _positive(q, "bits", q.get("w_bit", 4), (4, 8))
     group = q.get("group_size", q.get("q_group_size", 128))
     if isinstance(group, bool) or not isinstance(group, int) or group == 0 or group < -1:
@@ -124,9 +128,11 @@ def _compressed(q: dict) -> Quant:
     groups = q.get("config_groups")
     parts = [q, *(g for g in groups.values() if isinstance(g, dict))] if isinstance(groups, dict) else [q]
     sparsity = q.get("sparsity_config")
-    if isinstance(sparsity, dict) and sparsity.get("targets") or any("sparse" in str(x.get("format")) for x in parts):
-        raise ConfigError("this compressed-tensors checkpoint is sparse (2:4 or bitmask), which vLLM 0.33 no longer "
-                          "loads (\"Sparsity support has been removed from compressed-tensors\")")
+    if (isinstance(sparsity, dict) and sparsity.get("targets")
+        or any("sparse" in str(x.get("format")) for x in parts)):
+        raise ConfigError("this compressed-tensors checkpoint is sparse (2:4 or bitmask), which "
+                          "vLLM 0.33 no longer loads (\"Sparsity support has been removed from "
+                          "compressed-tensors\")")
     if not isinstance(groups, dict) or not groups:
         raise ConfigError("quantization_config.config_groups must name at least one quantization scheme")
     first = next(iter(groups.values()))
@@ -139,20 +145,24 @@ def _compressed(q: dict) -> Quant:
     if kind == "float" and bits == 8:
         scheme = {"tensor": "fp8_tensor", "channel": "fp8_channel", "block": "fp8_block"}.get(strategy)
         if scheme is None:
-            raise ConfigError(f"quantization_config weights.strategy={strategy!r} is not one tpviz reads for FP8")
+            raise ConfigError(f"quantization_config weights.strategy={strategy!r} is not "
+                              "one tpviz reads for FP8")
         block = weights.get("block_structure") if scheme == "fp8_block" else None
         return Quant("compressed-tensors", scheme, block=tuple(block) if block else None, ignore=ignore)
     if kind == "int" and bits in (4, 8):
         group = weights.get("group_size") if strategy == "group" else -1
         if isinstance(group, bool) or not isinstance(group, int) or group == 0 or group < -1:
             raise ConfigError(f"quantization_config weights.group_size={group!r} must be a positive integer")
-        return Quant("compressed-tensors", f"int{bits}_group", group=group, bits=bits, packing="ct", ignore=ignore)
-    raise ConfigError(f"quantization_config weights num_bits={bits!r} type={kind!r}: tpviz reads FP8 and INT4/INT8")
+        return Quant("compressed-tensors", f"int{bits}_group", group=group, bits=bits,
+                     packing="ct", ignore=ignore)
+    raise ConfigError(f"quantization_config weights num_bits={bits!r} type={kind!r}: tpviz "
+                      "reads FP8 and INT4/INT8")
 
 
 READERS = {"fp8": _fp8, "modelopt": _modelopt, "modelopt_fp4": _modelopt, "compressed-tensors": _compressed,
            "gptq": lambda q: _gptq_awq(q, "gptq"), "awq": lambda q: _gptq_awq(q, "awq"),
-           "mxfp4": lambda q: Quant("mxfp4", "mxfp4", group=32, bits=4, ignore=_patterns(q, "modules_to_not_convert"))}
+           "mxfp4": lambda q: Quant("mxfp4", "mxfp4", group=32, bits=4,
+                                    ignore=_patterns(q, "modules_to_not_convert"))}
 
 
 def read_quant(q: dict | None) -> tuple[Quant | None, str]:
@@ -164,6 +174,7 @@ def read_quant(q: dict | None) -> tuple[Quant | None, str]:
     method = str(q.get("quant_method") or ("modelopt" if "quant_algo" in q else "")).lower()
     if method not in READERS:
         what = f"quant_method {method!r}" if method else "a quantization_config without a quant_method"
-        return None, (f"the checkpoint has {what}, which tpviz does not model yet: it is mapped as if unquantized "
-                      "and its memory is counted at the model dtype")
+        return (None,
+                (f"the checkpoint has {what}, which tpviz does not model yet: it is mapped as if unquantized "
+                      "and its memory is counted at the model dtype"))
     return READERS[method](q), ""

@@ -11,12 +11,13 @@ from tpviz.config.kinds import Ffn, LayerSpec, Mixer, index_list, layer_list, pe
 from tpviz.config.windows import model_wide_kinds
 from tpviz.errors import ConfigError
 
-LAYER_TYPES = {"full_attention": "attention", "attention": "attention", "sliding_attention": "sliding_attention",
+LAYER_TYPES = {"full_attention": "attention", "attention": "attention",
+               "sliding_attention": "sliding_attention",
                "chunked_attention": "chunked_attention", "linear_attention": "gated_deltanet",
                "conv": "short_conv", "mamba": "mamba2"}
-HYBRID_HINTS = ("ssm_cfg", "mamba_d_state", "mamba_expand", "ssm_state_size", "attn_type_list", "attn_layer_period",
-                "linear_attn_config", "conv_L_cache", "linear_num_key_heads", "hybrid_override_pattern", "block_configs",
-                "layer_types", "mamba_num_heads")
+HYBRID_HINTS = ("ssm_cfg", "mamba_d_state", "mamba_expand", "ssm_state_size", "attn_type_list",
+                "attn_layer_period", "linear_attn_config", "conv_L_cache", "linear_num_key_heads",
+                "hybrid_override_pattern", "block_configs", "layer_types", "mamba_num_heads")
 
 
 def _mixers(cfg: dict, arch: Arch, n: int, attn: Mixer) -> list[Mixer]:
@@ -41,10 +42,13 @@ def _mixers(cfg: dict, arch: Arch, n: int, attn: Mixer) -> list[Mixer]:
     chunk = cfg.get("attention_chunk_size", arch.chunk or None)
     if arch.global_attention:  # Gemma-4's global layers: their own head size, and K = V with fewer KV heads
         k_eq_v = cfg.get("attention_k_eq_v") is True
-        kv = cfg.get("num_global_key_value_heads") if k_eq_v and cfg.get("num_global_key_value_heads") else attn.kv_heads
-        attn = replace(attn, head_dim=read_int(cfg, "global_head_dim", default=512), kv_heads=read_int({"kv": kv}, "kv"), k_eq_v=k_eq_v)
+        kv = (cfg.get("num_global_key_value_heads") if k_eq_v
+              and cfg.get("num_global_key_value_heads") else attn.kv_heads)
+        attn = replace(attn, head_dim=read_int(cfg, "global_head_dim", default=512),
+                       kv_heads=read_int({"kv": kv}, "kv"), k_eq_v=k_eq_v)
         if attn.heads % attn.kv_heads:
-            raise ConfigError(f"num_attention_heads={attn.heads} is not a multiple of num_global_key_value_heads={kv}")
+            raise ConfigError(f"num_attention_heads={attn.heads} is not a multiple of "
+                              f"num_global_key_value_heads={kv}")
     no_rope = cfg.get("no_rope_layers")
     mixers = []
     for i, kind in enumerate(kinds):
@@ -54,7 +58,8 @@ def _mixers(cfg: dict, arch: Arch, n: int, attn: Mixer) -> list[Mixer]:
             m = sliding
         elif kind in ("attention", "chunked_attention"):  # transformers' Llama-4 names its chunked layers
             m = attn
-            if isinstance(chunk, int) and chunk > 0:  # Llama-4: RoPE layers attend within chunks, NoPE layers fully
+            # Llama-4: RoPE layers attend within chunks, NoPE layers fully
+            if isinstance(chunk, int) and chunk > 0:
                 m = replace(attn, kind="chunked_attention", window=chunk)
             if isinstance(no_rope, list) and len(no_rope) == n and not no_rope[i]:
                 m = replace(attn, rope=False)
@@ -68,8 +73,10 @@ def _mixers(cfg: dict, arch: Arch, n: int, attn: Mixer) -> list[Mixer]:
 
 def _linear_mixer(cfg: dict, kind: str) -> Mixer:
     if kind == "gated_deltanet":
-        return Mixer(kind, heads=read_int(cfg, "linear_num_value_heads"), head_dim=read_int(cfg, "linear_value_head_dim"),
-                     groups=read_int(cfg, "linear_num_key_heads"), key_dim=read_int(cfg, "linear_key_head_dim"),
+        return Mixer(kind, heads=read_int(cfg, "linear_num_value_heads"),
+                     head_dim=read_int(cfg, "linear_value_head_dim"),
+                     groups=read_int(cfg, "linear_num_key_heads"),
+                     key_dim=read_int(cfg, "linear_key_head_dim"),
                      conv_kernel=read_int(cfg, "linear_conv_kernel_dim", default=4))
     if kind == "mamba2":
         return Mixer(kind, heads=read_int(cfg, "mamba_num_heads"), head_dim=read_int(cfg, "mamba_head_dim"),
@@ -88,7 +95,8 @@ def _moe_layers(cfg: dict, n: int, experts: int) -> list[bool]:
     if (listed := index_list(cfg, "moe_layers", n)) is not None:
         return [i in listed for i in range(n)]
     first = cfg.get("first_k_dense_replace") or 0
-    freq = read_int(cfg, "moe_layer_freq", default=1) if not isinstance(cfg.get("moe_layer_freq"), list) else 1
+    freq = (read_int(cfg, "moe_layer_freq", default=1)
+            if not isinstance(cfg.get("moe_layer_freq"), list) else 1)
     step = read_int(cfg, "decoder_sparse_step", default=1)
     inter = read_int(cfg, "interleave_moe_layer_step", default=1)
     if isinstance(first, bool) or not isinstance(first, int) or first < 0:
@@ -98,7 +106,8 @@ def _moe_layers(cfg: dict, n: int, experts: int) -> list[bool]:
             for i in range(n)]
 
 
-def derive(cfg: dict, arch: Arch, n: int, hidden: int, attn: Mixer, dense: Ffn, moe: Ffn | None) -> list[LayerSpec]:
+def derive(cfg: dict, arch: Arch, n: int, hidden: int, attn: Mixer, dense: Ffn,
+           moe: Ffn | None) -> list[LayerSpec]:
     """Every layer's LayerSpec from the config's per-layer fields."""
     if "block_configs" in cfg:
         return _block_configs(cfg, n, hidden, attn, dense)
@@ -117,11 +126,13 @@ def derive(cfg: dict, arch: Arch, n: int, hidden: int, attn: Mixer, dense: Ffn, 
 
 
 def _hybrid_pattern(cfg: dict, n: int, attn: Mixer, dense: Ffn, moe: Ffn | None) -> list[LayerSpec]:
-    """Nemotron-H: one char per layer: M = Mamba2, * = attention, - = MLP, E = MoE; each layer is one of them."""
+    """Nemotron-H: one char per layer: M = Mamba2, * = attention, - = MLP, E = MoE; each layer is one of
+    them."""
     pattern = cfg["hybrid_override_pattern"]
     if not isinstance(pattern, str) or len(pattern) != n:
         raise ConfigError(f"hybrid_override_pattern must be a string of num_hidden_layers={n} characters "
-                          f"(M, *, -, E), got {len(pattern) if isinstance(pattern, str) else type(pattern).__name__}")
+                          "(M, *, -, E), got "
+                          f"{len(pattern) if isinstance(pattern, str) else type(pattern).__name__}")
     none_mixer, none_ffn = Mixer("none"), Ffn("none")
     sizes = cfg.get("mlp_sizes")
     if isinstance(sizes, list) and len(sizes) not in (1, pattern.count("-")):
@@ -136,11 +147,14 @@ def _hybrid_pattern(cfg: dict, n: int, attn: Mixer, dense: Ffn, moe: Ffn | None)
         elif ch == "-":
             k = sum(1 for layer in out if layer.ffn.kind == "dense")
             size = sizes[k if len(sizes) > 1 else 0] if isinstance(sizes, list) else dense.size
-            out.append(LayerSpec(none_mixer, replace(dense, size=read_int({"intermediate_size": size}, "intermediate_size"))))
+            out.append(LayerSpec(none_mixer, replace(dense,
+                                                     size=read_int({"intermediate_size": size},
+                                                                   "intermediate_size"))))
         elif ch == "E" and moe:
             out.append(LayerSpec(none_mixer, moe))
         else:
-            raise ConfigError(f"hybrid_override_pattern has {ch!r}; tpviz knows M, *, - and E (with n_routed_experts)")
+            raise ConfigError(f"hybrid_override_pattern has {ch!r}; tpviz knows M, *, - and E "
+                              "(with n_routed_experts)")
     return out
 
 
@@ -151,7 +165,8 @@ def ffn_mult_to_intermediate(ffn_mult: float, hidden: int) -> int:
 
 
 def _block_configs(cfg: dict, n: int, hidden: int, attn: Mixer, dense: Ffn) -> list[LayerSpec]:
-    """Llama-Nemotron (nemotron-nas): per-layer attention (no_op or n_heads_in_group) and FFN (no_op or ffn_mult)."""
+    """Llama-Nemotron (nemotron-nas): per-layer attention (no_op or n_heads_in_group) and FFN (no_op or
+    ffn_mult)."""
     blocks = cfg["block_configs"]
     if not isinstance(blocks, list) or len(blocks) != n:
         raise ConfigError(f"block_configs must have one entry per layer (num_hidden_layers={n})")
@@ -163,8 +178,8 @@ def _block_configs(cfg: dict, n: int, hidden: int, attn: Mixer, dense: Ffn) -> l
             raise ConfigError(f"block_configs[{i}] needs an 'attention' and an 'ffn' object")
         for part, d in (("attention", a), ("ffn", f)):
             if d.get("replace_with_linear"):
-                raise ConfigError(f"block_configs[{i}].{part}.replace_with_linear: tpviz does not model linear "
-                                  "replacement blocks yet")
+                raise ConfigError(f"block_configs[{i}].{part}.replace_with_linear: tpviz "
+                                  "does not model linear replacement blocks yet")
         if a.get("no_op"):
             mixer = Mixer("none")
         else:
@@ -204,14 +219,16 @@ def family_defaults(cfg: dict, arch: Arch) -> dict:
 # vLLM 0.33 (transformers_utils/model_arch_config_convertor.py): the least of these is the model's length
 MAX_LEN_KEYS = ("max_position_embeddings", "n_positions", "max_seq_len", "seq_length", "model_max_length",
                 "max_target_positions", "max_sequence_length", "max_seq_length", "seq_len")
-SCALED_ALREADY = ("su", "longrope", "llama3", "yarn", "deepseek_yarn", "deepseek_llama_scaling")  # factor not applied
+# factor not applied
+SCALED_ALREADY = ("su", "longrope", "llama3", "yarn", "deepseek_yarn", "deepseek_llama_scaling")
 
 
 def bad_lengths(cfg: dict) -> list[str]:
-    """The length keys set to what cannot be a length (1.5, "4096", true, -1, NaN): left out of max_model_len, and
-    named in a note; a huge or infinite one means no limit."""
+    """The length keys set to what cannot be a length (1.5, "4096", true, -1, NaN): left out of max_model_len,
+    and named in a note; a huge or infinite one means no limit."""
     def length(v):
-        return isinstance(v, (int, float)) and not isinstance(v, bool) and (v >= 1e15 or v >= 1 and v == int(v))
+        return isinstance(v, (int, float)) and not isinstance(v, bool) and (v >= 1e15
+                                                                            or v >= 1 and v == int(v))
     return [k for k in MAX_LEN_KEYS if cfg.get(k) is not None and not length(cfg[k])]
 
 
@@ -226,7 +243,8 @@ def max_model_len(cfg: dict, arch: Arch) -> int:
         return 0
     length = cfg["model_max_length"] if positive(cfg.get("model_max_length")) else min(lengths)
     rope = cfg.get("rope_scaling") or cfg.get("rope_parameters")
-    ropes = ([rope] if "rope_type" in rope or "type" in rope else [r for r in rope.values() if isinstance(r, dict)]) \
+    ropes = ([rope] if "rope_type" in rope or "type" in rope
+             else [r for r in rope.values() if isinstance(r, dict)]) \
         if isinstance(rope, dict) else []
     factor = 1.0
     for r in ropes if arch.length_counts_rope else []:  # Gemma-3's length already counts its scaling

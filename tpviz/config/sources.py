@@ -10,7 +10,8 @@ from pathlib import Path
 
 from tpviz.config.files import MAX_CONFIG_BYTES, QUANT_FILE, parse_config, with_quant_file
 from tpviz.config.hub import fetch_config
-from tpviz.config.spec import ModelSpec, normalize
+from tpviz.config.spec import ModelSpec
+from tpviz.config.normalize import normalize
 from tpviz.errors import SourceError
 
 LOCAL_ROOT_ENV = "TPVIZ_LOCAL_ROOT"  # a folder confines local paths to it; "off" disables them
@@ -25,7 +26,8 @@ def presets() -> dict[str, dict]:
 
 OFF = ("off", "none", "0", "false")
 WEB_LOCAL_HINT = f"start it with {LOCAL_ROOT_ENV}=/folder/of/models to allow that folder"
-WEB_LOCAL_OFF = f"local paths are off in the web app; {WEB_LOCAL_HINT}, or pick a preset, a hub id or upload a config.json"
+WEB_LOCAL_OFF = (f"local paths are off in the web app; {WEB_LOCAL_HINT}, or pick a preset, a hub id or "
+                 "upload a config.json")
 
 
 def web_local_root() -> str | None:
@@ -39,8 +41,8 @@ def check_local_path(path: str | Path) -> Path:
     """Resolve a local path, refusing it when TPVIZ_LOCAL_ROOT disables or confines local access."""
     root = os.environ.get(LOCAL_ROOT_ENV, "").strip()
     if root.lower() in OFF:
-        raise SourceError(f"local paths are disabled here ({LOCAL_ROOT_ENV}={root}); pick a preset, a hub id or "
-                          "upload a config.json")
+        raise SourceError(f"local paths are disabled here ({LOCAL_ROOT_ENV}={root}); pick a "
+                          "preset, a hub id or upload a config.json")
     try:
         resolved = Path(path).expanduser().resolve()
     except (RuntimeError, OSError) as e:  # e.g. "~user" with no such home directory
@@ -59,7 +61,8 @@ def local_config(path: str | Path) -> tuple[dict, str]:
         if p.is_dir():
             if not (p / "config.json").is_file():
                 odd = (p / "config.json").exists()  # a directory, FIFO or device: never opened
-                raise SourceError(f"folder {path} " + ("has a config.json that is not a regular file" if odd else
+                raise SourceError(f"folder {path} "
+                                  + ("has a config.json that is not a regular file" if odd else
                                                        "has no config.json"))
             name, p = p.name, p / "config.json"
         elif p.is_file():
@@ -74,7 +77,8 @@ def local_config(path: str | Path) -> tuple[dict, str]:
         data = p.read_bytes()
         cfg = parse_config(data, str(path))
         extra = p.parent / QUANT_FILE
-        if "quantization_config" not in cfg and extra.is_file():  # ModelOpt's older exports, as vLLM reads them
+        # ModelOpt's older exports, as vLLM reads them
+        if "quantization_config" not in cfg and extra.is_file():
             cfg = with_quant_file(cfg, parse_config(extra.read_bytes(), str(extra)))
     except OSError as e:  # permissions, a name too long, a vanished file
         raise SourceError(f"cannot read {path}: {e.strerror or e}") from None
@@ -120,7 +124,8 @@ def resolve_config(source: str | Path | dict | bytes) -> tuple[dict, str]:
     if isinstance(source, (str, Path)) and not str(source).strip():
         raise SourceError("no model given: name a preset, a hub repo id (owner/name) or a local path")
     if not isinstance(source, (str, Path)):
-        raise SourceError(f"model source must be a preset, hub id, path, dict or bytes, got {type(source).__name__}")
+        raise SourceError("model source must be a preset, hub id, path, dict or bytes, got "
+                          f"{type(source).__name__}")
     text = repo_from_url(str(source).strip()) if isinstance(source, str) else str(source).strip()
     if isinstance(source, str) and (key := find_preset(text)):
         return presets()[key], key

@@ -1,18 +1,16 @@
-"""One normalized model spec from the many shapes real config.json files take."""
-from dataclasses import asdict, dataclass, field, fields
-from dataclasses import replace
+"""The normalized model spec: the numbers that decide a TP layout, under their Hugging Face names (read by
+config/normalize.py)."""
+from dataclasses import asdict, dataclass, field, fields, replace
 
 from tpviz.archs import Arch, arch_of
-from tpviz.config.hf import DIMENSIONS, through_transformers
-from tpviz.config.fields import MAX_DIM, full_rope, json_type, pick, read_bool, read_float, read_int
 from tpviz.config.kinds import ATTENTION_KINDS, Ffn, LayerSpec, Mixer
-from tpviz.config.quant import Quant, read_quant
-from tpviz.config.readers import bad_lengths, derive, family_defaults, hybrid_hint, max_model_len
-from tpviz.config.windows import ignored_window
-from tpviz.errors import ConfigError, MissingFieldError
+from tpviz.config.quant import Quant
+from tpviz.errors import ConfigError
 
-# plausibility limits on the large dims, far above any real model (vocab 262k, hidden 18k, 512 experts, 126 layers):
-# larger values mean a broken config, and they keep the cost of a map bounded (any config that passes maps in ~1 s)
+# plausibility limits on the large dims, far above any real model (vocab 262k, hidden 18k, 512 experts, 126
+# layers):
+# larger values mean a broken config, and they keep the cost of a map bounded (any config that passes maps in
+# ~1 s)
 LIMITS = {"vocab_size": 1 << 20, "hidden_size": 1 << 17, "num_experts": 1 << 14, "num_hidden_layers": 1 << 12}
 SERVE_DTYPES = ("auto", "bfloat16", "float16", "float32")
 KV_DTYPES = {"auto": "", "fp8": "float8_e4m3fn"}
@@ -39,7 +37,8 @@ class ModelSpec:
     qk_norm_full: bool = False  # OLMo-2/3: the q/k norms span the whole projection (all-gathered under TP)
     num_experts: int = 0
     num_experts_per_tok: int = 0
-    router_score_bias: bool = False  # the router holds e_score_correction_bias (DeepSeek noaux_tc, Nemotron-H)
+    # the router holds e_score_correction_bias (DeepSeek noaux_tc, Nemotron-H)
+    router_score_bias: bool = False
     moe_intermediate_size: int = 0
     shared_expert_intermediate_size: int = 0
     q_lora_rank: int = 0  # MLA (DeepSeek); kv_lora_rank > 0 means MLA
@@ -57,8 +56,10 @@ class ModelSpec:
     quant: Quant | None = None  # how its linear and expert weights are stored
     conv_bias: bool = False  # Mamba2 conv1d / LFM2 conv biases
     max_positions: int = 0  # learned position embeddings (GPT-2, GPTBigCode)
-    max_model_len: int = 0  # the longest context vLLM accepts (readers.max_model_len); 0: the config names none
-    state_dtype: str = ""  # recurrent (SSM) state dtype when it differs from the model's (Nemotron-H: float32)
+    # the longest context vLLM accepts (readers.max_model_len); 0: the config names none
+    max_model_len: int = 0
+    # recurrent (SSM) state dtype when it differs from the model's (Nemotron-H: float32)
+    state_dtype: str = ""
     variant: str = ""  # a decoder variant that changes checkpoint names (Falcon)
     gated_mlp: bool = True  # SwiGLU gate/up; False: one up projection (GPT-2 c_fc, NeoX dense_h_to_4h)
     layers: list[LayerSpec] = field(default_factory=list)
@@ -90,8 +91,8 @@ class ModelSpec:
 
     @classmethod
     def from_dict(cls, d: dict) -> "ModelSpec":
-        """The inverse of dataclasses.asdict (a spec sent to spawned ranks) and of to_dict with the layers added
-        back (a shard map's JSON): fields to_dict leaves out were falsy."""
+        """The inverse of dataclasses.asdict (a spec sent to spawned ranks) and of to_dict with the layers
+        added back (a shard map's JSON): fields to_dict leaves out were falsy."""
         layers = [LayerSpec(_filled(Mixer, x["mixer"]), _filled(Ffn, x["ffn"])) for x in d.get("layers", [])]
         q = d.get("quant")
         quant = Quant(**{**{k: v for k, v in q.items() if k != "label"}, "ignore": tuple(q["ignore"]),
@@ -139,186 +140,3 @@ class ModelSpec:
 def _filled(cls, d: dict):
     """A Mixer or Ffn from a dict that may leave out its falsy fields (their to_dict does)."""
     return cls(**{f.name: type(f.default)() for f in fields(cls) if f.name != "kind"} | d)
-
-
-def normalize(cfg: dict, name: str = "model") -> ModelSpec:
-    """Read a Hugging Face config dict (parsed JSON) into a ModelSpec, or raise one clear ConfigError: first through
-    transformers' config class, as vLLM reads it (config/hf.py), then as the model_type's record says."""
-    if not isinstance(cfg, dict):
-        raise ConfigError(f"config must be a JSON object, got {json_type(cfg)}")
-    check_plausible(cfg)  # before transformers' class, which builds per-layer lists of any length
-    read, refusal = through_transformers(cfg)
-    spec = read_spec(read, name)  # as given when the class refuses it: tpviz's own reading names a faulty field
-    if refusal:  # a checkpoint may ship its own config code (trust_remote_code), which tpviz never runs
-        spec.notes.append(f"{refusal}; read as given: vLLM loads it only with the checkpoint's own config code")
-    return spec
-
-
-def check_plausible(cfg: dict) -> None:
-    """One line for a dimension of the config as given (its text decoder's, in a multimodal wrapper) that is no whole
-    number or larger than any real model's."""
-    text = cfg["text_config"] if isinstance(cfg.get("text_config"), dict) else cfg
-    experts = ("num_local_experts", "num_experts", "n_routed_experts", "moe_num_experts")
-    for key, names in (*DIMENSIONS.items(), ("num_experts", experts), ("head_dim", ("head_dim",)),
-                       ("num_key_value_heads", ("num_key_value_heads", "num_kv_heads", "multi_query_group_num"))):
-        value = pick(text, *names)
-        for one in value if isinstance(value, list) else [] if value is None else [value]:  # or one per layer
-            read_int({key: one}, key, minimum=0, maximum=LIMITS.get(key, MAX_DIM))
-
-
-def read_spec(cfg: dict, name: str) -> ModelSpec:
-    """A config dict (as transformers' class reads it, or as given) into a ModelSpec, as its record says."""
-    outer = cfg
-    if isinstance(cfg.get("text_config"), dict):  # multimodal wrappers (Gemma-3, Llama-4, Mistral-3)
-        kept = ("torch_dtype", "dtype", "tie_word_embeddings")  # model-wide keys some wrappers keep outside
-        cfg = {**{k: v for k, v in outer.items() if k in kept}, **cfg["text_config"]}
-    wrapped = cfg is not outer
-    model_type = str(pick(cfg, "model_type", default=outer.get("model_type", "unknown")))
-    arch = arch_of(model_type)
-    notes = []
-    if arch.refused:
-        raise ConfigError(f"{model_type} uses {arch.refused}, which tpviz does not model yet")
-    if not arch.known:
-        if hint := hybrid_hint(cfg):
-            raise ConfigError(f"model_type {model_type!r} is not one tpviz knows and its config has {hint!r}, a part "
-                              "of a non-Llama architecture tpviz does not model; refusing to guess its layout")
-        notes.append(f"model_type {model_type!r} is not one tpviz knows; mapped as a Llama-like decoder "
-                     "(q/k/v/o, gate/up/down, Llama checkpoint names)")
-    cfg = family_defaults(cfg, arch)
-    hidden = read_int(cfg, "hidden_size", "n_embd", "n_embed", "d_model", "model_dim", maximum=LIMITS["hidden_size"])
-    heads = read_int(cfg, "num_attention_heads", "n_head", "num_heads", "n_heads")
-    if cfg.get("new_decoder_architecture") is True:  # Falcon-40B/180B: grouped KV heads
-        kv_heads = read_int(cfg, "num_kv_heads", "n_head_kv", default=heads)
-    elif cfg.get("multi_query") is True:
-        kv_heads = 1
-    else:
-        kv_heads = read_int(cfg, "num_key_value_heads", "num_kv_heads", "multi_query_group_num", "n_head_kv", default=heads)
-    if arch.kv_heads:  # stored per head (GPT-NeoX, BLOOM, old Falcon), or ChatGLM without multi-query groups
-        kv_heads = arch.kv_heads(cfg, heads, kv_heads)
-    if kv_heads > heads or heads % kv_heads:
-        raise ConfigError(f"num_attention_heads={heads} is not a multiple of num_key_value_heads={kv_heads}")
-    head_dim = pick(cfg, "head_dim", "kv_channels")
-    if cfg.get("kv_lora_rank"):  # MLA: a query/key head is nope + rope wide (transformers' head_dim is the rope part)
-        head_dim = (read_int(cfg, "qk_nope_head_dim", default=0, minimum=0)
-                    + read_int(cfg, "qk_rope_head_dim", default=0, minimum=0)) or head_dim
-    if head_dim is None:
-        if hidden % heads:
-            raise ConfigError(f"hidden_size={hidden} is not divisible by num_attention_heads={heads} and no head_dim is given")
-        head_dim = hidden // heads
-    head_dim = read_int({"head_dim": head_dim}, "head_dim")
-    experts = read_int(cfg, "num_local_experts", "num_experts", "n_routed_experts", "moe_num_experts", default=0, minimum=0,
-                   maximum=LIMITS["num_experts"])
-    inter = pick(cfg, "intermediate_size", "ffn_hidden_size", "n_inner")
-    if inter is None and arch.ffn_ratio:
-        inter = arch.ffn_ratio * hidden
-    moe_inter = pick(cfg, "moe_intermediate_size", default=inter if experts else 0)
-    num_layers = read_int(cfg, "num_hidden_layers", "n_layer", "num_layers", maximum=LIMITS["num_hidden_layers"])
-    attention_bias = read_bool(cfg, "attention_bias", False)
-    spec = ModelSpec(
-        name=name, model_type=model_type, hidden_size=hidden, num_attention_heads=heads,
-        num_key_value_heads=kv_heads, head_dim=head_dim,
-        intermediate_size=read_int({"intermediate_size": inter}, "intermediate_size", minimum=0) if inter is not None else 0,
-        vocab_size=read_int(cfg, "vocab_size", "padded_vocab_size", "n_vocab", maximum=LIMITS["vocab_size"]),
-        num_hidden_layers=num_layers,
-        tie_word_embeddings=read_bool(cfg, "tie_word_embeddings", arch.tied),
-        attention_bias=(attention_bias or read_bool(cfg, "add_qkv_bias", False)) if arch.qkv_bias is None
-        else arch.qkv_bias,
-        o_proj_bias=attention_bias if arch.o_bias is None else arch.o_bias,
-        qk_norm=bool(arch.qk_norm), qk_norm_full=arch.qk_norm == "full",
-        num_experts=experts,
-        num_experts_per_tok=read_int(cfg, "num_experts_per_tok", "experts_per_token", "moe_topk", default=0, minimum=0),
-        # vLLM 0.33 deepseek_v2.py: the bias exists only for topk_method noaux_tc (V3's default, never V2's)
-        router_score_bias=arch.score_bias == "always" or (
-            arch.score_bias == "noaux_tc" and cfg.get("topk_method", arch.topk_method) == "noaux_tc"),
-        moe_intermediate_size=read_int({"moe_intermediate_size": moe_inter}, "moe_intermediate_size", minimum=0),
-        shared_expert_intermediate_size=read_int(cfg, "shared_expert_intermediate_size", default=0, minimum=0)
-        or read_int(cfg, "n_shared_experts", default=0, minimum=0) * (moe_inter or 0),
-        gated_mlp=arch.gated_mlp,
-        conv_bias=read_bool(cfg, "conv_bias", False) or read_bool(cfg, "use_conv_bias", False),
-        max_positions=read_int(cfg, "n_positions", "max_position_embeddings", default=0, minimum=0, maximum=1 << 22)
-        if arch.learned_positions else 0,
-        max_model_len=max_model_len(cfg, arch),
-        # the SSM state dtype vLLM takes from the config (Qwen3.5's mamba_ssm_dtype; Nemotron-H's default float32)
-        state_dtype=str(cfg.get("mamba_ssm_cache_dtype") or cfg.get("mamba_ssm_dtype") or arch.state_dtype),
-        variant=arch.variant(cfg) if arch.variant else "",
-        q_lora_rank=read_int(cfg, "q_lora_rank", default=0, minimum=0),
-        kv_lora_rank=read_int(cfg, "kv_lora_rank", default=0, minimum=0),
-        qk_nope_head_dim=read_int(cfg, "qk_nope_head_dim", default=0, minimum=0),
-        qk_rope_head_dim=read_int(cfg, "qk_rope_head_dim", default=0, minimum=0),
-        v_head_dim=read_int(cfg, "v_head_dim", default=0, minimum=0),
-        config_dtype=str(pick(cfg, "torch_dtype", "dtype", default=outer.get("torch_dtype", "bfloat16"))).replace(
-            "torch.", ""),
-        rope_theta=read_float(cfg, "rope_theta", read_float(full_rope(cfg), "rope_theta", 10000.0)),
-        mlp_bias=read_bool(cfg, "mlp_bias", False),
-        rms_norm_eps=read_float(cfg, "rms_norm_eps", read_float(cfg, "layer_norm_epsilon", 1e-6)),
-        hidden_act=str(pick(cfg, "hidden_act", "hidden_activation", default="silu")),
-        notes=notes,
-    )
-    if wrapped:
-        spec.notes.append("multimodal checkpoint: only the text decoder is mapped; its tensors are stored under a "
-                          "language-model prefix (e.g. language_model.model.*) and the vision tower is not split")
-    spec.quant, note = read_quant(outer.get("quantization_config") or cfg.get("quantization_config"))
-    if spec.quant is not None:
-        spec.quantization = spec.quant.method
-        if spec.quant.scheme == "mxfp4" and not arch.mxfp4:
-            spec.quant, note = None, "MXFP4 is read for gpt-oss only (as vLLM does); mapped as if unquantized"
-    if note:
-        spec.notes.append(note)
-    check_dims(spec)
-    if arch.learned_positions and not spec.max_positions:
-        raise MissingFieldError(f"config is missing n_positions, the size of {model_type}'s learned position "
-                                "embeddings", "n_positions")
-    if arch.bias_switch:  # one switch for every bias: Falcon's "bias" (off by default), the others' use_bias
-        spec.attention_bias = spec.o_proj_bias = spec.mlp_bias = read_bool(cfg, *arch.bias_switch)
-    attn = Mixer("mla" if spec.kv_lora_rank else "attention", heads, kv_heads, head_dim,
-                 output_gate=read_bool(cfg, "attn_output_gate", arch.output_gate))
-    if experts and spec.num_experts_per_tok > experts:
-        raise ConfigError(f"num_experts_per_tok={spec.num_experts_per_tok} is more than the {experts} experts")
-    moe = Ffn("moe", spec.moe_intermediate_size, experts, spec.num_experts_per_tok,
-              spec.shared_expert_intermediate_size) if experts else None
-    spec.layers = derive(cfg, arch, num_layers, hidden, attn, Ffn("dense", spec.intermediate_size), moe)
-    if experts and not spec.is_moe:  # experts no layer holds are none (a class default, or every layer dense)
-        spec.num_experts = spec.num_experts_per_tok = spec.moe_intermediate_size = 0
-        spec.shared_expert_intermediate_size = 0
-    if window_note := ignored_window(cfg, arch, spec.layers):
-        spec.notes.append(window_note)
-    spec.notes += [f"{k}={cfg[k]!r} is not a whole number of tokens, so no context limit is taken from it"
-                   for k in bad_lengths(cfg)]
-    check_parts(spec, cfg)
-    spec.dtype = "bfloat16" if spec.config_dtype == "float32" else spec.config_dtype  # vLLM's dtype=auto
-    if spec.config_dtype == "float32":
-        spec.notes.append("the config says float32; vLLM's dtype=auto serves it in bfloat16, as sized here")
-    if spec.dtype not in DTYPE_BYTES:
-        spec.notes.append(f"dtype {spec.dtype!r} is unknown; sized as 2 bytes per weight")
-    return spec
-
-
-def check_dims(spec: ModelSpec) -> None:
-    """One line for a dimension no real model has (it would also make a map cost without bound)."""
-    dims = {"vocab_size": spec.vocab_size, "hidden_size": spec.hidden_size,
-            "intermediate_size": spec.intermediate_size, "moe_intermediate_size": spec.moe_intermediate_size,
-            "num_attention_heads * head_dim": spec.num_attention_heads * spec.head_dim,
-            "num_attention_heads * MLA head dims": spec.num_attention_heads * (
-                spec.qk_nope_head_dim + spec.qk_rope_head_dim + spec.v_head_dim),
-            "num_experts": spec.num_experts, "num_hidden_layers": spec.num_hidden_layers,
-            "kv_lora_rank": spec.kv_lora_rank, "q_lora_rank": spec.q_lora_rank,
-            "shared_expert_intermediate_size": spec.shared_expert_intermediate_size}
-    for key, value in dims.items():
-        limit = LIMITS.get(key, MAX_DIM)
-        if value > limit:
-            raise ConfigError(f"{key}={value} is larger than {limit}; this does not look like a real model config")
-
-
-def check_parts(spec: ModelSpec, cfg: dict) -> None:
-    """One line for a part the layers need but the config does not give (MLA dims, expert and MLP sizes)."""
-    if spec.is_mla and not (spec.qk_nope_head_dim and spec.qk_rope_head_dim and spec.v_head_dim):
-        raise ConfigError("config has kv_lora_rank (MLA) but lacks qk_nope_head_dim, qk_rope_head_dim or v_head_dim")
-    if spec.is_moe and spec.moe_intermediate_size < 1:
-        raise ConfigError(f"config has {spec.num_experts} experts but moe_intermediate_size="
-                          f"{spec.moe_intermediate_size}; it must be >= 1")
-    if any(layer.ffn.kind == "dense" and not layer.ffn.size for layer in spec.layers):
-        if pick(cfg, "intermediate_size") is None:
-            raise MissingFieldError("config is missing intermediate_size, needed by its dense MLP layers",
-                                    "intermediate_size")
-        raise ConfigError(f"intermediate_size={pick(cfg, 'intermediate_size')!r} must be >= 1: its dense MLP "
-                          "layers need it")

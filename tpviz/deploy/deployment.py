@@ -1,7 +1,7 @@
-"""One deployment's map: which layers, which experts and how many bytes each GPU of a tp x pp x dp (+ EP) layout
-holds, with vLLM's rank order (distributed/parallel_state.py: rank = (dp * pp + stage) * tp + tp_rank; an EP group
-is the dp x tp GPUs of one stage). The rows and columns each GPU holds of every tensor are the tensor-parallel map
-at the layout's widths (tp, and tp x dp for experts without EP)."""
+"""One deployment's map: which layers, which experts and how many bytes each GPU of a tp x pp x dp (+ EP)
+layout holds, with vLLM's rank order (distributed/parallel_state.py: rank = (dp * pp + stage) * tp + tp_rank;
+an EP group is the dp x tp GPUs of one stage). The rows and columns each GPU holds of every tensor are the
+tensor-parallel map at the layout's widths (tp, and tp x dp for experts without EP)."""
 from tpviz.config.spec import ModelSpec
 from tpviz.deploy.parallel import EP_DENSE, stage_layers
 from tpviz.deploy.sizing import Sizer, comm_per_token
@@ -28,7 +28,8 @@ def check_layout(layout: Layout, spec: ModelSpec, rules: RuleSet) -> None:
 
 
 @single_thread()
-def deploy(spec: ModelSpec, layout: Layout, rules: RuleSet | str = "vllm", placement: str = "linear") -> Deployment:
+def deploy(spec: ModelSpec, layout: Layout, rules: RuleSet | str = "vllm",
+           placement: str = "linear") -> Deployment:
     """Every GPU of the layout: coordinates, layers, experts, weight bytes, KV bytes per token; and the
     communication per token. Raises one line when the layout cannot exist or a rule refuses it."""
     rules = ruleset(rules)
@@ -49,8 +50,11 @@ def deploy(spec: ModelSpec, layout: Layout, rules: RuleSet | str = "vllm", place
                 gpus.append(Gpu(
                     (dp_i * layout.pp + stage) * layout.tp + tp_i, stage, dp_i, tp_i,
                     [layers[0], layers[-1] + 1] if layers else [0, 0], mine,
-                    sizer.gpu_bytes(layout, set(layers), stage == 0, stage == len(stages) - 1, tp_i, ep_rank, mine),
+                    sizer.gpu_bytes(layout, set(layers), stage == 0, stage == len(stages) - 1,
+                                    tp_i, ep_rank, mine),
                     sum(kv.get(i, (0, 0))[0] for i in layers if not kv.get(i, (0, 0))[1]),
                     sum(kv[i][0] for i in layers if i in kv and kv[i][1])))
-    return Deployment(layout, placement if layout.ep else None, [[s[0], s[-1] + 1] if s else [0, 0] for s in stages],
-                      experts, sorted(gpus, key=lambda g: g.rank), warnings, comm_per_token(spec, layout, rules))
+    return Deployment(layout, placement if layout.ep else None,
+                      [[s[0], s[-1] + 1] if s else [0, 0] for s in stages],
+                      experts, sorted(gpus, key=lambda g: g.rank), warnings,
+                      comm_per_token(spec, layout, rules))

@@ -22,7 +22,8 @@ class Fit:
     usable: float  # gpu_memory_utilization x memory
     weights: int  # the fullest GPU's weights
     room: float  # usable - weights (negative: the weights alone do not fit)
-    kv_tokens: int | None  # tokens of KV cache the room holds (None when windows or state make it per sequence)
+    # tokens of KV cache the room holds (None when windows or state make it per sequence)
+    kv_tokens: int | None
     per_sequence: int  # KV cache + state one sequence of `context` tokens holds on the fullest GPU
     max_sequences: int  # concurrent sequences of `context` tokens that fit
     context: int  # the context sized: the one asked for, capped at the model's max_model_len
@@ -34,15 +35,18 @@ class Fit:
         return self.room > 0 and self.max_sequences >= self.concurrency
 
 
-# vLLM (0.28 and 0.33) Platform._align_hybrid_block_size: the attention block grows until its page holds one state
-HYBRID_PAGES = ("{engine} sizes a hybrid model's cache pages to its recurrent state: an attention block takes as many "
-                "tokens as it needs to hold one state's bytes, each sequence is rounded up to whole blocks and each "
-                "state padded to a page, so {engine} holds somewhat fewer sequences than counted here (the rounding "
-                "weighs most on short contexts)")
+# vLLM (0.28 and 0.33) Platform._align_hybrid_block_size: the attention block grows until its page holds one
+# state
+HYBRID_PAGES = ("{engine} sizes a hybrid model's cache pages to its recurrent state: an attention "
+                "block takes as many tokens as it needs to hold one state's bytes, each "
+                "sequence is rounded up to whole blocks and each state padded to a page, so "
+                "{engine} holds somewhat fewer sequences than counted here (the rounding weighs "
+                "most on short contexts)")
 
 
 def sizing_notes(spec, rules: RuleSet | str = "vllm") -> list[str]:
-    """What the sequence counts leave out for this model under `rules` (one line each): hybrid models' pages."""
+    """What the sequence counts leave out for this model under `rules` (one line each): hybrid models'
+    pages."""
     kinds = {layer.mixer.kind for layer in spec.layers}
     hybrid = kinds & set(STATEFUL) and kinds & {*ATTENTION_KINDS, "mla"}
     rules = ruleset(rules)
@@ -53,8 +57,10 @@ def capped_context(spec, context: int) -> tuple[int, str | None]:
     """The context vLLM can serve, capped at the model's max_model_len, and one line saying so when it was."""
     longest = spec.max_model_len
     if longest and context > longest:
-        return longest, (f"context {context:,} is past this model's max_model_len {longest:,} (from its config), "
-                         f"the longest vLLM serves it (nano-vllm caps there too): sized for {longest:,} tokens")
+        return (longest,
+                (f"context {context:,} is past this model's max_model_len {longest:,} (from its config), "
+                         "the longest vLLM serves it (nano-vllm caps there too): sized "
+                         f"for {longest:,} tokens"))
     return context, None
 
 
@@ -67,11 +73,12 @@ def check_fit_inputs(gpu_gib: float, utilization: float, context: int, concurren
     for what, value, ok, want in (
             ("GPU memory", gpu_gib, 0 < gpu_gib <= 10_000, "GiB in (0, 10000]"),
             ("gpu_memory_utilization", utilization, 0 < utilization <= 1, "in (0, 1]"),
-            ("context", context, isinstance(context, int) and 1 <= context <= 10**9, "a whole number of tokens from 1 to 10^9"),
+            ("context", context, isinstance(context, int) and 1 <= context <= 10**9,
+             "a whole number of tokens from 1 to 10^9"),
             ("concurrency", concurrency, isinstance(concurrency, int) and 1 <= concurrency <= 10**9,
              "a whole number of sequences from 1 to 10^9")):
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or not ok:
-            raise FitInputError(f"{what} {value!r} must be {want}")
+        if (isinstance(value, bool) or not isinstance(value, (int, float))
+            or not math.isfinite(value) or not ok): raise FitInputError(f"{what} {value!r} must be {want}")
 
 
 _SIZERS: dict[int, tuple] = {}  # id(map) -> (weak reference to it, its Sizer): each cut is traced once
@@ -90,9 +97,9 @@ def _sizer(m: ShardMap) -> Sizer:
 
 def fit(m: ShardMap, gpu_gib: float, utilization: float = GPU_UTILIZATION, context: int = 8192,
         concurrency: int = 1, layout=None) -> Fit:
-    """Does the model fit on GPUs of gpu_gib GiB at this tp, and how many sequences of `context` tokens. With a
-    pp / dp / ep `layout` (parallel.Layout), as the Plan page sizes it: the fullest stage's GPU, and sequences
-    across the dp replicas."""
+    """Does the model fit on GPUs of gpu_gib GiB at this tp, and how many sequences of `context` tokens. With
+    a pp / dp / ep `layout` (parallel.Layout), as the Plan page sizes it: the fullest stage's GPU, and
+    sequences across the dp replicas."""
     check_fit_inputs(gpu_gib, utilization, context, concurrency)
     context, note = capped_context(m.model, context)
     usable = gpu_gib * 2**30 * utilization
@@ -101,11 +108,13 @@ def fit(m: ShardMap, gpu_gib: float, utilization: float = GPU_UTILIZATION, conte
         r = _sizer(m).row(layout, gpu_gib * 2**30, utilization, context)
         if r.problem:
             raise LayoutError(r.problem)
-        return Fit(gpu_gib * 2**30, usable, r.weights, r.room, r.kv_tokens if r.room > 0 and uniform else None,
+        return Fit(gpu_gib * 2**30, usable, r.weights, r.room,
+                   r.kv_tokens if r.room > 0 and uniform else None,
                    r.per_sequence, r.max_sequences, context, concurrency, note)
     weights = max(r.weight_bytes for r in m.ranks)
     room = usable - weights
     kv = max(r.kv_cache_bytes_per_token for r in m.ranks)
     per_seq = max(r.cache_bytes(context) for r in m.ranks)
-    return Fit(gpu_gib * 2**30, usable, weights, room, int(room // kv) if room > 0 and kv and uniform else None,
+    return Fit(gpu_gib * 2**30, usable, weights, room,
+               int(room // kv) if room > 0 and kv and uniform else None,
                per_seq, int(room // per_seq) if room > 0 and per_seq else 0, context, concurrency, note)

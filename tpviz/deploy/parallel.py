@@ -1,5 +1,5 @@
-"""Pipeline stages and expert placement flags over a Layout (tpviz.rules.layout); what each engine does with the
-shape (the layer partition, the expert placement, how many ways each weight is cut) is its rule set's.
+"""Pipeline stages and expert placement flags over a Layout (tpviz.rules.layout); what each engine does with
+the shape (the layer partition, the expert placement, how many ways each weight is cut) is its rule set's.
 """
 from tpviz.errors import LayoutError
 from tpviz.rules import RuleSet

@@ -1,5 +1,5 @@
-"""Every tp x pp x dp (+ expert parallelism) layout of N GPUs that the engine would accept for a checkpoint, ranked
-by what fits and how much KV cache each leaves (the `plan` command and the Plan page)."""
+"""Every tp x pp x dp (+ expert parallelism) layout of N GPUs that the engine would accept for a checkpoint,
+ranked by what fits and how much KV cache each leaves (the `plan` command and the Plan page)."""
 from tpviz.config.spec import ModelSpec
 from tpviz.deploy.fit import capped_context, check_fit_inputs, sizing_notes
 from tpviz.deploy.sizing import LayoutRow, Sizer
@@ -20,10 +20,10 @@ def layouts(gpus: int, ep: bool) -> list[Layout]:
     return out
 
 
-def rank_layouts(spec: ModelSpec, gpus: int, gpu_gib: float, rules: RuleSet | str = "vllm", utilization: float = 0.9,
-                 context: int = 8192, ep: bool = True) -> list[LayoutRow]:
-    """Every layout of `gpus` GPUs, accepted ones first (fitting, then by KV room), rejected ones with their rule
-    (an engine that runs tensor parallelism alone: TP `gpus` only, which plan_notes says)."""
+def rank_layouts(spec: ModelSpec, gpus: int, gpu_gib: float, rules: RuleSet | str = "vllm",
+                 utilization: float = 0.9, context: int = 8192, ep: bool = True) -> list[LayoutRow]:
+    """Every layout of `gpus` GPUs, accepted ones first (fitting, then by KV room), rejected ones with their
+    rule (an engine that runs tensor parallelism alone: TP `gpus` only, which plan_notes says)."""
     rules = ruleset(rules)
     if gpus < 1 or gpus > 1024:
         raise LayoutError(f"gpus={gpus} must be between 1 and 1024")
@@ -32,14 +32,15 @@ def rank_layouts(spec: ModelSpec, gpus: int, gpu_gib: float, rules: RuleSet | st
     sizer = Sizer(spec, rules)
     candidates = [Layout(gpus)] if rules.tp_only else layouts(gpus, ep and spec.is_moe)
     rows = [sizer.row(layout, gpu_gib * 2**30, utilization, context) for layout in candidates]
-    # accepted first; among them what fits, then the most sequences the whole deployment holds, then less traffic
+    # accepted first; among them what fits, then the most sequences the whole deployment holds, then less
+    # traffic
     return sorted(rows, key=lambda r: (r.problem is not None, not r.fits, -r.max_sequences, -r.kv_tokens,
                                        r.comm_per_token))
 
 
 def plan_notes(spec: ModelSpec, rules: RuleSet | str, any_fits: bool, context: int = 0) -> list[str]:
-    """What the plan leaves out: layouts its engine never runs, what the engine never runs of this model, a context
-    capped at its max_model_len, and (when a layout fits) how its sequence counts run high."""
+    """What the plan leaves out: layouts its engine never runs, what the engine never runs of this model, a
+    context capped at its max_model_len, and (when a layout fits) how its sequence counts run high."""
     rules = ruleset(rules)
     capped = capped_context(spec, context)[1]
     return (([rules.notes["plan"]] if rules.tp_only else []) + rules.model_notes(spec.model_type)
@@ -48,7 +49,8 @@ def plan_notes(spec: ModelSpec, rules: RuleSet | str, any_fits: bool, context: i
 
 def plan_rows(rows: list[LayoutRow]) -> list[dict]:
     """Display rows: the layout, its verdict, and per-GPU numbers (bytes; views format them)."""
-    return [{"layout": r.layout.label, "tp": r.layout.tp, "pp": r.layout.pp, "dp": r.layout.dp, "ep": r.layout.ep,
+    return [{"layout": r.layout.label, "tp": r.layout.tp, "pp": r.layout.pp,
+             "dp": r.layout.dp, "ep": r.layout.ep,
              "valid": r.problem is None, "fits": r.fits, "problem": r.problem, "warnings": r.warnings,
              "weights_per_gpu": r.weights, "stage_weights": r.stage_weights, "kv_per_token": r.kv_per_token,
              "kv_tokens": r.kv_tokens, "max_sequences": r.max_sequences, "comm_per_token": r.comm_per_token}

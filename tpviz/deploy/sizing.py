@@ -1,7 +1,7 @@
 """What each GPU of a layout holds, read off traced maps, not estimated: the non-expert layers traced at their
-width, the routed experts at theirs (or whole, one expert at a time, under expert parallelism), summed over each
-pipeline stage's layers; the embedding sits on the first stage, the final norm and lm_head on the last. Also the
-bytes each decoded token sends, and one layout's verdict and room (a LayoutRow)."""
+width, the routed experts at theirs (or whole, one expert at a time, under expert parallelism), summed over
+each pipeline stage's layers; the embedding sits on the first stage, the final norm and lm_head on the last.
+Also the bytes each decoded token sends, and one layout's verdict and room (a LayoutRow)."""
 from dataclasses import dataclass, field, replace
 
 from tpviz.config.kinds import Ffn, LayerSpec
@@ -33,7 +33,8 @@ class LayoutRow:
     kv_tokens: int = 0  # tokens of KV cache the tightest stage holds
     max_sequences: int = 0  # sequences of the context that fit (the whole deployment: x dp replicas)
     per_sequence: int = 0  # KV cache one sequence of the context holds on the fullest stage's GPU
-    comm_per_token: float = 0.0  # bytes each token moves: all-reduces, MoE dispatch/combine over dp, PP hand-offs
+    # bytes each token moves: all-reduces, MoE dispatch/combine over dp, PP hand-offs
+    comm_per_token: float = 0.0
 
     @property
     def fits(self) -> bool:
@@ -69,7 +70,8 @@ class Sizer:
         w, total = self.rules.widths(layout), 0
         for plan in self.plans:
             if plan.layers is None:
-                total += self.rank_bytes(plan, w.vocab if plan.family in ("embed", "lm_head") else w.attention)[
+                total += self.rank_bytes(plan,
+                                         w.vocab if plan.family in ("embed", "lm_head") else w.attention)[
                     tp_i] if self.held(plan, first, last) else 0
                 continue
             count = len(layers & set(plan.layers))
@@ -84,11 +86,14 @@ class Sizer:
         return total
 
     def stage_bytes(self, layout: Layout, layers: set[int], first: bool, last: bool) -> int:
-        """The fullest GPU of one stage: its layers' share of every plan, plus the model-wide tensors it holds."""
+        """The fullest GPU of one stage: its layers' share of every plan, plus the model-wide tensors it
+        holds."""
         w, total = self.rules.widths(layout), 0
         for plan in self.plans:
             if plan.layers is None:
-                total += max(self.rank_bytes(plan, w.vocab if plan.family in ("embed", "lm_head") else w.attention)) \
+                total += max(self.rank_bytes(plan,
+                                             w.vocab if plan.family in ("embed", "lm_head")
+                                             else w.attention)) \
                     if self.held(plan, first, last) else 0
                 continue
             count = len(layers & set(plan.layers))
@@ -99,12 +104,13 @@ class Sizer:
                 most = max(len(e) for e in self.rules.expert_placement(plan.experts, w.ep))
                 total += per_expert * most * count
             else:
-                total += max(self.rank_bytes(plan, w.experts if plan.family == "experts" else w.attention)) * count
+                total += max(self.rank_bytes(plan,
+                                             w.experts if plan.family == "experts" else w.attention)) * count
         return total
 
     def kv_per_layer(self, tp: int) -> dict[int, tuple[int, int]]:
-        """KV bytes per token (and window) per attention layer on the fullest GPU at tp, read off the k rows of
-        a trace of the attention layers alone."""
+        """KV bytes per token (and window) per attention layer on the fullest GPU at tp, read off the k rows
+        of a trace of the attention layers alone."""
         key = ("kv", tp)
         if key not in self._traced:
             m = trace(without_experts(self.spec), tp, self.rules)
@@ -160,20 +166,21 @@ def without_experts(spec: ModelSpec) -> ModelSpec:
 # comm_per_token's parts, as the CLI names them
 COMM_LABELS = {"tp_all_reduce": "TP all-reduces", "moe_all_reduce": "MoE all-reduces",
                "moe_dispatch_combine": "MoE dispatch/combine over dp", "pp_send_recv": "PP hand-off",
-               "norm_collectives": "norm all-gathers / all-reduces", "embed_all_reduce": "embedding all-reduce",
+               "norm_collectives": "norm all-gathers / all-reduces",
+               "embed_all_reduce": "embedding all-reduce",
                "logits_gather": "logits gather (per sampled token)"}
 
 
 def comm_per_token(spec: ModelSpec, layout: Layout, rules: RuleSet | str = "vllm") -> dict[str, float]:
-    """Bytes the busiest GPU sends per decoded token (sampled, so the logits count; a prefill token skips them), as
-    vLLM 0.33 runs a forward pass over its stage's layers: ring all-reduces over the tp GPUs after the mixers, dense
-    FFNs and MoE blocks (with or without EP: the block's final reduce); with dp > 1 a MoE block also gathers every
-    replica's tokens and reduce-scatters them back (the default allgather_reducescatter all2all backend, one hidden
-    state per other replica each way). Between stages vLLM 0.33 sends the hidden state and the residual
-    (IntermediateTensors), each tp GPU its 1/tp slice, which the next stage's tp GPUs all-gather
-    (v1/worker/gpu_worker.py: isend_tensor_dict with all_gather_group). The first stage all-reduces the embedding;
-    the last gathers the logits (the rule set says how); OLMo-2/3 all-gather q and k in every attention layer
-    (collectives.norm_collectives)."""
+    """Bytes the busiest GPU sends per decoded token (sampled, so the logits count; a prefill token skips
+    them), as vLLM 0.33 runs a forward pass over its stage's layers: ring all-reduces over the tp GPUs after
+    the mixers, dense FFNs and MoE blocks (with or without EP: the block's final reduce); with dp > 1 a MoE
+    block also gathers every replica's tokens and reduce-scatters them back (the default
+    allgather_reducescatter all2all backend, one hidden state per other replica each way). Between stages vLLM
+    0.33 sends the hidden state and the residual (IntermediateTensors), each tp GPU its 1/tp slice, which the
+    next stage's tp GPUs all-gather (v1/worker/gpu_worker.py: isend_tensor_dict with all_gather_group). The
+    first stage all-reduces the embedding; the last gathers the logits (the rule set says how); OLMo-2/3
+    all-gather q and k in every attention layer (collectives.norm_collectives)."""
     rules = ruleset(rules)
     hidden = spec.hidden_size * spec.dtype_bytes
     ring = lambda n: 2 * (n - 1) / n if n > 1 else 0.0  # noqa: E731 - the ring all-reduce's share per GPU
@@ -184,12 +191,15 @@ def comm_per_token(spec: ModelSpec, layout: Layout, rules: RuleSet | str = "vllm
     for stage, layers in enumerate(stage_layers(spec.num_hidden_layers, pp, rules)):
         mine = [spec.layers[i] for i in layers]
         moe = sum(1 for i in layers if i in moe_layers)
-        reduced = sum(1 for layer in mine if layer.ffn.kind == "dense") + sum(1 for x in mine if x.mixer.kind != "none")
-        sent = 2 * hidden / tp if stage < pp - 1 else 0.0  # its slice of hidden state and residual, to the next stage
+        reduced = sum(1 for layer in mine if layer.ffn.kind == "dense") + sum(1 for x in mine
+                                                                              if x.mixer.kind != "none")
+        # its slice of hidden state and residual, to the next stage
+        sent = 2 * hidden / tp if stage < pp - 1 else 0.0
         gathered = 2 * hidden * (tp - 1) / tp if stage > 0 else 0.0  # its received slice, to each tp peer
         comm = {"tp_all_reduce": ring(tp) * hidden * reduced, "moe_all_reduce": ring(tp) * hidden * moe,
                 "moe_dispatch_combine": 2 * (layout.dp - 1) * hidden * moe, "pp_send_recv": sent + gathered,
-                "norm_collectives": sum(c.count * c.sent_per_rank for c in norm_collectives(spec, tp, layers)),
+                "norm_collectives": sum(c.count * c.sent_per_rank
+                                        for c in norm_collectives(spec, tp, layers)),
                 "embed_all_reduce": ring(tp) * hidden if stage == 0 else 0.0,
                 "logits_gather": logits_sent if stage == pp - 1 else 0.0}
         busiest = max(busiest, comm, key=lambda c: sum(c.values()))

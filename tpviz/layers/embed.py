@@ -1,7 +1,7 @@
 """Vocab-parallel embedding and lm_head: each rank holds a contiguous block of vocabulary rows.
 
-The rule set pads the vocabulary first (vLLM: to a multiple of 64; nano-vllm never); padding rows come after the
-real ones, are never loaded from disk, and are dropped from the gathered logits.
+The rule set pads the vocabulary first (vLLM: to a multiple of 64; nano-vllm never); padding rows come after
+the real ones, are never loaded from disk, and are dropped from the gathered logits.
 """
 import torch
 import torch.distributed as dist
@@ -38,7 +38,9 @@ class VocabParallelEmbedding(nn.Module):
     def weight_loader(self, param: nn.Parameter, loaded_weight: torch.Tensor):
         check_rows(loaded_weight, self.org_vocab_size, self.tp_dim)
         n = self.num_real_rows
-        copy_checked(param.data.narrow(0, 0, n), loaded_weight.narrow(0, min(self.vocab_start_idx, self.org_vocab_size), n))
+        copy_checked(param.data.narrow(0, 0, n), loaded_weight.narrow(0,
+                                                                      min(self.vocab_start_idx,
+                                                                          self.org_vocab_size), n))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.tp_size == 1:

@@ -23,13 +23,14 @@ def use_tp_group(group: "dist.ProcessGroup | None") -> None:
 
 def tp_group(tp_size: int) -> "dist.ProcessGroup | None":
     """The group a layer's collectives run on: None for tp=1 or outside a distributed run (one process tracing
-    loaders or computing one rank's partial result); never a silent skip when a group of another size is up."""
+    loaders or computing one rank's partial result); never a silent skip when a group of another size is
+    up."""
     if tp_size == 1 or not (dist.is_available() and dist.is_initialized()):
         return None
     group = _GROUP[0] or dist.group.WORLD
     if dist.get_world_size(group) != tp_size:
-        raise TPGroupError(f"layer has tp_size={tp_size} but the process group has {dist.get_world_size(group)} "
-                           "ranks; start one rank per tp slice")
+        raise TPGroupError(f"layer has tp_size={tp_size} but the process group has "
+                           f"{dist.get_world_size(group)} ranks; start one rank per tp slice")
     return group
 
 
@@ -57,7 +58,8 @@ class LinearBase(nn.Module):
         self.tp_dim, self.tp_size, self.tp_rank = tp_dim, tp_size, tp_rank
         self.output_size_per_partition = output_size
         # shapes are already this rank's: subclasses shrink output/input before calling us
-        if quant is not None:  # the scheme's stored tensors (weight, scales, packed ints) instead of one weight
+        # the scheme's stored tensors (weight, scales, packed ints) instead of one weight
+        if quant is not None:
             quantized.create(self, quant, self.partition_sizes(), input_size)
         else:
             self.weight = nn.Parameter(torch.empty(output_size, input_size, dtype=dtype), requires_grad=False)
@@ -107,8 +109,8 @@ class ColumnParallelLinear(LinearBase):
     def __init__(self, input_size: int, output_size: int, tp_size: int, tp_rank: int,
                  bias: bool = False, dtype: torch.dtype | None = None, quant=None):
         check_tp(tp_size, tp_rank)
-        super().__init__(input_size, divide(output_size, tp_size, "output_size", generic=True), tp_size, tp_rank, bias, 0, dtype,
-                         quant)
+        super().__init__(input_size, divide(output_size, tp_size, "output_size", generic=True), tp_size,
+                         tp_rank, bias, 0, dtype, quant)
 
     def weight_loader(self, param: nn.Parameter, loaded_weight: torch.Tensor):
         if hasattr(param, "qtensor"):
@@ -133,8 +135,8 @@ class RowParallelLinear(LinearBase):
     def __init__(self, input_size: int, output_size: int, tp_size: int, tp_rank: int,
                  bias: bool = False, dtype: torch.dtype | None = None, quant=None):
         check_tp(tp_size, tp_rank)
-        super().__init__(divide(input_size, tp_size, "input_size", generic=True), output_size, tp_size, tp_rank, bias, 1, dtype,
-                         quant)
+        super().__init__(divide(input_size, tp_size, "input_size", generic=True), output_size, tp_size,
+                         tp_rank, bias, 1, dtype, quant)
         self.reduce_results = True  # False skips the all_reduce (a bug the live check can inject)
         self.bias_on_all_ranks = False  # True adds the bias tp times (another injectable bug)
 
@@ -186,11 +188,13 @@ class MergedColumnParallelLinear(ColumnParallelLinear):
         if loaded_shard_id is None or isinstance(loaded_shard_id, tuple):
             # fused on disk: all projections (Phi-3 gate_up_proj), or some of them (Qwen3.5's in_proj_qkv)
             ids = range(len(self.output_sizes)) if loaded_shard_id is None else loaded_shard_id
-            for shard_id, part in zip(ids, split_fused(loaded_weight, [self.output_sizes[i] for i in ids], self.tp_dim)):
+            for shard_id, part in zip(ids, split_fused(loaded_weight,
+                                                       [self.output_sizes[i] for i in ids], self.tp_dim)):
                 self.weight_loader(param, part, shard_id)
             return
         if not 0 <= loaded_shard_id < len(self.output_sizes):
-            raise WeightsError(f"loaded_shard_id={loaded_shard_id} is not one of 0..{len(self.output_sizes) - 1}")
+            raise WeightsError(f"loaded_shard_id={loaded_shard_id} is not one of "
+                               f"0..{len(self.output_sizes) - 1}")
         # cut 1: this projection's segment of the local table (offsets shrink by tp too)
         shard_offset = sum(self.output_sizes[:loaded_shard_id]) // self.tp_size
         shard_size = self.output_sizes[loaded_shard_id] // self.tp_size
@@ -202,7 +206,8 @@ class MergedColumnParallelLinear(ColumnParallelLinear):
 
 class QKVParallelLinear(ColumnParallelLinear):
     """q, k and v in one column-parallel table, split by heads. When tp_size exceeds the KV heads and the rule
-    set replicates them (vLLM), each rank holds one KV head and rank r holds head r // (tp_size / num_kv_heads)."""
+    set replicates them (vLLM), each rank holds one KV head and rank r holds head r // (tp_size /
+    num_kv_heads)."""
 
     def __init__(self, hidden_size: int, head_size: int, total_num_heads: int, total_num_kv_heads: int,
                  tp_size: int, tp_rank: int, bias: bool = False, rules: RuleSet | str = "vllm",
@@ -235,7 +240,8 @@ class QKVParallelLinear(ColumnParallelLinear):
             return self.tp_rank % (self.tp_size // self.num_kv_head_replicas)
         return self.tp_rank // self.num_kv_head_replicas
 
-    def weight_loader(self, param: nn.Parameter, loaded_weight: torch.Tensor, loaded_shard_id: str | None = None):
+    def weight_loader(self, param: nn.Parameter, loaded_weight: torch.Tensor,
+                      loaded_shard_id: str | None = None):
         if hasattr(param, "qtensor"):
             return quantized.load(self, param, loaded_weight, loaded_shard_id)
         sizes = {"q": self.total_num_heads * self.head_size, "k": self.total_num_kv_heads * self.head_size}

@@ -1,4 +1,5 @@
-"""gpt-oss MXFP4 experts as vLLM 0.33 loads them (models/gpt_oss.py _load_weights_mxfp4, quantization/mxfp4.py).
+"""gpt-oss MXFP4 experts as vLLM 0.33 loads them (models/gpt_oss.py _load_weights_mxfp4,
+quantization/mxfp4.py).
 
 Each GPU's share of the expert intermediate size is cut in whole 32-value blocks: P = ceil((I/32)/tp) * 32
 rows, rank r takes [r*P, min((r+1)*P, I)), so the last GPUs get fewer rows, or none. The parameter is

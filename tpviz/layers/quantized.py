@@ -23,7 +23,8 @@ class QuantContext:
 
 
 def units(layer: nn.Module, qt: QTensor) -> tuple[int, int]:
-    """A tensor's (out, in) units on this layer: block scales refined to smaller blocks (vLLM >= 0.29 MoE) shrink."""
+    """A tensor's (out, in) units on this layer: block scales refined to smaller blocks (vLLM >= 0.29 MoE)
+    shrink."""
     refine = getattr(layer, "refine", 1) if qt.out_unit > 1 and qt.in_unit > 1 else 1
     return qt.out_unit // refine, qt.in_unit // refine
 
@@ -42,7 +43,8 @@ def create(layer: nn.Module, ctx: QuantContext, out_sizes: list[int], in_size: i
             shape = (math.ceil(in_size / in_unit),)
         else:
             dims = [1, 1]
-            if qt.out_dim is not None:  # vLLM's fused MoE gives each merged part (gate, up) its own scale rows
+            # vLLM's fused MoE gives each merged part (gate, up) its own scale rows
+            if qt.out_dim is not None:
                 dims[qt.out_dim] = (sum(math.ceil(s / out_unit) for s in out_sizes) if ctx.moe_hidden
                                     else math.ceil(sum(out_sizes) / out_unit))
             if qt.in_dim is not None:  # a whole input dim on a row layer spans every GPU's inputs
@@ -75,7 +77,8 @@ def load(layer: nn.Module, param: nn.Parameter, loaded: torch.Tensor, shard_id=N
         return
     column = layer.tp_dim == 0
     out_unit, in_unit = units(layer, qt)
-    if (out_unit, in_unit) != (qt.out_unit, qt.in_unit):  # refined MoE blocks: each checkpoint scale covers several
+    # refined MoE blocks: each checkpoint scale covers several
+    if (out_unit, in_unit) != (qt.out_unit, qt.in_unit):
         factor = qt.out_unit // out_unit
         loaded = loaded.repeat_interleave(factor, dim=0 if column else 1)
         if loaded.size(1 if column else 0) * factor == param.size(1 if column else 0):
@@ -88,7 +91,8 @@ def load(layer: nn.Module, param: nn.Parameter, loaded: torch.Tensor, shard_id=N
         size = param.size(dim)
         _copy(param.data, loaded.narrow(dim, layer.tp_rank * size, size), qt.name)
         return
-    if shard_id is None:  # fused on disk: split by the global part sizes (in this tensor's units), then per part
+    # fused on disk: split by the global part sizes (in this tensor's units), then per part
+    if shard_id is None:
         sizes = [math.ceil(p * layer.tp_size / unit) for p in parts]
         for sid, piece in zip(layer.shard_ids(), loaded.split(sizes, dim)):
             load(layer, param, piece, sid)

@@ -7,7 +7,8 @@ modelled: the live check does not run these mixers.
 import torch
 from torch import nn
 
-from tpviz.layers.linear import (ColumnParallelLinear, MergedColumnParallelLinear, RowParallelLinear, copy_checked)
+from tpviz.layers.linear import (ColumnParallelLinear, MergedColumnParallelLinear,
+                                 RowParallelLinear, copy_checked)
 from tpviz.rules import check_tp, divide
 
 
@@ -76,10 +77,12 @@ class GatedDeltaNet(nn.Module):
         self.in_proj_qkvz = MergedColumnParallelLinear(hidden_size, qkvz, tp_size, tp_rank, dtype=dtype)
         self.in_proj_ba = MergedColumnParallelLinear(hidden_size, ba, tp_size, tp_rank, dtype=dtype)
         self.conv1d = _conv(conv_kernel, self.conv_dim, tp_size, tp_rank, False,
-                            segmented_loader([(key_dim, 0, False)] * 2 + [(value_dim, 0, False)], tp_size, tp_rank))
+                            segmented_loader([(key_dim, 0, False)] * 2
+                                             + [(value_dim, 0, False)], tp_size, tp_rank))
         self.A_log = _vector(num_v_heads, tp_size, tp_rank, "linear_num_value_heads")
         self.dt_bias = _vector(num_v_heads, tp_size, tp_rank, "linear_num_value_heads")
-        self.norm = nn.Parameter(torch.ones(head_v_dim, dtype=dtype), requires_grad=False)  # per head: replicated
+        # per head: replicated
+        self.norm = nn.Parameter(torch.ones(head_v_dim, dtype=dtype), requires_grad=False)
         self.norm.weight_loader = lambda p, w: copy_checked(p.data, w)
         self.out_proj = RowParallelLinear(value_dim, hidden_size, tp_size, tp_rank, dtype=dtype)
 
@@ -91,7 +94,8 @@ class GatedDeltaNet(nn.Module):
 
 class Mamba2Mixer(nn.Module):
     """Mamba2 (Nemotron-H): in_proj = [z | x | B | C | dt]. When tp divides n_groups each part is cut by
-    rank; with one group (tp does not divide it) B and C are replicated so every rank keeps its heads' group."""
+    rank; with one group (tp does not divide it) B and C are replicated so every rank keeps its heads'
+    group."""
 
     def __init__(self, hidden_size: int, num_heads: int, head_dim: int, n_groups: int, state_size: int,
                  conv_kernel: int, tp_size: int, tp_rank: int, conv_bias: bool = True, bias: bool = False,
@@ -101,19 +105,23 @@ class Mamba2Mixer(nn.Module):
         divide(num_heads, tp_size, "mamba_num_heads")
         if n_groups % tp_size and n_groups != 1:
             divide(n_groups, tp_size, "n_groups")  # vLLM replicates a single group only
-        self.num_heads, self.head_dim, self.state_size, self.tp_size = num_heads, head_dim, state_size, tp_size
+        self.num_heads, self.head_dim, self.state_size, self.tp_size = (num_heads, head_dim,
+                                                                        state_size, tp_size)
         self.conv_kernel, inter = conv_kernel, num_heads * head_dim
         groups = n_groups if n_groups % tp_size == 0 else tp_size  # replicated up to one group per rank
         gs = groups * state_size
         self.conv_dim = inter + 2 * gs
         if n_groups % tp_size == 0:
-            self.in_proj = MergedColumnParallelLinear(hidden_size, [inter, inter, gs, gs, num_heads], tp_size, tp_rank,
+            self.in_proj = MergedColumnParallelLinear(hidden_size,
+                                                      [inter, inter, gs, gs, num_heads], tp_size, tp_rank,
                                                       bias=bias, dtype=dtype)
-            self.conv1d = _conv(conv_kernel, self.conv_dim, tp_size, tp_rank, conv_bias, sizes=[inter, gs, gs])
+            self.conv1d = _conv(conv_kernel, self.conv_dim, tp_size, tp_rank, conv_bias,
+                                sizes=[inter, gs, gs])
         else:
             group = (gs, (groups - n_groups) * state_size, n_groups == 1)
             segments = [(inter, 0, False), group, group]
-            self.in_proj = ColumnParallelLinear(hidden_size, inter + self.conv_dim + num_heads, tp_size, tp_rank,
+            self.in_proj = ColumnParallelLinear(hidden_size,
+                                                inter + self.conv_dim + num_heads, tp_size, tp_rank,
                                                 bias=bias, dtype=dtype)
             self.in_proj.weight.weight_loader = segmented_loader(
                 [(inter, 0, False)] + segments + [(num_heads, 0, False)], tp_size, tp_rank)
@@ -122,7 +130,8 @@ class Mamba2Mixer(nn.Module):
         self.A_log = _vector(num_heads, tp_size, tp_rank, "mamba_num_heads")
         self.D = _vector(num_heads, tp_size, tp_rank, "mamba_num_heads")
         self.dt_bias = _vector(num_heads, tp_size, tp_rank, "mamba_num_heads")
-        self.norm = _vector(inter, tp_size, tp_rank, "mamba_num_heads * mamba_head_dim")  # gated norm, per group
+        # gated norm, per group
+        self.norm = _vector(inter, tp_size, tp_rank, "mamba_num_heads * mamba_head_dim")
         self.out_proj = RowParallelLinear(inter, hidden_size, tp_size, tp_rank, bias=bias, dtype=dtype)
 
     def state_shapes(self) -> list[tuple[int, ...]]:
@@ -140,8 +149,10 @@ class ShortConv(nn.Module):
         super().__init__()
         check_tp(tp_size, tp_rank)
         self.hidden_size, self.conv_kernel, self.tp_size = hidden_size, conv_kernel, tp_size
-        inp = input_size or hidden_size  # the residual width (a probe when tracing); channels stay hidden_size
-        self.in_proj = MergedColumnParallelLinear(inp, [hidden_size] * 3, tp_size, tp_rank, bias=bias, dtype=dtype)
+        # the residual width (a probe when tracing); channels stay hidden_size
+        inp = input_size or hidden_size
+        self.in_proj = MergedColumnParallelLinear(inp, [hidden_size] * 3, tp_size, tp_rank,
+                                                  bias=bias, dtype=dtype)
         self.conv = _conv(conv_kernel, hidden_size, tp_size, tp_rank, bias)
         self.out_proj = RowParallelLinear(hidden_size, inp, tp_size, tp_rank, bias=bias, dtype=dtype)
 

@@ -9,8 +9,8 @@ from dataclasses import dataclass
 
 from tpviz.config.quant import Quant
 
-DTYPE_BYTES = {"float8_e4m3fn": 1, "float32": 4, "int32": 4, "uint8": 1, "int64": 8, "bfloat16": 2, "float16": 2,
-               "float8_e8m0fnu": 1}
+DTYPE_BYTES = {"float8_e4m3fn": 1, "float32": 4, "int32": 4, "uint8": 1, "int64": 8,
+               "bfloat16": 2, "float16": 2, "float8_e8m0fnu": 1}
 
 
 @dataclass(frozen=True)
@@ -68,8 +68,10 @@ def linear_tensors(q: Quant, row_parallel: bool = False, act_order_split: bool =
                                                              note="one scale per output row")]
     if q.scheme == "nvfp4":
         return [QTensor("weight", "uint8", in_unit=2, note="2 fp4 values per uint8"),
-                QTensor("weight_scale", "float8_e4m3fn", in_unit=q.group, note=f"one FP8 scale per {q.group} values"),
-                QTensor("weight_scale_2", "float32", per_shard=True), QTensor("input_scale", "float32", per_shard=True)]
+                QTensor("weight_scale", "float8_e4m3fn", in_unit=q.group,
+                        note=f"one FP8 scale per {q.group} values"),
+                QTensor("weight_scale_2", "float32", per_shard=True),
+                QTensor("input_scale", "float32", per_shard=True)]
     if q.scheme in ("int4_group", "int8_group"):
         pack = 32 // q.bits
         per_channel = q.group == -1
@@ -77,18 +79,24 @@ def linear_tensors(q: Quant, row_parallel: bool = False, act_order_split: bool =
         if q.packing == "gptq" and q.desc_act and act_order_split:
             # act-order up to vLLM 0.29: the input dim is permuted, so a row layer keeps every group's scales
             # and zeros whole on each GPU, and g_idx (one group index per input feature) is loaded by rows
-            return [QTensor("qweight", "int32", out_dim=1, in_dim=0, in_unit=pack, note=f"{pack} int{q.bits} per int32"),
+            return [QTensor("qweight", "int32", out_dim=1, in_dim=0, in_unit=pack,
+                            note=f"{pack} int{q.bits} per int32"),
                     QTensor("scales", "", out_dim=1, in_dim=0, in_unit=q.group, in_split=False,
                             note="act-order: every GPU holds every group's scales"),
-                    QTensor("qzeros", "int32", out_dim=1, in_dim=0, out_unit=pack, in_unit=q.group, in_split=False),
-                    QTensor("g_idx", "int32", out_dim=None, in_dim=0, vector=True, note="act-order group of each input")]
+                    QTensor("qzeros", "int32", out_dim=1, in_dim=0, out_unit=pack,
+                            in_unit=q.group, in_split=False),
+                    QTensor("g_idx", "int32", out_dim=None, in_dim=0, vector=True,
+                            note="act-order group of each input")]
         if q.packing == "gptq":  # [K/8, N] int32; scales [K/g, N]; zeros [K/g, N/8]
-            return [QTensor("qweight", "int32", out_dim=1, in_dim=0, in_unit=pack, note=f"{pack} int{q.bits} per int32"),
-                    QTensor("scales", "", out_dim=1, in_dim=group_in, in_unit=q.group if not per_channel else 1 << 30),
+            return [QTensor("qweight", "int32", out_dim=1, in_dim=0, in_unit=pack,
+                            note=f"{pack} int{q.bits} per int32"),
+                    QTensor("scales", "", out_dim=1, in_dim=group_in,
+                            in_unit=q.group if not per_channel else 1 << 30),
                     QTensor("qzeros", "int32", out_dim=1, in_dim=group_in, out_unit=pack,
                             in_unit=q.group if not per_channel else 1 << 30)]
         if q.packing == "awq":  # [K, N/8] int32; zeros [K/g, N/8]; scales [K/g, N]
-            return [QTensor("qweight", "int32", out_dim=1, in_dim=0, out_unit=pack, note=f"{pack} int{q.bits} per int32"),
+            return [QTensor("qweight", "int32", out_dim=1, in_dim=0, out_unit=pack,
+                            note=f"{pack} int{q.bits} per int32"),
                     QTensor("qzeros", "int32", out_dim=1, in_dim=0, out_unit=pack, in_unit=q.group),
                     QTensor("scales", "", out_dim=1, in_dim=0, in_unit=q.group)]
         # compressed-tensors pack-quantized: [N, K/8] int32; scales [N, K/g]

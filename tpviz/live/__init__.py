@@ -12,5 +12,6 @@ from tpviz.live.load.source import ModelSource, resolve_model
 from tpviz.live.load.weights import load_weights
 
 __all__ = ["verify", "prepare", "FP32_TOL", "NOISE_MULTIPLE", "LiveError", "RankFailure", "INJECTIONS",
-           "Injection", "LiveConfig", "LiveForCausalLM", "Environment", "LayerDiff", "RankReport", "VerifyResult",
+           "Injection", "LiveConfig", "LiveForCausalLM", "Environment", "LayerDiff",
+           "RankReport", "VerifyResult",
            "choose_backend", "ModelSource", "random_checkpoint", "resolve_model", "load_weights"]

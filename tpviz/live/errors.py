@@ -21,7 +21,8 @@ class RankFailure(LiveError):
 RANDOM_FLAG = "--random-weights/Random weights"
 PROMPT_FLAG, IDS_FLAG = "--prompt/Prompt", "--input-ids/Token ids"
 TIMEOUT_FLAG = "--timeout/Timeout (s)"
-CONTROLS = {RANDOM_FLAG: ("--random-weights", "the Random weights box"), TIMEOUT_FLAG: ("--timeout", "Timeout (s)"),
+CONTROLS = {RANDOM_FLAG: ("--random-weights", "the Random weights box"),
+            TIMEOUT_FLAG: ("--timeout", "Timeout (s)"),
             "--layers/Layers to keep": ("--layers", "Layers to keep"),
             PROMPT_FLAG: ("--prompt TEXT", "a prompt"), IDS_FLAG: ("--input-ids", "token ids")}
 
@@ -44,7 +45,8 @@ MAX_TIMEOUT = 86_400.0  # a day: beyond it (or at inf/NaN) torch's store timeout
 
 
 def check_timeout(timeout) -> float:
-    """A live run's timeout in seconds, or one line: at least 1 s (ranks take about that to start), at most a day."""
+    """A live run's timeout in seconds, or one line: at least 1 s (ranks take about that to start), at most a
+    day."""
     if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not math.isfinite(timeout) \
             or not 1 <= timeout <= MAX_TIMEOUT:
         raise LiveError(f"{TIMEOUT_FLAG} {timeout!r} must be a number of seconds from 1 to {MAX_TIMEOUT:g}")

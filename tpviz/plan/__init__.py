@@ -13,15 +13,16 @@ from tpviz.plan.ssm import state_plans
 from tpviz.config.spec import ModelSpec
 from tpviz.rules import RuleSet, ruleset
 
-__all__ = ["DT", "PROBE", "ParamPlan", "Source", "Names", "build_plan", "mixer_groups", "ffn_groups", "state_plans",
-           "arch_names"]
+__all__ = ["DT", "PROBE", "ParamPlan", "Source", "Names", "build_plan", "mixer_groups",
+           "ffn_groups", "state_plans", "arch_names"]
 MIXERS = {"attention": attention.attention, "mla": attention.mla, "gated_deltanet": ssm.gated_deltanet,
           "mamba2": ssm.mamba2, "short_conv": ssm.short_conv}
 FFNS = {"dense": ffn.dense, "moe": ffn.moe}
 
 
 def arch_names(spec: ModelSpec) -> Names:
-    """The checkpoint names of this architecture (Llama's for unknown ones; Falcon's by its decoder variant)."""
+    """The checkpoint names of this architecture (Llama's for unknown ones; Falcon's by its decoder
+    variant)."""
     arch = spec.arch
     return arch.names_for(spec.variant, spec.num_key_value_heads) if arch.names_for else arch.names
 
@@ -39,8 +40,8 @@ def mixer_groups(spec: ModelSpec) -> dict[Mixer, list[int]]:
 
 
 def ffn_groups(spec: ModelSpec) -> dict[Ffn, list[int]]:
-    return _by_key(spec, lambda layer: layer.ffn.__class__(layer.ffn.kind, layer.ffn.size, layer.ffn.experts, 0,
-                                                           layer.ffn.shared))
+    return _by_key(spec, lambda layer: layer.ffn.__class__(layer.ffn.kind, layer.ffn.size,
+                                                           layer.ffn.experts, 0, layer.ffn.shared))
 
 
 def build_plan(spec: ModelSpec, rules: RuleSet | str = "vllm") -> list[ParamPlan]:
@@ -51,7 +52,8 @@ def build_plan(spec: ModelSpec, rules: RuleSet | str = "vllm") -> list[ParamPlan
     plans = embed(spec, names, rules) + norm(names.final_norm, hidden, bias=nb) + extra_globals(spec, names)
     every = list(range(spec.num_hidden_layers))
     plans += [pl for n in names.block_norms for pl in norm(f"{p}{n}", hidden, every, bias=nb)]
-    if "layer_scalar" in spec.arch.extra:  # Gemma-4: a saved per-layer output scale (a buffer, in the checkpoint)
+    # Gemma-4: a saved per-layer output scale (a buffer, in the checkpoint)
+    if "layer_scalar" in spec.arch.extra:
         plans.append(replicated(f"{p}layer_scalar", 1, hidden, every, bias=True))
     with_mixer = [i for i, layer in enumerate(spec.layers) if layer.mixer.kind != "none"]
     with_ffn = [i for i, layer in enumerate(spec.layers) if layer.ffn.kind != "none"]

@@ -55,15 +55,18 @@ def qkv(spec: ModelSpec, names: Names, rules: RuleSet, m: Mixer, layers, bias: b
     q = qplan(spec, rules, f"{p}{names.qkv_fused or names.q}", layers)
     if q is not None and names.qkv_order == "qkv" and not m.k_eq_v:
         make = lambda ctx, tp, r: QKVParallelLinear(PROBE, d, qh, kv, tp, r, rules=rules, dtype=DT, quant=ctx)
-        parts = ([(f"{p}{names.qkv_fused}", (qh + 2 * kv) * d, None)] if names.qkv_fused else  # Phi-3: one tensor
-                 [(f"{p}{n}", (h * qd if sid == "q" else kv * d), sid) for sid, n in zip("qkv", (names.q, names.k, names.v))])
-        plans = stored(q, False, make, parts, (qh + 2 * kv) * d, hidden, "qkv", f"{p}{names.qkv_fused or 'qkv_proj'}",
-                       slots=3, layers=layers, heads=h,
+        # Phi-3: one tensor
+        parts = ([(f"{p}{names.qkv_fused}", (qh + 2 * kv) * d, None)] if names.qkv_fused else
+                 [(f"{p}{n}", (h * qd if sid == "q" else kv * d), sid) for sid,
+                  n in zip("qkv", (names.q, names.k, names.v))])
+        plans = stored(q, False, make, parts, (qh + 2 * kv) * d, hidden, "qkv",
+                       f"{p}{names.qkv_fused or 'qkv_proj'}", slots=3, layers=layers, heads=h,
                        sections=qkv_sections("qkv", h, kv, d, qd, "") if names.qkv_fused else None)
         return plans + ([pl for pl in qkv(replace(spec, quant=None), names, rules, m, layers, bias) if
                          pl.name.endswith(".bias")] if bias else [])
     plans = []
-    plain = names.qkv_order == "per_head_plain"  # Transformers backend (GPT-NeoX): a plain row split, no reorder
+    # Transformers backend (GPT-NeoX): a plain row split, no reorder
+    plain = names.qkv_order == "per_head_plain"
     for suffix in ("weight", "bias") if bias else ("weight",):
         def build(tp, r, s=suffix):
             mod = (ColumnParallelLinear(PROBE, 3 * h * d, tp, r, bias=bias, dtype=DT) if plain else
@@ -77,10 +80,11 @@ def qkv(spec: ModelSpec, names: Names, rules: RuleSet, m: Mixer, layers, bias: b
             sec = qkv_sections(order, h, kv, d, qd, b)
             prepare = ORDERS[order](h, kv, d) if order in ORDERS else None
             if names.conv1d and suffix == "weight":  # stored [hidden, 3*hidden]: transpose, then load
-                sources = [Source(f"{p}{names.qkv_fused}.{suffix}", tail + (rows,), None, dim=1, prepare=torch.t,
-                                  sections=sec)]
+                sources = [Source(f"{p}{names.qkv_fused}.{suffix}", tail + (rows,), None,
+                                  dim=1, prepare=torch.t, sections=sec)]
             else:
-                sources = [Source(f"{p}{names.qkv_fused}.{suffix}", (rows,) + tail, None, prepare=prepare, sections=sec)]
+                sources = [Source(f"{p}{names.qkv_fused}.{suffix}", (rows,) + tail, None,
+                                  prepare=prepare, sections=sec)]
         else:
             sources = [Source(f"{p}{n}.{suffix}", ((h * qd if sid == "q" else kv * d),) + tail, sid,
                               sections=[s for s in qkv_sections("qkv", h, kv, d, qd, b) if s[0][0] == sid])
@@ -100,14 +104,17 @@ def attention(spec: ModelSpec, names: Names, rules: RuleSet, m: Mixer, layers) -
     """A softmax-attention mixer: q/k/v, optional q/k norms, o_proj, gpt-oss sinks."""
     p = f"{names.layer}{names.attn}"
     plans = qkv(spec, names, rules, m, layers, spec.attention_bias)
-    if spec.qk_norm:  # per head; OLMo-2/3's span the whole q and k (replicated, fed by an all-gather under TP)
+    # per head; OLMo-2/3's span the whole q and k (replicated, fed by an all-gather under TP)
+    if spec.qk_norm:
         widths = (m.heads * m.head_dim, m.kv_heads * m.head_dim) if spec.qk_norm_full else (m.head_dim,) * 2
-        norms = [pl for n, w in zip((names.q_norm, names.k_norm), widths) for pl in norm(f"{p}{n}", w, layers)]
+        norms = [pl for n,
+                 w in zip((names.q_norm, names.k_norm), widths) for pl in norm(f"{p}{n}", w, layers)]
         if spec.qk_norm_full:
             norms[-1].build = whole_k(norms[-1].build, m.kv_heads)
         plans += norms
     plans += row(f"{p}{names.o}", m.heads * m.head_dim, spec.hidden_size, "o_proj", layers, spec.o_proj_bias,
-                 ("num_attention_heads", m.heads), disk_t=names.conv1d, q=qplan(spec, rules, f"{p}{names.o}", layers))
+                 ("num_attention_heads", m.heads), disk_t=names.conv1d,
+                 q=qplan(spec, rules, f"{p}{names.o}", layers))
     if "sinks" in spec.arch.extra:  # gpt-oss: one attention-sink logit per head, split with the heads
         sink = column(f"{p}sinks", PROBE, m.heads, "qkv", layers, True, ("num_attention_heads", m.heads))[1]
         sink.name = sink.sources[0].name = f"{p}sinks"
@@ -120,8 +127,9 @@ def whole_k(build, kv_heads: int):
     (a TP-aware RMSNorm), which needs the ranks' k slices to tile the whole k, so it refuses replicas."""
     def checked(tp, rank):
         if tp > kv_heads:
-            raise TPSizeError(f"num_key_value_heads={kv_heads} is fewer than tp_size={tp}: k_norm spans all KV heads "
-                              "and vLLM 0.33 all-gathers k to apply it, which fails when KV heads are replicated")
+            raise TPSizeError(f"num_key_value_heads={kv_heads} is fewer than tp_size={tp}: "
+                              "k_norm spans all KV heads and vLLM 0.33 all-gathers k to apply it, "
+                              "which fails when KV heads are replicated")
         return build(tp, rank)
     return checked
 
@@ -145,7 +153,8 @@ def mla(spec: ModelSpec, names: Names, rules: RuleSet, m: Mixer, layers) -> list
     else:
         plans += column(f"{p}q_proj", hidden, h * qk, "qkv", layers, False, heads, heads=h,
                         q=qplan(spec, rules, f"{p}q_proj", layers))
-    plans += [*_list(replicated(f"{p}kv_a_proj_with_mqa.weight", spec.kv_lora_rank + spec.qk_rope_head_dim, hidden,
+    plans += [*_list(replicated(f"{p}kv_a_proj_with_mqa.weight",
+                                spec.kv_lora_rank + spec.qk_rope_head_dim, hidden,
                                 layers, note="MLA latent: every rank computes and caches the compressed KV",
                                 q=qplan(spec, rules, f"{p}kv_a_proj_with_mqa", layers))),
               *norm(f"{p}kv_a_layernorm", spec.kv_lora_rank, layers)]

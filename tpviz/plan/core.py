@@ -9,7 +9,8 @@ from typing import Callable
 import torch
 
 from tpviz.layers.linear import copy_checked
-from tpviz.layers import (ColumnParallelLinear, LayerNorm, MergedColumnParallelLinear, ParallelLMHead, ReplicatedLinear,
+from tpviz.layers import (ColumnParallelLinear, LayerNorm, MergedColumnParallelLinear,
+                          ParallelLMHead, ReplicatedLinear,
                           RMSNorm, RowParallelLinear, VocabParallelEmbedding)
 from tpviz.rules import divide
 
@@ -32,7 +33,8 @@ class Source:
     dim: int | None = None
     prepare: Callable[[torch.Tensor], torch.Tensor] | None = None
     sections: list = field(default_factory=list)  # [label, start, stop, head_size or 0, head word]
-    disk: tuple | None = None  # the shape stored on disk when the map draws it otherwise (gpt-oss's stacked experts)
+    # the shape stored on disk when the map draws it otherwise (gpt-oss's stacked experts)
+    disk: tuple | None = None
 
 
 @dataclass
@@ -80,11 +82,13 @@ def norm(prefix, size, layers=None, bias=False) -> list[ParamPlan]:
         name = f"{prefix}.{suffix}"
         build = (lambda s: lambda tp, r: (lambda m: (m, getattr(m, s)))(
             (LayerNorm if bias else RMSNorm)(size, dtype=DT)))(suffix)
-        out.append(param(name, "replicated", build, (size,), [Source(name, (size,), split=False)], layers=layers))
+        out.append(param(name, "replicated", build, (size,),
+                         [Source(name, (size,), split=False)], layers=layers))
     return out
 
 
-def replicated(name, out, inp, layers=None, experts=0, note="", bias=False, q=None) -> ParamPlan | list[ParamPlan]:
+def replicated(name, out, inp, layers=None, experts=0, note="", bias=False,
+               q=None) -> ParamPlan | list[ParamPlan]:
     if q is not None:  # a quantized replicated layer (MLA latents): its stored tensors, whole on every GPU
         make = lambda ctx, tp, r: ReplicatedLinear(PROBE, out, dtype=DT, quant=ctx)
         return stored(q, False, make, [(name.removesuffix(".weight"), out, None)], out, inp, "replicated",
@@ -99,11 +103,13 @@ def replicated(name, out, inp, layers=None, experts=0, note="", bias=False, q=No
 
 
 def _holder(shape: tuple):
-    """A replicated parameter of this exact shape (what every GPU holds of a whole-copied quantization tensor)."""
+    """A replicated parameter of this exact shape (what every GPU holds of a whole-copied quantization
+    tensor)."""
     def build(tp, r):  # traced along dim 0, probe-wide elsewhere
         m = ReplicatedLinear(PROBE, shape[0], bias=len(shape) == 1, dtype=DT)
         p = m.bias if len(shape) == 1 else m.weight
-        p.weight_loader = lambda param, loaded, *shard: copy_checked(param.data, loaded)  # each part: the same copy
+        # each part: the same copy
+        p.weight_loader = lambda param, loaded, *shard: copy_checked(param.data, loaded)
         return m, p
     return build
 
@@ -129,7 +135,8 @@ def stored(q, row: bool, make, parts: list[tuple], out: int, inp: int, family: s
         note = " · ".join(filter(None, [kw.get("note", ""), qt.note]))
         plan = param(f"{name}.{qt.name}", family, build, shape, sources, tp_dim=0 if replicated_ else dim,
                      element_bytes=qt.element_bytes(q.model_bytes), **{**kw, "note": note})
-        plan.layer_class = class_name(lambda tp, r: (make(q.ctx(row), tp, r), None))  # the owning layer's class
+        # the owning layer's class
+        plan.layer_class = class_name(lambda tp, r: (make(q.ctx(row), tp, r), None))
         plans.append(plan)
     return plans
 
@@ -140,9 +147,10 @@ def row(prefix, inp, out, family, layers, bias, quantity, experts=0, note="", he
     w = f"{prefix}.weight"
     if q is not None:
         make = lambda ctx, tp, r: RowParallelLinear(inp, PROBE, tp, r, dtype=DT, quant=ctx)
-        plans = stored(q, True, make, [(prefix, out, None)], out, inp, family, prefix, layers=layers, experts=experts,
-                       quantity=quantity, note=note, heads=heads)
-        return plans + (row(prefix, inp, out, family, layers, bias, quantity, experts, note)[1:] if bias else [])
+        plans = stored(q, True, make, [(prefix, out, None)], out, inp, family, prefix,
+                       layers=layers, experts=experts, quantity=quantity, note=note, heads=heads)
+        return (plans
+                + (row(prefix, inp, out, family, layers, bias, quantity, experts, note)[1:] if bias else []))
     build = lambda tp, r: (lambda m: (m, m.weight))(RowParallelLinear(inp, PROBE, tp, r, dtype=DT))
     src = Source(w, (inp, out), dim=0, prepare=torch.t) if disk_t else Source(w, (out, inp))
     plans = [param(w, family, build, (out, inp), [src], tp_dim=1, layers=layers,
@@ -151,7 +159,8 @@ def row(prefix, inp, out, family, layers, bias, quantity, experts=0, note="", he
         b = f"{prefix}.bias"
         bb = lambda tp, r: (lambda m: (m, m.bias))(RowParallelLinear(tp, out, tp, r, bias=True, dtype=DT))
         plans.append(param(b, "replicated", bb, (out,), [Source(b, (out,), split=False)], layers=layers,
-                           experts=experts, note="row-parallel bias: every rank holds it, only rank 0 adds it"))
+                           experts=experts,
+                           note="row-parallel bias: every rank holds it, only rank 0 adds it"))
     return plans
 
 
@@ -169,7 +178,8 @@ def column(prefix, inp, out, family, layers, bias, quantity, experts=0, note="",
         name = f"{prefix}.{suffix}"
         build = lambda tp, r, s=suffix: (lambda m: (m, getattr(m, s)))(
             ColumnParallelLinear(PROBE, out, tp, r, bias=bias, dtype=DT))
-        src = Source(name, (inp, out), dim=1, prepare=torch.t) if disk_t and suffix == "weight" else Source(name, shape)
+        src = (Source(name, (inp, out), dim=1, prepare=torch.t) if disk_t and suffix == "weight"
+               else Source(name, shape))
         plans.append(param(name, family, build, shape, [src], layers=layers, experts=experts,
                            quantity=quantity, note=note, heads=heads))
     return plans
@@ -177,12 +187,14 @@ def column(prefix, inp, out, family, layers, bias, quantity, experts=0, note="",
 
 def merged(name, parts, fused, inp, sizes, family, layers, quantity, experts=0, bias=False, note="",
            labels=("gate", "up"), q=None) -> list[ParamPlan]:
-    """gate_up_proj (or any merged column table): parts are the separate checkpoint tensors, fused the on-disk one."""
+    """gate_up_proj (or any merged column table): parts are the separate checkpoint tensors, fused the on-disk
+    one."""
     if q is not None:
         make = lambda ctx, tp, r: MergedColumnParallelLinear(PROBE, sizes, tp, r, dtype=DT, quant=ctx)
-        on_disk = [(fused, sum(sizes), None)] if fused else [(p, n, i) for i, (p, n) in enumerate(zip(parts, sizes))]
-        plans = stored(q, False, make, on_disk, sum(sizes), inp, family, name, slots=len(sizes), layers=layers,
-                       experts=experts, quantity=quantity, note=note)
+        on_disk = [(fused, sum(sizes), None)] if fused else [(p, n, i) for i,
+                                                             (p, n) in enumerate(zip(parts, sizes))]
+        plans = stored(q, False, make, on_disk, sum(sizes), inp, family, name,
+                       slots=len(sizes), layers=layers, experts=experts, quantity=quantity, note=note)
         return plans + (merged(name, parts, fused, inp, sizes, family, layers, quantity, experts, bias, note,
                                labels)[1:] if bias else [])
     plans = []
@@ -206,7 +218,8 @@ def embed(spec, names, rules) -> list[ParamPlan]:
     """embed_tokens and lm_head: vocab-parallel (lm_head absent when tied)."""
     v, hidden = spec.vocab_size, spec.hidden_size
     plans = []
-    for name, cls, family in ((names.embed, VocabParallelEmbedding, "embed"), (names.lm_head, ParallelLMHead, "lm_head")):
+    for name, cls, family in ((names.embed, VocabParallelEmbedding, "embed"),
+                              (names.lm_head, ParallelLMHead, "lm_head")):
         if family == "lm_head" and spec.tie_word_embeddings:
             continue
         build = lambda tp, r, c=cls: (lambda m: (m, m.weight))(c(v, PROBE, tp, r, rules=rules, dtype=DT))

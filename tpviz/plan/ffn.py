@@ -16,7 +16,8 @@ def dense(spec: ModelSpec, names: Names, f: Ffn, layers, rules: RuleSet) -> list
     """gate/up merged column-parallel (or one up projection) and down row-parallel over the layer's size."""
     p, hidden, inter = f"{names.layer}{names.mlp}", spec.hidden_size, f.size
     quantity = ("intermediate_size", inter)
-    if note := spec.arch.dense_replicated:  # GPTBigCode: vLLM 0.33's Transformers backend has no TP plan for it
+    # GPTBigCode: vLLM 0.33's Transformers backend has no TP plan for it
+    if note := spec.arch.dense_replicated:
         return [replicated(f"{p}{n}.{s}", out, inp, layers, note=note, bias=s == "bias")
                 for n, out, inp in ((names.up, inter, hidden), (names.down, hidden, inter))
                 for s in ("weight", "bias")[:1 + spec.mlp_bias]]
@@ -38,9 +39,11 @@ def moe(spec: ModelSpec, names: Names, f: Ffn, layers, rules: RuleSet) -> list[P
     """Experts: gate/up column-split and down row-split over moe_intermediate_size; router replicated."""
     p, hidden, e, inter = f"{names.layer}{names.mlp}", spec.hidden_size, f.experts, f.size
     quantity, ex = ("moe_intermediate_size", inter), f"{p}{names.experts}"
-    stacked = spec.arch.experts == "stacked"  # gpt-oss: all experts in one tensor, gate/up interleaved, biases
+    # gpt-oss: all experts in one tensor, gate/up interleaved, biases
+    stacked = spec.arch.experts == "stacked"
     plans = [replicated(f"{p}{names.router}.weight", e, hidden, layers)]
-    if rules.model_checks and spec.arch.moe_tp_limit:  # vLLM 0.33's Qwen MoE blocks: tp_size > num_experts raises
+    # vLLM 0.33's Qwen MoE blocks: tp_size > num_experts raises
+    if rules.model_checks and spec.arch.moe_tp_limit:
         plans[0].build = _at_least_one_expert(plans[0].build, e, spec.model_type)
     if "router_bias" in spec.arch.extra:
         plans.append(replicated(f"{p}{names.router}.bias", e, hidden, layers, bias=True))
@@ -49,13 +52,15 @@ def moe(spec: ModelSpec, names: Names, f: Ffn, layers, rules: RuleSet) -> list[P
     if stacked and spec.quant is not None and spec.quant.scheme == "mxfp4":
         plans += mxfp4_experts(ex, hidden, inter, e, layers, quantity)
     elif stacked:
-        note = ("stored stacked and transposed as [experts, hidden, 2*intermediate] with gate/up interleaved; "
-                "shown per expert as [2*intermediate, hidden]: each rank takes one contiguous block of interleaved rows")
+        note = ("stored stacked and transposed as [experts, hidden, 2*intermediate] with "
+                "gate/up interleaved; shown per expert as [2*intermediate, hidden]: each rank "
+                "takes one contiguous block of interleaved rows")
         stacked = column(f"{ex}gate_up_proj", hidden, 2 * inter, "experts", layers, True, quantity, e, note)
         stacked += row(f"{ex}down_proj", inter, hidden, "experts", layers, True, quantity, e,
                        "stored stacked and transposed as [experts, intermediate, hidden]; shown per expert")
         for plan in stacked:  # the checkpoint's stacked names: gate_up_proj, gate_up_proj_bias, ...
-            for src in plan.sources:  # stored [experts, in, out] (transformers' GptOssExperts), biases [experts, out]
+            # stored [experts, in, out] (transformers' GptOssExperts), biases [experts, out]
+            for src in plan.sources:
                 src.name = src.name.replace(".weight", "").replace(".bias", "_bias")
                 src.disk = (e, *src.shape[::-1])
         plans += stacked
@@ -65,20 +70,21 @@ def moe(spec: ModelSpec, names: Names, f: Ffn, layers, rules: RuleSet) -> list[P
     else:
         parts = [f"{ex}{n}" for n in names.expert_gate_up]
         q_e = qplan(spec, rules, parts[0], layers, role="moe")
-        plans += merged(f"{ex}gate_up_proj", parts, None, hidden, [inter, inter], "experts", layers, quantity, e, q=q_e)
+        plans += merged(f"{ex}gate_up_proj", parts, None, hidden, [inter, inter], "experts",
+                        layers, quantity, e, q=q_e)
         plans += row(f"{ex}{names.expert_down}", inter, hidden, "experts", layers, False, quantity, e,
                      q=qplan(spec, rules, f"{ex}{names.expert_down}", layers, role="moe"))
     if f.shared:
         sh, qty = f"{p}{names.shared}", ("shared_expert_intermediate_size", f.shared)
         q_sh = qplan(spec, rules, f"{sh}gate_proj", layers)
         if spec.gated_mlp:
-            plans += merged(f"{sh}gate_up_proj", [f"{sh}gate_proj", f"{sh}up_proj"], None, hidden, [f.shared] * 2,
-                            "gate_up", layers, qty, note="shared expert", q=q_sh)
+            plans += merged(f"{sh}gate_up_proj", [f"{sh}gate_proj", f"{sh}up_proj"], None,
+                            hidden, [f.shared] * 2, "gate_up", layers, qty, note="shared expert", q=q_sh)
         else:
-            plans += column(f"{sh}{names.up}", hidden, f.shared, "gate_up", layers, False, qty, note="shared expert",
-                            q=qplan(spec, rules, f"{sh}{names.up}", layers))
-        plans += row(f"{sh}down_proj", f.shared, hidden, "down_proj", layers, False, qty, note="shared expert",
-                     q=qplan(spec, rules, f"{sh}down_proj", layers))
+            plans += column(f"{sh}{names.up}", hidden, f.shared, "gate_up", layers, False, qty,
+                            note="shared expert", q=qplan(spec, rules, f"{sh}{names.up}", layers))
+        plans += row(f"{sh}down_proj", f.shared, hidden, "down_proj", layers, False, qty,
+                     note="shared expert", q=qplan(spec, rules, f"{sh}down_proj", layers))
     if names.shared_gate and f.shared:
         plans.append(replicated(f"{p}{names.shared_gate}.weight", 1, hidden, layers))
     return plans
@@ -88,8 +94,8 @@ def _at_least_one_expert(build, experts: int, model_type: str):
     """vLLM 0.33's Qwen MoE blocks refuse a tp larger than the expert count, expert parallelism or not."""
     def checked(tp, r):
         if tp > experts:
-            raise TPSizeError(f"tp_size={tp} is greater than num_experts={experts}; vLLM's {model_type} MoE block "
-                              "refuses it", "num_experts", experts, tp)
+            raise TPSizeError(f"tp_size={tp} is greater than num_experts={experts}; vLLM's "
+                              f"{model_type} MoE block refuses it", "num_experts", experts, tp)
         return build(tp, r)
     return checked
 
@@ -110,7 +116,8 @@ def mxfp4_experts(ex: str, hidden: int, inter: int, experts: int, layers, quanti
     out = []
     for cls, part, attr, shape, dim, nbytes, note in (
             (Mxfp4GateUp, "gate_up_proj", "blocks", (2 * inter, hidden // 2), 0, 1, "2 fp4 values per byte"),
-            (Mxfp4GateUp, "gate_up_proj", "scales", (2 * inter, hidden // 32), 0, 1, "one E8M0 scale per 32 values"),
+            (Mxfp4GateUp, "gate_up_proj", "scales", (2 * inter, hidden // 32), 0, 1,
+             "one E8M0 scale per 32 values"),
             (Mxfp4GateUp, "gate_up_proj", "bias", (2 * inter,), 0, 2, ""),
             (Mxfp4Down, "down_proj", "blocks", (hidden, inter // 2), 1, 1, "2 fp4 values per byte"),
             (Mxfp4Down, "down_proj", "scales", (hidden, inter // 32), 1, 1, "one E8M0 scale per 32 values"),
@@ -120,7 +127,8 @@ def mxfp4_experts(ex: str, hidden: int, inter: int, experts: int, layers, quanti
         if (part, attr) == ("down_proj", "bias"):  # traced along hidden: a full-width bias on a probe-wide
             build = _full_bias(hidden, inter)       # layer, so the blocks never cost hidden x inter
         out.append(param(name, "experts" if attr != "bias" or part == "gate_up_proj" else "replicated", build,
-                         shape, [Source(name, shape, dim=dim, split=part == "gate_up_proj" or attr != "bias")],
+                         shape, [Source(name, shape, dim=dim,
+                                        split=part == "gate_up_proj" or attr != "bias")],
                          tp_dim=dim, layers=layers, experts=experts, quantity=quantity, element_bytes=nbytes,
                          note=" · ".join(filter(None, [stacked, note]))))
     return out

@@ -11,22 +11,24 @@ from tpviz.rules import RuleSet
 
 # vLLM 0.33's words when a row-parallel shard would split a quantization group (research: quantization/*.py)
 GROUP_MESSAGES = {
-    "gptq": "Weight in_features per partition {k} is not divisible by group_size = {g} (the Marlin kernel's check).",
-    "awq": "The input size is not aligned with the quantized weight shape (input per GPU {k}, group_size {g}). "
-           "This can be caused by too large tensor parallel size.",
-    "compressed-tensors": "Weight input_size_per_partition={k} is not divisible by group_size={g}. This happens when "
-                          "tensor_parallel_size splits the layer input into shards that are not a whole number of "
-                          "quant groups.",
+    "gptq": "Weight in_features per partition {k} is not divisible by group_size = {g} (the "
+            "Marlin kernel's check).",
+    "awq": "The input size is not aligned with the quantized weight shape (input per GPU "
+           "{k}, group_size {g}). This can be caused by too large tensor parallel size.",
+    "compressed-tensors": "Weight input_size_per_partition={k} is not divisible by "
+                          "group_size={g}. This happens when tensor_parallel_size splits the layer input "
+                          "into shards that are not a whole number of quant groups.",
     "modelopt": "Unsupported model when in features size is not multiple of {g} (input per GPU {k}).",
 }
-DESC_ACT = ("GPTQ group activation ordering (desc_act=True) is no longer supported. Use a checkpoint with static "
-            "activation ordering or desc_act=False.")
+DESC_ACT = ("GPTQ group activation ordering (desc_act=True) is no longer supported. Use a "
+            "checkpoint with static activation ordering or desc_act=False.")
 
 
 def misaligned_scales(parts: list[int], block: int) -> bool:
     """Whether a merged layer's block scales cannot be loaded: vLLM's loader places each part's scales at
-    ceil(offset / block) rows, ceil(size / block) long, which overruns the ceil(total / block) rows when a part
-    before the last is not a whole number of blocks (it skips the create-time check for merged layers)."""
+    ceil(offset / block) rows, ceil(size / block) long, which overruns the ceil(total / block) rows when a
+    part before the last is not a whole number of blocks (it skips the create-time check for merged
+    layers)."""
     ends = [math.ceil(sum(parts[:i]) / block) + math.ceil(p / block) for i, p in enumerate(parts)]
     return len(parts) > 1 and max(ends) > math.ceil(sum(parts) / block)
 
@@ -47,11 +49,14 @@ class QPlan:
         return QuantContext(self.tensors(row), self._check, self.hidden if self.role == "moe" else 0)
 
     def _check(self, layer, out_sizes: list[int], in_size: int) -> None:
-        """vLLM's create-time checks (raise), and what fails later at load time or needs a fallback (recorded)."""
+        """vLLM's create-time checks (raise), and what fails later at load time or needs a fallback
+        (recorded)."""
         q, tp = self.quant, layer.tp_size
-        if tp == 1 and q.scheme == "fp8_block" and self.role != "moe" and misaligned_scales(out_sizes, q.block[0]):
-            layer.problem = (f"the merged parts {out_sizes} are not whole FP8 blocks of {q.block[0]} rows, so their "
-                             "block scales overlap: loading fails (start + length exceeds the scale rows)")
+        if (tp == 1 and q.scheme == "fp8_block" and self.role != "moe"
+            and misaligned_scales(out_sizes, q.block[0])):
+            layer.problem = (f"the merged parts {out_sizes} are not whole FP8 blocks of "
+                             f"{q.block[0]} rows, so their block scales overlap: loading fails (start + "
+                             "length exceeds the scale rows)")
             return
         if tp == 1 or layer.tp_dim is None:
             return
@@ -68,12 +73,13 @@ class QPlan:
                 message = (f"Weight output_partition_size = {bad[0]} is not divisible by weight quantization "
                            f"block_n = {bn}.")
                 if len(out_sizes) > 1 and q.method == "fp8" and self.rules.fp8_merged_exempt:
-                    layer.problem = (f"{message} {self.rules.label} skips this check for merged layers (since 0.14) "
-                                     "but then cannot cut the block scales: loading fails (start + length exceeds "
-                                     "the scale rows)")
+                    layer.problem = (f"{message} {self.rules.label} skips this check for merged "
+                                     "layers (since 0.14) but then cannot cut the block "
+                                     "scales: loading fails (start + length exceeds the scale rows)")
                     return
                 raise QuantError(message)
-        elif q.group > 0 and row and in_size % q.group:  # INT4/INT8 groups, NVFP4: a group may not straddle GPUs
+        # INT4/INT8 groups, NVFP4: a group may not straddle GPUs
+        elif q.group > 0 and row and in_size % q.group:
             raise QuantError(GROUP_MESSAGES.get(q.method, GROUP_MESSAGES["compressed-tensors"]).format(
                 k=in_size, g=q.group))
 
@@ -82,21 +88,24 @@ class QPlan:
         if i_p % bn == 0 and i_p % bk == 0:
             return
         r = math.gcd(math.gcd(bn, bk), math.gcd(i_p, self.hidden))
-        if self.rules.fp8_moe_refine and self.quant.method == "fp8" and r >= 32:  # vLLM >= 0.29 refines the blocks
-            layer.warning = (f"expert intermediate per GPU = {i_p} is not a multiple of the FP8 block ({bn}); "
-                             f"{self.rules.label} refines the scales to {r}×{r} blocks, which only its Triton MoE "
-                             "kernel runs")
+        # vLLM >= 0.29 refines the blocks
+        if self.rules.fp8_moe_refine and self.quant.method == "fp8" and r >= 32:
+            layer.warning = (f"expert intermediate per GPU = {i_p} is not a multiple of "
+                             f"the FP8 block ({bn}); {self.rules.label} refines the scales to "
+                             f"{r}×{r} blocks, which only its Triton MoE kernel runs")
             layer.refine = bn // r
             return
         if row:
-            raise QuantError(f"The input_size of down's weight = {i_p} is not divisible by weight quantization "
+            raise QuantError(f"The input_size of down's weight = {i_p} is not divisible by "
+                             "weight quantization "
                               f"block_k = {bk}.")
         raise QuantError(f"The output_size of gate's and up's weight = {i_p} is not divisible by weight "
                           f"quantization block_n = {bn}.")
 
 
 def qplan(spec, rules: RuleSet, module: str, layers, role: str = "dense") -> QPlan | None:
-    """The QPlan of a linear module (checkpoint name without .weight, '*' for the layer), or None if unquantized."""
+    """The QPlan of a linear module (checkpoint name without .weight, '*' for the layer), or None if
+    unquantized."""
     q = spec.quant
     if q is None or q.scheme == "mxfp4":  # gpt-oss: MXFP4 covers the experts only, every Linear stays bf16
         return None

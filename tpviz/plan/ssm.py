@@ -27,19 +27,22 @@ def _plans(spec, m: Mixer, layers, prefix: str, tensors: list) -> list[ParamPlan
     for suffix, attr, shape, dim, secs, quantity in tensors:
         if secs and isinstance(secs[0], tuple):  # several checkpoint tensors into one parameter
             srcs = [Source(f"{prefix}{n}", sh, sid, sections=sec) for n, sh, sid, sec in secs]
-            out.append(param(f"{prefix}{suffix}", FAMILY[m.kind], (lambda a: lambda tp, r: _attr(spec, m, tp, r, a))(
+            out.append(param(f"{prefix}{suffix}", FAMILY[m.kind],
+                             (lambda a: lambda tp, r: _attr(spec, m, tp, r, a))(
                 attr), shape, srcs, tp_dim=0, layers=layers, quantity=quantity))
             continue
         build = (lambda a: lambda tp, r: _attr(spec, m, tp, r, a))(attr)
         name = f"{prefix}{suffix}"
         src = Source(name, shape, None, split=dim is not None, sections=secs)
-        plan = param(name, FAMILY[m.kind], build, shape, [src], tp_dim=dim or 0, layers=layers, quantity=quantity)
+        plan = param(name, FAMILY[m.kind], build, shape, [src], tp_dim=dim or 0,
+                     layers=layers, quantity=quantity)
         out.append(plan)
     return out
 
 
 def _attr(spec, m: Mixer, tp: int, r: int, attr: str):
-    """(the layer that owns the parameter, the parameter): out_proj's RowParallelLinear, or the mixer itself."""
+    """(the layer that owns the parameter, the parameter): out_proj's RowParallelLinear, or the mixer
+    itself."""
     owner = build_mixer(spec, m, tp, r)
     *path, last = attr.split(".")
     for part in path:
@@ -48,12 +51,15 @@ def _attr(spec, m: Mixer, tp: int, r: int, attr: str):
 
 
 def _split_projections(nk, nv, dk, dv, hidden) -> list:
-    """Qwen3.5: in_proj_qkv [q | k | v] and in_proj_z into one merged table, in_proj_b and in_proj_a into another."""
+    """Qwen3.5: in_proj_qkv [q | k | v] and in_proj_z into one merged table, in_proj_b and in_proj_a into
+    another."""
     kd, vd = nk * dk, nv * dv
-    qkv = [["q", 0, kd, dk, "key head"], ["k", kd, 2 * kd, dk, "key head"], ["v", 2 * kd, 2 * kd + vd, dv, "value head"]]
+    qkv = [["q", 0, kd, dk, "key head"], ["k", kd, 2 * kd, dk, "key head"],
+           ["v", 2 * kd, 2 * kd + vd, dv, "value head"]]
     return [("in_proj_qkvz.weight", "in_proj_qkvz.weight", (2 * kd + 2 * vd, hidden), 0,
              [("in_proj_qkv.weight", (2 * kd + vd, hidden), (0, 1, 2), qkv),
-              ("in_proj_z.weight", (vd, hidden), 3, [["z", 0, vd, dv, "value head"]])], ("linear_num_key_heads", nk)),
+              ("in_proj_z.weight", (vd, hidden), 3, [["z", 0, vd, dv, "value head"]])],
+             ("linear_num_key_heads", nk)),
             ("in_proj_ba.weight", "in_proj_ba.weight", (2 * nv, hidden), 0,
              [("in_proj_b.weight", (nv, hidden), 0, []), ("in_proj_a.weight", (nv, hidden), 1, [])],
              ("linear_num_value_heads", nv))]
@@ -72,12 +78,14 @@ def gated_deltanet(spec, names: Names, rules, m: Mixer, layers) -> list[ParamPla
          [["b|a", 0, 2 * nv, 2 * per, "key-head group"]], ("linear_num_key_heads", nk))]
     return _plans(spec, m, layers, f"{names.layer}{names.linear_attn}", projections + [
         ("conv1d.weight", "conv1d.weight", (2 * kd + vd, 1, k), 0,
-         [["q", 0, kd, dk, "key head"], ["k", kd, 2 * kd, dk, "key head"], ["v", 2 * kd, 2 * kd + vd, dv, "value head"]],
+         [["q", 0, kd, dk, "key head"], ["k", kd, 2 * kd, dk, "key head"],
+          ["v", 2 * kd, 2 * kd + vd, dv, "value head"]],
          ("linear_num_key_heads", nk)),
         ("A_log", "A_log", (nv,), 0, [], heads),
         ("dt_bias", "dt_bias", (nv,), 0, [], heads),
         ("norm.weight", "norm", (dv,), None, [], None),
-        ("out_proj.weight", "out_proj.weight", (hidden, vd), 1, [["value heads", 0, vd, dv, "value head"]], heads),
+        ("out_proj.weight", "out_proj.weight", (hidden, vd), 1,
+         [["value heads", 0, vd, dv, "value head"]], heads),
     ])
 
 
@@ -85,9 +93,12 @@ def mamba2(spec, names: Names, rules, m: Mixer, layers) -> list[ParamPlan]:
     h, d, g, n, hidden, k = m.heads, m.head_dim, m.groups, m.state, spec.hidden_size, m.conv_kernel
     inter, gs = h * d, g * n
     heads = ("mamba_num_heads", h)
-    secs = [["z", 0, inter, d, "head"], ["x", inter, 2 * inter, d, "head"], ["B", 2 * inter, 2 * inter + gs, n, "group"],
-            ["C", 2 * inter + gs, 2 * inter + 2 * gs, n, "group"], ["dt", 2 * inter + 2 * gs, 2 * inter + 2 * gs + h, 1, "head"]]
-    conv_secs = [["x", 0, inter, d, "head"], ["B", inter, inter + gs, n, "group"], ["C", inter + gs, inter + 2 * gs, n, "group"]]
+    secs = [["z", 0, inter, d, "head"], ["x", inter, 2 * inter, d, "head"],
+            ["B", 2 * inter, 2 * inter + gs, n, "group"],
+            ["C", 2 * inter + gs, 2 * inter + 2 * gs, n, "group"],
+            ["dt", 2 * inter + 2 * gs, 2 * inter + 2 * gs + h, 1, "head"]]
+    conv_secs = [["x", 0, inter, d, "head"], ["B", inter, inter + gs, n, "group"],
+                 ["C", inter + gs, inter + 2 * gs, n, "group"]]
     tensors = [("in_proj.weight", "in_proj.weight", (2 * inter + 2 * gs + h, hidden), 0, secs, heads),
                ("conv1d.weight", "conv1d.weight", (inter + 2 * gs, 1, k), 0, conv_secs, heads)]
     if spec.conv_bias:
@@ -95,7 +106,8 @@ def mamba2(spec, names: Names, rules, m: Mixer, layers) -> list[ParamPlan]:
     tensors += [("A_log", "A_log", (h,), 0, [], heads), ("D", "D", (h,), 0, [], heads),
                 ("dt_bias", "dt_bias", (h,), 0, [], heads),
                 ("norm.weight", "norm", (inter,), 0, [["heads", 0, inter, d, "head"]], heads),
-                ("out_proj.weight", "out_proj.weight", (hidden, inter), 1, [["heads", 0, inter, d, "head"]], heads)]
+                ("out_proj.weight", "out_proj.weight", (hidden, inter), 1,
+                 [["heads", 0, inter, d, "head"]], heads)]
     return _plans(spec, m, layers, f"{names.layer}{names.mamba}", tensors)
 
 
@@ -108,7 +120,8 @@ def short_conv(spec, names: Names, rules, m: Mixer, layers) -> list[ParamPlan]:
                ("out_proj.weight", "out_proj.weight", (h, h), 1, [], q)]
     if spec.conv_bias:
         tensors[1:1] = [("in_proj.bias", "in_proj.bias", (3 * h,), 0, [], q)]
-        tensors += [("conv.bias", "conv.bias", (h,), 0, [], q), ("out_proj.bias", "out_proj.bias", (h,), None, [], q)]
+        tensors += [("conv.bias", "conv.bias", (h,), 0, [], q),
+                    ("out_proj.bias", "out_proj.bias", (h,), None, [], q)]
     return _plans(spec, m, layers, f"{names.layer}{names.conv}", tensors)
 
 

@@ -1,6 +1,7 @@
-"""The checkpoint the plan describes: every concrete tensor name ('*' filled with layer and expert indices), its
-shape on disk, and where it loads (the parameter and shard id: vLLM's stacked_params_mapping, as data). Run live's
-random weights, its loading map and the checkpoint comparison all read these, so they cannot drift apart."""
+"""The checkpoint the plan describes: every concrete tensor name ('*' filled with layer and expert indices),
+its shape on disk, and where it loads (the parameter and shard id: vLLM's stacked_params_mapping, as data).
+Run live's random weights, its loading map and the checkpoint comparison all read these, so they cannot drift
+apart."""
 from dataclasses import dataclass
 
 from tpviz.plan.core import ParamPlan, Source
@@ -35,10 +36,12 @@ def tensors(plans: list[ParamPlan], layers: int | None = None) -> list[Tensor]:
     for plan in plans:
         for src in plan.sources:
             experts = [None] if not plan.experts or stacked(plan, src) else range(plan.experts)
-            shape = src.disk or (((plan.experts,) + tuple(src.shape)) if stacked(plan, src) else tuple(src.shape))
+            shape = src.disk or (((plan.experts,) + tuple(src.shape)) if stacked(plan, src)
+                                 else tuple(src.shape))
             for i in plan.layers if plan.layers is not None else [None]:
                 if layers is not None and i is not None and i >= layers:
                     continue
                 for e in experts:
-                    out.append(Tensor(fill(src.name, i, e), shape, fill(plan.name, i, e), src.shard_id, plan, src))
+                    out.append(Tensor(fill(src.name, i, e), shape, fill(plan.name, i, e),
+                                      src.shard_id, plan, src))
     return out

@@ -46,8 +46,8 @@ def chromium_path() -> str | None:
                           if (p := shutil.which(n))), None)
 
 
-# kaleido's browser driver skips a malformed message from Chromium's pipe but logs it with a traceback on stderr,
-# which reads like a failure of an export that succeeded: keep only its critical messages
+# kaleido's browser driver skips a malformed message from Chromium's pipe but logs it with a traceback on
+# stderr, which reads like a failure of an export that succeeded: keep only its critical messages
 logging.getLogger("choreographer").setLevel(logging.CRITICAL)
 
 
@@ -170,7 +170,8 @@ def png_names(m: ShardMap, keys: list[str]) -> dict[str, str]:
 
 def figures_zip(m: ShardMap, figs: dict[str, go.Figure], renderer: PngRenderer | None = None,
                 fmt: str = "png") -> bytes:
-    """Every figure as a PNG (or SVG) titled with the model, tp and rules, and the shard map JSON, in one ZIP."""
+    """Every figure as a PNG (or SVG) titled with the model, tp and rules, and the shard map JSON, in one
+    ZIP."""
     buf = io.BytesIO()
     with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED) as z:
         for key, name in png_names(m, list(figs)).items():

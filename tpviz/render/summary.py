@@ -1,4 +1,5 @@
-"""Pure numbers and sentences derived from a ShardMap: memory per rank, collectives, valid tp, the special cases.
+"""Pure numbers and sentences derived from a ShardMap: memory per rank, collectives, valid tp, the special
+cases.
 
 Everything here reads the shard map (or the valid-tp rows) only, so the app, the plots and the tests agree.
 """
@@ -9,13 +10,16 @@ from tpviz.trace.shardmap import FAMILIES, ShardMap, in_group
 
 MAX_TP = 64  # the explorer offers tp 1..64
 FAMILY_LABELS = {"qkv": "q/k/v", "o_proj": "o_proj", "gate_up": "gate/up", "down_proj": "down_proj",
-                 "linear_attn": "Gated DeltaNet", "mamba": "Mamba2", "conv": "short conv", "experts": "MoE experts", "embed": "embed_tokens", "lm_head": "lm_head",
+                 "linear_attn": "Gated DeltaNet", "mamba": "Mamba2", "conv": "short conv",
+                 "experts": "MoE experts", "embed": "embed_tokens", "lm_head": "lm_head",
                  "replicated": "replicated (norms, biases, routers)"}
 
 
 def short_name(name: str) -> str:
-    """A checkpoint name without the per-layer prefix: 'model.layers.*.self_attn.q_proj.weight' -> 'self_attn.q_proj.weight'."""
-    for marker in ("layers.*.", "h.*."):  # everything up to the layer wildcard: model.layers.*., transformer.h.*.
+    """A checkpoint name without the per-layer prefix: 'model.layers.*.self_attn.q_proj.weight' ->
+    'self_attn.q_proj.weight'."""
+    # everything up to the layer wildcard: model.layers.*., transformer.h.*.
+    for marker in ("layers.*.", "h.*."):
         if name.startswith(marker) or f".{marker}" in name:
             return name.split(marker, 1)[1]
     for prefix in ("model.", "transformer.", "backbone.", "gpt_neox."):
@@ -65,7 +69,8 @@ def kv_cache_total_per_token(m: ShardMap) -> int:
 
 
 def cache_sentences(m: ShardMap) -> list[str]:
-    """One sentence each on windowed KV caches and recurrent state, when the model has them (numbers per GPU)."""
+    """One sentence each on windowed KV caches and recurrent state, when the model has them (numbers per
+    GPU)."""
     r = max(m.ranks, key=lambda x: x.cache_bytes(1 << 20))
     out = []
     for w in r.kv_cache_windowed:
@@ -74,7 +79,8 @@ def cache_sentences(m: ShardMap) -> list[str]:
                    f"{fmt_bytes(w['bytes_per_token'])} per token per GPU up to the window, capped at "
                    f"{fmt_bytes(w['bytes_per_token'] * w['window'])} per sequence per GPU.")
     if r.state_bytes_per_sequence:
-        kinds = sorted({g.label.split(" + ")[0] for g in m.groups if g.mixer["kind"] in ("gated_deltanet", "mamba2",
+        kinds = sorted({g.label.split(" + ")[0] for g in m.groups
+                        if g.mixer["kind"] in ("gated_deltanet", "mamba2",
                                                                                         "short_conv")})
         out.append(f"{' and '.join(kinds)} layers keep a fixed state instead of a KV cache: "
                    f"{fmt_bytes(r.state_bytes_per_sequence)} per sequence per GPU (conv and recurrent state, "
@@ -129,8 +135,9 @@ def kv_sentence(m: ShardMap) -> str | None:
         return None
     kv, per = len(share), len(next(iter(share.values())))
     first = "; ".join(f"head {h} on {_span(r)}" for h, r in list(share.items())[:2])
-    return (f"Replicated KV heads: {kv} KV heads on {m.tp_size} GPUs, so vLLM copies each KV head to {per} GPUs "
-            f"({first}{'; …' if kv > 2 else ''}) while the {m.model.num_attention_heads} query heads still split "
+    return (f"Replicated KV heads: {kv} KV heads on {m.tp_size} GPUs, so vLLM copies each "
+            f"KV head to {per} GPUs ({first}{'; …' if kv > 2 else ''}) while the "
+            f"{m.model.num_attention_heads} query heads still split "
             f"{m.model.num_attention_heads // m.tp_size} per GPU.")
 
 
@@ -143,9 +150,10 @@ def padding_sentence(m: ShardMap) -> str | None:
     total = p.local_shapes[0][0] * m.tp_size
     where = ", ".join(f"{n} on GPU {r}" for r, n in enumerate(p.padding) if n)
     names = " and ".join(short_name(q.name).split(".")[0] for q in padded)
-    return (f"Vocab padding: vLLM pads the vocabulary {m.model.vocab_size} → {total} (a multiple of 64) so it "
-            f"splits into {m.tp_size} × {p.local_shapes[0][0]} rows; the padding rows of {names} ({where}) are "
-            "zeros that are never loaded and whose logits are dropped.")
+    return (f"Vocab padding: vLLM pads the vocabulary {m.model.vocab_size} → {total} (a "
+            f"multiple of 64) so it splits into {m.tp_size} × {p.local_shapes[0][0]} rows; "
+            f"the padding rows of {names} ({where}) are zeros that are never loaded and "
+            "whose logits are dropped.")
 
 
 def row_bias_params(m: ShardMap) -> list[str]:
@@ -161,7 +169,8 @@ def bias_sentence(m: ShardMap) -> str | None:
     shown = " and ".join(short_name(n) for n in names)
     verb = "is" if len(names) == 1 else "are"
     return (f"Row-parallel bias: {shown} {verb} held whole by all {m.tp_size} GPUs but added on GPU 0 only, "
-            f"so the all-reduce that sums the partial outputs counts {'it' if len(names) == 1 else 'each'} exactly once.")
+            "so the all-reduce that sums the partial outputs counts "
+            f"{'it' if len(names) == 1 else 'each'} exactly once.")
 
 
 def mla_kv_sentence(m: ShardMap) -> str | None:
@@ -171,13 +180,14 @@ def mla_kv_sentence(m: ShardMap) -> str | None:
         return None
     per_gpu = max(r.kv_cache_bytes_per_token for r in m.ranks)
     return (f"MLA KV cache: each token caches one latent of {spec.kv_lora_rank} + {spec.qk_rope_head_dim} "
-            f"values per layer, shared by all {spec.num_attention_heads} heads, so vLLM keeps the whole latent "
-            f"cache on each of the {m.tp_size} tensor-parallel GPUs ({fmt_bytes(per_gpu)} per token per GPU with "
-            f"all layers, not 1/{m.tp_size}).")
+            f"values per layer, shared by all {spec.num_attention_heads} heads, so vLLM "
+            f"keeps the whole latent cache on each of the {m.tp_size} tensor-parallel GPUs "
+            f"({fmt_bytes(per_gpu)} per token per GPU with all layers, not 1/{m.tp_size}).")
 
 
 def special_cases(m: ShardMap) -> dict[str, str | None]:
-    """The three cases drawn explicitly: case -> its sentence, or None when absent from this model at this tp."""
+    """The three cases drawn explicitly: case -> its sentence, or None when absent from this model at this
+    tp."""
     return {"kv": kv_sentence(m), "padding": padding_sentence(m), "bias": bias_sentence(m)}
 
 
@@ -189,8 +199,10 @@ def absent_cases(m: ShardMap) -> list[str]:
                    f"no replicated KV heads (tp={m.tp_size} ≤ {m.model.num_key_value_heads} KV heads)")
     if cases["padding"] is None:
         vocab = m.model.vocab_size
-        out.append(f"no vocab padding ({m.rules.label} never pads; vocab {vocab} splits evenly)" if not m.rules.vocab_padding
-                   else f"no vocab padding rows (vocab {vocab} is already a multiple of 64 and splits evenly)")
+        out.append(f"no vocab padding ({m.rules.label} never pads; vocab {vocab} splits evenly)"
+                   if not m.rules.vocab_padding
+                   else f"no vocab padding rows (vocab {vocab} is already a multiple of "
+                        "64 and splits evenly)")
     if cases["bias"] is None:
         out.append("no row-parallel biases (o_proj / down_proj have no bias)")
     return out

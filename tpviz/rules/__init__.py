@@ -18,4 +18,5 @@ def ruleset(rules: "str | RuleSet" = "vllm") -> RuleSet:
     raise TpvizError(f"unknown rules {rules!r}; use one of: {', '.join(RULES)}")
 
 
-__all__ = ["RuleSet", "Layout", "Widths", "Flags", "RULE_SETS", "RULES", "DEFAULT", "MAX_TP", "ruleset", "check_tp", "divide"]
+__all__ = ["RuleSet", "Layout", "Widths", "Flags", "RULE_SETS", "RULES", "DEFAULT", "MAX_TP", "ruleset",
+           "check_tp", "divide"]

@@ -1,7 +1,8 @@
-"""The shape of a deployment in tpviz's words: tp GPUs per stage, pp stages, dp replicas, experts kept whole (ep).
+"""The shape of a deployment in tpviz's words: tp GPUs per stage, pp stages, dp replicas, experts kept whole
+(ep).
 
-Each rule set says what its engine does with the shape: the layer partition, the expert placement, how many ways
-each weight is cut (RuleSet.widths), and how its own flags spell it (RuleSet.launch).
+Each rule set says what its engine does with the shape: the layer partition, the expert placement, how many
+ways each weight is cut (RuleSet.widths), and how its own flags spell it (RuleSet.launch).
 """
 from dataclasses import dataclass
 

@@ -26,8 +26,8 @@ def divide(numerator: int, denominator: int, what: str = "size", generic: bool =
     """numerator // denominator, raising a TPSizeError naming `what` when it does not divide; generic: `what`
     is a layer's own size name, which the tracer replaces with the config key behind it."""
     if numerator % denominator:
-        raise TPSizeError(f"{what}={numerator} is not divisible by tp_size={denominator}", what, numerator, denominator,
-                          generic)
+        raise TPSizeError(f"{what}={numerator} is not divisible by tp_size={denominator}", what,
+                          numerator, denominator, generic)
     return numerator // denominator
 
 
@@ -69,8 +69,10 @@ class RuleSet:
     model_checks: bool = True  # the engine's model files add their own checks (Qwen MoE: tp <= experts)
     tp_only: bool = False  # runs tensor parallelism alone: no pipeline stages, replicas or expert parallelism
     max_tp: int = MAX_TP  # the engine's own limit on tp
-    serves: tuple[str, ...] | None = None  # the model_types its engine builds (None: every architecture mapped)
-    logits: str = "all-gather"  # how the lm_head's vocabulary blocks are joined: all-gather, or gather to GPU 0
+    # the model_types its engine builds (None: every architecture mapped)
+    serves: tuple[str, ...] | None = None
+    # how the lm_head's vocabulary blocks are joined: all-gather, or gather to GPU 0
+    logits: str = "all-gather"
     hybrid_pages: bool = True  # hybrid models' cache pages are sized to the recurrent state
     pp_env: str = "VLLM_PP_LAYER_PARTITION"  # the environment variable that overrides the layer partition
     placements: tuple[str, ...] = ("linear", "round_robin")
@@ -105,8 +107,8 @@ class RuleSet:
             return divide(vocab_size, tp_size, "vocab_size")
         padded = self.padded_vocab(vocab_size)
         if padded % tp_size:
-            raise TPSizeError(f"vocab_size={vocab_size}, padded to a multiple of {self.vocab_padding} ({padded}), "
-                              f"is not divisible by tp_size={tp_size}")
+            raise TPSizeError(f"vocab_size={vocab_size}, padded to a multiple of "
+                              f"{self.vocab_padding} ({padded}), is not divisible by tp_size={tp_size}")
         return padded // tp_size
 
     def tp_warnings(self, tp_size) -> list[str]:
@@ -128,8 +130,8 @@ class RuleSet:
         return None
 
     def widths(self, layout: Layout) -> Widths:
-        """vLLM: every layer is cut over the replica's tp GPUs; the routed experts over tp x dp, or kept whole and
-        spread over those GPUs with expert parallelism."""
+        """vLLM: every layer is cut over the replica's tp GPUs; the routed experts over tp x dp, or kept whole
+        and spread over those GPUs with expert parallelism."""
         ep = layout.tp * layout.dp if layout.ep else 1
         return Widths(layout.tp, layout.tp, 1 if layout.ep else layout.tp * layout.dp, ep, layout.tp)
 

@@ -7,10 +7,13 @@ from tpviz.trace.shardmap import TensorMap, numel
 
 def kv_heads_held(tensors: list[TensorMap], layers: list[int], d: int, rank: int) -> list[int]:
     """Which global KV heads a rank holds in one attention group, read off the loaded k rows."""
-    ks = [t for t in tensors if t.family == "qkv" and t.split_dim is not None and set(t.layers or ()) & set(layers)
-          and not t.name.endswith("bias") and (t.shard_id == "k" or (isinstance(t.shard_id, list) and "k" in t.shard_id)
-                                               or (t.shard_id is None and any(s[0].split(" ")[0] == "k" for s in t.sections)))]
-    # the k tensor in whole output rows: quantized layers also store scales, and AWQ packs the rows 8 to an int32
+    ks = [t for t in tensors if t.family == "qkv" and t.split_dim is not None
+          and set(t.layers or ()) & set(layers) and not t.name.endswith("bias") and (t.shard_id == "k"
+                                               or (isinstance(t.shard_id, list) and "k" in t.shard_id)
+                                               or (t.shard_id is None
+                                                   and any(s[0].split(" ")[0] == "k" for s in t.sections)))]
+    # the k tensor in whole output rows: quantized layers also store scales, and AWQ packs the rows 8 to an
+    # int32
     k = max(ks, key=lambda t: t.shape[t.split_dim])
     if k.shard_id is not None:  # a separate k tensor ("k", or ["k", "v"] when it also fills V)
         return _kv_in(k, rank, 0, k.shape[k.split_dim], d)
@@ -27,7 +30,8 @@ def _kv_in(k: TensorMap, rank: int, first: int, last: int, d: int) -> list[int]:
     return sorted({(row - first) // d for a, b in rows if a < b for row in range(a, b, d)})
 
 
-def layer_caches(spec: ModelSpec, tensors: list[TensorMap], rank: int) -> tuple[dict[int, tuple[int, int]], list]:
+def layer_caches(spec: ModelSpec, tensors: list[TensorMap],
+                 rank: int) -> tuple[dict[int, tuple[int, int]], list]:
     """Per attention layer on this rank: (KV bytes per token, window or 0), and the first group's KV heads."""
     b, out, heads_seen = spec.kv_bytes, {}, None
     for mixer, layers in mixer_groups(spec).items():
@@ -36,12 +40,14 @@ def layer_caches(spec: ModelSpec, tensors: list[TensorMap], rank: int) -> tuple[
         elif mixer.kind in ATTENTION_KINDS:
             heads = kv_heads_held(tensors, layers, mixer.head_dim, rank)
             heads_seen = heads if heads_seen is None else heads_seen
-            out.update({i: (2 * len(heads) * mixer.head_dim * b, spec.layers[i].mixer.window) for i in layers})
+            out.update({i: (2 * len(heads) * mixer.head_dim * b,
+                            spec.layers[i].mixer.window) for i in layers})
     return out, heads_seen or []
 
 
 def rank_caches(spec: ModelSpec, tensors: list[TensorMap], rank: int) -> tuple[int, list[dict], list[int]]:
-    """Per rank: KV bytes per token of unbounded layers, the windowed layers' entries, and the KV heads held."""
+    """Per rank: KV bytes per token of unbounded layers, the windowed layers' entries, and the KV heads
+    held."""
     per_layer, heads = layer_caches(spec, tensors, rank)
     per_token, windowed = 0, {}
     for i, (size, window) in per_layer.items():
@@ -50,7 +56,8 @@ def rank_caches(spec: ModelSpec, tensors: list[TensorMap], rank: int) -> tuple[i
         else:
             key = (spec.layers[i].mixer.kind, window)
             windowed[key] = windowed.get(key, 0) + size
-    entries = [{"kind": kind, "window": w, "layers": sum(1 for x in spec.layers if (x.mixer.kind, x.mixer.window) ==
+    entries = [{"kind": kind, "window": w,
+                "layers": sum(1 for x in spec.layers if (x.mixer.kind, x.mixer.window) ==
                                                           (kind, w)), "bytes_per_token": v}
                for (kind, w), v in windowed.items()]
     return per_token, entries, heads
@@ -58,7 +65,8 @@ def rank_caches(spec: ModelSpec, tensors: list[TensorMap], rank: int) -> tuple[i
 
 def state_bytes(spec: ModelSpec, tp_size: int, rank: int) -> int:
     """Recurrent state per sequence on this rank, from the stateful layers' own state shapes."""
-    ssm_bytes = DTYPE_BYTES.get(spec.state_dtype, spec.dtype_bytes)  # Nemotron-H keeps its SSM state in float32
+    # Nemotron-H keeps its SSM state in float32
+    ssm_bytes = DTYPE_BYTES.get(spec.state_dtype, spec.dtype_bytes)
     total = 0
     for layers, build in state_plans(spec):
         conv, *ssm = build(tp_size, rank).state_shapes()

@@ -11,12 +11,14 @@ from tpviz.trace.shardmap import ShardMap
 INDEX_FILE = "model.safetensors.index.json"
 MAX_HEADER = 100_000_000  # a safetensors header is JSON; real ones are far below this
 # tensors a checkpoint may hold that no TP layer loads: rotary caches, attention-mask buffers, MTP heads
-IGNORED = re.compile(r"(rotary_emb\.inv_freq|\.attn\.bias$|\.attn\.masked_bias$|attention\.bias$|attention\.masked_bias$"
-                     r"|^mtp\.|\.mtp\.)")
+IGNORED = re.compile(r"(rotary_emb\.inv_freq|\.attn\.bias$|\.attn\.masked_bias$|attention\.bias$"
+                     r"|attention\.masked_bias$|^mtp\.|\.mtp\.)")
 # quantized storage that tpviz maps as its unquantized tensor (quantization is modelled separately)
-QUANT_SUFFIXES = ("_scale_inv", "_scale", "weight_scale_2", "input_scale", ".qweight", ".qzeros", ".scales", ".g_idx",
+QUANT_SUFFIXES = ("_scale_inv", "_scale", "weight_scale_2", "input_scale", ".qweight", ".qzeros",
+                  ".scales", ".g_idx",
                   "_blocks", "_scales", "weight_packed", "weight_shape", "weight_zero_point")
-VISION = ("vision_tower.", "visual.", "vision_model.", "multi_modal_projector.", "audio_tower.", "vision_", "mm_projector.")
+VISION = ("vision_tower.", "visual.", "vision_model.", "multi_modal_projector.", "audio_tower.",
+          "vision_", "mm_projector.")
 
 
 def read_header(path: Path) -> dict:
@@ -63,12 +65,14 @@ def index_weight_map(index: Path, error: type[Exception] = SourceError) -> dict:
         raise error(f"{index} is not a valid safetensors index ({str(e).splitlines()[0][:200]})") from None
     weight_map = data.get("weight_map") if isinstance(data, dict) else None
     if not isinstance(weight_map, dict):
-        raise error(f"{index} is not a valid safetensors index: it needs a weight_map object (tensor name -> file)")
+        raise error(f"{index} is not a valid safetensors index: it needs a weight_map object "
+                    "(tensor name -> file)")
     return weight_map
 
 
 def local_tensor_names(folder: Path) -> set[str] | None:
-    """The tensor names of a local checkpoint folder: its index, else its safetensors headers; None without weights."""
+    """The tensor names of a local checkpoint folder: its index, else its safetensors headers; None without
+    weights."""
     index = folder / INDEX_FILE
     if index.is_file():
         return set(index_weight_map(index))
@@ -77,7 +81,8 @@ def local_tensor_names(folder: Path) -> set[str] | None:
 
 
 def expand(m: ShardMap) -> dict[str, str]:
-    """Every concrete checkpoint name the map has ('*' filled with layer and expert indices) -> its map name."""
+    """Every concrete checkpoint name the map has ('*' filled with layer and expert indices) -> its map
+    name."""
     out = {}
     for t in m.tensors:
         layers = t.layers if t.layers is not None else [None]
@@ -130,7 +135,8 @@ def expected_bytes(m: ShardMap) -> dict[str, int]:
         n = 1
         for d in t.shape:
             n *= d
-        stacked = len(t.experts) if t.experts and t.name.count("*") < 2 else 1  # gpt-oss: all experts in one tensor
+        # gpt-oss: all experts in one tensor
+        stacked = len(t.experts) if t.experts and t.name.count("*") < 2 else 1
         out[t.name] = n * stacked * (p.element_bytes or m.model_dtype_bytes)
     return out
 
@@ -143,10 +149,11 @@ def compare(m: ShardMap, names: set[str], source: str, sizes: dict[str, int] | N
     seen, extra, quant = set(), [], []
     layers = m.model.num_hidden_layers
     for n in names:
-        if IGNORED.search(n) or n.startswith(VISION) or any(f".{v}" in n for v in VISION) or _beyond(n, layers):
-            continue
+        if (IGNORED.search(n) or n.startswith(VISION) or any(f".{v}" in n for v in VISION)
+            or _beyond(n, layers)): continue
         key = add + n[len(drop):] if n.startswith(drop) else n
-        if key not in mapped:  # the old multimodal layout keeps lm_head beside the decoder: language_model.lm_head
+        # the old multimodal layout keeps lm_head beside the decoder: language_model.lm_head
+        if key not in mapped:
             key = next((k for k in (n.split("language_model.", 1)[-1], key) if k in mapped), key)
         if key in mapped:
             seen.add(key)
@@ -169,7 +176,8 @@ def compare(m: ShardMap, names: set[str], source: str, sizes: dict[str, int] | N
     return {"source": source, "tensors": len(names), "matched": len(seen), "prefix": drop,
             "missing_in_checkpoint": _patterns(missing), "missing_in_map": _patterns(extra),
             "quantization_tensors": len(quant), "verified": not missing and not extra,
-            # stored bytes (from the headers) against the map's: a float32 file of a model served in bf16 differs
+            # stored bytes (from the headers) against the map's: a float32 file of a model served in bf16
+            # differs
             "bytes": {"checked": sizes is not None, "differ": sorted(differ)[:6], "count": len(differ)}}
 
 
@@ -180,7 +188,8 @@ def checkpoint_sentence(check: dict) -> str:
         what = "tensors" if sizes.get("checked") else "tensor names"  # an index alone has names, no shapes
         return (f"Checkpoint check: all {check['matched']} {what} of {check['source']} match the map"
                 + (", byte for byte" if sizes.get("checked") else "")
-                + (f" (plus {check['quantization_tensors']} quantization tensors)" if check["quantization_tensors"] else "")
+                + (f" (plus {check['quantization_tensors']} quantization tensors)"
+                   if check["quantization_tensors"] else "")
                 + ".")
     parts = []
     if sizes.get("count"):

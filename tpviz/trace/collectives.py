@@ -1,7 +1,7 @@
 """The collectives of a TP forward pass and the bytes each moves, read off the shard map's layers.
 
-A ring all-reduce over tp GPUs sends 2 (tp - 1) / tp of the tensor from every GPU; how the lm_head's vocabulary
-blocks are joined is the rule set's (vLLM all-gathers them, nano-vllm gathers them to GPU 0).
+A ring all-reduce over tp GPUs sends 2 (tp - 1) / tp of the tensor from every GPU; how the lm_head's
+vocabulary blocks are joined is the rule set's (vLLM all-gathers them, nano-vllm gathers them to GPU 0).
 """
 from dataclasses import dataclass
 
@@ -16,7 +16,8 @@ class Collective:
     where: str
     count: int  # times per forward pass
     bytes_per_token: int  # size of the reduced / gathered tensor, per token, per occurrence
-    sent_per_rank: float  # bytes per token each GPU sends for one occurrence (ring all-reduce, gather to rank 0)
+    # bytes per token each GPU sends for one occurrence (ring all-reduce, gather to rank 0)
+    sent_per_rank: float
 
     @property
     def total_per_token(self) -> int:
@@ -33,14 +34,15 @@ def _layers_of(m: ShardMap, families: tuple[str, ...], layer_class: str = "RowPa
 
 
 def collectives(m: ShardMap) -> list[Collective]:
-    """Collectives per forward pass: all-reduce after o_proj and down_proj, the embedding all-reduce, the lm_head
-    logits (all-gathered by vLLM, gathered to GPU 0 by nano-vllm) and OLMo-2/3's q/k all-gathers."""
+    """Collectives per forward pass: all-reduce after o_proj and down_proj, the embedding all-reduce, the
+    lm_head logits (all-gathered by vLLM, gathered to GPU 0 by nano-vllm) and OLMo-2/3's q/k all-gathers."""
     tp, b = m.tp_size, m.model_dtype_bytes
     if tp == 1:
         return []
     hidden = m.model.hidden_size * b
     ring = 2 * (tp - 1) / tp  # a ring all-reduce sends this fraction of the tensor from every GPU
-    attn = len(_layers_of(m, ("o_proj", "linear_attn", "mamba", "conv")))  # every mixer's out-projection reduces
+    # every mixer's out-projection reduces
+    attn = len(_layers_of(m, ("o_proj", "linear_attn", "mamba", "conv")))
     mlp = len(_layers_of(m, ("down_proj", "experts")))  # a MoE layer reduces routed + shared experts once
     vocab_param = next((p for p in m.params if p.family == "lm_head"), None) or next(
         p for p in m.params if p.family == "embed")
@@ -49,39 +51,47 @@ def collectives(m: ShardMap) -> list[Collective]:
     return [
         Collective("all-reduce", "after o_proj / out_proj (the mixer's output, row-parallel)", attn, hidden,
                    ring * hidden),
-        Collective("all-reduce", "after down_proj (MLP / MoE output, row-parallel)", mlp, hidden, ring * hidden),
+        Collective("all-reduce", "after down_proj (MLP / MoE output, row-parallel)", mlp,
+                   hidden, ring * hidden),
         *norm_collectives(m.model, tp),
-        Collective("all-reduce", "after embed_tokens (each GPU looks up only its vocab rows)", 1, hidden, ring * hidden),
+        Collective("all-reduce", "after embed_tokens (each GPU looks up only its vocab rows)", 1,
+                   hidden, ring * hidden),
         logits_collective(logits, tp, m.rules),
     ]
 
 
 def logits_collective(logits: int, tp: int, rules: RuleSet) -> Collective:
-    """The lm_head's logits (`logits` bytes per sampled token, padded vocab): vLLM's LogitsProcessor all-gathers
-    them (Platform.use_all_gather, CUDA); nano-vllm's ParallelLMHead gathers them to GPU 0."""
+    """The lm_head's logits (`logits` bytes per sampled token, padded vocab): vLLM's LogitsProcessor
+    all-gathers them (Platform.use_all_gather, CUDA); nano-vllm's ParallelLMHead gathers them to GPU 0."""
     if rules.logits == "gather":
-        return Collective("gather", "lm_head logits to GPU 0 (each GPU has its vocab block; per sampled token)", 1,
+        return Collective("gather",
+                          "lm_head logits to GPU 0 (each GPU has its vocab block; per sampled token)", 1,
                           logits, logits / tp)
-    return Collective("all-gather", "lm_head logits to every GPU (each GPU has its vocab block; per sampled token)",
+    return Collective("all-gather",
+                      "lm_head logits to every GPU (each GPU has its vocab block; per sampled token)",
                       1, logits, logits * (tp - 1) / tp)
 
 
 def norm_collectives(spec, tp: int, layers=None) -> list[Collective]:
-    """The collectives of norms whose span crosses the tp cut, over `layers` (indices; every layer by default).
-    OLMo-2/3 norm q and k over all heads, so each attention layer all-gathers both first (vLLM 0.33's TP-aware
-    RMSNorm; the nano-vllm layers do the same): each GPU sends its heads' slice to the others. A Mamba2 gated norm
-    over one group all-reduces each token's fp32 sum of squares (vLLM 0.33 Mixer2RMSNormGated.forward_native)."""
+    """The collectives of norms whose span crosses the tp cut, over `layers` (indices; every layer by
+    default). OLMo-2/3 norm q and k over all heads, so each attention layer all-gathers both first (vLLM
+    0.33's TP-aware RMSNorm; the nano-vllm layers do the same): each GPU sends its heads' slice to the others.
+    A Mamba2 gated norm over one group all-reduces each token's fp32 sum of squares (vLLM 0.33
+    Mixer2RMSNormGated.forward_native)."""
     if tp == 1:
         return []
     picked = [spec.layers[i] for i in (range(spec.num_hidden_layers) if layers is None else layers)]
     attention = sum(1 for layer in picked if layer.mixer.is_attention)
     mamba = sum(1 for layer in picked if layer.mixer.kind == "mamba2" and layer.mixer.groups == 1)
     share, b = (tp - 1) / tp, spec.dtype_bytes
-    out = [Collective("all-gather", f"{what} before its norm over all heads (OLMo: each GPU holds its heads' slice)",
+    out = [Collective("all-gather",
+                      f"{what} before its norm over all heads (OLMo: each GPU holds its heads' slice)",
                       attention, size, size * share)
            for what, size in (("q", spec.num_attention_heads * spec.head_dim * b),
-                              ("k", spec.num_key_value_heads * spec.head_dim * b))] if spec.qk_norm_full else []
+                              ("k",
+                               spec.num_key_value_heads * spec.head_dim * b))] if spec.qk_norm_full else []
     if mamba:
-        out.append(Collective("all-reduce", "Mamba2 gated norm's sum of squares (its one group spans every GPU)",
+        out.append(Collective("all-reduce",
+                              "Mamba2 gated norm's sum of squares (its one group spans every GPU)",
                               mamba, 4, 2 * share * 4))
     return [c for c in out if c.count]

@@ -1,4 +1,5 @@
-"""The probe: one rank's layer built from a plan, tiny and on one thread, and where a plan lives in the model."""
+"""The probe: one rank's layer built from a plan, tiny and on one thread, and where a plan lives in the
+model."""
 import threading
 from contextlib import contextmanager
 
@@ -36,14 +37,15 @@ def build_rank(plan: ParamPlan, tp_size: int, tp_rank: int) -> tuple:
     try:
         return plan.build(tp_size, tp_rank)
     except QuantError as e:
-        hint = (" Expert parallelism (--enable-expert-parallel) keeps every expert whole on one GPU and avoids "
-                "this split." if plan.family == "experts" else "")
+        hint = (" Expert parallelism (--enable-expert-parallel) keeps every expert whole "
+                "on one GPU and avoids this split." if plan.family == "experts" else "")
         reason = f"{where(plan)} at tp_size={tp_size}: {e}"
         raise QuantError(reason + hint, reason=reason) from None
     except TPSizeError as e:
         if plan.quantity and e.generic:
             key, value = plan.quantity
-            raise TPSizeError(f"{key}={value} is not divisible by tp_size={tp_size}", key, value, tp_size) from None
+            raise TPSizeError(f"{key}={value} is not divisible by tp_size={tp_size}", key,
+                              value, tp_size) from None
         raise
 
 

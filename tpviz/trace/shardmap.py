@@ -7,13 +7,14 @@ from tpviz.errors import SourceError
 from tpviz.rules import Layout, RuleSet, ruleset
 
 SCHEMA = "tpviz.shardmap/4"
-FAMILIES = ("qkv", "o_proj", "linear_attn", "mamba", "conv", "gate_up", "down_proj", "experts", "embed", "lm_head",
-            "replicated")
+FAMILIES = ("qkv", "o_proj", "linear_attn", "mamba", "conv", "gate_up", "down_proj",
+            "experts", "embed", "lm_head", "replicated")
 
 
 @dataclass
 class Piece:
-    """Source rows (or columns) [start, stop) along split_dim land at param_start of rank's local parameter."""
+    """Source rows (or columns) [start, stop) along split_dim land at param_start of rank's local
+    parameter."""
     rank: int
     start: int
     stop: int
@@ -38,7 +39,8 @@ class TensorMap:
     layers: list[int] | None = None
     experts: list[int] | None = None
     note: str = ""
-    sections: list = field(default_factory=list)  # [label, start, stop, head size or 0, head word] along split_dim
+    # [label, start, stop, head size or 0, head word] along split_dim
+    sections: list = field(default_factory=list)
 
     def rank_pieces(self, rank: int) -> list[Piece]:
         return [p for p in self.pieces if p.rank == rank]
@@ -91,8 +93,10 @@ class RankInfo:
     weight_bytes: int
     weight_bytes_by_family: dict[str, int]
     kv_cache_bytes_per_token: int  # layers whose cache grows with the context (full attention, MLA)
-    kv_heads: list[int] = field(default_factory=list)  # which global KV heads this rank holds (first attention group)
-    kv_cache_windowed: list[dict] = field(default_factory=list)  # {kind, window, layers, bytes_per_token}: capped
+    # which global KV heads this rank holds (first attention group)
+    kv_heads: list[int] = field(default_factory=list)
+    # {kind, window, layers, bytes_per_token}: capped
+    kv_cache_windowed: list[dict] = field(default_factory=list)
     state_bytes_per_sequence: int = 0  # Gated DeltaNet, Mamba2 and conv state, fixed per sequence
 
     def cache_bytes(self, context: int) -> int:
@@ -103,8 +107,8 @@ class RankInfo:
 
 @dataclass
 class Gpu:
-    """One GPU: its coordinates, the decoder layers [start, stop) of its stage, its whole experts (EP), and what it
-    holds per token."""
+    """One GPU: its coordinates, the decoder layers [start, stop) of its stage, its whole experts (EP), and
+    what it holds per token."""
     rank: int
     pp: int
     dp: int
@@ -141,7 +145,8 @@ class Deployment:
 
     @classmethod
     def from_dict(cls, d: dict) -> "Deployment":
-        return cls(Layout(d["tp"], d["pp"], d["dp"], d["ep"]), d["placement"], d["stages"], d["expert_placement"],
+        return cls(Layout(d["tp"], d["pp"], d["dp"], d["ep"]), d["placement"], d["stages"],
+                   d["expert_placement"],
                    [Gpu(**g) for g in d["gpus"]], d["warnings"], d["comm_bytes_per_token"])
 
 
@@ -157,7 +162,8 @@ class ShardMap:
     groups: list[LayerGroup] = field(default_factory=list)
     checkpoint: dict | None = None  # comparison with a real checkpoint's tensor list, when one was at hand
     warnings: list[str] = field(default_factory=list)  # layouts the engine accepts only through a fallback
-    deployment: Deployment | None = None  # a pp / dp / ep deployment's GPUs (tpviz.deploy.deployment), when asked
+    # a pp / dp / ep deployment's GPUs (tpviz.deploy.deployment), when asked
+    deployment: Deployment | None = None
     schema: str = SCHEMA
 
     def tensor(self, name: str) -> TensorMap:
@@ -173,7 +179,8 @@ class ShardMap:
     @property
     def total_weight_bytes(self) -> int:
         """Bytes of the unsplit model, each tensor once."""
-        return sum(numel(p.shape) * p.count * (p.element_bytes or self.model_dtype_bytes) for p in self.params)
+        return sum(numel(p.shape) * p.count * (p.element_bytes or self.model_dtype_bytes)
+                   for p in self.params)
 
     @property
     def kv_bytes(self) -> int:
@@ -185,11 +192,12 @@ class ShardMap:
         return self.model.dtype_bytes
 
     def to_dict(self) -> dict:
-        return {"schema": self.schema, "tp_size": self.tp_size, "rules": self.rules.name, "engine": self.rules.label,
-                "model": self.model.to_dict(),
+        return {"schema": self.schema, "tp_size": self.tp_size, "rules": self.rules.name,
+                "engine": self.rules.label, "model": self.model.to_dict(),
                 "tensors": [t.to_dict() for t in self.tensors], "params": [p.to_dict() for p in self.params],
                 "ranks": [asdict(r) for r in self.ranks], "groups": [asdict(g) for g in self.groups],
-                "warnings": self.warnings, **({"layout": self.deployment.to_dict()} if self.deployment else {}),
+                "warnings": self.warnings,
+                **({"layout": self.deployment.to_dict()} if self.deployment else {}),
                 **({"checkpoint": self.checkpoint} if self.checkpoint is not None else {})}
 
     def to_json(self, indent: int | None = None) -> str:
@@ -203,9 +211,11 @@ class ShardMap:
         try:
             tensors = [TensorMap(**{**t, "pieces": [Piece(**p) for p in t["pieces"]]}) for t in d["tensors"]]
             groups = [LayerGroup(**g) for g in d["groups"]]
-            at = {i: {"mixer": g.mixer, "ffn": g.ffn} for g in groups for i in g.layers}  # the JSON keeps layers per group
+            # the JSON keeps layers per group
+            at = {i: {"mixer": g.mixer, "ffn": g.ffn} for g in groups for i in g.layers}
             model = ModelSpec.from_dict({**d["model"], "layers": [at[i] for i in sorted(at)]})
-            return cls(d["tp_size"], ruleset(d["rules"]), model, tensors, [ParamMap(**p) for p in d["params"]],
+            return cls(d["tp_size"], ruleset(d["rules"]), model, tensors,
+                       [ParamMap(**p) for p in d["params"]],
                        [RankInfo(**r) for r in d["ranks"]], groups, d.get("checkpoint"),
                        d.get("warnings", []),
                        Deployment.from_dict(d["layout"]) if d.get("layout") else None)
@@ -221,5 +231,6 @@ def numel(shape) -> int:
 
 
 def in_group(t, group: LayerGroup | None) -> bool:
-    """Whether a tensor belongs in a layer group's view: it lives in one of its layers, or it is model-wide."""
+    """Whether a tensor belongs in a layer group's view: it lives in one of its layers, or it is
+    model-wide."""
     return group is None or t.layers is None or bool(set(t.layers) & set(group.layers))

@@ -53,7 +53,8 @@ def trace_plan(plan: ParamPlan, tp_size: int) -> tuple[list[TensorMap], ParamMap
     local_shapes, padding = [], []
     dims = {src.name: plan.tp_dim if src.dim is None else src.dim for src in plan.sources}
     tags = {}
-    for src in plan.sources:  # tagged along the split dim on disk, then as the model's load_weights prepares it
+    # tagged along the split dim on disk, then as the model's load_weights prepares it
+    for src in plan.sources:
         tag = tagged(src.shape, dims[src.name])
         tags[src.name] = src.prepare(tag) if src.prepare else tag
     for rank in range(tp_size):
@@ -69,23 +70,25 @@ def trace_plan(plan: ParamPlan, tp_size: int) -> tuple[list[TensorMap], ParamMap
         shape = list(plan.shape)
         shape[plan.tp_dim] = param.size(plan.tp_dim)
         refine = getattr(_, "refine", 1) if getattr(param, "qtensor", None) is not None else 1
-        if refine > 1 and param.qtensor.out_unit > 1 and param.qtensor.in_unit > 1:  # r x r blocks: the other dim too
+        # r x r blocks: the other dim too
+        if refine > 1 and param.qtensor.out_unit > 1 and param.qtensor.in_unit > 1:
             shape = [n if i == plan.tp_dim else n * refine for i, n in enumerate(shape)]
         local_shapes.append(shape)
         padding.append(int((~covered).sum()))
     experts = list(range(plan.experts)) if plan.experts else None
     tensors = [TensorMap(src.name, list(src.shape), dims[src.name] if plan.split else None, plan.name,
-                         plan.layer_class, src.shard_id, plan.family, pieces[src.name], plan.layers, experts, plan.note,
-                         [list(s) for s in src.sections])
+                         plan.layer_class, src.shard_id, plan.family, pieces[src.name],
+                         plan.layers, experts, plan.note, [list(s) for s in src.sections])
                for src in plan.sources]
     param_map = ParamMap(plan.name, plan.layer_class, plan.family, plan.tp_dim if plan.split else None,
-                         list(plan.shape), local_shapes, padding, [s.name for s in plan.sources], plan.count, plan.layers,
-                         plan.element_bytes)
+                         list(plan.shape), local_shapes, padding, [s.name for s in plan.sources],
+                         plan.count, plan.layers, plan.element_bytes)
     return tensors, param_map
 
 
 def layer_groups(spec: ModelSpec) -> list[LayerGroup]:
-    return [LayerGroup(layers, layer.mixer.to_dict(), layer.ffn.to_dict(), layer.label) for layer, layers in spec.groups()]
+    return [LayerGroup(layers, layer.mixer.to_dict(), layer.ffn.to_dict(), layer.label) for layer,
+            layers in spec.groups()]
 
 
 @single_thread()
@@ -97,7 +100,8 @@ def trace(spec: ModelSpec, tp_size: int, rules: RuleSet | str = "vllm") -> Shard
     error, warnings = split_error(spec, tp_size, rules, plans)
     if error:
         raise error
-    warnings = rules.model_notes(spec.model_type) + warnings  # the map is the layer classes', not the engine's
+    # the map is the layer classes', not the engine's
+    warnings = rules.model_notes(spec.model_type) + warnings
     tensors, params = [], []
     for plan in plans:
         t, p = trace_plan(plan, tp_size)

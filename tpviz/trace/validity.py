@@ -20,7 +20,8 @@ def _check_order(plan: ParamPlan) -> int:
 
 
 @single_thread()
-def split_error(spec: ModelSpec, tp_size: int, rules: RuleSet | str = "vllm", plans: list[ParamPlan] | None = None,
+def split_error(spec: ModelSpec, tp_size: int, rules: RuleSet | str = "vllm",
+                plans: list[ParamPlan] | None = None,
                 moe_tp: int | None = None) -> tuple[TPSizeError | None, list[str]]:
     """(the first failing rule as the error the layers raised, or None; warnings). moe_tp: how many ways the
     routed experts are cut when it differs from tp (tp x dp, or 1 with expert parallelism)."""
@@ -33,7 +34,8 @@ def split_error(spec: ModelSpec, tp_size: int, rules: RuleSet | str = "vllm", pl
         check_tp(tp_size)
         for plan in sorted(build_plan(spec, rules) if plans is None else plans, key=_check_order):
             cut = moe_tp if moe_tp and plan.family == "experts" else tp_size
-            how = f"without expert parallelism the experts are cut tp × dp = {cut} ways: " if cut not in (1, tp_size) else ""
+            how = (f"without expert parallelism the experts are cut tp × dp = {cut} ways: "
+                   if cut not in (1, tp_size) else "")
             try:
                 module, _ = build_rank(plan, cut, 0)
             except TPSizeError as e:
@@ -48,7 +50,8 @@ def split_error(spec: ModelSpec, tp_size: int, rules: RuleSet | str = "vllm", pl
     return (later[0] if later else None), list(dict.fromkeys(warnings))
 
 
-def split_problem(spec: ModelSpec, tp_size: int, rules: RuleSet | str = "vllm", plans: list[ParamPlan] | None = None,
+def split_problem(spec: ModelSpec, tp_size: int, rules: RuleSet | str = "vllm",
+                  plans: list[ParamPlan] | None = None,
                   moe_tp: int | None = None) -> tuple[str | None, list[str]]:
     """split_error's first failing rule as one line (None when the model splits), and its warnings."""
     error, warnings = split_error(spec, tp_size, rules, plans, moe_tp)
@@ -57,7 +60,8 @@ def split_problem(spec: ModelSpec, tp_size: int, rules: RuleSet | str = "vllm", 
 
 @dataclass(frozen=True)
 class ValidRow:
-    """One tp size: per rule set, the first rule it breaks (None: valid) and the fallbacks a valid one needs."""
+    """One tp size: per rule set, the first rule it breaks (None: valid) and the fallbacks a valid one
+    needs."""
     tp: int
     problems: dict[str, str | None]
     warnings: dict[str, list[str]] = field(default_factory=dict)

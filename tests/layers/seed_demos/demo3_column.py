@@ -1,5 +1,4 @@
 import torch
-import torch.nn.functional as F
 from tpviz.layers import ColumnParallelLinear
 
 # 磁盘整份 weight[out=4, in=3]，第 r 行全填常数 r，便于辨认是哪一行

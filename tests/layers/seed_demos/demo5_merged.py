@@ -1,5 +1,4 @@
 import torch
-import torch.nn.functional as F
 from tpviz.layers import MergedColumnParallelLinear, QKVParallelLinear
 
 # 合成磁盘整份：q 4 头、k/v 各 2 头，head_size=2，hidden=3

@@ -1,4 +1,5 @@
-"""Prompts and greedy generation on TP and on tp=1 (tpviz.live.check.generate), and memory in the checkpoint's dtype."""
+"""Prompts and greedy generation on TP and on tp=1 (tpviz.live.check.generate), and memory in the checkpoint's
+dtype."""
 import json
 import re
 import shutil
@@ -17,7 +18,8 @@ from tests.live.checks import add_tokenizer
 
 @pytest.fixture(scope="module")
 def with_tokenizer(tiny, tmp_path_factory):
-    """A copy of the tiny Qwen3 checkpoint with a tokenizer (the shared fixture's folder stays without one)."""
+    """A copy of the tiny Qwen3 checkpoint with a tokenizer (the shared fixture's folder stays without
+    one)."""
     folder = tmp_path_factory.mktemp("tok") / "qwen3"
     shutil.copytree(tiny["qwen3"][0], folder)
     add_tokenizer(folder, tiny["qwen3"][1].config.vocab_size)
@@ -42,7 +44,8 @@ def test_tp_and_tp1_write_the_same_text_in_fp32(with_tokenizer):
 @pytest.mark.slow
 def test_an_injected_bug_diverges_and_that_step_is_compared_stage_by_stage(with_tokenizer):
     # with these weights skip-allreduce keeps the first pick and changes the second: that step is replayed
-    result, _ = verify(with_tokenizer, 2, device="cpu", prompt="t7 t100 t3", generate=4, inject=["skip-allreduce"])
+    result, _ = verify(with_tokenizer, 2, device="cpu", prompt="t7 t100 t3", generate=4,
+                       inject=["skip-allreduce"])
     g = result.generation
     assert not result.passed and g.diverged_at == 1 and g.tp_tokens[0] == g.ref_tokens[0]
     assert g.tp_tokens[1] != g.ref_tokens[1] and g.tp_text != g.ref_text
@@ -75,8 +78,10 @@ def test_a_flip_with_a_large_margin_is_not_noise():
     ref = torch.tensor([[0.0, 5.0, 1.0, 2.0]])  # tp=1 leads TP's pick (2, its #3) by 4
     g = explain(_steps(3.0, 0.01), [2], [1], ref, None, "bfloat16", first_stage="layer 0")
     assert g["noise_explained"] is False and g["margin"] == 4.0
-    assert "TP's pick (#2, tp=1's #3, 1)" in g["explanation"] and "4e+02× the bfloat16 noise floor" in g["explanation"]
-    assert "NOT explained by float noise; look for a TP bug (first beyond tolerance at layer 0)" in g["explanation"]
+    assert ("TP's pick (#2, tp=1's #3, 1)" in g["explanation"]
+            and "4e+02× the bfloat16 noise floor" in g["explanation"])
+    assert ("NOT explained by float noise; look for a TP bug (first beyond "
+            "tolerance at layer 0)") in g["explanation"]
 
 
 def test_a_late_flip_reports_how_close_the_earlier_steps_were():
@@ -84,11 +89,13 @@ def test_a_late_flip_reports_how_close_the_earlier_steps_were():
     ref = torch.tensor([[1.0, 0.0], [0.0, 1.0], [0.5, 0.4995]])  # step 3: a 5e-4 margin flipped
     ref32 = torch.tensor([[1.0, 0.002], [0.0, 1.001], [0.5, 0.5002]])  # fp32 itself prefers token 1 there
     steps = step_diffs(tp, ref, ref32, "bfloat16")
-    assert [s.name for s in steps] == ["new token #1", "new token #2", "new token #3"] and steps[0].max_abs == 0
+    assert ([s.name for s in steps] == ["new token #1", "new token #2", "new token #3"]
+            and steps[0].max_abs == 0)
     g = explain(steps, [0, 1, 1], [0, 1, 0], ref, ref32, "bfloat16")
     assert g["diverged_at"] == 2 and g["noise_explained"] is True
-    assert g["explanation"].startswith("Up to new token #2 the last position's logits matched exactly. At new "
-                                       "token #3 tp=1's top two logits (#0 0.5, #1 0.4995) differ by only 0.0005")
+    assert g["explanation"].startswith("Up to new token #2 the last position's logits "
+                                       "matched exactly. At new token #3 tp=1's top two logits "
+                                       "(#0 0.5, #1 0.4995) differ by only 0.0005")
     assert "(float32 tp=1 picks #1 too)" in g["explanation"]
 
 
@@ -97,7 +104,8 @@ def test_bad_generation_requests_are_one_line(tiny_config, with_tokenizer):
              (dict(model=tiny_config, generate=MAX_NEW_TOKENS + 1, input_ids=[[1, 2]]), "at most 128"),
              (dict(model=tiny_config, generate=-1, input_ids=[[1, 2]]), "whole number of new tokens"),
              (dict(model=tiny_config, generate=2, input_ids=[[1, 2], [3, 4]]), "one row of token ids, not 2"),
-             (dict(model=tiny_config, prompt="hello"), "has no tokenizer (random weights come from its config alone"),
+             (dict(model=tiny_config, prompt="hello"),
+              "has no tokenizer (random weights come from its config alone"),
              (dict(model=with_tokenizer, prompt="t1", input_ids=[[1]]), "not both"),
              (dict(model=with_tokenizer, prompt="  "), "the prompt is empty"),
              (dict(model=tiny_config, dtype="int8"), "must be one of: auto, float32")]
@@ -122,14 +130,16 @@ def test_cli_prompt_and_generate_print_both_texts(with_tokenizer, capsys):
 def test_without_a_tokenizer_a_prompt_of_token_ids_is_taken_as_ids(tiny):
     folder = tiny["qwen3"][0]  # the shared tiny checkpoint has no tokenizer
     result, _ = verify(folder, 2, device="cpu", prompt="5, 17 42", generate=2)
-    assert result.passed and result.generation.prompt_ids == [5, 17, 42] and result.generation.prompt_text is None
+    assert (result.passed and result.generation.prompt_ids == [5, 17, 42]
+            and result.generation.prompt_text is None)
     assert len(result.generation.tp_tokens) == 2
 
 
 def test_cli_bad_generation_flags_exit_2(tiny_config, capsys):
     for argv, match in [(["--generate", "0"], "--generate 0 must be a positive number"),
                         (["--generate", "-2"], "--generate -2 must be a positive number"),
-                        (["--generate", "4"], "generating text needs --prompt TEXT (a model with a tokenizer) or "
+                        (["--generate", "4"],
+                         "generating text needs --prompt TEXT (a model with a tokenizer) or "
                                               "--input-ids to continue"),
                         (["--generate", "999", "--prompt", "x"], "has no tokenizer"),
                         (["--prompt", "hi"], "give token ids such as 1 2 3 instead of text")]:
@@ -155,7 +165,8 @@ def test_a_bf16_checkpoint_at_tp2_holds_about_half_per_rank_in_its_own_dtype(tin
         assert r.stored_dtype == "bfloat16" and 0.45 < r.stored_bytes / r.checkpoint_bytes < 0.6
         assert r.param_bytes == 2 * r.stored_bytes  # the same parameters, in float32
         row = r.row()
-        assert row["held MiB (bfloat16)"] < row["held MiB (float32, as run)"] and 45 < row["held % of checkpoint"] < 60
+        assert (row["held MiB (bfloat16)"] < row["held MiB (float32, as run)"]
+                and 45 < row["held % of checkpoint"] < 60)
     fig = rank_figure(result)
     assert [t.name for t in fig.data] == ["read from checkpoint (bfloat16)", "held, in bfloat16",
                                           "held, in the run's float32"]
@@ -166,4 +177,5 @@ def test_a_bf16_checkpoint_at_tp2_holds_about_half_per_rank_in_its_own_dtype(tin
     assert auto.dtype == "bfloat16" and auto.noise_floor is not None
     assert any(n.startswith("dtype auto: bfloat16") for n in auto.notes)
     assert auto.ranks[0].param_bytes == auto.ranks[0].stored_bytes
-    assert [t.name for t in rank_figure(auto).data] == ["read from checkpoint (bfloat16)", "held, in bfloat16"]
+    assert [t.name for t in rank_figure(auto).data] == ["read from checkpoint (bfloat16)",
+                                                        "held, in bfloat16"]

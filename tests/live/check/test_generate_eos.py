@@ -54,7 +54,8 @@ def test_both_runs_stop_at_eos_and_say_so(folder, tp):
     assert g.eos_token_ids == [tokens[stop], 1000] and g.new_tokens == 6
     assert g.tp_tokens == g.ref_tokens == tokens[:stop + 1] and g.tp_stopped_at_eos and g.ref_stopped_at_eos
     assert g.diverged_at is None and len(g.steps) == stop + 1 and result.passed
-    assert g.explanation.startswith(f'Identical for all {stop + 1} new tokens (both stopped at EOS "t{tokens[stop]}")')
+    assert g.explanation.startswith(f'Identical for all {stop + 1} new tokens (both stopped at '
+                                    f'EOS "t{tokens[stop]}")')
     assert g.divergence(result.layout) == f"identical for all {stop + 1} new tokens (both stopped at EOS)"
     text = result.summary()
     assert f"generated up to 6 new tokens greedily (stopping at EOS #{tokens[stop]}, #1000)" in text

@@ -8,13 +8,16 @@ from tpviz.live.load.source import resolve_model
 
 def _effects(folder, tp):
     cfg = resolve_model(folder).cfg
-    return {i.name: i for i in describe_injections(["bias-all-ranks", "skip-allreduce", "wrong-kv-head"], cfg, tp)}
+    return {i.name: i for i in describe_injections(["bias-all-ranks", "skip-allreduce",
+                                                    "wrong-kv-head"], cfg, tp)}
 
 
 def test_injections_say_when_they_cannot_have_an_effect(tiny):
     qwen3 = _effects(tiny["qwen3"][0], 2)  # no row-parallel bias; 2 KV heads split evenly at tp=2
-    assert not qwen3["bias-all-ranks"].has_effect and "no row-parallel layer" in qwen3["bias-all-ranks"].reason
-    assert not qwen3["wrong-kv-head"].has_effect and "no KV head is replicated" in qwen3["wrong-kv-head"].reason
+    assert (not qwen3["bias-all-ranks"].has_effect
+            and "no row-parallel layer" in qwen3["bias-all-ranks"].reason)
+    assert (not qwen3["wrong-kv-head"].has_effect
+            and "no KV head is replicated" in qwen3["wrong-kv-head"].reason)
     assert qwen3["skip-allreduce"].has_effect
     mistral = _effects(tiny["mistral"][0], 4)  # a single KV head: every rank holds it either way
     assert not mistral["wrong-kv-head"].has_effect and "same one" in mistral["wrong-kv-head"].reason

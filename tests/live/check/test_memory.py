@@ -1,5 +1,6 @@
-"""The memory estimate before a run: weights per rank and in the tp=1 reference, read off the shard map, checked
-against what real runs hold; the refusal when they would not fit, in the library, the CLI and the page."""
+"""The memory estimate before a run: weights per rank and in the tp=1 reference, read off the shard map,
+checked against what real runs hold; the refusal when they would not fit, in the library, the CLI and the
+page."""
 from tests.paths import ROOT
 import pytest
 import torch
@@ -7,7 +8,8 @@ from streamlit.testing.v1 import AppTest
 
 from tpviz.live import verify
 from tpviz.live.errors import LiveError
-from tpviz.live.check.memory import (BUILD_DTYPE, MEMORY_ENV, MemoryEstimate, OverMemory, available_memory, check_memory,
+from tpviz.live.check.memory import (BUILD_DTYPE, MEMORY_ENV, MemoryEstimate, OverMemory,
+                                     available_memory, check_memory,
                                input_shape, plan_memory)
 from tpviz.cli.verify import main
 
@@ -25,7 +27,8 @@ def test_the_estimate_is_what_each_rank_and_the_reference_hold(tiny):
     assert est.ranks == [r.param_bytes for r in result.ranks] and est.dtype == result.dtype == "float32"
     alone, _ = verify(folder, 1, device="cpu", seq_len=4)  # the in-process tp=1 run: the reference's model
     assert est.reference == alone.ranks[0].param_bytes
-    assert est.rows()[0]["held MiB (float32)"] == result.ranks[0].row()["held MiB (float32)"]  # as the report says
+    # as the report says
+    assert est.rows()[0]["held MiB (float32)"] == result.ranks[0].row()["held MiB (float32)"]
 
 
 @pytest.mark.slow
@@ -36,7 +39,8 @@ def test_the_estimate_follows_stages_experts_and_the_run_dtype(tiny_moe):
     result, _ = verify(folder, 2, device="cpu", seq_len=4, **options)
     held = [r.param_bytes for r in result.ranks]
     assert est.ranks == held and held[0] != held[2] and est.dtype == "bfloat16"
-    assert plan_memory(folder, 2, dtype="auto").dtype == "float32"  # the folder's stored dtype, as the run picks
+    # the folder's stored dtype, as the run picks
+    assert plan_memory(folder, 2, dtype="auto").dtype == "float32"
 
 
 def test_peaks_per_memory():
@@ -46,7 +50,8 @@ def test_peaks_per_memory():
     one = MemoryEstimate("m", "float32", 2, [200], 200)
     assert one.pools() == {"RAM": 200}  # a lone tp=1 run follows the reference, in the same process
     gpus = MemoryEstimate("m", "float32", 2, [100, 120, 100, 120], 300, device="cuda", gpus=2)
-    assert gpus.pools() == {"cuda:0": 100 + 100 + 300, "cuda:1": 240}  # rank r on GPU r % 2, the reference on 0
+    # rank r on GPU r % 2, the reference on 0
+    assert gpus.pools() == {"cuda:0": 100 + 100 + 300, "cuda:1": 240}
     assert gpus.over({"cuda:0": 499, "cuda:1": 10**6}) == ("cuda:0", 500, 499) and gpus.over({}) is None
 
 
@@ -73,7 +78,8 @@ def test_available_memory_and_its_cap(monkeypatch):
     assert free > 0
     monkeypatch.setenv(MEMORY_ENV, "0.5")
     assert available_memory()["RAM"] == min(2**29, free) or free < 2**29 + 2**27  # others come and go
-    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda i: ((i + 1) * 2**28, 2**40))  # each GPU's free memory
+    # each GPU's free memory
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda i: ((i + 1) * 2**28, 2**40))
     assert available_memory("cuda", 3) == {"cuda:0": 2**28, "cuda:1": 2**29, "cuda:2": 2**29}
     monkeypatch.delenv(MEMORY_ENV)
     assert available_memory("cuda", 2) == {"cuda:0": 2**28, "cuda:1": 2**29}
@@ -88,7 +94,8 @@ def test_verify_refuses_a_run_over_memory_before_anything_is_downloaded(monkeypa
     def never(*args, **kwargs):
         raise AssertionError("nothing is downloaded or built")
     monkeypatch.setattr("tpviz.live.check.verify.resolve_model", never)
-    monkeypatch.setattr("tpviz.live.check.memory.available_memory", lambda device="cpu", gpus=0: {"RAM": 2**20})
+    monkeypatch.setattr("tpviz.live.check.memory.available_memory",
+                        lambda device="cpu", gpus=0: {"RAM": 2**20})
     with pytest.raises(OverMemory, match=r"^Qwen/Qwen3-0.6B \(28 layers, float32\) at tp=2 needs about "):
         verify("Qwen/Qwen3-0.6B", 2, device="cpu")
 
@@ -150,4 +157,5 @@ def test_cli_refuses_an_input_whose_activations_would_not_fit(tiny_config, capsy
     monkeypatch.setenv(MEMORY_ENV, "1")
     assert main([str(tiny_config), "--tp", "2", "--device", "cpu", "--batch", "100000000", "--dry-run"]) == 2
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "of activations for its 100000000 × 32 input" in err and "shorter input" in err
+    assert (err.count("\n") == 1 and "of activations for its 100000000 × 32 input" in err
+            and "shorter input" in err)

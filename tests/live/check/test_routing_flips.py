@@ -1,6 +1,6 @@
-"""Routing flips in low precision: a near tie that float noise flips is named (layer, token, margin vs noise) and
-called noise, never a pass; a real TP bug in an MoE model still fails in bf16 and is not explained away; the fp32
-reference follows the bf16 run's experts, so the noise floor is rounding, not an expert swap."""
+"""Routing flips in low precision: a near tie that float noise flips is named (layer, token, margin vs noise)
+and called noise, never a pass; a real TP bug in an MoE model still fails in bf16 and is not explained away;
+the fp32 reference follows the bf16 run's experts, so the noise floor is rounding, not an expert swap."""
 import pytest
 from dataclasses import replace
 
@@ -38,27 +38,34 @@ def test_near_tie_flip_is_named_and_called_noise(near_tie):
     assert flip is not None and flip.noise_explained, flip
     assert result.max_abs_diff > result.tolerance  # over every position: past the flip the runs differ
     # the verdict: the positions before each row's first flip, which every layer routes alike
-    assert flip.prefix[flip.batch] <= flip.position and len(flip.prefix) == IDS.shape[0] and min(flip.prefix) > 0
+    assert (flip.prefix[flip.batch] <= flip.position and len(flip.prefix) == IDS.shape[0]
+            and min(flip.prefix) > 0)
     assert result.passed == (flip.prefix_gap <= result.tolerance) and result.passed, flip.explanation
     assert "The verdict compares the positions before each row's first flip" in flip.explanation
-    assert flip.margin <= 2 * flip.noise and flip.router_gap <= flip.router_limit and flip.ref_experts != flip.tp_experts
-    assert f"routing flip at a near tie in layer {flip.layer} (token {flip.position} of batch row {flip.batch}" \
+    assert (flip.margin <= 2 * flip.noise and flip.router_gap <= flip.router_limit
+            and flip.ref_experts != flip.tp_experts)
+    assert (f"routing flip at a near tie in layer {flip.layer} (token {flip.position} of "
+            f"batch row {flip.batch}") \
         in flip.explanation and "not a TP bug" in flip.explanation
     text = result.summary()
     assert f"routing flip in layer {flip.layer} (float noise at a near tie)" in text.splitlines()[0]
-    assert text.startswith(f"PASS: tp=2 vs tp=1 bfloat16 max|Δlogit| {flip.prefix_gap:.3g} over the positions before "
-                           f"the first routing flip (all positions {result.max_abs_diff:.3g}) <= tolerance")
+    assert text.startswith(f"PASS: tp=2 vs tp=1 bfloat16 max|Δlogit| {flip.prefix_gap:.3g} over "
+                           "the positions before the first routing flip (all positions "
+                           f"{result.max_abs_diff:.3g}) <= tolerance")
     assert f"  routing: {flip.explanation}" in text and "<-- routing flip" in text
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("inject", ["skip-allreduce", "bias-all-ranks"])
 def test_injected_bug_in_bf16_moe_is_not_explained_away(near_tie, inject):
-    """Even among near ties, a real bug fails (the floor is rounding, not a swap) and its flips are called real."""
-    result, _ = verify(near_tie, 2, device="cpu", dtype="bfloat16", input_ids=IDS, inject=[inject], timeout=120)
+    """Even among near ties, a real bug fails (the floor is rounding, not a swap) and its flips are called
+    real."""
+    result, _ = verify(near_tie, 2, device="cpu", dtype="bfloat16", input_ids=IDS,
+                       inject=[inject], timeout=120)
     assert not result.passed and result.max_abs_diff > 10 * result.noise_floor
     assert result.diverges_at == "layer 0" and not result.routing.noise_explained
-    assert "a real mismatch" in result.routing.explanation and "not a TP bug" not in result.routing.explanation
+    assert ("a real mismatch" in result.routing.explanation
+            and "not a TP bug" not in result.routing.explanation)
 
 
 @pytest.mark.slow
@@ -70,8 +77,8 @@ def test_injected_bug_in_bf16_mixtral_fails(tiny_moe):
 
 
 def test_fp32_reference_follows_the_bf16_experts(near_tie):
-    """Left to route alone, the fp32 twin swaps experts at the ties and the 'floor' is a swap; following the bf16
-    run's choice it is rounding only, and the block still records its own choice."""
+    """Left to route alone, the fp32 twin swaps experts at the ties and the 'floor' is a swap; following the
+    bf16 run's choice it is rounding only, and the block still records its own choice."""
     job = prepare(near_tie, 1, device="cpu", input_ids=IDS, dtype="bfloat16").job
     ref = reference(job, torch.device("cpu"))
     alone, hidden_alone, _ = run_model(replace(job, dtype="float32"), 0, 1, torch.device("cpu"))
@@ -94,7 +101,8 @@ def _explain(tp_scores, ref_scores, ref32_scores, tp_gap: float = 0.0):
     layers = [LayerDiff("embed", 0.0, 0.0, 1.0, 0.25), LayerDiff("layer 0", 0.0, 0.0, 4.0, 1.0)]
     limit = lambda floor, scale: 4.0 * floor  # noqa: E731
     return explain(_records(tp_scores), _records(ref_scores), _records(ref32_scores), layers,
-                   {"layer 0": hidden["layer 0"] + tp_gap}, hidden, {"layer 0": hidden["layer 0"] + 1.0}, 1e-3, limit)
+                   {"layer 0": hidden["layer 0"] + tp_gap}, hidden,
+                   {"layer 0": hidden["layer 0"] + 1.0}, 1e-3, limit)
 
 
 def test_explain_tells_a_near_tie_from_a_clear_margin():
@@ -104,16 +112,20 @@ def test_explain_tells_a_near_tie_from_a_clear_margin():
     assert tie.noise_explained and (tie.layer, tie.batch, tie.position) == (0, 0, 1)
     assert tie.ref_experts == [0] and tie.tp_experts == [1] and tie.margin == pytest.approx(0.01)
     assert "routing flip at a near tie in layer 0" in tie.explanation
-    # a flip with a clear margin where the router scores agree within their tolerance (token 0 sets a wide floor)
+    # a flip with a clear margin where the router scores agree within their tolerance (token 0 sets a wide
+    # floor)
     clear = _explain([[1.0, 0.0], [0.5, 1.1]], [[1.0, 0.0], [1.0, 0.4]], [[1.5, 0.0], [1.01, 0.4]])
     assert not clear.noise_explained and "clear margin" in clear.explanation
-    # a near tie, but the tokens routed alike differ beyond the layer's tolerance: a real mismatch in the layer
-    bad = _explain([[1.0, 0.0], [0.99, 1.0]], [[1.0, 0.0], [1.0, 0.99]], [[1.0, 0.0], [0.99, 1.0]], tp_gap=9.0)
+    # a near tie, but the tokens routed alike differ beyond the layer's tolerance: a real mismatch in the
+    # layer
+    bad = _explain([[1.0, 0.0], [0.99, 1.0]], [[1.0, 0.0], [1.0, 0.99]],
+                   [[1.0, 0.0], [0.99, 1.0]], tp_gap=9.0)
     assert not bad.noise_explained and "tokens routed alike differ too" in bad.explanation
 
 
 def test_recording_leaves_the_blocks_as_they_were(tmp_path):
-    """DeepSeek's blocks keep their routing config through a recorded pass and route again in the steps after it."""
+    """DeepSeek's blocks keep their routing config through a recorded pass and route again in the steps after
+    it."""
     from tests.live.model.test_deepseek import make_deepseek
     make_deepseek("deepseek_v3", tmp_path, seed=3)
     job = prepare(tmp_path, 1, device="cpu", input_ids=[[5, 9, 2, 7]], generate=2).job
@@ -135,21 +147,24 @@ def test_page_shows_the_routing_flip_beside_the_verdict(near_tie, monkeypatch):
     at.text_input(key="live_ids").set_value(json.dumps(IDS.tolist()))
     at.button(key="live_run").click().run()
     assert not at.exception and not at.error
-    assert at.success[0].value.startswith("PASS: tp=2 vs tp=1 bfloat16") and "before the first routing flip" in \
-        at.success[0].value
+    assert (at.success[0].value.startswith("PASS: tp=2 vs tp=1 bfloat16")
+            and "before the first routing flip" in \
+        at.success[0].value)
     note = next(i.value for i in at.info if i.value.startswith("Routing: "))
-    assert "routing flip at a near tie in layer" in note and "The verdict compares the positions before" in note
+    assert ("routing flip at a near tie in layer" in note
+            and "The verdict compares the positions before" in note)
 
 
 def _noise_flip() -> RoutingFlip:
     return RoutingFlip(layer=0, batch=0, position=2, decided_by="experts", ref_experts=[0], tp_experts=[1],
                        margin=0.0, noise=1e-3, tokens=1, later_layers=[], router_gap=0.0, router_limit=1.0,
-                       alike_gap=0.0, alike_limit=1.0, noise_explained=True, explanation="routing flip at a near tie")
+                       alike_gap=0.0, alike_limit=1.0, noise_explained=True,
+                       explanation="routing flip at a near tie")
 
 
 def test_the_verdict_leaves_out_rows_that_flip_at_their_first_position():
-    """Rows of 3 positions: row 0 flips at position 2, row 1 at position 0 (left out), row 2 never; the verdict
-    holds positions 0-1 of row 0 and all of row 2 to the tolerance, and fails when they differ."""
+    """Rows of 3 positions: row 0 flips at position 2, row 1 at position 0 (left out), row 2 never; the
+    verdict holds positions 0-1 of row 0 and all of row 2 to the tolerance, and fails when they differ."""
     ref_ids = torch.zeros(9, 1, dtype=torch.int64)
     tp_ids = ref_ids.clone()
     tp_ids[2] = tp_ids[3] = 1  # row 0 position 2, row 1 position 0
@@ -165,6 +180,7 @@ def test_the_verdict_leaves_out_rows_that_flip_at_their_first_position():
     assert not decide_before_flips(_noise_flip(), tp, ref, tp_logits, ref_logits, limit=0.01)
     tp_ids[0] = tp_ids[6] = 1  # every row flips at its first position: nothing to decide on
     flip = _noise_flip()
-    assert not decide_before_flips(flip, tp, ref, tp_logits, ref_logits, limit=0.01) and flip.prefix_gap is None
-    assert flip.explanation.endswith("Every row flips at its first position, so no position is routed alike in every "
-                                     "layer: give other ids, or run in float32")
+    assert (not decide_before_flips(flip, tp, ref, tp_logits, ref_logits, limit=0.01)
+            and flip.prefix_gap is None)
+    assert flip.explanation.endswith("Every row flips at its first position, so no position is "
+                                     "routed alike in every layer: give other ids, or run in float32")

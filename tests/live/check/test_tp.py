@@ -1,4 +1,5 @@
-"""TP runs over spawned gloo ranks on CPU match tp=1: KV replication, vocabs not divisible by tp, tied heads."""
+"""TP runs over spawned gloo ranks on CPU match tp=1: KV replication, vocabs not divisible by tp, tied
+heads."""
 import threading
 
 import pytest
@@ -17,7 +18,8 @@ CASES = [(family, tp) for family in FAMILIES for tp in (2, 4) if (family, tp) !=
 @pytest.mark.parametrize("family, tp", CASES, ids=[f"{f}-tp{t}" for f, t in CASES])
 def test_tp_matches_tp1_fp32(tiny, family, tp):
     folder, hf_model = tiny[family]
-    # qwen3 at tp=2 has no row-parallel bias and no replicated KV head: both injections must be no-ops, and say so
+    # qwen3 at tp=2 has no row-parallel bias and no replicated KV head: both injections must be no-ops, and
+    # say so
     inject = ["bias-all-ranks", "wrong-kv-head"] if (family, tp) == ("qwen3", 2) else []
     result, logits = verify(folder, tp, device="cpu", seq_len=12, inject=inject, timeout=120)
     assert result.passed, result.summary()

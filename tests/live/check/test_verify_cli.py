@@ -1,4 +1,5 @@
-"""`tpviz verify`: exit 0 on pass, 1 on mismatch, 2 on bad input with one line on stderr; also under torchrun."""
+"""`tpviz verify`: exit 0 on pass, 1 on mismatch, 2 on bad input with one line on stderr; also under
+torchrun."""
 import json
 import os
 import shutil
@@ -21,13 +22,14 @@ def test_pass_writes_json_and_logits(tiny, tmp_path, capsys):
     ids = tmp_path / "ids.safetensors"
     save_file({"input_ids": torch.tensor([[1, 2, 3, 1000], [4, 5, 6, 7]])}, str(ids))
     out_json, out_logits = tmp_path / "r.json", tmp_path / "logits.safetensors"
-    code = main([str(folder), "--tp", "1", "--device", "cpu", "--input-ids", str(ids), "--json", str(out_json),
-                 "--dump-logits", str(out_logits), "--inject", "wrong-kv-head"])
+    code = main([str(folder), "--tp", "1", "--device", "cpu", "--input-ids", str(ids),
+                 "--json", str(out_json), "--dump-logits", str(out_logits), "--inject", "wrong-kv-head"])
     out, err = capsys.readouterr()
     assert code == 0 and err == "" and out.startswith("PASS")
     assert "NO EFFECT" in out  # tp=1 cannot be affected by an injected TP bug
     report = json.loads(out_json.read_text())
-    assert report["schema"] == "tpviz.verify/3" and report["verdict"] == "PASS" and report["input_shape"] == [2, 4]
+    assert (report["schema"] == "tpviz.verify/3" and report["verdict"] == "PASS"
+            and report["input_shape"] == [2, 4])
     logits = load_file(str(out_logits))["logits"]
     assert logits.dtype == torch.float32 and list(logits.shape) == [2, 4, hf_model.config.vocab_size]
     with torch.no_grad():
@@ -56,22 +58,26 @@ def _bad_inputs(cfg: Path, tmp: Path) -> list[tuple[list[str], str]]:
             ([str(cfg)], "--tp N is required"),
             ([str(cfg), "--tp", "2", "--dtype", "int8"], "invalid choice"),
             ([str(cfg), "--tp", "2", "--inject", "nope"], "invalid choice"),
-            ([str(cfg), "--tp", "2", "--device", "cuda"] if not torch.cuda.is_available() else [str(cfg), "--tp", "x"],
-             "no CUDA GPU" if not torch.cuda.is_available() else "invalid int"),
+            ([str(cfg), "--tp", "2", "--device", "cuda"] if not torch.cuda.is_available()
+             else [str(cfg), "--tp", "x"], "no CUDA GPU" if not torch.cuda.is_available() else "invalid int"),
             ([str(cfg), "--tp", "2", "--input-ids", str(tmp / "bad.json")], "equal-length rows"),
             ([str(cfg), "--tp", "2", "--input-ids", str(tmp / "far.json")], "outside the vocabulary"),
-            ([str(cfg), "--tp", "2", "--input-ids", str(tmp / "ids.txt")], "must end in .safetensors or .json"),
+            ([str(cfg), "--tp", "2", "--input-ids", str(tmp / "ids.txt")],
+             "must end in .safetensors or .json"),
             ([str(cfg), "--tp", "2", "--input-ids", str(tmp / "noids.safetensors")], "no input_ids tensor"),
             ([str(cfg), "--tp", "2", "--input-ids", str(tmp / "missing.json")], "does not exist"),
             ([str(tmp / "broken.json"), "--tp", "2"], "not valid JSON"),
             (["no-such-org/no-such-model-anywhere", "--tp", "2"], "no-such-org/no-such-model-anywhere"),
             (["google/gemma-4-31B-it", "--tp", "2"], "model_type 'gemma4_text'"),
-            ([str(cfg), "--tp", "2", "--timeout", "0"], "--timeout 0.0 must be a number of seconds from 1 to 86400"),
+            ([str(cfg), "--tp", "2", "--timeout", "0"],
+             "--timeout 0.0 must be a number of seconds from 1 to 86400"),
             ([str(cfg), "--tp", "2", "--timeout", "nan"], "--timeout nan must be a number of seconds"),
             ([str(cfg), "--tp", "2", "--timeout", "inf"], "--timeout inf must be a number of seconds"),
             ([str(cfg), "--tp", "2", "--layers", "0"], "positive integer"),
-            ([str(cfg), "--tp", "2", "--dump-logits", str(tmp)], f"is a folder; give a file name, such as {tmp}/"),
-            ([str(cfg), "--tp", "2", "--json", str(tmp / "no" / "x.json")], f"the folder {tmp / 'no'} does not exist"),
+            ([str(cfg), "--tp", "2", "--dump-logits", str(tmp)],
+             f"is a folder; give a file name, such as {tmp}/"),
+            ([str(cfg), "--tp", "2", "--json", str(tmp / "no" / "x.json")],
+             f"the folder {tmp / 'no'} does not exist"),
             ([str(cfg), "--tp", "2", "--prompt", "1 2", "--input-ids", str(tmp / "ids.txt")], "not both"),
             ([str(cfg), "--tp", "2", "--placement", "round_robin"], "add --ep, or drop --placement"),
             ([str(cfg), "--tp", "2", "--input-ids", str(tmp)], "is a folder"),
@@ -93,7 +99,8 @@ def _env() -> dict:
 
 def test_module_entry_points(tiny_config):
     """`python -m tpviz.cli.verify` and the lead's `python -m tpviz verify` both reach main()."""
-    proc = subprocess.run([sys.executable, "-m", "tpviz", "verify", str(tiny_config), "--tp", "1", "--device", "cpu",
+    proc = subprocess.run([sys.executable, "-m", "tpviz", "verify", str(tiny_config), "--tp",
+                           "1", "--device", "cpu",
                            "--quiet"], capture_output=True, text=True, cwd=ROOT, env=_env(), timeout=120)
     assert proc.returncode == 0 and proc.stdout.startswith("PASS") and proc.stderr == "", proc.stderr
     proc = subprocess.run([sys.executable, "-m", "tpviz", "verify", str(tiny_config), "--tp", "5"],

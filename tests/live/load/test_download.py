@@ -91,7 +91,8 @@ def fake_fetch(monkeypatch, files: dict[str, Path], asked: list | None = None):
 
 
 def hub_error(status: int, code: str, repo_id: str = "meta-llama/Llama-3.2-1B") -> Exception:
-    """The exception huggingface_hub raises for this hub answer (GatedRepoError, RepositoryNotFoundError...)."""
+    """The exception huggingface_hub raises for this hub answer (GatedRepoError,
+    RepositoryNotFoundError...)."""
     url = f"https://huggingface.co/api/models/{repo_id}"
     response = httpx2.Response(status, headers={"X-Error-Code": code}, request=httpx2.Request("GET", url))
     try:
@@ -132,8 +133,8 @@ def test_the_cli_runs_cached_real_weights_offline(tiny, hf_cache, tmp_path, caps
     fill_cache(hf_cache, "tpviz-test/tiny-qwen3", checkpoint(folder))
     (tmp_path / "ids.json").write_text(json.dumps(IDS))
     out_logits = tmp_path / "logits.safetensors"
-    code = main(["tpviz-test/tiny-qwen3", "--tp", "2", "--device", "cpu", "--input-ids", str(tmp_path / "ids.json"),
-                 "--dump-logits", str(out_logits), "--timeout", "120"])
+    code = main(["tpviz-test/tiny-qwen3", "--tp", "2", "--device", "cpu", "--input-ids",
+                 str(tmp_path / "ids.json"), "--dump-logits", str(out_logits), "--timeout", "120"])
     out, err = capsys.readouterr()
     assert code == 0 and err == "" and out.startswith("PASS") and "random weights" not in out.splitlines()[0]
     assert "model tpviz-test/tiny-qwen3 (real weights)" in out
@@ -148,15 +149,19 @@ def test_the_shrunk_model_reads_only_its_layers_of_the_cached_weights(tiny, hf_c
     source = resolve_model("tpviz-test/tiny-llama", layers=1)
     assert not source.random_weights and source.cfg.spec.num_hidden_layers == 1
     assert source.checkpoint.parent.name == "snapshots" and source.checkpoint.name == COMMIT
-    from tpviz.live.load.weights import LoadingMap
-    assert LoadingMap(source.cfg.spec).target("model.layers.1.mlp.down_proj.weight") is None  # it skips layer 1
-    assert not any("were not fetched" in n for n in source.cfg.notes)  # every shard is cached: nothing was saved
+    from tpviz.live.load.targets import LoadingMap
+    # it skips layer 1
+    assert LoadingMap(source.cfg.spec).target("model.layers.1.mlp.down_proj.weight") is None
+    # every shard is cached: nothing was saved
+    assert not any("were not fetched" in n for n in source.cfg.notes)
 
 
 def test_a_download_fetches_only_safetensors_and_reports_progress(tiny, hf_cache, monkeypatch, online):
-    """What is asked of snapshot_download (no pickles, no stray files), and progress from the caller's thread."""
+    """What is asked of snapshot_download (no pickles, no stray files), and progress from the caller's
+    thread."""
     files = checkpoint(tiny["qwen3"][0])
-    fill_cache(hf_cache, "tpviz-test/tiny-qwen3", {"config.json": files["config.json"]})  # as the explorer left it
+    # as the explorer left it
+    fill_cache(hf_cache, "tpviz-test/tiny-qwen3", {"config.json": files["config.json"]})
     sizes = {name: path.stat().st_size for name, path in files.items()}
     fake_listing(monkeypatch, {**sizes, "pytorch_model.bin": 10**6, "tokenizer.json": 10, "README.md": 5,
                                "original/consolidated.pth": 10**6})
@@ -169,12 +174,15 @@ def test_a_download_fetches_only_safetensors_and_reports_progress(tiny, hf_cache
         calls.append((message, done, total))
     source = resolve_model("tpviz-test/tiny-qwen3", layers=1, download=progress)
     assert asked == [{"repo_id": "tpviz-test/tiny-qwen3", "revision": COMMIT,
-                      "files": ["config.json", "model.safetensors", "tokenizer.json", "generation_config.json"]}]
+                      "files": ["config.json", "model.safetensors", "tokenizer.json",
+                                "generation_config.json"]}]
     assert not source.random_weights and source.tokenizer_dir == source.checkpoint
     need = sizes["model.safetensors"] + sizes["generation_config.json"] + 10
-    assert calls[0][0].startswith("downloading tpviz-test/tiny-qwen3 (4 files") and calls[-1][1:] == (need, need)
+    assert (calls[0][0].startswith("downloading tpviz-test/tiny-qwen3 (4 files")
+            and calls[-1][1:] == (need, need))
     assert [d for _, d, _ in calls] == sorted(d for _, d, _ in calls)
-    assert any(n.startswith("real weights: tpviz-test/tiny-qwen3") and "downloaded" in n for n in source.cfg.notes)
+    assert any(n.startswith("real weights: tpviz-test/tiny-qwen3") and "downloaded" in n
+               for n in source.cfg.notes)
     assert not any("were not fetched" in n for n in source.cfg.notes)  # one file: nothing to skip
 
 

@@ -11,7 +11,8 @@ from tpviz.live.load import download
 from tpviz.live.load.source import resolve_model
 from tpviz.cli.verify import main
 
-from tests.live.load.test_download import checkpoint, fake_listing, fill_cache, hf_cache, hub_error, never, one_line, online
+from tests.live.load.test_download import (checkpoint, fake_listing, fill_cache, hf_cache, hub_error,
+                                           never, one_line, online)
 
 __all__ = ["hf_cache", "online"]  # fixtures, used by name
 
@@ -24,16 +25,19 @@ def test_offline_with_nothing_cached_says_so_in_one_line(hf_cache, capsys):
     assert main(["Qwen/Qwen3-0.6B", "--tp", "2", "--layers", "1", "--device", "cpu"]) == 2
     out, err = capsys.readouterr()
     assert out == "" and err.count("\n") == 1 and err.startswith("error: ") and "HF_HUB_OFFLINE" in err
-    assert "use --random-weights to run without downloading" in err and "box" not in err  # the CLI's words only
+    # the CLI's words only
+    assert "use --random-weights to run without downloading" in err and "box" not in err
 
 
 def test_a_cached_config_without_weights_is_no_checkpoint(tiny, hf_cache):
-    """The explorer caches config.json alone: offline, that is no checkpoint (and no random weights either)."""
+    """The explorer caches config.json alone: offline, that is no checkpoint (and no random weights
+    either)."""
     fill_cache(hf_cache, "tpviz-test/tiny-qwen3", {"config.json": tiny["qwen3"][0] / "config.json"})
     with pytest.raises(WeightsError) as e:
         resolve_model("tpviz-test/tiny-qwen3")
     msg = one_line(e)
-    assert "weights of tpviz-test/tiny-qwen3 are not in the local Hugging Face cache (only config.json)" in msg
+    assert ("weights of tpviz-test/tiny-qwen3 are not in the local Hugging Face "
+            "cache (only config.json)") in msg
     assert "HF_HUB_OFFLINE" in msg and "--random-weights" in msg
 
 
@@ -51,7 +55,8 @@ def test_a_pickle_only_repo_is_refused_before_downloading(monkeypatch, online):
     with pytest.raises(WeightsError) as e:
         download.download_checkpoint("tpviz-test/pickles")
     msg = one_line(e)
-    assert "only pickle weights (pytorch_model.bin)" in msg and "never loads" in msg and "--random-weights" in msg
+    assert ("only pickle weights (pytorch_model.bin)" in msg and "never loads" in msg
+            and "--random-weights" in msg)
 
 
 def test_a_cached_snapshot_linking_out_of_its_repo_is_refused(tiny, hf_cache, tmp_path):
@@ -67,7 +72,8 @@ def test_a_cached_snapshot_linking_out_of_its_repo_is_refused(tiny, hf_cache, tm
 def test_a_cached_pickle_only_snapshot_is_refused_and_never_loaded(tiny, hf_cache, monkeypatch):
     monkeypatch.setattr(torch, "load", never)
     config = tiny["qwen3"][0] / "config.json"
-    fill_cache(hf_cache, "tpviz-test/pickles", {"config.json": config, "pytorch_model.bin": b"\x80\x04not really"})
+    fill_cache(hf_cache, "tpviz-test/pickles", {"config.json": config,
+                                                "pytorch_model.bin": b"\x80\x04not really"})
     with pytest.raises(WeightsError, match="only pickle weights") as e:
         resolve_model("tpviz-test/pickles")
     one_line(e)
@@ -82,7 +88,8 @@ def test_a_repo_with_safetensors_outside_transformers_layout_is_refused(monkeypa
 
 
 def test_a_gated_repo_says_to_accept_the_licence(monkeypatch, online):
-    fake_listing(monkeypatch, {"config.json": 800, "model.safetensors": 2_000_000})  # gated repos list their files
+    # gated repos list their files
+    fake_listing(monkeypatch, {"config.json": 800, "model.safetensors": 2_000_000})
     error = hub_error(403, "GatedRepo")
     assert type(error).__name__ == "GatedRepoError"
 
@@ -125,7 +132,8 @@ def test_an_unreachable_hub_falls_back_to_the_cache_or_says_so(tiny, hf_cache, m
 def test_a_download_the_disk_cannot_hold_is_refused_first(monkeypatch, online):
     fake_listing(monkeypatch, {"config.json": 800, "model.safetensors": 3 * 10**9})
     monkeypatch.setattr(download, "snapshot_download", never)
-    monkeypatch.setattr(shutil, "disk_usage", lambda path: shutil._ntuple_diskusage(10**10, 10**10 - 10**9, 10**9))
+    monkeypatch.setattr(shutil, "disk_usage",
+                        lambda path: shutil._ntuple_diskusage(10**10, 10**10 - 10**9, 10**9))
     with pytest.raises(WeightsError) as e:
         download.download_checkpoint("tpviz-test/big")
     msg = one_line(e)
@@ -147,10 +155,11 @@ def test_random_weights_are_asked_for_and_labelled(hf_cache, monkeypatch, capsys
     monkeypatch.setattr(download, "download_checkpoint", never)
     source = resolve_model("Qwen/Qwen3-0.6B", layers=1, random_weights=True)
     assert source.random_weights and source.cfg.spec.num_hidden_layers == 1
-    code = main(["Qwen/Qwen3-0.6B", "--tp", "1", "--layers", "1", "--random-weights", "--device", "cpu", "--seq-len",
-                 "4", "--quiet"])
+    code = main(["Qwen/Qwen3-0.6B", "--tp", "1", "--layers", "1", "--random-weights",
+                 "--device", "cpu", "--seq-len", "4", "--quiet"])
     out, err = capsys.readouterr()
-    assert code == 0 and err == "" and out.startswith("PASS") and out.strip().endswith("random weights (seed 0)")
+    assert (code == 0 and err == "" and out.startswith("PASS")
+            and out.strip().endswith("random weights (seed 0)"))
 
 
 def test_a_local_checkpoint_can_run_random_weights_instead(tiny):

@@ -13,7 +13,8 @@ from tpviz.live.load.source import resolve_model
 from tpviz.live.load.weights import load_weights
 from tpviz.cli.verify import main
 
-from tests.live.load.test_download import COMMIT, checkpoint, fake_fetch, fake_listing, fill_cache, hf_cache, online, one_line
+from tests.live.load.test_download import (COMMIT, checkpoint, fake_fetch, fake_listing, fill_cache,
+                                           hf_cache, online, one_line)
 
 __all__ = ["hf_cache", "online"]  # fixtures, used by name
 REPO = "tpviz-test/split-qwen3"
@@ -40,7 +41,8 @@ def split(tiny, tmp_path_factory) -> dict[str, Path]:
 
 
 def fake_index_download(monkeypatch, files: dict[str, Path], fetched: list):
-    """hf_hub_download (how hub.fetch_index gets the index) fills the cache when the lookup is not local-only."""
+    """hf_hub_download (how hub.fetch_index gets the index) fills the cache when the lookup is not
+    local-only."""
     from tpviz.config import hub
     real = hub.hf_hub_download
 
@@ -49,7 +51,8 @@ def fake_index_download(monkeypatch, files: dict[str, Path], fetched: list):
             return real(repo_id=repo_id, filename=filename, revision=revision, cache_dir=cache_dir,
                         local_files_only=True, **kwargs)
         fetched.append(filename)
-        return str(fill_cache(Path(cache_dir), repo_id, {filename: files[filename]}, revision or COMMIT) / filename)
+        return str(fill_cache(Path(cache_dir), repo_id, {filename: files[filename]},
+                              revision or COMMIT) / filename)
     monkeypatch.setattr(hub, "hf_hub_download", fetch)
 
 
@@ -71,17 +74,21 @@ def test_a_shrunk_download_fetches_the_index_first_and_skips_later_layers_shards
     assert source.checkpoint == snapshot and (snapshot / FIRST).is_file() and not (snapshot / SECOND).exists()
     loads(source)
     total = sum(sizes.values()) - sizes[SECOND]
-    note = f"1 of 2 shard files, {human_size(sizes[SECOND])} of {human_size(total + sizes[SECOND])}, holding only"
+    note = (f"1 of 2 shard files, {human_size(sizes[SECOND])} of "
+            f"{human_size(total + sizes[SECOND])}, holding only")
     assert any(note in n and n.endswith("were not fetched") for n in source.cfg.notes), source.cfg.notes
-    assert any(f"real weights: {REPO}" in n and f"{human_size(total)}, downloaded" in n for n in source.cfg.notes)
+    assert any(f"real weights: {REPO}" in n and f"{human_size(total)}, downloaded" in n
+               for n in source.cfg.notes)
     # the whole model needs the second shard: asked for now, and no saving is claimed
     source = resolve_model(REPO)
     assert asked[1]["files"] == ["config.json", INDEX, FIRST, SECOND, "generation_config.json"]
     assert (snapshot / SECOND).is_file() and not any("not fetched" in n for n in source.cfg.notes)
-    # shrunk again, with the second shard cached by then: not asked for, not claimed as saved, counted as there
+    # shrunk again, with the second shard cached by then: not asked for, not claimed as saved, counted as
+    # there
     source = resolve_model(REPO, layers=1)
     assert asked[2]["files"] == asked[0]["files"] and not any("not fetched" in n for n in source.cfg.notes)
-    assert any(f"{human_size(sum(sizes.values()))}, from the Hugging Face cache" in n for n in source.cfg.notes)
+    assert any(f"{human_size(sum(sizes.values()))}, from the Hugging Face cache" in n
+               for n in source.cfg.notes)
 
 
 def test_an_offline_cache_with_only_the_needed_shards_runs_the_shrunk_model(split, hf_cache, monkeypatch):
@@ -119,13 +126,18 @@ def test_the_cli_runs_a_shrunk_model_from_a_partial_cache(split, hf_cache, capsy
 def test_the_shrink_note_claims_no_saving_that_did_not_happen():
     big = 3 * 10**9
     single = Download("o/n", Path("."), COMMIT, big)
-    assert shrink_note(single, 1, 4) == ("the whole checkpoint (3.0 GB, a single file: nothing to skip) is in the "
-                                         "Hugging Face cache; only the first 1 of 4 layers are read")
-    sharded = Download("o/n", Path("."), COMMIT, big, shards=["a", "b", "c"])  # all needed, or some cached before
-    assert "all 3 shard files" in shrink_note(sharded, 1, 4) and "not fetched" not in shrink_note(sharded, 1, 4)
+    assert (shrink_note(single, 1, 4)
+            == ("the whole checkpoint (3.0 GB, a single file: nothing to skip) is in the "
+                                         "Hugging Face cache; only the first 1 of 4 layers are read"))
+    # all needed, or some cached before
+    sharded = Download("o/n", Path("."), COMMIT, big, shards=["a", "b", "c"])
+    assert ("all 3 shard files" in shrink_note(sharded, 1, 4)
+            and "not fetched" not in shrink_note(sharded, 1, 4))
     assert shrink_note(sharded, None, 4) is None and shrink_note(sharded, 4, 4) is None
-    assert shrink_note(Download("o/n", Path("."), COMMIT, 10**6, shards=["a", "b"]), 1, 4) is None  # small: no note
+    # small: no note
+    assert shrink_note(Download("o/n", Path("."), COMMIT, 10**6, shards=["a", "b"]), 1, 4) is None
     skipped = Download("o/n", Path("."), COMMIT, 10**9, shards=list("abcd"), skipped=["b", "c"],
                        skipped_bytes=2 * 10**9)
-    assert shrink_note(skipped, 1, 4) == ("only the first 1 of 4 layers are read: 2 of 4 shard files, 2.0 GB of "
-                                          "3.0 GB, holding only later layers, were not fetched")
+    assert (shrink_note(skipped, 1, 4)
+            == ("only the first 1 of 4 layers are read: 2 of 4 shard files, 2.0 GB of "
+                                          "3.0 GB, holding only later layers, were not fetched"))

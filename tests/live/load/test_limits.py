@@ -95,7 +95,8 @@ def test_bad_indexes_are_one_line_weights_errors(tmp_path, index, match):
 def test_index_files_in_subfolders_are_fine(tmp_path):
     (tmp_path / "sub").mkdir()
     (tmp_path / "sub" / "a.safetensors").write_bytes(b"")
-    (tmp_path / "model.safetensors.index.json").write_text(json.dumps({"weight_map": {"x": "sub/a.safetensors"}}))
+    (tmp_path
+     / "model.safetensors.index.json").write_text(json.dumps({"weight_map": {"x": "sub/a.safetensors"}}))
     assert checkpoint_files(tmp_path) == [(tmp_path / "sub" / "a.safetensors").resolve()]
 
 

@@ -1,6 +1,7 @@
 """The checkpoint's own tokenizer: tokenizer.json through the tokenizers library gives the ids transformers'
-AutoTokenizer gives for a generic fast tokenizer. In transformers 5.24, tokenizer.json's post-processor decides
-BOS / EOS there even when tokenizer_config.json sets add_bos_token / add_eos_token, so tpviz does not apply them."""
+AutoTokenizer gives for a generic fast tokenizer. In transformers 5.24, tokenizer.json's post-processor
+decides BOS / EOS there even when tokenizer_config.json sets add_bos_token / add_eos_token, so tpviz does not
+apply them."""
 import json
 
 import pytest
@@ -20,8 +21,8 @@ def _folder(tmp_path, config: dict | None, template: bool):
     tok.save(str(tmp_path / "tokenizer.json"))
     if config is not None:
         (tmp_path / "tokenizer_config.json").write_text(json.dumps(
-            {"tokenizer_class": "PreTrainedTokenizerFast", "bos_token": "<s>", "eos_token": {"__type": "AddedToken", "content": "</s>", "special": True},
-             **config}))
+            {"tokenizer_class": "PreTrainedTokenizerFast", "bos_token": "<s>",
+             "eos_token": {"__type": "AddedToken", "content": "</s>", "special": True}, **config}))
     return tmp_path
 
 

@@ -1,6 +1,6 @@
-"""DeepSeek-V2/V3 in the live model: MLA (latent projections replicated, heads split), YaRN with mscale, grouped
-top-k routing with e_score_correction_bias, shared experts, dense first layers; transformers parity at tp=1, each
-feature mattering, TP (and EP) parity, random weights, per-rank reads."""
+"""DeepSeek-V2/V3 in the live model: MLA (latent projections replicated, heads split), YaRN with mscale,
+grouped top-k routing with e_score_correction_bias, shared experts, dense first layers; transformers parity at
+tp=1, each feature mattering, TP (and EP) parity, random weights, per-rank reads."""
 import pytest
 import torch
 
@@ -18,13 +18,15 @@ MLA = dict(hidden_size=64, num_attention_heads=4, num_key_value_heads=4, interme
            rms_norm_eps=1e-6, kv_lora_rank=32, qk_nope_head_dim=16, qk_rope_head_dim=8, v_head_dim=16,
            moe_intermediate_size=32, n_shared_experts=1, first_k_dense_replace=1, max_position_embeddings=32,
            rope_parameters=YARN, pad_token_id=None, bos_token_id=None, eos_token_id=None)
-# V3: q_lora_rank 32, 8 experts in 2 groups (one kept per token), sigmoid + correction bias, 3 layers (0 dense);
-# V2: V2-Lite's q_proj (no q_lora_rank), softmax group_limited_greedy, routed_scaling_factor 1.5, 2 layers
+# V3: q_lora_rank 32, 8 experts in 2 groups (one kept per token), sigmoid + correction bias, 3 layers (0
+# dense); V2: V2-Lite's q_proj (no q_lora_rank), softmax group_limited_greedy, routed_scaling_factor 1.5, 2
+# layers
 CONFIGS = {
     "deepseek_v3": dict(MLA, q_lora_rank=32, num_hidden_layers=3, n_routed_experts=8, num_experts_per_tok=2,
                         n_group=2, topk_group=1, norm_topk_prob=True, routed_scaling_factor=2.5),
     "deepseek_v2": dict(MLA, q_lora_rank=None, num_hidden_layers=2, n_routed_experts=4, num_experts_per_tok=2,
-                        n_group=2, topk_group=1, topk_method="group_limited_greedy", routed_scaling_factor=1.5),
+                        n_group=2, topk_group=1, topk_method="group_limited_greedy",
+                        routed_scaling_factor=1.5),
 }
 
 
@@ -41,7 +43,8 @@ def make_deepseek(family: str, folder, seed: int = 0, **overrides):
             if "inv_freq" in name:
                 continue
             noise = torch.randn(p.shape, generator=gen)
-            p.copy_(1 + 0.1 * noise if "norm" in name else 0.3 * noise if "correction" in name else 0.05 * noise)
+            p.copy_(1 + 0.1 * noise if "norm" in name else 0.3 * noise
+                    if "correction" in name else 0.05 * noise)
     model.save_pretrained(folder)
     return model
 
@@ -62,7 +65,8 @@ def test_tp1_matches_transformers_fp32(tiny_ds, family):
     folder, hf_model = tiny_ds[family]
     with torch.no_grad():
         prep, report = tp1_matches(folder, hf_model(IDS).logits, IDS)
-    assert checkpoint_shapes(prep.source.cfg) == saved_shapes(folder)  # random weights write exactly this layout
+    # random weights write exactly this layout
+    assert checkpoint_shapes(prep.source.cfg) == saved_shapes(folder)
     shapes = report["param_shapes"]
     assert "model.layers.0.mlp.gate_up_proj.weight" in shapes  # first_k_dense_replace: a dense layer 0
     assert shapes["model.layers.1.mlp.shared_experts.gate_up_proj.weight"] == [64, 64]
@@ -94,7 +98,8 @@ def _routing(**values):
 
 
 PLAIN_ROPE = {"rope_type": "default", "rope_theta": 10000.0, "rotary_dim": 8}
-FEATURES = {  # name -> (families, config patch or None, model edit or None): each turned off must change logits
+# name -> (families, config patch or None, model edit or None): each turned off must change logits
+FEATURES = {
     "e_score_correction_bias": (["deepseek_v3"], None, _zero_correction_bias),
     "shared experts": (list(CONFIGS), None, _zero_shared_experts),
     "grouped top-k": (list(CONFIGS), _routing(n_group=1, topk_group=1), None),
@@ -106,7 +111,8 @@ FEATURES = {  # name -> (families, config patch or None, model edit or None): ea
 }
 
 
-@pytest.mark.parametrize("family, feature", [(f, name) for name, (fams, _, _) in FEATURES.items() for f in fams])
+@pytest.mark.parametrize("family, feature", [(f, name) for name,
+                                             (fams, _, _) in FEATURES.items() for f in fams])
 def test_each_feature_matters(tiny_ds, family, feature):
     folder, _ = tiny_ds[family]
     _, patch, edit = FEATURES[feature]
@@ -124,7 +130,7 @@ def test_v3_rope_interleave_false_follows_transformers(tmp_path):
 def test_config_is_read_and_checked():
     from tpviz.live.errors import LiveError
     from tpviz.live.load.source import live_config
-    from tpviz.config.spec import normalize
+    from tpviz.config.normalize import normalize
     raw = {"model_type": "deepseek_v2", **CONFIGS["deepseek_v2"], "norm_topk_prob": True}
     cfg = live_config(normalize(raw), raw)
     assert cfg.routing == {"scoring": "softmax", "correction_bias": False, "grouped": True, "n_group": 2,
@@ -150,7 +156,8 @@ def test_ranks_read_their_head_slices_and_the_whole_latents(tiny_ds, family):
     for rank in range(2):
         model = LiveForCausalLM(cfg, 2, rank)
         read = load_weights(model, folder).read
-        assert total / 2 < read < 0.6 * total  # the latent projections and routers are read whole, the rest split
+        # the latent projections and routers are read whole, the rest split
+        assert total / 2 < read < 0.6 * total
         p = {n: list(t.shape) for n, t in model.named_parameters()}
         a = "model.layers.1.self_attn."
         assert p[a + "kv_a_proj_with_mqa.weight"] == [40, 64] and p[a + "kv_a_layernorm.weight"] == [32]
@@ -165,10 +172,12 @@ def test_ranks_read_their_head_slices_and_the_whole_latents(tiny_ds, family):
 
 def test_injections_describe_mla(tiny_ds):
     cfg = resolve_model(tiny_ds["deepseek_v3"][0]).cfg
-    bias, skip, kv, qk = describe_injections(["bias-all-ranks", "skip-allreduce", "wrong-kv-head", "local-qk-norm"],
+    bias, skip, kv, qk = describe_injections(["bias-all-ranks", "skip-allreduce",
+                                              "wrong-kv-head", "local-qk-norm"],
                                              cfg, 2)
     assert not bias.has_effect and "the shared experts are bias-free" in bias.reason
-    assert skip.has_effect and "o_proj, down_proj and MoE-block (routed + shared expert) outputs" in skip.reason
+    assert (skip.has_effect
+            and "o_proj, down_proj and MoE-block (routed + shared expert) outputs" in skip.reason)
     assert not kv.has_effect and "MLA has no KV heads" in kv.reason
     assert not qk.has_effect and "q_a_layernorm and kv_a_layernorm" in qk.reason
 
@@ -176,7 +185,7 @@ def test_injections_describe_mla(tiny_ds):
 def test_deepseek_v3_preset_builds_at_tp8_without_weights():
     from tpviz.live.load.source import check_split, live_config
     from tpviz.config.sources import resolve_config
-    from tpviz.config.spec import normalize
+    from tpviz.config.normalize import normalize
     raw, name = resolve_config("deepseek-ai/DeepSeek-V3")
     cfg = live_config(normalize(raw, name), raw, layers=4)  # three dense layers, then MoE
     check_split(cfg, 8)
@@ -184,7 +193,8 @@ def test_deepseek_v3_preset_builds_at_tp8_without_weights():
     with torch.device("meta"):
         model = LiveForCausalLM(cfg, 8, 7)
     assert isinstance(model.model.layers[3].mlp, SparseMoeBlock)
-    assert isinstance(model.model.layers[0].self_attn, MLAttention) and model.model.layers[0].self_attn.num_heads == 16
+    assert (isinstance(model.model.layers[0].self_attn, MLAttention)
+            and model.model.layers[0].self_attn.num_heads == 16)
 
 
 @pytest.mark.slow
@@ -209,5 +219,6 @@ def test_random_weights_at_tp2(tiny_ds):
     folder = tiny_ds["deepseek_v3"][0]
     source, _ = random_round_trip(folder / "config.json", IDS, seed=1)
     assert saved_shapes(source.checkpoint) == saved_shapes(folder)
-    result, _ = verify(folder / "config.json", 2, device="cpu", random_weights=True, input_ids=IDS, timeout=180)
+    result, _ = verify(folder / "config.json", 2, device="cpu", random_weights=True,
+                       input_ids=IDS, timeout=180)
     assert result.passed, result.summary()

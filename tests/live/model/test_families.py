@@ -1,5 +1,6 @@
 """Phi-3, OLMo-2 and OLMo-3 in the live model: transformers parity at tp=1, TP parity, OLMo's all-gathered q/k
-norms (and that a per-rank norm is wrong), Phi-3's fused tensors read per rank, random weights, the explorer."""
+norms (and that a per-rank norm is wrong), Phi-3's fused tensors read per rank, random weights, the
+explorer."""
 import pytest
 import torch
 
@@ -60,17 +61,21 @@ def test_family_details_matter(tiny_extra, family, patch):
 @pytest.mark.slow
 @pytest.mark.parametrize("family, tp", [("phi3", 4), ("olmo2", 2), ("olmo3", 4)])
 def test_tp_matches_tp1(tiny_extra, family, tp):
-    """Phi-3 at tp=4 replicates its 2 KV heads out of the fused qkv; OLMo all-gathers q and k in every layer."""
+    """Phi-3 at tp=4 replicates its 2 KV heads out of the fused qkv; OLMo all-gathers q and k in every
+    layer."""
     folder, _ = tiny_extra[family]
     result, _ = verify(folder, tp, device="cpu", input_ids=IDS, timeout=120)
     assert result.passed, (result.max_abs_diff, result.diverges_at)
-    layers, kv = EXTRA_FAMILIES[family].get("num_hidden_layers", 2), EXTRA_FAMILIES[family]["num_key_value_heads"]
+    layers, kv = (EXTRA_FAMILIES[family].get("num_hidden_layers", 2),
+                  EXTRA_FAMILIES[family]["num_key_value_heads"])
     gathers = result.ranks[0].collectives.get("all_gather")
     if family == "phi3":
         assert gathers is None
-    else:  # one all-gather of q and one of k per layer, each rank sending its [2, 12] tokens of its heads (fp32)
+    # one all-gather of q and one of k per layer, each rank sending its [2, 12] tokens of its heads (fp32)
+    else:
         assert gathers == {"count": 2 * layers, "bytes": layers * 2 * 12 * (64 + kv * 16) // tp * 4}
-        # the explorer's collectives table counts what the ranks issued, each rank's slice being 1/tp of the whole
+        # the explorer's collectives table counts what the ranks issued, each rank's slice being 1/tp of the
+        # whole
         spec = tpviz.load_spec(folder)
         table = norm_collectives(spec, tp)
         assert sum(c.count for c in table) == gathers["count"]
@@ -92,7 +97,8 @@ def test_olmo2_per_rank_qk_norm_is_wrong(tiny_extra):
 
 
 def test_olmo_refuses_replicated_kv_heads(tiny_extra):
-    """tp=4 over 2 KV heads replicates them: the all-gathered k would not be k, and vLLM 0.33 refuses it too."""
+    """tp=4 over 2 KV heads replicates them: the all-gathered k would not be k, and vLLM 0.33 refuses it
+    too."""
     folder, _ = tiny_extra["olmo2"]
     with pytest.raises(TPSizeError, match=r"num_key_value_heads=2 is fewer than tp_size=4: k_norm .*"
                                           r"Valid tp sizes for this model: 1, 2\.$"):
@@ -106,7 +112,8 @@ def test_phi3_fused_tensors_are_read_per_rank(tiny_extra):
     folder, _ = tiny_extra["phi3"]
     source, disk = resolve_model(folder), load_file(str(folder / "model.safetensors"))
     total = sum(t.numel() * t.element_size() for t in disk.values())
-    qkv, gate_up = disk["model.layers.1.self_attn.qkv_proj.weight"], disk["model.layers.1.mlp.gate_up_proj.weight"]
+    qkv, gate_up = (disk["model.layers.1.self_attn.qkv_proj.weight"],
+                    disk["model.layers.1.mlp.gate_up_proj.weight"])
     for rank in range(2):
         model = LiveForCausalLM(source.cfg, 2, rank)
         read = load_weights(model, folder).read

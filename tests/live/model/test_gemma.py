@@ -1,7 +1,7 @@
 """Gemma-2 and Gemma-3 (text) in the live model: transformers parity at tp=1 with every Gemma detail shown to
-matter (soft-caps, (1 + w) norms, sqrt(hidden) embedding scale, query_pre_attn_scalar, GELU-tanh, the four norms,
-sliding layers, Gemma-3's q/k norms and two RoPEs), TP and PP parity, random weights, a multimodal checkpoint's
-text decoder, and one-line refusals."""
+matter (soft-caps, (1 + w) norms, sqrt(hidden) embedding scale, query_pre_attn_scalar, GELU-tanh, the four
+norms, sliding layers, Gemma-3's q/k norms and two RoPEs), TP and PP parity, random weights, a multimodal
+checkpoint's text decoder, and one-line refusals."""
 import json
 
 import pytest
@@ -19,18 +19,19 @@ from tpviz.live.load.source import live_config
 from tests.live.checks import loading_map
 from tpviz.live.run.worker import run_model
 from tpviz.config.sources import resolve_config
-from tpviz.config.spec import normalize
+from tpviz.config.normalize import normalize
 from tests.live.checks import random_round_trip, saved_shapes, tp1_logits, tp1_matches
 
 IDS = torch.randint(0, 1001, (2, 12), generator=torch.Generator().manual_seed(7))  # 12 tokens > window 4
-# hidden 64, 4 heads of 16, 2 KV heads (replicated at tp=4), 4 layers, a vocabulary no tp divides, a window of 4,
-# query_pre_attn_scalar 24 (not head_dim), soft-caps small enough to bite
+# hidden 64, 4 heads of 16, 2 KV heads (replicated at tp=4), 4 layers, a vocabulary no tp divides, a window of
+# 4, query_pre_attn_scalar 24 (not head_dim), soft-caps small enough to bite
 BASE = dict(hidden_size=64, num_attention_heads=4, num_key_value_heads=2, head_dim=16, intermediate_size=96,
-            num_hidden_layers=4, vocab_size=1001, rms_norm_eps=1e-6, sliding_window=4, query_pre_attn_scalar=24,
-            attn_logit_softcapping=5.0, final_logit_softcapping=3.0)
-# Gemma-2: its default every-other-layer windows (sliding, full, sliding, full). Gemma-3: its own layer_types, a
-# scaled RoPE on the full layer and the local base on the sliding ones; attn_logit_softcapping is set but ignored
-# (transformers and vLLM do not apply it to Gemma-3), which the parity below confirms
+            num_hidden_layers=4, vocab_size=1001, rms_norm_eps=1e-6, sliding_window=4,
+            query_pre_attn_scalar=24, attn_logit_softcapping=5.0, final_logit_softcapping=3.0)
+# Gemma-2: its default every-other-layer windows (sliding, full, sliding, full). Gemma-3: its own layer_types,
+# a
+# scaled RoPE on the full layer and the local base on the sliding ones; attn_logit_softcapping is set but
+# ignored (transformers and vLLM do not apply it to Gemma-3), which the parity below confirms
 GEMMA3 = dict(layer_types=["sliding_attention", "sliding_attention", "full_attention", "sliding_attention"],
               rope_parameters={"full_attention": {"rope_type": "linear", "factor": 2.0, "rope_theta": 1e6},
                                "sliding_attention": {"rope_type": "default", "rope_theta": 1e4}})
@@ -38,7 +39,8 @@ WINDOWS = {"gemma2": [4, 0, 4, 0], "gemma3": [4, 4, 0, 4]}
 
 
 def _noisy(model, seed: int):
-    """Norm offsets N(0, 0.1) (Gemma scales by 1 + w), matrices N(0, 0.2): logits and scores big enough to cap."""
+    """Norm offsets N(0, 0.1) (Gemma scales by 1 + w), matrices N(0, 0.2): logits and scores big enough to
+    cap."""
     gen = torch.Generator().manual_seed(seed)
     with torch.no_grad():
         for name, p in model.named_parameters():
@@ -80,7 +82,8 @@ def test_tp1_matches_transformers_fp32(tiny_gemma, family):
     assert expected.abs().max() > 2.5  # the final cap (3) is reached for: it bites
     cfg = prep.source.cfg
     assert checkpoint_shapes(cfg) == saved_shapes(folder)  # random weights write exactly this layout
-    assert [layer.mixer.window if layer.mixer.kind == "sliding_attention" else 0 for layer in cfg.spec.layers] \
+    assert [layer.mixer.window if layer.mixer.kind == "sliding_attention" else 0
+            for layer in cfg.spec.layers] \
         == WINDOWS[family]
     assert cfg.attn_scale == pytest.approx(24 ** -0.5) and cfg.embed_scale == 8.0 and cfg.final_softcap == 3.0
     shapes = report["param_shapes"]
@@ -92,9 +95,11 @@ def test_tp1_matches_transformers_fp32(tiny_gemma, family):
         assert cfg.attn_softcap == 5.0 and cfg.local_rope is None
         assert "model.layers.0.self_attn.q_norm.weight" not in shapes
     else:  # per-head q/k norms; the sliding layers' own RoPE; the attention cap ignored, and said so
-        assert shapes["model.layers.0.self_attn.q_norm.weight"] == shapes["model.layers.0.self_attn.k_norm.weight"] \
-            == [16]
-        assert cfg.attn_softcap is None and any("attn_logit_softcapping=5 is not applied" in n for n in cfg.notes)
+        assert (shapes["model.layers.0.self_attn.q_norm.weight"]
+                == shapes["model.layers.0.self_attn.k_norm.weight"] \
+            == [16])
+        assert (cfg.attn_softcap is None and any("attn_logit_softcapping=5 is not applied" in n
+                                                 for n in cfg.notes))
         assert (cfg.rope["rope_type"], cfg.rope["factor"], cfg.rope["rope_theta"]) == ("linear", 2.0, 1e6)
         assert (cfg.local_rope["rope_type"], cfg.local_rope["rope_theta"]) == ("default", 1e4)
 
@@ -180,7 +185,8 @@ def test_random_weights_run_and_load_in_transformers(tiny_gemma):
         result, _ = verify(config, 2, device="cpu", input_ids=IDS, random_weights=True, timeout=120)
         assert result.random_weights and result.passed, result.max_abs_diff
         source, hf_model = random_round_trip(config, IDS)
-        assert type(hf_model).__name__ == {"gemma2": "Gemma2ForCausalLM", "gemma3": "Gemma3ForCausalLM"}[family]
+        assert type(hf_model).__name__ == {"gemma2": "Gemma2ForCausalLM",
+                                           "gemma3": "Gemma3ForCausalLM"}[family]
         # norm offsets around 0, as Gemma stores them
         with safe_open(str(source.checkpoint / "model.safetensors"), "pt") as f:
             assert f.get_tensor("model.norm.weight").float().abs().mean() < 0.2
@@ -198,13 +204,15 @@ def test_random_config_round_trips(tiny_gemma):
 
 
 def test_multimodal_checkpoint_runs_its_text_decoder(tmp_path):
-    """A Gemma3ForConditionalGeneration checkpoint: the text weights (language_model.*) load, the vision tower's
-    and projector's are never read, and the text-only logits match transformers' once soft-capped (vLLM caps the
-    wrapper's logits with the text config's final_logit_softcapping; transformers' wrapper does not)."""
+    """A Gemma3ForConditionalGeneration checkpoint: the text weights (language_model.*) load, the vision
+    tower's and projector's are never read, and the text-only logits match transformers' once soft-capped
+    (vLLM caps the wrapper's logits with the text config's final_logit_softcapping; transformers' wrapper does
+    not)."""
     import transformers
     text = {**BASE, **GEMMA3}
     config = transformers.Gemma3Config(
-        text_config=text, mm_tokens_per_image=4, boi_token_index=997, eoi_token_index=998, image_token_index=999,
+        text_config=text, mm_tokens_per_image=4, boi_token_index=997, eoi_token_index=998,
+        image_token_index=999,
         vision_config=dict(model_type="siglip_vision_model", hidden_size=32, intermediate_size=64,
                            num_hidden_layers=1, num_attention_heads=2, image_size=28, patch_size=14))
     model = _noisy(transformers.Gemma3ForConditionalGeneration(config), 40)
@@ -221,7 +229,8 @@ def test_multimodal_checkpoint_runs_its_text_decoder(tmp_path):
     assert any("final_logit_softcapping=3 is applied, as vLLM does" in n for n in notes)
     vision = sum(n.numel() * 4 for name, n in model.named_parameters() if "language_model" not in name)
     assert report["bytes_read"] <= report["checkpoint_bytes"] - vision
-    # both layouts transformers has written: before 4.52 (language_model.model.*) and after (model.language_model.*)
+    # both layouts transformers has written: before 4.52 (language_model.model.*) and after
+    # (model.language_model.*)
     for name in ("language_model.model.layers.1.self_attn.q_proj.weight",
                  "model.language_model.layers.1.self_attn.q_proj.weight"):
         assert loading_map(tmp_path).target(name) == ("model.layers.1.self_attn.qkv_proj.weight", "q")
@@ -230,8 +239,9 @@ def test_multimodal_checkpoint_runs_its_text_decoder(tmp_path):
 
 
 def test_legacy_preset_configs():
-    """The presets' config.json as Google wrote them: Gemma-2's default caps and alternating windows; Gemma-3's
-    sliding_window_pattern, rope_theta with rope_scaling for full layers and rope_local_base_freq for sliding ones."""
+    """The presets' config.json as Google wrote them: Gemma-2's default caps and alternating windows;
+    Gemma-3's sliding_window_pattern, rope_theta with rope_scaling for full layers and rope_local_base_freq
+    for sliding ones."""
     raw, name = resolve_config("google/gemma-2-9b-it")
     cfg = live_config(normalize(raw, name), raw, layers=4)
     assert (cfg.attn_softcap, cfg.final_softcap, cfg.embed_scale) == (50.0, 30.0, 3584 ** 0.5)
@@ -261,7 +271,8 @@ def test_refusals_are_one_line(change, message):
 
 
 def test_hidden_act_alone_does_not_decide():
-    """transformers' Gemma reads hidden_activation; a stray hidden_act (Gemma-1 configs say gelu) is not refused."""
+    """transformers' Gemma reads hidden_activation; a stray hidden_act (Gemma-1 configs say gelu) is not
+    refused."""
     raw = {"model_type": "gemma2", **BASE, "hidden_act": "gelu", "hidden_activation": "gelu_pytorch_tanh"}
     assert resolve_model(json.dumps(raw).encode()).cfg.attn_softcap == 5.0
 

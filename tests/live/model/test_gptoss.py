@@ -13,21 +13,23 @@ from tpviz.live.errors import LiveError
 from tpviz.live.load.random_weights import checkpoint_shapes, hf_config
 from tpviz.live.load.source import live_config
 from tests.live.checks import loading_map
-from tpviz.config.spec import normalize
+from tpviz.config.normalize import normalize
 from tests.live.checks import random_round_trip, saved_shapes, tp1_logits, tp1_matches
 
 IDS = torch.randint(0, 1001, (2, 12), generator=torch.Generator().manual_seed(7))  # 12 tokens > window 4
-# hidden 64, 4 heads of 16, 2 KV heads (replicated at tp=4), 4 layers (sliding, full, sliding, full: transformers'
-# default layer_types), window 4, 4 experts top-2, intermediate 64 (tp=2: 32 rows a rank, one MXFP4 block), YaRN
+# hidden 64, 4 heads of 16, 2 KV heads (replicated at tp=4), 4 layers (sliding, full, sliding, full:
+# transformers'
+# default layer_types), window 4, 4 experts top-2, intermediate 64 (tp=2: 32 rows a rank, one MXFP4 block),
+# YaRN
 BASE = dict(hidden_size=64, num_attention_heads=4, num_key_value_heads=2, head_dim=16, num_hidden_layers=4,
-            num_local_experts=4, num_experts_per_tok=2, intermediate_size=64, vocab_size=1001, sliding_window=4,
-            rms_norm_eps=1e-6)
+            num_local_experts=4, num_experts_per_tok=2, intermediate_size=64,
+            vocab_size=1001, sliding_window=4, rms_norm_eps=1e-6)
 FP4 = torch.tensor(gptoss.FP4_VALUES)
 
 
 def make_gpt_oss(folder, seed: int = 0, **overrides):
-    """A tiny GptOssForCausalLM with weights that make every detail bite: experts large enough to reach the clamp
-    (|gate|, |up| > 7), biases and sinks around +-0.5."""
+    """A tiny GptOssForCausalLM with weights that make every detail bite: experts large enough to reach the
+    clamp (|gate|, |up| > 7), biases and sinks around +-0.5."""
     import transformers
     config = transformers.GptOssConfig(**{**BASE, **overrides})
     model = transformers.AutoModelForCausalLM.from_config(config, attn_implementation="eager").float().eval()
@@ -42,8 +44,9 @@ def make_gpt_oss(folder, seed: int = 0, **overrides):
 
 
 def quantize_mxfp4(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """[..., rows, K] -> (blocks [..., rows, K/32, 16] uint8, scales [..., rows, K/32] uint8, dequantized values):
-    per 32 values an E8M0 exponent (max |x| within 6 * 2^e), values rounded to the nearest e2m1, low nibble first."""
+    """[..., rows, K] -> (blocks [..., rows, K/32, 16] uint8, scales [..., rows, K/32] uint8, dequantized
+    values): per 32 values an E8M0 exponent (max |x| within 6 * 2^e), values rounded to the nearest e2m1, low
+    nibble first."""
     g = w.reshape(*w.shape[:-1], w.shape[-1] // 32, 32)
     e = torch.ceil(torch.log2(g.abs().amax(-1).clamp(min=1e-30) / 6)).clamp(-127, 127)
     idx = (g / torch.exp2(e)[..., None]).unsqueeze(-1).sub(FP4).abs().argmin(-1)  # nearest e2m1 value
@@ -53,8 +56,8 @@ def quantize_mxfp4(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.T
 
 
 def make_mxfp4(folder, src, model):
-    """Rewrite the tiny checkpoint in src as the released gpt-oss store it (experts as *_blocks / *_scales in the
-    [E, out, in] orientation, quantization_config mxfp4), and put the dequantized experts into model."""
+    """Rewrite the tiny checkpoint in src as the released gpt-oss store it (experts as *_blocks / *_scales in
+    the [E, out, in] orientation, quantization_config mxfp4), and put the dequantized experts into model."""
     import shutil
     shutil.copytree(src, folder)
     tensors = load_file(str(folder / "model.safetensors"))
@@ -178,7 +181,7 @@ def test_expert_rows_follow_vllm():
 def test_mxfp4_reads_only_its_slices(tiny_oss):
     """At tp=2 each rank reads about half the expert blocks and scales (and every rank the rest whole)."""
     folder, _ = tiny_oss["mxfp4"]
-    from tpviz.live import LiveConfig, LiveForCausalLM, load_weights
+    from tpviz.live import LiveForCausalLM, load_weights
     prep = prepare(folder, 2, device="cpu", input_ids=IDS)
     cfg = prep.job.cfg
     full = LiveForCausalLM(cfg)
@@ -190,10 +193,12 @@ def test_mxfp4_reads_only_its_slices(tiny_oss):
 
 
 def test_misaligned_mxfp4_refused(tiny_oss, tmp_path):
-    """MXFP4 experts whose intermediate size is no whole number of 32-value blocks: one line, naming the layer."""
+    """MXFP4 experts whose intermediate size is no whole number of 32-value blocks: one line, naming the
+    layer."""
     config = json.loads((tiny_oss["mxfp4"][0] / "config.json").read_text())
     config["intermediate_size"] = 48
-    with pytest.raises(LiveError, match=r"model\.layers\.0\.mlp\.experts: MXFP4 experts need intermediate_size "
+    with pytest.raises(LiveError,
+                       match=r"model\.layers\.0\.mlp\.experts: MXFP4 experts need intermediate_size "
                                         r"divisible by 32") as err:
         resolve_model(json.dumps(config).encode())
     assert "\n" not in str(err.value)
@@ -212,11 +217,12 @@ def test_random_config_round_trips(tiny_oss):
 @pytest.mark.parametrize("kind, tp, ep", [("plain", 2, None), ("mxfp4", 2, None), ("mxfp4", 4, None),
                                           ("plain", 2, "linear"), ("mxfp4", 2, "round_robin")])
 def test_tp_matches_tp1(tiny_oss, kind, tp, ep):
-    """tp=2 (one MXFP4 block a rank), tp=4 (KV heads replicated; MXFP4 ranks 2 and 3 hold no expert rows, as vLLM
-    cuts them), and expert parallelism (round-robin: each rank reads its experts' blocks expert by expert)."""
+    """tp=2 (one MXFP4 block a rank), tp=4 (KV heads replicated; MXFP4 ranks 2 and 3 hold no expert rows, as
+    vLLM cuts them), and expert parallelism (round-robin: each rank reads its experts' blocks expert by
+    expert)."""
     folder, expected = tiny_oss[kind]
-    result, logits = verify(folder, tp, device="cpu", input_ids=IDS, ep=ep is not None, placement=ep or "linear",
-                            timeout=180)
+    result, logits = verify(folder, tp, device="cpu", input_ids=IDS, ep=ep is not None,
+                            placement=ep or "linear", timeout=180)
     assert result.passed, (result.max_abs_diff, result.diverges_at)
     assert (logits - expected).abs().max() < 1e-4
 
@@ -231,10 +237,12 @@ def test_random_weights_run_and_load_in_transformers(tiny_oss):
 
 
 def test_config_without_rope_runs_transformers_yarn(tiny_oss):
-    """A config naming no RoPE (as some gpt-oss configs are written) gets GptOssConfig's YaRN default, not plain."""
+    """A config naming no RoPE (as some gpt-oss configs are written) gets GptOssConfig's YaRN default, not
+    plain."""
     written = json.loads((tiny_oss["plain"][0] / "config.json").read_text())
     bare = {**{k: v for k, v in written.items() if k not in ("rope_parameters", "rope_scaling")},
-            "rope_theta": written["rope_parameters"]["rope_theta"]}  # top level, as openai/gpt-oss-20b writes it
+            # top level, as openai/gpt-oss-20b writes it
+            "rope_theta": written["rope_parameters"]["rope_theta"]}
     cfg = live_config(normalize(bare, "bare"), bare)
     assert cfg.rope == resolve_model(tiny_oss["plain"][0]).cfg.rope and cfg.rope["rope_type"] == "yarn"
     assert any("names no RoPE scaling" in n for n in cfg.notes)
@@ -242,8 +250,9 @@ def test_config_without_rope_runs_transformers_yarn(tiny_oss):
 
 @pytest.mark.parametrize("kind", ["plain", "mxfp4"])
 def test_explorer_maps_the_checkpoint(tiny_oss, kind):
-    """The explorer's shard map names every tensor of both checkpoints with its shape (the MXFP4 map assumes the
-    released checkpoints' bf16 biases; these test biases are fp32, so only the unquantized bytes are compared)."""
+    """The explorer's shard map names every tensor of both checkpoints with its shape (the MXFP4 map assumes
+    the released checkpoints' bf16 biases; these test biases are fp32, so only the unquantized bytes are
+    compared)."""
     import tpviz
     m = tpviz.shard_map(str(tiny_oss[kind][0]), 2, dtype="float32")
     assert m.checkpoint["verified"], m.checkpoint

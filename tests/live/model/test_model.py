@@ -1,4 +1,5 @@
-"""The live model at tp=1 against transformers, and the loader reading only each rank's slices (in-process)."""
+"""The live model at tp=1 against transformers, and the loader reading only each rank's slices
+(in-process)."""
 import json
 from dataclasses import replace
 
@@ -83,7 +84,8 @@ def test_shrinking_and_random_weights_are_seeded(tiny_config):
     assert a.random_weights and a.checkpoint == b.checkpoint  # made once, then reused
     assert a.cfg.spec.num_hidden_layers == 1 and "shrunk to the first 1 of 2 layers" in a.cfg.notes
     more = resolve_model(tiny_config, layers=1000, seed=3).cfg  # more than it has: all run, and it says so
-    assert more.spec.num_hidden_layers == 2 and "layers=1000 is more than the model's 2: all of them run" in more.notes
+    assert (more.spec.num_hidden_layers == 2
+            and "layers=1000 is more than the model's 2: all of them run" in more.notes)
     t1, t2 = random_tensors(a.cfg, 3), random_tensors(a.cfg, 3)
     assert all(torch.equal(t1[k], t2[k]) for k in t1) and set(t1) == set(checkpoint_shapes(a.cfg))
     assert not torch.equal(t1["model.norm.weight"], torch.ones_like(t1["model.norm.weight"]))
@@ -99,7 +101,8 @@ def test_invalid_split_fails_before_random_weights_are_made():
 
 
 def test_preset_gets_random_weights_and_shrinks():
-    source = resolve_model("Qwen/Qwen3-0.6B", layers=1, random_weights=True)  # asked for: nothing is downloaded
+    # asked for: nothing is downloaded
+    source = resolve_model("Qwen/Qwen3-0.6B", layers=1, random_weights=True)
     assert source.random_weights and source.cfg.spec.num_hidden_layers == 1
     assert any("first 1 of 28 layers" in n for n in source.cfg.notes)
     assert json.loads((source.checkpoint / "config.json").read_text())["head_dim"] == 128
@@ -137,7 +140,8 @@ def test_unsupported_or_missing_models_fail_in_one_line(model, match):
 
 
 def test_bad_tp_and_ids_fail_before_any_rank_starts(tiny_config):
-    with pytest.raises(TpvizError, match=r"not divisible by tp_size=3\. Valid tp sizes for this model: 1, 2, 4\.$"):
+    with pytest.raises(TpvizError,
+                       match=r"not divisible by tp_size=3\. Valid tp sizes for this model: 1, 2, 4\.$"):
         prepare(tiny_config, 3, device="cpu")
     with pytest.raises(LiveError, match="outside the vocabulary"):
         prepare(tiny_config, 2, device="cpu", input_ids=[[1, 2, 1000]])
@@ -160,7 +164,8 @@ def _edited_checkpoint(tiny, tmp_path, name, edit):
      r"model.layers.0.mlp.down_proj.weight holds NaN or Inf values .*the checkpoint itself is broken"),
     ("model.norm.weight", lambda t: torch.full_like(t, float("inf")), r"model.norm.weight holds NaN or Inf"),
     ("model.layers.1.input_layernorm.weight", lambda t: t > 0, r"input_layernorm.weight is stored as BOOL"),
-    ("model.layers.0.self_attn.q_proj.weight", lambda t: t.to(torch.int32), r"q_proj.weight is stored as I32"),
+    ("model.layers.0.self_attn.q_proj.weight", lambda t: t.to(torch.int32),
+     r"q_proj.weight is stored as I32"),
     ("model.layers.0.self_attn.o_proj.weight", lambda t: t[:, :-2].contiguous(),
      r"model.layers.0.self_attn.o_proj.weight"),
     ("model.layers.1.input_layernorm.weight", lambda t: t[:-1].contiguous(),
@@ -175,7 +180,8 @@ def test_broken_weights_are_named_not_reported_as_a_tp_mismatch(tiny, tmp_path, 
 
 
 def test_nan_weights_end_verify_with_the_tensor_named(tiny, tmp_path):
-    _edited_checkpoint(tiny, tmp_path, "model.embed_tokens.weight", lambda t: t.index_fill(0, torch.tensor([7]),
+    _edited_checkpoint(tiny, tmp_path, "model.embed_tokens.weight",
+                       lambda t: t.index_fill(0, torch.tensor([7]),
                                                                                             float("nan")))
     with pytest.raises(TpvizError, match="model.embed_tokens.weight holds NaN or Inf"):
         from tpviz.live import verify

@@ -1,4 +1,5 @@
-"""MoE (Mixtral, Qwen3-MoE) in the live model: transformers parity, TP parity, one all-reduce per block, injections."""
+"""MoE (Mixtral, Qwen3-MoE) in the live model: transformers parity, TP parity, one all-reduce per block,
+injections."""
 import pytest
 import torch
 
@@ -66,7 +67,8 @@ def test_expert_names_map_onto_merged_layers(tiny_moe):
 @pytest.mark.parametrize("family", list(MOE_FAMILIES))
 def test_random_weights_use_the_checkpoint_layout(tiny_moe, family):
     folder, _ = tiny_moe[family]
-    source, _ = random_round_trip(folder / "config.json", IDS, seed=1)  # a config alone: seeded random weights
+    # a config alone: seeded random weights
+    source, _ = random_round_trip(folder / "config.json", IDS, seed=1)
     assert saved_shapes(source.checkpoint) == saved_shapes(folder)
 
 
@@ -109,10 +111,12 @@ def test_tp2_matches_tp1_with_one_allreduce_per_moe_block(tiny_moe, family):
 
 @pytest.mark.slow
 def test_skip_allreduce_also_skips_the_moe_allreduce(tiny_moe):
-    result, _ = verify(tiny_moe["mixtral"][0], 2, device="cpu", seq_len=12, inject=["skip-allreduce"], timeout=120)
+    result, _ = verify(tiny_moe["mixtral"][0], 2, device="cpu", seq_len=12,
+                       inject=["skip-allreduce"], timeout=120)
     assert not result.passed and result.diverges_at == "layer 0"
     assert result.max_abs_diff > 100 * result.tolerance and result.injections[0].has_effect
-    assert all(r.collectives["all_reduce"]["count"] == 1 for r in result.ranks)  # only the embedding's is left
+    # only the embedding's is left
+    assert all(r.collectives["all_reduce"]["count"] == 1 for r in result.ranks)
 
 
 @pytest.mark.parametrize("family", list(MOE_FAMILIES))
@@ -123,13 +127,15 @@ def test_moe_block_is_bitwise_transformers_in_bf16(tiny_moe, family):
     load_weights(model, folder)
     block = "block_sparse_moe" if family == "mixtral" else "mlp"
     ours = model.model.layers[0].get_submodule(block)
-    theirs = copy.deepcopy(hf_model.model.layers[0].mlp).to(torch.bfloat16)  # transformers 5 renames Mixtral's
+    # transformers 5 renames Mixtral's
+    theirs = copy.deepcopy(hf_model.model.layers[0].mlp).to(torch.bfloat16)
     # we follow the modeling code's eager experts (index_add_ per expert in bf16); transformers 5 defaults to
     # grouped_mm, which sums each token's top-k at once and so differs by bf16 rounding only
     theirs.experts.config._experts_implementation = "eager"
     x = torch.randn(2, 12, 64, generator=torch.Generator().manual_seed(3)).to(torch.bfloat16)
     with torch.no_grad():
-        assert torch.equal(ours(x), theirs(x))  # same routing dtypes and op order (Mixtral keeps fp32 weights)
+        # same routing dtypes and op order (Mixtral keeps fp32 weights)
+        assert torch.equal(ours(x), theirs(x))
 
 
 @pytest.mark.parametrize("preset, block", [("mistralai/Mixtral-8x7B-v0.1", "block_sparse_moe"),
@@ -137,7 +143,7 @@ def test_moe_block_is_bitwise_transformers_in_bf16(tiny_moe, family):
 def test_moe_presets_build_at_tp8_without_weights(preset, block):
     from tpviz.live.load.source import check_split, live_config
     from tpviz.config.sources import resolve_config
-    from tpviz.config.spec import normalize
+    from tpviz.config.normalize import normalize
     raw, name = resolve_config(preset)
     cfg = live_config(normalize(raw, name), raw, layers=2)  # shrinking trims the MoE layer list too
     assert cfg.norm_topk_prob and cfg.spec.moe_layers == [0, 1]

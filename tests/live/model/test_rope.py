@@ -1,6 +1,6 @@
-"""RoPE as the configs say (issue 10): every rope type the live model runs, against transformers at tp=1 in fp32,
-partial_rotary_factor against Phi3 (transformers' Llama family ignores it), tp=2 against tp=1, and one-line
-errors for what it does not run."""
+"""RoPE as the configs say (issue 10): every rope type the live model runs, against transformers at tp=1 in
+fp32, partial_rotary_factor against Phi3 (transformers' Llama family ignores it), tp=2 against tp=1, and
+one-line errors for what it does not run."""
 import json
 
 import pytest
@@ -15,14 +15,16 @@ from tests.live.conftest import make_tiny
 VOCAB, HEAD_DIM, THETA = 1001, 16, 5000.0  # the tiny llama of conftest: hidden 64, 4 heads
 SHORT_FACTOR = [1.0, 1.1, 1.2, 1.5, 2.0, 2.5, 3.0, 4.0]
 LONG_FACTOR = [1.0, 1.5, 2.0, 3.0, 5.0, 8.0, 12.0, 16.0]
-# rope type -> (rope_parameters, max_position_embeddings); sequences of 40 outgrow every original context (16-32)
+# rope type -> (rope_parameters, max_position_embeddings); sequences of 40 outgrow every original context
+# (16-32)
 CASES = {
     "linear": ({"rope_type": "linear", "factor": 4.0}, 64),
     "dynamic": ({"rope_type": "dynamic", "factor": 4.0}, 16),
     "llama3": ({"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
                 "original_max_position_embeddings": 64}, 512),
     "yarn": ({"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 16}, 64),
-    "yarn-mscale": ({"rope_type": "yarn", "factor": 8.0, "original_max_position_embeddings": 32, "beta_fast": 8.0,
+    "yarn-mscale": ({"rope_type": "yarn", "factor": 8.0,
+                     "original_max_position_embeddings": 32, "beta_fast": 8.0,
                      "beta_slow": 0.5, "truncate": False, "mscale": 0.707, "mscale_all_dim": 1.0}, 256),
     "yarn-attention-factor": ({"rope_type": "yarn", "factor": 2.0, "original_max_position_embeddings": 16,
                                "attention_factor": 1.3}, 32),
@@ -55,7 +57,8 @@ def scaled(tmp_path_factory):
 @pytest.mark.parametrize("name", list(CASES))
 def test_scaled_rope_matches_transformers_fp32(scaled, name):
     folder, hf_model = scaled[name]
-    lengths = (12, 40) if name in ("dynamic", "longrope") else (40,)  # short: the unscaled / short-factor side
+    # short: the unscaled / short-factor side
+    lengths = (12, 40) if name in ("dynamic", "longrope") else (40,)
     for n in lengths:
         ids = _ids(n)
         with torch.no_grad():
@@ -67,7 +70,8 @@ def test_scaled_rope_matches_transformers_fp32(scaled, name):
 
 
 def test_frequencies_match_transformers_rope_functions():
-    """inv_freq and the attention factor of each type, partial_rotary_factor included, as transformers computes."""
+    """inv_freq and the attention factor of each type, partial_rotary_factor included, as transformers
+    computes."""
     import transformers
     from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
     for name, (rope, mpe) in CASES.items():
@@ -83,7 +87,8 @@ def test_frequencies_match_transformers_rope_functions():
             for seq_len in (None, 12, 40):
                 want, want_scale = ROPE_INIT_FUNCTIONS[rp["rope_type"]](config, "cpu", seq_len=seq_len)
                 got, scale = frequencies(p, HEAD_DIM, seq_len)
-                assert got.dtype == torch.float32 and torch.allclose(got, want, rtol=1e-6, atol=0), (name, seq_len)
+                assert got.dtype == torch.float32 and torch.allclose(got, want, rtol=1e-6,
+                                                                     atol=0), (name, seq_len)
                 assert scale == pytest.approx(want_scale, rel=1e-12), (name, seq_len)
 
 
@@ -93,8 +98,10 @@ def _phi3_as_llama(folder, rope: dict):
     import transformers
     from safetensors.torch import save_file
     config = transformers.Phi3Config(hidden_size=64, num_attention_heads=4, num_key_value_heads=2,
-                                     intermediate_size=96, num_hidden_layers=2, vocab_size=VOCAB, rms_norm_eps=1e-6,
-                                     pad_token_id=0, max_position_embeddings=64, original_max_position_embeddings=16,
+                                     intermediate_size=96, num_hidden_layers=2,
+                                     vocab_size=VOCAB, rms_norm_eps=1e-6,
+                                     pad_token_id=0, max_position_embeddings=64,
+                                     original_max_position_embeddings=16,
                                      rope_parameters=dict(rope), tie_word_embeddings=False)
     model = transformers.AutoModelForCausalLM.from_config(config, attn_implementation="eager").float().eval()
     gen, tensors = torch.Generator().manual_seed(5), {}
@@ -113,10 +120,11 @@ def _phi3_as_llama(folder, rope: dict):
     folder.mkdir()
     save_file(tensors, str(folder / "model.safetensors"))
     (folder / "config.json").write_text(json.dumps({
-        "model_type": "llama", "architectures": ["LlamaForCausalLM"], "hidden_size": 64, "num_attention_heads": 4,
+        "model_type": "llama", "architectures": ["LlamaForCausalLM"], "hidden_size": 64,
+        "num_attention_heads": 4,
         "num_key_value_heads": 2, "head_dim": HEAD_DIM, "intermediate_size": 96, "num_hidden_layers": 2,
-        "vocab_size": VOCAB, "rms_norm_eps": 1e-6, "max_position_embeddings": 64, "tie_word_embeddings": False,
-        "rope_parameters": {**rope, "rope_theta": 10000.0}}))
+        "vocab_size": VOCAB, "rms_norm_eps": 1e-6, "max_position_embeddings": 64,
+        "tie_word_embeddings": False, "rope_parameters": {**rope, "rope_theta": 10000.0}}))
     return model
 
 
@@ -135,7 +143,8 @@ def test_partial_rotary_factor_matches_phi3(tmp_path, rope):
     assert any("first 8 of 16 dims" in n for n in prep.source.cfg.notes)
     logits = run_model(prep.job, 0, 1, torch.device("cpu"))[0]
     assert (logits - expected).abs().max() < 1e-4
-    if rope["rope_type"] == "default":  # rotating every dim, as transformers' Llama does, is a different model
+    # rotating every dim, as transformers' Llama does, is a different model
+    if rope["rope_type"] == "default":
         full = _live(tmp_path / "ckpt", ids, rope={**prep.job.cfg.rope, "rotary_dim": HEAD_DIM})
         assert (logits - full).abs().max() > 1e-3
 
@@ -154,7 +163,8 @@ BASE = {"model_type": "llama", "hidden_size": 64, "num_attention_heads": 4, "int
 
 
 @pytest.mark.parametrize("rope, message", [
-    ({"type": "mrope", "mrope_section": [2, 3, 3]}, "rope type 'mrope' is not supported by the live check; it runs "
+    ({"type": "mrope", "mrope_section": [2, 3, 3]},
+     "rope type 'mrope' is not supported by the live check; it runs "
                                                     "default, linear, dynamic, llama3, yarn, longrope"),
     ({"rope_type": "su", "short_factor": [1.0] * 8}, "rope type 'su' is not supported"),
     ({"rope_type": "linear", "factor": "2"}, "rope 'linear': factor='2' must be a positive number"),
@@ -164,8 +174,10 @@ BASE = {"model_type": "llama", "hidden_size": 64, "num_attention_heads": 4, "int
     ({"rope_type": "yarn", "factor": float("nan"), "original_max_position_embeddings": 16}, "factor=nan"),
     ({"rope_type": "longrope", "short_factor": [1.0] * 3, "long_factor": [1.0] * 8},
      "short_factor must be a list of 8 positive numbers"),
-    ({"rope_type": "default", "partial_rotary_factor": 0.1875}, "partial_rotary_factor=0.1875 gives 3 rotated dims"),
-    ({"full_attention": {"rope_type": "default"}, "sliding_attention": {"rope_type": "linear", "factor": 2.0}},
+    ({"rope_type": "default", "partial_rotary_factor": 0.1875},
+     "partial_rotary_factor=0.1875 gives 3 rotated dims"),
+    ({"full_attention": {"rope_type": "default"},
+      "sliding_attention": {"rope_type": "linear", "factor": 2.0}},
      "per-layer rope parameters (full_attention, sliding_attention)"),
     ("yarn", "rope_scaling='yarn' must be an object"),
 ])

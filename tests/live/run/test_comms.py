@@ -17,10 +17,11 @@ def test_counts_and_bytes_of_this_block_only(tmp_path):
             dist.all_reduce(x[:2].contiguous())
             dist.all_gather([torch.empty(4, 8)], x)
             dist.broadcast(x, 0)
-            other = threading.Thread(target=lambda: dist.all_reduce(torch.ones(3)))  # another thread: not ours
+            # another thread: not ours
+            other = threading.Thread(target=lambda: dist.all_reduce(torch.ones(3)))
             other.start()
             other.join()
-        assert c.stats == {"all_reduce": {"count": 2, "bytes": 128 + 64}, "all_gather": {"count": 1, "bytes": 128},
-                           "broadcast": {"count": 1, "bytes": 128}}
+        assert c.stats == {"all_reduce": {"count": 2, "bytes": 128 + 64},
+                           "all_gather": {"count": 1, "bytes": 128}, "broadcast": {"count": 1, "bytes": 128}}
     finally:
         dist.destroy_process_group()

@@ -1,4 +1,5 @@
-"""A rank that raises or hangs stops the whole group with a one-line error naming it, and leaves no process."""
+"""A rank that raises or hangs stops the whole group with a one-line error naming it, and leaves no
+process."""
 import os
 import time
 
@@ -10,7 +11,8 @@ from tpviz.live.run.worker import FAULT_ENV
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("kind, phase, timeout", [("raise", "forward", 60), ("kill", "load", 60), ("hang", "load", 8)])
+@pytest.mark.parametrize("kind, phase, timeout", [("raise", "forward", 60), ("kill", "load", 60),
+                                                  ("hang", "load", 8)])
 def test_failing_rank_is_named_and_stopped(tiny_config, monkeypatch, kind, phase, timeout):
     monkeypatch.setenv(FAULT_ENV, f"1:{kind}:{phase}")
     start = time.monotonic()

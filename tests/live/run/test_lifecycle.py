@@ -1,11 +1,11 @@
-"""The timeout covers the in-process tp=1 reference and its re-run; ranks die with their parent; SIGTERM cleans up."""
+"""The timeout covers the in-process tp=1 reference and its re-run; ranks die with their parent; SIGTERM
+cleans up."""
 import os
 import signal
 import subprocess
 import sys
 import threading
 import time
-from pathlib import Path
 
 import pytest
 
@@ -52,8 +52,9 @@ def test_a_slow_reference_is_named_not_the_generating_ranks_that_wait_for_it(tin
     monkeypatch.setattr("tpviz.live.check.verify.reference", hang)
     with pytest.raises(LiveError) as e:  # not "rank 0, 1 hung in forward": they wait there for its picks
         verify(tiny_config, 2, device="cpu", input_ids=[[1, 2, 3]], generate=2, timeout=8)
-    assert str(e.value) == ("the tp=1 reference did not finish within the 8 s timeout; the ranks, which need its "
-                            "picks to generate, were stopped in forward")
+    assert (str(e.value)
+            == ("the tp=1 reference did not finish within the 8 s timeout; the ranks, which need its "
+                            "picks to generate, were stopped in forward"))
 
 
 def diverge_then_hang(monkeypatch) -> threading.Event:
@@ -77,7 +78,8 @@ def diverge_then_hang(monkeypatch) -> threading.Event:
 def test_the_diverging_steps_re_run_obeys_the_timeout_and_the_stop(tiny_config, monkeypatch):
     diverge_then_hang(monkeypatch)
     start = time.monotonic()
-    with pytest.raises(LiveError, match=r"^the tp=1 re-run of new token #2 \(to compare it stage by stage\) did "
+    with pytest.raises(LiveError,
+                       match=r"^the tp=1 re-run of new token #2 \(to compare it stage by stage\) did "
                                         r"not finish within the 3 s timeout$"):
         verify(tiny_config, 1, device="cpu", input_ids=[[1, 2, 3]], generate=3, timeout=3)
     assert time.monotonic() - start < 3 + 2
@@ -95,7 +97,8 @@ def test_the_diverging_steps_re_run_obeys_the_timeout_and_the_stop(tiny_config, 
 def start_cli(tiny_config, tmp_path) -> subprocess.Popen:
     env = {**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1", FAULT_ENV: "1:hang:load",
            "TMPDIR": str(tmp_path)}
-    return subprocess.Popen([sys.executable, "-m", "tpviz", "verify", str(tiny_config), "--tp", "2", "--device",
+    return subprocess.Popen([sys.executable, "-m", "tpviz", "verify", str(tiny_config),
+                             "--tp", "2", "--device",
                              "cpu", "--timeout", "300", "--quiet"], cwd=ROOT, env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 

@@ -1,5 +1,5 @@
-"""Live pipeline and expert parallelism over gloo: stages pass hidden states with send/recv, EP ranks hold whole
-experts, and both match one device; bad layouts are one line."""
+"""Live pipeline and expert parallelism over gloo: stages pass hidden states with send/recv, EP ranks hold
+whole experts, and both match one device; bad layouts are one line."""
 import json
 
 import pytest
@@ -33,7 +33,8 @@ def _stage_keys(result, rank: int) -> set[str]:
 
 def test_stage_partition_and_what_each_stage_skips():
     spec = resolve_model(json.dumps(MOE5).encode()).cfg.spec
-    first, last = Stage.of(spec, 2, 1, pp_size=2, pp_rank=0), Stage.of(spec, 2, 1, pp_size=2, pp_rank=1, ep=True)
+    first, last = Stage.of(spec, 2, 1, pp_size=2, pp_rank=0), Stage.of(spec, 2, 1,
+                                                                       pp_size=2, pp_rank=1, ep=True)
     assert (first.layers, first.first, first.last) == ((0, 1), True, False)  # vLLM: the remainder goes first
     assert (last.layers, last.first, last.last, last.experts) == ((2,), False, True, (3, 4))
     assert first.elsewhere("model.layers.2.self_attn.qkv_proj.weight") and first.elsewhere("lm_head.weight")
@@ -91,8 +92,10 @@ def test_ep_tp2_matches_one_device_with_whole_experts(tiny_moe, family):
         assert r.experts == mine
         experts = {k.split(".")[5] for k in r.param_shapes if ".experts." in k}
         assert experts == {str(e) for e in mine}
-        assert r.param_shapes[f"model.layers.0.{block}.experts.{mine[0]}.gate_up_proj.weight"] == [2 * inter, 64]
-        assert r.param_shapes[f"model.layers.0.{block}.gate.weight"] == [4, 64]  # every rank routes every token
+        assert (r.param_shapes[f"model.layers.0.{block}.experts.{mine[0]}.gate_up_proj.weight"]
+                == [2 * inter, 64])
+        # every rank routes every token
+        assert r.param_shapes[f"model.layers.0.{block}.gate.weight"] == [4, 64]
     assert "+ EP" in result.headline()
 
 
@@ -101,7 +104,8 @@ def test_ep_uneven_round_robin_pp_and_an_injected_bug(moe5):
     assert result.passed, result.summary()
     assert [r.experts for r in result.ranks] == [[0, 2, 4], [1, 3]] * 2
     assert [r.layers for r in result.ranks] == [[0, 1], [0, 1], [2], [2]]
-    assert "stage" in result.ranks[0].row(True, True) and result.ranks[0].row(True, True)["experts"] == "0, 2, 4"
+    assert ("stage" in result.ranks[0].row(True, True)
+            and result.ranks[0].row(True, True)["experts"] == "0, 2, 4")
     bad, _ = verify(str(moe5), 2, ep=True, device="cpu", input_ids=IDS, inject=["skip-allreduce"])
     assert not bad.passed and bad.diverges_at == "layer 0"
 

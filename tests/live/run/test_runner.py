@@ -56,7 +56,8 @@ def test_a_silent_death_beats_its_peers_errors_and_user_errors_beat_all(tmp_path
                                                             "all ranks were stopped", 1)
     _write(tmp_path, 2, ["init", "load"], "checkpoint lacks x", user=True)
     message, rank, user = _failure_message(tmp_path, {0: 1, 1: -9, 2: 1})
-    assert (rank, user) == (2, True) and message == "rank 2 failed: checkpoint lacks x; all ranks were stopped"
+    assert ((rank, user) == (2, True)
+            and message == "rank 2 failed: checkpoint lacks x; all ranks were stopped")
 
 
 def test_hang_names_the_rank_furthest_behind(tmp_path):
@@ -69,18 +70,21 @@ def test_hang_names_the_rank_furthest_behind(tmp_path):
 
 
 @pytest.mark.parametrize("ranks, ref_running, generating, error, message", [
-    ([["forward"], ["forward"]], True, True, LiveError,  # generating ranks wait there for the reference's picks
-     "the tp=1 reference did not finish within the 30 s timeout; the ranks, which need its picks to generate, "
-     "were stopped in forward"),
+    # generating ranks wait there for the reference's picks
+    ([["forward"], ["forward"]], True, True, LiveError,
+     "the tp=1 reference did not finish within the 30 s timeout; the ranks, which need "
+     "its picks to generate, were stopped in forward"),
     ([["load"], ["forward"]], True, True, RankFailure,  # one rank never reached them: both were behind
      "rank 0 hung in load (no result within the 30 s timeout); rank 1 waited for it in forward; the tp=1 "
      "reference had not finished either; all ranks were stopped"),
-    ([["forward"], ["forward"]], True, False, RankFailure,  # without generation the ranks need nothing from it
-     "rank 0, 1 hung in forward (no result within the 30 s timeout); the tp=1 reference had not finished either; "
-     "all ranks were stopped"),
+    # without generation the ranks need nothing from it
+    ([["forward"], ["forward"]], True, False, RankFailure,
+     "rank 0, 1 hung in forward (no result within the 30 s timeout); the tp=1 reference had "
+     "not finished either; all ranks were stopped"),
     ([["forward"], ["forward"]], False, True, RankFailure,
      "rank 0, 1 hung in forward (no result within the 30 s timeout); all ranks were stopped"),
-    (None, True, True, LiveError, "the tp=1 reference did not finish within the 30 s timeout (the ranks had finished)"),
+    (None, True, True, LiveError,
+     "the tp=1 reference did not finish within the 30 s timeout (the ranks had finished)"),
 ])
 def test_a_timeout_names_what_was_still_running(tmp_path, ranks, ref_running, generating, error, message):
     for rank, phases in enumerate(ranks or []):

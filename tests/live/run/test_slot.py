@@ -14,7 +14,8 @@ def test_rank_cap_follows_the_cores_and_the_override(monkeypatch):
     monkeypatch.delenv(MAX_RANKS_ENV, raising=False)
     assert max_ranks() == 2 * os.cpu_count() and max_ranks(gpus=4 * os.cpu_count()) == 4 * os.cpu_count()
     check_ranks(2 * os.cpu_count())
-    with pytest.raises(LiveError, match=rf"tp={2 * os.cpu_count() + 1} needs .* runs at most {2 * os.cpu_count()}"):
+    with pytest.raises(LiveError,
+                       match=rf"tp={2 * os.cpu_count() + 1} needs .* runs at most {2 * os.cpu_count()}"):
         check_ranks(2 * os.cpu_count() + 1)
     monkeypatch.setenv(MAX_RANKS_ENV, "off")
     assert max_ranks() is None

@@ -1,13 +1,15 @@
 """The verdict: TP outputs against the single-device reference, stage by stage.
 
-fp32 passes when max|Δlogit| <= 1e-4 (scaled by the logits when they exceed 1); bf16/fp16 pass when the gap stays
-within NOISE_MULTIPLE times the noise floor (the low-precision tp=1 run against an fp32 tp=1 run). For MoE models
-the first token TP routes to other experts is explained (routing.py): float noise at a near tie, or not.
+fp32 passes when max|Δlogit| <= 1e-4 (scaled by the logits when they exceed 1); bf16/fp16 pass when the gap
+stays within NOISE_MULTIPLE times the noise floor (the low-precision tp=1 run against an fp32 tp=1 run). For
+MoE models the first token TP routes to other experts is explained (routing.py): float noise at a near tie, or
+not.
 """
 import torch
 
 from tpviz.live.check.results import LayerDiff
-from tpviz.live.check.routing import decide_before_flips, explain as explain_routing, max_abs, split as split_routing
+from tpviz.live.check.routing import (decide_before_flips, explain as explain_routing, max_abs,
+                                      split as split_routing)
 
 FP32_TOL = 1e-4
 NOISE_MULTIPLE = 4.0  # correct TP lands near 1x the floor; measured bugs land at 25-40x
@@ -15,7 +17,8 @@ DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch
 
 
 def stage_limit(floor: float | None, scale: float) -> float:
-    """A stage's tolerance: float32 (floor None) 1e-4 scaled by max(1, max|value|), else NOISE_MULTIPLE x floor."""
+    """A stage's tolerance: float32 (floor None) 1e-4 scaled by max(1, max|value|), else NOISE_MULTIPLE x
+    floor."""
     return FP32_TOL * max(1.0, scale) if floor is None else NOISE_MULTIPLE * floor
 
 
@@ -41,17 +44,19 @@ def compare(tp_logits, tp_hidden, ref: dict, dtype: str) -> dict:
     if refs32 is None:
         rule = f"float32: pass when max|Δlogit| <= {FP32_TOL:g} x max(1, max|logit|)"
     else:
-        rule = (f"{dtype}: pass when max|Δlogit| <= {NOISE_MULTIPLE:g} x the noise floor (max|tp=1 {dtype} - "
-                f"tp=1 float32 logits| = {logits_diff.floor:.3g}"
+        rule = (f"{dtype}: pass when max|Δlogit| <= {NOISE_MULTIPLE:g} x the noise floor (max|tp=1 {dtype} "
+                f"- tp=1 float32 logits| = {logits_diff.floor:.3g}"
                 + (f", the float32 run computing with the {dtype} run's experts" if ref_routes else "")
                 + "); argmax agreement is reported, not required")
     agree = float((tp_logits.argmax(-1) == ref["logits"].argmax(-1)).float().mean())
     first = next((d.name for d in diffs if d.exceeds), None)
     hidden32, routes32 = split_routing(ref["hidden32"]) if refs32 is not None else (None, None)
-    flip = explain_routing(tp_routes, ref_routes, routes32, diffs, tp_hidden, ref_hidden, hidden32, eps, stage_limit)
+    flip = explain_routing(tp_routes, ref_routes, routes32, diffs, tp_hidden, ref_hidden,
+                           hidden32, eps, stage_limit)
     passed = not logits_diff.exceeds
     if flip is not None and flip.noise_explained and not passed:  # decide on what both runs compute alike
         passed = decide_before_flips(flip, tp_routes, ref_routes, tp_logits, ref["logits"], logits_diff.limit)
     return {"passed": passed, "tolerance": tol, "tolerance_rule": rule,
-            "max_abs_diff": logits_diff.max_abs, "max_rel_diff": logits_diff.max_rel, "argmax_agreement": agree,
+            "max_abs_diff": logits_diff.max_abs, "max_rel_diff": logits_diff.max_rel,
+            "argmax_agreement": agree,
             "noise_floor": logits_diff.floor, "diverges_at": first, "layers": diffs, "routing": flip}

@@ -5,9 +5,9 @@ spawned group runs every step, so spawning is paid once: the last stage's TP ran
 broadcasts it to all ranks. The tp=1 reference generates its own sequence in-process the same way; each run
 follows its own picks. While the picks agree the two runs see the same input, so the last position's logits
 are compared step by step; the step where they first differ is compared stage by stage on that common prefix,
-and its top-logit margin is held against the noise floor: a flip is float noise only when rounding can move it.
-Each run stops at the checkpoint's EOS token(s), on its own picks: one stopping where the other goes on is a
-difference at that step like any other.
+and its top-logit margin is held against the noise floor: a flip is float noise only when rounding can move
+it. Each run stops at the checkpoint's EOS token(s), on its own picks: one stopping where the other goes on is
+a difference at that step like any other.
 """
 import json
 from pathlib import Path
@@ -29,8 +29,8 @@ def check_generate(n, ids: torch.Tensor | None) -> int:
     if n == 0:
         return 0
     if n > MAX_NEW_TOKENS:
-        raise LiveError(f"{n} new tokens is more than a live run generates (at most {MAX_NEW_TOKENS}: every step "
-                        "re-runs the whole sequence on every rank)")
+        raise LiveError(f"{n} new tokens is more than a live run generates (at most "
+                        f"{MAX_NEW_TOKENS}: every step re-runs the whole sequence on every rank)")
     if ids is None:
         raise LiveError(f"generating text needs {PROMPT_FLAG} (a model with a tokenizer) or {IDS_FLAG} to "
                         "continue; random ids are checked without generating")
@@ -40,8 +40,8 @@ def check_generate(n, ids: torch.Tensor | None) -> int:
 
 
 def eos_token_ids(folder: Path | None) -> list[int]:
-    """The checkpoint's EOS token id(s): generation_config.json's (what transformers' generate() stops at), else
-    config.json's (or its text_config's); read as JSON, never as code. [] when neither names one."""
+    """The checkpoint's EOS token id(s): generation_config.json's (what transformers' generate() stops at),
+    else config.json's (or its text_config's); read as JSON, never as code. [] when neither names one."""
     for name in ("generation_config.json", "config.json"):
         try:
             raw = json.loads((folder / name).read_text()) if folder is not None else None
@@ -61,13 +61,13 @@ def eos_token_ids(folder: Path | None) -> list[int]:
 
 def greedy_steps(forward, first: tuple, ids: torch.Tensor, n: int, *, keep: bool, leader: int | None,
                  ref_tokens=None, follow: list[int] | None = None, eos=()) -> dict[str, torch.Tensor]:
-    """At most n greedy steps of one rank, stopping after a pick in `eos`. `forward(ids)` runs this rank's part
-    of a forward pass (pipeline send/recv included) and `first` is step 0's (logits, hidden), already computed.
-    The rank with the gathered logits picks the argmax (or `follow[s]`, to run on another run's sequence) and
-    broadcasts it from global rank `leader` (None: one process, no group), so every rank stops together.
-    When `ref_tokens()` (read on that rank) is given, the first step whose pick differs from it is kept whole:
-    hidden states where `keep` (each stage's TP rank 0), logits on the picker. Returns gen.* tensors: tokens,
-    each step's last-position logits and the diverging step."""
+    """At most n greedy steps of one rank, stopping after a pick in `eos`. `forward(ids)` runs this rank's
+    part of a forward pass (pipeline send/recv included) and `first` is step 0's (logits, hidden), already
+    computed. The rank with the gathered logits picks the argmax (or `follow[s]`, to run on another run's
+    sequence) and broadcasts it from global rank `leader` (None: one process, no group), so every rank stops
+    together. When `ref_tokens()` (read on that rank) is given, the first step whose pick differs from it is
+    kept whole: hidden states where `keep` (each stage's TP rank 0), logits on the picker. Returns gen.*
+    tensors: tokens, each step's last-position logits and the diverging step."""
     out, tokens, last, refs, diverged = {}, [], [], None, -1
     logits, hidden = first
     for s in range(n if follow is None else min(n, len(follow))):
@@ -118,14 +118,16 @@ def _token(decode, token: int) -> str:
 
 
 def _within(steps: list[LayerDiff], dtype: str) -> str:
-    """'the last position's logits stayed within 1.3× the bfloat16 noise floor' (or the float32 tolerance)."""
+    """'the last position's logits stayed within 1.3× the bfloat16 noise floor' (or the float32
+    tolerance)."""
     worst = max(s.max_abs for s in steps)
     if worst == 0:
         return "the last position's logits matched exactly"
     if steps[0].floor is not None:
-        return (f"the last position's logits stayed within {max(s.max_abs / s.floor for s in steps):.2g}× the "
-                f"{dtype} noise floor")
-    return f"the last position's logits stayed within the float32 tolerance (largest max|Δlogit| {worst:.3g})"
+        return ("the last position's logits stayed within "
+                f"{max(s.max_abs / s.floor for s in steps):.2g}× the {dtype} noise floor")
+    return (f"the last position's logits stayed within the float32 tolerance (largest max|Δlogit| "
+            f"{worst:.3g})")
 
 
 def _before(steps: list[LayerDiff], d: int, dtype: str) -> str:
@@ -143,9 +145,9 @@ def explain(steps: list[LayerDiff], tp_tokens: list[int], ref_tokens: list[int],
             ref32_last: torch.Tensor | None, dtype: str, decode=None, first_stage: str | None = None,
             eos=()) -> dict:
     """Where the picks first differ and whether float noise explains it: tp=1's lead of its own pick over TP's
-    at that position (the top-2 margin when TP took tp=1's runner-up) against the noise floor there. TP flipped
-    the pair, so its logits moved by at least half that margin: the flip is noise exactly when that step's
-    logits stay within tolerance (NOISE_MULTIPLE x the floor; float32: 1e-4 scaled)."""
+    at that position (the top-2 margin when TP took tp=1's runner-up) against the noise floor there. TP
+    flipped the pair, so its logits moved by at least half that margin: the flip is noise exactly when that
+    step's logits stay within tolerance (NOISE_MULTIPLE x the floor; float32: 1e-4 scaled)."""
     n = len(tp_tokens)
     d = next((s for s, (a, b) in enumerate(zip(tp_tokens, ref_tokens)) if a != b), None)
     if d is None:
@@ -153,11 +155,12 @@ def explain(steps: list[LayerDiff], tp_tokens: list[int], ref_tokens: list[int],
         if tp_tokens and tp_tokens[-1] in eos:
             same += f" (both stopped at EOS {_token(decode, tp_tokens[-1])})"
         if bad := next((s for s in steps if s.exceeds), None):
-            text = (f"{same}, although the logits at {bad.name} differ by {bad.max_abs:.3g}, beyond the tolerance "
-                    f"{bad.limit:.3g}: the picks survived a TP error.")
+            text = (f"{same}, although the logits at {bad.name} differ by {bad.max_abs:.3g}, "
+                    f"beyond the tolerance {bad.limit:.3g}: the picks survived a TP error.")
         else:
             text = f"{same}; {_within(steps, dtype)} at every step."
-        return {"diverged_at": None, "margin": None, "floor": None, "noise_explained": None, "explanation": text}
+        return {"diverged_at": None, "margin": None, "floor": None, "noise_explained": None,
+                "explanation": text}
     row, a, b, at = ref_last[d].float(), ref_tokens[d], tp_tokens[d], steps[d]
     margin = float(row[a] - row[b])
     rank = int((row > row[b]).sum()) + 1  # TP's pick among tp=1's logits (2: the runner-up)
@@ -176,16 +179,17 @@ def explain(steps: list[LayerDiff], tp_tokens: list[int], ref_tokens: list[int],
              f"{margin / floor:.2g}× the {dtype} noise floor {floor:.3g} there" if floor is not None else
              f"{margin / at.limit:.3g}× the float32 tolerance {at.limit:.3g} there")
     if explained:
-        text = (f"{_before(steps, d, dtype)}{where} differ by only {margin:.3g}, {scale}{alt}; TP's logits there are "
-                f"within tolerance (max|Δlogit| {at.max_abs:.3g} <= {at.limit:.3g}), so the flip is float noise, "
-                "not a TP bug.")
+        text = (f"{_before(steps, d, dtype)}{where} differ by only {margin:.3g}, {scale}{alt}; "
+                f"TP's logits there are within tolerance (max|Δlogit| {at.max_abs:.3g} <= "
+                f"{at.limit:.3g}), so the flip is float noise, not a TP bug.")
     else:
-        why = (f"TP's logits there are off by {at.max_abs:.3g}, beyond the tolerance {at.limit:.3g}" if at.exceeds
-               else f"TP's forward pass is beyond tolerance at {first_stage or off[0].name}")
+        why = (f"TP's logits there are off by {at.max_abs:.3g}, beyond the tolerance {at.limit:.3g}"
+               if at.exceeds else f"TP's forward pass is beyond tolerance at {first_stage or off[0].name}")
         stage = f" (first beyond tolerance at {first_stage})" if first_stage and at.exceeds else ""
-        text = (f"{_before(steps, d, dtype)}{where} differ by {margin:.3g}, {scale}, but {why}: the flip is NOT "
-                f"explained by float noise; look for a TP bug{stage}.")
-    return {"diverged_at": d, "margin": margin, "floor": floor, "noise_explained": explained, "explanation": text}
+        text = (f"{_before(steps, d, dtype)}{where} differ by {margin:.3g}, {scale}, but "
+                f"{why}: the flip is NOT explained by float noise; look for a TP bug{stage}.")
+    return {"diverged_at": d, "margin": margin, "floor": floor, "noise_explained": explained,
+            "explanation": text}
 
 
 def build_generation(n: int, prompt: list[int], tp: dict, ref: dict, dtype: str, layers: list[LayerDiff],
@@ -195,14 +199,18 @@ def build_generation(n: int, prompt: list[int], tp: dict, ref: dict, dtype: str,
     token ids both runs stopped at."""
     tp_tokens, ref_tokens, eos = tp["gen.tokens"].tolist(), ref["gen.tokens"].tolist(), eos or []
     d = next((s for s, (a, b) in enumerate(zip(tp_tokens, ref_tokens)) if a != b), None)
-    upto = len(tp_tokens) if d is None else d + 1  # the steps whose input both runs share (same length if equal)
+    # the steps whose input both runs share (same length if equal)
+    upto = len(tp_tokens) if d is None else d + 1
     ref32 = ref.get("gen.last32")
-    steps = step_diffs(tp["gen.last"][:upto], ref["gen.last"][:upto], None if ref32 is None else ref32[:upto], dtype)
+    steps = step_diffs(tp["gen.last"][:upto], ref["gen.last"][:upto],
+                       None if ref32 is None else ref32[:upto], dtype)
     first_stage = next((x.name for x in layers if x.exceeds), None)
     why = explain(steps, tp_tokens, ref_tokens, ref["gen.last"], ref32, dtype, decode, first_stage, eos)
     text = (lambda ids: decode(ids)) if decode else (lambda ids: None)
-    return Generation(new_tokens=n, prompt_ids=prompt, tp_tokens=tp_tokens, ref_tokens=ref_tokens, steps=steps,
-                      layers=layers, first_stage=first_stage, prompt_text=text(prompt), tp_text=text(tp_tokens),
+    return Generation(new_tokens=n, prompt_ids=prompt, tp_tokens=tp_tokens,
+                      ref_tokens=ref_tokens, steps=steps,
+                      layers=layers, first_stage=first_stage, prompt_text=text(prompt),
+                      tp_text=text(tp_tokens),
                       ref_text=text(ref_tokens), pieces=[decode([tp_tokens[d]]), decode([ref_tokens[d]])]
                       if decode and d is not None else None, eos_token_ids=eos,
                       tp_stopped_at_eos=bool(tp_tokens) and tp_tokens[-1] in eos,

@@ -11,7 +11,8 @@ from tpviz.live.model.moe import SparseMoeBlock
 from tpviz.rules import ruleset
 
 INJECTIONS = {
-    "bias-all-ranks": "row-parallel layers add their bias on every rank, so the all-reduce counts it tp times",
+    "bias-all-ranks": "row-parallel layers add their bias on every rank, so the "
+                      "all-reduce counts it tp times",
     "skip-allreduce": "row-parallel layers and MoE blocks skip their all_reduce, so each rank keeps only its "
                       "partial sum",
     "wrong-kv-head": "under KV-head replication, ranks take KV heads round-robin instead of r // replicas",
@@ -60,21 +61,25 @@ def describe_injections(names: list[str], cfg: LiveConfig, tp_size: int) -> list
             reason = (f"{' and '.join(biased)} carry a bias, added {tp_size} times" if effect else
                       f"no row-parallel layer here has a bias ({free} bias-free)")
         elif name == "local-qk-norm" and s.is_mla:
-            norms = "q_a_layernorm and kv_a_layernorm normalize" if s.q_lora_rank else "kv_a_layernorm normalizes"
+            norms = ("q_a_layernorm and kv_a_layernorm normalize" if s.q_lora_rank
+                     else "kv_a_layernorm normalizes")
             effect, reason = False, (f"MLA has no per-head q/k norm: its {norms} latents every rank computes "
                                      "whole (replicated), so there is nothing to gather")
         elif name == "local-qk-norm":
             effect = s.qk_norm_full
-            reason = (f"q_norm and k_norm span all heads: each rank's variance covers only 1/{tp_size} of them"
-                      if effect else "this model has no q/k norm over the whole projection (none, or per head)")
+            reason = ("q_norm and k_norm span all heads: each rank's variance covers "
+                      f"only 1/{tp_size} of them" if effect
+                      else "this model has no q/k norm over the whole projection (none, or per head)")
         elif name == "skip-allreduce":
             block = "MoE-block (routed + shared expert)" if shared else "MoE-block"
             skipped = ["o_proj"] + (["down_proj"] if dense else []) + ([block] if moe else [])
             effect, reason = True, (f"{', '.join(skipped[:-1])} and {skipped[-1]} outputs stay partial sums "
                                     f"over 1/{tp_size} of the inputs")
         elif s.is_mla:
-            effect, reason = False, ("MLA has no KV heads to replicate: every rank computes the whole latent KV "
-                                     "(kv_a_proj_with_mqa) and expands k and v for its own query heads (kv_b_proj)")
+            effect, reason = (False,
+                              ("MLA has no KV heads to replicate: every rank computes the whole latent KV "
+                                     "(kv_a_proj_with_mqa) and expands k and v for its own "
+                                     "query heads (kv_b_proj)"))
         else:
             _, replicas = ruleset(cfg.rules).kv_split(s.num_key_value_heads, tp_size)
             right = [r // replicas for r in range(tp_size)]
@@ -95,7 +100,8 @@ def describe_injections(names: list[str], cfg: LiveConfig, tp_size: int) -> list
 def apply_injections(model: nn.Module, names: list[str]) -> None:
     """Flip the layers' bug flags; call before loading weights (wrong-kv-head changes what is loaded)."""
     for module in model.modules():
-        if isinstance(module, RowParallelLinear) or hasattr(module, "bias_on_all_ranks"):  # gpt-oss experts too
+        # gpt-oss experts too
+        if isinstance(module, RowParallelLinear) or hasattr(module, "bias_on_all_ranks"):
             module.bias_on_all_ranks |= "bias-all-ranks" in names
         if isinstance(module, (RowParallelLinear, SparseMoeBlock)):  # expert downs never reduce: stays False
             module.reduce_results &= "skip-allreduce" not in names

@@ -1,7 +1,8 @@
-"""Memory in the run's dtype and in the checkpoint's own: a rank holding half of a bfloat16 checkpoint holds as
-many bytes as the whole checkpoint once the run upcasts it to float32, so both are reported. Also dtype 'auto',
-and the estimate before a run: each rank's weights read off the shard map (tpviz.deploy.deployment), the tp=1 reference's,
-and their peak against the memory free for them, refused in one line when they would not fit."""
+"""Memory in the run's dtype and in the checkpoint's own: a rank holding half of a bfloat16 checkpoint holds
+as many bytes as the whole checkpoint once the run upcasts it to float32, so both are reported. Also dtype
+'auto', and the estimate before a run: each rank's weights read off the shard map (tpviz.deploy.deployment),
+the tp=1 reference's, and their peak against the memory free for them, refused in one line when they would not
+fit."""
 import json
 import os
 import struct
@@ -10,7 +11,7 @@ from pathlib import Path
 
 from tpviz.errors import TpvizError
 from tpviz.config.sources import resolve_config
-from tpviz.config.spec import normalize
+from tpviz.config.normalize import normalize
 from tpviz.deploy.deployment import deploy
 from tpviz.live.load.source import check_size, check_split, live_config
 from tpviz.render.text import fmt_bytes
@@ -22,7 +23,8 @@ from tpviz.live.load.weights import checkpoint_files
 
 RUN_DTYPES = ("float32", "bfloat16", "float16")  # what the live model computes in
 DTYPE_CHOICES = ("auto", *RUN_DTYPES)  # auto: the checkpoint's own
-STORED = {"F32": "float32", "BF16": "bfloat16", "F16": "float16", "F64": "float64"}  # safetensors' float names
+# safetensors' float names
+STORED = {"F32": "float32", "BF16": "bfloat16", "F16": "float16", "F64": "float64"}
 ITEMSIZE = {"float32": 4, "bfloat16": 2, "float16": 2, "float64": 8}
 
 
@@ -64,7 +66,8 @@ def stored_bytes(numel: int, stored: str) -> int:
 
 
 # Before a run: the weights each process will hold, from the shard map, against the memory free for them.
-BUILD_DTYPE = "float32"  # worker.run_model builds a model in torch's default dtype, then casts it to the run's
+# worker.run_model builds a model in torch's default dtype, then casts it to the run's
+BUILD_DTYPE = "float32"
 RANDOM_STORED = "bfloat16"  # random_weights writes its checkpoints in bf16 (dtype auto runs in it)
 MEMORY_ENV = "TPVIZ_LIVE_MEMORY"  # GiB a live run may take of each memory it uses; "off" lifts the check
 
@@ -79,12 +82,13 @@ class OverMemory(LiveError):
 
 @dataclass
 class MemoryEstimate:
-    """Weight bytes of a live run, read off the shard map before it starts, plus each process's activations for
-    the input; each process's own torch and CUDA context are not counted."""
+    """Weight bytes of a live run, read off the shard map before it starts, plus each process's activations
+    for the input; each process's own torch and CUDA context are not counted."""
     name: str
     dtype: str  # the run's
     layers: int  # kept
-    ranks: list[int]  # bytes each rank holds in the run's dtype: the per-rank "held" of the report after the run
+    # bytes each rank holds in the run's dtype: the per-rank "held" of the report after the run
+    ranks: list[int]
     reference: int  # the tp=1 reference in this process: the whole kept model in the run's dtype
     device: str = "cpu"
     gpus: int = 0
@@ -112,7 +116,8 @@ class MemoryEstimate:
 
     def over(self, available: dict[str, int]) -> tuple[str, int, int] | None:
         """(memory, bytes needed, bytes available) of the first memory it does not fit in, or None."""
-        return next(((k, v, available[k]) for k, v in self.pools().items() if k in available and v > available[k]),
+        return next(((k, v, available[k]) for k,
+                     v in self.pools().items() if k in available and v > available[k]),
                     None)
 
     @property
@@ -125,10 +130,12 @@ class MemoryEstimate:
         n, lo, hi = len(self.ranks), fmt_bytes(min(self.ranks)), fmt_bytes(max(self.ranks))
         built = f" (built in {BUILD_DTYPE})" if self.peak(2**20) > 2**20 else ""
         peaks = ", ".join(f"{k} {fmt_bytes(v)}{built}" + (f" of {fmt_bytes(available[k])} available" if k in
-                                                           available else "") for k, v in self.pools().items())
+                                                           available else "") for k,
+                          v in self.pools().items())
         held = (f"{n} ranks × {lo if lo == hi else f'{lo} to {hi}'} in {self.dtype} + the tp=1 reference "
                 f"{fmt_bytes(self.reference)} (the whole kept model)" if n > 1 else
-                f"the tp=1 run and its reference, one after the other: {fmt_bytes(self.reference)} in {self.dtype}")
+                "the tp=1 run and its reference, one after the other: "
+                f"{fmt_bytes(self.reference)} in {self.dtype}")
         act = f" + activations {fmt_bytes(self.activations)} per process" if self.activations else ""
         return f"{held}{act}; peak {peaks}"
 
@@ -136,8 +143,10 @@ class MemoryEstimate:
         """One row per rank and one for the reference: where its weights go, held in the run's dtype (the
         report's per-rank "held" after the run) and the peak while built."""
         mib = lambda b: round(b / 2**20, 3)  # noqa: E731
-        rows = [(f"rank {i}", self.where(i), b) for i, b in enumerate(self.ranks)] if len(self.ranks) > 1 else []
-        return [{"who": who, "memory": where, f"held MiB ({self.dtype})": mib(b), "peak MiB": mib(self.peak(b))}
+        rows = ([(f"rank {i}", self.where(i), b) for i, b in enumerate(self.ranks)]
+                if len(self.ranks) > 1 else [])
+        return [{"who": who, "memory": where, f"held MiB ({self.dtype})": mib(b),
+                 "peak MiB": mib(self.peak(b))}
                 for who, where, b in rows + [("tp=1 reference", self.where(0), self.reference)]]
 
 
@@ -152,8 +161,8 @@ def activation_bytes(spec, batch: int, seq: int) -> int:
 
 def input_shape(ids, batch, seq_len, prompt: str | None, generate: int) -> tuple[int, int]:
     """The [batch, seq] a run holds at its longest, before the model is read: `ids` a [batch, seq] tensor or
-    None; a prompt's length is known only once tokenized (counted as its generated tokens alone); bad sizes are
-    left to the checks that name them."""
+    None; a prompt's length is known only once tokenized (counted as its generated tokens alone); bad sizes
+    are left to the checks that name them."""
     if prompt is not None:
         return 1, generate or 0
     if ids is not None:
@@ -163,7 +172,8 @@ def input_shape(ids, batch, seq_len, prompt: str | None, generate: int) -> tuple
     return batch, seq_len + (generate or 0)
 
 
-def estimate_weights(raw: dict, name: str, tp: int, *, pp: int = 1, ep: bool = False, placement: str = "linear",
+def estimate_weights(raw: dict, name: str, tp: int, *, pp: int = 1, ep: bool = False,
+                     placement: str = "linear",
                      layers: int | None = None, dtype: str = "float32", device: str = "cpu",
                      gpus: int = 0, input_shape: tuple[int, int] = (0, 0)) -> MemoryEstimate:
     """The weights a run of this config holds, per rank and in the tp=1 reference, in the run's dtype; an
@@ -178,15 +188,16 @@ def estimate_weights(raw: dict, name: str, tp: int, *, pp: int = 1, ep: bool = F
     whole = deploy(spec, Layout(1), cfg.rules).gpus[0].weight_bytes
     return MemoryEstimate(name, dtype, cfg.spec.num_hidden_layers, ranks, whole, device, gpus,
                           activation_bytes(cfg.spec, *input_shape),
-                          dict(raw=raw, name=name, tp=tp, pp=pp, ep=ep, placement=placement, device=device, gpus=gpus,
-                               input_shape=input_shape))
+                          dict(raw=raw, name=name, tp=tp, pp=pp, ep=ep, placement=placement,
+                               device=device, gpus=gpus, input_shape=input_shape))
 
 
 def plan_memory(model, tp: int, *, pp: int = 1, ep: bool = False, placement: str = "linear",
                 layers: int | None = None, dtype: str = "float32", device: str = "cpu", gpus: int = 0,
                 random_weights: bool = False, input_shape: tuple[int, int] = (0, 0)) -> MemoryEstimate:
     """estimate_weights for a model as the run reads it (folder, config, preset or hub id: its config alone,
-    nothing downloaded); dtype 'auto' is the folder's stored dtype, else the config's (random weights: bf16)."""
+    nothing downloaded); dtype 'auto' is the folder's stored dtype, else the config's (random weights:
+    bf16)."""
     raw, name = resolve_config(model)
     if dtype == "auto":
         stored = RANDOM_STORED if random_weights else _folder_dtype(model) or str(
@@ -217,8 +228,9 @@ def _folder_dtype(model) -> str:
 
 
 def available_memory(device: str = "cpu", gpus: int = 0) -> dict[str, int]:
-    """Bytes free for a run in each memory it uses: 'RAM' (/proc/meminfo's MemAvailable) or 'cuda:i' (the GPU's
-    free memory), at most $TPVIZ_LIVE_MEMORY GiB; one that cannot be read is left out, and 'off' leaves all out."""
+    """Bytes free for a run in each memory it uses: 'RAM' (/proc/meminfo's MemAvailable) or 'cuda:i' (the
+    GPU's free memory), at most $TPVIZ_LIVE_MEMORY GiB; one that cannot be read is left out, and 'off' leaves
+    all out."""
     text = os.environ.get(MEMORY_ENV, "").strip()
     if text.lower() == "off":
         return {}
@@ -267,9 +279,10 @@ def check_memory(est: MemoryEstimate, available: dict[str, int] | None = None) -
     batch, seq = est.request.get("input_shape", (0, 0))
     act = f" and {fmt_bytes(acts)} of activations for its {batch} × {seq} input" if acts else ""
     hints = (["a shorter input (batch × seq_len)"] if 2 * acts > need else []) + _what_fits(est, available)
-    raise OverMemory(f"{est.name} ({est.layers} layer{'s' if est.layers != 1 else ''}, {est.dtype}) at {est.layout} "
-                     f"needs about {fmt_bytes(need)} of {pool}: {fmt_bytes(weights)} for its weights ({parts}{built})"
-                     f"{act}, but {fmt_bytes(have)} is available: "
+    raise OverMemory(f"{est.name} ({est.layers} layer{'s' if est.layers != 1 else ''}, "
+                     f"{est.dtype}) at {est.layout} needs about {fmt_bytes(need)} of {pool}: "
+                     f"{fmt_bytes(weights)} for its weights ({parts}{built}){act}, but "
+                     f"{fmt_bytes(have)} is available: "
                      f"{' or '.join(hints) if hints else 'even one layer would not fit'}, or set "
                      f"{MEMORY_ENV} (GiB, or off)", pool, need, have)
 
@@ -280,8 +293,8 @@ def _what_fits(est: MemoryEstimate, available: dict[str, int]) -> list[str]:
 
     def fits(layers: int, dtype: str) -> bool:
         try:
-            again = estimate_weights(est.request["raw"], est.request["name"], est.request["tp"], layers=layers,
-                                     dtype=dtype, **r)
+            again = estimate_weights(est.request["raw"], est.request["name"],
+                                     est.request["tp"], layers=layers, dtype=dtype, **r)
         except TpvizError:  # e.g. a layer count the split refuses
             return False
         return again.over(available) is None

@@ -10,7 +10,8 @@ PASS_COLOR, FAIL_COLOR, LIMIT_COLOR = "#59a14f", "#e15759", "#9c755f"
 EXACT = 1e-12  # a log axis cannot show 0: exact stages are drawn here and labelled "exact"
 
 
-def stage_figure(result: VerifyResult, layers: list[LayerDiff] | None = None, title: str | None = None) -> go.Figure:
+def stage_figure(result: VerifyResult, layers: list[LayerDiff] | None = None,
+                 title: str | None = None) -> go.Figure:
     """Max |TP - tp=1| after each stage (log scale) against that stage's limit: where the runs part ways.
     `layers` (default: the check's) may be another forward pass's, e.g. the step where generation diverged."""
     layers = result.layers if layers is None else layers
@@ -52,13 +53,15 @@ def stage_figure(result: VerifyResult, layers: list[LayerDiff] | None = None, ti
 
 def rank_figure(result: VerifyResult) -> go.Figure:
     """What each rank read from the checkpoint and holds, in the checkpoint's own dtype, against the whole
-    checkpoint (so a bf16 checkpoint at tp=2 shows about half on each rank), and what it holds in the run's dtype."""
+    checkpoint (so a bf16 checkpoint at tp=2 shows about half on each rank), and what it holds in the run's
+    dtype."""
     ranks = [f"rank {r.rank}" for r in result.ranks]
     colors = [rank_color(r.rank) for r in result.ranks]
     mib = 2 ** 20
     stored = result.checkpoint_dtype or (result.ranks[0].stored_dtype if result.ranks else "")
     disk = stored or "dtype on disk"
-    bars = [go.Bar(x=ranks, y=[r.bytes_read / mib for r in result.ranks], name=f"read from checkpoint ({disk})",
+    bars = [go.Bar(x=ranks, y=[r.bytes_read / mib for r in result.ranks],
+                   name=f"read from checkpoint ({disk})",
                    marker=dict(color=colors), hovertemplate="%{x}: read %{y:.3f} MiB<extra></extra>")]
     if stored and all(r.stored_bytes for r in result.ranks):
         bars.append(go.Bar(x=ranks, y=[r.stored_bytes / mib for r in result.ranks], name=f"held, in {stored}",
@@ -79,12 +82,14 @@ def rank_figure(result: VerifyResult) -> go.Figure:
         f"<br>The run computes in {result.dtype}, so it holds those parameters in "
         f"{ITEMSIZE.get(result.dtype, 0) / max(1, ITEMSIZE.get(stored, 1)):.3g}x the bytes.")
     layout["title"]["subtitle"] = dict(
-        text=f"Each rank reads and holds only its own slices (replicated norms and padded vocabulary rows aside)"
-             f"{', counted in the checkpoint’s ' + stored if stored else ''}.{upcast}", font=dict(size=11, color=MUTED))
+        text="Each rank reads and holds only its own slices (replicated norms and padded vocabulary rows "
+             f"aside){', counted in the checkpoint’s ' + stored if stored else ''}.{upcast}",
+        font=dict(size=11, color=MUTED))
     layout["margin"]["t"] = 120
     fig.update_layout(**layout)
     fig.update_layout(barmode="group", bargap=0.3, showlegend=True,
-                      legend=dict(orientation="h", x=0, y=1.02, yanchor="bottom", font=dict(size=11, color=MUTED)),
+                      legend=dict(orientation="h", x=0, y=1.02, yanchor="bottom",
+                                  font=dict(size=11, color=MUTED)),
                       xaxis=axis(), yaxis=axis("MiB", showgrid=True, gridcolor="#e8ecf0"))
     return fig
 

@@ -6,10 +6,12 @@ from tpviz.render.summary import layer_span
 
 
 def layout_name(tp: int, pp: int = 1, ep: bool = False) -> str:
-    """"tp=2", or with pipeline / expert parallelism "tp=2 × pp=2 + EP": how every live message names a layout."""
+    """"tp=2", or with pipeline / expert parallelism "tp=2 × pp=2 + EP": how every live message names a
+    layout."""
     return f"tp={tp}" + (f" × pp={pp}" if pp > 1 else "") + (" + EP" if ep else "")
 
-SCHEMA = "tpviz.verify/3"  # 2: pp_size, ep; per rank stage, tp_rank, layers, experts. 3: generation, stored bytes
+# 2: pp_size, ep; per rank stage, tp_rank, layers, experts. 3: generation, stored bytes
+SCHEMA = "tpviz.verify/3"
 
 
 @dataclass
@@ -33,13 +35,15 @@ class RankReport:
     stored_dtype: str = ""  # the checkpoint's (most of its bytes); stored_bytes: the same parameters in it
     stored_bytes: int = 0
     generate_s: float = 0.0  # greedy steps after the first forward pass
-    params_checked_against_map: int = 0  # parameters whose local shape equals the explorer's map for this rank
+    # parameters whose local shape equals the explorer's map for this rank
+    params_checked_against_map: int = 0
 
     def to_dict(self) -> dict:
         return asdict(self)
 
     def held(self) -> dict:
-        """Held MiB in the checkpoint's dtype (comparable with the checkpoint) and, when it differs, in the run's."""
+        """Held MiB in the checkpoint's dtype (comparable with the checkpoint) and, when it differs, in the
+        run's."""
         mib = lambda b: round(b / 2**20, 3)  # noqa: E731
         if not self.stored_dtype:
             return {"held MiB": mib(self.param_bytes)}
@@ -50,7 +54,8 @@ class RankReport:
         return out
 
     def row(self, pp: bool = False, ep: bool = False) -> dict:
-        """One flat table row (the page's per-rank table, the CLI summary); stage/experts columns for PP/EP."""
+        """One flat table row (the page's per-rank table, the CLI summary); stage/experts columns for
+        PP/EP."""
         where = {"stage": self.stage, "layers": layer_span(self.layers) or "none"} if pp else {}
         if ep:
             where["experts"] = layer_span(self.experts or []) or "none"
@@ -96,7 +101,8 @@ class RoutingFlip:
     noise_explained: bool  # a near tie with everything before it in tolerance: float noise, not a TP bug
     explanation: str
     prefix: list[int] | None = None  # noise: per batch row, the leading positions every layer routes alike...
-    prefix_gap: float | None = None  # ...and max|Δlogit| over them, which the verdict then holds to the tolerance
+    # ...and max|Δlogit| over them, which the verdict then holds to the tolerance
+    prefix_gap: float | None = None
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -126,8 +132,10 @@ class Generation:
     ref_tokens: list[int]
     diverged_at: int | None  # 0-based index of the first new token that differs; None: identical
     explanation: str  # whether float noise explains the first difference (see generate.explain)
-    steps: list[LayerDiff] = field(default_factory=list)  # last-position logits per step while both inputs agree
-    layers: list[LayerDiff] = field(default_factory=list)  # per stage at the diverging step, on the common prefix
+    # last-position logits per step while both inputs agree
+    steps: list[LayerDiff] = field(default_factory=list)
+    # per stage at the diverging step, on the common prefix
+    layers: list[LayerDiff] = field(default_factory=list)
     first_stage: str | None = None  # the first of those stages beyond tolerance
     margin: float | None = None  # tp=1's lead of its own pick over TP's at the diverging position
     floor: float | None = None  # the noise floor there (low precision)
@@ -136,16 +144,18 @@ class Generation:
     tp_text: str | None = None
     ref_text: str | None = None
     pieces: list[str] | None = None  # the decoded TP and tp=1 tokens at the diverging position
-    eos_token_ids: list[int] = field(default_factory=list)  # from generation_config.json or config.json; []: none
+    # from generation_config.json or config.json; []: none
+    eos_token_ids: list[int] = field(default_factory=list)
     tp_stopped_at_eos: bool = False  # that run's last pick is an EOS token, so it stopped there
     ref_stopped_at_eos: bool = False
 
     def outputs(self, tp_label: str) -> list[tuple[str, str]]:
         """(label, the continuation quoted on one line: text with escapes, or the token ids)."""
-        show = lambda text, ids: json.dumps(text, ensure_ascii=False) if text is not None else str(ids)  # noqa: E731
-        end = lambda stopped, ids: f" (stopped at EOS after {len(ids)} tokens)" if stopped else ""  # noqa: E731
-        return [(tp_label, show(self.tp_text, self.tp_tokens) + end(self.tp_stopped_at_eos, self.tp_tokens)),
-                ("tp=1", show(self.ref_text, self.ref_tokens) + end(self.ref_stopped_at_eos, self.ref_tokens))]
+        def show(text, ids, stopped):
+            shown = json.dumps(text, ensure_ascii=False) if text is not None else str(ids)
+            return shown + (f" (stopped at EOS after {len(ids)} tokens)" if stopped else "")
+        return [(tp_label, show(self.tp_text, self.tp_tokens, self.tp_stopped_at_eos)),
+                ("tp=1", show(self.ref_text, self.ref_tokens, self.ref_stopped_at_eos))]
 
     def divergence(self, tp_label: str) -> str:
         """'identical for all 8 new tokens' or where the two continuations first differ."""
@@ -153,12 +163,14 @@ class Generation:
             return f"identical for all {len(self.tp_tokens)} new tokens" + (
                 " (both stopped at EOS)" if self.tp_stopped_at_eos else "")
         d, (tp, ref) = self.diverged_at, self.pieces or ("", "")
-        show = lambda piece, token: (json.dumps(piece, ensure_ascii=False) + " " if self.pieces else "") + f"#{token}"  # noqa: E731
+        def show(piece, token):
+            return (json.dumps(piece, ensure_ascii=False) + " " if self.pieces else "") + f"#{token}"
         stopped = [who for who, ids in ((tp_label, self.tp_tokens), ("tp=1", self.ref_tokens))
                    if ids[d] in self.eos_token_ids]  # its last pick: it stopped there
         stop = f", where {' and '.join(stopped)} stopped at EOS" if stopped else ""
-        return (f"first differ at new token #{d + 1} of {self.new_tokens} (position {len(self.prompt_ids) + d}): "
-                f"{tp_label} {show(tp, self.tp_tokens[d])} vs tp=1 {show(ref, self.ref_tokens[d])}{stop}")
+        return (f"first differ at new token #{d + 1} of {self.new_tokens} (position "
+                f"{len(self.prompt_ids) + d}): {tp_label} {show(tp, self.tp_tokens[d])} vs tp=1 "
+                f"{show(ref, self.ref_tokens[d])}{stop}")
 
 
 @dataclass
@@ -203,8 +215,8 @@ class VerifyResult:
         return {"schema": SCHEMA, "verdict": self.verdict, **d}
 
     def headline(self) -> str:
-        """One line: verdict, the gap against its tolerance, argmax agreement, where it diverges, and whether the
-        weights were random."""
+        """One line: verdict, the gap against its tolerance, argmax agreement, where it diverges, and whether
+        the weights were random."""
         where = f"; diverges at {self.diverges_at}" if self.diverges_at else ""
         if self.routing:
             why = "float noise at a near tie" if self.routing.noise_explained else "a real mismatch"
@@ -213,8 +225,8 @@ class VerifyResult:
         floor = f" (noise floor {self.noise_floor:.3g})" if self.noise_floor is not None else ""
         gap = f"max|Δlogit| {self.max_abs_diff:.3g}"
         if self.routing and self.routing.prefix_gap is not None:  # decided before the routing flips
-            gap = (f"max|Δlogit| {self.routing.prefix_gap:.3g} over the positions before the first routing flip "
-                   f"(all positions {self.max_abs_diff:.3g})")
+            gap = (f"max|Δlogit| {self.routing.prefix_gap:.3g} over the positions before "
+                   f"the first routing flip (all positions {self.max_abs_diff:.3g})")
             ok = self.routing.prefix_gap <= self.tolerance
         else:
             ok = self.passed
@@ -255,10 +267,11 @@ class VerifyResult:
         if g is None:
             return []
         label = self.layout
-        ids = [f"#{i}" for i in g.eos_token_ids[:4]] + [f"{len(g.eos_token_ids) - 4} more"] * (len(g.eos_token_ids) > 4)
+        ids = ([f"#{i}" for i in g.eos_token_ids[:4]] + [f"{len(g.eos_token_ids) - 4} more"]
+               * (len(g.eos_token_ids) > 4))
         eos = f" (stopping at EOS {', '.join(ids)})" if ids else ""
-        lines = [f"  generated {'up to ' if eos else ''}{g.new_tokens} new tokens greedily{eos}, each run following "
-                 "its own picks:"]
+        lines = [f"  generated {'up to ' if eos else ''}{g.new_tokens} new tokens "
+                 f"greedily{eos}, each run following its own picks:"]
         if g.prompt_text is not None:
             lines.append(f"    prompt {json.dumps(g.prompt_text, ensure_ascii=False)}")
         lines += [f"    {who:<6} {text}" for who, text in g.outputs(label)]
@@ -266,6 +279,6 @@ class VerifyResult:
         if g.layers and g.diverged_at:
             lines.append(f"    per stage max|Δ| at new token #{g.diverged_at + 1} (same "
                          f"{len(g.prompt_ids) + g.diverged_at} input tokens on both):")
-            lines += [f"      {d.name:<14} {d.max_abs:10.3g}  tol {d.limit:.3g}" + (" <-- exceeds" if d.exceeds else "")
-                      for d in g.layers]
+            lines += [f"      {d.name:<14} {d.max_abs:10.3g}  tol {d.limit:.3g}"
+                      + (" <-- exceeds" if d.exceeds else "") for d in g.layers]
         return lines

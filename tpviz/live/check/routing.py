@@ -21,8 +21,9 @@ all four hold:
   score noise at that token (each of the two swapped scores can move by the noise: |tp=1 low precision -
   tp=1 float32| there, floored at one ulp; in float32 the fp32 tolerance).
 When float noise explains the flip, the verdict is taken on the positions before the first flip of each batch
-row (alike_prefix): under causal attention they never see a flipped token, and every layer routes them alike, so
-TP and tp=1 compute the same thing there. Past a flip the two runs compute different things, so no tolerance fits.
+row (alike_prefix): under causal attention they never see a flipped token, and every layer routes them alike,
+so TP and tp=1 compute the same thing there. Past a flip the two runs compute different things, so no
+tolerance fits.
 """
 import re
 
@@ -49,13 +50,15 @@ def watch(model: torch.nn.Module, blocks: tuple[type, ...], follow: dict | None 
             m.forced_ids = (follow or {}).get(int(layer[1])) if layer else None
 
 
-def note(block: torch.nn.Module, scores: torch.Tensor, ids: torch.Tensor, **extra: torch.Tensor) -> torch.Tensor:
+def note(block: torch.nn.Module, scores: torch.Tensor, ids: torch.Tensor,
+         **extra: torch.Tensor) -> torch.Tensor:
     """Called by a block after it routes: keep the ranked scores [tokens, experts] (float32), its own choice
-    [tokens, k] and any extra (DeepSeek: groups, group_ids), once, when watch() asked; return the ids to compute
-    with: those watch() gave it to follow (this pass only), else its own."""
+    [tokens, k] and any extra (DeepSeek: groups, group_ids), once, when watch() asked; return the ids to
+    compute with: those watch() gave it to follow (this pass only), else its own."""
     if getattr(block, "record_routing", False):
         block.record_routing = False  # the first pass only: generation steps run without recording
-        block.routing_record = {"scores": scores.float(), "ids": ids, **extra}  # to the CPU in collect(), after timing
+        # to the CPU in collect(), after timing
+        block.routing_record = {"scores": scores.float(), "ids": ids, **extra}
     forced, block.forced_ids = getattr(block, "forced_ids", None), None
     return ids if forced is None else forced.to(ids.device)
 
@@ -96,23 +99,23 @@ def alike_prefix(tp: dict[int, dict], ref: dict[int, dict], batch: int, seq: int
 
 def decide_before_flips(flip: RoutingFlip, tp: dict[int, dict], ref: dict[int, dict], tp_logits: torch.Tensor,
                         ref_logits: torch.Tensor, limit: float) -> bool:
-    """The verdict on a noise-explained flip: max|Δlogit| over the positions before each row's first flip, held to
-    `limit`. Every token meets every TP layer, so a bug shows in any row's alike positions; a row flipping at its
-    first position has none and is left out; with no row left, no verdict can pass."""
+    """The verdict on a noise-explained flip: max|Δlogit| over the positions before each row's first flip,
+    held to `limit`. Every token meets every TP layer, so a bug shows in any row's alike positions; a row
+    flipping at its first position has none and is left out; with no row left, no verdict can pass."""
     flip.prefix = alike_prefix(tp, ref, *tp_logits.shape[:2])
     rows = [(b, n) for b, n in enumerate(flip.prefix) if n > 0]
     if not rows:
-        flip.explanation += (". Every row flips at its first position, so no position is routed alike in every "
-                             "layer: give other ids, or run in float32")
+        flip.explanation += (". Every row flips at its first position, so no position is "
+                             "routed alike in every layer: give other ids, or run in float32")
         return False
     flip.prefix_gap = max(max_abs(tp_logits[b, :n], ref_logits[b, :n]) for b, n in rows)
     passed = flip.prefix_gap <= limit
     kept = ", ".join(f"row {b}: {n}" for b, n in rows)
     if left := [str(b) for b, n in enumerate(flip.prefix) if n == 0]:
         kept += f"; left out, flipping at the first position: row{'s' * (len(left) > 1)} {', '.join(left)}"
-    flip.explanation += (f". The verdict compares the positions before each row's first flip ({kept}), which every "
-                         f"layer routes alike: max|Δlogit| {flip.prefix_gap:.3g} {'<=' if passed else '>'} tol "
-                         f"{limit:.3g}")
+    flip.explanation += (". The verdict compares the positions before each row's first flip "
+                         f"({kept}), which every layer routes alike: max|Δlogit| {flip.prefix_gap:.3g} "
+                         f"{'<=' if passed else '>'} tol {limit:.3g}")
     return passed
 
 
@@ -140,8 +143,10 @@ def _noise(scores: torch.Tensor, scores32: torch.Tensor | None, eps: float, limi
 def _decisive(ref: dict, tp: dict, token: int, k: int) -> tuple[str, str, float]:
     """(what was ranked, its key, tp=1's margin) where the choice was decided: DeepSeek's group choice when TP
     took other groups, else the experts (within tp=1's groups)."""
-    if "group_ids" in ref and not torch.equal(_chosen(ref["group_ids"][token]), _chosen(tp["group_ids"][token])):
-        return "groups", "groups", float(_margin(ref["groups"][token:token + 1], ref["group_ids"].shape[-1])[0])
+    if "group_ids" in ref and not torch.equal(_chosen(ref["group_ids"][token]),
+                                              _chosen(tp["group_ids"][token])):
+        return "groups", "groups", float(_margin(ref["groups"][token:token + 1],
+                                                 ref["group_ids"].shape[-1])[0])
     scores = ref["scores"][token:token + 1]
     if "group_ids" in ref:  # experts outside tp=1's groups were never candidates
         per = scores.shape[-1] // ref["groups"].shape[-1]
@@ -152,11 +157,12 @@ def _decisive(ref: dict, tp: dict, token: int, k: int) -> tuple[str, str, float]
 
 
 def explain(tp: dict[int, dict], ref: dict[int, dict], ref32: dict[int, dict] | None, layers: list[LayerDiff],
-            tp_hidden: dict, ref_hidden: dict, ref32_hidden: dict | None, eps: float, limit) -> RoutingFlip | None:
-    """The first layer where TP's expert choice differs from tp=1's, and whether float noise at a near tie explains
-    it (module docstring); None when every token is routed alike. `limit(floor, scale)` is the check's stage
-    tolerance (floor None: float32); `layers` its stage diffs; the hidden dicts [batch, seq, hidden] per stage
-    (ref32: the float32 reference, None in a float32 check)."""
+            tp_hidden: dict, ref_hidden: dict, ref32_hidden: dict | None, eps: float,
+            limit) -> RoutingFlip | None:
+    """The first layer where TP's expert choice differs from tp=1's, and whether float noise at a near tie
+    explains it (module docstring); None when every token is routed alike. `limit(floor, scale)` is the
+    check's stage tolerance (floor None: float32); `layers` its stage diffs; the hidden dicts [batch, seq,
+    hidden] per stage (ref32: the float32 reference, None in a float32 check)."""
     flips = {L: (_chosen(tp[L]["ids"]) != _chosen(ref[L]["ids"])).any(-1) for L in sorted(tp) if L in ref}
     flipped = [L for L, m in flips.items() if m.any()]
     if not flipped:
@@ -168,7 +174,8 @@ def explain(tp: dict[int, dict], ref: dict[int, dict], ref32: dict[int, dict] | 
     rows = []  # (token, what, margin, noise) of each flipped token
     for token in tokens:
         what, key, margin = _decisive(r, t, token, k)
-        noise = _noise(r[key][token:token + 1], None if r32 is None else r32[key][token:token + 1], eps, limit)
+        noise = _noise(r[key][token:token + 1],
+                       None if r32 is None else r32[key][token:token + 1], eps, limit)
         rows.append((token, what, margin, float(noise[0])))
     token, what, margin, noise = next((row for row in rows if row[2] > 2 * row[3]), rows[0])
     scale = float(r["scores"].abs().max())
@@ -192,21 +199,23 @@ def explain(tp: dict[int, dict], ref: dict[int, dict], ref32: dict[int, dict] | 
         why = (f"routing differs in {where}, but {before.name} before it already exceeds its tolerance "
                f"({before.max_abs:.3g} > {before.limit:.3g}): a real mismatch upstream")
     elif not router_gap <= router_limit:
-        why = (f"routing differs in {where}, but its router scores differ beyond noise (max|Δ| {router_gap:.3g} > "
-               f"tol {router_limit:.3g}): a real mismatch before the router")
+        why = (f"routing differs in {where}, but its router scores differ beyond noise "
+               f"(max|Δ| {router_gap:.3g} > tol {router_limit:.3g}): a real mismatch before the router")
     elif not alike_gap <= alike_limit:
-        why = (f"routing differs in {where}, and the tokens routed alike differ too (max|Δ| {alike_gap:.3g} > tol "
-               f"{alike_limit:.3g}): a real mismatch in the layer")
+        why = (f"routing differs in {where}, and the tokens routed alike differ too (max|Δ| "
+               f"{alike_gap:.3g} > tol {alike_limit:.3g}): a real mismatch in the layer")
     elif not margin <= 2 * noise:
-        why = f"routing differs with a clear margin in {where}: margin {margin:.3g} > 2 × noise {noise:.3g}, a real mismatch"
+        why = (f"routing differs with a clear margin in {where}: margin {margin:.3g} > 2 × noise "
+               f"{noise:.3g}, a real mismatch")
     else:
         explained = True
-        why = (f"routing flip at a near tie in {where}: margin {margin:.3g} <= 2 × noise {noise:.3g}, so float noise "
-               "picked a different expert, not a TP bug; the stages before it, its router scores and the tokens "
-               "routed alike agree, and past it the two runs compute different things")
+        why = (f"routing flip at a near tie in {where}: margin {margin:.3g} <= 2 × noise "
+               f"{noise:.3g}, so float noise picked a different expert, not a TP bug; the stages "
+               "before it, its router scores and the tokens routed alike agree, and past it the two runs "
+               "compute different things")
     n = len(tokens)
     why += (f"; {n} of {mask.numel()} tokens flipped there" if n > 1 else "") + (
-        f"; later flips in layer{'s' * (len(flipped) > 2)} {', '.join(map(str, flipped[1:]))}" if len(flipped) > 1
-        else "")
-    return RoutingFlip(L, b, p, what, ref_ids, tp_ids, margin, noise, n, flipped[1:], router_gap, router_limit,
-                       alike_gap, alike_limit, explained, why)
+        f"; later flips in layer{'s' * (len(flipped) > 2)} {', '.join(map(str, flipped[1:]))}"
+        if len(flipped) > 1 else "")
+    return RoutingFlip(L, b, p, what, ref_ids, tp_ids, margin, noise, n, flipped[1:],
+                       router_gap, router_limit, alike_gap, alike_limit, explained, why)

@@ -4,12 +4,12 @@ fp32 passes when max|Δlogit| <= 1e-4 (scaled by the logits when they exceed 1).
 that, so the tolerance is calibrated: the noise floor is how far the low-precision tp=1 run is from an
 fp32 tp=1 run, and TP passes when its gap stays within NOISE_MULTIPLE times that floor.
 
-MoE: the fp32 run computes with the low-precision run's expert choices, so the floor is rounding alone. Routed on
-its own it would swap experts at near ties, and the floor would then hold whole expert swaps: large enough that a
-skipped all-reduce passed in bf16 (measured: gap 4.8 within a tolerance of 16; following the bf16 choices the
-tolerance is 0.23). Where TP itself routes a token differently, result.routing says whether float noise at a near
-tie explains it (routing.py); when it does, the verdict is taken on the positions before each row's first flip,
-which both runs compute alike (causal attention), and otherwise on every position.
+MoE: the fp32 run computes with the low-precision run's expert choices, so the floor is rounding alone. Routed
+on its own it would swap experts at near ties, and the floor would then hold whole expert swaps: large enough
+that a skipped all-reduce passed in bf16 (measured: gap 4.8 within a tolerance of 16; following the bf16
+choices the tolerance is 0.23). Where TP itself routes a token differently, result.routing says whether float
+noise at a near tie explains it (routing.py); when it does, the verdict is taken on the positions before each
+row's first flip, which both runs compute alike (causal attention), and otherwise on every position.
 """
 import json
 import time
@@ -23,7 +23,8 @@ from tpviz.live.check.inject import Injection, check_injections, describe_inject
 from tpviz.live.errors import IDS_FLAG, PROMPT_FLAG, check_timeout
 from tpviz.live.check.generate import build_generation, check_generate, eos_token_ids
 from tpviz.live.run.inprocess import run_within
-from tpviz.live.load.inputs import (TextTokenizer, check_input_ids, is_ids_text, parse_ids_text, random_input_ids,
+from tpviz.live.load.inputs import (TextTokenizer, check_input_ids, is_ids_text,
+                                    parse_ids_text, random_input_ids,
                                tokenize)
 from tpviz.live.check.memory import DTYPE_CHOICES, check_fits, checkpoint_dtype, input_shape, run_dtype
 from tpviz.live.check.results import Environment, LayerDiff, RankReport, VerifyResult
@@ -81,7 +82,8 @@ def prepare(model, tp_size: int, *, device: str = "auto", dtype: str = "float32"
     source = resolve_model(model, layers, seed, tp_size, ep=ep, random_weights=random_weights,
                            download=download_progress)  # an invalid split fails before weights are made
     cfg = source.cfg
-    ruleset(cfg.rules).pp_partition(cfg.spec.num_hidden_layers, pp)  # more stages than layers (or a bad override): one line
+    # more stages than layers (or a bad override): one line
+    ruleset(cfg.rules).pp_partition(cfg.spec.num_hidden_layers, pp)
     if env.launcher == "spawn":  # torchrun starts its own ranks
         check_ranks(tp_size, len(env.gpus), pp)
     vocab = cfg.spec.vocab_size
@@ -91,10 +93,12 @@ def prepare(model, tp_size: int, *, device: str = "auto", dtype: str = "float32"
         elif is_ids_text(prompt):  # without a tokenizer, a prompt of token ids is taken as they are
             input_ids = parse_ids_text(prompt, vocab)
         else:
-            why = ("random weights come from its config alone, with no tokenizer" if source.random_weights else
-                   "its checkpoint has no tokenizer.json or tokenizer.model")
-            raise LiveError(f"{source.name} has no tokenizer ({why}): give token ids such as 1 2 3 instead of text")
-    ids = random_input_ids(vocab, batch, seq_len, seed) if input_ids is None else check_input_ids(input_ids, vocab)
+            why = ("random weights come from its config alone, with no tokenizer"
+                   if source.random_weights else "its checkpoint has no tokenizer.json or tokenizer.model")
+            raise LiveError(f"{source.name} has no tokenizer ({why}): give token ids such as "
+                            "1 2 3 instead of text")
+    ids = (random_input_ids(vocab, batch, seq_len, seed) if input_ids is None
+           else check_input_ids(input_ids, vocab))
     n = check_generate(generate, None if input_ids is None else ids)
     stored = checkpoint_dtype(source.checkpoint)
     # the model's own folder (a random checkpoint's config.json is rebuilt and names no EOS)
@@ -106,9 +110,9 @@ def prepare(model, tp_size: int, *, device: str = "auto", dtype: str = "float32"
 
 
 def reference(job: Job, device: torch.device) -> dict:
-    """The single-device run(s): tp=1 in the run's dtype, plus fp32 when that dtype is low precision, computing
-    with the first run's expert choices (so the floor is rounding, not a routing flip: routing.py). With
-    job.generate the first generates its own greedy tokens and the fp32 run follows them: out["gen"]."""
+    """The single-device run(s): tp=1 in the run's dtype, plus fp32 when that dtype is low precision,
+    computing with the first run's expert choices (so the floor is rounding, not a routing flip: routing.py).
+    With job.generate the first generates its own greedy tokens and the fp32 run follows them: out["gen"]."""
     clean = replace(job, inject=(), pp_size=1, ep=False, ref_tokens=None)
     out = {"logits": None, "hidden": None, "logits32": None, "hidden32": None, "gen": None}
     out["logits"], out["hidden"], report = run_model(clean, 0, 1, device)
@@ -150,13 +154,16 @@ def build_result(prep: Prepared, tp_size: int, tp_logits, tp_hidden, ref: dict, 
     start = time.perf_counter()
     fields = compare(tp_logits, tp_hidden, ref, prep.job.dtype)
     if gen:
-        fields["generation"] = generation(prep, gen, ref, fields["layers"], device or torch.device("cpu"), within)
+        fields["generation"] = generation(prep, gen, ref, fields["layers"],
+                                          device or torch.device("cpu"), within)
         phases["generate"] = max(r.get("generate_s", 0.0) for r in reports)
     phases["compare"] = time.perf_counter() - start
     notes = list(prep.source.cfg.notes) + prep.notes
-    notes += [f"--inject {i.name} has no effect here: {i.reason}" for i in prep.injections if not i.has_effect]
+    notes += [f"--inject {i.name} has no effect here: {i.reason}" for i in prep.injections
+              if not i.has_effect]
     if prep.job.ep and tp_size == 1:
-        notes.append("expert parallelism over one rank per stage holds every expert: the same split as without it")
+        notes.append("expert parallelism over one rank per stage holds every expert: the "
+                     "same split as without it")
     return VerifyResult(model=prep.source.name, tp_size=tp_size, dtype=prep.job.dtype,
                         input_shape=list(prep.input_ids.shape), ranks=[RankReport(**r) for r in reports],
                         environment=prep.env, injections=prep.injections, phases=phases, notes=notes,
@@ -178,7 +185,8 @@ def verify(model, tp_size: int, *, device: str = "auto", dtype: str = "float32",
     progress = progress or (lambda phase: None)
     timeout = check_timeout(timeout)
     t0 = time.perf_counter()
-    prep = prepare(model, tp_size, device=device, dtype=dtype, input_ids=input_ids, inject=inject, layers=layers,
+    prep = prepare(model, tp_size, device=device, dtype=dtype, input_ids=input_ids,
+                   inject=inject, layers=layers,
                    seed=seed, batch=batch, seq_len=seq_len, pp=pp, ep=ep, placement=placement,
                    random_weights=random_weights, download_progress=download_progress, prompt=prompt,
                    generate=generate)
@@ -193,7 +201,8 @@ def verify(model, tp_size: int, *, device: str = "auto", dtype: str = "float32",
         return out
 
     progress("spawn")
-    deadline = time.monotonic() + timeout  # covers everything from here on, to the diverging step's tp=1 re-run
+    # covers everything from here on, to the diverging step's tp=1 re-run
+    deadline = time.monotonic() + timeout
 
     def within(fn, what: str, marks=None):  # in-process work: this deadline, and tick()'s stop
         return run_within(fn, timeout, what, marks, tick, deadline)
@@ -201,13 +210,15 @@ def verify(model, tp_size: int, *, device: str = "auto", dtype: str = "float32",
     if tp_size * pp == 1:  # nothing to spawn: the "TP" run is one more in-process run, injections included
         ref = within(lambda mark: timed_reference(), "the tp=1 reference")
         job = replace(prep.job, ref_tokens=ref["gen"]["gen.tokens"].tolist() if ref["gen"] else None)
-        logits, hidden, report = within(lambda mark: run_model(job, 0, 1, ref_device, mark=mark), "the tp=1 run",
+        logits, hidden, report = within(lambda mark: run_model(job, 0, 1, ref_device,
+                                                               mark=mark), "the tp=1 run",
                                         progress)  # marks load, forward
         phases.update(spawn=0.0, load=report["load_s"], forward=report["forward_s"])
         gen, reports = report.pop("generation", None), [report]
     else:
-        publish = (lambda ref: {REF_TOKENS_KEY: json.dumps(ref["gen"]["gen.tokens"].tolist())}) if prep.job.generate \
-            else None
+        publish = ((lambda ref: {REF_TOKENS_KEY: json.dumps(ref["gen"]["gen.tokens"].tolist())})
+                   if prep.job.generate \
+            else None)
         group = run_group(prep.job, tp_size, timeout, lambda p: p in ("load", "forward") and progress(p),
                           overlap=timed_reference, tick=tick, publish=publish)
         logits, hidden, reports, ref = group.logits, group.hidden, group.reports, group.overlap_result

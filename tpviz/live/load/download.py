@@ -2,9 +2,9 @@
 
 Only config.json, the safetensors weights (model.safetensors, or the shards its index names), the index and
 the tokenizer files are fetched: pickles (*.bin, *.pt) are never downloaded or loaded, and no code from the
-repo runs. A model shrunk to its first layers skips the shards holding only later ones. With HF_HUB_OFFLINE set,
-or the hub out of reach, a cached snapshot is used as it is (it may lack those shards). Progress goes to a
-callback called from the caller's thread (the page updates its widgets from there); every failure is one
+repo runs. A model shrunk to its first layers skips the shards holding only later ones. With HF_HUB_OFFLINE
+set, or the hub out of reach, a cached snapshot is used as it is (it may lack those shards). Progress goes to
+a callback called from the caller's thread (the page updates its widgets from there); every failure is one
 HubError / WeightsError line.
 """
 from __future__ import annotations
@@ -20,7 +20,8 @@ from typing import Callable
 from tpviz.config import hub
 from tpviz.errors import HubError, SourceError, TpvizError, WeightsError
 from tpviz.live.errors import RANDOM_FLAG
-from tpviz.live.load.weights import checkpoint_files, layer_of
+from tpviz.live.load.weights import checkpoint_files
+from tpviz.live.load.targets import layer_of
 
 try:
     from huggingface_hub import HfApi, snapshot_download
@@ -56,13 +57,15 @@ class Download:
     fetched_bytes: int = 0  # downloaded by this call (0: everything was cached)
     offline: str | None = None  # why the hub was not asked (HF_HUB_OFFLINE, unreachable), or None
     shards: list[str] = field(default_factory=list)  # shard files the index names (none: a model.safetensors)
-    skipped: list[str] = field(default_factory=list)  # shards holding only layers past the kept ones, not fetched
+    # shards holding only layers past the kept ones, not fetched
+    skipped: list[str] = field(default_factory=list)
     skipped_bytes: int | None = None  # their size per the hub's listing (None: not known offline)
 
     def note(self) -> str:
         """One line for the result's notes: where the real weights came from."""
         where = f"{self.repo_id} at {self.commit[:12]}" if self.commit else self.repo_id
-        how = (f"downloaded {human_size(self.fetched_bytes)} into the Hugging Face cache" if self.fetched_bytes
+        how = (f"downloaded {human_size(self.fetched_bytes)} into the Hugging Face cache"
+               if self.fetched_bytes
                else "from the Hugging Face cache" + (f"; {self.offline}" if self.offline else ""))
         return f"real weights: {where}, {human_size(self.total_bytes)}, {how}"
 
@@ -96,7 +99,8 @@ def download_checkpoint(repo_id: str, revision: str | None = None, *, layers: in
     try:
         commit, sizes = _listing(repo_id, revision, endpoint)
         ref = commit or revision  # the listed commit, so the files fetched are the files listed
-        files = _choose_files(repo_id, ref, sizes, layers)  # with a sharded checkpoint, its index is fetched first
+        # with a sharded checkpoint, its index is fetched first
+        files = _choose_files(repo_id, ref, sizes, layers)
     except Exception as exc:  # noqa: BLE001 - every library error becomes one line
         raise _error(exc, repo_id, revision, endpoint, cache_dir) from None
     snapshot = Path(cache_dir) / f"models--{repo_id.replace('/', '--')}" / "snapshots" / (commit or "?")
@@ -108,27 +112,33 @@ def download_checkpoint(repo_id: str, revision: str | None = None, *, layers: in
         tqdm_class=tqdm_class), progress if need else None, message, need, bars,
         lambda exc: _error(exc, repo_id, revision, endpoint, cache_dir))
     got = _snapshot(repo_id, Path(folder), "the download is incomplete; run it again", layers)
-    files += [s for s in got.shards if s not in files and s not in got.skipped]  # not needed, but cached before
-    got.commit, got.total_bytes, got.fetched_bytes = commit or got.commit, sum(sizes.get(f) or 0 for f in files), need
+    # not needed, but cached before
+    files += [s for s in got.shards if s not in files and s not in got.skipped]
+    got.commit, got.total_bytes, got.fetched_bytes = (commit or got.commit,
+                                                      sum(sizes.get(f) or 0 for f in files), need)
     if all(sizes.get(s) is not None for s in got.skipped):
         got.skipped_bytes = sum(sizes[s] for s in got.skipped)
     return got
 
 
 def _listing(repo_id: str, revision: str | None, endpoint: str) -> tuple[str, dict[str, int | None]]:
-    """(commit, {file: size}) of the repo's top-level files, in one hub call (token from HF_TOKEN or the login)."""
+    """(commit, {file: size}) of the repo's top-level files, in one hub call (token from HF_TOKEN or the
+    login)."""
     info = HfApi(endpoint=endpoint).model_info(repo_id, revision=revision, files_metadata=True)
     return info.sha or "", {s.rfilename: s.size for s in (info.siblings or [])}
 
 
 def needed_shards(weight_map: dict, layers: int | None) -> list[str]:
-    """The index's shard files a model of the first `layers` layers reads (all when None): those holding a tensor
-    of a kept layer or one outside the layers (embeddings, final norm, lm_head), as the loader maps names."""
-    keep = {str(f) for n, f in weight_map.items() if layers is None or (i := layer_of(str(n))) is None or i < layers}
+    """The index's shard files a model of the first `layers` layers reads (all when None): those holding a
+    tensor of a kept layer or one outside the layers (embeddings, final norm, lm_head), as the loader maps
+    names."""
+    keep = {str(f) for n,
+            f in weight_map.items() if layers is None or (i := layer_of(str(n))) is None or i < layers}
     return [s for s in dict.fromkeys(str(f) for f in weight_map.values()) if s in keep]
 
 
-def _choose_files(repo_id: str, commit: str | None, sizes: dict[str, int | None], layers: int | None) -> list[str]:
+def _choose_files(repo_id: str, commit: str | None, sizes: dict[str, int | None],
+                  layers: int | None) -> list[str]:
     """The files to fetch: config, the weights transformers would load (never pickles; with `layers`, only the
     shards those layers need), the tokenizer."""
     if CONFIG_FILE not in sizes:
@@ -156,8 +166,8 @@ def _no_safetensors(repo_id: str, names: list[str], where: str = "") -> WeightsE
     others = sorted(n for n in names if n.endswith(".safetensors"))
     if pickles:
         return WeightsError(f"{repo_id}{where} has only pickle weights ({pickles[0]}"
-                            f"{f' and {len(pickles) - 1} more' if len(pickles) > 1 else ''}), which tpviz never "
-                            f"loads; convert them to safetensors, or {RANDOM_HINT}")
+                            f"{f' and {len(pickles) - 1} more' if len(pickles) > 1 else ''}), which tpviz "
+                            f"never loads; convert them to safetensors, or {RANDOM_HINT}")
     if others:
         return WeightsError(f"{repo_id}{where} has no {WEIGHTS_FILE} or {INDEX_FILE} ({others[0]} is not in "
                             f"transformers' layout); {RANDOM_HINT}")
@@ -172,19 +182,20 @@ def _check_disk(repo_id: str, cache_dir: str, need: int) -> None:
     except OSError:
         return  # cannot tell: the download itself will say
     if need > free:
-        raise WeightsError(f"downloading {repo_id} needs {human_size(need)} but only {human_size(free)} is free in "
-                           f"{cache_dir}; free some space or point HF_HUB_CACHE at a bigger disk, or {RANDOM_HINT}")
+        raise WeightsError(f"downloading {repo_id} needs {human_size(need)} but only "
+                           f"{human_size(free)} is free in {cache_dir}; free some space or point "
+                           f"HF_HUB_CACHE at a bigger disk, or {RANDOM_HINT}")
 
 
 def _cached(repo_id: str, revision: str | None, cache_dir: str, reason: str, layers: int | None) -> Download:
     """The cached snapshot, without asking the hub; one line when its weights are not all there."""
     try:
         # only config.json is required here: the weights are checked below, with a clearer message
-        folder = Path(snapshot_download(repo_id, revision=revision, cache_dir=cache_dir, local_files_only=True,
-                                        allow_patterns=[CONFIG_FILE]))
+        folder = Path(snapshot_download(repo_id, revision=revision, cache_dir=cache_dir,
+                                        local_files_only=True, allow_patterns=[CONFIG_FILE]))
     except LocalEntryNotFoundError:
-        raise HubError(f"{repo_id} is not in the local Hugging Face cache and {reason}: connect to download it, "
-                       f"or {RANDOM_HINT}") from None
+        raise HubError(f"{repo_id} is not in the local Hugging Face cache and {reason}: "
+                       f"connect to download it, or {RANDOM_HINT}") from None
     except Exception as exc:  # noqa: BLE001 - every library error becomes one line
         raise _error(exc, repo_id, revision, hub._endpoint(), cache_dir) from None
     got = _snapshot(repo_id, folder, f"{reason}: connect to download them, or {RANDOM_HINT}", layers)
@@ -205,7 +216,8 @@ def _snapshot(repo_id: str, folder: Path, hint: str, layers: int | None) -> Down
             weight_map = json.loads((folder / INDEX_FILE).read_text())["weight_map"]
             shards, needed = needed_shards(weight_map, None), needed_shards(weight_map, layers)
         except (OSError, ValueError, KeyError, TypeError, AttributeError):
-            raise WeightsError(f"the cached {INDEX_FILE} of {repo_id} is not a valid safetensors index") from None
+            raise WeightsError(f"the cached {INDEX_FILE} of {repo_id} is not a "
+                               "valid safetensors index") from None
         missing = [s for s in needed if not (folder / s).is_file()]
         if missing:
             raise WeightsError(f"the cached snapshot of {repo_id} lacks {missing[0]}"
@@ -221,15 +233,18 @@ def _snapshot(repo_id: str, folder: Path, hint: str, layers: int | None) -> Down
     return got
 
 
-def _error(exc: BaseException, repo_id: str, revision: str | None, endpoint: str, cache_dir: str) -> TpvizError:
+def _error(exc: BaseException, repo_id: str, revision: str | None, endpoint: str,
+           cache_dir: str) -> TpvizError:
     """One line for a failed listing or download: the hub's own mapping, or a disk / OS error."""
     if isinstance(exc, TpvizError):  # hub.py's own lines: its "pick a preset" hint does not apply here
         return type(exc)(str(exc).replace("pick a preset or a local config.json", RANDOM_HINT))
-    hub_errors = tuple(t for t in (getattr(hub, "HfHubHTTPError", None), getattr(hub, "HFValidationError", None),
+    hub_errors = tuple(t for t in (getattr(hub, "HfHubHTTPError", None),
+                                   getattr(hub, "HFValidationError", None),
                                    getattr(hub, "EntryNotFoundError", None)) if t is not None)
     if isinstance(exc, OSError) and not isinstance(exc, hub_errors) and exc.errno is not None:
-        return WeightsError(f"downloading {repo_id} into {cache_dir} failed ({exc.strerror or exc}); free some "
-                            f"space or fix the folder's permissions (HF_HUB_CACHE picks another), or {RANDOM_HINT}")
+        return WeightsError(f"downloading {repo_id} into {cache_dir} failed "
+                            f"({exc.strerror or exc}); free some space or fix the folder's permissions "
+                            f"(HF_HUB_CACHE picks another), or {RANDOM_HINT}")
     mapped = hub._map_error(exc, repo_id, "the checkpoint", revision, endpoint)
     text = str(mapped).replace("pick a preset or a local config.json", RANDOM_HINT)
     return type(mapped)(text) if isinstance(mapped, SourceError) else HubError(text)
@@ -280,7 +295,8 @@ def _run(fetch, progress: Progress | None, message: str, total: int, bars: bool,
             if progress and state.done != shown:
                 shown = state.done
                 progress(message, min(shown, total), total)
-    except BaseException:  # the callback stopped us (Stop on the page, Ctrl-C): the threads stop at their next chunk
+    # the callback stopped us (Stop on the page, Ctrl-C): the threads stop at their next chunk
+    except BaseException:
         state.cancelled = True
         raise
     if isinstance(out.get("error"), (KeyboardInterrupt, SystemExit)):
@@ -293,7 +309,8 @@ def _run(fetch, progress: Progress | None, message: str, total: int, bars: bool,
 
 
 def shrink_note(download: Download, layers: int | None, total_layers: int) -> str | None:
-    """What shrinking the model saved: the shard files never fetched, or why a large checkpoint is there whole."""
+    """What shrinking the model saved: the shard files never fetched, or why a large checkpoint is there
+    whole."""
     d, read = download, f"only the first {layers} of {total_layers} layers are read"
     if d.skipped:
         size = "" if d.skipped_bytes is None else (

@@ -15,7 +15,8 @@ def check_input_ids(ids, vocab_size: int | None = None) -> torch.Tensor:
         try:
             ids = torch.tensor(ids)
         except (TypeError, ValueError, RuntimeError):
-            raise LiveError("input ids must be equal-length rows of integers, e.g. [[1, 2], [3, 4]]") from None
+            raise LiveError("input ids must be equal-length rows of integers, "
+                            "e.g. [[1, 2], [3, 4]]") from None
     if ids.numel() == 0:  # before the dtype: torch reads [] as float32
         raise LiveError(f"input ids are empty (shape {list(ids.shape)}): give at least one token id")
     if ids.dtype.is_floating_point or ids.dtype.is_complex or ids.dtype == torch.bool:
@@ -33,7 +34,8 @@ def check_input_ids(ids, vocab_size: int | None = None) -> torch.Tensor:
 
 
 def read_input_ids(path: str | Path, vocab_size: int | None = None) -> torch.Tensor:
-    """Read --input-ids: a .safetensors file with an int64 `input_ids` [batch, seq], or a .json nested list."""
+    """Read --input-ids: a .safetensors file with an int64 `input_ids` [batch, seq], or a .json nested
+    list."""
     path = Path(path)
     if path.is_dir():
         raise LiveError(f"input ids file {path} is a folder: give a .safetensors or .json file")
@@ -75,15 +77,17 @@ def parse_ids_text(text: str, vocab_size: int | None) -> torch.Tensor:
                 raise
             raise LiveError("token ids are not valid JSON; write e.g. [[1, 2, 3]] or 1 2 3") from None
     parts = text.replace(",", " ").split()
-    if not parts or not all(p.isascii() and p.lstrip("-").isdigit() for p in parts):  # not '²', which int() refuses
-        raise LiveError("token ids must be integers, e.g. 1 2 3 (this model has no tokenizer, so its input is token "
-                        "ids, not text)")
+    # not '²', which int() refuses
+    if not parts or not all(p.isascii() and p.lstrip("-").isdigit() for p in parts):
+        raise LiveError("token ids must be integers, e.g. 1 2 3 (this model has no tokenizer, "
+                        "so its input is token ids, not text)")
     return check_input_ids([[int(p) for p in parts]], vocab_size)
 
 
 class TextTokenizer:
     """A checkpoint folder's own tokenizer: the tokenizers library on tokenizer.json when there is one (no
-    transformers import, no remote code), else transformers' AutoTokenizer on local files (tokenizer.model)."""
+    transformers import, no remote code), else transformers' AutoTokenizer on local files
+    (tokenizer.model)."""
 
     def __init__(self, folder: str | Path):
         folder = Path(folder)
@@ -96,8 +100,8 @@ class TextTokenizer:
                 self._fast = False
                 self._tok = AutoTokenizer.from_pretrained(str(folder), local_files_only=True)
         except ImportError as e:  # tokenizers is a requirement; transformers (tokenizer.model only) is not
-            raise LiveError(f"the tokenizer in {folder} needs the {e.name} package (pip install {e.name}), or "
-                            "give token ids") from None
+            raise LiveError(f"the tokenizer in {folder} needs the {e.name} package (pip "
+                            f"install {e.name}), or give token ids") from None
         except Exception as e:  # both libraries raise many kinds for a broken tokenizer folder
             raise LiveError(f"cannot load the tokenizer in {folder} ({type(e).__name__})") from None
 
@@ -110,7 +114,8 @@ class TextTokenizer:
 
 
 def tokenize(prompt: str, tokenizer_dir: str | Path, vocab_size: int) -> torch.Tensor:
-    """Tokenize a text prompt with the checkpoint folder's own tokenizer (local files only, no remote code)."""
+    """Tokenize a text prompt with the checkpoint folder's own tokenizer (local files only, no remote
+    code)."""
     if not prompt.strip():
         raise LiveError("the prompt is empty")
     ids = TextTokenizer(tokenizer_dir).encode(prompt)

@@ -18,7 +18,8 @@ from tpviz.plan import build_plan
 from tpviz.plan.tensors import tensors
 
 RANDOM_FORMAT = 2  # bump when the random-weight recipe changes, so old caches are not reused
-CACHE_MAX_ENTRIES, CACHE_MAX_BYTES = 8, 8 << 30  # random checkpoints kept beyond these are pruned, oldest first
+# random checkpoints kept beyond these are pruned, oldest first
+CACHE_MAX_ENTRIES, CACHE_MAX_BYTES = 8, 8 << 30
 
 
 def cache_root() -> Path:
@@ -70,7 +71,8 @@ def _size(folder: Path) -> int:
 def prune_cache(keep: Path, max_entries: int = CACHE_MAX_ENTRIES, max_bytes: int = CACHE_MAX_BYTES) -> None:
     """Delete the least recently used random checkpoints beyond max_entries or max_bytes (never `keep`)."""
     try:
-        entries = [p for p in keep.parent.iterdir() if p.is_dir() and not p.name.startswith(".") and p != keep]
+        entries = [p for p in keep.parent.iterdir() if p.is_dir()
+                   and not p.name.startswith(".") and p != keep]
         entries.sort(key=lambda p: p.stat().st_mtime, reverse=True)  # newest first
     except OSError:
         return
@@ -96,19 +98,24 @@ def hf_config(cfg: LiveConfig) -> dict:
            "torch_dtype": "bfloat16"}
     if cfg.sliding_window:
         out["sliding_window"] = cfg.sliding_window
-    out.update(s.arch.hf_extra)  # Phi-3: transformers' default pad/eos id (32000) may lie outside the vocabulary
+    # Phi-3: transformers' default pad/eos id (32000) may lie outside the vocabulary
+    out.update(s.arch.hf_extra)
     windows = [layer.mixer.window for layer in s.layers if layer.mixer.kind == "sliding_attention"]
     if s.arch.live == "olmo" and windows:  # windows per layer type (OLMo-3)
-        out["layer_types"] = ["sliding_attention" if layer.mixer.kind == "sliding_attention" else "full_attention"
-                              for layer in s.layers]
+        out["layer_types"] = ["sliding_attention" if layer.mixer.kind == "sliding_attention"
+                              else "full_attention" for layer in s.layers]
         out["sliding_window"] = max(windows, default=4096)
         if cfg.local_rope is not None:  # and RoPE per layer type, as transformers 5 writes it
-            ropes = {"full_attention": cfg.rope or {"rope_theta": s.rope_theta}, "sliding_attention": cfg.local_rope}
-            out["rope_parameters"] = {kind: {"rope_type": "default", **{k: v for k, v in p.items() if k != "rotary_dim"}}
+            ropes = {"full_attention": cfg.rope or {"rope_theta": s.rope_theta},
+                     "sliding_attention": cfg.local_rope}
+            out["rope_parameters"] = {kind: {"rope_type": "default",
+                                             **{k: v for k, v in p.items() if k != "rotary_dim"}}
                                       for kind, p in ropes.items()}
-    if s.arch.live in ("gemma2", "gemma3"):  # soft-caps, query_pre_attn_scalar, layer types, RoPE per layer type (Gemma-3)
+    # soft-caps, query_pre_attn_scalar, layer types, RoPE per layer type (Gemma-3)
+    if s.arch.live in ("gemma2", "gemma3"):
         out.update(hf_gemma_config(cfg))
-    if s.is_moe:  # both families read num_experts_per_tok; Qwen3-MoE's dense layers come back as mlp_only_layers
+    # both families read num_experts_per_tok; Qwen3-MoE's dense layers come back as mlp_only_layers
+    if s.is_moe:
         out.update(num_experts_per_tok=s.num_experts_per_tok, norm_topk_prob=cfg.norm_topk_prob)
         if s.arch.routing == "fp32":  # Mixtral
             out.update(num_local_experts=s.num_experts, intermediate_size=s.moe_intermediate_size)
@@ -119,15 +126,17 @@ def hf_config(cfg: LiveConfig) -> dict:
     if s.is_mla:  # DeepSeek: MLA dims, RoPE (YaRN), first_k_dense_replace, routing
         out.update(hf_mla_config(cfg))
     if s.arch.live == "gpt_oss":  # experts, layer types, SwiGLU clamp, RoPE (YaRN); written unquantized
-        out = {k: v for k, v in out.items() if k not in ("num_experts", "moe_intermediate_size", "mlp_only_layers",
-                                                        "decoder_sparse_step", "shared_expert_intermediate_size")}
+        out = {k: v for k, v in out.items() if k not in ("num_experts",
+                                                         "moe_intermediate_size", "mlp_only_layers",
+                                                        "decoder_sparse_step",
+                                                         "shared_expert_intermediate_size")}
         out.update(hf_gpt_oss_config(cfg))
     return out
 
 
 def checkpoint_shapes(cfg: LiveConfig) -> dict[str, tuple[int, ...]]:
-    """Every tensor of the checkpoint the plan maps for cfg (unquantized: random weights are bf16), with its shape on
-    disk: the same list the explorer draws and Run live loads (tpviz.plan.tensors)."""
+    """Every tensor of the checkpoint the plan maps for cfg (unquantized: random weights are bf16), with its
+    shape on disk: the same list the explorer draws and Run live loads (tpviz.plan.tensors)."""
     spec = replace(cfg.spec, quant=None, quantization="")
     return {t.name: tuple(t.shape) for t in tensors(build_plan(spec, cfg.rules))}
 
@@ -153,7 +162,8 @@ def random_tensors(cfg: LiveConfig, seed: int) -> dict[str, torch.Tensor]:
 
 
 def write_random_safetensors(cfg: LiveConfig, seed: int, path: Path) -> None:
-    """Write the seeded bf16 weights as one safetensors file, a tensor at a time (the shapes give the header)."""
+    """Write the seeded bf16 weights as one safetensors file, a tensor at a time (the shapes give the
+    header)."""
     header, offset = {"__metadata__": {"format": "pt"}}, 0
     for name, shape in checkpoint_shapes(cfg).items():
         n = 2

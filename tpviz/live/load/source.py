@@ -1,6 +1,7 @@
-"""Where a live run's model comes from: a local checkpoint folder, a preset/hub id (its safetensors checkpoint,
-downloaded into the Hugging Face cache), or a config with random weights (made once from a seed, cached as a
-safetensors checkpoint every rank loads the same way; any source can ask for them instead of its own)."""
+"""Where a live run's model comes from: a local checkpoint folder, a preset/hub id (its safetensors
+checkpoint, downloaded into the Hugging Face cache), or a config with random weights (made once from a seed,
+cached as a safetensors checkpoint every rank loads the same way; any source can ask for them instead of its
+own)."""
 import os
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -10,7 +11,7 @@ import torch
 from tpviz.errors import DenseEPError, TPSizeError, TpvizError
 from tpviz.config.hub import read_json
 from tpviz.config.sources import check_local_path
-from tpviz.config.sources import check_local_path, local_config, resolve_config
+from tpviz.config.sources import local_config, resolve_config
 from tpviz.live.load.download import download_checkpoint, shrink_note
 from tpviz.live.model.causal_lm import LiveForCausalLM
 from tpviz.live.model.config import Stage
@@ -25,7 +26,8 @@ from tpviz.live.load.random_weights import checkpoint_shapes, random_checkpoint
 from tpviz.live.model.rope import rope_parameters
 from tpviz.live.load.weights import checkpoint_files
 from tpviz.deploy.parallel import EP_DENSE
-from tpviz.config.spec import ModelSpec, normalize
+from tpviz.config.spec import ModelSpec
+from tpviz.config.normalize import normalize
 from tpviz.trace.validity import split_problem
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "tokenizer_config.json")
@@ -44,20 +46,24 @@ class ModelSource:
 
 
 def live_config(spec: ModelSpec, raw: dict | None = None, layers: int | None = None) -> LiveConfig:
-    """Spec plus the raw-config facts it lacks (rope, mlp_bias, sliding window, norm_topk_prob), optionally shrunk."""
+    """Spec plus the raw-config facts it lacks (rope, mlp_bias, sliding window, norm_topk_prob), optionally
+    shrunk."""
     raw = raw or {}
     notes = list(spec.notes)
     wrapped = isinstance(raw.get("text_config"), dict)
     if wrapped:
         raw = raw["text_config"]
-        notes.append("Run live runs the text decoder alone: vision tower and multi-modal projector weights, if the "
-                     "checkpoint has them, are not read")
+        notes.append("Run live runs the text decoder alone: vision tower and multi-modal "
+                     "projector weights, if the checkpoint has them, are not read")
     if raw.get("use_sliding_window") is True:
-        raise LiveError("use_sliding_window=true (per-layer sliding windows) is not supported by the live check")
-    # a model-wide window, as the spec reads it (vLLM: the config's sliding_window when there are no layer_types);
-    # OLMo-3's sliding layers carry their own (families.py)
-    window = spec.layers[0].mixer.window if {x.mixer.kind for x in spec.layers} == {"sliding_attention"} else None
-    # Qwen*-MoE's and DeepSeek-V2's default (transformers'); DeepSeek-V3's is true; Mixtral always renormalizes
+        raise LiveError("use_sliding_window=true (per-layer sliding windows) is not "
+                        "supported by the live check")
+    # a model-wide window, as the spec reads it (vLLM: the config's sliding_window when there are no
+    # layer_types); OLMo-3's sliding layers carry their own (families.py)
+    window = (spec.layers[0].mixer.window
+              if {x.mixer.kind for x in spec.layers} == {"sliding_attention"} else None)
+    # Qwen*-MoE's and DeepSeek-V2's default (transformers'); DeepSeek-V3's is true; Mixtral always
+    # renormalizes
     norm_topk = raw.get("norm_topk_prob", spec.arch.renormalize_default)
     if norm_topk is not None and not isinstance(norm_topk, bool):
         raise LiveError(f"norm_topk_prob={norm_topk!r} must be true or false")
@@ -68,13 +74,15 @@ def live_config(spec: ModelSpec, raw: dict | None = None, layers: int | None = N
             notes.append(f"shrunk to the first {layers} of {spec.num_hidden_layers} layers")
             spec = spec.first_layers(layers)
         elif layers > spec.num_hidden_layers:
-            notes.append(f"layers={layers} is more than the model's {spec.num_hidden_layers}: all of them run")
+            notes.append(f"layers={layers} is more than the model's "
+                         f"{spec.num_hidden_layers}: all of them run")
     cfg = LiveConfig(spec=spec, mlp_bias=spec.mlp_bias and not spec.arch.live_moe,
                      sliding_window=window if isinstance(window, int) and window > 0 else None,
                      norm_topk_prob=spec.arch.routing == "fp32" or bool(norm_topk), notes=notes)
     check_supported(cfg.spec)
     # after the family check, so its error comes first; OLMo-3's sliding layers have a RoPE of their own
-    if spec.arch.live in ("gemma2", "gemma3"):  # soft-caps, query_pre_attn_scalar, embedding scale, Gemma-3's two RoPEs
+    # soft-caps, query_pre_attn_scalar, embedding scale, Gemma-3's two RoPEs
+    if spec.arch.live in ("gemma2", "gemma3"):
         read_gemma(cfg, raw, wrapped)
     elif spec.is_mla:  # RoPE over qk_rope_head_dim (interleaved), the mscale-adjusted softmax scale
         read_mla(cfg, raw)
@@ -86,8 +94,9 @@ def live_config(spec: ModelSpec, raw: dict | None = None, layers: int | None = N
         read_gpt_oss(cfg, raw)
     # transformers' own Phi-3 turns the partial rotary dims too; the others ignore partial_rotary_factor
     if cfg.rope["rotary_dim"] < spec.head_dim and not spec.arch.hf_partial_rotary and not spec.is_mla:
-        notes.append(f"partial_rotary_factor: RoPE turns the first {cfg.rope['rotary_dim']} of {spec.head_dim} dims "
-                     f"of each head, as vLLM does (transformers' {spec.model_type} ignores it)")
+        notes.append(f"partial_rotary_factor: RoPE turns the first {cfg.rope['rotary_dim']} of "
+                     f"{spec.head_dim} dims of each head, as vLLM does (transformers' "
+                     f"{spec.model_type} ignores it)")
     return cfg
 
 
@@ -96,7 +105,8 @@ def check_split(cfg: LiveConfig, tp_size: int, ep: bool = False) -> None:
     with ep the routed experts stay whole, so only the other layers must split."""
     if ep and not cfg.spec.is_moe:
         raise DenseEPError(EP_DENSE)
-    problem = split_problem(cfg.spec, tp_size, cfg.rules, moe_tp=1 if ep else None)[0]  # heads before vocab, as users expect
+    # heads before vocab, as users expect
+    problem = split_problem(cfg.spec, tp_size, cfg.rules, moe_tp=1 if ep else None)[0]
     if problem:
         raise TPSizeError(f"{problem.rstrip('.')}. Valid tp sizes for this model: {valid_live_sizes(cfg)}.")
     with torch.device("meta"):
@@ -130,8 +140,9 @@ def resolve_model(model, layers: int | None = None, seed: int = 0, tp_size: int 
     path = is_dir = None
     if isinstance(model, (str, Path)) and str(model).strip():
         text = str(model).strip()
-        if isinstance(model, Path) or text.startswith((".", "/", "~")) or _probe(Path(text).expanduser().exists,
-                                                                                     text):
+        if (isinstance(model, Path) or text.startswith((".", "/", "~"))
+            or _probe(Path(text).expanduser().exists,
+                                                                                     text)):
             path = check_local_path(text)
             is_dir = _probe(path.is_dir, text)
     elif not isinstance(model, (dict, bytes, bytearray)):
@@ -145,8 +156,9 @@ def resolve_model(model, layers: int | None = None, seed: int = 0, tp_size: int 
         tokenizer = path if any((path / f).is_file() for f in TOKENIZER_FILES) else None
         if not random_weights and checkpoint_files(path):
             if cfg.spec.quantization and not is_mxfp4(cfg):  # gpt-oss MXFP4: dequantized while loading
-                raise LiveError(f"{name} is {cfg.spec.quantization}-quantized; the live check loads unquantized "
-                                f"safetensors (use {RANDOM_FLAG} to run its shapes with random ones)")
+                raise LiveError(f"{name} is {cfg.spec.quantization}-quantized; the live "
+                                f"check loads unquantized safetensors (use {RANDOM_FLAG} to run its "
+                                "shapes with random ones)")
             return ModelSource(name, cfg, path, False, tokenizer)
         return ModelSource(name, cfg, _random(cfg, seed, random_weights), True, tokenizer)
     if path is None and isinstance(model, str) and not random_weights:  # a preset or hub id: its real weights

@@ -3,27 +3,17 @@
 The loader gets a CheckpointTensor instead of a tensor: when the loader narrows or chunks it, only
 that slice is read from disk (safetensors `get_slice`), and its bytes are counted.
 """
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 from safetensors import safe_open
 from torch import nn
 
-from tpviz.config.spec import ModelSpec
 from tpviz.errors import TensorError, WeightsError
-from tpviz.plan import build_plan
-from tpviz.plan.tensors import Tensor, fill, stacked, tensors
-from tpviz.rules import RuleSet
+from tpviz.live.load.targets import MXFP4_PARTS, LoadingMap, layer_of
 from tpviz.trace.checkpoint import index_weight_map
-from tpviz.trace.tracer import trace_plan
 
-IGNORED_SUFFIXES = ("rotary_emb.inv_freq",)  # buffers some old checkpoints saved
-# multimodal checkpoints (Gemma-3, Mistral-3): the text decoder's tensors under a language-model prefix (before and
-# after transformers 4.52, as vLLM's hf_to_vllm_mapper reads them); the vision side is not run, so never read
-TEXT_PREFIXES = {"language_model.model.": "model.", "model.language_model.": "model.",
-                 "language_model.lm_head.": "lm_head."}
-VISION_PREFIXES = ("vision_tower.", "multi_modal_projector.", "model.vision_tower.", "model.multi_modal_projector.")
 
 
 @dataclass
@@ -34,9 +24,6 @@ class ReadStats:
 
 
 FLOAT_DTYPES = ("F32", "F16", "BF16", "F64")  # safetensors' names; Run live computes in floating point
-# gpt-oss MXFP4 experts: `<weight>_blocks` / `<weight>_scales` (uint8) load as parts of <weight>, which the experts'
-# loader dequantizes (gptoss.py); only these are read as packed integers, never silently as weights
-MXFP4_PARTS = {"_blocks": "blocks", "_scales": "scales"}
 PACKED_DTYPES = ("U8",)
 
 
@@ -84,8 +71,10 @@ class CheckpointTensor:
         return self._read(self._sub(dim, start, length))
 
     def chunk(self, chunks: int, dim: int = 0) -> list:
-        size = -(-self.shape[dim] // chunks)  # torch.chunk: equal chunks of ceil(n / chunks), last may be short
-        return _LazyParts([(start, min(size, self.shape[dim] - start)) for start in range(0, self.shape[dim], size)],
+        # torch.chunk: equal chunks of ceil(n / chunks), last may be short
+        size = -(-self.shape[dim] // chunks)
+        return _LazyParts([(start, min(size, self.shape[dim] - start))
+                           for start in range(0, self.shape[dim], size)],
                           self, dim)
 
     def split(self, sizes: list[int] | int, dim: int = 0) -> tuple["CheckpointTensor", ...]:
@@ -108,7 +97,8 @@ class CheckpointTensor:
         t = self._slice[tuple(slice(a, b) for a, b in box)] if box else self._handle.get_tensor(self.name)
         if not torch.isfinite(t).all():  # a broken checkpoint, not a TP mismatch: say so before any forward
             where = ", ".join(f"{a}:{b}" for a, b in box) if box else "all"
-            raise TensorError(f"checkpoint tensor {self.name} holds NaN or Inf values (in the part [{where}] this "
+            raise TensorError(f"checkpoint tensor {self.name} holds NaN or Inf values (in the "
+                              f"part [{where}] this "
                                "rank reads); the checkpoint itself is broken, whatever the tp")
         self._stats.read += t.numel() * t.element_size()
         self._stats.spanned += _span(self._full, box, t.element_size())
@@ -158,8 +148,8 @@ def checkpoint_files(folder: Path) -> list[Path]:
         weight_map = index_weight_map(index, WeightsError)
         names = list(dict.fromkeys(weight_map.values()))
         if bad := [f for f in names if not isinstance(f, str) or not f]:
-            raise WeightsError(f"{index} is not a valid safetensors index (weight_map value {bad[0]!r} is not a file "
-                               "name)")
+            raise WeightsError(f"{index} is not a valid safetensors index (weight_map value "
+                               f"{bad[0]!r} is not a file name)")
         root, files = weights_root(folder), []
         for name in names:
             try:
@@ -169,7 +159,8 @@ def checkpoint_files(folder: Path) -> list[Path]:
             if not f.is_relative_to(root):
                 raise WeightsError(f"{index.name} names {name!r}, which is outside {folder}")
             files.append(f)
-        if root != folder.resolve():  # a Hugging Face cache snapshot may lack shards holding only decoder layers,
+        # a Hugging Face cache snapshot may lack shards holding only decoder layers,
+        if root != folder.resolve():
             # when a shrunk run fetched just the first ones (load_weights still refuses any tensor it lacks)
             others = {f for n, f in weight_map.items() if layer_of(n) is None}
             files = [f for f, name in zip(files, names) if f.exists() or name in others]
@@ -177,7 +168,8 @@ def checkpoint_files(folder: Path) -> list[Path]:
         if missing:
             raise WeightsError(f"{index.name} names {missing[0]}, which is not a regular file in {folder}")
         return files
-    # as transformers picks: the index's shards, else model.safetensors (never a stray adapter or consolidated file)
+    # as transformers picks: the index's shards, else model.safetensors (never a stray adapter or consolidated
+    # file)
     single = folder / "model.safetensors"
     try:
         resolved = single.resolve()
@@ -188,44 +180,6 @@ def checkpoint_files(folder: Path) -> list[Path]:
     if single.exists() and not resolved.is_file():
         raise WeightsError(f"{single.name} in {folder} is not a regular file (a FIFO, device or socket?)")
     return [resolved] if single.exists() else []
-
-
-def layer_of(name: str) -> int | None:
-    """The decoder layer a checkpoint tensor belongs to (model.layers.N., also under a multimodal text prefix);
-    None for the rest (embeddings, final norm, lm_head, vision tower)."""
-    old = next((p for p in TEXT_PREFIXES if name.startswith(p)), None)
-    parts = (name if old is None else TEXT_PREFIXES[old] + name[len(old):]).split(".")
-    return int(parts[2]) if len(parts) > 3 and parts[:2] == ["model", "layers"] and parts[2].isdigit() else None
-
-
-class LoadingMap:
-    """Checkpoint tensor name -> (parameter, loaded_shard_id), read off the plan the explorer draws (its sources are
-    vLLM's stacked_params_mapping as data); the multimodal wrappers' text prefixes and the vision tower's names are
-    handled here. Stacked experts (gpt-oss) load into one parameter named as their tensor, MXFP4 blocks and scales as
-    its parts, which the experts' loader dequantizes."""
-
-    def __init__(self, spec: ModelSpec, rules: RuleSet | str = "vllm"):
-        self.num_layers = spec.num_hidden_layers
-        self.targets = {t.name: self._target(t) for t in tensors(build_plan(spec, rules))}
-
-    @staticmethod
-    def _target(t: Tensor) -> tuple[str, object]:
-        if not stacked(t.plan, t.source):
-            return t.param, t.shard_id
-        part = next((p for suffix, p in MXFP4_PARTS.items() if t.name.endswith(suffix)), None)
-        return (t.name[:-len("_blocks")] if part else t.name), part
-
-    def target(self, name: str) -> tuple[str, object] | None:
-        """Where a checkpoint tensor loads; None for what this model never reads (buffers, the vision tower, layers
-        shrunk away). A name the plan lacks maps to itself, so the loader says it has no place."""
-        if name.endswith(IGNORED_SUFFIXES) or name.startswith(VISION_PREFIXES):
-            return None
-        old = next((p for p in TEXT_PREFIXES if name.startswith(p)), None)
-        if old is not None:
-            name = TEXT_PREFIXES[old] + name[len(old):]
-        if (layer := layer_of(name)) is not None and layer >= self.num_layers:
-            return None
-        return self.targets.get(name, (name, None))
 
 
 def _complete(owner: nn.Module, shard_ids: set) -> bool:
@@ -242,7 +196,8 @@ def _complete(owner: nn.Module, shard_ids: set) -> bool:
 
 
 def load_weights(model: nn.Module, folder: str | Path) -> ReadStats:
-    """Load every parameter of a LiveForCausalLM through its weight_loader; return the bytes this rank read."""
+    """Load every parameter of a LiveForCausalLM through its weight_loader; return the bytes this rank
+    read."""
     folder, stats = Path(folder), ReadStats()
     params = dict(model.named_parameters())  # tied lm_head shares embed_tokens' Parameter, listed once
     owners = {}  # parameter name -> the layer whose weight_loader and tp_dim apply to it
@@ -296,25 +251,3 @@ def load_weights(model: nn.Module, folder: str | Path) -> ReadStats:
     return stats
 
 
-def check_against_map(model: nn.Module, tp_rank: int) -> int:
-    """Each parameter this rank built against the shard map the explorer draws for the same model and tp: its local
-    shape at this rank, read off the same plan's traced layers (experts cut 1 way under EP, where each is whole).
-    One line names the first that differs; returns how many were checked. Stacked experts (gpt-oss) keep their own
-    layout, which the loader checks tensor by tensor."""
-    cfg, stage = model.cfg, model.stage
-    params = dict(model.named_parameters())  # this stage's layers and this EP rank's experts only
-    checked = 0
-    for plan in build_plan(replace(cfg.spec, quant=None, quantization=""), cfg.rules):
-        per_expert = plan.experts and plan.name.count("*") == 2
-        if plan.experts and not per_expert:
-            continue
-        whole = plan.family == "experts" and stage.experts is not None
-        want = list(trace_plan(plan, 1 if whole else model.tp_size)[1].local_shapes[0 if whole else tp_rank])
-        for layer in plan.layers if plan.layers is not None else [None]:
-            for expert in range(plan.experts) if per_expert else [None]:
-                name = fill(plan.name, layer, expert)
-                if name in params and (have := list(params[name].shape)) != want:
-                    raise WeightsError(f"rank {tp_rank}: {name} holds {have}, but the map draws {want} for this rank: "
-                                       "the live model and the explorer's plan disagree")
-                checked += name in params
-    return checked

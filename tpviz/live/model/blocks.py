@@ -5,11 +5,11 @@ gate/up are fused on disk, and the fused layers' loaders split them (loaded_shar
 sliding_window holds for every layer (vLLM: model-wide when the config has no layer_types); source.py.
 
 OLMo-2 and OLMo-3 (vLLM 0.33 runs them through its Transformers backend) normalize after each sublayer instead
-of before it, and their q_norm / k_norm span the WHOLE q and k projections (num_heads * head_dim), not one head.
-Under TP each rank holds only its heads, so vLLM's TP-aware RMSNorm all-gathers q (and k) over the TP group,
-normalizes the full width with the replicated weight, and keeps this rank's slice again. That needs the k slices
-to tile k exactly: with KV heads replicated (tp > num_key_value_heads) vLLM refuses, and so does this model.
-OLMo-3 adds sliding-window attention on its `layer_types` sliding layers, with a RoPE of their own
+of before it, and their q_norm / k_norm span the WHOLE q and k projections (num_heads * head_dim), not one
+head. Under TP each rank holds only its heads, so vLLM's TP-aware RMSNorm all-gathers q (and k) over the TP
+group, normalizes the full width with the replicated weight, and keeps this rank's slice again. That needs the
+k slices to tile k exactly: with KV heads replicated (tp > num_key_value_heads) vLLM refuses, and so does this
+model. OLMo-3 adds sliding-window attention on its `layer_types` sliding layers, with a RoPE of their own
 (rope_parameters per layer type; transformers and vLLM scale only the full layers').
 """
 import torch
@@ -28,8 +28,8 @@ from tpviz.live.model.rope import rope_parameters
 
 
 def full_rope_config(raw: dict) -> dict:
-    """The raw config as rope.rope_parameters reads it for the model-wide RoPE: rope_parameters given per layer
-    type (OLMo-3, transformers 5) are the full-attention layers' for it."""
+    """The raw config as rope.rope_parameters reads it for the model-wide RoPE: rope_parameters given per
+    layer type (OLMo-3, transformers 5) are the full-attention layers' for it."""
     rope = raw.get("rope_parameters")
     if isinstance(rope, dict) and isinstance(rope.get("full_attention"), dict):
         return {**raw, "rope_parameters": rope["full_attention"]}
@@ -37,16 +37,17 @@ def full_rope_config(raw: dict) -> dict:
 
 
 def sliding_rope(spec, raw: dict, head_dim: int, theta: float) -> dict | None:
-    """OLMo-3's sliding layers: their own RoPE (rope_parameters["sliding_attention"]; from a legacy flat config,
-    plain RoPE with rope_theta: transformers and vLLM scale only the full layers). None for other blocks, and
-    for a model without sliding layers."""
+    """OLMo-3's sliding layers: their own RoPE (rope_parameters["sliding_attention"]; from a legacy flat
+    config, plain RoPE with rope_theta: transformers and vLLM scale only the full layers). None for other
+    blocks, and for a model without sliding layers."""
     if spec.arch.live != "olmo" or all(layer.mixer.kind != "sliding_attention" for layer in spec.layers):
         return None
     rope = raw.get("rope_parameters")
     if isinstance(rope, dict) and isinstance(rope.get("sliding_attention"), dict):
         local = rope["sliding_attention"]
     else:
-        local = {"rope_type": "default", "rope_theta": raw.get("rope_theta") or (rope or {}).get("rope_theta")}
+        local = {"rope_type": "default",
+                 "rope_theta": raw.get("rope_theta") or (rope or {}).get("rope_theta")}
     return rope_parameters({**raw, "rope_scaling": None, "rope_parameters": local}, head_dim, theta)
 
 
@@ -60,9 +61,10 @@ def rms(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
 class GatheredRMSNorm(RMSNorm):
     """RMSNorm over a whole projection whose heads are split over TP ranks (OLMo's q_norm / k_norm).
 
-    The weight is replicated at full width. forward takes this rank's [..., local heads, head_dim], all-gathers
-    the ranks' slices along the last dim (rank order is head order), normalizes, and returns its own slice.
-    `gather = False` is the injectable bug: each rank normalizes only its slice (a per-rank variance)."""
+    The weight is replicated at full width. forward takes this rank's [..., local heads, head_dim],
+    all-gathers the ranks' slices along the last dim (rank order is head order), normalizes, and returns its
+    own slice. `gather = False` is the injectable bug: each rank normalizes only its slice (a per-rank
+    variance)."""
 
     def __init__(self, width: int, eps: float, tp_size: int, tp_rank: int):
         super().__init__(width, eps)
@@ -78,8 +80,8 @@ class GatheredRMSNorm(RMSNorm):
             return rms(x, self.weight.narrow(0, self.tp_rank * local, local), self.eps).view(shape)
         group = tp_group(self.tp_size)
         if group is None:
-            raise TPGroupError(f"a full-width q/k norm at tp_size={self.tp_size} all-gathers over the TP group; "
-                               "start one rank per tp slice")
+            raise TPGroupError(f"a full-width q/k norm at tp_size={self.tp_size} "
+                               "all-gathers over the TP group; start one rank per tp slice")
         parts = [torch.empty_like(x) for _ in range(self.tp_size)]
         dist.all_gather(parts, x.contiguous(), group=group)
         full = rms(torch.cat(parts, -1), self.weight, self.eps)
@@ -87,16 +89,16 @@ class GatheredRMSNorm(RMSNorm):
 
 
 class OlmoAttention(Attention):
-    """Llama attention with whole-projection q/k norms (all-gathered) and, on OLMo-3's sliding layers, a window
-    and an unscaled RoPE of their own."""
+    """Llama attention with whole-projection q/k norms (all-gathered) and, on OLMo-3's sliding layers, a
+    window and an unscaled RoPE of their own."""
 
     def __init__(self, cfg: LiveConfig, tp_size: int, tp_rank: int, index: int):
         super().__init__(cfg, tp_size, tp_rank)
         s, qkv = cfg.spec, self.qkv_proj
         if qkv.num_kv_head_replicas > 1:  # also refused by the layout check (tpviz.plan.attention.whole_k)
             raise TPSizeError(f"num_key_value_heads={s.num_key_value_heads} is fewer than tp_size={tp_size}: "
-                              "k_norm spans all KV heads and vLLM 0.33 all-gathers k to apply it, which fails "
-                              "when KV heads are replicated")
+                              "k_norm spans all KV heads and vLLM 0.33 all-gathers k to "
+                              "apply it, which fails when KV heads are replicated")
         self.q_norm = GatheredRMSNorm(s.num_attention_heads * s.head_dim, s.rms_norm_eps, tp_size, tp_rank)
         self.k_norm = GatheredRMSNorm(s.num_key_value_heads * s.head_dim, s.rms_norm_eps, tp_size, tp_rank)
         mixer = s.layers[index].mixer if index < len(s.layers) else None
@@ -124,7 +126,8 @@ class PostNormDecoderLayer(nn.Module):
 
 def decoder_layer(cfg: LiveConfig, tp_size: int, tp_rank: int, index: int,
                   experts: tuple[int, ...] | None = None) -> nn.Module:
-    """Layer `index` of this family: OLMo's post-norm block, Gemma's four-norm block, else Llama's pre-norm block."""
+    """Layer `index` of this family: OLMo's post-norm block, Gemma's four-norm block, else Llama's pre-norm
+    block."""
     block = cfg.spec.arch.live
     if block in ("gemma2", "gemma3"):
         return GemmaDecoderLayer(cfg, tp_size, tp_rank, index)

@@ -13,15 +13,17 @@ class Elsewhere(nn.Module):
 
 
 class DecoderModel(nn.Module):
-    """`model.*` of the checkpoint: embedding (first stage), this stage's decoder layers, final norm (last)."""
+    """`model.*` of the checkpoint: embedding (first stage), this stage's decoder layers, final norm
+    (last)."""
 
     def __init__(self, cfg: LiveConfig, tp_size: int, tp_rank: int, stage: Stage):
         super().__init__()
         s = cfg.spec
         if stage.first:
-            self.embed_tokens = VocabParallelEmbedding(s.vocab_size, s.hidden_size, tp_size, tp_rank, rules=cfg.rules)
-        self.layers = nn.ModuleList(decoder_layer(cfg, tp_size, tp_rank, i, stage.experts) if i in stage.layers
-                                    else Elsewhere() for i in range(s.num_hidden_layers))
+            self.embed_tokens = VocabParallelEmbedding(s.vocab_size, s.hidden_size, tp_size,
+                                                       tp_rank, rules=cfg.rules)
+        self.layers = nn.ModuleList(decoder_layer(cfg, tp_size, tp_rank, i, stage.experts)
+                                    if i in stage.layers else Elsewhere() for i in range(s.num_hidden_layers))
         if stage.last:
             self.norm = final_norm(cfg)
 
@@ -37,8 +39,10 @@ class LiveForCausalLM(nn.Module):
         self.stage = stage = stage or Stage(tuple(range(cfg.spec.num_hidden_layers)))
         self.model = DecoderModel(cfg, tp_size, tp_rank, stage)
         if stage.last:
-            tied = cfg.spec.tie_word_embeddings and stage.first  # same padded row block per rank: one Parameter
-            with torch.device("meta" if tied else torch.get_default_device()):  # a tied head allocates nothing
+            # same padded row block per rank: one Parameter
+            tied = cfg.spec.tie_word_embeddings and stage.first
+            # a tied head allocates nothing
+            with torch.device("meta" if tied else torch.get_default_device()):
                 self.lm_head = ParallelLMHead(cfg.spec.vocab_size, cfg.spec.hidden_size, tp_size, tp_rank,
                                               rules=cfg.rules)
             if tied:
@@ -52,7 +56,8 @@ class LiveForCausalLM(nn.Module):
         hidden = {}
         if self.stage.first:
             h = self.model.embed_tokens(input_ids)
-            if self.cfg.embed_scale:  # Gemma: the scale rounded to the activation dtype first, as transformers does
+            # Gemma: the scale rounded to the activation dtype first, as transformers does
+            if self.cfg.embed_scale:
                 h = h * torch.tensor(self.cfg.embed_scale, dtype=h.dtype, device=h.device)
             hidden["embed"] = h
         for i in self.stage.layers:

@@ -1,6 +1,6 @@
 """What the live model runs: the spec with the raw-config facts the spec leaves out (LiveConfig), the share of
-one rank beyond its TP slice (Stage: pipeline layers, whole experts), and which architectures the live model runs
-(their records' `live` block, tpviz.archs)."""
+one rank beyond its TP slice (Stage: pipeline layers, whole experts), and which architectures the live model
+runs (their records' `live` block, tpviz.archs)."""
 from dataclasses import asdict, dataclass, field
 
 from tpviz.archs import REGISTRY
@@ -19,13 +19,18 @@ class LiveConfig:
     mlp_bias: bool = False  # Llama's mlp_bias: gate/up/down carry biases (down is row-parallel)
     sliding_window: int | None = None  # Mistral/Mixtral: attend to at most this many previous tokens
     norm_topk_prob: bool = False  # MoE: renormalize the top-k routing weights (Mixtral always does)
-    rope: dict = field(default_factory=dict)  # rope.rope_parameters(): type, theta, rotated dims, scaling; {} plain
-    local_rope: dict | None = None  # OLMo-3, Gemma-3: the sliding layers' own (unscaled) RoPE, as rope_parameters()
+    # rope.rope_parameters(): type, theta, rotated dims, scaling; {} plain
+    rope: dict = field(default_factory=dict)
+    # OLMo-3, Gemma-3: the sliding layers' own (unscaled) RoPE, as rope_parameters()
+    local_rope: dict | None = None
     attn_scale: float | None = None  # Gemma: query_pre_attn_scalar ** -0.5; None: head_dim ** -0.5
     attn_softcap: float | None = None  # Gemma-2: attention scores become c * tanh(scores / c)
-    final_softcap: float | None = None  # Gemma: logits become c * tanh(logits / c), after the vocabulary gather
-    embed_scale: float | None = None  # Gemma: embeddings times sqrt(hidden_size), rounded to the activation dtype
-    routing: dict = field(default_factory=dict)  # DeepSeek: grouped top-k (moe.routing_config); {} softmax top-k
+    # Gemma: logits become c * tanh(logits / c), after the vocabulary gather
+    final_softcap: float | None = None
+    # Gemma: embeddings times sqrt(hidden_size), rounded to the activation dtype
+    embed_scale: float | None = None
+    # DeepSeek: grouped top-k (moe.routing_config); {} softmax top-k
+    routing: dict = field(default_factory=dict)
     rope_interleave: bool = False  # DeepSeek MLA: RoPE turns (x0, x1) pairs (GPT-J style), not halves
     swiglu: dict = field(default_factory=dict)  # gpt-oss: the experts' clamped SwiGLU {"alpha", "limit"}
     rules: str = "vllm"
@@ -59,8 +64,8 @@ class Stage:
     @classmethod
     def of(cls, spec: ModelSpec, tp_size: int = 1, tp_rank: int = 0, pp_size: int = 1, pp_rank: int = 0,
            ep: bool = False, placement: str = "linear", rules: str = "vllm") -> "Stage":
-        """The rule set's layer partition for pp_rank and, with ep, the experts of EP rank tp_rank (EP size = tp,
-        dp 1)."""
+        """The rule set's layer partition for pp_rank and, with ep, the experts of EP rank tp_rank (EP size =
+        tp, dp 1)."""
         rules = ruleset(rules)
         layers = stage_layers(spec.num_hidden_layers, pp_size, rules)[pp_rank]
         experts = tuple(rules.expert_placement(spec.num_experts, tp_size, placement)[tp_rank]) if ep else None
@@ -92,16 +97,16 @@ def check_supported(spec: ModelSpec) -> None:
         raise LiveError(f"{spec.name} uses MLA ({spec.model_type}), which the live check runs for "
                         f"{', '.join(mla)} only")
     if arch.live == "mla" and not spec.is_mla:
-        raise LiveError(f"{spec.name} is a {spec.model_type} config without kv_lora_rank; the live check runs "
-                        "DeepSeek with MLA only")
+        raise LiveError(f"{spec.name} is a {spec.model_type} config without kv_lora_rank; "
+                        "the live check runs DeepSeek with MLA only")
     if spec.is_moe and (not arch.live_moe or (spec.shared_expert_intermediate_size and not arch.live_shared)):
         moe = [t for t, a in REGISTRY.items() if a.live_moe and a.live != "gpt_oss"]
         shared = [t for t, a in REGISTRY.items() if a.live_shared]
         raise LiveError(f"{spec.name} uses {spec.model_type} MoE, which the live check does not support yet; "
                         f"it runs MoE for {', '.join(moe)} only (shared experts: {', '.join(shared)})")
     if arch.live == "mla" and (spec.attention_bias or spec.mlp_bias):
-        raise LiveError(f"{spec.name} sets attention_bias or mlp_bias; vLLM 0.33 builds DeepSeek's projections "
-                        "without biases, and so does the live check")
+        raise LiveError(f"{spec.name} sets attention_bias or mlp_bias; vLLM 0.33 builds "
+                        "DeepSeek's projections without biases, and so does the live check")
     if not arch.live:
         raise LiveError(f"the live check runs {', '.join(live_types())} models; "
                         f"{spec.name} is model_type {spec.model_type!r}")

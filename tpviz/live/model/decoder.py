@@ -1,11 +1,12 @@
-"""A decoder-only Llama/Mistral/Qwen2/Qwen3/Phi-3 (and Mixtral/Qwen3-MoE, OLMo-2/3, Gemma-2/3) model built only
-from tpviz's TP layers.
+"""A decoder-only Llama/Mistral/Qwen2/Qwen3/Phi-3 (and Mixtral/Qwen3-MoE, OLMo-2/3, Gemma-2/3) model built
+only from tpviz's TP layers.
 
 Parameter names mirror the Hugging Face checkpoint (`model.layers.0.self_attn.qkv_proj.weight`), with
 q/k/v and gate/up fused as in nano-vllm; weights.py maps checkpoint names onto them. MoE blocks: moe.py;
 OLMo's post-norm blocks with all-gathered q/k norms: blocks.py; Gemma's blocks: gemma.py; DeepSeek's MLA:
 mla.py (with its MoE and Qwen2-MoE's shared expert in moe.py).
-The model's config and a rank's Stage (pipeline layers, whole experts): config.py; the whole model: causal_lm.py.
+The model's config and a rank's Stage (pipeline layers, whole experts): config.py; the whole model:
+causal_lm.py.
 """
 import torch
 import torch.nn.functional as F
@@ -19,7 +20,8 @@ from tpviz.live.model.rope import BY_LENGTH, frequencies
 
 class RotaryEmbedding(nn.Module):
     """Rotate-half RoPE (Llama layout): pairs dimension i with i + rotary_dim/2 within the first rotary_dim
-    (head_dim unless partial_rotary_factor) dims; frequencies and cos/sin multiplier as rope.frequencies gives."""
+    (head_dim unless partial_rotary_factor) dims; frequencies and cos/sin multiplier as rope.frequencies
+    gives."""
 
     def __init__(self, head_dim: int, theta: float, rope: dict | None = None):
         super().__init__()
@@ -28,7 +30,8 @@ class RotaryEmbedding(nn.Module):
         # a plain attribute, not a buffer, so model.to(bfloat16) cannot round the frequencies
         self.inv_freq, self.scale = frequencies(self.rope, head_dim)
 
-    def forward(self, positions: torch.Tensor, q: torch.Tensor, k: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def forward(self, positions: torch.Tensor, q: torch.Tensor,
+                k: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         inv_freq, scale = self.inv_freq, self.scale
         if self.rope.get("rope_type") in BY_LENGTH:  # dynamic, longrope: chosen by this pass's length
             inv_freq, scale = frequencies(self.rope, self.head_dim, int(positions.max()) + 1)
@@ -40,7 +43,8 @@ class RotaryEmbedding(nn.Module):
         cos, sin, d = cos.to(q.dtype), sin.to(q.dtype), self.rotary_dim
         if d == q.shape[-1]:
             return q * cos + rotate_half(q) * sin, k * cos + rotate_half(k) * sin
-        return tuple(torch.cat((x[..., :d] * cos + rotate_half(x[..., :d]) * sin, x[..., d:]), -1) for x in (q, k))
+        return tuple(torch.cat((x[..., :d] * cos + rotate_half(x[..., :d]) * sin, x[..., d:]),
+                               -1) for x in (q, k))
 
 
 def rotate_half(x: torch.Tensor) -> torch.Tensor:
@@ -56,7 +60,8 @@ class Attention(nn.Module):
         super().__init__()
         s = cfg.spec
         self.head_dim, self.sliding_window = s.head_dim, cfg.sliding_window
-        self.qkv_proj = QKVParallelLinear(s.hidden_size, s.head_dim, s.num_attention_heads, s.num_key_value_heads,
+        self.qkv_proj = QKVParallelLinear(s.hidden_size, s.head_dim, s.num_attention_heads,
+                                          s.num_key_value_heads,
                                           tp_size, tp_rank, bias=cfg.qkv_bias, rules=cfg.rules)
         self.num_heads, self.num_kv_heads = self.qkv_proj.num_heads, self.qkv_proj.num_kv_heads
         self.o_proj = RowParallelLinear(s.num_attention_heads * s.head_dim, s.hidden_size, tp_size, tp_rank,
@@ -67,8 +72,8 @@ class Attention(nn.Module):
         self.rotary_emb = RotaryEmbedding(s.head_dim, s.rope_theta, cfg.rope)
 
     def heads(self, positions: torch.Tensor, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        """This rank's q, k, v as [B, heads, S, head_dim]: split, normed (if the family norms), rotated, and k / v
-        repeated for the local q heads they serve (GQA)."""
+        """This rank's q, k, v as [B, heads, S, head_dim]: split, normed (if the family norms), rotated, and k
+        / v repeated for the local q heads they serve (GQA)."""
         B, S, _ = x.shape
         q_size, kv_size = self.qkv_proj.q_size, self.qkv_proj.kv_size
         q, k, v = self.qkv_proj(x).split([q_size, kv_size, kv_size], -1)
@@ -105,9 +110,11 @@ class MLP(nn.Module):
     def __init__(self, cfg: LiveConfig, tp_size: int, tp_rank: int):
         super().__init__()
         s = cfg.spec
-        self.gate_up_proj = MergedColumnParallelLinear(s.hidden_size, [s.intermediate_size] * 2, tp_size, tp_rank,
+        self.gate_up_proj = MergedColumnParallelLinear(s.hidden_size,
+                                                       [s.intermediate_size] * 2, tp_size, tp_rank,
                                                        bias=cfg.mlp_bias)
-        self.down_proj = RowParallelLinear(s.intermediate_size, s.hidden_size, tp_size, tp_rank, bias=cfg.mlp_bias)
+        self.down_proj = RowParallelLinear(s.intermediate_size, s.hidden_size, tp_size,
+                                           tp_rank, bias=cfg.mlp_bias)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         gate, up = self.gate_up_proj(x).chunk(2, -1)

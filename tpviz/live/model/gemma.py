@@ -1,4 +1,5 @@
-"""Gemma-2 and Gemma-3 (text) in the live model, computed as transformers 5 does and split as vLLM 0.33 splits them.
+"""Gemma-2 and Gemma-3 (text) in the live model, computed as transformers 5 does and split as vLLM 0.33 splits
+them.
 
 What differs from Llama's blocks:
 - every RMSNorm scales by (1 + weight), in float32 (checkpoints store the offset; vLLM's GemmaRMSNorm);
@@ -6,13 +7,14 @@ What differs from Llama's blocks:
 - four norms a block: h += post_attention_layernorm(attn(input_layernorm(h))), then
   h += post_feedforward_layernorm(mlp(pre_feedforward_layernorm(h)));
 - attention scores are scaled by query_pre_attn_scalar ** -0.5 (not head_dim ** -0.5); Gemma-2 soft-caps them,
-  c * tanh(s / c) before the mask (Gemma-3 carries attn_logit_softcapping but neither transformers nor vLLM applies it);
+  c * tanh(s / c) before the mask (Gemma-3 carries attn_logit_softcapping but neither transformers nor vLLM
+  applies it);
 - sliding-window layers by layer_types (Gemma-2: every other layer, Gemma-3: sliding_window_pattern, 5 of 6);
 - a GELU-tanh gated MLP (hidden_activation gelu_pytorch_tanh, the only one vLLM accepts);
 - Gemma-3: per-head q_norm / k_norm (the (1 + w) form, replicated under TP: each head is whole on one rank),
   and two RoPEs: rope_local_base_freq (unscaled) on sliding layers, rope_theta / rope_scaling on full ones;
-- the final logits are soft-capped, c * tanh(logits / c), on the last stage's TP rank 0 after the vocabulary gather
-  (LiveForCausalLM's final_softcap hook; vLLM's LogitsProcessor soft_cap).
+- the final logits are soft-capped, c * tanh(logits / c), on the last stage's TP rank 0 after the vocabulary
+  gather (LiveForCausalLM's final_softcap hook; vLLM's LogitsProcessor soft_cap).
 None of these adds a collective: soft-capping and the norms are elementwise or within one head.
 """
 import math
@@ -43,7 +45,8 @@ class GemmaRMSNorm(RMSNorm):
 
 
 def _positive(raw: dict, key: str, default) -> float | None:
-    """raw[key] (default when absent; null stays None) as a positive finite number, else one LiveError line."""
+    """raw[key] (default when absent; null stays None) as a positive finite number, else one LiveError
+    line."""
     v = raw.get(key, default)
     if v is None:
         return None
@@ -53,17 +56,20 @@ def _positive(raw: dict, key: str, default) -> float | None:
 
 
 def gemma_ropes(block: str, raw: dict, head_dim: int, theta: float) -> tuple[dict, dict | None]:
-    """(the model-wide or full layers' RoPE, Gemma-3's sliding layers' RoPE or None), as rope_parameters gives.
-    Gemma-3 reads rope_parameters per layer type (transformers 5), else rope_theta (default 1e6) with rope_scaling
-    for the full layers and rope_local_base_freq (default 1e4, never scaled) for the sliding ones."""
+    """(the model-wide or full layers' RoPE, Gemma-3's sliding layers' RoPE or None), as rope_parameters
+    gives. Gemma-3 reads rope_parameters per layer type (transformers 5), else rope_theta (default 1e6) with
+    rope_scaling for the full layers and rope_local_base_freq (default 1e4, never scaled) for the sliding
+    ones."""
     if block == "gemma2":
         return rope_parameters(raw, head_dim, theta), None
     rope = raw.get("rope_parameters") or {}
     if not isinstance(rope, dict):
         raise LiveError(f"rope_parameters={rope!r} must be an object")
     if rope and not any(isinstance(rope.get(k), dict) for k in ("full_attention", "sliding_attention")):
-        raise LiveError("Gemma-3 rope_parameters must be given per layer type (full_attention, sliding_attention)")
-    full, local = ({"rope_type": "default", **(rope.get(k) or {})} for k in ("full_attention", "sliding_attention"))
+        raise LiveError("Gemma-3 rope_parameters must be given per layer type "
+                        "(full_attention, sliding_attention)")
+    full, local = ({"rope_type": "default", **(rope.get(k) or {})} for k in ("full_attention",
+                                                                             "sliding_attention"))
     if isinstance(raw.get("rope_scaling"), dict):  # legacy configs: the scaling is the full layers'
         full.update(raw["rope_scaling"])
     full.setdefault("rope_theta", raw.get("rope_theta") or 1_000_000.0)
@@ -74,31 +80,33 @@ def gemma_ropes(block: str, raw: dict, head_dim: int, theta: float) -> tuple[dic
 
 
 def read_gemma(cfg: LiveConfig, raw: dict, multimodal: bool = False) -> None:
-    """Fill cfg with the Gemma facts the spec leaves out (raw: the text config of a `multimodal` wrapper, or the
-    config itself), or refuse in one line."""
+    """Fill cfg with the Gemma facts the spec leaves out (raw: the text config of a `multimodal` wrapper, or
+    the config itself), or refuse in one line."""
     s, kind = cfg.spec, cfg.spec.arch.live
     act = raw.get("hidden_activation") or ACTIVATION  # what transformers' Gemma reads (not hidden_act)
     if act != ACTIVATION:
         raise LiveError(f"hidden_activation={act!r}: Gemma runs {ACTIVATION} (vLLM accepts no other)")
     if raw.get("use_bidirectional_attention"):
-        raise LiveError("use_bidirectional_attention=true (non-causal Gemma) is not supported by the live check")
+        raise LiveError("use_bidirectional_attention=true (non-causal Gemma) is not "
+                        "supported by the live check")
     attn_cap, final_cap = SOFTCAP_DEFAULTS[kind]
     attn_cap = _positive(raw, "attn_logit_softcapping", attn_cap)
     if kind != "gemma2" and attn_cap is not None:
-        cfg.notes.append(f"attn_logit_softcapping={attn_cap:g} is not applied: transformers and vLLM ignore it for "
-                         "Gemma-3, and so does the live check")
+        cfg.notes.append(f"attn_logit_softcapping={attn_cap:g} is not applied: transformers "
+                         "and vLLM ignore it for Gemma-3, and so does the live check")
         attn_cap = None
     cfg.attn_softcap, cfg.final_softcap = attn_cap, _positive(raw, "final_logit_softcapping", final_cap)
     if multimodal and cfg.final_softcap:  # vLLM's Gemma-3 wrapper runs Gemma3ForCausalLM's logits processor
-        cfg.notes.append(f"final_logit_softcapping={cfg.final_softcap:g} is applied, as vLLM does; transformers' "
-                         "Gemma3ForConditionalGeneration leaves its logits uncapped")
+        cfg.notes.append(f"final_logit_softcapping={cfg.final_softcap:g} is applied, as vLLM "
+                         "does; transformers' Gemma3ForConditionalGeneration leaves its logits uncapped")
     cfg.attn_scale = _positive(raw, "query_pre_attn_scalar", 256) ** -0.5
     cfg.embed_scale = s.hidden_size ** 0.5
     cfg.rope, cfg.local_rope = gemma_ropes(kind, raw, s.head_dim, s.rope_theta)
 
 
 def hf_gemma_config(cfg: LiveConfig) -> dict:
-    """The Gemma fields of a random checkpoint's config.json (Gemma2ForCausalLM / Gemma3ForCausalLM, text only)."""
+    """The Gemma fields of a random checkpoint's config.json (Gemma2ForCausalLM / Gemma3ForCausalLM, text
+    only)."""
     s = cfg.spec
     scalar = cfg.attn_scale ** -2 if cfg.attn_scale else 256
     windows = [layer.mixer.window for layer in s.layers if layer.mixer.kind == "sliding_attention"]
@@ -107,13 +115,14 @@ def hf_gemma_config(cfg: LiveConfig) -> dict:
            "hidden_act": ACTIVATION, "hidden_activation": ACTIVATION,
            "query_pre_attn_scalar": round(scalar) if abs(scalar - round(scalar)) < 1e-6 else scalar,
            "attn_logit_softcapping": cfg.attn_softcap, "final_logit_softcapping": cfg.final_softcap,
-           "layer_types": ["sliding_attention" if layer.mixer.kind == "sliding_attention" else "full_attention"
-                           for layer in s.layers],
+           "layer_types": ["sliding_attention" if layer.mixer.kind == "sliding_attention"
+                           else "full_attention" for layer in s.layers],
            "sliding_window": max(windows, default=4096)}
     ropes = {"full_attention": cfg.rope, "sliding_attention": cfg.local_rope}
     ropes = {k: {key: v for key, v in p.items() if key != "rotary_dim"} for k, p in ropes.items() if p}
     if s.arch.live == "gemma2":
-        out.update(rope_parameters=ropes.get("full_attention") or {"rope_type": "default", "rope_theta": s.rope_theta})
+        out.update(rope_parameters=ropes.get("full_attention") or {"rope_type": "default",
+                                                                   "rope_theta": s.rope_theta})
     else:
         out.update(rope_parameters=ropes)
     return out
@@ -129,7 +138,8 @@ class GemmaMLP(MLP):
 
 class GemmaAttention(Attention):
     """This rank's heads: QKV -> (Gemma-3) per-head (1 + w) q/k norms -> RoPE of the layer's type -> scores
-    scaled by query_pre_attn_scalar ** -0.5, soft-capped (Gemma-2), causal / windowed mask, float32 softmax."""
+    scaled by query_pre_attn_scalar ** -0.5, soft-capped (Gemma-2), causal / windowed mask, float32
+    softmax."""
 
     def __init__(self, cfg: LiveConfig, tp_size: int, tp_rank: int, index: int):
         super().__init__(cfg, tp_size, tp_rank)
@@ -146,7 +156,8 @@ class GemmaAttention(Attention):
         self.softcap = cfg.attn_softcap
 
     def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-        """Eager attention as Gemma needs it: scaled, soft-capped scores, causal / windowed mask, fp32 softmax."""
+        """Eager attention as Gemma needs it: scaled, soft-capped scores, causal / windowed mask, fp32
+        softmax."""
         S = q.shape[2]
         scores = torch.matmul(q, k.transpose(2, 3)) * self.scale
         if self.softcap:

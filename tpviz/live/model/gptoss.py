@@ -1,22 +1,23 @@
-"""gpt-oss in the live model, computed as transformers 5 does (modeling_gpt_oss.py) and split as vLLM 0.33 splits it
-(models/gpt_oss.py).
+"""gpt-oss in the live model, computed as transformers 5 does (modeling_gpt_oss.py) and split as vLLM 0.33
+splits it (models/gpt_oss.py).
 
 What differs from Llama's blocks:
-- attention sinks: a learned logit per head (`self_attn.sinks`) joins each row's softmax denominator and is dropped
-  after it; the sinks split over TP with their heads (no collective). q/k/v and o carry biases (o row-parallel: its
-  bias added once); even layers slide (layer_types), with the config's window; YaRN RoPE as the config says;
+- attention sinks: a learned logit per head (`self_attn.sinks`) joins each row's softmax denominator and is
+  dropped after it; the sinks split over TP with their heads (no collective). q/k/v and o carry biases (o
+  row-parallel: its bias added once); even layers slide (layer_types), with the config's window; YaRN RoPE as
+  the config says;
 - the router is a replicated linear WITH a bias; softmax over the top-k logits (not over all experts);
 - experts are stored stacked and transposed: gate_up_proj [E, hidden, 2*I] with gate / up INTERLEAVED columns
   (gate at even, up at odd), down_proj [E, I, hidden], each with a bias; the clamped SwiGLU
   (up.clamp(+-limit) + 1) * gate.clamp(max=limit) * sigmoid(alpha * gate);
-- under TP each rank takes ONE contiguous block [start, end) of the intermediate dim for gate and up alike, i.e.
-  interleaved columns [2*start, 2*end), and the same rows of down_proj; down's bias is added on rank 0 only, and
-  the block reduces once. vLLM's cut: unquantized ceil(I / tp) per rank, MXFP4 ceil(I / 32 / tp) * 32 (whole
-  32-value scale blocks; tpviz.layers.mxfp4.mxfp4_rows, as the explorer maps it): the last ranks may get fewer
-  rows or none. Under expert parallelism a rank holds its experts whole.
+- under TP each rank takes ONE contiguous block [start, end) of the intermediate dim for gate and up alike,
+  i.e. interleaved columns [2*start, 2*end), and the same rows of down_proj; down's bias is added on rank 0
+  only, and the block reduces once. vLLM's cut: unquantized ceil(I / tp) per rank, MXFP4 ceil(I / 32 / tp) *
+  32 (whole 32-value scale blocks; tpviz.layers.mxfp4.mxfp4_rows, as the explorer maps it): the last ranks may
+  get fewer rows or none. Under expert parallelism a rank holds its experts whole.
 - MXFP4 checkpoints (the released gpt-oss): `*_blocks` (uint8, two e2m1 values a byte, low nibble first) and
-  `*_scales` (uint8 E8M0 exponents, one per 32 values) are dequantized to the run dtype while loading, from this
-  rank's slices of both only.
+  `*_scales` (uint8 E8M0 exponents, one per 32 values) are dequantized to the run dtype while loading, from
+  this rank's slices of both only.
 """
 import math
 
@@ -38,7 +39,8 @@ SWIGLU_DEFAULTS = {"alpha": 1.702, "limit": 7.0}  # transformers' GptOssConfig s
 FP4_VALUES = (0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0, -0.0, -0.5, -1.0, -1.5, -2.0, -3.0, -4.0, -6.0)
 BLOCK = 32  # MXFP4 values per E8M0 scale
 PACKED = ("blocks", "scales")  # the shard ids an MXFP4 expert weight is loaded from
-# transformers' GptOssConfig when a config names no RoPE (vLLM reads the same through it): YaRN, not plain RoPE
+# transformers' GptOssConfig when a config names no RoPE (vLLM reads the same through it): YaRN, not plain
+# RoPE
 DEFAULT_ROPE = {"rope_type": "yarn", "factor": 32.0, "beta_fast": 32.0, "beta_slow": 1.0, "truncate": False,
                 "original_max_position_embeddings": 4096}
 
@@ -50,7 +52,8 @@ def is_mxfp4(cfg: LiveConfig) -> bool:
 
 
 def read_gpt_oss(cfg: LiveConfig, raw: dict) -> None:
-    """Fill cfg.swiglu from the config (transformers' defaults), and refuse MXFP4 experts vLLM could not cut."""
+    """Fill cfg.swiglu from the config (transformers' defaults), and refuse MXFP4 experts vLLM could not
+    cut."""
     out = {}
     for key, default in SWIGLU_DEFAULTS.items():
         v = raw.get(f"swiglu_{key}", default)
@@ -65,8 +68,8 @@ def read_gpt_oss(cfg: LiveConfig, raw: dict) -> None:
         cfg.notes.append("the config names no RoPE scaling: YaRN (factor 32, original 4096 positions) as "
                          "transformers' GptOssConfig defaults and vLLM runs it")
     if is_mxfp4(cfg) and cfg.spec.moe_intermediate_size % BLOCK:
-        raise LiveError(f"model.layers.0.mlp.experts: MXFP4 experts need intermediate_size divisible by {BLOCK} "
-                        f"(one scale block), got {cfg.spec.moe_intermediate_size}")
+        raise LiveError("model.layers.0.mlp.experts: MXFP4 experts need intermediate_size "
+                        f"divisible by {BLOCK} (one scale block), got {cfg.spec.moe_intermediate_size}")
 
 
 def expert_rows(inter: int, tp_size: int, tp_rank: int, mxfp4: bool) -> tuple[int, int]:
@@ -94,7 +97,8 @@ class GptOssAttention(Attention):
     def __init__(self, cfg: LiveConfig, tp_size: int, tp_rank: int, index: int):
         super().__init__(cfg, tp_size, tp_rank)
         mixer = cfg.spec.layers[index].mixer if index < len(cfg.spec.layers) else None
-        self.sliding_window = mixer.window if mixer is not None and mixer.kind == "sliding_attention" else None
+        self.sliding_window = (mixer.window if mixer is not None
+                               and mixer.kind == "sliding_attention" else None)
         self.scale, self.tp_rank = self.head_dim ** -0.5, tp_rank
         self.sinks = nn.Parameter(torch.zeros(self.num_heads), requires_grad=False)
         self.sinks.weight_loader = self.load_sinks
@@ -105,7 +109,8 @@ class GptOssAttention(Attention):
         param.data.copy_(loaded.narrow(0, self.tp_rank * n, n))
 
     def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-        """Eager attention: scaled scores, causal / windowed mask, softmax with a sink column, sink dropped."""
+        """Eager attention: scaled scores, causal / windowed mask, softmax with a sink column, sink
+        dropped."""
         B, _, S, _ = q.shape
         scores = torch.matmul(q, k.transpose(2, 3)) * self.scale
         i = torch.arange(S, device=q.device)
@@ -123,18 +128,21 @@ class GptOssAttention(Attention):
 
 class GptOssExperts(nn.Module):
     """This rank's experts (all, or under EP its own whole) over its intermediate rows, in the checkpoint's
-    stacked, transposed, interleaved layout: gate_up_proj [E, hidden, 2n], down_proj [E, n, hidden], biases."""
+    stacked, transposed, interleaved layout: gate_up_proj [E, hidden, 2n], down_proj [E, n, hidden],
+    biases."""
 
     def __init__(self, cfg: LiveConfig, tp_size: int, tp_rank: int, experts: tuple[int, ...] | None):
         super().__init__()
         s, H = cfg.spec, cfg.spec.hidden_size
         self.ids = list(range(s.num_experts)) if experts is None else list(experts)
-        self.tp_rank = 0 if experts is not None else tp_rank  # EP: whole experts, every rank adds its own biases
+        # EP: whole experts, every rank adds its own biases
+        self.tp_rank = 0 if experts is not None else tp_rank
         self.start, self.end = (0, s.moe_intermediate_size) if experts is not None else \
             expert_rows(s.moe_intermediate_size, tp_size, tp_rank, is_mxfp4(cfg))
         n, E = self.end - self.start, len(self.ids)
         self.alpha, self.limit = cfg.swiglu["alpha"], cfg.swiglu["limit"]
-        self.tp_dim = 1  # load_weights: hand the loader lazy checkpoint tensors, it reads only this rank's part
+        # load_weights: hand the loader lazy checkpoint tensors, it reads only this rank's part
+        self.tp_dim = 1
         self.packed_parts = set(PACKED)  # an MXFP4 weight is complete once its blocks and its scales are in
         self._pending: dict[str, dict] = {}
         for name, shape in (("gate_up_proj", (E, H, 2 * n)), ("gate_up_proj_bias", (E, 2 * n)),
@@ -146,7 +154,8 @@ class GptOssExperts(nn.Module):
         self.clamp = True  # False: plain SwiGLU (tests show the clamp matters)
 
     def _experts(self, t) -> torch.Tensor:
-        """This rank's experts of a (lazy) stacked tensor, read expert by expert unless they are all of them."""
+        """This rank's experts of a (lazy) stacked tensor, read expert by expert unless they are all of
+        them."""
         if self.ids == list(range(t.shape[0])):
             return t.narrow(0, 0, t.shape[0])
         return torch.cat([t.narrow(0, e, 1) for e in self.ids])
@@ -215,7 +224,8 @@ def lazy_narrow(t, dim: int, start: int, length: int):
 
 
 class GptOssMoe(SparseMoeBlock):
-    """Replicated router with bias -> softmax over the top-k logits -> this rank's experts -> one all_reduce."""
+    """Replicated router with bias -> softmax over the top-k logits -> this rank's experts -> one
+    all_reduce."""
 
     def __init__(self, cfg: LiveConfig, tp_size: int, tp_rank: int, experts: tuple[int, ...] | None):
         nn.Module.__init__(self)
@@ -261,8 +271,8 @@ def hf_gpt_oss_config(cfg: LiveConfig) -> dict:
     windows = [layer.mixer.window for layer in s.layers if layer.mixer.kind == "sliding_attention"]
     return {"architectures": ["GptOssForCausalLM"], "num_local_experts": s.num_experts,
             "num_experts_per_tok": s.num_experts_per_tok, "intermediate_size": s.moe_intermediate_size,
-            "layer_types": ["sliding_attention" if layer.mixer.kind == "sliding_attention" else "full_attention"
-                            for layer in s.layers],
+            "layer_types": ["sliding_attention" if layer.mixer.kind == "sliding_attention"
+                            else "full_attention" for layer in s.layers],
             "sliding_window": max(windows, default=128), "attention_bias": True,
             "swiglu_alpha": cfg.swiglu.get("alpha", SWIGLU_DEFAULTS["alpha"]),
             "swiglu_limit": cfg.swiglu.get("limit", SWIGLU_DEFAULTS["limit"]),

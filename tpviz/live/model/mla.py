@@ -29,7 +29,8 @@ from tpviz.config.spec import ModelSpec
 
 
 def mla_softmax_scale(spec: ModelSpec, rope: dict) -> float:
-    """qk_head_dim^-0.5, times mscale^2 when a scaled RoPE sets mscale_all_dim (transformers' yarn_apply_mscale)."""
+    """qk_head_dim^-0.5, times mscale^2 when a scaled RoPE sets mscale_all_dim (transformers'
+    yarn_apply_mscale)."""
     scale = (spec.qk_nope_head_dim + spec.qk_rope_head_dim) ** -0.5
     all_dim, factor = rope.get("mscale_all_dim"), rope.get("factor")
     if rope.get("rope_type", "default") != "default" and all_dim and factor and factor > 1:
@@ -40,26 +41,30 @@ def mla_softmax_scale(spec: ModelSpec, rope: dict) -> float:
 
 class LatentRotary(RotaryEmbedding):
     """RoPE over the rope dims of q (per head) and of the one shared key: interleaved pairs, or (V3 with
-    rope_interleave false) rotate-half as Llama. Frequencies and cos/sin multiplier as rope.frequencies gives."""
+    rope_interleave false) rotate-half as Llama. Frequencies and cos/sin multiplier as rope.frequencies
+    gives."""
 
     def __init__(self, dim: int, theta: float, rope: dict, interleave: bool):
         super().__init__(dim, theta, rope)
         self.interleave = interleave
 
-    def forward(self, positions: torch.Tensor, q: torch.Tensor, k: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def forward(self, positions: torch.Tensor, q: torch.Tensor,
+                k: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         if not self.interleave:
             return super().forward(positions, q, k)
         inv_freq, scale = self.inv_freq, self.scale
         if self.rope.get("rope_type") in BY_LENGTH:
             inv_freq, scale = frequencies(self.rope, self.head_dim, int(positions.max()) + 1)
-        freqs = (positions[..., None].float() * inv_freq.to(positions.device))[:, :, None, :]  # [B, S, 1, dim/2]
+        # [B, S, 1, dim/2]
+        freqs = (positions[..., None].float() * inv_freq.to(positions.device))[:, :, None, :]
         cos, sin = freqs.cos(), freqs.sin()
         if scale != 1.0:
             cos, sin = cos * scale, sin * scale
         cos, sin = cos.to(q.dtype), sin.to(q.dtype)
-        # pair (x[2i], x[2i+1]) turns by frequency i; written out as [evens | odds], as transformers' V3 does (the
-        # same permutation of q and k leaves every q.k, so attention, unchanged)
-        return tuple(torch.cat((x[..., 0::2] * cos - x[..., 1::2] * sin, x[..., 1::2] * cos + x[..., 0::2] * sin), -1)
+        # pair (x[2i], x[2i+1]) turns by frequency i; written out as [evens | odds], as transformers' V3 does
+        # (the same permutation of q and k leaves every q.k, so attention, unchanged)
+        return tuple(torch.cat((x[..., 0::2] * cos - x[..., 1::2] * sin,
+                                x[..., 1::2] * cos + x[..., 0::2] * sin), -1)
                      for x in (q, k))
 
 
@@ -82,7 +87,8 @@ class MLAttention(nn.Module):
             self.q_proj = ColumnParallelLinear(H, s.num_attention_heads * qk, tp_size, tp_rank)
         self.kv_a_proj_with_mqa = ReplicatedLinear(H, s.kv_lora_rank + s.qk_rope_head_dim, tp_size, tp_rank)
         self.kv_a_layernorm = RMSNorm(s.kv_lora_rank, eps)
-        self.kv_b_proj = ColumnParallelLinear(s.kv_lora_rank, s.num_attention_heads * (self.nope + self.v_dim), tp_size,
+        self.kv_b_proj = ColumnParallelLinear(s.kv_lora_rank,
+                                              s.num_attention_heads * (self.nope + self.v_dim), tp_size,
                                               tp_rank)
         self.o_proj = RowParallelLinear(s.num_attention_heads * s.v_head_dim, H, tp_size, tp_rank)
         self.scaling = cfg.attn_scale if cfg.attn_scale is not None else mla_softmax_scale(s, cfg.rope)
@@ -90,12 +96,14 @@ class MLAttention(nn.Module):
 
     def forward(self, positions: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
         B, S, _ = x.shape
-        q = self.q_b_proj(self.q_a_layernorm(self.q_a_proj(x))) if hasattr(self, "q_a_proj") else self.q_proj(x)
+        q = (self.q_b_proj(self.q_a_layernorm(self.q_a_proj(x))) if hasattr(self, "q_a_proj")
+             else self.q_proj(x))
         q_nope, q_rope = q.view(B, S, self.num_heads, -1).split([self.nope, self.rope_dim], -1)
         latent, k_rope = self.kv_a_proj_with_mqa(x).split([self.kv_lora_rank, self.rope_dim], -1)
         kv = self.kv_b_proj(self.kv_a_layernorm(latent)).view(B, S, self.num_heads, self.nope + self.v_dim)
         k_nope, v = kv.split([self.nope, self.v_dim], -1)
-        q_rope, k_rope = self.rotary_emb(positions, q_rope, k_rope[:, :, None, :])  # one rope key for all heads
+        # one rope key for all heads
+        q_rope, k_rope = self.rotary_emb(positions, q_rope, k_rope[:, :, None, :])
         q = torch.cat((q_nope, q_rope), -1)
         k = torch.cat((k_nope, k_rope.expand(-1, -1, self.num_heads, -1)), -1)
         q, k, v = (t.transpose(1, 2) for t in (q, k, v))  # [B, local heads, S, dim]
@@ -104,7 +112,8 @@ class MLAttention(nn.Module):
 
 
 class MLADecoderLayer(DecoderLayer):
-    """Llama's pre-norm block with MLA; its FFN (dense, or DeepSeek's MoE with shared experts) as DecoderLayer's."""
+    """Llama's pre-norm block with MLA; its FFN (dense, or DeepSeek's MoE with shared experts) as
+    DecoderLayer's."""
     attention = MLAttention
 
 
@@ -118,8 +127,8 @@ def read_mla(cfg: LiveConfig, raw: dict) -> None:
         raise LiveError(f"rope_interleave={interleave!r} must be true or false")
     cfg.rope_interleave = interleave
     if not interleave:
-        cfg.notes.append("rope_interleave=false: RoPE turns halves of the rope dims, as transformers' DeepseekV3 "
-                         "does (vLLM 0.33 always turns interleaved pairs)")
+        cfg.notes.append("rope_interleave=false: RoPE turns halves of the rope dims, as "
+                         "transformers' DeepseekV3 does (vLLM 0.33 always turns interleaved pairs)")
     scaling = raw.get("rope_scaling") or raw.get("rope_parameters") or {}
     cfg.attn_scale = mla_softmax_scale(s, {**scaling, **cfg.rope} if isinstance(scaling, dict) else cfg.rope)
     if s.rms_norm_eps != 1e-6:
@@ -128,7 +137,8 @@ def read_mla(cfg: LiveConfig, raw: dict) -> None:
 
 
 def hf_mla_config(cfg: LiveConfig) -> dict:
-    """The DeepSeek fields of a random checkpoint's config.json: MLA dims, RoPE, and the MoE layout and routing."""
+    """The DeepSeek fields of a random checkpoint's config.json: MLA dims, RoPE, and the MoE layout and
+    routing."""
     s, r = cfg.spec, cfg.routing
     rope = {k: v for k, v in cfg.rope.items() if k not in ("rotary_dim", "max_position_embeddings")}
     out = {"q_lora_rank": s.q_lora_rank or None, "kv_lora_rank": s.kv_lora_rank,
@@ -143,7 +153,8 @@ def hf_mla_config(cfg: LiveConfig) -> dict:
         out["rope_interleave"] = cfg.rope_interleave
     moe = s.moe_layers
     out["first_k_dense_replace"] = moe[0] if moe else s.num_hidden_layers
-    if len(moe) > 1 and moe != list(range(moe[0], s.num_hidden_layers)):  # vLLM reads it; transformers does not
+    # vLLM reads it; transformers does not
+    if len(moe) > 1 and moe != list(range(moe[0], s.num_hidden_layers)):
         out["moe_layer_freq"] = moe[1] - moe[0]
     if s.is_moe:
         v3 = s.arch.routing == "v3"

@@ -9,11 +9,12 @@ shared_experts) is a dense SiLU MLP split over TP the same way; vLLM 0.33 (Fused
 down built with reduce_results=False) adds its partial output to the routed partial sum before that one
 all_reduce. The sigmoid gate is replicated and scales a partial sum, which the all_reduce sums exactly.
 
-DeepSeek routes with grouped top-k (vLLM's grouped_topk, transformers' DeepseekV2/V3 routers): V2 takes softmax
-scores, top-k over all experts ('greedy') or within the topk_group best of n_group groups by their best score
-('group_limited_greedy'); V3 takes sigmoid scores, ranks groups by the sum of their top two and experts by
-score + e_score_correction_bias (a float32 per-expert bias that steers the choice, never the weights); both
-scale the chosen weights by routed_scaling_factor, after an optional renormalization (norm_topk_prob).
+DeepSeek routes with grouped top-k (vLLM's grouped_topk, transformers' DeepseekV2/V3 routers): V2 takes
+softmax scores, top-k over all experts ('greedy') or within the topk_group best of n_group groups by their
+best score ('group_limited_greedy'); V3 takes sigmoid scores, ranks groups by the sum of their top two and
+experts by score + e_score_correction_bias (a float32 per-expert bias that steers the choice, never the
+weights); both scale the chosen weights by routed_scaling_factor, after an optional renormalization
+(norm_topk_prob).
 
 Under expert parallelism (vLLM 0.33 with dp 1: EP size = tp) a rank holds its placement's experts whole.
 Every rank already has every token (attention ends in an all-reduce), so dispatch is local: each rank runs
@@ -53,8 +54,8 @@ class Expert(nn.Module):
 
 def route(logits: torch.Tensor, top_k: int, renormalize: bool, keep_fp32: bool,
           ids: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-    """(weights, expert ids), each [tokens, top_k]: fp32 softmax over all experts, top-k (or the given ids), then
-    maybe renormalize."""
+    """(weights, expert ids), each [tokens, top_k]: fp32 softmax over all experts, top-k (or the given ids),
+    then maybe renormalize."""
     probs = F.softmax(logits, dim=-1, dtype=torch.float32)
     weights, ids = torch.topk(probs, top_k, dim=-1) if ids is None else (probs.gather(1, ids), ids)
     if renormalize:
@@ -64,8 +65,9 @@ def route(logits: torch.Tensor, top_k: int, renormalize: bool, keep_fp32: bool,
 
 
 class DeepseekGate(ReplicatedLinear):
-    """DeepSeek's replicated router, computed in float32 as transformers does; V3's e_score_correction_bias stays
-    float32 however the model is cast (vLLM keeps it so: it ranks scores that differ in the third digit)."""
+    """DeepSeek's replicated router, computed in float32 as transformers does; V3's e_score_correction_bias
+    stays float32 however the model is cast (vLLM keeps it so: it ranks scores that differ in the third
+    digit)."""
 
     def __init__(self, hidden_size: int, num_experts: int, tp_size: int, tp_rank: int, correction_bias: bool):
         super().__init__(hidden_size, num_experts, tp_size, tp_rank)
@@ -89,9 +91,9 @@ class DeepseekGate(ReplicatedLinear):
 def grouped_route(logits: torch.Tensor, bias: torch.Tensor | None, top_k: int, routing: dict,
                   renormalize: bool, seen: dict | None = None, ids: torch.Tensor | None = None
                   ) -> tuple[torch.Tensor, torch.Tensor]:
-    """DeepSeek's (weights fp32, expert ids), each [tokens, top_k], from fp32 router logits (or the weights of the
-    given ids); `seen` gets what decided the choice (for routing.note): the experts' scores, the groups' scores and
-    the groups chosen."""
+    """DeepSeek's (weights fp32, expert ids), each [tokens, top_k], from fp32 router logits (or the weights of
+    the given ids); `seen` gets what decided the choice (for routing.note): the experts' scores, the groups'
+    scores and the groups chosen."""
     scores = logits.sigmoid() if routing["scoring"] == "sigmoid" else logits.softmax(-1)
     choice = scores if bias is None else scores + bias  # the bias picks experts; the weights stay unbiased
     if seen is not None:
@@ -122,15 +124,17 @@ def routing_config(spec: ModelSpec, raw: dict, notes: list[str]) -> dict:
     v3, E, k = spec.arch.routing == "v3", spec.num_experts, spec.num_experts_per_tok
     scoring, method = raw.get("scoring_func"), raw.get("topk_method")
     if v3 and (scoring or "sigmoid", method or "noaux_tc") != ("sigmoid", "noaux_tc"):
-        raise LiveError(f"deepseek_v3 with scoring_func={scoring!r}, topk_method={method!r}: the live check routes V3 "
-                        "as transformers does (sigmoid scores, e_score_correction_bias, topk_method noaux_tc)")
+        raise LiveError(f"deepseek_v3 with scoring_func={scoring!r}, topk_method={method!r}: the "
+                        "live check routes V3 as transformers does (sigmoid scores, e_score_correction_bias, "
+                        "topk_method noaux_tc)")
     if v3 and not (scoring and method):
-        notes.append("the config does not name scoring_func/topk_method: routed as transformers' DeepseekV3 does "
-                     "(sigmoid + e_score_correction_bias); vLLM 0.33 reads their absence as softmax without the bias")
+        notes.append("the config does not name scoring_func/topk_method: routed as "
+                     "transformers' DeepseekV3 does (sigmoid + e_score_correction_bias); vLLM 0.33 "
+                     "reads their absence as softmax without the bias")
     if not v3 and ((scoring or "softmax") != "softmax"
                    or (method or "greedy") not in ("greedy", "group_limited_greedy")):
-        raise LiveError(f"deepseek_v2 with scoring_func={scoring!r}, topk_method={method!r}: the live check runs "
-                        "softmax routing, topk_method greedy or group_limited_greedy")
+        raise LiveError(f"deepseek_v2 with scoring_func={scoring!r}, topk_method={method!r}: "
+                        "the live check runs softmax routing, topk_method greedy or group_limited_greedy")
     grouped = v3 or method == "group_limited_greedy"
     n_group, topk_group = raw.get("n_group") or 1, raw.get("topk_group") or 1
     for key, v in (("n_group", n_group), ("topk_group", topk_group)):
@@ -144,11 +148,13 @@ def routing_config(spec: ModelSpec, raw: dict, notes: list[str]) -> dict:
             raise LiveError(f"topk_group={topk_group} of n_group={n_group} groups must hold the "
                             f"num_experts_per_tok={k} experts chosen")
     elif n_group > 1 and topk_group < n_group:
-        notes.append("topk_method 'greedy' ignores n_group/topk_group, as transformers and DeepSeek's code do "
-                     "(vLLM 0.33 would still limit tokens to the topk_group best groups)")
+        notes.append("topk_method 'greedy' ignores n_group/topk_group, as transformers "
+                     "and DeepSeek's code do (vLLM 0.33 would still limit tokens to the "
+                     "topk_group best groups)")
     factor = raw.get("routed_scaling_factor")
     factor = (2.5 if v3 else 1.0) if factor is None else factor  # transformers' defaults
-    if isinstance(factor, bool) or not isinstance(factor, (int, float)) or not (math.isfinite(factor) and factor > 0):
+    if (isinstance(factor, bool) or not isinstance(factor, (int, float))
+        or not (math.isfinite(factor) and factor > 0)):
         raise LiveError(f"routed_scaling_factor={factor!r} must be a positive number")
     if not v3 and raw.get("norm_topk_prob"):
         notes.append("norm_topk_prob: the top-k weights are renormalized, as vLLM and DeepSeek's code do "
@@ -178,7 +184,8 @@ class SparseMoeBlock(nn.Module):
                                       for e in ids})  # keyed by global id: names stay experts.N.*
         self.shared_name = names.shared.rstrip(".") if spec.shared_expert_intermediate_size else None
         if self.shared_name:  # TP-split like a dense MLP, under EP too
-            self.add_module(self.shared_name, Expert(H, spec.shared_expert_intermediate_size, tp_size, tp_rank,
+            self.add_module(self.shared_name, Expert(H,
+                                                     spec.shared_expert_intermediate_size, tp_size, tp_rank,
                                                      "down_proj"))
             self.shared_gate = names.shared_gate  # Qwen2-MoE: the shared expert scaled by a sigmoid gate
             if self.shared_gate:
@@ -193,7 +200,8 @@ class SparseMoeBlock(nn.Module):
             bias = self.gate.e_score_correction_bias
             weights, ids = grouped_route(logits, bias, self.top_k, self.routing, self.renormalize, seen)
             if (forced := note_routing(self, ids=ids, **seen)) is not ids:  # the check's fp32 reference
-                weights, ids = grouped_route(logits, bias, self.top_k, self.routing, self.renormalize, ids=forced)
+                weights, ids = grouped_route(logits, bias, self.top_k, self.routing,
+                                             self.renormalize, ids=forced)
         else:
             weights, ids = route(logits, self.top_k, self.renormalize, keep_fp32=self.fp32)
             # softmax keeps the logits' order: top-k ranks them

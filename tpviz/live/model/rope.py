@@ -25,30 +25,34 @@ def _number(rope: dict, key: str, kind: str, default=None, integer: bool = False
 
 
 def rope_parameters(raw: dict, head_dim: int, theta: float) -> dict:
-    """The config's RoPE as one flat dict: rope_type, rope_theta, rotary_dim and the type's numbers, resolved as
-    transformers 5 does (rope_scaling over rope_parameters, a top-level original_max_position_embeddings over the
-    dict's, max_position_embeddings as the default); a one-line LiveError for anything it cannot run faithfully."""
+    """The config's RoPE as one flat dict: rope_type, rope_theta, rotary_dim and the type's numbers, resolved
+    as transformers 5 does (rope_scaling over rope_parameters, a top-level original_max_position_embeddings
+    over the dict's, max_position_embeddings as the default); a one-line LiveError for anything it cannot run
+    faithfully."""
     rope = raw.get("rope_scaling") or raw.get("rope_parameters") or {}
     if not isinstance(rope, dict):
         raise LiveError(f"rope_scaling={rope!r} must be an object with a rope_type")
     kind = rope.get("rope_type", rope.get("type")) or "default"
     if kind not in ROPE_TYPES:
-        raise LiveError(f"rope type {kind!r} is not supported by the live check; it runs {', '.join(ROPE_TYPES)}")
+        raise LiveError(f"rope type {kind!r} is not supported by the live check; it runs "
+                        f"{', '.join(ROPE_TYPES)}")
     if any(isinstance(v, dict) for v in rope.values()):
-        raise LiveError(f"per-layer rope parameters ({', '.join(k for k, v in rope.items() if isinstance(v, dict))}) "
-                        f"are not supported by the live check")
+        raise LiveError("per-layer rope parameters "
+                        f"({', '.join(k for k, v in rope.items() if isinstance(v, dict))}) are not "
+                        "supported by the live check")
     factor = _number({**raw, **rope}, "partial_rotary_factor", kind, 1.0)
     rotary_dim = int(head_dim * factor)
     if factor > 1 or rotary_dim < 2 or rotary_dim % 2:
-        raise LiveError(f"partial_rotary_factor={factor} gives {rotary_dim} rotated dims of head_dim {head_dim}; "
-                        f"they must be even and between 2 and head_dim")
+        raise LiveError(f"partial_rotary_factor={factor} gives {rotary_dim} rotated dims of "
+                        f"head_dim {head_dim}; they must be even and between 2 and head_dim")
     p = {"rope_type": kind, "rope_theta": _number(rope, "rope_theta", kind, theta), "rotary_dim": rotary_dim}
     mpe = raw.get("max_position_embeddings")
     if kind in ("llama3", "yarn", "longrope"):
         orig = raw["original_max_position_embeddings"] if "original_max_position_embeddings" in raw else \
             rope.get("original_max_position_embeddings", mpe)
         p["original_max_position_embeddings"] = _number({"original_max_position_embeddings": orig},
-                                                        "original_max_position_embeddings", kind, integer=True)
+                                                        "original_max_position_embeddings", kind,
+                                                        integer=True)
     if kind in ("linear", "dynamic", "llama3"):
         p["factor"] = _number(rope, "factor", kind)
     if kind == "dynamic" or (kind in ("yarn", "longrope") and rope.get("factor") is None):
@@ -81,9 +85,10 @@ def rope_parameters(raw: dict, head_dim: int, theta: float) -> dict:
         for key in ("short_factor", "long_factor"):
             v = rope.get(key)
             if not (isinstance(v, list) and len(v) == rotary_dim // 2
-                    and all(isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) and x > 0
-                            for x in v)):
-                raise LiveError(f"rope 'longrope': {key} must be a list of {rotary_dim // 2} positive numbers")
+                    and all(isinstance(x, (int, float)) and not isinstance(x, bool)
+                            and math.isfinite(x) and x > 0 for x in v)):
+                raise LiveError(f"rope 'longrope': {key} must be a list of "
+                                f"{rotary_dim // 2} positive numbers")
             p[key] = [float(x) for x in v]
     return p
 
@@ -143,7 +148,8 @@ def frequencies(p: dict, head_dim: int, seq_len: int | None = None) -> tuple[tor
     if p["truncate"]:
         low, high = math.floor(low), math.ceil(high)
     low, high = max(low, 0), min(high, dim - 1)
-    ramp = ((torch.arange(dim // 2, dtype=torch.float32, device="cpu") - low) / (high - low if high != low else 0.001)
+    ramp = ((torch.arange(dim // 2, dtype=torch.float32, device="cpu") - low)
+            / (high - low if high != low else 0.001)
             ).clamp(0, 1)
     extrapolate = 1 - ramp
     powers = _powers(theta, dim)

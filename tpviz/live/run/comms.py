@@ -6,7 +6,8 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 # c10d op -> the torch.distributed call users know it by
 OPS = {"allreduce_": "all_reduce", "allgather_": "all_gather", "_allgather_base_": "all_gather",
-       "allgather_into_tensor_coalesced_": "all_gather", "gather_": "gather", "reduce_scatter_": "reduce_scatter",
+       "allgather_into_tensor_coalesced_": "all_gather", "gather_": "gather",
+       "reduce_scatter_": "reduce_scatter",
        "_reduce_scatter_base_": "reduce_scatter", "broadcast_": "broadcast", "send": "send", "recv_": "recv"}
 
 
@@ -19,8 +20,8 @@ def _nbytes(value) -> int:
 
 
 class CollectiveCounter(TorchDispatchMode):
-    """`with CollectiveCounter() as c:` ... `c.stats` is {op: {"count", "bytes"}}, bytes being the tensors this
-    rank contributes (for recv: receives)."""
+    """`with CollectiveCounter() as c:` ... `c.stats` is {op: {"count", "bytes"}}, bytes being the tensors
+    this rank contributes (for recv: receives)."""
 
     def __init__(self):
         super().__init__()
@@ -28,8 +29,8 @@ class CollectiveCounter(TorchDispatchMode):
 
     @classmethod
     def _should_skip_dynamo(cls) -> bool:
-        # nothing is compiled inside the block; torch's default wraps __torch_dispatch__ in dynamo.disable, whose
-        # first call imports dynamo and inductor: about 1.2 s in every rank for nothing
+        # nothing is compiled inside the block; torch's default wraps __torch_dispatch__ in dynamo.disable,
+        # whose first call imports dynamo and inductor: about 1.2 s in every rank for nothing
         return False
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):

@@ -12,7 +12,8 @@ from tpviz.live.errors import LiveError
 
 class Background:
     """fn() on a daemon thread, so the watchdog keeps its clock while the parent works too: a hang there
-    ends at the timeout like a rank's. The thread is abandoned then (Python cannot kill one); a CLI run exits."""
+    ends at the timeout like a rank's. The thread is abandoned then (Python cannot kill one); a CLI run
+    exits."""
 
     def __init__(self, fn):
         self.result, self.error = None, None
@@ -36,9 +37,9 @@ class Background:
 
 
 def run_within(fn, timeout: float, what: str, progress=None, tick=None, deadline: float | None = None):
-    """fn(mark) in this process until `deadline` (time.monotonic(); default: `timeout` s from now), so the tp=1
-    work obeys the run's timeout; the phases it marks reach progress() on the caller's thread (a UI may only
-    draw from there). Past the deadline: one line naming `what` was running and the whole `timeout`."""
+    """fn(mark) in this process until `deadline` (time.monotonic(); default: `timeout` s from now), so the
+    tp=1 work obeys the run's timeout; the phases it marks reach progress() on the caller's thread (a UI may
+    only draw from there). Past the deadline: one line naming `what` was running and the whole `timeout`."""
     marks = queue.SimpleQueue()
     deadline = time.monotonic() + timeout if deadline is None else deadline
     job = Background(lambda: fn(marks.put))

@@ -1,5 +1,6 @@
-"""What a live run sends its ranks, typed: the Job every rank (and the tp=1 reference) runs, and the Launch that
-tells one spawned rank where its group meets. Both cross to the ranks pickled, the spec inside them read once."""
+"""What a live run sends its ranks, typed: the Job every rank (and the tp=1 reference) runs, and the Launch
+that tells one spawned rank where its group meets. Both cross to the ranks pickled, the spec inside them read
+once."""
 from dataclasses import dataclass, field
 
 from tpviz.live.model.config import LiveConfig
@@ -21,7 +22,8 @@ class Job:
     placement: str = "linear"
     stored_dtype: str = ""  # the dtype most of the checkpoint's bytes are stored in
     generate: int = 0  # greedy tokens after the first forward pass
-    eos: list[int] = field(default_factory=list)  # generation stops at these (the checkpoint's generation_config.json)
+    # generation stops at these (the checkpoint's generation_config.json)
+    eos: list[int] = field(default_factory=list)
     follow: list[int] | None = None  # tokens the fp32 reference follows (the low-precision run's picks)
     follow_routing: dict | None = None  # expert choices the fp32 reference computes with (routing.py)
     ref_tokens: list[int] | None = None  # the tp=1 reference's picks, which the ranks compare step by step
@@ -29,8 +31,8 @@ class Job:
 
 @dataclass(frozen=True)
 class Launch:
-    """One spawned group: where its ranks write (run_dir), the parent's TCPStore, the widths, the deadline, the
-    parent to watch, and the caller's environment (a forkserver child would inherit the server's)."""
+    """One spawned group: where its ranks write (run_dir), the parent's TCPStore, the widths, the deadline,
+    the parent to watch, and the caller's environment (a forkserver child would inherit the server's)."""
     job: Job
     run_dir: str
     store_port: int

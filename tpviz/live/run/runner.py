@@ -62,7 +62,8 @@ def choose_backend(world: int, device: str = "auto", launcher: str = "spawn", gp
     if device == "cpu" or not gpus:
         why = "device cpu was asked for" if device == "cpu" else "no CUDA GPU found"
         if world == 1:
-            return Environment(device="cpu", backend="none", reason=f"{why}; tp=1 needs no process group", **env)
+            return Environment(device="cpu", backend="none",
+                               reason=f"{why}; tp=1 needs no process group", **env)
         return Environment(device="cpu", backend="gloo", reason=f"{why}: gloo on CPU", **env)
     if world == 1:
         return Environment(device="cuda", backend="none", reason="tp=1 needs no process group", **env)
@@ -130,7 +131,8 @@ def _hang_message(run_dir: Path, world: int, timeout: float, alive: list[int],
 def _timed_out(run_dir: Path, world: int, timeout: float, alive: list[int], ref_running: bool,
                ranks_need_ref: bool) -> LiveError:
     """Name what was still running when time ran out: the tp=1 reference, the ranks, or both. Generating ranks
-    need the reference's picks from their first step, so when all of them reached forward it is the one behind."""
+    need the reference's picks from their first step, so when all of them reached forward it is the one
+    behind."""
     late = f"the tp=1 reference did not finish within the {timeout:g} s timeout"
     where = {_current(m) for r, m in enumerate(_phases(run_dir, world)) if r in alive}
     if ref_running and not alive:
@@ -143,10 +145,12 @@ def _timed_out(run_dir: Path, world: int, timeout: float, alive: list[int], ref_
 
 
 def _failure_message(run_dir: Path, dead: dict[int, int]) -> tuple[str, int, bool]:
-    """Name the culprit among ranks that exited non-zero (`dead`: rank -> exit code, seen before we stopped any).
+    """Name the culprit among ranks that exited non-zero (`dead`: rank -> exit code, seen before we stopped
+    any).
 
     A user error comes first; then a rank that died with no Python error (a signal, an OOM kill), since its
-    peers' errors are only the broken connection; then the earliest Python error. Returns (message, rank, user).
+    peers' errors are only the broken connection; then the earliest Python error. Returns (message, rank,
+    user).
     """
     errors = {}
     for path in run_dir.glob("rank*.error.json"):
@@ -212,7 +216,8 @@ def run_group(job: Job, tp_size: int, timeout: float, progress=None, overlap=Non
     done, the {key: text} of `publish(its result)` are set in the group's store, for ranks that wait for them.
     """
     run_dir = Path(tempfile.mkdtemp(prefix="tpviz-live-"))
-    store = dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False, timeout=timedelta(seconds=timeout))
+    store = dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False,
+                          timeout=timedelta(seconds=timeout))
     world = tp_size * job.pp_size
     launch = Launch(job, str(run_dir), store.port, tp_size, world, timeout, os.getpid(), dict(os.environ))
     t0, started = time.time(), time.monotonic()
@@ -242,7 +247,8 @@ def run_group(job: Job, tp_size: int, timeout: float, progress=None, overlap=Non
             finished = all(c == 0 for c in codes) and ref.done
             slowest = min((_current(m) for m in _phases(run_dir, world)), key=PHASES.index)
             while progress and PHASES.index(slowest) > PHASES.index(reported):  # no phase skipped, even when
-                reported = PHASES[PHASES.index(reported) + 1]                  # forked ranks finish in one poll
+                # forked ranks finish in one poll
+                reported = PHASES[PHASES.index(reported) + 1]
                 progress(reported)
             if finished:
                 break
@@ -257,7 +263,8 @@ def run_group(job: Job, tp_size: int, timeout: float, progress=None, overlap=Non
 
 
 def _collect(run_dir: Path, world: int, tp_size: int, t0: float, overlap_result) -> GroupRun:
-    """Every rank's report; the hidden states of each stage's TP rank 0 in stage order, the last one's logits."""
+    """Every rank's report; the hidden states of each stage's TP rank 0 in stage order, the last one's
+    logits."""
     leads = range(0, world, tp_size)
     missing = [r for r in range(world) if not (run_dir / f"rank{r}.json").is_file()]
     missing += [r for r in leads if not (run_dir / f"rank{r}.safetensors").is_file()]

@@ -40,15 +40,16 @@ def verify_torchrun(model, tp_size: int | None = None, *, device: str = "auto", 
     local_world = int(os.environ.get("LOCAL_WORLD_SIZE", world))
     tp_size = world if tp_size is None else tp_size
     if kwargs.get("pp", 1) != 1:
-        raise SharedError("pipeline stages run with the built-in launcher (tpviz verify --pp P, no torchrun); "
-                          "under torchrun every rank is one tp slice")
+        raise SharedError("pipeline stages run with the built-in launcher (tpviz verify "
+                          "--pp P, no torchrun); under torchrun every rank is one tp slice")
     if tp_size != world:
         raise SharedError(f"--tp {tp_size} must equal the launched WORLD_SIZE={world}")
     try:
         env = choose_backend(world, device, launcher="torchrun", ranks_per_node=local_world)
     except TpvizError as e:
         raise SharedError(str(e)) from None
-    dev = torch.device("cuda", local_rank % torch.cuda.device_count()) if env.device == "cuda" else torch.device("cpu")
+    dev = (torch.device("cuda", local_rank % torch.cuda.device_count()) if env.device == "cuda"
+           else torch.device("cpu"))
     if dev.type == "cuda":
         torch.cuda.set_device(dev)
     if not dist.is_initialized():
@@ -86,7 +87,8 @@ def verify_torchrun(model, tp_size: int | None = None, *, device: str = "auto", 
     result = None
     if rank == 0:
         ref = timed_reference()
-        result = build_result(prep, world, logits, hidden, ref, reports, phases, kwargs.get("seed", 0), gen, dev)
+        result = build_result(prep, world, logits, hidden, ref, reports, phases,
+                              kwargs.get("seed", 0), gen, dev)
         result.phases["total"] = time.perf_counter() - t0
     verdict = [result.passed if result else None]
     dist.broadcast_object_list(verdict, src=0)

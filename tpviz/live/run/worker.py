@@ -30,7 +30,8 @@ from tpviz.live.run.job import Job, Launch
 from tpviz.live.model.causal_lm import LiveForCausalLM
 from tpviz.live.model.moe import SparseMoeBlock
 from tpviz.live.check.routing import collect as collect_routing, watch as watch_routing
-from tpviz.live.load.weights import check_against_map, checkpoint_files, load_weights
+from tpviz.live.load.weights import checkpoint_files, load_weights
+from tpviz.live.load.targets import check_against_map
 
 REF_TOKENS_KEY = "ref_tokens"  # TCPStore key: the tp=1 reference's generated tokens (JSON)
 FAULT_ENV = "TPVIZ_LIVE_FAULT"  # "RANK:raise|hang|kill:PHASE", used by the tests to make one rank fail
@@ -44,12 +45,14 @@ def _sync(device: torch.device) -> None:
 def rank_stage(job: Job, rank: int, tp_size: int) -> tuple[int, int, Stage]:
     """(pipeline stage, TP rank, Stage) of a global rank: stages are consecutive blocks of tp_size ranks."""
     pp_rank, tp_rank = divmod(rank, tp_size)
-    stage = Stage.of(job.cfg.spec, tp_size, tp_rank, job.pp_size, pp_rank, job.ep, job.placement, job.cfg.rules)
+    stage = Stage.of(job.cfg.spec, tp_size, tp_rank, job.pp_size, pp_rank, job.ep,
+                     job.placement, job.cfg.rules)
     return pp_rank, tp_rank, stage
 
 
 def run_model(job: Job, rank: int, tp_size: int, device: torch.device,
-              mark: Callable[[str], None] = lambda phase: None, ref_tokens: Callable[[], list[int]] | None = None
+              mark: Callable[[str], None] = lambda phase: None,
+              ref_tokens: Callable[[], list[int]] | None = None
               ) -> tuple:
     """Build, load and run one rank; return (logits or None, this stage's hidden states or None, report dict).
 
@@ -97,19 +100,23 @@ def run_model(job: Job, rank: int, tp_size: int, device: torch.device,
     numel = sum(p.numel() for p in params.values())
     report = {"rank": rank, "device": str(device), "stage": pp_rank, "tp_rank": tp_rank,
               "layers": list(stage.layers), "experts": None if stage.experts is None else list(stage.experts),
-              "param_shapes": {n: list(p.shape) for n, p in params.items()}, "params_checked_against_map": mapped,
+              "param_shapes": {n: list(p.shape) for n, p in params.items()},
+              "params_checked_against_map": mapped,
               "param_bytes": sum(p.numel() * p.element_size() for p in params.values()),
               "bytes_read": stats.read, "bytes_spanned": stats.spanned,
               "checkpoint_bytes": sum(f.stat().st_size for f in checkpoint_files(Path(job.checkpoint))),
               "load_s": load_s, "forward_s": forward_s, "collectives": counter.stats if counter else {},
-              "dtype": job.dtype, "stored_dtype": job.stored_dtype, "stored_bytes": stored_bytes(numel, job.stored_dtype)}
+              "dtype": job.dtype, "stored_dtype": job.stored_dtype,
+              "stored_bytes": stored_bytes(numel, job.stored_dtype)}
     if job.generate:
         start = time.perf_counter()
         refs = ref_tokens or ((lambda: job.ref_tokens) if job.ref_tokens is not None else None)
         leader = (job.pp_size - 1) * tp_size if tp_size * job.pp_size > 1 else None
         with torch.inference_mode():
-            report["generation"] = greedy_steps(forward, (logits, hidden), ids, job.generate, keep=tp_rank == 0,
-                                                leader=leader, ref_tokens=refs, follow=job.follow, eos=job.eos)
+            report["generation"] = greedy_steps(forward, (logits, hidden), ids,
+                                                job.generate, keep=tp_rank == 0,
+                                                leader=leader, ref_tokens=refs,
+                                                follow=job.follow, eos=job.eos)
         _sync(device)
         report["generate_s"] = time.perf_counter() - start
     if tp_rank != 0:
@@ -147,8 +154,8 @@ def _alive(pid: int) -> bool:
 
 def _watch_parent(parent: int) -> None:
     """Exit when the run's parent dies, even if the main thread is stuck inside a C++ collective: the kernel's
-    parent-death signal on Linux (from a forkserver, which exits with the parent), a watcher thread, and at once
-    if it died while we started."""
+    parent-death signal on Linux (from a forkserver, which exits with the parent), a watcher thread, and at
+    once if it died while we started."""
     try:
         ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
     except (OSError, AttributeError):  # not Linux: the thread below covers it

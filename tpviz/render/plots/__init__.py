@@ -20,7 +20,8 @@ from tpviz.render.summary import families_present
 # (title, one-line explanation) per family; the explanation is shown in the app and as the figure subtitle
 FAMILY_INFO = {
     "qkv": ("q / k / v projections · column-parallel",
-            "Each GPU takes whole heads: its q, k and v rows are packed as [q | k | v] in its local qkv_proj."),
+            "Each GPU takes whole heads: its q, k and v rows are packed as [q | k | v] "
+            "in its local qkv_proj."),
     "o_proj": ("o_proj · row-parallel",
                "Each GPU takes the input columns of its own heads; an all-reduce sums the partial outputs."),
     "gate_up": ("gate / up projections · merged column-parallel",
@@ -28,27 +29,33 @@ FAMILY_INFO = {
     "down_proj": ("down_proj · row-parallel",
                   "Each GPU takes the columns matching its gate/up rows; an all-reduce sums the outputs."),
     "linear_attn": ("Gated DeltaNet (linear attention) · split by key-head groups",
-                    "in_proj_qkvz / in_proj_ba are stored per key-head group, so each GPU takes whole groups; conv1d "
-                    "takes its chunk of q, k and v; A_log and dt_bias follow the value heads; out_proj is row-parallel."),
+                    "in_proj_qkvz / in_proj_ba are stored per key-head group, so each GPU takes "
+                    "whole groups; conv1d takes its chunk of q, k and v; A_log and dt_bias "
+                    "follow the value heads; out_proj is row-parallel."),
     "mamba": ("Mamba2 · split by heads (and groups)",
-              "in_proj = [z | x | B | C | dt] and conv1d = [x | B | C] are cut part by part; with one group, B and C "
-              "are replicated to every GPU; A_log, D, dt_bias and the gated norm follow the heads; out_proj is row-parallel."),
+              "in_proj = [z | x | B | C | dt] and conv1d = [x | B | C] are cut part by part; "
+              "with one group, B and C are replicated to every GPU; A_log, D, dt_bias and the gated "
+              "norm follow the heads; out_proj is row-parallel."),
     "conv": ("Short convolution · column then row",
-             "in_proj = [B | C | x] is a merged column-parallel table, the depthwise conv follows the channels, "
-             "out_proj is row-parallel."),
+             "in_proj = [B | C | x] is a merged column-parallel table, the depthwise conv "
+             "follows the channels, out_proj is row-parallel."),
     "experts": ("MoE experts · gate/up column-parallel, down row-parallel",
-                "Every expert is split like a dense MLP over moe_intermediate_size: each GPU holds a slice of all experts."),
+                "Every expert is split like a dense MLP over moe_intermediate_size: each GPU holds a "
+                "slice of all experts."),
     "embed": ("embed_tokens · vocab-parallel",
-              "Each GPU holds a block of vocabulary rows; lookups outside it give zeros, then an all-reduce."),
+              "Each GPU holds a block of vocabulary rows; lookups outside it give "
+              "zeros, then an all-reduce."),
     "lm_head": ("lm_head · vocab-parallel",
-                "Each GPU computes the logits of its vocabulary block; vLLM gathers them to every GPU, nano-vllm to GPU 0."),
+                "Each GPU computes the logits of its vocabulary block; vLLM gathers them to every "
+                "GPU, nano-vllm to GPU 0."),
     "replicated": ("Replicated: norms, routers, latents and row-parallel biases",
                    "Every GPU holds a full copy; a row-parallel bias is added on GPU 0 only."),
 }
 MLA_LINE = ("MLA: the per-head up-projections q_b_proj and kv_b_proj are split by heads; the latent "
             "down-projections are replicated (see the replicated figure).")
 SOURCE_DOMAIN, RANK_DOMAIN = (0.0, 0.40), (0.50, 1.0)
-VIEW_WIDTH = 860  # px: a figure's width in the explorer on a laptop screen (PNGs are wider), for placing labels
+# px: a figure's width in the explorer on a laptop screen (PNGs are wider), for placing labels
+VIEW_WIDTH = 860
 
 
 def figure_height(tp: int) -> int:
@@ -74,7 +81,8 @@ def _notes(m: ShardMap, family: str, group=None) -> str:
         elif layers > 1:
             extra.append(f"the same in each of {layers} layers")
     else:
-        extra.append("; ".join(f"{', '.join(names)}: {layers} layers" for (layers, _), names in groups.items()))
+        extra.append("; ".join(f"{', '.join(names)}: {layers} layers" for (layers, _),
+                               names in groups.items()))
     extra += [t.note for t in tensors if t.note and t.note != "shared expert"][:1]
     return " · ".join(extra)
 
@@ -82,7 +90,8 @@ def _notes(m: ShardMap, family: str, group=None) -> str:
 def _panel_px(layout: dict) -> tuple[float, float]:
     """Approximate (width, height) in px of the source panel at VIEW_WIDTH."""
     margin = layout["margin"]
-    width = (VIEW_WIDTH - margin["l"] - margin["r"] - 40) * (SOURCE_DOMAIN[1] - SOURCE_DOMAIN[0])  # 40: y ticks
+    # 40: y ticks
+    width = (VIEW_WIDTH - margin["l"] - margin["r"] - 40) * (SOURCE_DOMAIN[1] - SOURCE_DOMAIN[0])
     return width, layout["height"] - margin["t"] - margin["b"]
 
 
@@ -108,8 +117,8 @@ LABEL_PX, LINE_PX = 28, 30  # a two-line 11 px label, and one step down
 
 
 def _place_labels(src: SourceView, px: float) -> float:
-    """Side-by-side tensors narrower than their names: a label stays above its tensor when no other label is in
-    the way, else goes below it, one line further down while it would cover another label or tensor (MLA's
+    """Side-by-side tensors narrower than their names: a label stays above its tensor when no other label is
+    in the way, else goes below it, one line further down while it would cover another label or tensor (MLA's
     narrow scale tensors beside q_b_proj and kv_b_proj end up under the drawing). Returns how far in px the
     lowest label reaches below the drawing."""
     py = px * src.y_scale
@@ -158,9 +167,11 @@ def family_figure(m: ShardMap, family: str, group: LayerGroup | None = None) -> 
         note = " · ".join(filter(None, [note, f"split like their rows, not drawn: {names}"]))
     wrapped = textwrap.wrap(note, 150)  # Plotly never wraps text itself
     lines = textwrap.wrap(line, 150)
-    layout["title"]["subtitle"] = dict(text="<br>".join(lines) + (f"<br><i>{'<br>'.join(wrapped)}</i>" if note else ""),
+    layout["title"]["subtitle"] = dict(text="<br>".join(lines)
+                                       + (f"<br><i>{'<br>'.join(wrapped)}</i>" if note else ""),
                                        font=dict(size=11, color=MUTED))
-    layout["margin"]["t"] = 130 + 15 * (len(lines) + len(wrapped))  # room for the subtitle lines and panel titles
+    # room for the subtitle lines and panel titles
+    layout["margin"]["t"] = 130 + 15 * (len(lines) + len(wrapped))
     pad_x = src.width * 0.03
     x_range = _source_x_range(src, layout, pad_x)
     if not src.stacked:
@@ -170,7 +181,8 @@ def family_figure(m: ShardMap, family: str, group: LayerGroup | None = None) -> 
         layout["margin"]["b"] += int(extra)
         layout["height"] += int(extra)
     layout["xaxis"] = axis(domain=SOURCE_DOMAIN, range=x_range,
-                           showticklabels=False, constrain="domain", constraintoward="right" if src.stacked else "left")
+                           showticklabels=False, constrain="domain",
+                           constraintoward="right" if src.stacked else "left")
     stacked_ticks = dict(tickvals=[y for y, _ in src.ticks], ticktext=[t for _, t in src.ticks], side="right",
                          tickfont=dict(size=9, color=MUTED)) if src.stacked else dict(tickformat="~s")
     layout["yaxis"] = axis("rows of each tensor" if src.stacked else "rows of the checkpoint tensor" if any(
@@ -197,15 +209,17 @@ def family_figure(m: ShardMap, family: str, group: LayerGroup | None = None) -> 
     for trace in traces:
         trace.showlegend = False
     shown = list(src.shared.items())[:MAX_SHARED_LEGEND]
-    traces += [go.Bar(x=[None], y=[None], name=name, marker=dict(color=color, pattern=dict(  # legend entries only
-        shape="x", fillmode="overlay", fgcolor="rgba(255,255,255,0.5)", size=7, solidity=0.25)), hoverinfo="skip")
-        for name, color in shown]
+    # legend entries only
+    traces += [go.Bar(x=[None], y=[None], name=name, marker=dict(color=color, pattern=dict(
+        shape="x", fillmode="overlay", fgcolor="rgba(255,255,255,0.5)", size=7,
+        solidity=0.25)), hoverinfo="skip") for name, color in shown]
     if shown:
         rows = -(-len(shown) // 4)
         extra = 70 + 22 * rows  # below the rank view's axis title; the plots keep their height
         layout["margin"]["b"] += extra
         layout["height"] += extra
-        more = f"{len(src.shared) - len(shown)} more shared heads in the hover · " if len(src.shared) > len(shown) else ""
+        more = (f"{len(src.shared) - len(shown)} more shared heads in the hover · "
+                if len(src.shared) > len(shown) else "")
         layout.update(showlegend=True, legend=dict(
             orientation="h", x=SOURCE_DOMAIN[0], y=0, yref="container", yanchor="bottom", entrywidth=230,
             font=dict(size=10, color=MUTED), title=dict(text=f"{more}hatched: one band held by several GPUs",
@@ -214,7 +228,8 @@ def family_figure(m: ShardMap, family: str, group: LayerGroup | None = None) -> 
 
 
 def all_figures(m: ShardMap, group: LayerGroup | None = None) -> dict[str, go.Figure]:
-    """Every figure of a view, keyed by a file-safe name: one per family present (in the group), then memory."""
+    """Every figure of a view, keyed by a file-safe name: one per family present (in the group), then
+    memory."""
     figs = {family: family_figure(m, family, group) for family in families_present(m, group)}
     figs["memory"] = memory_figure(m)
     return figs

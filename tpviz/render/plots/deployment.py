@@ -15,11 +15,15 @@ def device_grid(d: Deployment) -> go.Figure:
         c = g.dp * lay.tp + g.tp
         z[g.pp][c] = g.weight_bytes / 2**30
         experts = "" if g.experts is None else f"<br>{len(g.experts)} experts"
-        text[g.pp][c] = f"GPU {g.rank}<br>layers {g.layers[0]}–{g.layers[1] - 1}{experts}<br>{z[g.pp][c]:.1f} GiB"
+        text[g.pp][c] = (f"GPU {g.rank}<br>layers "
+                         f"{g.layers[0]}–{g.layers[1] - 1}{experts}<br>{z[g.pp][c]:.1f} GiB")
     layout = base_layout(f"Device grid · {lay.label}", 160 + 90 * lay.pp)
-    layout["title"]["subtitle"] = dict(text="Rows: pipeline stages · columns: data-parallel replicas × tensor-parallel "
-                                            "ranks · colour: weights per GPU (GiB)", font=dict(size=11, color=MUTED))
-    layout["xaxis"] = dict(title=dict(text="replica · tp rank", font=dict(size=11, color=INK)), tickvals=list(range(cols)),
+    layout["title"]["subtitle"] = dict(text="Rows: pipeline stages · columns: data-parallel "
+                                            "replicas × tensor-parallel ranks · colour: "
+                                            "weights per GPU (GiB)",
+                                       font=dict(size=11, color=MUTED))
+    layout["xaxis"] = dict(title=dict(text="replica · tp rank", font=dict(size=11, color=INK)),
+                           tickvals=list(range(cols)),
                            ticktext=[f"dp {c // lay.tp} · tp {c % lay.tp}" for c in range(cols)])
     layout["yaxis"] = dict(title=dict(text="stage", font=dict(size=11, color=INK)), autorange="reversed",
                            tickvals=list(range(lay.pp)), ticktext=[f"stage {s}" for s in range(lay.pp)])
@@ -37,10 +41,11 @@ def expert_figure(d: Deployment) -> go.Figure | None:
         return None
     experts = max((e for ranks in placement for e in ranks), default=-1) + 1
     z = [[1 if e in set(ranks) else 0 for e in range(experts)] for ranks in placement]
-    layout = base_layout(f"Expert placement · {d.placement} · {experts} experts on {len(placement)} GPUs per stage",
-                         140 + min(24 * len(placement), 600))
+    layout = base_layout(f"Expert placement · {d.placement} · {experts} experts on "
+                         f"{len(placement)} GPUs per stage", 140 + min(24 * len(placement), 600))
     layout["xaxis"] = dict(title=dict(text="expert", font=dict(size=11, color=INK)))
-    layout["yaxis"] = dict(title=dict(text="EP rank (dp × tp)", font=dict(size=11, color=INK)), autorange="reversed")
+    layout["yaxis"] = dict(title=dict(text="EP rank (dp × tp)", font=dict(size=11, color=INK)),
+                           autorange="reversed")
     heat = go.Heatmap(z=z, colorscale=[[0, "#f4f6f8"], [1, "#c9892b"]], showscale=False, xgap=1, ygap=1,
                       hovertemplate="EP rank %{y} · expert %{x}<extra></extra>")
     return go.Figure(data=[heat], layout=layout)

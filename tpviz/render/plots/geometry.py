@@ -13,7 +13,8 @@ from tpviz.config.spec import ModelSpec
 from tpviz.render.summary import short_name
 
 MAX_HEAD_BARS = 512  # above this many heads in one tensor, draw pieces only (heads would be sub-pixel)
-ALIASES = {"w1": "w1 (gate)", "w3": "w3 (up)", "w2": "w2 (down)"}  # Mixtral's expert names in the rank view's words
+# Mixtral's expert names in the rank view's words
+ALIASES = {"w1": "w1 (gate)", "w3": "w3 (up)", "w2": "w2 (down)"}
 
 
 @dataclass
@@ -41,17 +42,22 @@ def tensor_label(t: TensorMap) -> str:
 
 def sections(t: TensorMap, model: ModelSpec) -> list[Section]:
     """The labelled parts of a tensor along its split dim: q|k|v, gate|up, heads, or the whole tensor."""
-    if t.sections:  # declared by the plan: fused parts, per-head or per-group interleaving, each group's head dims
+    # declared by the plan: fused parts, per-head or per-group interleaving, each group's head dims
+    if t.sections:
         return [Section(label, a, b, size or None, word or "head") for label, a, b, size, word in t.sections]
     n = t.shape[t.split_dim or 0]
     h, kv, d = model.num_attention_heads, model.num_key_value_heads, model.head_dim
     shared = "shared " if "shared_expert" in t.name else ""
     bias = " bias" if t.name.endswith(".bias") else ""
     if t.family in ("qkv", "o_proj"):
-        if t.layer_class == "QKVParallelLinear" and t.shard_id is None and n == (h + 2 * kv) * d:  # fused on disk
-            return [Section("q" + bias, 0, h * d, d, "q head"), Section("k" + bias, h * d, (h + kv) * d, d, "KV head"),
+        # fused on disk
+        if t.layer_class == "QKVParallelLinear" and t.shard_id is None and n == (h + 2 * kv) * d:
+            return [Section("q" + bias, 0, h * d, d, "q head"),
+                    Section("k" + bias, h * d, (h + kv) * d, d, "KV head"),
                     Section("v" + bias, (h + kv) * d, n, d, "KV head")]
-        heads, word = (kv, "KV head") if t.shard_id in ("k", "v") else (h, "q head" if t.shard_id == "q" else "head")
+        heads, word = (kv, "KV head") if t.shard_id in ("k", "v") else (h,
+                                                                        "q head"
+                                                                        if t.shard_id == "q" else "head")
         label = str(t.shard_id) + bias if t.shard_id in ("q", "k", "v") else tensor_label(t)
         return [Section(label, 0, n, n // heads if n % heads == 0 and n >= heads else None, word)]
     if t.layer_class == "MergedColumnParallelLinear":
@@ -89,7 +95,8 @@ def head_text(a: int, b: int, s: Section) -> str:
 
 
 def head_short(a: int, b: int, s: Section) -> str:
-    """'h0' or 'h0–3' for the source range [a, b) inside s, '' when s has no heads (a label inside a bar)."""
+    """'h0' or 'h0–3' for the source range [a, b) inside s, '' when s has no heads (a label inside a
+    bar)."""
     if not s.head_size:
         return ""
     first, last = (a - s.start) // s.head_size, (b - 1 - s.start) // s.head_size
@@ -106,29 +113,33 @@ class Bars:
     """Columns of one go.Bar trace: every rectangle of a view in a single trace keeps the payload small."""
     orientation: str = "v"
     cols: dict = field(default_factory=lambda: {k: [] for k in
-                                                ("x", "y", "base", "width", "color", "pattern", "hover", "text")})
+                                                ("x", "y", "base", "width", "color",
+                                                 "pattern", "hover", "text")})
 
-    def add(self, x: float | str, y: float | str, base: float, width: float, color: str, hover: str, text: str = "",
-            pattern: str = "") -> None:
-        """One rectangle: position and size along each axis, fill, hover text, inside label and hatch pattern."""
+    def add(self, x: float | str, y: float | str, base: float, width: float, color: str,
+            hover: str, text: str = "", pattern: str = "") -> None:
+        """One rectangle: position and size along each axis, fill, hover text, inside label and hatch
+        pattern."""
         for key, value in zip(self.cols, (x, y, base, width, color, pattern, hover, text)):
             self.cols[key].append(value)
 
     def __len__(self) -> int:
         return len(self.cols["x"])
 
-    def trace(self, xaxis: str = "x", yaxis: str = "y", line_width: float = 0.6, opacity: float | None = None) -> go.Bar:
+    def trace(self, xaxis: str = "x", yaxis: str = "y", line_width: float = 0.6,
+              opacity: float | None = None) -> go.Bar:
         """The accumulated rectangles as one bar trace."""
         c = self.cols
         return go.Bar(
             x=c["x"], y=c["y"], base=c["base"], width=c["width"], orientation=self.orientation,
             marker=dict(color=c["color"], line=dict(color="white", width=line_width),
-                        pattern=dict(shape=c["pattern"], fillmode="overlay", fgcolor="rgba(255,255,255,0.5)", size=7,
-                                     solidity=0.25),
+                        pattern=dict(shape=c["pattern"], fillmode="overlay",
+                                     fgcolor="rgba(255,255,255,0.5)", size=7, solidity=0.25),
                         opacity=opacity),
             hovertext=c["hover"], hovertemplate="%{hovertext}<extra></extra>",
             text=c["text"], textposition="inside", insidetextanchor="middle",
-            textfont=dict(color=[text_color(f) for f in c["color"]], size=11, shadow=[  # a halo hides the hatching
+            # a halo hides the hatching
+            textfont=dict(color=[text_color(f) for f in c["color"]], size=11, shadow=[
                 f"0 0 1px {f}, 0 0 2px {f}, 0 0 2px {f}, 0 0 4px {f}" if pat and tx else "none"
                 for f, pat, tx in zip(c["color"], c["pattern"], c["text"])]),
             textangle=0, xaxis=xaxis, yaxis=yaxis, cliponaxis=False)

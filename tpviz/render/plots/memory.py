@@ -19,15 +19,19 @@ def _naive_line(value: float, xref: str, yref: str, text: str) -> tuple[dict, di
 
 
 def memory_figure(m: ShardMap) -> go.Figure:
-    """Weights per GPU by family (GiB) against total/tp, and KV cache per token per GPU (KiB) against total/tp."""
+    """Weights per GPU by family (GiB) against total/tp, and KV cache per token per GPU (KiB) against
+    total/tp."""
     rows = memory_rows(m)
     # long GPU names collide beyond 8 ranks: keep the colour swatch and the number
-    labels = [gpu_label(r["rank"]) if len(rows) <= 8 else gpu_label(r["rank"]).replace(" GPU ", " ") for r in rows]
+    labels = [gpu_label(r["rank"]) if len(rows) <= 8
+              else gpu_label(r["rank"]).replace(" GPU ", " ") for r in rows]
     traces = []
     for family in families_present(m):
         values = [r[family] / GIB for r in rows]
-        traces.append(go.Bar(x=labels, y=values, name=FAMILY_LABELS[family], marker_color=FAMILY_COLORS[family],
-                             hovertemplate=f"%{{x}}<br>{FAMILY_LABELS[family]}: %{{y:.3f}} GiB<extra></extra>",
+        traces.append(go.Bar(x=labels, y=values, name=FAMILY_LABELS[family],
+                             marker_color=FAMILY_COLORS[family],
+                             hovertemplate=f"%{{x}}<br>{FAMILY_LABELS[family]}: "
+                                           "%{y:.3f} GiB<extra></extra>",
                              xaxis="x", yaxis="y", showlegend=True))
     traces.append(go.Bar(x=labels, y=[r["kv_per_token"] / KIB for r in rows], xaxis="x2", yaxis="y2",
                          marker_color=[rank_color(r["rank"]) for r in rows], showlegend=False,
@@ -37,10 +41,12 @@ def memory_figure(m: ShardMap) -> go.Figure:
     layout = base_layout("Memory per GPU", 460)
     over = (worst / naive - 1) * 100 if naive else 0.0
     layout["title"]["subtitle"] = dict(
-        text=(f"Weights: {worst:.2f} GiB on the fullest GPU vs. {naive:.2f} GiB naive total/tp ({over:+.1f}%): "
-              "replicated tensors, copied KV heads and padding are counted."), font=dict(size=11, color=MUTED))
+        text=(f"Weights: {worst:.2f} GiB on the fullest GPU vs. {naive:.2f} GiB naive "
+              f"total/tp ({over:+.1f}%): replicated tensors, copied KV heads and padding are counted."),
+        font=dict(size=11, color=MUTED))
     layout.update(barmode="stack", showlegend=True, bargap=0.18,
-                  legend=dict(orientation="h", traceorder="normal", x=0, y=-0.16, xanchor="left", yanchor="top", font=dict(size=11)))
+                  legend=dict(orientation="h", traceorder="normal", x=0, y=-0.16, xanchor="left",
+                              yanchor="top", font=dict(size=11)))
     layout["margin"].update(t=110, b=110)
     layout["xaxis"] = axis("" if len(rows) <= 8 else "GPU", domain=WEIGHT_DOMAIN, type="category",
                            tickfont=dict(size=10, color=INK))
@@ -53,7 +59,7 @@ def memory_figure(m: ShardMap) -> go.Figure:
     s2, a2 = _naive_line(kv_naive, "x2", "y2", f"total/tp = {kv_naive:.1f} KiB")
     layout["shapes"] = [s1, s2]
     layout["annotations"] = [a1, a2] + [
-        dict(text=f"<b>{text}</b>", x=dom[0], y=1, xref="paper", yref="paper", xanchor="left", yanchor="bottom",
-             yshift=6, showarrow=False, font=dict(size=12, color=MUTED))
+        dict(text=f"<b>{text}</b>", x=dom[0], y=1, xref="paper", yref="paper",
+             xanchor="left", yanchor="bottom", yshift=6, showarrow=False, font=dict(size=12, color=MUTED))
         for text, dom in (("Weights by family", WEIGHT_DOMAIN), ("KV cache per token", KV_DOMAIN))]
     return go.Figure(data=traces, layout=layout)

@@ -44,7 +44,8 @@ def _holes(covered: list[tuple[int, int]], length: int) -> list[tuple[int, int]]
 
 def rank_view(m: ShardMap, tensors: list[TensorMap]) -> RankView:
     """The rank-view geometry of one family's split tensors."""
-    keys = list(dict.fromkeys((t.param, tuple(t.layers or ())) for t in tensors))  # a name can repeat per group
+    # a name can repeat per group
+    keys = list(dict.fromkeys((t.param, tuple(t.layers or ())) for t in tensors))
     params: list[ParamMap] = [next(p for p in m.params if (p.name, tuple(p.layers or ())) == k) for k in keys]
     total = sum(p.local_shapes[0][p.split_dim] for p in params)
     view = RankView(Bars("h"))
@@ -66,7 +67,8 @@ def rank_view(m: ShardMap, tensors: list[TensorMap]) -> RankView:
                         covered.append((la, la + b - a))
                         heads = head_text(a, b, sec)
                         hover = (f"<b>GPU {r}</b> · {pname} local {word} {span(la, la + b - a)} of {length}"
-                                 f"<br>← {tensor_label(t)} {word} {span(a, b)}" + (f" ({heads})" if heads else "")
+                                 f"<br>← {tensor_label(t)} {word} {span(a, b)}"
+                                 + (f" ({heads})" if heads else "")
                                  + (f" · {sec.label}" if sec.label != tensor_label(t) else ""))
                         bars_pattern = SECTION_PATTERNS.get(sec.label.replace(" bias", "").split(" (")[0], "")
                         short = head_short(a, b, sec)  # k and v name their heads: "k h0 (0–127)"
@@ -78,11 +80,13 @@ def rank_view(m: ShardMap, tensors: list[TensorMap]) -> RankView:
                 shown = max(b - a, total * MIN_PAD)
                 hover = (f"<b>GPU {r}</b> · {pname} local {word} {span(a, b)}: padding<br>"
                          f"{b - a} zero rows, never loaded from the checkpoint")
-                view.bars.add(shown, label, x0 + length - shown if b == length else x0 + a, BAR, PADDING_COLOR,
+                view.bars.add(shown, label,
+                              x0 + length - shown if b == length else x0 + a, BAR, PADDING_COLOR,
                               hover, text="pad", pattern="/")
         label = param_label(p.name) if len(params) > 1 else pname  # short names when strips sit side by side
         view.annotations.append(dict(x=x0 + length / 2, y=-0.5, yanchor="bottom", showarrow=False,
-                                     text=f"<b>{label}</b><br>{length:,} {word}/GPU", font=dict(size=11, color=INK)))
+                                     text=f"<b>{label}</b><br>{length:,} {word}/GPU",
+                                     font=dict(size=11, color=INK)))
         share = length / total
         marks = (0, 0.25, 0.5, 0.75, 1) if len(params) == 1 else (0, 0.5, 1) if share > 0.25 else (1,)
         view.ticks += [(x0 + length * f, f"{round(length * f):,}") for f in marks]
@@ -92,7 +96,9 @@ def rank_view(m: ShardMap, tensors: list[TensorMap]) -> RankView:
 
 
 def param_label(name: str) -> str:
-    """A local parameter's short name: 'model.layers.*.mlp.shared_experts.gate_up_proj.weight' -> 'shared gate_up_proj'."""
-    parts = [q for q in short_name(name).split(".") if q not in ("weight", "*", "mlp", "self_attn", "experts")]
+    """A local parameter's short name: 'model.layers.*.mlp.shared_experts.gate_up_proj.weight' -> 'shared
+    gate_up_proj'."""
+    parts = [q for q in short_name(name).split(".") if q not in ("weight", "*", "mlp",
+                                                                 "self_attn", "experts")]
     shared = "shared " if "shared_expert" in name else ""
     return shared + (parts[-1] if parts else name)

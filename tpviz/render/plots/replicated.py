@@ -40,7 +40,8 @@ def replicated_figure(m: ShardMap, info: tuple[str, str], group=None) -> go.Figu
     layout = base_layout(title, 150 + min(max(tp * 24, 40 * n, 300), 800))
     layout["title"]["subtitle"] = dict(text=line, font=dict(size=11, color=MUTED))
     layout["margin"].update(t=120, l=60)
-    ticks = [_label(t.name, t.shape) + (" · added on GPU 0 only" if t.param in biases else "") for t in tensors]
+    ticks = [_label(t.name, t.shape)
+             + (" · added on GPU 0 only" if t.param in biases else "") for t in tensors]
     layout["xaxis"] = axis("whole tensor (every GPU's copy)", domain=SOURCE_DOMAIN, range=[0, 1],
                            showticklabels=False)
     layout["yaxis"] = axis(range=[n - 0.5, -0.5], tickvals=list(range(n)), ticktext=ticks,
@@ -52,10 +53,13 @@ def replicated_figure(m: ShardMap, info: tuple[str, str], group=None) -> go.Figu
                             range=[tp - 0.5, -0.5], tickfont=dict(size=10, color=INK))
     layout["annotations"] = [
         dict(text="<b>Source view</b> · every GPU holds a full copy", x=SOURCE_DOMAIN[0], y=1, xref="paper",
-             yref="paper", xanchor="left", yanchor="bottom", yshift=8, showarrow=False, font=dict(size=12, color=MUTED)),
-        dict(text="<b>Rank view</b> · which GPU holds (and uses) what"  # the note on its own line: never clipped
+             yref="paper", xanchor="left", yanchor="bottom", yshift=8, showarrow=False,
+             font=dict(size=12, color=MUTED)),
+        # the note on its own line: never clipped
+        dict(text="<b>Rank view</b> · which GPU holds (and uses) what"
              + ("<br><span style='font-size:10px'>hatched: held, not added</span>" if biases else ""),
-             x=RANK_DOMAIN[0], y=1, xref="paper", yref="paper", xanchor="left", yanchor="bottom", yshift=8, showarrow=False, font=dict(size=12, color=MUTED))]
+             x=RANK_DOMAIN[0], y=1, xref="paper", yref="paper", xanchor="left", yanchor="bottom", yshift=8,
+             showarrow=False, font=dict(size=12, color=MUTED))]
     grid_trace = grid.trace("x2", "y2", line_width=1)
     grid_trace.marker.opacity = faded
     return go.Figure(data=[src.trace("x", "y", line_width=0), grid_trace], layout=layout)

@@ -6,7 +6,8 @@ A range held by several ranks (replicated KV heads) is one cross-hatched band wi
 import math
 from dataclasses import dataclass, field
 
-from tpviz.render.plots.geometry import MAX_HEAD_BARS, Bars, head_text, sections, span, split_piece, tensor_label
+from tpviz.render.plots.geometry import (MAX_HEAD_BARS, Bars, head_text, sections, span,
+                                         split_piece, tensor_label)
 from tpviz.render.plots.style import INK, MUTED, PADDING_COLOR, rank_color
 from tpviz.trace.shardmap import ShardMap, TensorMap
 from tpviz.render.summary import short_name
@@ -14,7 +15,9 @@ from tpviz.render.summary import short_name
 GAP = 0.18  # gap between tensors, as a fraction of the widest one
 VECTOR_WIDTH = 0.06  # 1-D tensors (biases, sinks) are drawn this wide, relative to the widest matrix
 MIN_ASPECT, MAX_ASPECT = 0.45, 2.2
-MAX_SECTION_LABELS = 8  # more sections than this (one per head) are summarised in one label  # displayed height / width; beyond this the long side is compressed
+# more sections than this (one per head) are summarised in one label  # displayed height / width; beyond this
+# the long side is compressed
+MAX_SECTION_LABELS = 8
 
 
 @dataclass
@@ -28,8 +31,10 @@ class SourceView:
     y_scale: float = 1.0  # y units drawn per x unit (1 = true proportion)
     dense: bool = False  # many thin bars: drop outlines
     stacked: bool = False  # tensors drawn top to bottom (labels on the left) instead of side by side
-    labels: list = field(default_factory=list)  # (annotation index, x centre, y bottom, half width, text px) each
-    ticks: list = field(default_factory=list)  # stacked tensors: (y, text), rows restarting at 0 for each tensor
+    # (annotation index, x centre, y bottom, half width, text px) each
+    labels: list = field(default_factory=list)
+    # stacked tensors: (y, text), rows restarting at 0 for each tensor
+    ticks: list = field(default_factory=list)
     shared: dict = field(default_factory=dict)  # legend: "KV head shared by GPUs 0–1" -> that band's colour
 
 
@@ -40,7 +45,8 @@ def _dims(t: TensorMap, widest: int) -> tuple[int, float]:
     cols = 1
     for n in t.shape[1:]:  # a conv weight [channels, 1, kernel] is drawn as channels x kernel
         cols *= n
-    return t.shape[0], max(float(cols), widest * VECTOR_WIDTH)  # a conv weight stays visible beside its matrices
+    # a conv weight stays visible beside its matrices
+    return t.shape[0], max(float(cols), widest * VECTOR_WIDTH)
 
 
 def _rank_list(ranks: list[int], run: str = "") -> str:
@@ -65,7 +71,8 @@ def stacked_layout(tensors: list[TensorMap], widest: int) -> bool:
 
 
 def label_px(text: str) -> float:
-    """Rough width in px of a two-line 11 px label '<b>name</b><br>shape' (Plotly cannot measure text for us)."""
+    """Rough width in px of a two-line 11 px label '<b>name</b><br>shape' (Plotly cannot measure text for
+    us)."""
     name, _, shape = text.replace("<b>", "").replace("</b>", "").partition("<br>")
     return max(6.8 * len(name), 6.1 * len(shape))
 
@@ -76,7 +83,8 @@ def _label(t: TensorMap, x: float, y: float, stacked: bool) -> dict:
     if stacked:
         return dict(x=x, y=y, xanchor="right", yanchor="middle", xshift=-6, text=text, showarrow=False,
                     font=dict(size=11, color=INK), align="right")
-    return dict(x=x, y=y, yanchor="bottom", text=text, showarrow=False, font=dict(size=11, color=INK), yshift=2)
+    return dict(x=x, y=y, yanchor="bottom", text=text, showarrow=False,
+                font=dict(size=11, color=INK), yshift=2)
 
 
 def source_view(m: ShardMap, tensors: list[TensorMap]) -> SourceView:
@@ -94,7 +102,8 @@ def source_view(m: ShardMap, tensors: list[TensorMap]) -> SourceView:
         n_heads = sum((s.stop - s.start) // s.head_size for s in secs if s.head_size)
         heads_total = max(heads_total, n_heads)
         _bands(view, m, t, secs, x0, y0, rows, cols, by_heads=0 < n_heads <= MAX_HEAD_BARS)
-        interleaved = len(secs) > MAX_SECTION_LABELS  # per-head q/k/v (BLOOM, NeoX, Falcon): the bands show it
+        # per-head q/k/v (BLOOM, NeoX, Falcon): the bands show it
+        interleaved = len(secs) > MAX_SECTION_LABELS
         for s in secs[1:] if not interleaved else []:  # section separators (q|k|v, gate|up) and names
             view.lines.append((x0, y0 + s.start, x0 + cols, y0 + s.start) if t.split_dim == 0
                               else (x0 + s.start, y0, x0 + s.start, y0 + rows))
@@ -105,19 +114,22 @@ def source_view(m: ShardMap, tensors: list[TensorMap]) -> SourceView:
                    "each GPU takes one block<br>of whole heads, still<br>interleaved in its parameter")
             view.annotations.append(dict(
                 x=x0 + cols, y=y0 + rows / 2, xshift=4, xanchor="left", yanchor="middle", showarrow=False,
-                text=f"<b>{'q / k / v of each head' if first == 'head' else 'q… / k / v of each KV group'}</b><br>"
-                     f"interleaved on disk:<br>{how}", font=dict(size=11, color=INK)))
+                text=f"<b>{'q / k / v of each head' if first == 'head' else 'q… / k / v of each KV group'}"
+                     f"</b><br>interleaved on disk:<br>{how}", font=dict(size=11, color=INK)))
         elif len(secs) > 1:
             for s in secs:
                 mid = (s.start + s.stop) / 2
                 view.annotations.append(dict(  # right of a row section (the y ticks are on the left)
-                    x=x0 + cols if t.split_dim == 0 else x0 + mid, y=y0 + mid if t.split_dim == 0 else y0 + rows,
+                    x=x0 + cols if t.split_dim == 0 else x0 + mid,
+                    y=y0 + mid if t.split_dim == 0 else y0 + rows,
                     text=f"<b>{s.label}</b>", showarrow=False, font=dict(size=11, color=INK), xshift=4,
-                    xanchor="left" if t.split_dim == 0 else "center", yanchor="middle" if t.split_dim == 0 else "top"))
+                    xanchor="left" if t.split_dim == 0 else "center",
+                    yanchor="middle" if t.split_dim == 0 else "top"))
         if view.stacked:
             view.ticks += [(y0 + rows * f, f"{round(rows * f):,}") for f in (0, 0.5, 1)]
         label = _label(t, x0, y0 + rows / 2, True) if view.stacked else _label(t, x0 + cols / 2, 0, False)
-        view.labels.append((len(view.annotations), x0 + cols / 2, y0 + rows, cols / 2, label_px(label["text"])))
+        view.labels.append((len(view.annotations), x0 + cols / 2, y0 + rows, cols / 2,
+                            label_px(label["text"])))
         view.annotations.append(label)
         pad = pad_params.get(t.param)
         if pad is not None and t.split_dim == 0:
@@ -137,7 +149,8 @@ def source_view(m: ShardMap, tensors: list[TensorMap]) -> SourceView:
 
 def _bands(view: SourceView, m: ShardMap, t: TensorMap, secs, x0: float, y0: float, rows: int, cols: float,
            by_heads: bool) -> None:
-    """One bar per (piece, head): rows for column-parallel, columns for row-parallel; shared ranges striped."""
+    """One bar per (piece, head): rows for column-parallel, columns for row-parallel; shared ranges
+    striped."""
     axis_word = "rows" if t.split_dim == 0 else "columns"
     groups: dict[tuple[int, int], list] = {}
     for p in t.pieces:
@@ -145,17 +158,20 @@ def _bands(view: SourceView, m: ShardMap, t: TensorMap, secs, x0: float, y0: flo
     for same in groups.values():
         p, holders = same[0], [q.rank for q in same]
         color, pattern = rank_color(p.rank), ""
-        if len(same) > 1:  # one band for every holder, hatched, named in the legend (never a fake column split)
+        # one band for every holder, hatched, named in the legend (never a fake column split)
+        if len(same) > 1:
             pattern = "x"
             view.shared.setdefault(f"{'KV head' if t.family == 'qkv' else 'range'} shared by GPUs "
                                    f"{_rank_list(holders, '–')}", color)
         for a, b, sec in split_piece(p, secs, by_heads):
             heads = head_text(a, b, sec)
-            where = "<br>".join(f"local {axis_word} {span(la, la + b - a)} of {_param_name(m, t)} on GPU {q.rank}"
+            where = "<br>".join(f"local {axis_word} {span(la, la + b - a)} of "
+                                f"{_param_name(m, t)} on GPU {q.rank}"
                                 for q in same[:8] for la in [q.param_start + a - q.start])
             hover = (f"<b>GPU {_rank_list(holders)}</b> · {tensor_label(t)} {axis_word} {span(a, b)} of "
                      f"{t.shape[t.split_dim]}" + (f"<br>{heads}" if heads else "") + f"<br>{where}"
-                     + (f"<br>replicated: GPUs {_rank_list(holders)} each hold a full copy" if len(same) > 1 else ""))
+                     + (f"<br>replicated: GPUs {_rank_list(holders)} each hold a full copy"
+                        if len(same) > 1 else ""))
             if t.split_dim == 0:  # a band of rows
                 view.bars.add(x0 + cols / 2, b - a, y0 + a, cols, color, hover, pattern=pattern)
             else:  # a band of columns
@@ -163,13 +179,16 @@ def _bands(view: SourceView, m: ShardMap, t: TensorMap, secs, x0: float, y0: flo
 
 
 def _padding_band(view: SourceView, t: TensorMap, pad, x0: float, cols: float, rows: int) -> None:
-    """Vocab padding rows: not in the checkpoint, so drawn just below it, hatched, at a visible minimum height."""
+    """Vocab padding rows: not in the checkpoint, so drawn just below it, hatched, at a visible minimum
+    height."""
     total = sum(pad.padding)
     shown = max(total, rows * 0.035)
     holders = [r for r, n in enumerate(pad.padding) if n]
     hover = (f"<b>{total} padding rows</b> on GPU {_rank_list(holders)}<br>vocab {t.shape[0]} padded to "
-             f"{pad.local_shapes[0][0] * len(pad.padding)} (a multiple of 64)<br>zeros, never loaded; their logits are dropped")
+             f"{pad.local_shapes[0][0] * len(pad.padding)} (a multiple of 64)<br>zeros, never loaded; "
+             "their logits are dropped")
     view.bars.add(x0 + cols / 2, shown, rows + rows * 0.012, cols, PADDING_COLOR, hover, pattern="/")
-    view.annotations.append(dict(x=x0 + cols, y=rows + rows * 0.012 + shown / 2, xanchor="left", showarrow=False,
+    view.annotations.append(dict(x=x0 + cols, y=rows + rows * 0.012 + shown / 2,
+                                 xanchor="left", showarrow=False,
                                  text=f"+{total} padding rows (GPU {_rank_list(holders)})",
                                  font=dict(size=10, color=MUTED), xshift=4))

@@ -1,4 +1,5 @@
-"""The layer strip: every decoder layer as one cell, coloured by its layer group, so a hybrid model reads at a glance."""
+"""The layer strip: every decoder layer as one cell, coloured by its layer group, so a hybrid model reads at a
+glance."""
 import plotly.graph_objects as go
 
 from tpviz.render.plots.style import INK, MUTED, base_layout
@@ -23,7 +24,8 @@ def layer_strip(m: ShardMap, selected: int | None = None) -> go.Figure:
             hover.append(f"<b>layer {i}</b><br>{g.label}<br>group {gi + 1}: {len(g.layers)} layers")
             groups.append(gi)
             opacity.append(1.0 if selected is None or selected == gi else 0.35)
-    layout = base_layout(f"Layers · {n} layers in {len(m.groups)} kind{'s' if len(m.groups) != 1 else ''}", 190)
+    layout = base_layout(f"Layers · {n} layers in {len(m.groups)} kind{'s' if len(m.groups) != 1 else ''}",
+                         190)
     layout["title"]["subtitle"] = dict(text="Click a layer to show its group's matrices. "
                                        + " · ".join(f"group {gi + 1}: {g.label} ×{len(g.layers)}"
                                                     for gi, g in enumerate(m.groups))[:400],
@@ -33,6 +35,7 @@ def layer_strip(m: ShardMap, selected: int | None = None) -> go.Figure:
                            showgrid=False, zeroline=False, tickfont=dict(size=10))
     layout["yaxis"] = dict(visible=False, range=[0, 1])
     layout["showlegend"] = False
-    bar = go.Bar(x=x, y=[1] * len(x), marker=dict(color=colors, opacity=opacity, line=dict(color="white", width=1)),
+    bar = go.Bar(x=x, y=[1] * len(x), marker=dict(color=colors, opacity=opacity,
+                                                  line=dict(color="white", width=1)),
                  customdata=groups, hovertext=hover, hovertemplate="%{hovertext}<extra></extra>", width=0.9)
     return go.Figure(data=[bar], layout=layout)

@@ -20,7 +20,8 @@ MUTED = "#66788a"
 FONT = "Inter, 'Segoe UI', Helvetica, Arial, sans-serif"
 # families get their own muted palette, so a family is never mistaken for a rank
 FAMILY_COLORS = {"qkv": "#3b5b92", "o_proj": "#8aa6d6", "gate_up": "#2f7f6f", "down_proj": "#8fcdbf",
-                 "linear_attn": "#6a4c93", "mamba": "#a58cc4", "conv": "#8c6d46", "experts": "#8e7cc3", "embed": "#6b6f76", "lm_head": "#a3a8b0", "replicated": "#d9cfc1"}
+                 "linear_attn": "#6a4c93", "mamba": "#a58cc4", "conv": "#8c6d46", "experts": "#8e7cc3",
+                 "embed": "#6b6f76", "lm_head": "#a3a8b0", "replicated": "#d9cfc1"}
 # q|k|v and gate|up segments are told apart by pattern; the fill stays the rank colour
 SECTION_PATTERNS = {"q": "", "k": "/", "v": "\\", "gate": "", "up": "/", "shared gate": ".", "shared up": "x"}
 
@@ -33,7 +34,8 @@ def _luminance(hex_color: str) -> float:
 
 
 def text_color(fill: str) -> str:
-    """White or ink, whichever contrasts more with a '#rrggbb' fill (labels on yellow or teal bars stay legible)."""
+    """White or ink, whichever contrasts more with a '#rrggbb' fill (labels on yellow or teal bars stay
+    legible)."""
     if not (isinstance(fill, str) and fill.startswith("#") and len(fill) == 7):
         return "white"
     lum = _luminance(fill)
