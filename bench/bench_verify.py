@@ -101,9 +101,8 @@ def by_family(args) -> int:
         except TpvizError as e:
             print(f"{family:<12} {name}: skipped: {e}\n")
             continue
-        phases = ", ".join(f"{k} {v:.2f}" for k,
-                           v in result.phases.items() if k in ("spawn", "load", "forward",
-                                                                                       "reference"))
+        phases = ", ".join(f"{k} {v:.2f}" for k, v in result.phases.items()
+                           if k in ("spawn", "load", "forward", "reference"))
         total = result.ranks[0].checkpoint_bytes
         print(f"{family:<12} {name}: {wall:.2f} s ({phases}), {result.verdict}, checkpoint "
               f"{total / 2**20:.2f} MiB")

@@ -241,7 +241,7 @@ def injection_reach(model: str | bytes, tp: int, layers: int) -> dict[str, tuple
     ({} when the config cannot be read yet: the run itself will say why)."""
     try:
         raw, name = resolve_config(model)
-        cfg = live_config(normalize(raw, name), raw, layers or None)
+        cfg = live_config(normalize(raw, name), layers or None)
         return {i.name: (i.has_effect, i.reason) for i in describe_injections(list(INJECTIONS), cfg, tp)}
     except Exception:  # noqa: BLE001 - a bad or unreachable source is reported by the run, in one line
         return {}

@@ -148,8 +148,8 @@ def check_shard_map(m) -> None:
             assert len(local) == len(p.shape), p.name
             # r x r MoE grids: finer on both dims
             refined = p.family == "experts" and p.name.endswith("scale_inv")
-            assert all(a == b or (refined and a % b == 0) for i,
-                       (a, b) in enumerate(zip(local, p.shape)) if i != dim), (
+            assert all(a == b or (refined and a % b == 0)
+                       for i, (a, b) in enumerate(zip(local, p.shape)) if i != dim), (
                 p.name, local, p.shape)
             spans = sorted(by_param_rank.get((p.name, tuple(p.layers or ()), r), []))
             for (a, n), (b, _) in zip(spans, spans[1:]):

@@ -124,7 +124,8 @@ def local_imports(path: Path) -> list[str]:
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
             for sub in ast.walk(node):
                 if isinstance(sub, (ast.Import, ast.ImportFrom)):
-                    top = max(0, sub.lineno - 2)  # the import's line, the one above and the comments above that
+                    # the import's line, the one above and the comment lines above that
+                    top = max(0, sub.lineno - 2)
                     while top > 0 and lines[top - 1].strip().startswith("#"):
                         top -= 1
                     said = " ".join(lines[top:sub.lineno]).lower()

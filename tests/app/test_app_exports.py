@@ -114,6 +114,7 @@ def test_the_page_sends_charts_without_the_template_and_exports_keep_the_figure(
     # plotly.py's "none"
     assert fig.to_dict()["layout"]["template"] == {"data": {"scatter": [{"type": "scatter"}]}}
     screen = screen_figure((page.key, None, "qkv"), fig).to_dict()
-    assert {k: v for k, v in screen["layout"].items() if k != "datarevision"} == {
-        k: v for k,
-        v in fig.to_dict()["layout"].items() if k != "template"} and screen["data"] == fig.to_dict()["data"]
+    layout = fig.to_dict()["layout"]
+    assert ({k: v for k, v in screen["layout"].items() if k != "datarevision"}
+            == {k: v for k, v in layout.items() if k != "template"})
+    assert screen["data"] == fig.to_dict()["data"]

@@ -71,7 +71,7 @@ def test_the_loading_map_fills_every_live_parameter(model_type):
     cfg = {**(configs().get(model_type) or configs()[REGISTRY[model_type].text_model]), **SMALL}
     cfg.pop("quantization_config", None)
     spec = load_spec(cfg)
-    live = live_config(spec, cfg)
+    live = live_config(spec)
     with torch.device("meta"):
         params = set(dict(LiveForCausalLM(live, 1, 0).named_parameters()))
     targets = LoadingMap(live.spec)

@@ -98,6 +98,19 @@ def wait_idle(page: Page, timeout_ms: int = 60_000) -> None:
         timeout=timeout_ms, polling=250)
 
 
+def wait_settled(page: Page, quiet_s: float = 1.0, timeout_ms: int = 60_000) -> None:
+    """Idle for `quiet_s` on end: the run indicator shows only after a delay, so one idle look can come before
+    a rerun that is already under way."""
+    deadline = time.monotonic() + timeout_ms / 1000
+    while time.monotonic() < deadline:
+        wait_idle(page, timeout_ms)
+        time.sleep(quiet_s)
+        if page.evaluate("!/Running|Stop/.test(document.querySelector('[data-testid=\"stStatusWidget\"]')"
+                         "?.innerText || '')"):
+            return
+    raise TimeoutError(f"the app did not settle within {timeout_ms} ms")
+
+
 HEADING = "[data-testid=stMain] h2"
 
 

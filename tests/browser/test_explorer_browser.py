@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from harness import (CHROMIUM, HEADING, SCREENSHOTS, choose, heading, launch, shoot_explorer, streamlit_app,
-                     wait_for_charts, wait_heading, wait_idle)
+                     wait_for_charts, wait_heading, wait_idle, wait_settled)
 
 pytestmark = [pytest.mark.browser,
               pytest.mark.skipif(not Path(CHROMIUM).exists(),
@@ -138,14 +138,17 @@ def test_a_rule_set_that_refuses_the_tp_and_back_keeps_working(page, app_url):
 
 def test_unticking_ep_keeps_the_parallelism_section_open(page, app_url):
     page.goto(app_url + "/?model=Qwen/Qwen3-30B-A3B&tp=4")
-    page.wait_for_selector("[data-testid=stMain] h2")
+    wait_for_charts(page, FIGURES)
     page.get_by_text("Pipeline, data and expert parallelism").click()
     ep = page.locator("label").filter(has_text="Expert parallelism (EP)").first
+    wait_settled(page)
     ep.click()
     wait_heading(page, "+ EP")
-    # a click while the rerun still runs can be lost (the flake this test had on a loaded machine)
-    wait_idle(page)
+    # a click while a rerun still runs can be lost: the flake this test had on a loaded machine
+    wait_settled(page)
     ep.click()
+    box = ep.locator("input")
+    playwright_api.expect(box).not_to_be_checked()
     # polled on a timer: rAF polling stalled here for the whole timeout while the page was already redrawn
     page.wait_for_function(f"!(document.querySelector({HEADING!r}) || {{innerText: '+ "
                            "EP'}).innerText.includes('+ EP')", timeout=60_000, polling=250)

@@ -218,8 +218,8 @@ def test_kv_cache_per_rank(key, tp):
             w["bytes_per_token"] * min(ctx, w["window"]) for w in windowed)
 
 
-STATEFUL = [k for k in PRESETS if any(mx[0] in ("gated_deltanet", "mamba2", "short_conv") for mx,
-                                      _ in expected_layers(k))]
+STATEFUL = [k for k in PRESETS
+            if any(mx[0] in ("gated_deltanet", "mamba2", "short_conv") for mx, _ in expected_layers(k))]
 @pytest.mark.parametrize("key, tp", [(k, tp) for k, tp in CASES if k in STATEFUL])
 def test_state_per_rank(key, tp):
     _, _, state = expected_caches(P[key], expected_layers(key), tp)

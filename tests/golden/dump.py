@@ -75,7 +75,7 @@ def live_cases():
 
     def live(source):
         raw = resolve_config(source)[0]
-        cfg = live_config(load_spec(source), raw, 4)
+        cfg = live_config(load_spec(source), 4)
         return {"config": cfg.to_dict(), "shapes": checkpoint_shapes(cfg), "hf_config": hf_config(cfg)}
     for name, source in models().items():
         yield f"{name}|live", lambda s=source: live(s)

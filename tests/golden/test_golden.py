@@ -31,8 +31,8 @@ def first_difference(a, b, path: str = "") -> str | None:
     if isinstance(a, list):
         if len(a) != len(b):
             return f"{path}: {len(a)} items != {len(b)}"
-        return next((d for i,
-                     (x, y) in enumerate(zip(a, b)) if (d := first_difference(x, y, f"{path}[{i}]"))), None)
+        return next((d for i, (x, y) in enumerate(zip(a, b))
+                     if (d := first_difference(x, y, f"{path}[{i}]"))), None)
     return None if a == b else f"{path}: {str(a)[:300]} != {str(b)[:300]}"
 
 

@@ -130,8 +130,8 @@ def test_gptq_and_awq_packing(q, columns, rows, shapes, tp, shard_map_invariants
     m = mapped(q, tp, shard_map_invariants)
     for suffix, units in columns.items():
         check_merged_column(m, tp, suffix, *units)
-    assert {n: (m.tensor(n).shape, m.tensor(n).split_dim) for n in shapes} == {n: (s, 1) for n,
-                                                                               s in shapes.items()}
+    assert ({n: (m.tensor(n).shape, m.tensor(n).split_dim) for n in shapes}
+            == {n: (s, 1) for n, s in shapes.items()})
     check_row_parallel(m, tp, 0, **rows)
     # sum(N*K) = 5632*1024: int4 = /2 bytes; bf16 scales 8*5632*2; int32 zeros 8*704*4; + embed, lm_head,
     # norms: the same bytes for GPTQ and AWQ, packed the other way

@@ -36,8 +36,8 @@ def summary(m: ShardMap) -> str:
     lines = [f"{spec.name}  tp={m.tp_size}  rules={m.rules.name}  ({spec.num_hidden_layers} "
              f"layers, {spec.dtype})"]
     if len(m.groups) > 1:
-        lines += [f"group {i + 1}: layers {layer_span(g.layers)} ({len(g.layers)}): {g.label}" for i,
-                  g in enumerate(m.groups)]
+        lines += [f"group {i + 1}: layers {layer_span(g.layers)} ({len(g.layers)}): {g.label}"
+                  for i, g in enumerate(m.groups)]
     width = max(len(t.name) for t in m.tensors)
     for t in m.tensors:
         split = "-" if t.split_dim is None else f"dim{t.split_dim}"

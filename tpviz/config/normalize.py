@@ -21,6 +21,7 @@ def normalize(cfg: dict, name: str = "model") -> ModelSpec:
     read, refusal = through_transformers(cfg)
     # as given when the class refuses it: tpviz's own reading names a faulty field
     spec = read_spec(read, name)
+    spec.config = cfg
     if refusal:  # a checkpoint may ship its own config code (trust_remote_code), which tpviz never runs
         spec.notes.append(f"{refusal}; read as given: vLLM loads it only with the "
                           "checkpoint's own config code")

@@ -64,6 +64,9 @@ class ModelSpec:
     gated_mlp: bool = True  # SwiGLU gate/up; False: one up projection (GPT-2 c_fc, NeoX dense_h_to_4h)
     layers: list[LayerSpec] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    # the config as given (parsed JSON), read once per request: the live model's readers take the facts the
+    # spec has no field for (RoPE scaling, soft-caps, routing groups) from it, never from the source again
+    config: dict = field(default_factory=dict, repr=False, compare=False)
 
     @property
     def arch(self) -> Arch:
@@ -131,7 +134,7 @@ class ModelSpec:
         return replace(self, dtype=served, kv_cache_dtype=KV_DTYPES[kv_cache_dtype])
 
     def to_dict(self) -> dict:
-        d = {k: v for k, v in asdict(self).items() if k not in ("layers", "quant")}
+        d = {k: v for k, v in asdict(self).items() if k not in ("layers", "quant", "config")}
         d["moe_layers"] = self.moe_layers
         d["quant"] = self.quant.to_dict() if self.quant else None
         return d

@@ -57,8 +57,8 @@ def qkv(spec: ModelSpec, names: Names, rules: RuleSet, m: Mixer, layers, bias: b
         make = lambda ctx, tp, r: QKVParallelLinear(PROBE, d, qh, kv, tp, r, rules=rules, dtype=DT, quant=ctx)
         # Phi-3: one tensor
         parts = ([(f"{p}{names.qkv_fused}", (qh + 2 * kv) * d, None)] if names.qkv_fused else
-                 [(f"{p}{n}", (h * qd if sid == "q" else kv * d), sid) for sid,
-                  n in zip("qkv", (names.q, names.k, names.v))])
+                 [(f"{p}{n}", (h * qd if sid == "q" else kv * d), sid)
+                  for sid, n in zip("qkv", (names.q, names.k, names.v))])
         plans = stored(q, False, make, parts, (qh + 2 * kv) * d, hidden, "qkv",
                        f"{p}{names.qkv_fused or 'qkv_proj'}", slots=3, layers=layers, heads=h,
                        sections=qkv_sections("qkv", h, kv, d, qd, "") if names.qkv_fused else None)
@@ -107,8 +107,8 @@ def attention(spec: ModelSpec, names: Names, rules: RuleSet, m: Mixer, layers) -
     # per head; OLMo-2/3's span the whole q and k (replicated, fed by an all-gather under TP)
     if spec.qk_norm:
         widths = (m.heads * m.head_dim, m.kv_heads * m.head_dim) if spec.qk_norm_full else (m.head_dim,) * 2
-        norms = [pl for n,
-                 w in zip((names.q_norm, names.k_norm), widths) for pl in norm(f"{p}{n}", w, layers)]
+        norms = [pl for n, w in zip((names.q_norm, names.k_norm), widths)
+                 for pl in norm(f"{p}{n}", w, layers)]
         if spec.qk_norm_full:
             norms[-1].build = whole_k(norms[-1].build, m.kv_heads)
         plans += norms

@@ -191,8 +191,8 @@ def merged(name, parts, fused, inp, sizes, family, layers, quantity, experts=0, 
     one."""
     if q is not None:
         make = lambda ctx, tp, r: MergedColumnParallelLinear(PROBE, sizes, tp, r, dtype=DT, quant=ctx)
-        on_disk = [(fused, sum(sizes), None)] if fused else [(p, n, i) for i,
-                                                             (p, n) in enumerate(zip(parts, sizes))]
+        on_disk = ([(fused, sum(sizes), None)] if fused else
+                   [(p, n, i) for i, (p, n) in enumerate(zip(parts, sizes))])
         plans = stored(q, False, make, on_disk, sum(sizes), inp, family, name,
                        slots=len(sizes), layers=layers, experts=experts, quantity=quantity, note=note)
         return plans + (merged(name, parts, fused, inp, sizes, family, layers, quantity, experts, bias, note,

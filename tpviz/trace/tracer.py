@@ -87,8 +87,8 @@ def trace_plan(plan: ParamPlan, tp_size: int) -> tuple[list[TensorMap], ParamMap
 
 
 def layer_groups(spec: ModelSpec) -> list[LayerGroup]:
-    return [LayerGroup(layers, layer.mixer.to_dict(), layer.ffn.to_dict(), layer.label) for layer,
-            layers in spec.groups()]
+    return [LayerGroup(layers, layer.mixer.to_dict(), layer.ffn.to_dict(), layer.label)
+            for layer, layers in spec.groups()]
 
 
 @single_thread()

@@ -49,7 +49,7 @@ def small_config(family: str) -> dict:
 @pytest.mark.parametrize("family", live_types())
 def test_random_weights_write_exactly_the_tensors_the_plan_maps(family):
     cfg = small_config(family)
-    live = live_config(normalize(cfg, family), cfg)
+    live = live_config(normalize(cfg, family))
     shapes = checkpoint_shapes(live)
     m = tpviz.shard_map(cfg, 1, tensor_names=set(shapes), dtype="float32",
                         tensor_bytes={n: 4 * _numel(s) for n, s in shapes.items()})
@@ -67,7 +67,7 @@ def _numel(shape) -> int:
 
 def test_a_tensor_on_one_side_only_is_caught():
     cfg = small_config("qwen3")
-    shapes = checkpoint_shapes(live_config(normalize(cfg, "qwen3"), cfg))
+    shapes = checkpoint_shapes(live_config(normalize(cfg, "qwen3")))
     shapes.pop("model.layers.0.self_attn.k_norm.weight")
     m = tpviz.shard_map(cfg, 1, tensor_names=set(shapes))
     assert not m.checkpoint["verified"]
@@ -81,7 +81,7 @@ def test_each_rank_checks_its_parameters_against_the_explorers_map():
     from tpviz.live.load.targets import check_against_map
     from tpviz.live.model.causal_lm import LiveForCausalLM
     cfg = small_config("qwen3")
-    live = live_config(normalize(cfg, "qwen3"), cfg)
+    live = live_config(normalize(cfg, "qwen3"))
     with torch.device("meta"):
         model = LiveForCausalLM(live, 2, 1)
     assert check_against_map(model, 1) == len(dict(model.named_parameters()))

@@ -111,8 +111,8 @@ FEATURES = {
 }
 
 
-@pytest.mark.parametrize("family, feature", [(f, name) for name,
-                                             (fams, _, _) in FEATURES.items() for f in fams])
+@pytest.mark.parametrize("family, feature",
+                         [(f, name) for name, (fams, _, _) in FEATURES.items() for f in fams])
 def test_each_feature_matters(tiny_ds, family, feature):
     folder, _ = tiny_ds[family]
     _, patch, edit = FEATURES[feature]
@@ -132,20 +132,20 @@ def test_config_is_read_and_checked():
     from tpviz.live.load.source import live_config
     from tpviz.config.normalize import normalize
     raw = {"model_type": "deepseek_v2", **CONFIGS["deepseek_v2"], "norm_topk_prob": True}
-    cfg = live_config(normalize(raw), raw)
+    cfg = live_config(normalize(raw))
     assert cfg.routing == {"scoring": "softmax", "correction_bias": False, "grouped": True, "n_group": 2,
                            "topk_group": 1, "routed_scaling_factor": 1.5}
     assert cfg.norm_topk_prob and any("transformers' DeepseekV2 ignores" in n for n in cfg.notes)
     v3 = {"model_type": "deepseek_v3", **CONFIGS["deepseek_v3"]}
-    cfg = live_config(normalize(v3), v3)
+    cfg = live_config(normalize(v3))
     assert cfg.norm_topk_prob and cfg.routing["correction_bias"] and cfg.rope_interleave
     assert cfg.attn_scale == pytest.approx(24 ** -0.5 * (0.08 * __import__("math").log(4) + 1) ** 2)
     for bad, words in (({"scoring_func": "softmax"}, "scoring_func='softmax'"), ({"n_group": 3}, "n_group=3"),
                        ({"attention_bias": True}, "without biases"), ({"topk_group": 3}, "topk_group=3")):
         with pytest.raises(LiveError, match=words):
-            live_config(normalize({**v3, **bad}), {**v3, **bad})
+            live_config(normalize({**v3, **bad}))
     with pytest.raises(LiveError, match="MLA only"):
-        live_config(normalize({**v3, "kv_lora_rank": 0}), {**v3, "kv_lora_rank": 0})
+        live_config(normalize({**v3, "kv_lora_rank": 0}))
 
 
 @pytest.mark.parametrize("family", list(CONFIGS))
@@ -187,7 +187,7 @@ def test_deepseek_v3_preset_builds_at_tp8_without_weights():
     from tpviz.config.sources import resolve_config
     from tpviz.config.normalize import normalize
     raw, name = resolve_config("deepseek-ai/DeepSeek-V3")
-    cfg = live_config(normalize(raw, name), raw, layers=4)  # three dense layers, then MoE
+    cfg = live_config(normalize(raw, name), layers=4)  # three dense layers, then MoE
     check_split(cfg, 8)
     check_split(cfg, 8, ep=True)
     with torch.device("meta"):

@@ -197,7 +197,7 @@ def test_random_config_round_trips(tiny_gemma):
     for family in WINDOWS:
         cfg = resolve_model(tiny_gemma[family][0]).cfg
         written = hf_config(cfg)
-        again = live_config(normalize(written, cfg.spec.name), written)
+        again = live_config(normalize(written, cfg.spec.name))
         for key in ("rope", "local_rope", "attn_scale", "attn_softcap", "final_softcap", "embed_scale"):
             assert getattr(again, key) == getattr(cfg, key), key
         assert again.spec.layers == cfg.spec.layers and checkpoint_shapes(again) == checkpoint_shapes(cfg)
@@ -243,12 +243,12 @@ def test_legacy_preset_configs():
     Gemma-3's sliding_window_pattern, rope_theta with rope_scaling for full layers and rope_local_base_freq
     for sliding ones."""
     raw, name = resolve_config("google/gemma-2-9b-it")
-    cfg = live_config(normalize(raw, name), raw, layers=4)
+    cfg = live_config(normalize(raw, name), layers=4)
     assert (cfg.attn_softcap, cfg.final_softcap, cfg.embed_scale) == (50.0, 30.0, 3584 ** 0.5)
     assert cfg.attn_scale == 224 ** -0.5 and cfg.local_rope is None and cfg.rope["rope_theta"] == 10000.0
     assert [layer.mixer.kind for layer in cfg.spec.layers] == ["sliding_attention", "attention"] * 2
     raw, name = resolve_config("google/gemma-3-27b-it")
-    cfg = live_config(normalize(raw, name), raw, layers=6)
+    cfg = live_config(normalize(raw, name), layers=6)
     assert (cfg.attn_softcap, cfg.final_softcap, cfg.attn_scale) == (None, None, 168 ** -0.5)
     assert (cfg.rope["rope_type"], cfg.rope["factor"], cfg.rope["rope_theta"]) == ("linear", 8.0, 1e6)
     assert (cfg.local_rope["rope_type"], cfg.local_rope["rope_theta"]) == ("default", 1e4)

@@ -207,7 +207,7 @@ def test_misaligned_mxfp4_refused(tiny_oss, tmp_path):
 def test_random_config_round_trips(tiny_oss):
     cfg = resolve_model(tiny_oss["plain"][0]).cfg
     written = hf_config(cfg)
-    again = live_config(normalize(written, cfg.spec.name), written)
+    again = live_config(normalize(written, cfg.spec.name))
     for key in ("rope", "swiglu"):
         assert getattr(again, key) == getattr(cfg, key), key
     assert again.spec.layers == cfg.spec.layers and checkpoint_shapes(again) == checkpoint_shapes(cfg)
@@ -243,7 +243,7 @@ def test_config_without_rope_runs_transformers_yarn(tiny_oss):
     bare = {**{k: v for k, v in written.items() if k not in ("rope_parameters", "rope_scaling")},
             # top level, as openai/gpt-oss-20b writes it
             "rope_theta": written["rope_parameters"]["rope_theta"]}
-    cfg = live_config(normalize(bare, "bare"), bare)
+    cfg = live_config(normalize(bare, "bare"))
     assert cfg.rope == resolve_model(tiny_oss["plain"][0]).cfg.rope and cfg.rope["rope_type"] == "yarn"
     assert any("names no RoPE scaling" in n for n in cfg.notes)
 

@@ -145,7 +145,7 @@ def test_moe_presets_build_at_tp8_without_weights(preset, block):
     from tpviz.config.sources import resolve_config
     from tpviz.config.normalize import normalize
     raw, name = resolve_config(preset)
-    cfg = live_config(normalize(raw, name), raw, layers=2)  # shrinking trims the MoE layer list too
+    cfg = live_config(normalize(raw, name), layers=2)  # shrinking trims the MoE layer list too
     assert cfg.norm_topk_prob and cfg.spec.moe_layers == [0, 1]
     check_split(cfg, 8)  # meta tensors: no weights are made
     with torch.device("meta"):

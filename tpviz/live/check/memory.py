@@ -116,9 +116,8 @@ class MemoryEstimate:
 
     def over(self, available: dict[str, int]) -> tuple[str, int, int] | None:
         """(memory, bytes needed, bytes available) of the first memory it does not fit in, or None."""
-        return next(((k, v, available[k]) for k,
-                     v in self.pools().items() if k in available and v > available[k]),
-                    None)
+        return next(((k, v, available[k]) for k, v in self.pools().items()
+                     if k in available and v > available[k]), None)
 
     @property
     def layout(self) -> str:
@@ -129,9 +128,9 @@ class MemoryEstimate:
         """One line: what each rank and the reference hold, and each memory's peak against what is free."""
         n, lo, hi = len(self.ranks), fmt_bytes(min(self.ranks)), fmt_bytes(max(self.ranks))
         built = f" (built in {BUILD_DTYPE})" if self.peak(2**20) > 2**20 else ""
-        peaks = ", ".join(f"{k} {fmt_bytes(v)}{built}" + (f" of {fmt_bytes(available[k])} available" if k in
-                                                           available else "") for k,
-                          v in self.pools().items())
+        peaks = ", ".join(f"{k} {fmt_bytes(v)}{built}"
+                          + (f" of {fmt_bytes(available[k])} available" if k in available else "")
+                          for k, v in self.pools().items())
         held = (f"{n} ranks × {lo if lo == hi else f'{lo} to {hi}'} in {self.dtype} + the tp=1 reference "
                 f"{fmt_bytes(self.reference)} (the whole kept model)" if n > 1 else
                 "the tp=1 run and its reference, one after the other: "
@@ -178,7 +177,7 @@ def estimate_weights(raw: dict, name: str, tp: int, *, pp: int = 1, ep: bool = F
                      gpus: int = 0, input_shape: tuple[int, int] = (0, 0)) -> MemoryEstimate:
     """The weights a run of this config holds, per rank and in the tp=1 reference, in the run's dtype; an
     invalid split or a model over the parameter cap fails as the run would, in one line."""
-    cfg = live_config(normalize(raw, name), raw, layers)
+    cfg = live_config(normalize(raw, name), layers)
     check_split(cfg, tp, ep)
     check_size(cfg, layers)
     ruleset(cfg.rules).pp_partition(cfg.spec.num_hidden_layers, pp)

@@ -132,8 +132,8 @@ def needed_shards(weight_map: dict, layers: int | None) -> list[str]:
     """The index's shard files a model of the first `layers` layers reads (all when None): those holding a
     tensor of a kept layer or one outside the layers (embeddings, final norm, lm_head), as the loader maps
     names."""
-    keep = {str(f) for n,
-            f in weight_map.items() if layers is None or (i := layer_of(str(n))) is None or i < layers}
+    keep = {str(f) for n, f in weight_map.items()
+            if layers is None or (i := layer_of(str(n))) is None or i < layers}
     return [s for s in dict.fromkeys(str(f) for f in weight_map.values()) if s in keep]
 
 

@@ -45,10 +45,10 @@ class ModelSource:
     tokenizer_dir: Path | None = None
 
 
-def live_config(spec: ModelSpec, raw: dict | None = None, layers: int | None = None) -> LiveConfig:
-    """Spec plus the raw-config facts it lacks (rope, mlp_bias, sliding window, norm_topk_prob), optionally
-    shrunk."""
-    raw = raw or {}
+def live_config(spec: ModelSpec, layers: int | None = None) -> LiveConfig:
+    """Spec plus the facts of its config it has no field for (rope, sliding window, norm_topk_prob, a
+    family's extras), optionally shrunk."""
+    raw = spec.config
     notes = list(spec.notes)
     wrapped = isinstance(raw.get("text_config"), dict)
     if wrapped:
@@ -81,8 +81,7 @@ def live_config(spec: ModelSpec, raw: dict | None = None, layers: int | None = N
                      norm_topk_prob=spec.arch.routing == "fp32" or bool(norm_topk), notes=notes)
     check_supported(cfg.spec)
     # after the family check, so its error comes first; OLMo-3's sliding layers have a RoPE of their own
-    # soft-caps, query_pre_attn_scalar, embedding scale, Gemma-3's two RoPEs
-    if spec.arch.live in ("gemma2", "gemma3"):
+    if spec.arch.live in ("gemma2", "gemma3"):  # soft-caps, query_pre_attn_scalar, embedding scale, 2 RoPEs
         read_gemma(cfg, raw, wrapped)
     elif spec.is_mla:  # RoPE over qk_rope_head_dim (interleaved), the mscale-adjusted softmax scale
         read_mla(cfg, raw)
@@ -148,7 +147,7 @@ def resolve_model(model, layers: int | None = None, seed: int = 0, tp_size: int 
     elif not isinstance(model, (dict, bytes, bytearray)):
         raise LiveError("give a model: a checkpoint folder, a config.json, or a preset/hub id")
     raw, name = local_config(path) if is_dir else resolve_config(model)
-    cfg = live_config(normalize(raw, name), raw, layers)
+    cfg = live_config(normalize(raw, name), layers)
     if tp_size is not None:
         check_split(cfg, tp_size, ep)
     check_size(cfg, layers)  # before any weights are made, here or in the tp=1 reference
@@ -189,7 +188,7 @@ def _hub_source(repo_id: str, cfg: LiveConfig, layers: int | None, tp_size: int 
     got = download_checkpoint(repo_id, layers=layers, progress=download)  # only the shards those layers need
     raw = read_json(str(got.folder / "config.json"), repo_id, "config.json")
     spec = normalize(raw, repo_id)
-    cfg = unquantized(live_config(spec, raw, layers))  # the config the weights were saved with
+    cfg = unquantized(live_config(spec, layers))  # the config the weights were saved with
     if tp_size is not None:
         check_split(cfg, tp_size, ep)
     check_size(cfg, layers)

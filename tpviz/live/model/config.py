@@ -45,7 +45,9 @@ class LiveConfig:
         return self.spec.o_proj_bias
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        d = asdict(self)
+        d["spec"].pop("config")  # the raw config was read into these fields already
+        return d
 
     @classmethod
     def from_dict(cls, d: dict) -> "LiveConfig":
