@@ -1,5 +1,6 @@
 """What the explorer computes once and shares between sessions: shard maps, figures, valid-tp rows, the
 checkpoint's tensor list and the PNG renderer. Nothing cached here is mutated by a page."""
+import atexit
 import hashlib
 import json
 from dataclasses import dataclass
@@ -9,7 +10,7 @@ import streamlit as st
 
 from tpviz import load_spec, shard_map
 from tpviz.config.hub import fetch_config
-import atexit
+from tpviz.config.spec import ModelSpec
 from tpviz.deploy.deployment import deploy
 from tpviz.rules import Layout
 from tpviz.trace.model_map import hub_checkpoint, local_checkpoint
@@ -36,10 +37,16 @@ def resolve_hub(repo_id: str) -> tuple[str, str]:
     return json.dumps(fetch_config(repo_id), sort_keys=True), repo_id
 
 
+@st.cache_resource(show_spinner=False, max_entries=64)
+def spec_for(cfg_json: str, name: str) -> ModelSpec:
+    """A config read once for every view of it (one object: nothing mutates a spec after normalize)."""
+    return load_spec(json.loads(cfg_json), name)
+
+
 @st.cache_data(show_spinner=False, max_entries=64)
 def valid_rows(cfg_json: str, name: str) -> list[ValidRow]:
     """valid_table rows (tp 1..64, every rule set) of a config."""
-    return valid_table(load_spec(json.loads(cfg_json), name), MAX_TP)[1]
+    return valid_table(spec_for(cfg_json, name), MAX_TP)[1]
 
 
 @st.cache_resource(show_spinner=False, max_entries=64, ttl=3600)
@@ -58,7 +65,7 @@ def page_for(cfg_json: str, name: str, tp: int, rules: str, checkpoint: str = ""
     them. checkpoint names the checkpoint whose tensor list the map is checked against ('' for none)."""
     names, where, sizes = checkpoint_names(checkpoint) if checkpoint else (None, "", None)
     dtype, kv_cache_dtype = serving.split(",")
-    m = shard_map(load_spec(json.loads(cfg_json), name), tp, rules,
+    m = shard_map(spec_for(cfg_json, name), tp, rules,
                   tensor_names=set(names) if names else None,
                   checkpoint_source=where, dtype=dtype, kv_cache_dtype=kv_cache_dtype, tensor_bytes=sizes)
     return Page(m, plots.all_figures(m), shard_map_json(m), (cfg_json, name, tp, rules, checkpoint, serving))
@@ -102,4 +109,4 @@ def every_group_figures(cfg_json: str, name: str, tp: int, rules: str, checkpoin
 def layout_for(cfg_json: str, name: str, tp: int, pp: int, dp: int, ep: bool, rules: str) -> Deployment:
     """One tp x pp x dp (+ EP) deployment's GPUs: stages, experts, bytes, communication
     (tpviz.deploy.deployment)."""
-    return deploy(load_spec(json.loads(cfg_json), name), Layout(tp, pp, dp, ep), rules)
+    return deploy(spec_for(cfg_json, name), Layout(tp, pp, dp, ep), rules)

@@ -8,10 +8,8 @@ import streamlit as st
 
 from tpviz.config.sources import REPO_ID, find_preset, repo_from_url
 from tpviz.config.sources import WEB_LOCAL_HINT, presets, web_local_root
-from tpviz.config.sources import resolve_config
-from tpviz.config.normalize import normalize
 from tpviz.live.check.inject import INJECTIONS, describe_injections
-from tpviz.live.load.source import live_config
+from tpviz.live.load.source import live_config, local_tokenizer, read_model
 from explorer.text import literal
 from tpviz.errors import TpvizError
 from tpviz.live.load.download import human_size
@@ -19,7 +17,6 @@ from tpviz.live.check.generate import MAX_NEW_TOKENS
 from tpviz.live.load.inputs import parse_ids_text
 from tpviz.live.check.memory import MemoryEstimate, input_shape, plan_memory
 from tpviz.live.check.report import environment_rows, rank_figure, stage_figure
-from tpviz.live.load.source import local_tokenizer
 
 UPLOAD_MB = 1  # a config.json is a few KB; as in the explorer
 PHASES = {"download": "Download the checkpoint", "spawn": "Spawn ranks and join the process group",
@@ -240,8 +237,7 @@ def injection_reach(model: str | bytes, tp: int, layers: int) -> dict[str, tuple
     """Before a run: for each injectable bug, whether it can change this model's output at this tp, and why
     ({} when the config cannot be read yet: the run itself will say why)."""
     try:
-        raw, name = resolve_config(model)
-        cfg = live_config(normalize(raw, name), layers or None)
+        cfg = live_config(read_model(model).spec, layers or None)
         return {i.name: (i.has_effect, i.reason) for i in describe_injections(list(INJECTIONS), cfg, tp)}
     except Exception:  # noqa: BLE001 - a bad or unreachable source is reported by the run, in one line
         return {}

@@ -6,12 +6,11 @@ from urllib.parse import urlencode
 
 import streamlit as st
 
-from explorer.cache import layout_for
+from explorer.cache import layout_for, spec_for
 from explorer.fit import QUICK_GIB
 from explorer.sidebar import RULE_LABELS
 from explorer.state import query_from_controls
 from explorer.text import literal
-from tpviz import load_spec
 from tpviz.deploy.fit import capped_context
 from tpviz.render.text import fmt_bytes
 from tpviz.errors import TpvizError
@@ -26,7 +25,7 @@ from tpviz.config.hub import fetch_config
 def cached_plan(cfg_json: str, name: str, gpus: int, gib: float, rules: str, util: float,
                 context: int) -> list[dict]:
     """plan_rows of one question (the same answer for every visitor who asks it)."""
-    return plan_rows(rank_layouts(load_spec(json.loads(cfg_json), name), gpus, gib, rules, util, context))
+    return plan_rows(rank_layouts(spec_for(cfg_json, name), gpus, gib, rules, util, context))
 
 
 def model_config(text: str) -> tuple[str, str]:
@@ -67,7 +66,7 @@ def main() -> None:
     except TpvizError as e:
         st.error(literal(str(e)))
         return
-    spec = load_spec(json.loads(cfg_json), name)
+    spec = spec_for(cfg_json, name)
     sized = capped_context(spec, int(context))[0]  # the notes below say when it was capped
     accepted = [r for r in rows if r["valid"]]
     if not accepted:

@@ -25,6 +25,19 @@ def _shared_config_files() -> list[Path]:
 
 
 @pytest.fixture(scope="session", autouse=True)
+def tpviz_cache(tmp_path_factory):
+    """tpviz's caches (configs as transformers read them, random checkpoints) go to a per-session folder,
+    never the user's ~/.cache."""
+    old = os.environ.get("TPVIZ_CACHE")
+    os.environ["TPVIZ_CACHE"] = str(tmp_path_factory.mktemp("tpviz-cache"))
+    yield
+    if old is None:
+        os.environ.pop("TPVIZ_CACHE", None)
+    else:
+        os.environ["TPVIZ_CACHE"] = old
+
+
+@pytest.fixture(scope="session", autouse=True)
 def torch_single_thread():
     """The tracer works on tiny probe tensors; on a busy 2-core machine torch's spinning worker threads make
     each shard_map call 10-100x slower (see bench/bench_shardmap.py), so the suite runs torch on one

@@ -1,10 +1,16 @@
 """tpviz.config.hf: configs read through transformers' config classes, as vLLM reads them (attribute maps and
 the classes' defaults), from JSON alone; tpviz's own readers for what has no class; refusals and
 dimensions."""
+import json
+import os
+import subprocess
+import sys
+
 import pytest
 
 import tpviz
 from tpviz.archs import REGISTRY
+from tpviz.config import hf
 from tpviz.config.hf import config_class, through_transformers
 from tpviz.config.sources import presets
 from tpviz.config.normalize import normalize
@@ -108,3 +114,38 @@ def test_the_reading_never_runs_code_and_leaves_the_input_alone():
     assert refusal is None and read["hidden_size"] == 1024 and cfg == before  # transformers' own Qwen3Config
     read["hidden_size"] = 1
     assert through_transformers(cfg)[0]["hidden_size"] == 1024  # a cached reading is handed out as a copy
+
+
+READ_TWICE = """
+import json, sys
+from tpviz import load_spec
+spec = load_spec("Qwen/Qwen3-8B")
+print(json.dumps({"transformers": "transformers" in sys.modules, "spec": spec.to_dict()}))
+"""
+
+
+def test_a_config_read_once_is_read_back_without_transformers(tmp_path):
+    """Importing transformers' config classes costs seconds: the second process reads the stored reading."""
+    env = {**os.environ, "TPVIZ_CACHE": str(tmp_path)}
+    runs = [json.loads(subprocess.run([sys.executable, "-c", READ_TWICE], env=env, check=True,
+                                      capture_output=True, text=True).stdout) for _ in range(2)]
+    assert [r["transformers"] for r in runs] == [True, False]
+    assert runs[0]["spec"] == runs[1]["spec"]
+    stored, = (tmp_path / "configs").glob("*.json")
+    assert set(json.loads(stored.read_text())) == {"read", "refusal"}
+
+
+def test_a_damaged_or_unwritable_store_reads_afresh(tmp_path, monkeypatch):
+    cfg = presets()["openai-community/gpt2"]
+    monkeypatch.setenv("TPVIZ_CACHE", str(tmp_path))
+    hf._read.cache_clear()
+    first = through_transformers(cfg)[0]
+    stored, = (tmp_path / "configs").glob("*.json")
+    stored.write_text("{not json")  # a torn write, a disk error
+    hf._read.cache_clear()
+    assert through_transformers(cfg)[0] == first and json.loads(stored.read_text())["read"] == first
+    monkeypatch.setenv("TPVIZ_CACHE", str(tmp_path / "file"))
+    (tmp_path / "file").write_text("")  # the cache folder cannot be made: read, not kept, no error
+    hf._read.cache_clear()
+    assert through_transformers(cfg)[0] == first
+    hf._read.cache_clear()

@@ -1,6 +1,5 @@
 """Tiny Hugging Face checkpoints (Llama, Mistral, Qwen2, Qwen3; Mixtral, Qwen3-MoE; Phi-3, OLMo-2, OLMo-3)
 with non-trivial weights."""
-import os
 
 import pytest
 import torch
@@ -63,18 +62,6 @@ def make_tiny(family: str, folder, seed: int = 0, max_shard_size: str | None = N
     kwargs = {"max_shard_size": max_shard_size} if max_shard_size else {}
     model.save_pretrained(folder, **kwargs)
     return model
-
-
-@pytest.fixture(scope="session", autouse=True)
-def live_cache(tmp_path_factory):
-    """Random checkpoints go to a per-session folder, never the user's ~/.cache."""
-    old = os.environ.get("TPVIZ_CACHE")
-    os.environ["TPVIZ_CACHE"] = str(tmp_path_factory.mktemp("tpviz-cache"))
-    yield
-    if old is None:
-        os.environ.pop("TPVIZ_CACHE", None)
-    else:
-        os.environ["TPVIZ_CACHE"] = old
 
 
 @pytest.fixture(scope="session")

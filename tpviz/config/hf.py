@@ -3,11 +3,17 @@ dict alone (never remote code), so its attribute maps (n_embd, n_embed -> hidden
 (GPT-2's n_positions 1024, Mistral's sliding_window 4096) hold as they do for the engine. A model_type
 transformers has no class for (ChatGLM, Llama-Nemotron's DeciLM, custom ones) is read as given, by tpviz's own
 readers."""
+import hashlib
 import json
 import logging
+import os
 import warnings
 from contextlib import contextmanager
 from functools import lru_cache
+from importlib import metadata
+from pathlib import Path
+
+from tpviz.config.cache import cache_root
 
 # what tpviz reads differently from the class, or the class drops: kept from the JSON as given
 KEPT = ("quantization_config",)
@@ -72,6 +78,43 @@ def through_transformers(cfg: dict) -> tuple[dict, str | None]:
 
 @lru_cache(maxsize=256)  # the app reads the same config on every rerun
 def _read(text: str) -> tuple[dict, str | None]:
+    """The class's reading, kept on disk: importing transformers' config classes costs seconds (its package
+    and the modules they pull in), reading a stored JSON file a millisecond. Keyed by the config, the
+    transformers version and this file, so a new release or a change here reads afresh."""
+    path = _stored(text)
+    try:
+        stored = json.loads(path.read_text())
+        return stored["read"], stored["refusal"]
+    except (OSError, ValueError, KeyError, TypeError):  # none yet, or unreadable: read it again
+        pass
+    read, refusal = _read_with_class(text)
+    try:  # what is stored is what is handed out, now and later (JSON turns id2label's int keys to str)
+        record = json.dumps({"read": read, "refusal": refusal})
+    except (TypeError, ValueError):  # a value JSON cannot hold: not kept
+        return read, refusal
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(record)
+        os.replace(tmp, path)
+    except OSError:  # a read-only home: read, not kept
+        pass
+    return json.loads(record)["read"], refusal
+
+
+def _stored(text: str) -> Path:
+    try:
+        version = metadata.version("transformers")
+    except metadata.PackageNotFoundError:
+        version = "none"
+    key = hashlib.sha256("\0".join((text, version, _SOURCE)).encode()).hexdigest()
+    return cache_root() / "configs" / f"{key[:32]}.json"
+
+
+_SOURCE = hashlib.sha256(Path(__file__).read_bytes()).hexdigest()
+
+
+def _read_with_class(text: str) -> tuple[dict, str | None]:
     cfg = json.loads(text)
     cls = config_class(cfg.get("model_type"))
     if cls is None:

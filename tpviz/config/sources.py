@@ -9,7 +9,6 @@ from functools import lru_cache
 from pathlib import Path
 
 from tpviz.config.files import MAX_CONFIG_BYTES, QUANT_FILE, parse_config, with_quant_file
-from tpviz.config.hub import fetch_config
 from tpviz.config.spec import ModelSpec
 from tpviz.config.normalize import normalize
 from tpviz.errors import SourceError
@@ -132,6 +131,8 @@ def resolve_config(source: str | Path | dict | bytes) -> tuple[dict, str]:
     if isinstance(source, Path) or looks_local(text):
         return local_config(text)
     if REPO_ID.match(text):
+        # start-up: huggingface_hub loads only when a hub id is read, not on `import tpviz` or for a preset
+        from tpviz.config.hub import fetch_config
         return fetch_config(text), text
     sample = ", ".join(list(presets())[:4])
     shown = text if len(text) <= 120 else f"{text[:100]}… ({len(text)} characters)"

@@ -11,7 +11,8 @@ from safetensors import safe_open
 from tpviz.errors import TpvizError, WeightsError
 from tpviz.live import LiveError, resolve_model
 from tpviz.live.run.runner import _hang_message, _phases
-from tpviz.live.load.random_weights import cache_root, prune_cache, random_tensors, write_random_safetensors
+from tpviz.config.cache import cache_root
+from tpviz.live.load.random_weights import prune_cache, random_tensors, write_random_safetensors
 from tpviz.live.load.source import check_size, local_tokenizer, param_count
 from tpviz.live.load.weights import checkpoint_files
 

@@ -92,7 +92,7 @@ def test_shrinking_and_random_weights_are_seeded(tiny_config):
 
 
 def test_invalid_split_fails_before_random_weights_are_made():
-    from tpviz.live.load.random_weights import cache_root
+    from tpviz.config.cache import cache_root
     before = set((cache_root() / "random").glob("*")) if (cache_root() / "random").exists() else set()
     with pytest.raises(TpvizError, match="tp_size=3"):
         prepare("Qwen/Qwen3-8B", 3, device="cpu", random_weights=True)

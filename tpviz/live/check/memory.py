@@ -10,10 +10,9 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from tpviz.errors import TpvizError
-from tpviz.config.sources import resolve_config
-from tpviz.config.normalize import normalize
+from tpviz.config.spec import ModelSpec
 from tpviz.deploy.deployment import deploy
-from tpviz.live.load.source import check_size, check_split, live_config
+from tpviz.live.load.source import ModelRead, check_size, check_split, live_config, read_model
 from tpviz.render.text import fmt_bytes
 from tpviz.rules import Layout, ruleset
 import torch
@@ -171,23 +170,23 @@ def input_shape(ids, batch, seq_len, prompt: str | None, generate: int) -> tuple
     return batch, seq_len + (generate or 0)
 
 
-def estimate_weights(raw: dict, name: str, tp: int, *, pp: int = 1, ep: bool = False,
+def estimate_weights(spec: ModelSpec, tp: int, *, pp: int = 1, ep: bool = False,
                      placement: str = "linear",
                      layers: int | None = None, dtype: str = "float32", device: str = "cpu",
                      gpus: int = 0, input_shape: tuple[int, int] = (0, 0)) -> MemoryEstimate:
     """The weights a run of this config holds, per rank and in the tp=1 reference, in the run's dtype; an
     invalid split or a model over the parameter cap fails as the run would, in one line."""
-    cfg = live_config(normalize(raw, name), layers)
+    cfg = live_config(spec, layers)
     check_split(cfg, tp, ep)
     check_size(cfg, layers)
     ruleset(cfg.rules).pp_partition(cfg.spec.num_hidden_layers, pp)
     # the vLLM layout the ranks load, in the run's dtype; gpt-oss MXFP4 experts are dequantized while loading
-    spec = replace(cfg.spec.served(dtype), quantization="", quant=None)
-    ranks = [g.weight_bytes for g in deploy(spec, Layout(tp, pp, 1, ep), cfg.rules, placement).gpus]
-    whole = deploy(spec, Layout(1), cfg.rules).gpus[0].weight_bytes
-    return MemoryEstimate(name, dtype, cfg.spec.num_hidden_layers, ranks, whole, device, gpus,
+    served = replace(cfg.spec.served(dtype), quantization="", quant=None)
+    ranks = [g.weight_bytes for g in deploy(served, Layout(tp, pp, 1, ep), cfg.rules, placement).gpus]
+    whole = deploy(served, Layout(1), cfg.rules).gpus[0].weight_bytes
+    return MemoryEstimate(spec.name, dtype, cfg.spec.num_hidden_layers, ranks, whole, device, gpus,
                           activation_bytes(cfg.spec, *input_shape),
-                          dict(raw=raw, name=name, tp=tp, pp=pp, ep=ep, placement=placement,
+                          dict(spec=spec, tp=tp, pp=pp, ep=ep, placement=placement,
                                device=device, gpus=gpus, input_shape=input_shape))
 
 
@@ -197,12 +196,13 @@ def plan_memory(model, tp: int, *, pp: int = 1, ep: bool = False, placement: str
     """estimate_weights for a model as the run reads it (folder, config, preset or hub id: its config alone,
     nothing downloaded); dtype 'auto' is the folder's stored dtype, else the config's (random weights:
     bf16)."""
-    raw, name = resolve_config(model)
+    read = read_model(model)
     if dtype == "auto":
-        stored = RANDOM_STORED if random_weights else _folder_dtype(model) or str(
+        raw = read.spec.config
+        stored = RANDOM_STORED if random_weights else _folder_dtype(read) or str(
             raw.get("torch_dtype") or raw.get("dtype") or "")
         dtype = run_dtype(dtype, stored)[0]
-    return estimate_weights(raw, name, tp, pp=pp, ep=ep, placement=placement, layers=layers, dtype=dtype,
+    return estimate_weights(read.spec, tp, pp=pp, ep=ep, placement=placement, layers=layers, dtype=dtype,
                             device=device, gpus=gpus, input_shape=input_shape)
 
 
@@ -217,11 +217,11 @@ def check_fits(model, tp: int, env, **request) -> None:
     check_memory(est)
 
 
-def _folder_dtype(model) -> str:
+def _folder_dtype(read: ModelRead) -> str:
     """The stored dtype of a local checkpoint folder's safetensors ('' for anything else)."""
     try:
-        path = Path(str(model)).expanduser() if isinstance(model, (str, Path)) else None
-        return checkpoint_dtype(path) if path is not None and path.is_dir() and checkpoint_files(path) else ""
+        path = read.path if read.is_dir else None
+        return checkpoint_dtype(path) if path is not None and checkpoint_files(path) else ""
     except OSError:
         return ""
 
@@ -288,12 +288,11 @@ def check_memory(est: MemoryEstimate, available: dict[str, int] | None = None) -
 
 def _what_fits(est: MemoryEstimate, available: dict[str, int]) -> list[str]:
     """Changes that would fit, each tried on the shard map: a lower dtype, then fewer layers."""
-    r = {k: v for k, v in est.request.items() if k not in ("raw", "name", "tp")}
+    r = {k: v for k, v in est.request.items() if k not in ("spec", "tp")}
 
     def fits(layers: int, dtype: str) -> bool:
         try:
-            again = estimate_weights(est.request["raw"], est.request["name"],
-                                     est.request["tp"], layers=layers, dtype=dtype, **r)
+            again = estimate_weights(est.request["spec"], est.request["tp"], layers=layers, dtype=dtype, **r)
         except TpvizError:  # e.g. a layer count the split refuses
             return False
         return again.over(available) is None

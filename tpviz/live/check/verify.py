@@ -32,7 +32,7 @@ from tpviz.live.check.compare import compare
 from tpviz.live.check.routing import split as split_routing
 from tpviz.live.run.runner import choose_backend, run_group
 from tpviz.live.run.slot import check_ranks
-from tpviz.live.load.source import ModelSource, resolve_model
+from tpviz.live.load.source import ModelSource, read_model, resolve_model
 from tpviz.live.run.job import Job
 from tpviz.live.run.worker import REF_TOKENS_KEY, run_model
 from tpviz.errors import LayoutError
@@ -75,11 +75,12 @@ def prepare(model, tp_size: int, *, device: str = "auto", dtype: str = "float32"
     env = env or choose_backend(tp_size * pp, device)
     if input_ids is not None:  # its shape sizes the activations; the vocabulary is checked with the model
         input_ids = check_input_ids(input_ids)
+    read = read_model(model)  # once: the memory check and the run share it
     if env.launcher == "spawn":  # torchrun's ranks are already running, maybe on other machines
-        check_fits(model, tp_size, env, pp=pp, ep=ep, placement=placement, layers=layers, dtype=dtype,
+        check_fits(read, tp_size, env, pp=pp, ep=ep, placement=placement, layers=layers, dtype=dtype,
                    random_weights=random_weights,
                    input_shape=input_shape(input_ids, batch, seq_len, prompt, generate))
-    source = resolve_model(model, layers, seed, tp_size, ep=ep, random_weights=random_weights,
+    source = resolve_model(read, layers, seed, tp_size, ep=ep, random_weights=random_weights,
                            download=download_progress)  # an invalid split fails before weights are made
     cfg = source.cfg
     # more stages than layers (or a bad override): one line

@@ -11,26 +11,22 @@ from __future__ import annotations
 
 import json
 import shutil
-import threading
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import SimpleNamespace
-from typing import Callable
 
 from tpviz.config import hub
 from tpviz.errors import HubError, SourceError, TpvizError, WeightsError
 from tpviz.live.errors import RANDOM_FLAG
 from tpviz.live.load.weights import checkpoint_files
+from tpviz.live.load.progress import Progress, run_with_progress
 from tpviz.live.load.targets import layer_of
 
 try:
     from huggingface_hub import HfApi, snapshot_download
     from huggingface_hub.errors import LocalEntryNotFoundError
-    from huggingface_hub.utils import tqdm as hf_tqdm
 except ImportError:  # pragma: no cover - hub.constants is None then, and download_checkpoint says so
     HfApi = snapshot_download = None
     LocalEntryNotFoundError = ()
-    hf_tqdm = object
 
 CONFIG_FILE = "config.json"
 WEIGHTS_FILE = "model.safetensors"
@@ -40,11 +36,6 @@ TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model",
 PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt", ".pkl")
 RANDOM_HINT = f"use {RANDOM_FLAG} to run without downloading"
 LARGE_BYTES = 2 << 30  # a download this size earns a note (with a shrunk model: most of it is not read)
-POLL_S = 0.2  # how often the caller's thread reports progress while the download runs
-# what snapshot_download's bytes bar is called (the other bars count files or network transfer)
-_BYTES_BAR = "huggingface_hub.snapshot_download"
-
-Progress = Callable[[str, int, int], None]  # (what is happening, bytes done, bytes in all)
 
 
 @dataclass
@@ -107,7 +98,7 @@ def download_checkpoint(repo_id: str, revision: str | None = None, *, layers: in
     need = sum(sizes.get(f) or 0 for f in files if not (snapshot / f).is_file())
     _check_disk(repo_id, cache_dir, need)
     message = f"downloading {repo_id} ({len(files)} files, {human_size(need)}) into {cache_dir}"
-    folder = _run(lambda tqdm_class: snapshot_download(
+    folder = run_with_progress(lambda tqdm_class: snapshot_download(
         repo_id, revision=ref, cache_dir=cache_dir, endpoint=endpoint, allow_patterns=files,
         tqdm_class=tqdm_class), progress if need else None, message, need, bars,
         lambda exc: _error(exc, repo_id, revision, endpoint, cache_dir))
@@ -248,64 +239,6 @@ def _error(exc: BaseException, repo_id: str, revision: str | None, endpoint: str
     mapped = hub._map_error(exc, repo_id, "the checkpoint", revision, endpoint)
     text = str(mapped).replace("pick a preset or a local config.json", RANDOM_HINT)
     return type(mapped)(text) if isinstance(mapped, SourceError) else HubError(text)
-
-
-class _Cancelled(Exception):
-    """Raised inside the download threads once the caller stopped waiting."""
-
-
-def _bar_class(state: SimpleNamespace, bars: bool):
-    """A huggingface_hub tqdm that also counts the snapshot's written bytes, and stops once cancelled."""
-
-    class Bar(hf_tqdm):
-        def __init__(self, *args, **kwargs):
-            self._counts = kwargs.get("name") == _BYTES_BAR
-            super().__init__(*args, **{**kwargs, **({} if bars else {"disable": True})})
-
-        def update(self, n=1):
-            if state.cancelled:
-                raise _Cancelled()
-            if self._counts:
-                with state.lock:
-                    state.done += int(n or 0)
-            return super().update(n)
-
-    return Bar
-
-
-def _run(fetch, progress: Progress | None, message: str, total: int, bars: bool, error) -> str:
-    """fetch(tqdm_class) in a thread; this thread reports progress until it ends (and cancels it on an error);
-    a failure is raised as error(exc)."""
-    state, out = SimpleNamespace(lock=threading.Lock(), done=0, cancelled=False), {}
-
-    def work():
-        try:
-            out["folder"] = fetch(_bar_class(state, bars))
-        except BaseException as exc:  # noqa: BLE001 - handed to the caller's thread
-            out["error"] = exc
-
-    worker = threading.Thread(target=work, name="tpviz-download", daemon=True)
-    try:
-        if progress:
-            progress(message, 0, total)
-        worker.start()
-        shown = -1
-        while worker.is_alive():
-            worker.join(POLL_S)
-            if progress and state.done != shown:
-                shown = state.done
-                progress(message, min(shown, total), total)
-    # the callback stopped us (Stop on the page, Ctrl-C): the threads stop at their next chunk
-    except BaseException:
-        state.cancelled = True
-        raise
-    if isinstance(out.get("error"), (KeyboardInterrupt, SystemExit)):
-        raise out["error"]
-    if "error" in out:
-        raise error(out["error"]) from None
-    if progress:
-        progress(message, total, total)
-    return out["folder"]
 
 
 def shrink_note(download: Download, layers: int | None, total_layers: int) -> str | None:

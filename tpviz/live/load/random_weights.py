@@ -10,6 +10,7 @@ from pathlib import Path
 
 import torch
 
+from tpviz.config.cache import cache_root
 from tpviz.live.model.config import LiveConfig
 from tpviz.live.model.gemma import hf_gemma_config
 from tpviz.live.model.gptoss import hf_gpt_oss_config
@@ -20,11 +21,6 @@ from tpviz.plan.tensors import tensors
 RANDOM_FORMAT = 2  # bump when the random-weight recipe changes, so old caches are not reused
 # random checkpoints kept beyond these are pruned, oldest first
 CACHE_MAX_ENTRIES, CACHE_MAX_BYTES = 8, 8 << 30
-
-
-def cache_root() -> Path:
-    """Where random checkpoints are kept: $TPVIZ_CACHE, else ~/.cache/tpviz."""
-    return Path(os.environ.get("TPVIZ_CACHE") or Path.home() / ".cache" / "tpviz")
 
 
 def random_checkpoint(cfg: LiveConfig, seed: int = 0) -> Path:

@@ -126,6 +126,38 @@ def valid_live_sizes(cfg: LiveConfig, max_tp: int = 64) -> str:
     return ", ".join(sizes) or "none"
 
 
+@dataclass(frozen=True)
+class ModelRead:
+    """A model argument read once: its spec (the raw config inside) and, for a local path, where it is."""
+    spec: ModelSpec
+    path: Path | None = None
+    is_dir: bool = False
+    hub_id: bool = False  # a preset or hub id, whose real weights a run downloads
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+
+def read_model(model) -> ModelRead:
+    """Read a checkpoint folder, config.json path, config dict/bytes, or preset/hub id (its config alone).
+
+    Local paths obey the explorer's TPVIZ_LOCAL_ROOT confinement. A ModelRead is returned as it is."""
+    if isinstance(model, ModelRead):
+        return model
+    path = is_dir = None
+    if isinstance(model, (str, Path)) and str(model).strip():
+        text = str(model).strip()
+        if (isinstance(model, Path) or text.startswith((".", "/", "~"))
+                or _probe(Path(text).expanduser().exists, text)):
+            path = check_local_path(text)
+            is_dir = _probe(path.is_dir, text)
+    elif not isinstance(model, (dict, bytes, bytearray)):
+        raise LiveError("give a model: a checkpoint folder, a config.json, or a preset/hub id")
+    raw, name = local_config(path) if is_dir else resolve_config(model)
+    return ModelRead(normalize(raw, name), path, bool(is_dir), path is None and isinstance(model, str))
+
+
 def resolve_model(model, layers: int | None = None, seed: int = 0, tp_size: int | None = None,
                   ep: bool = False, random_weights: bool = False, download=None) -> ModelSource:
     """Turn a checkpoint folder, config.json path, config dict/bytes, or preset/hub id into a ModelSource.
@@ -136,18 +168,9 @@ def resolve_model(model, layers: int | None = None, seed: int = 0, tp_size: int 
     with random_weights, gets seeded random weights. An invalid split and a model over the parameter cap fail
     before any weights are made or downloaded.
     """
-    path = is_dir = None
-    if isinstance(model, (str, Path)) and str(model).strip():
-        text = str(model).strip()
-        if (isinstance(model, Path) or text.startswith((".", "/", "~"))
-            or _probe(Path(text).expanduser().exists,
-                                                                                     text)):
-            path = check_local_path(text)
-            is_dir = _probe(path.is_dir, text)
-    elif not isinstance(model, (dict, bytes, bytearray)):
-        raise LiveError("give a model: a checkpoint folder, a config.json, or a preset/hub id")
-    raw, name = local_config(path) if is_dir else resolve_config(model)
-    cfg = live_config(normalize(raw, name), layers)
+    read = read_model(model)
+    name, path, is_dir = read.name, read.path, read.is_dir
+    cfg = live_config(read.spec, layers)
     if tp_size is not None:
         check_split(cfg, tp_size, ep)
     check_size(cfg, layers)  # before any weights are made, here or in the tp=1 reference
@@ -160,7 +183,7 @@ def resolve_model(model, layers: int | None = None, seed: int = 0, tp_size: int 
                                 "shapes with random ones)")
             return ModelSource(name, cfg, path, False, tokenizer)
         return ModelSource(name, cfg, _random(cfg, seed, random_weights), True, tokenizer)
-    if path is None and isinstance(model, str) and not random_weights:  # a preset or hub id: its real weights
+    if read.hub_id and not random_weights:  # a preset or hub id: its real weights
         return _hub_source(name, cfg, layers, tp_size, ep, download)
     return ModelSource(name, cfg, _random(cfg, seed, random_weights), True)
 
