@@ -26,6 +26,7 @@ from tpviz.errors import DenseEPError, MissingFieldError, NotJSONError, TPSizeEr
 from tpviz.render.export import chromium_path, figure_png, png_names
 from tpviz.render.plots.strip import layer_strip
 from tpviz.trace.shardmap import Deployment, ShardMap
+from tpviz.rules.layout import CARVED
 from tpviz.config.sources import presets, web_local_root
 
 PLOTLY_CONFIG = {"displaylogo": False, "modeBarButtonsToRemove": ["select2d", "lasso2d", "autoScale2d"]}
@@ -202,7 +203,8 @@ def deployment(cfg_json: str, name: str, values: dict, problems: list[str]) -> d
     """The pp / dp / ep layout of the view, or None with one line in `problems`."""
     try:
         return layout_for(cfg_json, name, values["tp"], values["pp"], values["dp"],
-                          values["ep"], values["rules"])
+                          values["ep"], values["rules"],
+                          tuple((k, values[k]) for k, v in CARVED.items() if values[k] != v))
     except TpvizError as e:
         if isinstance(e, DenseEPError) and (values["pp"] > 1 or values["dp"] > 1):  # keep the chosen pp / dp
             problems.append(f"{e} (showing the layout without EP)")
@@ -265,11 +267,14 @@ def main() -> None:
             state = st.session_state
             serving = f"{state.get('serve_dtype', 'auto')},{state.get('kv_dtype', 'auto')}"
             problems = []  # the deployment's: said with the TP map's fate below
-            if values["pp"] > 1 or values["dp"] > 1 or values["ep"]:
+            carved = tuple((k, values[k]) for k, v in CARVED.items() if values[k] != v)  # SGLang's, inside tp
+            if values["pp"] > 1 or values["dp"] > 1 or values["ep"] or carved:
                 lay = deployment(cfg_json, name, values, problems)
             try:
-                page = page_for(cfg_json, name, values["tp"], values["rules"], checkpoint, serving)
-                st.session_state.good = (cfg_json, name, values["tp"], values["rules"], checkpoint, serving)
+                carved = carved if lay is not None else ()  # a refused layout: the plain TP map, said below
+                page = page_for(cfg_json, name, values["tp"], values["rules"], checkpoint, serving, carved)
+                st.session_state.good = (cfg_json, name, values["tp"], values["rules"], checkpoint, serving,
+                                         carved)
                 errors += [p if lay else f"{p} (showing the tensor-parallel map alone)" for p in problems]
             except TPSizeError as e:  # with EP the experts are whole: their tp cut may be all that failed
                 errors += problems

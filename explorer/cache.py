@@ -28,7 +28,7 @@ class Page:
     m: ShardMap
     figs: dict
     json_bytes: bytes
-    key: tuple  # (config JSON, name, tp, rules): what page_for was called with
+    key: tuple  # (config JSON, name, tp, rules, checkpoint, serving, carved): what page_for was called with
 
 
 @st.cache_data(show_spinner=False, max_entries=256, ttl=3600)
@@ -60,15 +60,18 @@ def checkpoint_names(checkpoint: str) -> tuple[frozenset | None, str, dict | Non
 
 @st.cache_resource(show_spinner=False, max_entries=32)
 def page_for(cfg_json: str, name: str, tp: int, rules: str, checkpoint: str = "",
-             serving: str = "auto,auto") -> Page:
+             serving: str = "auto,auto", carved: tuple = ()) -> Page:
     """Shard map, figures and JSON of one view; kept as objects (no copy per rerun) since nothing mutates
-    them. checkpoint names the checkpoint whose tensor list the map is checked against ('' for none)."""
+    them. checkpoint names the checkpoint whose tensor list the map is checked against ('' for none); carved:
+    SGLang's attention-DP and EP fields ((name, value) pairs), whose groups cut the map's weights."""
     names, where, sizes = checkpoint_names(checkpoint) if checkpoint else (None, "", None)
     dtype, kv_cache_dtype = serving.split(",")
     m = shard_map(spec_for(cfg_json, name), tp, rules,
                   tensor_names=set(names) if names else None,
-                  checkpoint_source=where, dtype=dtype, kv_cache_dtype=kv_cache_dtype, tensor_bytes=sizes)
-    return Page(m, plots.all_figures(m), shard_map_json(m), (cfg_json, name, tp, rules, checkpoint, serving))
+                  checkpoint_source=where, dtype=dtype, kv_cache_dtype=kv_cache_dtype, tensor_bytes=sizes,
+                  layout=Layout(tp, **dict(carved)) if carved else None)
+    return Page(m, plots.all_figures(m), shard_map_json(m),
+                (cfg_json, name, tp, rules, checkpoint, serving, carved))
 
 
 @st.cache_resource(show_spinner=False, max_entries=256)
@@ -93,20 +96,22 @@ def png_renderer() -> PngRenderer:
 
 @st.cache_resource(show_spinner=False, max_entries=64)
 def group_figures(cfg_json: str, name: str, tp: int, rules: str, checkpoint: str, serving: str,
-                  group: int) -> dict:
+                  carved: tuple, group: int) -> dict:
     """The figures of one layer group (cached like the page; nothing mutates them)."""
-    m = page_for(cfg_json, name, tp, rules, checkpoint, serving).m
+    m = page_for(cfg_json, name, tp, rules, checkpoint, serving, carved).m
     return plots.all_figures(m, m.groups[group])
 
 
 @st.cache_resource(show_spinner=False, max_entries=16)
-def every_group_figures(cfg_json: str, name: str, tp: int, rules: str, checkpoint: str, serving: str) -> list:
+def every_group_figures(cfg_json: str, name: str, tp: int, rules: str, checkpoint: str, serving: str,
+                        carved: tuple = ()) -> list:
     """"All layers": each group's heading with the figures it adds (shared families drawn once)."""
-    return plots.grouped_figures(page_for(cfg_json, name, tp, rules, checkpoint, serving).m)
+    return plots.grouped_figures(page_for(cfg_json, name, tp, rules, checkpoint, serving, carved).m)
 
 
 @st.cache_data(show_spinner=False, max_entries=64)
-def layout_for(cfg_json: str, name: str, tp: int, pp: int, dp: int, ep: bool, rules: str) -> Deployment:
-    """One tp x pp x dp (+ EP) deployment's GPUs: stages, experts, bytes, communication
-    (tpviz.deploy.deployment)."""
-    return deploy(spec_for(cfg_json, name), Layout(tp, pp, dp, ep), rules)
+def layout_for(cfg_json: str, name: str, tp: int, pp: int, dp: int, ep: bool, rules: str,
+               carved: tuple = ()) -> Deployment:
+    """One tp x pp x dp (+ EP, or SGLang's carved-out fields) deployment's GPUs: stages, experts, bytes,
+    communication (tpviz.deploy.deployment)."""
+    return deploy(spec_for(cfg_json, name), Layout(tp, pp, dp, ep, **dict(carved)), rules)

@@ -22,9 +22,10 @@ COMM = {"tp_all_reduce": ("all-reduce over the tp GPUs", "after each attention /
 def deployment_section(lay: Deployment, plot_config: dict) -> None:
     """Device grid, expert placement, one row per GPU, and this layout's communication per token."""
     st.markdown(f"### Deployment: {lay.label}")
-    st.caption("Ranks in vLLM's order (rank = (dp × pp + stage) × tp + tp rank). Every GPU holds its "
-               "stage's layers at its tp rank's rows and columns (the maps below); with EP the routed "
-               "experts are whole.")
+    st.caption("Ranks as vLLM and SGLang number them (rank = (dp × pp + stage) × tp + tp rank). Every GPU "
+               "holds its stage's layers at its tp rank's rows and columns (the maps "
+               "below); with EP the routed experts are whole (SGLang's --ep below tp: cut tp / ep ways). "
+               "SGLang's attention and MoE groups are blocks of consecutive tp ranks, the EP index outer.")
     for warning in lay.warnings:
         st.warning(warning)
     st.plotly_chart(device_grid(lay), theme=None, key="fig_device_grid", config=plot_config)

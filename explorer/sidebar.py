@@ -16,7 +16,8 @@ from tpviz.trace.shardmap import Deployment
 from tpviz.trace.validity import ValidRow
 from tpviz.render.export import NO_CHROMIUM, chromium_path, file_stem, figures_zip, shard_map_json
 from tpviz.render.plots import export_figures
-from tpviz.rules import RULE_SETS, RULES
+from tpviz.rules import RULE_SETS, RULES, ruleset
+from tpviz.rules.layout import CARVED
 from tpviz.config.spec import KV_DTYPES, SERVE_DTYPES
 from tpviz.config.files import check_config_size, parse_config
 from tpviz.config.sources import (WEB_LOCAL_HINT, WEB_LOCAL_OFF, find_preset, local_config,
@@ -156,22 +157,48 @@ def tp_control(rows: list[ValidRow] | None, rules: str) -> int:
 
 
 def layout_controls(values: dict) -> dict:
-    """pp, dp and expert parallelism: a deployment beyond one tensor-parallel group (defaults: plain TP)."""
+    """pp, dp and expert parallelism: a deployment beyond one tensor-parallel group (defaults: plain TP);
+    under SGLang, its attention DP, EP size and switches inside tp instead of vLLM's EP."""
+    carves = ruleset(values["rules"]).carves
+    carved = {k: values[k] for k in CARVED} if carves else dict(CARVED)
     # open for a layout link, and kept open once opened: unticking EP must not close the section in use
-    wide = values["pp"] > 1 or values["dp"] > 1 or values["ep"] or bool(st.session_state.get("open_layout"))
+    wide = (values["pp"] > 1 or values["dp"] > 1 or values["ep"] or carved != CARVED
+            or bool(st.session_state.get("open_layout")))
     box = st.expander("Pipeline, data and expert parallelism", expanded=bool(wide), key="open_layout",
                       on_change="rerun")
     if not box.open:  # drawn only when opened, like the serving choices
-        return {"pp": int(values["pp"]), "dp": int(values["dp"]), "ep": bool(values["ep"])}
+        return {"pp": int(values["pp"]), "dp": int(values["dp"]), "ep": bool(values["ep"]) and not carves,
+                **carved}
     pp = box.number_input("pp: pipeline stages", 1, MAX_PP_DP, key="pp", persist_state="session",
-                          help="vLLM's --pipeline-parallel-size: the layers are divided between stages")
+                          help="the engine's --pipeline-parallel-size (SGLang: --pp-size): the layers are "
+                               "divided between stages")
     dp = box.number_input("dp: data-parallel replicas", 1, MAX_PP_DP, key="dp", persist_state="session",
-                          help="vLLM's --data-parallel-size: attention replicas; MoE "
-                               "experts span tp × dp GPUs")
-    ep = box.checkbox("Expert parallelism (EP)", key="ep", persist_state="session",
-                      help="vLLM's --enable-expert-parallel: each routed expert whole on one "
-                           "of the tp × dp GPUs (linear placement)")
-    return {"pp": int(pp), "dp": int(dp), "ep": bool(ep)}
+                          help="vLLM's --data-parallel-size: attention replicas, MoE experts span tp × dp "
+                               "GPUs; SGLang's --dp-size: whole copies")
+    if not carves:
+        ep = box.checkbox("Expert parallelism (EP)", key="ep", persist_state="session",
+                          help="vLLM's --enable-expert-parallel: each routed expert whole on one "
+                               "of the tp × dp GPUs (linear placement)")
+        return {"pp": int(pp), "dp": int(dp), "ep": bool(ep), **CARVED}
+    tp = int(values["tp"])
+    divisors = [n for n in range(1, tp + 1) if tp % n == 0]
+    for key in ("attn_dp", "ep_size"):  # a size kept from another tp: back to 1, not an error
+        if st.session_state.get(key, 1) not in divisors:
+            st.session_state[key] = 1
+    attn_dp = box.selectbox("attn-dp: attention-DP groups", divisors, key="attn_dp",
+                            help="SGLang's --attn-dp-size: tp / N GPUs per attention group, each serving its "
+                                 "own requests (Qwen3, Qwen3-MoE, DeepSeek cut attention over the group)")
+    ep_size = box.selectbox("ep: expert-parallel size", divisors, key="ep_size",
+                            help="SGLang's --ep: the experts in N contiguous blocks, each expert cut tp / N "
+                                 "ways (N = tp: whole)")
+    dense = box.checkbox("--moe-dense-tp-size 1", key="dense_tp1",
+                         help="DeepSeek's dense MLPs whole on every GPU")
+    head = box.checkbox("--enable-dp-lm-head", key="dp_lm_head",
+                        help="the lm_head cut over the attention group")
+    shared = box.checkbox("SGLANG_SHARED_EXPERT_TP1=1", key="shared_tp1",
+                          help="DeepSeek's shared experts whole on every GPU")
+    return {"pp": int(pp), "dp": int(dp), "ep": False, "attn_dp": int(attn_dp), "ep_size": int(ep_size),
+            "dense_tp1": bool(dense), "dp_lm_head": bool(head), "shared_tp1": bool(shared)}
 
 
 def sidebar_exports(page: Page, values: dict, lay: Deployment | None = None) -> None:

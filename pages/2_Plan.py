@@ -14,18 +14,28 @@ from explorer.text import literal
 from tpviz.deploy.fit import capped_context
 from tpviz.render.text import fmt_bytes
 from tpviz.errors import TpvizError
-from tpviz.deploy.ranking import plan_notes, plan_rows, rank_layouts
+from tpviz.deploy.ranking import plan_notes, plan_rows, rank_engines, rank_layouts
 from tpviz.render.plots.deployment import device_grid, expert_figure
 from tpviz.rules import RULES, ruleset
+from tpviz.rules.layout import CARVED
 from tpviz.config.sources import find_preset, presets, repo_from_url
 from tpviz.config.hub import fetch_config
+
+
+BOTH = "vllm+sglang"  # one ranking of both engines' layouts, each row naming its engine and launch line
+ENGINE_LABELS = {**RULE_LABELS, BOTH: "vLLM 0.33 + SGLang 0.5.23"}
 
 
 @st.cache_data(show_spinner=False, max_entries=64)
 def cached_plan(cfg_json: str, name: str, gpus: int, gib: float, rules: str, util: float,
                 context: int) -> list[dict]:
-    """plan_rows of one question (the same answer for every visitor who asks it)."""
-    return plan_rows(rank_layouts(spec_for(cfg_json, name), gpus, gib, rules, util, context))
+    """plan_rows of one question (the same answer for every visitor who asks it), each with its engine's rule
+    set and launch line."""
+    spec = spec_for(cfg_json, name)
+    pairs = (rank_engines(spec, gpus, gib, ("vllm", "sglang"), util, context) if rules == BOTH else
+             [(ruleset(rules), r) for r in rank_layouts(spec, gpus, gib, rules, util, context)])
+    return [{**plan_rows([row])[0], "rules": r.name, "engine": r.label, "launch": r.launch(name, row.layout)}
+            for r, row in pairs]
 
 
 def model_config(text: str) -> tuple[str, str]:
@@ -52,7 +62,7 @@ def main() -> None:
     text = c1.selectbox("Model (preset) or type a hub id", list(presets()), index=list(presets()).index(
         "deepseek-ai/DeepSeek-V3"), key="plan_model", accept_new_options=True)
     gpus = c2.number_input("GPUs", 1, 1024, 8, key="plan_gpus")
-    rules = c3.radio("Rules", RULES, key="plan_rules", format_func=RULE_LABELS.get)
+    rules = c3.radio("Rules", [*RULES, BOTH], key="plan_rules", format_func=ENGINE_LABELS.get)
     st.pills("GPU memory quick picks (GiB)", QUICK_GIB, key="plan_pick", on_change=_pick)
     c4, c5, c6 = st.columns(3)
     gib = c4.number_input("GPU memory (GiB)", 1.0, 10_000.0, 141.0, key="plan_gib")
@@ -71,29 +81,33 @@ def main() -> None:
     accepted = [r for r in rows if r["valid"]]
     if not accepted:
         st.warning(f"No layout of {int(gpus)} GPUs is accepted for {literal(name)}; the reasons are below.")
-    table = [{"layout": r["layout"],
+    table = [{**({"engine": r["engine"]} if rules == BOTH else {}), "layout": r["layout"],
               "verdict": ("fits" if r["fits"] else "does not fit") if r["valid"] else "rejected",
               "weights / GPU": fmt_bytes(r["weights_per_gpu"]) if r["valid"] else "",
               "KV tokens": f"{r['kv_tokens']:,}" if r["valid"] else "",
               f"sequences of {sized:,}": f"{r['max_sequences']:,}" if r["valid"] else "",
-              "comm / token": fmt_bytes(r["comm_per_token"]) if r["valid"] else "",
-              "why": r["problem"] or "; ".join(r["warnings"])} for r in rows]
+              "comm / token": ("not modelled" if r["comm_per_token"] is None
+                               else fmt_bytes(r["comm_per_token"]))
+              if r["valid"] else "",
+              "why": r["problem"] or "; ".join(r["warnings"]),
+              **({"launch": r["launch"]} if rules == BOTH else {})} for r in rows]
     event = st.dataframe(table, hide_index=True, width="stretch", key="plan_table", on_select="rerun",
                          selection_mode="single-row")
     picked = event.selection.rows if event and hasattr(event, "selection") else []
     if picked:
         r = rows[picked[0]]
-        query = urlencode(query_from_controls({"source": "Hub repo id", "hub": name, **r,
-                                               "rules": rules}), safe="/")
-        st.markdown(f"**{literal(r['layout'])}**: [open its map in the explorer](/?{query}) "
+        query = urlencode(query_from_controls({"source": "Hub repo id", "hub": name, **r}), safe="/")
+        st.markdown(f"**{literal(r['layout'])}** ({r['engine']}): [open its map in the explorer](/?{query}) "
                     "(every GPU's rows and columns, its stage and experts, and this layout's collectives).")
+        st.code(r["launch"], language="bash")
         if r["valid"]:
             st.caption("Weights per GPU by stage: " + ", ".join(fmt_bytes(b) for b in r["stage_weights"]))
-            lay = layout_for(cfg_json, name, r["tp"], r["pp"], r["dp"], r["ep"], rules)
+            lay = layout_for(cfg_json, name, r["tp"], r["pp"], r["dp"], r["ep"], r["rules"],
+                             tuple((k, r[k]) for k in CARVED if k in r))
             st.plotly_chart(device_grid(lay), theme=None, key="grid")
             if (fig := expert_figure(lay)) is not None:
                 st.plotly_chart(fig, theme=None, key="experts")
-    logits = "gather to GPU 0" if ruleset(rules).logits == "gather" else "all-gather"
+    logits = "gather to GPU 0" if rules != BOTH and ruleset(rules).logits == "gather" else "all-gather"
     st.caption("Comm / token: what the busiest GPU sends for each decoded token: ring "
                "all-reduces over the tp GPUs after attention, dense and MoE layers (with or without "
                "EP) and the embedding; the MoE blocks' gather and reduce-scatter of tokens "
@@ -101,7 +115,11 @@ def main() -> None:
                "hand-off (hidden state and residual, 1/tp from each GPU, all-gathered by the next "
                "stage); norms spanning the tp cut (OLMo's q and k, a one-group Mamba2 norm); and the "
                f"logits' {logits} (a decoded token is sampled; a prefill token is not).")
-    for note in plan_notes(spec, rules, any(r["fits"] for r in rows), int(context)):
+    if any(r["valid"] and r["comm_per_token"] is None for r in rows):
+        st.caption("Comm / token is not modelled for SGLang's attention DP and EP (its DP gathers and expert "
+                   "sums): those rows say so rather than guess.")
+    for note in {n: None for r in ([rules] if rules != BOTH else ["vllm", "sglang"])
+                 for n in plan_notes(spec, r, any(x["fits"] for x in rows), int(context))}:
         st.caption(f"Note: {note}.")
 
 

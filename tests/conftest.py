@@ -169,9 +169,12 @@ def check_shard_map(m) -> None:
                 assert a + n <= b, f"{p.name} rank {r}: pieces overlap at local index {b}"
             loaded = sum(n for _, n in spans)
             assert loaded + p.padding[r] == local[dim], (p.name, r, loaded, p.padding[r], local)
-        if p.family in ("embed", "lm_head"):
+        if p.family in ("embed", "lm_head") and p.split_dim is None:  # whole on each GPU (SGLang's Gemma-3)
+            whole = m.rules.padded_vocab(model.vocab_size, 1)
+            assert all(s[0] == whole for s in p.local_shapes), (p.name, p.local_shapes)
+        elif p.family in ("embed", "lm_head"):
             vocab = model.vocab_size
-            padded = m.rules.padded_vocab(vocab)
+            padded = m.rules.padded_vocab(vocab, tp)
             assert sum(p.padding) == padded - vocab, (p.name, p.padding)
             assert all(s[0] * tp == padded for s in p.local_shapes), (p.name, p.local_shapes)
             for r in range(tp):  # real rows first, padding after them

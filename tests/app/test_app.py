@@ -136,9 +136,9 @@ def test_query_with_rules_and_a_hub_id():
 
 
 def test_bad_query_values_are_reported_and_ignored():
-    at = run_app({"tp": "abc", "rules": "sglang"})
+    at = run_app({"tp": "abc", "rules": "trtllm"})
     lines = errors(at)
-    assert len(lines) == 2 and "tp='abc'" in lines[0] and "rules='sglang'" in lines[1]
+    assert len(lines) == 2 and "tp='abc'" in lines[0] and "rules='trtllm'" in lines[1]
     assert heading(at) == "Qwen/Qwen3-8B on 4 GPUs"
     at.run()  # the notices belong to the link, not to every rerun
     assert errors(at) == []
@@ -173,6 +173,6 @@ def test_sections_below_the_figures_are_drawn_when_opened():
     at.run()
     columns = [list(d.value.columns) for d in at.dataframe]
     assert any(c[0] == "GPU memory" for c in columns)  # the fit at common GPU sizes
-    assert (["tp", "vLLM 0.33", "vLLM 0.28", "nano-vllm"] in columns
+    assert (["tp", "vLLM 0.33", "vLLM 0.28", "SGLang 0.5.23", "nano-vllm"] in columns
             and any("collective" in c for c in columns))
     assert any("GPU" in c and "KV cache / token" in c for c in columns)

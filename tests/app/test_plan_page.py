@@ -43,3 +43,20 @@ def test_plan_under_nano_vllm_rules_keeps_tensor_parallelism_alone():
     table = at.dataframe[0].value
     assert list(zip(table["layout"], table["verdict"])) == [("TP 4 × PP 1 × DP 1", "fits")]
     assert any(c.value.startswith("Note: nano-vllm runs tensor parallelism alone") for c in at.caption)
+
+
+def test_plan_ranks_both_engines_each_row_naming_its_engine_and_launch():
+    at = run(plan_model="Qwen/Qwen3-235B-A22B-FP8", plan_gpus=8, plan_gib=80.0, plan_rules="vllm+sglang")
+    assert not at.exception and not at.error
+    table = at.dataframe[0].value
+    engines = set(table["engine"])
+    assert engines == {"vLLM 0.33", "SGLang 0.5.23"}
+    rows = list(zip(table["engine"], table["layout"], table["verdict"], table["launch"]))
+    assert ("SGLang 0.5.23", "TP 8 × PP 1 × DP 1 · EP 2", "fits",
+            "python -m sglang.launch_server --model-path Qwen/Qwen3-235B-A22B-FP8 "
+            "--tp-size 8 --ep-size 2") in rows
+    assert ("vLLM 0.33", "TP 8 × PP 1 × DP 1", "fits",
+            "vllm serve Qwen/Qwen3-235B-A22B-FP8 --tensor-parallel-size 8") in rows  # refined MoE scales
+    sglang_tp8 = [v for e, lay, v, _ in rows if e == "SGLang 0.5.23" and lay == "TP 8 × PP 1 × DP 1"]
+    assert sglang_tp8 == ["rejected"]  # no refinement in SGLang
+    assert list(table["verdict"])[0] == "fits"

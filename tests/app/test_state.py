@@ -25,7 +25,7 @@ def test_controls_from_query(params, expected):
 
 @pytest.mark.parametrize("params, word", [({"tp": "abc"}, "tp='abc'"), ({"tp": "0"}, "from 1 to 64"),
                                            ({"tp": "65"}, "showing tp=4"),
-                                          ({"rules": "sglang"}, "vllm, vllm-0.28, nano-vllm")])
+                                          ({"rules": "trtllm"}, "vllm, vllm-0.28, sglang, nano-vllm")])
 def test_controls_from_query_problems(params, word):
     values, problems = controls_from_query(params, KEYS)
     assert len(problems) == 1 and word in problems[0]

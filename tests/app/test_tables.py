@@ -14,5 +14,5 @@ def test_collective_rows_in_readable_units():
 
 def test_valid_tp_rows_mark_each_rule_set():
     shown = valid_tp_rows(valid_table("Qwen/Qwen3-8B", 8)[1])
-    assert shown[3] == {"tp": 4, "vLLM 0.33": "✓", "vLLM 0.28": "✓", "nano-vllm": "✓"}
+    assert shown[3] == {"tp": 4, "vLLM 0.33": "✓", "vLLM 0.28": "✓", "SGLang 0.5.23": "✓", "nano-vllm": "✓"}
     assert shown[2]["vLLM 0.33"].startswith("✗ num_attention_heads=32")

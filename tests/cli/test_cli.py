@@ -73,11 +73,12 @@ def test_valid_lists_both_rule_sets(capsys):
     assert lines[-1].startswith("note (nano-vllm column): nano-vllm's engine builds Qwen3ForCausalLM only")
     rows = {int(line.split()[0]): line for line in lines[2:-1]}
     assert sorted(rows) == list(range(1, 17))
-    assert rows[8].split()[1:] == ["valid", "valid", "valid"]
+    assert rows[8].split()[1:] == ["valid", "valid", "valid", "valid"]
     # vLLM replicates
     assert rows[16].split()[1:3] == ["valid", "valid"] and "num_key_value_heads=8" in rows[16]
-    assert rows[3].count("num_attention_heads=32 is not divisible by tp_size=3") == 3
-    assert out.splitlines()[1].split()[1:] == ["vLLM", "0.33", "vLLM", "0.28", "nano-vllm"]
+    assert rows[3].count("num_attention_heads=32 is not divisible by tp_size=3") == 4
+    assert out.splitlines()[1].split()[1:] == ["vLLM", "0.33", "vLLM", "0.28", "SGLang",
+                                               "0.5.23", "nano-vllm"]
 
 
 def test_valid_default_max_tp(capsys):
@@ -92,7 +93,7 @@ BAD = {
     "tp negative": ["map", "Qwen/Qwen3-8B", "--tp", "-4"],
     "tp not a number": ["map", "Qwen/Qwen3-8B", "--tp", "two"],
     "tp huge": ["map", "Qwen/Qwen3-8B", "--tp", "99999999999999999999"],
-    "bad rules": ["map", "Qwen/Qwen3-8B", "--tp", "2", "--rules", "sglang"],
+    "bad rules": ["map", "Qwen/Qwen3-8B", "--tp", "2", "--rules", "trtllm"],
     "no tp": ["map", "Qwen/Qwen3-8B"],
     "malformed JSON": ["map", "{tmp}/malformed.json", "--tp", "2"],
     "missing fields": ["map", "{tmp}/missing.json", "--tp", "2"],

@@ -7,7 +7,7 @@ from tpviz import shard_map
 from tpviz.cli.main import main
 from tpviz.deploy.deployment import deploy
 from tpviz.deploy.parallel import stage_layers
-from tpviz.deploy.ranking import layouts, plan_notes, rank_layouts as plan
+from tpviz.deploy.ranking import plan_notes, rank_layouts as plan
 from tpviz.deploy.sizing import Sizer, comm_per_token
 from tpviz.errors import LayoutError
 from tpviz.rules import Layout, ruleset
@@ -51,7 +51,7 @@ def test_expert_placement_linear_and_round_robin_uneven():
 
 
 def test_layouts_multiply_to_n():
-    all8 = layouts(8, ep=True)
+    all8 = VLLM.candidates(8, moe=True)
     assert all(x.gpus == 8 for x in all8) and Layout(8, 1, 1, True) in all8 and Layout(1, 1, 8) in all8
     assert Layout(1, 8, 1, True) not in all8  # tp x dp = 1: nothing to spread experts over
 

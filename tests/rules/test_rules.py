@@ -59,11 +59,11 @@ def test_padded_vocab(vocab, padded):
 
 
 def test_rule_sets_are_looked_up_by_name():
-    assert RULES == ("vllm", "vllm-0.28", "nano-vllm")
+    assert RULES == ("vllm", "vllm-0.28", "sglang", "nano-vllm")
     for r in RULES:
         assert isinstance(ruleset(r), RuleSet) and ruleset(r).name == r and ruleset(ruleset(r)) is ruleset(r)
-    assert [r.label for r in RULE_SETS.values()] == ["vLLM 0.33", "vLLM 0.28", "nano-vllm"]
-    for bad in ("VLLM", "", "sglang", None, 3):
+    assert [r.label for r in RULE_SETS.values()] == ["vLLM 0.33", "vLLM 0.28", "SGLang 0.5.23", "nano-vllm"]
+    for bad in ("VLLM", "", "trtllm", None, 3):
         with pytest.raises(TpvizError) as err:
             ruleset(bad)
         assert "vllm" in one_line(err.value) and "nano-vllm" in str(err.value)

@@ -176,7 +176,8 @@ def test_gptq_act_order_refused_by_vllm_033_only():
 def test_valid_json(capsys):
     assert main(["valid", "Qwen/Qwen3-235B-A22B-FP8", "--json", "--max-tp", "16"]) == 0
     out = json.loads(capsys.readouterr().out)
-    assert out["schema"] == "tpviz.valid/1" and set(out["rules"]) == {"vllm", "vllm-0.28", "nano-vllm"}
+    assert out["schema"] == "tpviz.valid/1" and set(out["rules"]) == {"vllm", "vllm-0.28",
+                                                                      "sglang", "nano-vllm"}
     rows = {row["tp"]: row for row in out["rows"]}
     assert sorted(rows) == list(range(1, 17))
     assert all(set(rows[tp][r]) == {"valid", "problem", "warnings"} for tp in rows for r in out["rules"])

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from tpviz.archs.names import LLAMA, Names
+from tpviz.rules.sglang import Groups
 
 
 @dataclass(frozen=True)
@@ -71,3 +72,5 @@ class Arch:
     # grouped top-k (V3: sigmoid scores with e_score_correction_bias)
     hf_partial_rotary: bool = False  # transformers' own model turns partial_rotary_factor (Phi-3) too
     hf_extra: tuple[tuple[str, object], ...] = ()  # extra keys of a random checkpoint's config.json
+    # --- other engines
+    sglang: Groups | None = None  # SGLang 0.5.23's model file and its weight groups (None: not modelled)

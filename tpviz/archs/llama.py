@@ -3,6 +3,7 @@ Llama-Nemotron's heterogeneous blocks (models/nemotron_nas.py)."""
 from dataclasses import replace
 
 from tpviz.archs.base import Arch
+from tpviz.rules.sglang import Groups
 from tpviz.archs.names import LLAMA
 
 MIXTRAL = replace(LLAMA, mlp="block_sparse_moe.", expert_gate_up=("w1", "w3"), expert_down="w2")
@@ -22,12 +23,14 @@ def llama4_fields(cfg: dict) -> dict:
 
 
 RECORDS = [
-    Arch("llama", live="llama"),
+    Arch("llama", live="llama", sglang=Groups("llama.py", lm_head="attn_tp")),
     # MistralForCausalLM / MixtralForCausalLM: no attention biases whatever the config says (transformers'
     # models)
-    Arch("mistral", "MistralForCausalLM", qkv_bias=False, o_bias=False, window="model_wide", live="llama"),
+    Arch("mistral", "MistralForCausalLM", qkv_bias=False, o_bias=False, window="model_wide", live="llama",
+         sglang=Groups("mistral.py (llama.py's LlamaForCausalLM)", lm_head="attn_tp")),
     Arch("mixtral", "MixtralForCausalLM", MIXTRAL, qkv_bias=False, o_bias=False,
-         window="model_wide", live="llama", live_moe=True, needs_experts=True, routing="fp32"),
+         window="model_wide", live="llama", live_moe=True, needs_experts=True, routing="fp32",
+         sglang=Groups("mixtral.py")),
     Arch("phi3", "Phi3ForCausalLM", PHI3, window="model_wide", live="llama", hf_partial_rotary=True,
          # transformers' 32000 may lie past the vocab
          hf_extra=(("pad_token_id", None), ("eos_token_id", None))),

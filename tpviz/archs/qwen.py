@@ -6,18 +6,22 @@ expert count; windows apply only as transformers and vLLM's Qwen2Model read use_
 from dataclasses import replace
 
 from tpviz.archs.base import Arch
+from tpviz.rules.sglang import Groups
 from tpviz.archs.names import LLAMA
 
 GATED_SHARED = replace(LLAMA, shared_gate="shared_expert_gate")  # the shared expert's sigmoid gate
 
 RECORDS = [
     Arch("qwen2", "Qwen2ForCausalLM", qkv_bias=True, o_bias=False, window="qwen2",
-         window_flag=True, live="llama"),
+         window_flag=True, live="llama", sglang=Groups("qwen2.py", embed="attn_tp")),
     Arch("qwen2_moe", "Qwen2MoeForCausalLM", GATED_SHARED, qkv_bias=True, o_bias=False, window="qwen2_moe",
-         window_flag=True, moe_tp_limit=True, live="llama", live_moe=True, live_shared=True),
-    Arch("qwen3", "Qwen3ForCausalLM", qk_norm="head", window="qwen2", window_flag=True, live="llama"),
+         window_flag=True, moe_tp_limit=True, live="llama", live_moe=True, live_shared=True,
+         sglang=Groups("qwen2_moe.py", "attn_tp", "attn_tp", "attn_tp", expert_limit="tp")),
+    Arch("qwen3", "Qwen3ForCausalLM", qk_norm="head", window="qwen2", window_flag=True, live="llama",
+         sglang=Groups("qwen3.py", "attn_tp", "attn_tp", "attn_tp")),
     Arch("qwen3_moe", "Qwen3MoeForCausalLM", qk_norm="head", window="qwen3_moe",
-         window_flag=True, moe_tp_limit=True, live="llama", live_moe=True),
+         window_flag=True, moe_tp_limit=True, live="llama", live_moe=True,
+         sglang=Groups("qwen3_moe.py", "attn_tp", "attn_tp", "attn_tp", expert_limit="moe_tp")),
     Arch("qwen3_next", "Qwen3NextForCausalLM", GATED_SHARED, qk_norm="head", output_gate=True,
          full_attention_interval=4, window_flag=True, moe_tp_limit=True),
     *(Arch(t, c, text_model=text, qk_norm="head", output_gate=True, deltanet_split=True, window_flag=True,

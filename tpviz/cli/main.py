@@ -35,12 +35,21 @@ def build_parser() -> argparse.ArgumentParser:
                    help="sequences that should fit at once, with --gpu-mem (default 1)")
     p.add_argument("--pp", type=int, default=1, help="pipeline stages (vLLM's partition of the layers)")
     p.add_argument("--dp", type=int, default=1, help="data-parallel replicas")
-    p.add_argument("--ep", action="store_true", help="expert parallelism: whole experts on the tp x dp GPUs")
+    p.add_argument("--ep", nargs="?", type=int, const=0, default=None, metavar="N",
+                   help="expert parallelism: vLLM, whole experts on the tp x dp GPUs; SGLang, --ep N experts "
+                        "groups each cutting its experts tp / N ways (bare --ep: N = tp)")
+    p.add_argument("--attn-dp-size", type=int, default=1, metavar="N",
+                   help="SGLang: N attention-DP groups of tp / N GPUs inside the tp GPUs")
+    p.add_argument("--moe-dense-tp-size", type=int, metavar="N",
+                   help="SGLang: 1 keeps the dense MLPs whole on every GPU (DeepSeek)")
+    p.add_argument("--enable-dp-lm-head", action="store_true",
+                   help="SGLang: the lm_head cut over the attention-DP group")
     p.add_argument("--placement", choices=ruleset().placements,
                    help="expert placement with --ep (default linear)")
     p.set_defaults(command_module="map", func="cmd_map")
     p = sub.add_parser("valid",
-                       help="which tp sizes work, under every rule set (vLLM 0.33, vLLM 0.28, nano-vllm)")
+                       help="which tp sizes work, under every rule set (vLLM 0.33, vLLM 0.28, "
+                            "SGLang 0.5.23, nano-vllm)")
     p.add_argument("model")
     p.add_argument("--max-tp", type=int, default=64, help="the largest tp size tried (default 64)")
     p.add_argument("--json", action="store_true", help="print the table as JSON (schema tpviz.valid/1)")
@@ -54,6 +63,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--context", type=int, default=8192, help="tokens per sequence")
     p.add_argument("--json", action="store_true", help="print the plan as JSON (schema tpviz.plan/1)")
     p.set_defaults(command_module="tables", func="cmd_plan")
+    p = sub.add_parser("compare",
+                       help="vLLM 0.33's layouts of N GPUs beside the same deployment in SGLang 0.5.23")
+    p.add_argument("model")
+    p.add_argument("--gpus", type=int, required=True, help="GPUs in total")
+    p.add_argument("--gpu-mem", type=float, required=True, metavar="GIB", help="memory of each GPU")
+    p.add_argument("--util", type=float, default=0.9, help="gpu_memory_utilization (default 0.9)")
+    p.add_argument("--context", type=int, default=8192, help="tokens per sequence")
+    p.add_argument("--json", action="store_true", help="print the pairs as JSON (schema tpviz.compare/1)")
+    p.set_defaults(command_module="tables", func="cmd_compare")
     sub.add_parser("verify",
                    help="run a real TP forward pass and check it against one device (see verify -h)",
                    add_help=False)

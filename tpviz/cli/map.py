@@ -1,11 +1,13 @@
 """`python -m tpviz map MODEL --tp N`: every tensor's pieces per rank, per-rank memory, a deployment's GPUs,
 and whether it fits; --json and --png write the exports."""
+import os
 from pathlib import Path
 
 from tpviz.cli.outpaths import writable_file, writable_folder
 from tpviz.config.sources import load_spec
 from tpviz.config.spec import ModelSpec
 from tpviz.deploy.deployment import deploy
+from tpviz.deploy.equivalent import equivalent
 from tpviz.deploy.fit import fit, sizing_notes
 from tpviz.deploy.parallel import placement_flag
 from tpviz.deploy.sizing import COMM_LABELS
@@ -101,7 +103,10 @@ def layout_lines(d: Deployment) -> str:
     if len(d.gpus) > 64:
         lines.append(f"... {len(d.gpus) - 64} more GPUs in the JSON")
     parts = [f"{COMM_LABELS[k]} {fmt_bytes(v)}" for k, v in d.comm_bytes_per_token.items() if v]
-    lines.append(f"sent per decoded token by the busiest GPU: {', '.join(parts) or 'nothing'}")
+    lines.append(f"sent per decoded token by the busiest GPU: {', '.join(parts) or 'nothing'}"
+                 if d.comm_bytes_per_token or not d.layout.carved else
+                 "sent per decoded token: not modelled for SGLang's attention DP and EP (its DP gathers and "
+                 "expert sums)")
     return "\n".join(lines)
 
 
@@ -112,22 +117,23 @@ def cmd_map(args) -> int:
                          "the KV cache on a GPU)")
     for k, default in fit_flags.items():
         setattr(args, k, default if getattr(args, k) is None else getattr(args, k))
-    args.placement = placement_flag(args.placement, args.ep)
+    layout = layout_from_args(args)
+    args.placement = placement_flag(args.placement, layout.ep or layout.ep_size > 1)
     if args.json is not None:  # before any work, so a typo does not cost a finished map
         writable_file(args.json, "--json", "map.json")
     if args.png is not None:
         writable_folder(args.png, "--png")
     spec = load_spec(args.model)  # read once, for the deployment, the map and the valid sizes
     checkpoint = local_checkpoint(args.model) or hub_checkpoint(args.model)
-    layout = Layout(args.tp, args.pp, args.dp, args.ep)
     try:  # one line if it cannot exist; with EP the experts stay whole
         lay = deploy(spec, layout, args.rules, args.placement) if layout != Layout(args.tp) else None
     except TPSizeError as e:
         raise with_valid_sizes(e, spec, args.rules) from None
     try:
-        m = map_model(spec, args.tp, args.rules, checkpoint, args.dtype, args.kv_cache_dtype)
+        m = map_model(spec, args.tp, args.rules, checkpoint, args.dtype, args.kv_cache_dtype,
+                      layout if layout.carved else None)
     except TPSizeError as e:
-        if lay is not None and args.ep:  # only the experts' TP split is refused, and EP keeps them whole
+        if lay is not None and layout.ep:  # only the experts' TP split is refused, and EP keeps them whole
             return ep_only(args, lay, e)
         raise with_valid_sizes(e, spec, args.rules) from None
     m.deployment = lay
@@ -142,6 +148,11 @@ def cmd_map(args) -> int:
                   "memory is sized from the config")
     if m.deployment:
         print(layout_lines(m.deployment))
+    if not ruleset(args.rules).tp_only:  # the same GPUs in the other engine, deployed and compared
+        try:
+            print(equivalent(spec, layout, args.rules, args.placement).line)
+        except TpvizError as e:  # the layout maps but does not deploy (its refusal was said above)
+            print(f"no equivalent in the other engine: {e}")
     if fit:  # after the layout's GPUs, whose fullest one it sizes
         print(fit)
     if args.json:
@@ -151,6 +162,28 @@ def cmd_map(args) -> int:
         for path in write_pngs(m, args.png):
             print(f"wrote {path}")
     return 0
+
+
+def layout_from_args(args) -> Layout:
+    """The layout the flags spell, in the chosen engine's vocabulary (SGLang: --ep N inside --tp)."""
+    sglang = ruleset(args.rules).carves
+    if not sglang and (args.attn_dp_size != 1 or args.moe_dense_tp_size is not None
+                       or args.enable_dp_lm_head):
+        raise TpvizError(f"--attn-dp-size, --moe-dense-tp-size and --enable-dp-lm-head are SGLang's: add "
+                         f"--rules sglang ({ruleset(args.rules).label} attention DP is --dp)")
+    if args.moe_dense_tp_size not in (None, 1, args.tp):  # SGLang's own check_server_args words
+        raise TpvizError("moe_dense_tp_size only supports None, 1, or tp_size currently")
+    ep = args.ep
+    if not sglang:
+        if ep not in (None, 0, args.tp * args.dp):
+            raise TpvizError(f"--ep {ep}: {ruleset(args.rules).label} expert parallelism spans tp × dp = "
+                             f"{args.tp * args.dp} GPUs (give --ep alone); an EP smaller than tp is SGLang's "
+                             "(--rules sglang)")
+        return Layout(args.tp, args.pp, args.dp, ep is not None)
+    return Layout(args.tp, args.pp, args.dp, attn_dp=args.attn_dp_size,
+                  ep_size=args.tp if ep == 0 else ep or 1,
+                  dense_tp1=args.moe_dense_tp_size == 1 and args.tp > 1, dp_lm_head=args.enable_dp_lm_head,
+                  shared_tp1=os.environ.get("SGLANG_SHARED_EXPERT_TP1", "").lower() in ("1", "true"))
 
 
 def with_valid_sizes(e: TPSizeError, spec: ModelSpec, rules: str) -> TpvizError:

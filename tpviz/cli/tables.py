@@ -1,8 +1,9 @@
-"""`python -m tpviz valid MODEL` (which tp sizes work under every rule set) and `plan MODEL --gpus N` (every
-layout of N GPUs, ranked)."""
+"""`python -m tpviz valid MODEL` (which tp sizes work under every rule set), `plan MODEL --gpus N` (every
+layout of N GPUs, ranked) and `compare MODEL --gpus N` (vLLM's layouts beside SGLang's)."""
 import json
 
 from tpviz.config.sources import load_spec
+from tpviz.deploy.equivalent import compare
 from tpviz.deploy.fit import capped_context
 from tpviz.deploy.ranking import plan_notes, plan_rows, rank_layouts
 from tpviz.errors import TpvizError
@@ -64,17 +65,53 @@ def cmd_plan(args) -> int:
     context = capped_context(spec, args.context)[0]
     print(f"{spec.name} on {args.gpus} × {args.gpu_mem:g} GiB ({ruleset(args.rules).label} rules, "
           f"context {context:,})")
-    print(f"{'layout':<28} {'weights/GPU':>12} {'KV tokens':>11} {'sequences':>10} "
+    wide = max([28] + [len(r.layout.label) for r in rows])
+    print(f"{'layout':<{wide}} {'weights/GPU':>12} {'KV tokens':>11} {'sequences':>10} "
           f"{'comm/token':>11}  verdict")
     for r in rows:
         verdict = ("fits" if r.fits else "does not fit") + (" (warning below)" if r.warnings else "") \
             if r.problem is None else f"rejected: {r.problem}"
         numbers = (f"{fmt_bytes(r.weights):>12} {r.kv_tokens:>11,} {r.max_sequences:>10,} "
-                   f"{fmt_bytes(r.comm_per_token):>11}"
+                   f"{fmt_bytes(r.comm_per_token) if r.comm_per_token is not None else 'n/a':>11}"
                    if r.problem is None else f"{'':>12} {'':>11} {'':>10} {'':>11}")
-        print(f"{r.layout.label:<28} {numbers}  {verdict}")
+        print(f"{r.layout.label:<{wide}} {numbers}  {verdict}")
     print_warnings({w for r in rows if r.problem is None for w in r.warnings},
                    "plan --json gives each layout's")
+    if any(r.problem is None and r.comm_per_token is None for r in rows):
+        notes = [*notes, "comm/token n/a: SGLang's attention-DP gathers and expert-parallel sums are not "
+                         "modelled yet"]
     for note in notes:
         print(f"note: {note}")
+    return 0
+
+
+def side_cells(side) -> list[str]:
+    """One engine's cells of a compared layout: its layout, weights per GPU, KV tokens and verdict."""
+    if side is None:
+        return ["—", "", "", "no such layout"]
+    r = side.row
+    verdict = ("fits" if r.fits else "does not fit") if r.problem is None else f"rejected: {r.problem}"
+    return [r.layout.label, fmt_bytes(r.weights) if r.problem is None else "",
+            f"{r.kv_tokens:,}" if r.problem is None else "", verdict]
+
+
+def cmd_compare(args) -> int:
+    """Every layout of --gpus GPUs in vLLM 0.33 beside the same deployment in SGLang 0.5.23."""
+    spec = load_spec(args.model)
+    pairs = compare(spec, args.gpus, args.gpu_mem, args.util, args.context)
+    if args.json:
+        side = lambda s: None if s is None else {"engine": s.rules.label, "launch": s.launch,  # noqa: E731
+                                                 **plan_rows([s.row])[0]}
+        print(json.dumps({"schema": "tpviz.compare/1", "model": spec.name, "gpus": args.gpus,
+                          "gpu_mem_gib": args.gpu_mem, "utilization": args.util, "context": args.context,
+                          "pairs": [{"vllm": side(a), "sglang": side(b)} for a, b in pairs]}, indent=1))
+        return 0
+    print(f"{spec.name} on {args.gpus} × {args.gpu_mem:g} GiB: vLLM 0.33 beside the same deployment in "
+          "SGLang 0.5.23 (— : that engine has no such layout)")
+    cells = [side_cells(a) + side_cells(b) for a, b in pairs]
+    head = ["vLLM 0.33", "weights/GPU", "KV tokens", "verdict", "SGLang 0.5.23", "weights/GPU", "KV tokens",
+            "verdict"]
+    widths = [min(60, max(len(h), *(len(c[i]) for c in cells))) for i, h in enumerate(head)]
+    for line in [head, *cells]:
+        print("  ".join(f"{c[:w]:<{w}}" for c, w in zip(line, widths)).rstrip())
     return 0

@@ -23,38 +23,38 @@ def check_layout(layout: Layout, spec: ModelSpec, rules: RuleSet) -> None:
             raise LayoutError(f"{name}={value!r} must be an integer from 1 to {MAX_GPUS}")
     if layout.gpus > MAX_GPUS:
         raise LayoutError(f"tp × pp × dp = {layout.gpus} GPUs; tpviz maps deployments of up to {MAX_GPUS}")
-    if problem := rules.layout_problem(layout):
+    if problem := rules.layout_problem(layout, spec):
         raise LayoutError(problem)
 
 
 @single_thread()
 def deploy(spec: ModelSpec, layout: Layout, rules: RuleSet | str = "vllm",
-           placement: str = "linear") -> Deployment:
+           placement: str = "linear", sizer: Sizer | None = None) -> Deployment:
     """Every GPU of the layout: coordinates, layers, experts, weight bytes, KV bytes per token; and the
     communication per token. Raises one line when the layout cannot exist or a rule refuses it."""
     rules = ruleset(rules)
     check_layout(layout, spec, rules)
     stages = stage_layers(spec.num_hidden_layers, layout.pp, rules)
-    sizer, w = Sizer(spec, rules), rules.widths(layout)
-    problem, warnings = split_problem(spec, layout.tp, rules, sizer.plans, moe_tp=w.experts)
+    sizer = sizer or Sizer(spec, rules)  # a caller deploying many layouts of one model builds its plan once
+    w = sizer.widths(layout)
+    problem, warnings = split_problem(spec, layout.tp, rules, sizer.plans, widths=w, layout=layout)
     if problem:
         raise TPSizeError(problem)
     kv = sizer.kv_per_layer(w.attention)
-    experts = rules.expert_placement(spec.num_experts, w.ep, placement) if layout.ep else None
+    experts = rules.expert_placement(spec.num_experts, w.ep, placement) if layout.ep or w.ep > 1 else None
     gpus = []
     for dp_i in range(layout.dp):
         for stage, layers in enumerate(stages):
             for tp_i in range(layout.tp):
-                ep_rank = dp_i * layout.tp + tp_i  # also the flattened MoE tp rank without EP
-                mine = experts[ep_rank] if experts else None
+                flat = dp_i * layout.tp + tp_i
+                mine = experts[w.ep_rank(flat)] if experts else None
                 gpus.append(Gpu(
                     (dp_i * layout.pp + stage) * layout.tp + tp_i, stage, dp_i, tp_i,
                     [layers[0], layers[-1] + 1] if layers else [0, 0], mine,
-                    sizer.gpu_bytes(layout, set(layers), stage == 0, stage == len(stages) - 1,
-                                    tp_i, ep_rank, mine),
+                    sizer.gpu_bytes(layout, set(layers), stage == 0, stage == len(stages) - 1, flat, mine),
                     sum(kv.get(i, (0, 0))[0] for i in layers if not kv.get(i, (0, 0))[1]),
                     sum(kv[i][0] for i in layers if i in kv and kv[i][1])))
-    return Deployment(layout, placement if layout.ep else None,
+    return Deployment(layout, placement if experts else None,
                       [[s[0], s[-1] + 1] if s else [0, 0] for s in stages],
                       experts, sorted(gpus, key=lambda g: g.rank), warnings,
-                      comm_per_token(spec, layout, rules))
+                      comm_per_token(spec, layout, rules) or {})

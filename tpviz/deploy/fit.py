@@ -98,13 +98,13 @@ def _sizer(m: ShardMap) -> Sizer:
 def fit(m: ShardMap, gpu_gib: float, utilization: float = GPU_UTILIZATION, context: int = 8192,
         concurrency: int = 1, layout=None) -> Fit:
     """Does the model fit on GPUs of gpu_gib GiB at this tp, and how many sequences of `context` tokens. With
-    a pp / dp / ep `layout` (parallel.Layout), as the Plan page sizes it: the fullest stage's GPU, and
-    sequences across the dp replicas."""
+    a pp / dp / ep `layout` (parallel.Layout; SGLang's attention DP and EP inside tp too), as the Plan page
+    sizes it: the fullest stage's GPU, and sequences across the dp replicas and attention-DP groups."""
     check_fit_inputs(gpu_gib, utilization, context, concurrency)
     context, note = capped_context(m.model, context)
     usable = gpu_gib * 2**30 * utilization
     uniform = not any(r.kv_cache_windowed or r.state_bytes_per_sequence for r in m.ranks)
-    if layout is not None and (layout.pp > 1 or layout.dp > 1 or layout.ep):
+    if layout is not None and (layout.pp > 1 or layout.dp > 1 or layout.ep or layout.carved):
         r = _sizer(m).row(layout, gpu_gib * 2**30, utilization, context)
         if r.problem:
             raise LayoutError(r.problem)

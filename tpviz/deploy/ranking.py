@@ -7,21 +7,9 @@ from tpviz.errors import LayoutError
 from tpviz.rules import Layout, RuleSet, ruleset
 
 
-def layouts(gpus: int, ep: bool) -> list[Layout]:
-    """Every tp x pp x dp = gpus, with and without expert parallelism."""
-    out = []
-    for tp in range(1, gpus + 1):
-        for pp in range(1, gpus // tp + 1):
-            if gpus % (tp * pp) == 0:
-                dp = gpus // (tp * pp)
-                out.append(Layout(tp, pp, dp))
-                if ep and tp * dp > 1:
-                    out.append(Layout(tp, pp, dp, True))
-    return out
-
-
 def rank_layouts(spec: ModelSpec, gpus: int, gpu_gib: float, rules: RuleSet | str = "vllm",
-                 utilization: float = 0.9, context: int = 8192, ep: bool = True) -> list[LayoutRow]:
+                 utilization: float = 0.9, context: int = 8192, ep: bool = True,
+                 sizer: Sizer | None = None) -> list[LayoutRow]:
     """Every layout of `gpus` GPUs, accepted ones first (fitting, then by KV room), rejected ones with their
     rule (an engine that runs tensor parallelism alone: TP `gpus` only, which plan_notes says)."""
     rules = ruleset(rules)
@@ -29,13 +17,25 @@ def rank_layouts(spec: ModelSpec, gpus: int, gpu_gib: float, rules: RuleSet | st
         raise LayoutError(f"gpus={gpus} must be between 1 and 1024")
     check_fit_inputs(gpu_gib, utilization, context)
     context = capped_context(spec, context)[0]  # plan_notes says so
-    sizer = Sizer(spec, rules)
-    candidates = [Layout(gpus)] if rules.tp_only else layouts(gpus, ep and spec.is_moe)
+    sizer = sizer or Sizer(spec, rules)
+    candidates = [Layout(gpus)] if rules.tp_only else rules.candidates(gpus, ep and spec.is_moe)
     rows = [sizer.row(layout, gpu_gib * 2**30, utilization, context) for layout in candidates]
-    # accepted first; among them what fits, then the most sequences the whole deployment holds, then less
-    # traffic
-    return sorted(rows, key=lambda r: (r.problem is not None, not r.fits, -r.max_sequences, -r.kv_tokens,
-                                       r.comm_per_token))
+    return sorted(rows, key=ranked)
+
+
+def rank_engines(spec: ModelSpec, gpus: int, gpu_gib: float, engines: tuple = ("vllm", "sglang"),
+                 utilization: float = 0.9, context: int = 8192) -> list[tuple[RuleSet, LayoutRow]]:
+    """rank_layouts of several engines in one ranking, each row with the rule set it runs under."""
+    rows = [(ruleset(r), row) for r in engines
+            for row in rank_layouts(spec, gpus, gpu_gib, r, utilization, context)]
+    return sorted(rows, key=lambda pair: ranked(pair[1]))
+
+
+def ranked(r: LayoutRow) -> tuple:
+    """plan's order: accepted first; among them what fits, then the most sequences the whole deployment holds,
+    then the most KV tokens, then less traffic (unmodelled traffic last)."""
+    return (r.problem is not None, not r.fits, -r.max_sequences, -r.kv_tokens,
+            float("inf") if r.comm_per_token is None else r.comm_per_token)
 
 
 def plan_notes(spec: ModelSpec, rules: RuleSet | str, any_fits: bool, context: int = 0) -> list[str]:
@@ -50,7 +50,7 @@ def plan_notes(spec: ModelSpec, rules: RuleSet | str, any_fits: bool, context: i
 def plan_rows(rows: list[LayoutRow]) -> list[dict]:
     """Display rows: the layout, its verdict, and per-GPU numbers (bytes; views format them)."""
     return [{"layout": r.layout.label, "tp": r.layout.tp, "pp": r.layout.pp,
-             "dp": r.layout.dp, "ep": r.layout.ep,
+             "dp": r.layout.dp, "ep": r.layout.ep, **r.layout.carved,
              "valid": r.problem is None, "fits": r.fits, "problem": r.problem, "warnings": r.warnings,
              "weights_per_gpu": r.weights, "stage_weights": r.stage_weights, "kv_per_token": r.kv_per_token,
              "kv_tokens": r.kv_tokens, "max_sequences": r.max_sequences, "comm_per_token": r.comm_per_token}

@@ -31,10 +31,11 @@ class LayoutRow:
     kv_per_token: int = 0  # on the fullest GPU (its stage's layers)
     room: float = 0.0  # bytes left for KV cache on the tightest GPU
     kv_tokens: int = 0  # tokens of KV cache the tightest stage holds
-    max_sequences: int = 0  # sequences of the context that fit (the whole deployment: x dp replicas)
+    # sequences of the context that fit (the whole deployment: x dp replicas, x attention-DP groups)
+    max_sequences: int = 0
     per_sequence: int = 0  # KV cache one sequence of the context holds on the fullest stage's GPU
     # bytes each token moves: all-reduces, MoE dispatch/combine over dp, PP hand-offs
-    comm_per_token: float = 0.0
+    comm_per_token: float | None = 0.0  # None: not modelled (SGLang's attention DP and EP traffic)
 
     @property
     def fits(self) -> bool:
@@ -64,49 +65,38 @@ class Sizer:
         return ((plan.family in FIRST_STAGE and first) or (plan.family not in FIRST_STAGE and last)
                 or (plan.family == "embed" and last and self.spec.tie_word_embeddings))
 
-    def gpu_bytes(self, layout: Layout, layers: set[int], first: bool, last: bool, tp_i: int, moe_i: int,
+    def gpu_bytes(self, layout: Layout, layers: set[int], first: bool, last: bool, flat: int,
                   experts: list[int] | None) -> int:
-        """Bytes one GPU holds: its stage's layers at its tp rank, and its experts (whole, or its slice)."""
-        w, total = self.rules.widths(layout), 0
+        """Bytes one GPU (flat = dp index x tp + tp index) holds: its stage's layers at its rank in each
+        role's group, and its experts (whole, or its slice of each)."""
+        w, total = self.widths(layout), 0
         for plan in self.plans:
+            width, rank = w.of(plan.role), w.rank(plan.role, flat)
             if plan.layers is None:
-                total += self.rank_bytes(plan,
-                                         w.vocab if plan.family in ("embed", "lm_head") else w.attention)[
-                    tp_i] if self.held(plan, first, last) else 0
-                continue
-            count = len(layers & set(plan.layers))
-            if not count:
-                continue
-            if plan.family == "experts" and experts is not None:
-                total += self.rank_bytes(plan, 1)[0] // max(plan.experts, 1) * len(experts) * count
-            elif plan.family == "experts":
-                total += self.rank_bytes(plan, w.experts)[moe_i] * count
-            else:
-                total += self.rank_bytes(plan, w.attention)[tp_i] * count
+                total += self.rank_bytes(plan, width)[rank] if self.held(plan, first, last) else 0
+            elif count := len(layers & set(plan.layers)):
+                mine = self.rank_bytes(plan, width)[rank] * count
+                total += mine // max(plan.experts, 1) * len(experts) if plan.role == "experts" and experts \
+                    else mine
         return total
 
     def stage_bytes(self, layout: Layout, layers: set[int], first: bool, last: bool) -> int:
         """The fullest GPU of one stage: its layers' share of every plan, plus the model-wide tensors it
         holds."""
-        w, total = self.rules.widths(layout), 0
+        w, total = self.widths(layout), 0
         for plan in self.plans:
+            full = max(self.rank_bytes(plan, w.of(plan.role)))
             if plan.layers is None:
-                total += max(self.rank_bytes(plan,
-                                             w.vocab if plan.family in ("embed", "lm_head")
-                                             else w.attention)) \
-                    if self.held(plan, first, last) else 0
-                continue
-            count = len(layers & set(plan.layers))
-            if not count:
-                continue
-            if plan.family == "experts" and layout.ep:  # whole experts: this GPU's share of them
-                per_expert = max(self.rank_bytes(plan, 1)) // max(plan.experts, 1)
-                most = max(len(e) for e in self.rules.expert_placement(plan.experts, w.ep))
-                total += per_expert * most * count
-            else:
-                total += max(self.rank_bytes(plan,
-                                             w.experts if plan.family == "experts" else w.attention)) * count
+                total += full if self.held(plan, first, last) else 0
+            elif count := len(layers & set(plan.layers)):
+                if plan.role == "experts" and w.ep > 1:  # this GPU's share of the experts, each its slice
+                    most = max(len(e) for e in self.rules.expert_placement(plan.experts, w.ep))
+                    full = full // max(plan.experts, 1) * most
+                total += full * count
         return total
+
+    def widths(self, layout: Layout):
+        return self.rules.widths(layout, self.spec.arch)
 
     def kv_per_layer(self, tp: int) -> dict[int, tuple[int, int]]:
         """KV bytes per token (and window) per attention layer on the fullest GPU at tp, read off the k rows
@@ -125,7 +115,7 @@ class Sizer:
         if layout.ep and not spec.is_moe:
             r.problem = EP_DENSE
             return r
-        r.problem = self.rules.layout_problem(layout)
+        r.problem = self.rules.layout_problem(layout, spec)
         if r.problem:
             return r
         try:
@@ -133,8 +123,9 @@ class Sizer:
         except LayoutError as e:
             r.problem = str(e)
             return r
-        w = self.rules.widths(layout)
-        r.problem, r.warnings = split_problem(spec, layout.tp, self.rules, self.plans, moe_tp=w.experts)
+        w = self.widths(layout)
+        r.problem, r.warnings = split_problem(spec, layout.tp, self.rules, self.plans,
+                                              widths=w, layout=layout)
         if r.problem:
             return r
         kv_layer = self.kv_per_layer(w.attention)
@@ -153,8 +144,9 @@ class Sizer:
             replicas.append(int(room // per_seq) if per_seq and room > 0 else (1 << 30 if room > 0 else 0))
         r.weights = max(r.stage_weights)
         r.room = usable - r.weights
-        r.max_sequences = min(replicas) * layout.dp if r.room > 0 else 0
-        r.comm_per_token = sum(comm_per_token(spec, layout, self.rules).values())
+        r.max_sequences = min(replicas) * layout.dp * layout.attn_dp if r.room > 0 else 0
+        comm = comm_per_token(spec, layout, self.rules)
+        r.comm_per_token = None if comm is None else sum(comm.values())
         return r
 
 
@@ -171,7 +163,7 @@ COMM_LABELS = {"tp_all_reduce": "TP all-reduces", "moe_all_reduce": "MoE all-red
                "logits_gather": "logits gather (per sampled token)"}
 
 
-def comm_per_token(spec: ModelSpec, layout: Layout, rules: RuleSet | str = "vllm") -> dict[str, float]:
+def comm_per_token(spec: ModelSpec, layout: Layout, rules: RuleSet | str = "vllm") -> dict[str, float] | None:
     """Bytes the busiest GPU sends per decoded token (sampled, so the logits count; a prefill token skips
     them), as vLLM 0.33 runs a forward pass over its stage's layers: ring all-reduces over the tp GPUs after
     the mixers, dense FFNs and MoE blocks (with or without EP: the block's final reduce); with dp > 1 a MoE
@@ -182,10 +174,12 @@ def comm_per_token(spec: ModelSpec, layout: Layout, rules: RuleSet | str = "vllm
     first stage all-reduces the embedding; the last gathers the logits (the rule set says how); OLMo-2/3
     all-gather q and k in every attention layer (collectives.norm_collectives)."""
     rules = ruleset(rules)
+    if layout.attn_dp > 1 or layout.ep_size > 1:  # SGLang's DP gathers and EP sums: not modelled, not guessed
+        return None
     hidden = spec.hidden_size * spec.dtype_bytes
     ring = lambda n: 2 * (n - 1) / n if n > 1 else 0.0  # noqa: E731 - the ring all-reduce's share per GPU
     moe_layers, tp, pp = set(spec.moe_layers), layout.tp, layout.pp
-    logits = rules.padded_vocab(spec.vocab_size) * spec.dtype_bytes
+    logits = rules.padded_vocab(spec.vocab_size, tp) * spec.dtype_bytes
     logits_sent = logits_collective(logits, tp, rules).sent_per_rank if tp > 1 else 0.0
     busiest = {}
     for stage, layers in enumerate(stage_layers(spec.num_hidden_layers, pp, rules)):

@@ -21,7 +21,7 @@ class VocabParallelEmbedding(nn.Module):
         check_tp(tp_size, tp_rank)
         self.tp_dim, self.tp_size, self.tp_rank, self.rules = 0, tp_size, tp_rank, ruleset(rules)
         self.org_vocab_size = num_embeddings
-        self.num_embeddings_padded = self.rules.padded_vocab(num_embeddings)
+        self.num_embeddings_padded = self.rules.padded_vocab(num_embeddings, tp_size)
         self.num_embeddings_per_partition = self.rules.vocab_rows(num_embeddings, tp_size)
         self.vocab_start_idx = tp_rank * self.num_embeddings_per_partition
         self.vocab_end_idx = self.vocab_start_idx + self.num_embeddings_per_partition

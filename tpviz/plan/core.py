@@ -55,6 +55,15 @@ class ParamPlan:
     element_bytes: int = 0  # bytes per stored element (0: the model dtype); quantized tensors set their own
 
     @property
+    def role(self) -> str:
+        """What the engine cuts it as: attention, dense, shared, experts, embed, lm_head or replicated."""
+        if self.family in ("gate_up", "down_proj"):
+            return "shared" if ".shared_expert" in self.name else "dense"
+        if self.family in ("experts", "embed", "lm_head", "replicated"):
+            return self.family
+        return "attention"  # q/k/v, o_proj and the mixers
+
+    @property
     def count(self) -> int:
         """How many copies of this parameter the model has (layers x experts)."""
         return (len(self.layers) if self.layers is not None else 1) * max(self.experts, 1)

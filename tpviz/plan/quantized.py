@@ -52,6 +52,11 @@ class QPlan:
         """vLLM's create-time checks (raise), and what fails later at load time or needs a fallback
         (recorded)."""
         q, tp = self.quant, layer.tp_size
+        if (tp == 1 and q.scheme == "fp8_block" and self.role != "moe" and len(out_sizes) > 1
+                and self.rules.fp8_merged_at_tp1 and (bad := [s for s in out_sizes if s % q.block[0]])):
+            raise QuantError(f"Weight output_partition_size = {bad[0]} is not divisible by "
+                             # SGLang checks merged layers at every tp
+                             f"weight quantization block_n = {q.block[0]}.")
         if (tp == 1 and q.scheme == "fp8_block" and self.role != "moe"
             and misaligned_scales(out_sizes, q.block[0])):
             layer.problem = (f"the merged parts {out_sizes} are not whole FP8 blocks of "

@@ -29,8 +29,10 @@ def short_name(name: str) -> str:
 
 
 def families_present(m: ShardMap, group=None) -> list[str]:
-    """The matrix families this model has (in one layer group), in display order."""
-    have = {t.family for t in m.tensors if in_group(t, group)}
+    """The matrix families this model has (in one layer group), in display order; a tensor whole on every GPU
+    (SGLang's attention at one GPU per attention group) is drawn with the replicated ones."""
+    mine = [t for t in m.tensors if in_group(t, group)]
+    have = {t.family if t.split_dim is not None else "replicated" for t in mine}
     return [f for f in FAMILIES if f in have]
 
 

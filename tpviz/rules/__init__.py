@@ -3,8 +3,9 @@ from tpviz.errors import TpvizError
 from tpviz.rules.engines import NANO_VLLM, VLLM_0_28, VLLM_0_33
 from tpviz.rules.layout import Layout
 from tpviz.rules.ruleset import MAX_TP, Flags, RuleSet, Widths, check_tp, divide
+from tpviz.rules.sglang import SGLANG_0_5_23, Groups
 
-RULE_SETS = {r.name: r for r in (VLLM_0_33, VLLM_0_28, NANO_VLLM)}
+RULE_SETS = {r.name: r for r in (VLLM_0_33, VLLM_0_28, SGLANG_0_5_23, NANO_VLLM)}
 RULES = tuple(RULE_SETS)  # the names, in the order the views list them
 DEFAULT = VLLM_0_33
 
@@ -18,5 +19,5 @@ def ruleset(rules: "str | RuleSet" = "vllm") -> RuleSet:
     raise TpvizError(f"unknown rules {rules!r}; use one of: {', '.join(RULES)}")
 
 
-__all__ = ["RuleSet", "Layout", "Widths", "Flags", "RULE_SETS", "RULES", "DEFAULT", "MAX_TP", "ruleset",
-           "check_tp", "divide"]
+__all__ = ["RuleSet", "Groups", "Layout", "Widths", "Flags", "RULE_SETS", "RULES", "DEFAULT",
+           "MAX_TP", "ruleset", "check_tp", "divide"]

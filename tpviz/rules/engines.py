@@ -15,7 +15,8 @@ VLLM_0_33 = RuleSet(
     "vLLM 0.33.0: KV heads replicated past their count, vocab padded to 64; FP8 MoE slices "
     "that miss the 128 block use smaller scale blocks (since 0.29, Triton MoE kernel only); "
     "merged layers skip the create-time block check (since 0.14) but still cannot load misaligned scales.",
-    VLLM_FLAGS)
+    VLLM_FLAGS, notes={"ep_hint": " Expert parallelism (--enable-expert-parallel) keeps every expert whole "
+                                  "on one GPU and avoids this split."})
 VLLM_0_28 = replace(
     VLLM_0_33, name="vllm-0.28", version="0.28",
     note="vLLM 0.28.0 (0.14 to 0.28): as 0.33, except that an FP8 MoE slice that misses the "

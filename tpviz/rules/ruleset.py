@@ -33,12 +33,34 @@ def divide(numerator: int, denominator: int, what: str = "size", generic: bool =
 
 @dataclass(frozen=True)
 class Widths:
-    """How many ways each kind of weight is cut in a layout (1: whole on every GPU that holds it)."""
+    """How many ways each role of weight is cut in a layout (1: whole on every GPU that holds it). Each group
+    of a role is a block of consecutive GPUs of a stage (a replica's GPUs in turn, for vLLM's experts)."""
     attention: int  # q/k/v/o, MLA's per-head projections, the mixers
-    dense: int  # dense MLPs and shared experts
+    dense: int  # dense MLPs
     experts: int  # each routed expert
-    ep: int  # GPUs the routed experts are spread over whole (1: no expert parallelism)
-    vocab: int  # embedding and lm_head rows
+    ep: int  # GPUs the routed experts are spread over (1: no expert parallelism)
+    embed: int  # embedding rows
+    lm_head: int  # lm_head rows
+    shared: int  # shared experts
+
+    def of(self, role: str) -> int:
+        """The width of a plan's role (ParamPlan.role); replicated weights are whole at any width."""
+        return getattr(self, role) if role in ROLES else self.attention
+
+    def rank(self, role: str, flat: int) -> int:
+        """A GPU's rank in its group of this role; flat = dp index x tp + tp index."""
+        return flat % self.of(role)
+
+    def ep_rank(self, flat: int) -> int:
+        """A GPU's expert-parallel rank: which share of the routed experts it holds."""
+        return flat // self.experts % self.ep
+
+
+ROLES = ("attention", "dense", "experts", "embed", "lm_head", "shared")
+# SGLang's spelling of the layout fields vLLM has no counterpart for
+CARVED_FLAGS = {"attn_dp": "--attn-dp-size", "ep_size": "--ep N below tp × dp",
+                "dense_tp1": "--moe-dense-tp-size 1",
+                "dp_lm_head": "--enable-dp-lm-head", "shared_tp1": "SGLANG_SHARED_EXPERT_TP1"}
 
 
 @dataclass(frozen=True)
@@ -64,6 +86,7 @@ class RuleSet:
     vocab_padding: int = 64  # the vocabulary is padded to a multiple of this before it is split (0: never)
     fp8_merged_exempt: bool = True  # merged layers skip the create-time FP8 block check (vLLM >= 0.14)
     fp8_moe_refine: bool = True  # an FP8 MoE slice off the block gets r x r scale blocks (vLLM >= 0.29)
+    fp8_merged_at_tp1: bool = False  # merged layers' FP8 block check runs at tp 1 too (SGLang)
     refuses_desc_act: bool = True  # GPTQ act-order (desc_act) refused at any tp (vLLM >= 0.30)
     gptq_act_order_split: bool = False  # act-order row layers keep every group's scales whole (vLLM <= 0.29)
     model_checks: bool = True  # the engine's model files add their own checks (Qwen MoE: tp <= experts)
@@ -76,6 +99,7 @@ class RuleSet:
     hybrid_pages: bool = True  # hybrid models' cache pages are sized to the recurrent state
     pp_env: str = "VLLM_PP_LAYER_PARTITION"  # the environment variable that overrides the layer partition
     placements: tuple[str, ...] = ("linear", "round_robin")
+    carves: bool = False  # attention DP and expert parallelism are carved out of tp (SGLang's Layout fields)
     notes: dict[str, str] = field(default_factory=dict)  # messages keyed by situation
 
     @property
@@ -95,8 +119,9 @@ class RuleSet:
             raise TPSizeError(f"{head}, and tp_size is not a multiple of it")
         return 1, tp_size // total_num_kv_heads
 
-    def padded_vocab(self, vocab_size: int) -> int:
-        """Vocabulary rows the embedding and lm_head allocate in total."""
+    def padded_vocab(self, vocab_size: int, tp: int = 1) -> int:
+        """Vocabulary rows the embedding and lm_head allocate in total, cut tp ways (vLLM: the same at any
+        tp)."""
         if not self.vocab_padding:
             return vocab_size
         return -(-vocab_size // self.vocab_padding) * self.vocab_padding
@@ -123,17 +148,32 @@ class RuleSet:
             return [self.notes["serves"].format(model_type=model_type or "this model")]
         return []
 
-    def layout_problem(self, layout: Layout) -> str | None:
-        """What the engine cannot run about the layout's shape, else None."""
+    def layout_problem(self, layout: Layout, spec=None) -> str | None:
+        """What the engine cannot run about the layout's shape (and, given the spec, about this model in it),
+        else None."""
+        if carved := layout.carved:
+            return (f"{self.label} has no {', '.join(CARVED_FLAGS[k] for k in carved)}: that layout is "
+                    "SGLang's (rules='sglang'); here attention DP is --data-parallel-size and expert "
+                    "parallelism spans tp × dp")
         if self.tp_only and (layout.pp > 1 or layout.dp > 1 or layout.ep):
             return self.notes["tp_only"]
         return None
 
-    def widths(self, layout: Layout) -> Widths:
+    def widths(self, layout: Layout, arch=None) -> Widths:
         """vLLM: every layer is cut over the replica's tp GPUs; the routed experts over tp x dp, or kept whole
         and spread over those GPUs with expert parallelism."""
-        ep = layout.tp * layout.dp if layout.ep else 1
-        return Widths(layout.tp, layout.tp, 1 if layout.ep else layout.tp * layout.dp, ep, layout.tp)
+        tp, ep = layout.tp, layout.tp * layout.dp if layout.ep else 1
+        return Widths(tp, tp, 1 if layout.ep else tp * layout.dp, ep, tp, tp, tp)
+
+    def layout_notes(self, layout: Layout, spec) -> list[str]:
+        """What the engine does differently in this layout that the map draws the same (one line each)."""
+        return []
+
+    def cut_note(self, role: str, cut: int, tp: int) -> str:
+        """What a refusal says first when a role is cut other than tp ways (the user typed tp and dp)."""
+        if role == "experts" and cut not in (1, tp):
+            return f"without expert parallelism the experts are cut tp × dp = {cut} ways: "
+        return ""
 
     def pp_partition(self, num_layers: int, pp: int, override: str | None = None) -> list[int]:
         """Layers per stage: even, the remainder on the stages before the last (vLLM's get_pp_indices), or the
@@ -173,6 +213,18 @@ class RuleSet:
             else:
                 start = rank * base + min(rank, extra)
                 out.append(list(range(start, start + base + (1 if rank < extra else 0))))
+        return out
+
+    def candidates(self, gpus: int, moe: bool) -> list[Layout]:
+        """Every tp x pp x dp = gpus, with and without expert parallelism (the layouts `plan` ranks)."""
+        out = []
+        for tp in range(1, gpus + 1):
+            for pp in range(1, gpus // tp + 1):
+                if gpus % (tp * pp) == 0:
+                    dp = gpus // (tp * pp)
+                    out.append(Layout(tp, pp, dp))
+                    if moe and tp * dp > 1:
+                        out.append(Layout(tp, pp, dp, True))
         return out
 
     def launch(self, model: str, layout: Layout, placement: str = "linear") -> str:

@@ -8,7 +8,7 @@ from tpviz.config.hub import fetch_index, fetch_tensor_bytes
 from tpviz.config.sources import REPO_ID, check_local_path, find_preset, looks_local
 from tpviz.config.spec import ModelSpec
 from tpviz.errors import ConfigError, SourceError
-from tpviz.rules import RuleSet
+from tpviz.rules import Layout, RuleSet
 from tpviz.trace.checkpoint import (INDEX_FILE, checkpoint_sentence, compare, local_tensor_bytes,
                                     local_tensor_names)
 from tpviz.trace.shardmap import ShardMap
@@ -89,9 +89,9 @@ def checked(m: ShardMap, checkpoint: CheckpointNames | None) -> ShardMap:
 
 def map_model(spec: ModelSpec, tp_size: int, rules: RuleSet | str = "vllm",
               checkpoint: CheckpointNames | None = None,
-              dtype: str = "auto", kv_cache_dtype: str = "auto") -> ShardMap:
+              dtype: str = "auto", kv_cache_dtype: str = "auto", layout: Layout | None = None) -> ShardMap:
     """The shard map of a spec at tp_size, served in dtype / kv_cache_dtype, checked against the
     checkpoint."""
     if (dtype, kv_cache_dtype) != ("auto", "auto"):
         spec = spec.served(dtype, kv_cache_dtype)
-    return checked(trace(spec, tp_size, rules), checkpoint)
+    return checked(trace(spec, tp_size, rules, layout), checkpoint)

@@ -37,10 +37,8 @@ def build_rank(plan: ParamPlan, tp_size: int, tp_rank: int) -> tuple:
     try:
         return plan.build(tp_size, tp_rank)
     except QuantError as e:
-        hint = (" Expert parallelism (--enable-expert-parallel) keeps every expert whole "
-                "on one GPU and avoids this split." if plan.family == "experts" else "")
         reason = f"{where(plan)} at tp_size={tp_size}: {e}"
-        raise QuantError(reason + hint, reason=reason) from None
+        raise QuantError(reason, reason=reason) from None
     except TPSizeError as e:
         if plan.quantity and e.generic:
             key, value = plan.quantity

@@ -138,14 +138,14 @@ class Deployment:
     def to_dict(self) -> dict:
         """The shard map JSON's "layout" object (docs/schema.md)."""
         lay = self.layout
-        return {"tp": lay.tp, "pp": lay.pp, "dp": lay.dp, "ep": lay.ep, "label": lay.label,
+        return {"tp": lay.tp, "pp": lay.pp, "dp": lay.dp, "ep": lay.ep, **lay.carved, "label": lay.label,
                 "placement": self.placement, "stages": self.stages, "expert_placement": self.expert_placement,
                 "gpus": [asdict(g) for g in self.gpus], "warnings": self.warnings,
                 "comm_bytes_per_token": self.comm_bytes_per_token}
 
     @classmethod
     def from_dict(cls, d: dict) -> "Deployment":
-        return cls(Layout(d["tp"], d["pp"], d["dp"], d["ep"]), d["placement"], d["stages"],
+        return cls(Layout.from_dict(d), d["placement"], d["stages"],
                    d["expert_placement"],
                    [Gpu(**g) for g in d["gpus"]], d["warnings"], d["comm_bytes_per_token"])
 

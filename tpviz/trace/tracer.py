@@ -4,11 +4,13 @@ Every entry of a tagged tensor holds its own global row (or column) index; param
 After loading, each non-NaN entry says which source index landed there, so the layout is read off
 the loaders themselves, never computed by a separate formula.
 """
+from dataclasses import replace
+
 import torch
 
 from tpviz.config.spec import ModelSpec
 from tpviz.plan import DT, PROBE, ParamPlan, build_plan
-from tpviz.rules import RuleSet, check_tp, ruleset
+from tpviz.rules import Layout, RuleSet, check_tp, ruleset
 from tpviz.trace.caches import rank_caches, state_bytes
 from tpviz.trace.probe import build_rank, single_thread
 from tpviz.trace.shardmap import LayerGroup, ParamMap, Piece, RankInfo, ShardMap, TensorMap, numel
@@ -91,20 +93,44 @@ def layer_groups(spec: ModelSpec) -> list[LayerGroup]:
             for layer, layers in spec.groups()]
 
 
+def spread(tensors: list[TensorMap], param: ParamMap, width: int, tp_size: int) -> None:
+    """A plan traced over groups of `width` consecutive GPUs, as every one of the tp GPUs holds it: GPU r
+    holds what rank r % width of its group holds (width 1: whole on each)."""
+    for t in tensors:
+        by_rank = {}
+        for piece in t.pieces:
+            by_rank.setdefault(piece.rank, []).append(piece)
+        t.pieces = [replace(piece, rank=r) for r in range(tp_size) for piece in by_rank.get(r % width, [])]
+        if width == 1:  # whole on every GPU: drawn and checked as a replicated tensor
+            t.split_dim = None
+    if width == 1:
+        param.split_dim = None
+    param.local_shapes = [param.local_shapes[r % width] for r in range(tp_size)]
+    param.padding = [param.padding[r % width] for r in range(tp_size)]
+
+
 @single_thread()
-def trace(spec: ModelSpec, tp_size: int, rules: RuleSet | str = "vllm") -> ShardMap:
-    """The shard map of a model at tp_size, read off the real weight_loaders of every rank."""
+def trace(spec: ModelSpec, tp_size: int, rules: RuleSet | str = "vllm",
+          layout: Layout | None = None) -> ShardMap:
+    """The shard map of a model at tp_size, read off the real weight_loaders of every rank; each weight is cut
+    over its group in the layout (an engine that carves attention DP or EP out of tp: SGLang), else tp
+    ways."""
     rules = ruleset(rules)
     check_tp(tp_size)
+    layout = layout or Layout(tp_size)
     plans = build_plan(spec, rules)
-    error, warnings = split_error(spec, tp_size, rules, plans)
+    error, warnings = split_error(spec, tp_size, rules, plans, layout=layout)
     if error:
         raise error
     # the map is the layer classes', not the engine's
     warnings = rules.model_notes(spec.model_type) + warnings
+    widths = rules.widths(layout, spec.arch)
     tensors, params = [], []
     for plan in plans:
-        t, p = trace_plan(plan, tp_size)
+        width = widths.of(plan.role)
+        t, p = trace_plan(plan, width)
+        if width != tp_size:
+            spread(t, p, width, tp_size)
         tensors += t
         params.append(p)
     ranks = []

@@ -10,7 +10,7 @@ from tpviz.config.sources import load_spec  # the hub code behind it loads only 
 from tpviz.errors import QuantError, TPSizeError
 from tpviz.plan import ParamPlan, build_plan
 from tpviz.plan.quantized import DESC_ACT
-from tpviz.rules import RULE_SETS, RuleSet, check_tp, ruleset
+from tpviz.rules import RULE_SETS, Layout, RuleSet, Widths, check_tp, ruleset
 from tpviz.trace.probe import build_rank, single_thread, where
 from tpviz.trace.shardmap import FAMILIES
 
@@ -21,10 +21,12 @@ def _check_order(plan: ParamPlan) -> int:
 
 @single_thread()
 def split_error(spec: ModelSpec, tp_size: int, rules: RuleSet | str = "vllm",
-                plans: list[ParamPlan] | None = None,
-                moe_tp: int | None = None) -> tuple[TPSizeError | None, list[str]]:
+                plans: list[ParamPlan] | None = None, moe_tp: int | None = None,
+                widths: Widths | None = None,
+                layout: Layout | None = None) -> tuple[TPSizeError | None, list[str]]:
     """(the first failing rule as the error the layers raised, or None; warnings). moe_tp: how many ways the
-    routed experts are cut when it differs from tp (tp x dp, or 1 with expert parallelism)."""
+    routed experts are cut when it differs from tp (tp x dp, or 1 with expert parallelism); widths: how many
+    ways each role is cut in a layout (RuleSet.widths), for every role."""
     rules = ruleset(rules)
     later, warnings = [], rules.tp_warnings(tp_size)
     q = spec.quant
@@ -32,14 +34,24 @@ def split_error(spec: ModelSpec, tp_size: int, rules: RuleSet | str = "vllm",
         return QuantError(DESC_ACT), []
     try:
         check_tp(tp_size)
+        if layout is not None or widths is None:  # a map: what the engine refuses about its layout, then
+            layout = layout or Layout(tp_size)
+            if problem := rules.layout_problem(layout, spec):
+                raise TPSizeError(problem, tp=tp_size)
+            warnings += rules.layout_notes(layout, spec)
+            if layout.carved or widths is None and moe_tp is None:
+                widths = rules.widths(layout, spec.arch)
         for plan in sorted(build_plan(spec, rules) if plans is None else plans, key=_check_order):
-            cut = moe_tp if moe_tp and plan.family == "experts" else tp_size
-            how = (f"without expert parallelism the experts are cut tp × dp = {cut} ways: "
-                   if cut not in (1, tp_size) else "")
+            cut = (widths.of(plan.role) if widths else
+                   moe_tp if moe_tp and plan.family == "experts" else tp_size)
+            how = rules.cut_note(plan.role, cut, tp_size)
             try:
                 module, _ = build_rank(plan, cut, 0)
             except TPSizeError as e:
-                e.args = (how + str(e),)  # the type and fields stay; the user typed tp and dp, not `cut`
+                hint = (rules.notes.get("ep_hint", "") if plan.family == "experts"
+                        and isinstance(e, QuantError) else "")
+                # the type and fields stay; the user typed tp and dp, not `cut`
+                e.args = (how + str(e) + hint,)
                 raise
             if getattr(module, "problem", None):
                 later.append(TPSizeError(f"{how}{where(plan)}: {module.problem}", tp=tp_size))
@@ -51,10 +63,10 @@ def split_error(spec: ModelSpec, tp_size: int, rules: RuleSet | str = "vllm",
 
 
 def split_problem(spec: ModelSpec, tp_size: int, rules: RuleSet | str = "vllm",
-                  plans: list[ParamPlan] | None = None,
-                  moe_tp: int | None = None) -> tuple[str | None, list[str]]:
+                    plans: list[ParamPlan] | None = None, moe_tp: int | None = None,
+                  widths: Widths | None = None, layout: Layout | None = None) -> tuple[str | None, list[str]]:
     """split_error's first failing rule as one line (None when the model splits), and its warnings."""
-    error, warnings = split_error(spec, tp_size, rules, plans, moe_tp)
+    error, warnings = split_error(spec, tp_size, rules, plans, moe_tp, widths, layout)
     return (str(error) if error else None), warnings
 
 

@@ -1,0 +1,43 @@
+"""The explorer under SGLang rules: its attention-DP and EP controls inside tp, the map cut over their
+groups, links that carry them, and bad values in a link."""
+from app_harness import errors, figure_tabs, heading, run_app
+
+from explorer.state import controls_from_query, query_from_controls
+
+DS = {"model": "deepseek-ai/DeepSeek-V3", "tp": "8", "rules": "sglang"}
+
+
+def test_attention_dp_and_ep_controls_draw_the_sglang_deployment():
+    at = run_app({**DS, "attn_dp": "8", "ep_size": "8"})
+    assert errors(at) == []
+    assert heading(at) == "deepseek-ai/DeepSeek-V3 on 8 GPUs · TP 8 × PP 1 × DP 1 · attn-DP 8 · EP 8"
+    assert {s.label for s in at.selectbox} >= {"attn-dp: attention-DP groups", "ep: expert-parallel size"}
+    assert not [c for c in at.checkbox if c.label == "Expert parallelism (EP)"]  # vLLM's EP is not SGLang's
+    # one GPU per attention group: MLA's q_b/kv_b/o are whole on every GPU, drawn with the replicated tensors
+    assert "q/k/v" not in figure_tabs(at)
+    link, = [m.value for m in at.markdown if "Link to this view" in m.value]
+    assert "rules=sglang&attn_dp=8&ep_size=8" in link
+
+
+def test_changing_the_ep_size_redraws_and_a_size_from_another_tp_resets():
+    at = run_app({**DS, "ep_size": "8"})
+    at.selectbox(key="ep_size").set_value(2).run()
+    assert errors(at) == [] and heading(at).endswith("· EP 2")
+    at.selectbox(key="tp").set_value(4).run()  # 8 does not divide 4: EP 2 still does
+    assert errors(at) == [] and "TP 4" in heading(at)
+
+
+def test_a_layout_sglang_refuses_is_one_line_and_the_view_stays():
+    at = run_app({**DS, "ep_size": "8", "dense_tp1": "1", "model": "Qwen/Qwen3-30B-A3B"})
+    line, = errors(at)
+    assert "does not change qwen3_moe.py's dense MLPs" in line and at.exception == []
+
+
+def test_links_carry_sglangs_fields_and_bad_ones_are_said():
+    values, problems = controls_from_query({**DS, "attn_dp": "4", "dp_lm_head": "1", "ep_size": "x"}, [])
+    assert (values["attn_dp"], values["dp_lm_head"], values["ep_size"]) == (4, True, 1)
+    assert problems == ["ep_size='x' in the link is not a whole number from 1 to 64; showing ep_size=1"]
+    query = query_from_controls({**values, "source": "Hub repo id", "hub": "deepseek-ai/DeepSeek-V3",
+                                 "tp": 8, "rules": "sglang"})
+    assert query == {"model": "deepseek-ai/DeepSeek-V3", "tp": "8", "rules": "sglang", "attn_dp": "4",
+                     "dp_lm_head": "1"}

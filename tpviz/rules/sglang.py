@@ -1,0 +1,211 @@
+"""SGLang 0.5.23, one RuleSet: what it does differently from vLLM, read in the wheel's sglang/srt.
+
+--tp-size is a whole stage's GPUs; attention DP and expert parallelism are carved out of it
+(runtime_context.py derive_parallel_widths): attn_tp = tp / attn_dp, moe_tp = tp / ep. Attention-TP groups
+and MoE-TP groups are blocks of consecutive GPUs, the EP index outer (distributed/parallel_state.py). Each
+model file picks the group of every weight (Groups, on the architecture's record). The vocabulary is padded
+to 64, or to 64 x tp when that does not divide (layers/vocab_parallel_embedding.py); the remainder layers of
+a pipeline go to the last stages (distributed/utils.py get_pp_indices); routed experts are placed in
+contiguous, equal blocks (layers/moe/fused_moe_triton/layer.py). FP8 blocks have no merged-layer exemption and
+no MoE refinement (layers/quantization/fp8.py).
+"""
+import os
+from dataclasses import dataclass, replace
+
+from tpviz.errors import LayoutError, TPSizeError
+from tpviz.rules.layout import Layout
+from tpviz.rules.ruleset import Flags, RuleSet, Widths, divide
+
+PADDING = 64  # DEFAULT_VOCAB_PADDING_SIZE
+FILE = "SGLang 0.5.23's"
+
+
+@dataclass(frozen=True)
+class Groups:
+    """The group each weight of one model file is cut over (sglang/srt/models/<file>): 'tp' the whole stage,
+    'attn_tp' the attention group (for the embedding: under attention DP), 'replicated' whole on every GPU,
+    'switch' tp unless the layout's switch keeps it whole (--moe-dense-tp-size 1,
+    SGLANG_SHARED_EXPERT_TP1)."""
+    file: str
+    attention: str = "tp"  # q/k/v/o (MLA: q_b, kv_b, o)
+    embed: str = "tp"
+    lm_head: str = "tp"  # 'attn_tp': the attention group under --enable-dp-lm-head; tied: the embedding's
+    dense: str = "tp"
+    shared: str = "tp"
+    expert_limit: str = ""  # 'tp' or 'moe_tp': the model file refuses that width above the expert count
+    fuses_shared: bool = False  # DeepSeek-V3/R1 fuse the shared expert into the MoE at ep 1 (NVIDIA)
+    pp: bool = True  # False: the model's forward has no pp_proxy_tensors (model_runner.py asserts)
+
+
+def group_width(group: str, tp: int, attn_tp: int, switched: bool = False) -> int:
+    return {"tp": tp, "attn_tp": attn_tp, "replicated": 1, "switch": 1 if switched else tp}[group]
+
+
+class SglangRuleSet(RuleSet):
+    """SGLang's rules where they are not vLLM's; the fields it shares are set in SGLANG_0_5_23."""
+
+    def padded_vocab(self, vocab_size: int, tp: int = 1) -> int:
+        """Padded to 64, or to 64 x tp when tp does not divide that (VocabParallelEmbedding.__init__)."""
+        pad = PADDING if (-(-vocab_size // PADDING) * PADDING) % tp == 0 else PADDING * tp
+        return -(-vocab_size // pad) * pad
+
+    def vocab_rows(self, vocab_size: int, tp_size: int) -> int:
+        return divide(self.padded_vocab(vocab_size, tp_size), tp_size, "vocab_size")
+
+    def attn_tp(self, layout: Layout) -> int:
+        return layout.tp // max(layout.attn_dp, 1)
+
+    def widths(self, layout: Layout, arch=None) -> Widths:
+        g, tp, attn = self.groups(arch), layout.tp, self.attn_tp(layout)
+        dp = layout.attn_dp > 1
+        embed = "attn_tp" if g.embed == "attn_tp" and dp else "tp" if g.embed == "attn_tp" else g.embed
+        head = "attn_tp" if g.lm_head == "attn_tp" and layout.dp_lm_head and dp else (
+            "tp" if g.lm_head == "attn_tp" else g.lm_head)
+        return Widths(group_width(g.attention, tp, attn), group_width(g.dense, tp, attn, layout.dense_tp1),
+                      tp // layout.ep_size, layout.ep_size, group_width(embed, tp, attn),
+                      group_width(head, tp, attn), group_width(g.shared, tp, attn, layout.shared_tp1))
+
+    def groups(self, arch) -> Groups:
+        g = getattr(arch, "sglang", None)
+        if g is None:
+            what = getattr(arch, "model_type", "") or "this model"
+            raise TPSizeError(f"tpviz does not model {FILE} {what} model file (its weight groups and "
+                              "checks); choose vLLM rules for it")
+        return g
+
+    def cut_note(self, role: str, cut: int, tp: int) -> str:
+        if cut == tp:
+            return ""
+        return {"attention": f"attention is cut over attn_tp_size = tp / attn_dp_size = {cut}: ",
+                "experts": f"each expert is cut over moe_tp_size = tp / ep_size = {cut}: ",
+                "embed": f"the embedding is cut over attn_tp_size = {cut}: ",
+                "lm_head": f"the lm_head is cut over attn_tp_size = {cut}: "}.get(role, "")
+
+    def layout_problem(self, layout: Layout, spec=None) -> str | None:
+        """What SGLang refuses about the layout, before any weight: its own words where it has them, and the
+        flag that fixes a bare assert."""
+        tp, a, ep = layout.tp, layout.attn_dp, layout.ep_size
+        if layout.ep:
+            return ("SGLang's expert parallelism is --ep N (a divisor of --tp): vLLM's "
+                    "--enable-expert-parallel over tp x dp is --ep tp here")
+        if a < 1:
+            return f"--attn-dp-size must be positive (got {a})."
+        if a > 1 and layout.dp > 1:
+            return (f"--dp-size {layout.dp} with --attn-dp-size {a}: data-parallel replicas combined with "
+                    "attention data parallelism are not supported.")
+        if tp % a:
+            return (f"--attn-dp-size {a} does not divide --tp {tp} (SGLang asserts tp_size % attn_dp_size "
+                    f"== 0): use a divisor of {tp}")
+        if ep < 1 or ep > tp or tp % ep:
+            return (f"--ep {ep} does not divide --tp {tp} (SGLang: parallel topology is inconsistent, "
+                    f"tp_size == moe_ep_size * moe_dp_size * moe_tp_size): use a divisor of {tp}")
+        if spec is None:
+            return None
+        g = self.groups(spec.arch)
+        if layout.pp > 1 and not g.pp:
+            return f"Pipeline Parallel is not compatible with this model. ({FILE} {g.file} has no PP)"
+        if (ep > 1 or layout.dense_tp1 or layout.shared_tp1) and not spec.is_moe:
+            return f"{spec.name} has no experts: --ep, --moe-dense-tp-size 1 and SGLANG_SHARED_EXPERT_TP1 " \
+                   "are for MoE models"
+        if spec.is_moe and spec.num_experts % ep:
+            # eplb/expert_location.py and FusedMoE assert it bare
+            return (f"--ep {ep} does not divide the {spec.num_experts} routed experts (SGLang places them "
+                    f"in equal contiguous blocks): use an --ep that divides {spec.num_experts}")
+        if layout.dense_tp1 and g.dense != "switch":
+            return f"--moe-dense-tp-size 1 does not change {g.file}'s dense MLPs (it reads it for " \
+                   "DeepSeek and GLM-4 MoE only)"
+        if layout.shared_tp1 and g.shared != "switch":
+            return f"SGLANG_SHARED_EXPERT_TP1 does not change {g.file}'s shared experts"
+        if layout.shared_tp1 and self.fused(layout, spec):
+            return ("SGLANG_SHARED_EXPERT_TP1 does not change DeepSeek-V3's shared expert at "
+                    "--ep 1: SGLang fuses it into the routed experts there (use --ep > 1 to "
+                    "keep it apart and whole)")
+        if spec.is_moe and g.expert_limit:
+            width = tp if g.expert_limit == "tp" else tp // ep
+            if width > spec.num_experts:
+                return (f"Tensor parallel size {width} is greater than the number of "
+                        f"experts {spec.num_experts}.")
+        return None
+
+    def fused(self, layout: Layout, spec) -> bool:
+        """DeepSeek-V3/R1 on NVIDIA at --ep 1 fuse their shared expert into the MoE as expert 256
+        (deepseek_v2.py shared_experts_fusion_disable_reason: 256 routed experts, one shared, moe_ep_size
+        1)."""
+        g = getattr(spec.arch, "sglang", None)
+        return bool(g and g.fuses_shared and layout.ep_size == 1 and spec.num_experts == 256
+                    and spec.shared_expert_intermediate_size)
+
+    def layout_notes(self, layout: Layout, spec) -> list[str]:
+        if self.fused(layout, spec):
+            return ["SGLang fuses DeepSeek-V3's shared expert into the routed experts at "
+                    "--ep 1 on Ampere and Hopper (as expert 256, cut tp ways: the rows drawn for the shared "
+                    "expert; its FP8 checks are the MoE's); Blackwell's default TRT-LLM "
+                    "runner keeps it apart"]
+        return []
+
+    def pp_partition(self, num_layers: int, pp: int, override: str | None = None) -> list[int]:
+        """get_pp_indices: even, the remainder on the last stages; SGLANG_PP_LAYER_PARTITION (ignored at pp 1)
+        in its own words."""
+        if pp < 1:
+            raise LayoutError(f"pp={pp} must be at least 1")
+        if pp > num_layers:  # utils/common.py make_layers asserts it bare
+            raise LayoutError(f"--pp-size {pp} is more pipeline stages than the model's {num_layers} layers")
+        text = os.environ.get(self.pp_env) if override is None else override
+        if text and pp > 1:
+            try:
+                parts = [int(x) for x in text.split(",")]
+            except ValueError:
+                raise LayoutError(f"Invalid partition string: {text}") from None
+            if len(parts) != pp:
+                raise LayoutError(f"len(partitions)={len(parts)} does not match pp_size={pp}.")
+            if sum(parts) != num_layers:
+                raise LayoutError(f"sum(partitions)={sum(parts)} does not match "
+                                  f"num_hidden_layers={num_layers}.")
+            return parts
+        base, extra = divmod(num_layers, pp)
+        return [base + (1 if stage >= pp - extra else 0) for stage in range(pp)]
+
+    def expert_placement(self, num_experts: int, ep_size: int, placement: str = "linear") -> list[list[int]]:
+        """Equal contiguous blocks (_map_global_expert_id_to_local_expert_id); uneven is refused."""
+        if placement not in self.placements:
+            raise LayoutError(f"expert placement {placement!r}: SGLang places experts in contiguous blocks")
+        if ep_size < 1 or num_experts % ep_size:
+            raise LayoutError(f"--ep {ep_size} does not divide the {num_experts} routed experts")
+        n = num_experts // ep_size
+        return [list(range(r * n, (r + 1) * n)) for r in range(ep_size)]
+
+    def candidates(self, gpus: int, moe: bool) -> list[Layout]:
+        """Every tp x pp x dp = gpus, and inside each tp (one replica) its attention-DP and EP sizes."""
+        out = []
+        for plain in super().candidates(gpus, False):
+            tp = plain.tp
+            divisors = [n for n in range(1, tp + 1) if tp % n == 0]
+            for attn_dp in divisors if plain.dp == 1 else [1]:
+                for ep in divisors if moe else [1]:
+                    out.append(replace(plain, attn_dp=attn_dp, ep_size=ep))
+        return out
+
+    def launch(self, model: str, layout: Layout, placement: str = "linear") -> str:
+        parts = ([f"SGLANG_PP_LAYER_PARTITION={os.environ[self.pp_env]}"]
+                 if layout.pp > 1 and os.environ.get(self.pp_env) else [])
+        parts += ["SGLANG_SHARED_EXPERT_TP1=1"] if layout.shared_tp1 else []
+        parts += [self.flags.command.format(model=model), f"--tp-size {layout.tp}"]
+        for flag, value, default in (("--pp-size", layout.pp, 1), ("--dp-size", layout.dp, 1),
+                                     ("--attn-dp-size", layout.attn_dp, 1), ("--ep-size", layout.ep_size, 1)):
+            if value != default:
+                parts.append(f"{flag} {value}")
+        parts += ["--moe-dense-tp-size 1"] if layout.dense_tp1 else []
+        parts += ["--enable-dp-lm-head"] if layout.dp_lm_head else []
+        return " ".join(parts)
+
+
+SGLANG_0_5_23 = SglangRuleSet(
+    "sglang", "SGLang", "0.5.23",
+    "SGLang 0.5.23: --tp is the stage; attention DP and --ep are carved out of it; vocab padded to 64 "
+    "(64 x tp when that does not divide); no FP8 merged-layer exemption, no MoE scale refinement; pipeline "
+    "remainder on the last stages.",
+    Flags("python -m sglang.launch_server --model-path {model}", "--tp-size", "--pp-size", "--dp-size",
+          "--ep-size"),
+    fp8_merged_exempt=False, fp8_moe_refine=False, fp8_merged_at_tp1=True, model_checks=False,
+    pp_env="SGLANG_PP_LAYER_PARTITION", placements=("linear",), carves=True, hybrid_pages=False,
+    notes={"ep_hint": " --ep N cuts each expert tp / N ways instead (--ep equal to --tp keeps them whole)."})
