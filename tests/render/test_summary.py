@@ -112,3 +112,30 @@ def test_memory_rows_give_windowed_layers_cache_apart():
     row = S.memory_rows(shard_map("openai/gpt-oss-20b", 2))[0]
     assert (row["kv_per_token"], row["kv_windowed_per_token"]) == (12 * 1024, 12 * 1024)
     assert "kv_windowed_per_token" not in S.memory_rows(shard_map(LLAMA8, 2))[0]
+
+
+@pytest.mark.parametrize("model", ["openai/gpt-oss-120b", "openai/gpt-oss-20b"])
+@pytest.mark.parametrize("tp", [1, 2, 4, 8])
+def test_mxfp4_block_padding_is_not_called_vocab_padding(model, tp):
+    # 201088 is a multiple of 64 and splits evenly: the padding is the MXFP4 experts' whole 32-row blocks
+    m = shard_map(model, tp)
+    assert S.padding_sentence(m) is None
+    sentence = S.expert_padding_sentence(m)
+    experts = [p for p in m.params if p.family == "experts" and any(p.padding)]
+    assert (sentence is None) == (not experts)
+    if sentence:
+        assert "Allocation padding" in sentence and short_names(experts)[0] in sentence and "\n" not in sentence
+
+
+def short_names(params) -> list[str]:
+    return [S.short_name(p.name) for p in params]
+
+
+def test_vocab_padding_sentence_follows_the_map_under_each_rule_set():
+    for rules, rows in (("vllm", 8016), ("sglang", 8016)):  # 32001 -> 32064 (64 divides by 4: no x tp)
+        m = shard_map(padded_config(), 4, rules)
+        embed = next(p for p in m.params if p.family == "embed")
+        sentence = S.padding_sentence(m)
+        assert f"32001 → {rows * 4}" in sentence and f"4 × {rows}" in sentence
+        assert all(f"{n} on GPU {r}" in sentence for r, n in enumerate(embed.padding) if n)
+        assert m.rules.label in sentence

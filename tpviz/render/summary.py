@@ -144,18 +144,34 @@ def kv_sentence(m: ShardMap) -> str | None:
 
 
 def padding_sentence(m: ShardMap) -> str | None:
-    """One sentence on vocabulary padding rows, or None when there are none."""
-    padded = [p for p in m.params if any(p.padding)]
+    """One sentence on the vocabulary's padding rows (the embedding and lm_head alone), or None when there are
+    none."""
+    padded = [p for p in m.params if p.family in ("embed", "lm_head") and p.split_dim is not None
+              and any(p.padding)]
     if not padded:
         return None
     p = padded[0]
-    total = p.local_shapes[0][0] * m.tp_size
+    rows = p.local_shapes[0][0]
     where = ", ".join(f"{n} on GPU {r}" for r, n in enumerate(p.padding) if n)
     names = " and ".join(short_name(q.name).split(".")[0] for q in padded)
-    return (f"Vocab padding: vLLM pads the vocabulary {m.model.vocab_size} → {total} (a "
-            f"multiple of 64) so it splits into {m.tp_size} × {p.local_shapes[0][0]} rows; "
-            f"the padding rows of {names} ({where}) are zeros that are never loaded and "
-            "whose logits are dropped.")
+    return (f"Vocab padding: {m.rules.label} pads the vocabulary {m.model.vocab_size} → {rows * m.tp_size} so "
+            f"it splits into {m.tp_size} × {rows} rows; the padding rows of {names} ({where}) are zeros "
+            "that are never loaded and whose logits are dropped.")
+
+
+def expert_padding_sentence(m: ShardMap) -> str | None:
+    """One sentence on rows a quantized layer allocates beyond what it loads (MXFP4's whole 32-row blocks, FP8
+    scale rows), naming the tensors and GPUs; None when there are none."""
+    # split ones only: a replicated row-parallel bias that only GPU 0 loads is the bias sentence's
+    padded = [p for p in m.params if p.family not in ("embed", "lm_head") and p.split_dim is not None
+              and any(p.padding)]
+    if not padded:
+        return None
+    names = ", ".join(dict.fromkeys(short_name(p.name) for p in padded))
+    p = padded[0]
+    where = ", ".join(f"{n} on GPU {r}" for r, n in enumerate(p.padding) if n)
+    return (f"Allocation padding: {names} allocate more rows per GPU than they load (whole quantization "
+            f"blocks); in {short_name(p.name)}, {where} are zeros never loaded.")
 
 
 def row_bias_params(m: ShardMap) -> list[str]:
@@ -190,7 +206,8 @@ def mla_kv_sentence(m: ShardMap) -> str | None:
 def special_cases(m: ShardMap) -> dict[str, str | None]:
     """The three cases drawn explicitly: case -> its sentence, or None when absent from this model at this
     tp."""
-    return {"kv": kv_sentence(m), "padding": padding_sentence(m), "bias": bias_sentence(m)}
+    return {"kv": kv_sentence(m), "padding": padding_sentence(m), "bias": bias_sentence(m),
+            "allocation": expert_padding_sentence(m)}
 
 
 def absent_cases(m: ShardMap) -> list[str]:
