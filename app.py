@@ -8,8 +8,8 @@ import json
 import streamlit as st
 
 from explorer.fit import fit_section
-from explorer.cache import (Page, every_group_figures, group_figures, layout_for, page_for, png_renderer,
-                            screen_figure, valid_rows)
+from explorer.cache import (Page, every_group_figures, other_engine, group_figures, layout_for,
+                            page_for, png_renderer, screen_figure, valid_rows)
 from explorer.deploy import deployment_section
 from explorer.sidebar import (RULE_LABELS, NeedInput, checkpoint_key, layout_controls, restore_from_query,
                               sidebar_exports, sidebar_source, source_config, tp_control)
@@ -26,7 +26,7 @@ from tpviz.errors import DenseEPError, MissingFieldError, NotJSONError, TPSizeEr
 from tpviz.render.export import chromium_path, figure_png, png_names
 from tpviz.render.plots.strip import layer_strip
 from tpviz.trace.shardmap import Deployment, ShardMap
-from tpviz.rules.layout import CARVED
+from tpviz.rules.layout import CARVED, Layout
 from tpviz.config.sources import presets, web_local_root
 
 PLOTLY_CONFIG = {"displaylogo": False, "modeBarButtonsToRemove": ["select2d", "lasso2d", "autoScale2d"]}
@@ -115,7 +115,9 @@ def header(page: Page, rows: list[ValidRow], lay: Deployment | None, mem: list[d
         c2.metric("KV cache per token, fullest GPU", fmt_bytes(full.kv_cache_bytes_per_token
                                                               + full.kv_windowed_bytes_per_token), **off)
         c3.metric("Sent per decoded token, busiest GPU",
-                  fmt_bytes(sum(lay.comm_bytes_per_token.values())), **off)
+                  fmt_bytes(sum(lay.comm_bytes_per_token.values())) if lay.comm_bytes_per_token or not
+                  # SGLang's DP gathers and EP sums: not guessed
+                  lay.layout.carved else "not modelled", **off)
     else:
         c1.metric("Weights per GPU", fmt_bytes(worst["weights"]), **versus(worst["weights"], worst["naive"]))
         # windowed layers cache each token too, up to their window (the cache sentences below give the caps)
@@ -135,6 +137,8 @@ def header(page: Page, rows: list[ValidRow], lay: Deployment | None, mem: list[d
         st.info(sentence)
     if absent := S.absent_cases(m):
         st.caption("Not in this view: " + "; ".join(absent) + ".")
+    if line := other_engine(page.key[0], page.key[1], lay.layout if lay else Layout(m.tp_size), m.rules.name):
+        st.caption(f"{line[0].upper()}{line[1:]}.")  # the same GPUs in the other engine, compared GPU by GPU
     if lay:
         deployment_section(lay, PLOTLY_CONFIG)
 

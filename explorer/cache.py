@@ -12,7 +12,9 @@ from tpviz import load_spec, shard_map
 from tpviz.config.hub import fetch_config
 from tpviz.config.spec import ModelSpec
 from tpviz.deploy.deployment import deploy
-from tpviz.rules import Layout
+from tpviz.deploy.equivalent import equivalent
+from tpviz.errors import TpvizError
+from tpviz.rules import Layout, ruleset
 from tpviz.trace.model_map import hub_checkpoint, local_checkpoint
 from tpviz.trace.shardmap import Deployment
 from tpviz.trace.validity import ValidRow, valid_table
@@ -72,6 +74,18 @@ def page_for(cfg_json: str, name: str, tp: int, rules: str, checkpoint: str = ""
                   layout=Layout(tp, **dict(carved)) if carved else None)
     return Page(m, plots.all_figures(m), shard_map_json(m),
                 (cfg_json, name, tp, rules, checkpoint, serving, carved))
+
+
+@st.cache_data(show_spinner=False, max_entries=64)
+def other_engine(cfg_json: str, name: str, layout: Layout, rules: str) -> str | None:
+    """The same GPUs in the other engine (its launch line), or why there are none; None for an engine compared
+    with neither, or a layout that does not deploy (its refusal is said elsewhere)."""
+    if ruleset(rules).tp_only:
+        return None
+    try:
+        return equivalent(spec_for(cfg_json, name), layout, rules).line
+    except TpvizError:
+        return None
 
 
 @st.cache_resource(show_spinner=False, max_entries=256)

@@ -14,6 +14,7 @@ from explorer.text import literal
 from tpviz.deploy.fit import capped_context
 from tpviz.render.text import fmt_bytes
 from tpviz.errors import TpvizError
+from tpviz.deploy.equivalent import compare
 from tpviz.deploy.ranking import plan_notes, plan_rows, rank_engines, rank_layouts
 from tpviz.render.plots.deployment import device_grid, expert_figure
 from tpviz.rules import RULES, ruleset
@@ -36,6 +37,24 @@ def cached_plan(cfg_json: str, name: str, gpus: int, gib: float, rules: str, uti
              [(ruleset(rules), r) for r in rank_layouts(spec, gpus, gib, rules, util, context)])
     return [{**plan_rows([row])[0], "rules": r.name, "engine": r.label, "launch": r.launch(name, row.layout)}
             for r, row in pairs]
+
+
+@st.cache_data(show_spinner=False, max_entries=32)
+def cached_compare(cfg_json: str, name: str, gpus: int, gib: float, util: float, context: int) -> list[dict]:
+    """vLLM's layouts beside the same deployment in SGLang (tpviz.deploy.equivalent.compare), as table
+    rows."""
+    def side(engine: str, s) -> dict:
+        if s is None:
+            return {engine: "—", f"{engine} verdict": "no such layout", f"{engine} weights / GPU": "",
+                    f"{engine} KV tokens": ""}
+        r = s.row
+        return {engine: r.layout.label,
+                f"{engine} verdict": ("fits" if r.fits else "does not fit") if r.problem is None else
+                f"rejected: {r.problem}",
+                f"{engine} weights / GPU": fmt_bytes(r.weights) if r.problem is None else "",
+                f"{engine} KV tokens": f"{r.kv_tokens:,}" if r.problem is None else ""}
+    pairs = compare(spec_for(cfg_json, name), gpus, gib, util, context)
+    return [{**side("vLLM 0.33", a), **side("SGLang 0.5.23", b)} for a, b in pairs]
 
 
 def model_config(text: str) -> tuple[str, str]:
@@ -93,6 +112,13 @@ def main() -> None:
               **({"launch": r["launch"]} if rules == BOTH else {})} for r in rows]
     event = st.dataframe(table, hide_index=True, width="stretch", key="plan_table", on_select="rerun",
                          selection_mode="single-row")
+    if rules == BOTH:
+        st.markdown("#### The same deployment in both engines")
+        st.caption("Each vLLM layout beside SGLang's flags for it, paired only where both "
+                   "put the same bytes, experts and KV cache on every GPU; — : that "
+                   "engine has no such layout (SGLang's partial EP, vLLM's experts over tp × dp replicas).")
+        st.dataframe(cached_compare(cfg_json, name, int(gpus), float(gib), float(util), int(context)),
+                     hide_index=True, width="stretch", key="compare_table")
     picked = event.selection.rows if event and hasattr(event, "selection") else []
     if picked:
         r = rows[picked[0]]

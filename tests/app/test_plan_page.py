@@ -60,3 +60,12 @@ def test_plan_ranks_both_engines_each_row_naming_its_engine_and_launch():
     sglang_tp8 = [v for e, lay, v, _ in rows if e == "SGLang 0.5.23" and lay == "TP 8 × PP 1 × DP 1"]
     assert sglang_tp8 == ["rejected"]  # no refinement in SGLang
     assert list(table["verdict"])[0] == "fits"
+
+
+def test_both_engines_show_the_same_deployment_side_by_side():
+    at = run(plan_model="Qwen/Qwen3-30B-A3B", plan_gpus=8, plan_gib=80.0, plan_rules="vllm+sglang")
+    assert not at.exception and not at.error
+    pairs = at.dataframe[1].value
+    rows = list(zip(pairs["vLLM 0.33"], pairs["SGLang 0.5.23"]))
+    assert ("TP 8 × PP 1 × DP 1 + EP", "TP 8 × PP 1 × DP 1 · EP 8") in rows
+    assert ("—", "TP 8 × PP 1 × DP 1 · EP 2") in rows  # partial EP: no vLLM flags say it

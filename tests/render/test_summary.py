@@ -124,7 +124,8 @@ def test_mxfp4_block_padding_is_not_called_vocab_padding(model, tp):
     experts = [p for p in m.params if p.family == "experts" and any(p.padding)]
     assert (sentence is None) == (not experts)
     if sentence:
-        assert "Allocation padding" in sentence and short_names(experts)[0] in sentence and "\n" not in sentence
+        assert ("Allocation padding" in sentence and short_names(experts)[0] in sentence
+                and "\n" not in sentence)
 
 
 def short_names(params) -> list[str]:

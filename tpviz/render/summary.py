@@ -154,9 +154,9 @@ def padding_sentence(m: ShardMap) -> str | None:
     rows = p.local_shapes[0][0]
     where = ", ".join(f"{n} on GPU {r}" for r, n in enumerate(p.padding) if n)
     names = " and ".join(short_name(q.name).split(".")[0] for q in padded)
-    return (f"Vocab padding: {m.rules.label} pads the vocabulary {m.model.vocab_size} → {rows * m.tp_size} so "
-            f"it splits into {m.tp_size} × {rows} rows; the padding rows of {names} ({where}) are zeros "
-            "that are never loaded and whose logits are dropped.")
+    return (f"Vocab padding: {m.rules.label} pads the vocabulary {m.model.vocab_size} → "
+            f"{rows * m.tp_size} so it splits into {m.tp_size} × {rows} rows; the padding rows of {names} "
+            f"({where}) are zeros that are never loaded and whose logits are dropped.")
 
 
 def expert_padding_sentence(m: ShardMap) -> str | None:
