@@ -22,7 +22,7 @@ from tpviz.trace.collectives import collectives
 from tpviz.trace.checkpoint import checkpoint_sentence
 from tpviz.render.text import fmt_bytes
 from tpviz.trace.validity import ValidRow
-from tpviz.errors import DenseEPError, MissingFieldError, NotJSONError, TPSizeError, TpvizError
+from tpviz.errors import DenseEPError, HubError, MissingFieldError, NotJSONError, TPSizeError, TpvizError
 from tpviz.render.export import chromium_path, figure_png, png_names
 from tpviz.render.plots.strip import layer_strip
 from tpviz.trace.shardmap import Deployment, ShardMap
@@ -44,6 +44,9 @@ def explain(error: Exception, name: str | None, rows: list[ValidRow] | None, rul
         return f"{text}; {FIELDS_HINT}."
     if isinstance(error, NotJSONError) and not text.endswith("config.json"):  # say it once
         return f"{text}. Upload the model's config.json as plain JSON."
+    # local paths are off here: what works is upload
+    if isinstance(error, HubError) and web_local_root() is None:
+        text = text.replace("a local config.json", "upload a config.json")
     return (text if isinstance(error, TpvizError)
             else f"unexpected {type(error).__name__}: {text.splitlines()[0] if text else ''}")
 
@@ -58,8 +61,8 @@ def layer_groups(m: ShardMap) -> int | None:
     """The layer strip and the group picker; returns the selected group's index (None: all layers)."""
     labels = [f"{i + 1}. {g.label} · layers {S.layer_span(g.layers)}" for i, g in enumerate(m.groups)]
     options = list(range(len(labels))) + [-1]
-    if st.session_state.get("layer_group") not in options:
-        st.session_state.layer_group = 0
+    if st.session_state.get("layer_group") not in options:  # opens on the group with the most layers
+        st.session_state.layer_group = max(range(len(m.groups)), key=lambda i: (len(m.groups[i].layers), -i))
     group = st.session_state.layer_group
     # keyed by the group, so a click's own selection highlight is dropped once the group is shown
     event = st.plotly_chart(layer_strip(m, group if group >= 0 else None), theme=None, key=f"strip_{group}",

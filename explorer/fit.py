@@ -56,7 +56,7 @@ def fit_section(m: ShardMap, layout=None) -> None:
         verdict(f"{fmt_bytes(f.room)} per GPU left for KV cache{tokens}: {f.max_sequences:,} "
                 f"concurrent sequences of {int(context):,} tokens fit "
                 f"({'enough for' if f.fits else 'fewer than'} the {int(concurrency):,} asked for).")
-    rows = fit_rows(m, utilization=util, context=int(context), layout=layout)
+    rows = fit_rows(m, QUICK_GIB, utilization=util, context=int(context), layout=layout)  # the picks' sizes
     room = [r["GPU memory"] for r in rows if r["left for KV cache"] != "does not fit"]
     label = (f"At common GPU sizes ({rows[0]['GPU memory']} to {rows[-1]['GPU memory']}): "
              + (f"room for KV cache from {room[0]} up" if room else "none leaves room for KV cache"))

@@ -197,3 +197,12 @@ def test_markdown_in_a_link_or_upload_is_shown_literally():
     at = upload(at, "x.json", json.dumps(dict(LLAMA, _name_or_path=name)).encode())
     title = next(m.value for m in at.markdown if m.value.startswith("## "))
     assert "**bold**" not in title and "](" not in title and heading(at) == f"{name} on 4 GPUs"
+
+
+def test_hub_offline_with_local_paths_off_says_upload(monkeypatch):
+    monkeypatch.delenv("TPVIZ_LOCAL_ROOT", raising=False)  # the web app's default: no local paths
+    at = run_app()
+    at.radio(key="source").set_value("Hub repo id").run()
+    at.text_input(key="hub").input("someone/offline-model").run()
+    line = one_error(at)
+    assert "upload a config.json" in line and "local config.json" not in line

@@ -116,3 +116,10 @@ def test_quantized_preset_shows_its_scheme_and_the_fallback_warning():
     assert any("refines the scales to 64×64 blocks" in w.value for w in at.warning)
     at.radio(key="rules").set_value("vllm-0.28").run()  # the older release refuses tp 8
     assert any("= 192 is not divisible by weight quantization block_n = 128" in e for e in errors(at))
+
+
+def test_a_multi_group_model_opens_on_its_largest_group():
+    at = run_app({"model": "deepseek-ai/DeepSeek-V3", "tp": "8"})
+    assert errors(at) == []
+    assert at.radio(key="layer_group").value == 1  # the 58 MoE layers, not the 3 dense ones
+    assert any(m.value.startswith("#### Layers 3–60") for m in at.markdown)
