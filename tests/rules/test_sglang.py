@@ -71,7 +71,7 @@ def test_vocab_padded_to_64_times_3_at_tp_3():
 # (layout in SGLang, the same GPUs in vLLM): every GPU holds the same bytes
 EQUIVALENT = [
     ("meta-llama/Llama-3.1-8B", Layout(8), Layout(8)),
-    ("meta-llama/Llama-3.1-8B", Layout(4, pp=2), Layout(4, pp=2)),
+    ("Qwen/Qwen3-8B", Layout(4, pp=2), Layout(4, pp=2)),  # qwen3.py: the lm_head on the last stage alone
     ("Qwen/Qwen3-30B-A3B", Layout(8, ep_size=8), Layout(8, ep=True)),
     ("deepseek-ai/DeepSeek-V3", Layout(8, attn_dp=8, ep_size=8, dense_tp1=True, dp_lm_head=True,
                                        shared_tp1=True), Layout(1, dp=8, ep=True)),
@@ -84,6 +84,24 @@ def test_equivalent_layouts_hold_the_same_bytes(model, sglang, vllm):
     a, b = deploy(spec, sglang, "sglang"), deploy(spec, vllm, "vllm")
     assert [g.weight_bytes for g in a.gpus] == [g.weight_bytes for g in b.gpus]
     assert [g.kv_cache_bytes_per_token for g in a.gpus] == [g.kv_cache_bytes_per_token for g in b.gpus]
+
+
+def test_llama_and_qwen3_moe_build_the_lm_head_on_every_stage():
+    # llama.py and qwen3_moe.py build ParallelLMHead with no is_last_rank guard: each stage allocates its
+    # slice
+    for model in ("meta-llama/Llama-3.1-8B", "Qwen/Qwen3-30B-A3B"):
+        spec = load_spec(model)
+        a, b = deploy(spec, Layout(4, pp=2), "sglang"), deploy(spec, Layout(4, pp=2), "vllm")
+        head = -(-spec.vocab_size // 64) * 64 // 4 * spec.hidden_size * 2  # padded rows / 4 GPUs, bf16
+        assert a.gpus[0].weight_bytes == b.gpus[0].weight_bytes + head  # stage 0 holds a slice too
+        assert a.gpus[-1].weight_bytes == b.gpus[-1].weight_bytes
+    tied = {**TINY, "tie_word_embeddings": True}
+    assert "ties the lm_head to embed_tokens" in SGL.layout_problem(Layout(2, pp=2), load_spec(tied))
+
+
+def test_attention_dp_is_refused_where_the_model_cuts_attention_over_tp():
+    problem = SGL.layout_problem(Layout(8, attn_dp=2), load_spec("meta-llama/Llama-3.1-8B"))
+    assert "llama.py cuts attention over the whole --tp even with --attn-dp-size 2" in problem
 
 
 def test_replicas_beside_experts_differ_from_vllm():

@@ -23,14 +23,14 @@ def llama4_fields(cfg: dict) -> dict:
 
 
 RECORDS = [
-    Arch("llama", live="llama", sglang=Groups("llama.py", lm_head="attn_tp")),
+    Arch("llama", live="llama", sglang=Groups("llama.py", lm_head="attn_tp", head_every_stage=True)),
     # MistralForCausalLM / MixtralForCausalLM: no attention biases whatever the config says (transformers'
     # models)
     Arch("mistral", "MistralForCausalLM", qkv_bias=False, o_bias=False, window="model_wide", live="llama",
-         sglang=Groups("mistral.py (llama.py's LlamaForCausalLM)", lm_head="attn_tp")),
+         sglang=Groups("mistral.py (llama.py's LlamaForCausalLM)", lm_head="attn_tp", head_every_stage=True)),
     Arch("mixtral", "MixtralForCausalLM", MIXTRAL, qkv_bias=False, o_bias=False,
          window="model_wide", live="llama", live_moe=True, needs_experts=True, routing="fp32",
-         sglang=Groups("mixtral.py")),
+         sglang=Groups("mixtral.py", head_every_stage=True)),
     Arch("phi3", "Phi3ForCausalLM", PHI3, window="model_wide", live="llama", hf_partial_rotary=True,
          # transformers' 32000 may lie past the vocab
          hf_extra=(("pad_token_id", None), ("eos_token_id", None))),

@@ -63,7 +63,8 @@ class Sizer:
         """Whether a stage holds a model-wide plan: the embedding on the first, the rest on the last (a tied
         lm_head on the last stage is its own copy of the embedding)."""
         return ((plan.family in FIRST_STAGE and first) or (plan.family not in FIRST_STAGE and last)
-                or (plan.family == "embed" and last and self.spec.tie_word_embeddings))
+                or (plan.family == "embed" and last and self.spec.tie_word_embeddings)
+                or (plan.family == "lm_head" and self.rules.head_on_every_stage(self.spec.arch)))
 
     def gpu_bytes(self, layout: Layout, layers: set[int], first: bool, last: bool, flat: int,
                   experts: list[int] | None) -> int:

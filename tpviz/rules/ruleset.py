@@ -165,6 +165,10 @@ class RuleSet:
         tp, ep = layout.tp, layout.tp * layout.dp if layout.ep else 1
         return Widths(tp, tp, 1 if layout.ep else tp * layout.dp, ep, tp, tp, tp)
 
+    def head_on_every_stage(self, arch) -> bool:
+        """Whether every pipeline stage allocates the lm_head (vLLM: the last alone)."""
+        return False
+
     def layout_notes(self, layout: Layout, spec) -> list[str]:
         """What the engine does differently in this layout that the map draws the same (one line each)."""
         return []

@@ -34,6 +34,7 @@ class Groups:
     shared: str = "tp"
     expert_limit: str = ""  # 'tp' or 'moe_tp': the model file refuses that width above the expert count
     fuses_shared: bool = False  # DeepSeek-V3/R1 fuse the shared expert into the MoE at ep 1 (NVIDIA)
+    head_every_stage: bool = False  # the lm_head is built on every pipeline stage (no is_last_rank guard)
     pp: bool = True  # False: the model's forward has no pp_proxy_tensors (model_runner.py asserts)
 
 
@@ -104,6 +105,13 @@ class SglangRuleSet(RuleSet):
         g = self.groups(spec.arch)
         if layout.pp > 1 and not g.pp:
             return f"Pipeline Parallel is not compatible with this model. ({FILE} {g.file} has no PP)"
+        if layout.pp > 1 and g.head_every_stage and spec.tie_word_embeddings:
+            return (f"{FILE} {g.file} ties the lm_head to embed_tokens, which only the first pipeline stage "
+                    "holds: tpviz does not model tied embeddings at --pp-size > 1 there")
+        if a > 1 and g.attention == "tp":  # pool_configurator sizes the KV cache per attention group
+            return (f"{FILE} {g.file} cuts attention over the whole --tp even with --attn-dp-size {a}, while "
+                    "its KV cache is sized per attention group: tpviz does not model that mismatch (use "
+                    "--dp-size replicas; Qwen3, Qwen3-MoE and DeepSeek cut attention over the group)")
         if (ep > 1 or layout.dense_tp1 or layout.shared_tp1) and not spec.is_moe:
             return f"{spec.name} has no experts: --ep, --moe-dense-tp-size 1 and SGLANG_SHARED_EXPERT_TP1 " \
                    "are for MoE models"
@@ -126,6 +134,10 @@ class SglangRuleSet(RuleSet):
                 return (f"Tensor parallel size {width} is greater than the number of "
                         f"experts {spec.num_experts}.")
         return None
+
+    def head_on_every_stage(self, arch) -> bool:
+        g = getattr(arch, "sglang", None)
+        return bool(g and g.head_every_stage)
 
     def fused(self, layout: Layout, spec) -> bool:
         """DeepSeek-V3/R1 on NVIDIA at --ep 1 fuse their shared expert into the MoE as expert 256
