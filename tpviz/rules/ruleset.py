@@ -180,23 +180,31 @@ class RuleSet:
         return ""
 
     def pp_partition(self, num_layers: int, pp: int, override: str | None = None) -> list[int]:
-        """Layers per stage: even, the remainder on the stages before the last (vLLM's get_pp_indices), or the
-        override ("20,20,21", the environment variable pp_env when none is given)."""
+        """Layers per stage: the engine's even split (pp_even), or the override ("20,20,21", the environment
+        variable pp_env when none is given) as the engine reads it (pp_override)."""
         if pp < 1:
             raise LayoutError(f"pp={pp} must be at least 1")
         if pp > num_layers:
             raise LayoutError(f"pp={pp} is more pipeline stages than the model's {num_layers} layers")
         text = os.environ.get(self.pp_env) if override is None else override
-        if text:
-            try:
-                parts = [int(x) for x in text.split(",")]
-            except ValueError:
-                raise LayoutError(f"{self.pp_env}={text!r} must be comma-separated layer counts") from None
-            if len(parts) != pp:
-                raise LayoutError(f"{self.pp_env} has {len(parts)} stages but pp={pp}")
-            if sum(parts) != num_layers or min(parts) < 0:
-                raise LayoutError(f"{self.pp_env} gives {sum(parts)} layers; the model has {num_layers}")
-            return parts
+        parts = self.pp_override(text, num_layers, pp) if text else None
+        return self.pp_even(num_layers, pp) if parts is None else parts
+
+    def pp_override(self, text: str, num_layers: int, pp: int) -> list[int] | None:
+        """The layers per stage an override gives, checked in the engine's words (None: the engine ignores
+        it)."""
+        try:
+            parts = [int(x) for x in text.split(",")]
+        except ValueError:
+            raise LayoutError(f"{self.pp_env}={text!r} must be comma-separated layer counts") from None
+        if len(parts) != pp:
+            raise LayoutError(f"{self.pp_env} has {len(parts)} stages but pp={pp}")
+        if sum(parts) != num_layers or min(parts) < 0:
+            raise LayoutError(f"{self.pp_env} gives {sum(parts)} layers; the model has {num_layers}")
+        return parts
+
+    def pp_even(self, num_layers: int, pp: int) -> list[int]:
+        """vLLM: an even share, the remainder on the stages before the last."""
         parts = [num_layers // pp] * pp
         for i in range(2, num_layers % pp + 2):
             parts[-i] += 1

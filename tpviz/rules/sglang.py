@@ -155,25 +155,22 @@ class SglangRuleSet(RuleSet):
                     "runner keeps it apart"]
         return []
 
-    def pp_partition(self, num_layers: int, pp: int, override: str | None = None) -> list[int]:
-        """get_pp_indices: even, the remainder on the last stages; SGLANG_PP_LAYER_PARTITION (ignored at pp 1)
-        in its own words."""
-        if pp < 1:
-            raise LayoutError(f"pp={pp} must be at least 1")
-        if pp > num_layers:  # utils/common.py make_layers asserts it bare
-            raise LayoutError(f"--pp-size {pp} is more pipeline stages than the model's {num_layers} layers")
-        text = os.environ.get(self.pp_env) if override is None else override
-        if text and pp > 1:
-            try:
-                parts = [int(x) for x in text.split(",")]
-            except ValueError:
-                raise LayoutError(f"Invalid partition string: {text}") from None
-            if len(parts) != pp:
-                raise LayoutError(f"len(partitions)={len(parts)} does not match pp_size={pp}.")
-            if sum(parts) != num_layers:
-                raise LayoutError(f"sum(partitions)={sum(parts)} does not match "
-                                  f"num_hidden_layers={num_layers}.")
-            return parts
+    def pp_override(self, text: str, num_layers: int, pp: int) -> list[int] | None:
+        """SGLANG_PP_LAYER_PARTITION, ignored at pp 1, checked in get_pp_indices' own words."""
+        if pp == 1:
+            return None
+        try:
+            parts = [int(x) for x in text.split(",")]
+        except ValueError:
+            raise LayoutError(f"Invalid partition string: {text}") from None
+        if len(parts) != pp:
+            raise LayoutError(f"len(partitions)={len(parts)} does not match pp_size={pp}.")
+        if sum(parts) != num_layers:
+            raise LayoutError(f"sum(partitions)={sum(parts)} does not match num_hidden_layers={num_layers}.")
+        return parts
+
+    def pp_even(self, num_layers: int, pp: int) -> list[int]:
+        """get_pp_indices: an even share, the remainder on the last stages."""
         base, extra = divmod(num_layers, pp)
         return [base + (1 if stage >= pp - extra else 0) for stage in range(pp)]
 
@@ -198,7 +195,7 @@ class SglangRuleSet(RuleSet):
         return out
 
     def launch(self, model: str, layout: Layout, placement: str = "linear") -> str:
-        parts = ([f"SGLANG_PP_LAYER_PARTITION={os.environ[self.pp_env]}"]
+        parts = ([f"{self.pp_env}={os.environ[self.pp_env]}"]
                  if layout.pp > 1 and os.environ.get(self.pp_env) else [])
         parts += ["SGLANG_SHARED_EXPERT_TP1=1"] if layout.shared_tp1 else []
         parts += [self.flags.command.format(model=model), f"--tp-size {layout.tp}"]
