@@ -17,6 +17,8 @@ from tpviz.live.check.generate import MAX_NEW_TOKENS
 from tpviz.live.load.inputs import parse_ids_text
 from tpviz.live.check.memory import MemoryEstimate, input_shape, plan_memory
 from tpviz.live.check.report import environment_rows, rank_figure, stage_figure
+from tpviz.live.check.verify import carved_layout
+from tpviz.rules import RULE_SETS, RULES, ruleset
 
 UPLOAD_MB = 1  # a config.json is a few KB; as in the explorer
 PHASES = {"download": "Download the checkpoint", "spawn": "Spawn ranks and join the process group",
@@ -33,6 +35,36 @@ RANK_COLUMNS = {"read % of checkpoint": st.column_config.NumberColumn("read %",
                     "held %", help="this rank's parameters in the checkpoint's own dtype, as a share of it"),
                 "collective MiB": st.column_config.NumberColumn(
                     "coll. MiB", help="bytes of the tensors passed to collectives")}
+
+
+def layout_input(tp: int) -> tuple[str, bool, str, dict]:
+    """The rule set the ranks split by and its layout inside tp: vLLM's EP (and placement), or SGLang's
+    attention DP, --ep and switches carved out of tp. Returns (rules, ep, placement, carve)."""
+    rules = st.radio("Rules", RULES, key="live_rules", horizontal=True,
+                     format_func=lambda r: RULE_SETS[r].label,
+                     help="The engine whose split the ranks run; SGLang's --tp is the stage width, attention "
+                          "DP and --ep are carved out of it")
+    if not ruleset(rules).carves:
+        ep = st.checkbox("Expert parallelism", key="live_ep",
+                         help="MoE models: each routed expert lives whole on one of the tp ranks")
+        placement = st.radio("Expert placement", ["linear", "round_robin"], horizontal=True,
+                             key="live_placement", disabled=not ep)
+        return rules, ep, placement, {}
+    divisors = [n for n in range(1, tp + 1) if tp % n == 0]
+    for key in ("live_attn_dp", "live_ep_size"):  # a size kept from another tp: back to 1, not an error
+        if st.session_state.get(key, 1) not in divisors:
+            st.session_state[key] = 1
+    left, right = st.columns(2)
+    attn_dp = left.selectbox("--attn-dp-size", divisors, key="live_attn_dp",
+                             help="Attention-DP groups of tp / N ranks, each running its own rows of the batch")
+    ep_size = right.selectbox("--ep", divisors, key="live_ep_size",
+                              help="The experts in N contiguous blocks, each cut tp / N ways (N = tp: whole)")
+    dense = st.checkbox("--moe-dense-tp-size 1", key="live_dense_tp1",
+                        help="DeepSeek's dense MLPs whole on every rank")
+    head = st.checkbox("--enable-dp-lm-head", key="live_dp_lm_head",
+                       help="The lm_head cut over each attention group, on its own rows")
+    return rules, False, "linear", {"attn_dp": int(attn_dp), "ep_size": int(ep_size), "dense_tp1": dense,
+                                    "dp_lm_head": head}
 
 
 class PhaseStatus:
@@ -193,7 +225,7 @@ def show_generation(result) -> None:
 
 def show_result(result) -> None:
     """Verdict, per-stage chart, generation, per-rank table, environment and downloads of one finished run."""
-    (st.success if result.passed else st.warning)(result.headline())
+    (st.success if result.passed else st.error)(result.headline())  # a caught mismatch is a failure
     st.caption(f"Weights: random, from seed {result.seed} (not the checkpoint's)." if result.random_weights
                else "Weights: the checkpoint's own (real weights).")
     cols = st.columns([1, 1, 1, 1.35])  # the verdict is in the banner above; where it starts matters most
@@ -233,12 +265,14 @@ def show_result(result) -> None:
 
 
 @st.cache_data(show_spinner=False, max_entries=64, ttl=600)
-def injection_reach(model: str | bytes, tp: int, layers: int) -> dict[str, tuple[bool, str]]:
-    """Before a run: for each injectable bug, whether it can change this model's output at this tp, and why
-    ({} when the config cannot be read yet: the run itself will say why)."""
+def injection_reach(model: str | bytes, tp: int, layers: int, rules: str = "vllm",
+                    attn_dp: int = 1) -> dict[str, tuple[bool, str]]:
+    """Before a run: for each injectable bug, whether it can change this model's output at this tp (and
+    SGLang's attention DP), and why ({} when the config cannot be read yet: the run itself will say why)."""
     try:
-        cfg = live_config(read_model(model).spec, layers or None)
-        return {i.name: (i.has_effect, i.reason) for i in describe_injections(list(INJECTIONS), cfg, tp)}
+        cfg = live_config(read_model(model).spec, layers or None, rules)
+        return {i.name: (i.has_effect, i.reason)
+                for i in describe_injections(list(INJECTIONS), cfg, tp, attn_dp)}
     except Exception:  # noqa: BLE001 - a bad or unreachable source is reported by the run, in one line
         return {}
 
@@ -252,27 +286,30 @@ def injection_hint(reach: dict[str, tuple[bool, str]], chosen: list[str]) -> str
     return "; ".join(idle) + (f". Try {biting[0]}: {reach[biting[0]][1]}." if biting else ".")
 
 
-def typed_shape(text: str, is_prompt: bool, generate: int) -> tuple[int, int]:
-    """The [batch, seq] the typed input makes (random ids: 2 x 32), for the estimate; ids that do not parse
-    are left to the run, which says why."""
+def typed_shape(text: str, is_prompt: bool, generate: int, attn_dp: int = 1) -> tuple[int, int]:
+    """The [batch, seq] the typed input makes (random ids: 2 x 32, or a row per attention-DP group), for the
+    estimate; ids that do not parse are left to the run, which says why."""
     try:
         ids = parse_ids_text(text, None) if text.strip() and not is_prompt else None
     except TpvizError:
         ids = None
-    return input_shape(ids, 2, 32, text if is_prompt and text.strip() else None, generate)
+    return input_shape(ids, max(2, attn_dp), 32, text if is_prompt and text.strip() else None,
+                       generate if attn_dp == 1 else 0)
 
 
 @st.cache_data(show_spinner=False, max_entries=64, ttl=600)
 def memory_estimate(model: str | bytes, tp: int, pp: int, ep: bool, placement: str, layers: int, dtype: str,
-                    random: bool, device: str, gpus: int,
-                    shape: tuple[int, int] = (0, 0)) -> MemoryEstimate | str | None:
+                    random: bool, device: str, gpus: int, shape: tuple[int, int] = (0, 0),
+                    rules: str = "vllm", carve: tuple = ()) -> MemoryEstimate | str | None:
     """Before a run: the weights each rank and the tp=1 reference will hold, from the shard map, and the
     activations for an input of `shape` (typed_shape: cached by shape, so typing a prompt recomputes nothing);
     or the one line saying why this model cannot run as chosen (None when even that is unknown: the run will
-    say)."""
+    say). `carve`: SGLang's layout fields inside tp, as (name, value) pairs."""
     try:
+        layout = carved_layout(rules, tp, pp, ep, dict(carve))
         return plan_memory(model, tp, pp=pp, ep=ep, placement=placement, layers=layers or None, dtype=dtype,
-                           device=device, gpus=gpus, random_weights=random, input_shape=shape)
+                           device=device, gpus=gpus, random_weights=random, input_shape=shape, rules=rules,
+                           layout=layout)
     except TpvizError as e:  # unsupported, too big, an invalid split: said before Run is pressed
         return str(e)
     except Exception:  # noqa: BLE001 - anything else is reported by the run, in one line

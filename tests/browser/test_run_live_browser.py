@@ -36,5 +36,16 @@ def test_navigation_and_a_tp2_run_from_the_page():
             assert page.locator("text=Traceback").count() == 0
             SCREENSHOTS.mkdir(parents=True, exist_ok=True)
             page.screenshot(path=str(SCREENSHOTS / "06_run_live_tp2.png"), full_page=True)
+            # Stop while the ranks work: the page reruns and says where the run ended
+            tp = page.get_by_role("spinbutton", name="tp size")
+            tp.fill("4")
+            tp.press("Enter")
+            page.get_by_role("button", name="Run").click()
+            page.get_by_role("button", name="Stop").click(timeout=60_000)
+            page.wait_for_selector("text=The last run was stopped during", timeout=120_000)
+            # the rerun drops the stopped run's Stop button once it is drawn
+            page.wait_for_function("() => ![...document.querySelectorAll('button')]"
+                                   ".some(b => b.innerText.trim() === 'Stop')", timeout=30_000)
+            assert page.locator("text=Traceback").count() == 0
         finally:
             browser.close()

@@ -7,6 +7,8 @@ import pytest
 import torch
 from streamlit.testing.v1 import AppTest
 
+from tpviz.errors import TpvizError
+
 PAGE = str(ROOT / "pages" / "1_Run_live.py")
 
 
@@ -59,16 +61,16 @@ def test_page_shows_an_injected_bug_and_user_errors_in_one_line(tiny):
     at.number_input(key="live_tp").set_value(2)
     at.multiselect(key="live_inject").set_value(["skip-allreduce"])
     at.button(key="live_run").click().run()
-    assert not at.exception and not at.error
-    assert at.warning[0].value.startswith("MISMATCH") and "diverges at layer 0" in at.warning[0].value
+    assert not at.exception and len(at.error) == 1  # a caught bug is red, like any failure
+    assert at.error[0].value.startswith("MISMATCH") and "diverges at layer 0" in at.error[0].value
     assert {m.label: m.value for m in at.metric}["first beyond tolerance"] == "layer 0"
     at.number_input(key="live_tp").set_value(3)
     at.button(key="live_run").click().run()
     assert not at.exception
-    assert (len(at.error) == 1 and "not divisible by tp_size=3" in at.error[0].value
-            and "\n" not in at.error[0].value)
+    errors = [e.value for e in at.error]
+    assert (len(errors) == 2 and "not divisible by tp_size=3" in errors[0] and "\n" not in errors[0])
     assert any(w.value.startswith("As chosen, this cannot run: ") for w in at.warning)  # said before Run too
-    assert any(w.value.startswith("MISMATCH") for w in at.warning)  # the last good result stays visible
+    assert errors[1].startswith("MISMATCH")  # the last result stays visible, below the new error
     at.text_input(key="live_folder").set_value("/no/such/folder")
     at.button(key="live_run").click().run()
     assert not at.exception and "no such file" in at.error[0].value
@@ -172,6 +174,55 @@ def test_a_stopped_run_is_reported_on_the_next_run(monkeypatch):
     assert not at.warning  # said once
 
 
+def test_stop_during_a_run_reruns_the_page_and_says_where(monkeypatch):
+    from streamlit.runtime.scriptrunner_utils.exceptions import RerunException
+    from streamlit.runtime.scriptrunner_utils.script_requests import RerunData
+
+    def clicked(*args, progress=None, tick=None, **kwargs):
+        progress("load")
+        raise RerunException(RerunData())  # what the page's Stop button (a rerun request) raises at a tick
+    monkeypatch.setattr("tpviz.live.check.verify.verify", clicked)
+    at = AppTest.from_file(PAGE, default_timeout=60).run()
+    assert "live_stop" not in [b.key for b in at.button]
+    at.selectbox(key="live_device").set_value("cpu")
+    at.button(key="live_run").click().run()
+    assert not at.exception
+    assert [w.value for w in at.warning] == ["The last run was stopped during “load each rank's weight "
+                                             "slices”; its ranks were ended."]
+    assert "live_stop" not in [b.key for b in at.button]  # drawn only while ranks work
+
+
+def test_a_first_failed_run_shows_its_error_alone(monkeypatch):
+    def offline(*args, **kwargs):
+        raise TpvizError("the hub is offline")
+    monkeypatch.setattr("tpviz.live.check.verify.verify", offline)
+    at = AppTest.from_file(PAGE, default_timeout=60).run()
+    assert at.number_input(key="live_generate").value == 8  # a hub preset's default: its prompt continues
+    at.selectbox(key="live_device").set_value("cpu")
+    at.button(key="live_run").click().run()
+    assert not at.exception and [e.value for e in at.error] == ["the hub is offline"]
+    assert not at.info and not any("nothing to continue" in c.value for c in at.caption)
+
+
+@pytest.mark.slow
+def test_page_runs_sglangs_attention_dp_and_ep(tiny_moe):
+    at = _page(tiny_moe["qwen3_moe"][0])
+    at.radio(key="live_rules").set_value("sglang").run()
+    assert "live_ep" not in [c.key for c in at.checkbox]  # vLLM's EP is not an SGLang layout
+    at.number_input(key="live_tp").set_value(4).run()
+    assert at.selectbox(key="live_attn_dp").options == ["1", "2", "4"]
+    at.selectbox(key="live_attn_dp").set_value(2)
+    at.selectbox(key="live_ep_size").set_value(2)
+    at.button(key="live_run").click().run()
+    assert not at.exception and not at.error
+    assert at.success[0].value.startswith("PASS: tp=4 × attn-dp=2 × ep=2 vs tp=1 float32")
+    ranks = at.dataframe[0].value
+    assert list(ranks["experts"]) == ["0–1"] * 2 + ["2–3"] * 2
+    at.multiselect(key="live_inject").set_value(["wrong-dp-rows"])
+    at.button(key="live_run").click().run()
+    assert not at.exception and at.error[0].value.startswith("MISMATCH")
+
+
 @pytest.mark.slow
 def test_page_runs_pipeline_stages_with_expert_parallelism(tiny_moe, tiny):
     at = _page(tiny_moe["qwen3_moe"][0])
@@ -217,7 +268,7 @@ def test_page_generates_from_a_prompt_and_shows_where_tp_and_tp1_part(tiny, tmp_
     at.number_input(key="live_generate").set_value(4)
     at.multiselect(key="live_inject").set_value(["skip-allreduce"])
     at.button(key="live_run").click().run()
-    assert not at.exception and not at.error
+    assert not at.exception and [e.value[:8] for e in at.error] == ["MISMATCH"]
     tp_text, ref_text = (c.value for c in at.code)
     assert tp_text != ref_text and tp_text.split()[0] == ref_text.split()[0]  # the second token differs
     line = next(w.value for w in at.warning if w.value.startswith("First differ"))

@@ -211,6 +211,29 @@ def test_fp8_block_checks_in_sglangs_words():
         split_problem(load_spec(fp8_even), 4, "sglang")[0]
 
 
+def test_post_load_moe_check_in_sglangs_words():
+    # model_runner_components/moe_ep_setup.py check_quantized_moe_compatibility, run by ModelRunner.__init__
+    # after loading for any weight_block_size config with moe_intermediate_size, quantized experts or not
+    c = load_spec("Qwen/Qwen3-235B-A22B-FP8").config
+    q = {**c["quantization_config"], "modules_to_not_convert": ["mlp.experts"]}  # bf16 experts
+    spec = load_spec({**c, "quantization_config": q})
+    assert split_problem(spec, 8, "vllm")[0] is None
+    assert split_problem(spec, 8, "sglang")[0] == (
+        "after loading: For quantized MoE models, please make sure (moe_intermediate_size=1536 / "
+        "moe_tp_size=8) % weight_block_size_n=128 == 0 where moe_tp_size is equal to tp_size (8) divided by "
+        "ep_size (1). You can fix this by setting arguments `--tp` and `--ep` correctly.")
+    assert split_problem(spec, 8, "sglang", layout=Layout(8, ep_size=2))[0] is None  # 1536 / 4 = 384
+    # f"moe_intermediate_size {moe_intermediate_size} must be divisible by moe_tp_size ({moe_tp_size}) which
+    # is tp_size ({tp_size}) divided by moe_ep_size ({moe_ep_size})."
+    assert SGL.load_problem(Layout(10, ep_size=2), spec) == (
+        "moe_intermediate_size 1536 must be divisible by moe_tp_size (5) which is tp_size (10) divided by "
+        "moe_ep_size (2).")
+    # SGLANG_SHARED_EXPERT_TP1 skips the block test, not the divisibility; no block size, no check
+    assert SGL.load_problem(Layout(8, shared_tp1=True), spec) is None
+    plain = load_spec({**c, "quantization_config": {**q, "weight_block_size": None}})
+    assert SGL.load_problem(Layout(8), plain) is None
+
+
 def test_deepseek_compares_the_whole_tp_with_its_experts():
     # models/deepseek_v2.py: f"Tensor parallel size {self.tp_size} is greater than the number of experts
     # {config.n_routed_experts}." with the global tp, not moe_tp

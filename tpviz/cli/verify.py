@@ -13,7 +13,7 @@ from tpviz.errors import TpvizError
 from tpviz.cli.outpaths import writable_file
 from tpviz.live.check.inject import INJECTIONS
 from tpviz.live.check.memory import available_memory, check_memory, input_shape, plan_memory
-from tpviz.live.check.verify import verify
+from tpviz.live.check.verify import carved_layout, verify
 from tpviz.live.errors import check_timeout
 from tpviz.live.errors import for_cli
 from tpviz.live.load.download import human_size
@@ -23,7 +23,8 @@ from tpviz.live.run.runner import interrupt_on_sigterm
 from tpviz.live.run.torchrun import SharedError, launched_by_torchrun, torchrun_rank
 from tpviz.live.run.torchrun import verify_torchrun
 from tpviz.deploy.parallel import placement_flag
-from tpviz.rules import ruleset
+from tpviz.cli.map import layout_from_args
+from tpviz.rules import RULES, ruleset
 
 EXIT_PASS, EXIT_MISMATCH, EXIT_BAD_INPUT = 0, 1, 2
 
@@ -48,8 +49,19 @@ def build_parser() -> argparse.ArgumentParser:
                    help="tensor-parallel size (default: WORLD_SIZE under torchrun)")
     p.add_argument("--pp", type=int, default=1,
                    help="pipeline stages of tp ranks each, passing hidden states on")
-    p.add_argument("--ep", action="store_true",
-                   help="expert parallelism: routed experts whole on the tp ranks")
+    p.add_argument("--rules", choices=RULES, default="vllm",
+                   help="the rule set the ranks split by (sglang: --tp is the stage, attention DP and --ep N "
+                        "carved out of it)")
+    p.add_argument("--ep", nargs="?", type=int, const=0, default=None, metavar="N",
+                   help="expert parallelism: vLLM, routed experts whole on the tp ranks; SGLang, N expert "
+                        "groups each cutting its experts tp / N ways (bare --ep: N = tp)")
+    p.add_argument("--attn-dp-size", type=int, default=1, metavar="N",
+                   help="SGLang: N attention-DP groups of tp / N ranks, each running its own rows "
+                        "of the batch")
+    p.add_argument("--moe-dense-tp-size", type=int, metavar="N",
+                   help="SGLang: 1 keeps the dense MLPs whole on every rank (DeepSeek)")
+    p.add_argument("--enable-dp-lm-head", action="store_true",
+                   help="SGLang: the lm_head cut over the attention-DP group")
     p.add_argument("--placement", choices=ruleset().placements, default=None,
                    help="how experts are placed on the ranks with --ep")
     p.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto")
@@ -70,7 +82,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--inject", action="append", choices=list(INJECTIONS), default=[], help="inject a TP bug")
     p.add_argument("--json", metavar="FILE", help="write the full result as JSON ('-' for stdout)")
     p.add_argument("--layers", type=int, help="keep only the first K layers (a quick check of a big model)")
-    p.add_argument("--batch", type=int, default=2, help="random input rows (without --input-ids)")
+    p.add_argument("--batch", type=int, default=None,
+                   help="random input rows (without --input-ids; default 2, or --attn-dp-size when more)")
     p.add_argument("--seq-len", type=int, default=32, help="random input length (without --input-ids)")
     p.add_argument("--random-weights", action="store_true",
                    help="seeded random weights instead of the checkpoint's: nothing is downloaded")
@@ -92,7 +105,8 @@ def dry_run(args, ids) -> None:
             raise TpvizError(f"{flag} {value} must be a positive integer")
     env = choose_backend(args.tp * args.pp, args.device)
     shape = input_shape(ids, args.batch, args.seq_len, args.prompt, args.generate)
-    est = plan_memory(args.model, args.tp, pp=args.pp, ep=args.ep,
+    layout = carved_layout(args.rules, args.tp, args.pp, args.ep, args.carve)
+    est = plan_memory(args.model, args.tp, pp=args.pp, ep=args.ep, rules=args.rules, layout=layout,
                       placement=args.placement, layers=args.layers,
                       dtype=args.dtype, device=env.device, gpus=len(env.gpus),
                       random_weights=args.random_weights, input_shape=shape)
@@ -114,6 +128,16 @@ def _run(args) -> int:
         raise TpvizError(f"--generate {args.generate} must be a positive number of new tokens")
     if args.prompt is not None and args.input_ids:
         raise TpvizError("give --prompt or --input-ids, not both")
+    args.dp, tp = 1, args.tp
+    args.tp = args.tp or 1  # under torchrun: WORLD_SIZE, checked there
+    layout = layout_from_args(args)  # SGLang's --ep N, --attn-dp-size, ... in its own words
+    args.tp, args.ep = tp, layout.ep
+    carve = args.carve = layout.carved
+    if carve and launched_by_torchrun():
+        raise TpvizError("SGLang's carved layouts (--attn-dp-size, --ep N) run with the built-in launcher "
+                         "(tpviz verify, no torchrun)")
+    if args.batch is None:
+        args.batch = max(2, layout.attn_dp)
     args.placement = placement_flag(args.placement, args.ep)
     # read early so a bad file fails before any rank starts; the vocabulary range is checked with the model
     input_ids = read_input_ids(args.input_ids) if args.input_ids else None
@@ -121,7 +145,8 @@ def _run(args) -> int:
                    inject=args.inject, layers=args.layers,
                    seed=args.seed, batch=args.batch, seq_len=args.seq_len, timeout=args.timeout, pp=args.pp,
                    ep=args.ep, placement=args.placement, random_weights=args.random_weights,
-                   download_progress=download_progress(), prompt=args.prompt, generate=args.generate or 0)
+                   download_progress=download_progress(), prompt=args.prompt, generate=args.generate or 0,
+                   rules=args.rules, carve=carve)
     if not launched_by_torchrun():
         if args.tp is None:
             raise TpvizError("--tp N is required (outside torchrun)")

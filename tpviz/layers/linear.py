@@ -13,24 +13,28 @@ from tpviz.layers import quantized
 from tpviz.rules import RuleSet, check_tp, divide, ruleset
 
 
-_GROUP: list = [None]  # the TP group of this process's pipeline stage, when it is not the whole world
+# this process's TP groups by width, when they are not the whole world: one pipeline stage's ranks, or
+# SGLang's carved groups (blocks of consecutive ranks, so one width is one group for a rank)
+_GROUPS: dict[int, "dist.ProcessGroup"] = {}
 
 
-def use_tp_group(group: "dist.ProcessGroup | None") -> None:
-    """Make `group` (one pipeline stage's TP ranks) the group layers reduce over; None: the whole world."""
-    _GROUP[0] = group
+def use_tp_groups(groups: "dict[int, dist.ProcessGroup]") -> None:
+    """The groups layers of each width reduce over ({} : the whole world is the only group)."""
+    _GROUPS.clear()
+    _GROUPS.update(groups)
 
 
 def tp_group(tp_size: int) -> "dist.ProcessGroup | None":
     """The group a layer's collectives run on: None for tp=1 or outside a distributed run (one process tracing
-    loaders or computing one rank's partial result); never a silent skip when a group of another size is
+    loaders or computing one rank's partial result); never a silent skip when no group of that size is
     up."""
     if tp_size == 1 or not (dist.is_available() and dist.is_initialized()):
         return None
-    group = _GROUP[0] or dist.group.WORLD
-    if dist.get_world_size(group) != tp_size:
+    group = _GROUPS.get(tp_size) or (None if _GROUPS else dist.group.WORLD)
+    if group is None or dist.get_world_size(group) != tp_size:
+        have = sorted(_GROUPS) or [dist.get_world_size()]
         raise TPGroupError(f"layer has tp_size={tp_size} but the process group has "
-                           f"{dist.get_world_size(group)} ranks; start one rank per tp slice")
+                           f"{' or '.join(map(str, have))} ranks; start one rank per tp slice")
     return group
 
 

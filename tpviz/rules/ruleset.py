@@ -165,6 +165,10 @@ class RuleSet:
         tp, ep = layout.tp, layout.tp * layout.dp if layout.ep else 1
         return Widths(tp, tp, 1 if layout.ep else tp * layout.dp, ep, tp, tp, tp)
 
+    def load_problem(self, layout: Layout, spec) -> str | None:
+        """What the engine refuses after every weight has loaded (a check over the whole model), else None."""
+        return None
+
     def head_on_every_stage(self, arch) -> bool:
         """Whether every pipeline stage allocates the lm_head (vLLM: the last alone)."""
         return False

@@ -135,6 +135,26 @@ class SglangRuleSet(RuleSet):
                         f"experts {spec.num_experts}.")
         return None
 
+    def load_problem(self, layout: Layout, spec) -> str | None:
+        """ModelRunner.__init__'s check_quantized_moe_compatibility (moe_ep_setup.py), after loading: for any
+        config whose quantization_config has weight_block_size and whose text config has
+        moe_intermediate_size, whether the experts are quantized or not (NVIDIA; AMD's aiter skips it)."""
+        q, text = spec.quant, spec.config.get("text_config")
+        inter = (text if isinstance(text, dict) else spec.config).get("moe_intermediate_size")
+        if q is None or q.method != "fp8" or not q.block or isinstance(inter, bool) or not isinstance(inter, int):
+            return None
+        tp, ep, n = layout.tp, layout.ep_size, q.block[0]
+        moe_tp = tp // ep
+        if inter % moe_tp:
+            return (f"moe_intermediate_size {inter} must be divisible by moe_tp_size ({moe_tp}) which is "
+                    f"tp_size ({tp}) divided by moe_ep_size ({ep}).")
+        if not layout.shared_tp1 and (inter // moe_tp) % n:
+            return (f"For quantized MoE models, please make sure (moe_intermediate_size={inter} / "
+                    f"moe_tp_size={moe_tp}) % weight_block_size_n={n} == 0 where moe_tp_size is equal to "
+                    f"tp_size ({tp}) divided by ep_size ({ep}). You can fix this by setting arguments `--tp` "
+                    "and `--ep` correctly.")
+        return None
+
     def head_on_every_stage(self, arch) -> bool:
         g = getattr(arch, "sglang", None)
         return bool(g and g.head_every_stage)

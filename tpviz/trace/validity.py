@@ -57,6 +57,8 @@ def split_error(spec: ModelSpec, tp_size: int, rules: RuleSet | str = "vllm",
                 later.append(TPSizeError(f"{how}{where(plan)}: {module.problem}", tp=tp_size))
             if getattr(module, "warning", None):
                 warnings.append(f"{where(plan)}: {module.warning}")
+        if layout is not None and (problem := rules.load_problem(layout, spec)):
+            later.append(QuantError(f"after loading: {problem}", tp=tp_size))  # after every layer's own load-time checks
     except TPSizeError as e:
         return e, list(dict.fromkeys(warnings))
     return (later[0] if later else None), list(dict.fromkeys(warnings))

@@ -35,7 +35,7 @@ def test_tp_and_tp1_write_the_same_text_in_fp32(with_tokenizer):
     assert g.tp_text == " ".join(f"t{i}" for i in g.tp_tokens)  # decoded with the folder's tokenizer
     assert g.diverged_at is None and g.layers == [] and len(g.steps) == 6
     assert g.explanation.startswith("Identical for all 6 new tokens") and "float32 tolerance" in g.explanation
-    assert "generate" in result.phases and result.to_dict()["schema"] == "tpviz.verify/3"
+    assert "generate" in result.phases and result.to_dict()["schema"] == "tpviz.verify/4"
     lines = result.summary().splitlines()
     assert f'    tp=2   "{g.tp_text}"' in lines and f'    tp=1   "{g.ref_text}"' in lines
     assert any(line.startswith("    Identical for all 6 new tokens; ") for line in lines)

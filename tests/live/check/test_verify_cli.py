@@ -28,7 +28,7 @@ def test_pass_writes_json_and_logits(tiny, tmp_path, capsys):
     assert code == 0 and err == "" and out.startswith("PASS")
     assert "NO EFFECT" in out  # tp=1 cannot be affected by an injected TP bug
     report = json.loads(out_json.read_text())
-    assert (report["schema"] == "tpviz.verify/3" and report["verdict"] == "PASS"
+    assert (report["schema"] == "tpviz.verify/4" and report["verdict"] == "PASS"
             and report["input_shape"] == [2, 4])
     logits = load_file(str(out_logits))["logits"]
     assert logits.dtype == torch.float32 and list(logits.shape) == [2, 4, hf_model.config.vocab_size]

@@ -7,6 +7,7 @@ from tpviz.layers import QKVParallelLinear, RowParallelLinear
 from tpviz.live.errors import LiveError
 from tpviz.live.model.blocks import GatheredRMSNorm
 from tpviz.live.model.config import LiveConfig
+from tpviz.live.model.dp import DpRows
 from tpviz.live.model.moe import SparseMoeBlock
 from tpviz.rules import ruleset
 
@@ -18,6 +19,8 @@ INJECTIONS = {
     "wrong-kv-head": "under KV-head replication, ranks take KV heads round-robin instead of r // replicas",
     "local-qk-norm": "whole-projection q/k norms (OLMo-2/3) normalize each rank's heads alone instead of "
                      "all-gathering q and k first",
+    "wrong-dp-rows": "under SGLang's attention DP, each attention-DP group takes the next group's tokens "
+                     "back after the MoE (and every layer that ran all groups' tokens)",
 }
 
 
@@ -44,15 +47,22 @@ def check_injections(names: list[str] | None) -> list[str]:
     return out
 
 
-def describe_injections(names: list[str], cfg: LiveConfig, tp_size: int) -> list[Injection]:
-    """Say, before running, whether each injection can have any effect here."""
-    s, out = cfg.spec, []
+def describe_injections(names: list[str], cfg: LiveConfig, tp_size: int, attn_dp: int = 1) -> list[Injection]:
+    """Say, before running, whether each injection can have any effect here (attn_dp: SGLang's attention-DP
+    groups, whose attention is cut tp / attn_dp ways)."""
+    s, out, att = cfg.spec, [], tp_size // attn_dp  # the attention's cut
     moe = [i for i in s.moe_layers if i < s.num_hidden_layers] if s.is_moe else []
     dense = [i for i in range(s.num_hidden_layers) if i not in moe]  # layers with a dense down_proj
     shared = bool(moe and s.shared_expert_intermediate_size)  # Qwen2-MoE, DeepSeek: summed before the reduce
     for name in check_injections(names):
         if tp_size == 1:
             effect, reason = False, "tp=1 has a single rank, so there is nothing to get wrong across ranks"
+        elif name == "wrong-dp-rows":
+            effect = attn_dp > 1
+            reason = (f"the {attn_dp} attention-DP groups run their own rows and gather them for the "
+                      "layers cut over the whole tp" if effect else
+                      "without --attn-dp-size every GPU runs every row: there is no other group's row "
+                      "to take")
         elif name == "bias-all-ranks":
             biased = [n for n, has in (("o_proj", cfg.o_bias), ("down_proj", cfg.mlp_bias and dense)) if has]
             effect = bool(biased)
@@ -68,7 +78,7 @@ def describe_injections(names: list[str], cfg: LiveConfig, tp_size: int) -> list
         elif name == "local-qk-norm":
             effect = s.qk_norm_full
             reason = ("q_norm and k_norm span all heads: each rank's variance covers "
-                      f"only 1/{tp_size} of them" if effect
+                      f"only 1/{att} of them" if effect
                       else "this model has no q/k norm over the whole projection (none, or per head)")
         elif name == "skip-allreduce":
             block = "MoE-block (routed + shared expert)" if shared else "MoE-block"
@@ -81,12 +91,12 @@ def describe_injections(names: list[str], cfg: LiveConfig, tp_size: int) -> list
                                      "(kv_a_proj_with_mqa) and expands k and v for its own "
                                      "query heads (kv_b_proj)"))
         else:
-            _, replicas = ruleset(cfg.rules).kv_split(s.num_key_value_heads, tp_size)
-            right = [r // replicas for r in range(tp_size)]
-            wrong = [r % (tp_size // replicas) for r in range(tp_size)]
+            _, replicas = ruleset(cfg.rules).kv_split(s.num_key_value_heads, att)
+            right = [r // replicas for r in range(att)]
+            wrong = [r % (att // replicas) for r in range(att)]
             effect = replicas > 1 and right != wrong
             if replicas == 1:
-                reason = (f"num_key_value_heads={s.num_key_value_heads} splits evenly over tp={tp_size}: "
+                reason = (f"num_key_value_heads={s.num_key_value_heads} splits evenly over tp={att}: "
                           "no KV head is replicated")
             elif not effect:
                 reason = f"with {s.num_key_value_heads} KV head every rank holds the same one either way"
@@ -109,3 +119,5 @@ def apply_injections(model: nn.Module, names: list[str]) -> None:
             module.wrong_kv_head |= "wrong-kv-head" in names
         if isinstance(module, GatheredRMSNorm):
             module.gather &= "local-qk-norm" not in names
+    if isinstance(rows := getattr(model, "rows", None), DpRows):  # one object, shared by the layers
+        rows.shift |= "wrong-dp-rows" in names

@@ -121,7 +121,8 @@ class MemoryEstimate:
     @property
     def layout(self) -> str:
         r = self.request
-        return layout_name(r.get("tp", len(self.ranks)), r.get("pp", 1), r.get("ep", False))
+        carved = r["layout"].carved if r.get("layout") is not None else None
+        return layout_name(r.get("tp", len(self.ranks)), r.get("pp", 1), r.get("ep", False), carved)
 
     def summary(self, available: dict[str, int]) -> str:
         """One line: what each rank and the reference hold, and each memory's peak against what is free."""
@@ -173,26 +174,30 @@ def input_shape(ids, batch, seq_len, prompt: str | None, generate: int) -> tuple
 def estimate_weights(spec: ModelSpec, tp: int, *, pp: int = 1, ep: bool = False,
                      placement: str = "linear",
                      layers: int | None = None, dtype: str = "float32", device: str = "cpu",
-                     gpus: int = 0, input_shape: tuple[int, int] = (0, 0)) -> MemoryEstimate:
+                     gpus: int = 0, input_shape: tuple[int, int] = (0, 0), rules: str = "vllm",
+                     layout: Layout | None = None) -> MemoryEstimate:
     """The weights a run of this config holds, per rank and in the tp=1 reference, in the run's dtype; an
-    invalid split or a model over the parameter cap fails as the run would, in one line."""
-    cfg = live_config(spec, layers)
-    check_split(cfg, tp, ep)
+    invalid split or a model over the parameter cap fails as the run would, in one line. `layout`: an SGLang
+    layout (attention DP, --ep) the ranks run instead of tp x pp."""
+    cfg = live_config(spec, layers, rules)
+    check_split(cfg, tp, ep, layout)
     check_size(cfg, layers)
     ruleset(cfg.rules).pp_partition(cfg.spec.num_hidden_layers, pp)
     # the vLLM layout the ranks load, in the run's dtype; gpt-oss MXFP4 experts are dequantized while loading
     served = replace(cfg.spec.served(dtype), quantization="", quant=None)
-    ranks = [g.weight_bytes for g in deploy(served, Layout(tp, pp, 1, ep), cfg.rules, placement).gpus]
+    ran = layout or Layout(tp, pp, 1, ep)
+    ranks = [g.weight_bytes for g in deploy(served, ran, cfg.rules, placement).gpus]
     whole = deploy(served, Layout(1), cfg.rules).gpus[0].weight_bytes
     return MemoryEstimate(spec.name, dtype, cfg.spec.num_hidden_layers, ranks, whole, device, gpus,
                           activation_bytes(cfg.spec, *input_shape),
                           dict(spec=spec, tp=tp, pp=pp, ep=ep, placement=placement,
-                               device=device, gpus=gpus, input_shape=input_shape))
+                               device=device, gpus=gpus, input_shape=input_shape, rules=rules, layout=layout))
 
 
 def plan_memory(model, tp: int, *, pp: int = 1, ep: bool = False, placement: str = "linear",
                 layers: int | None = None, dtype: str = "float32", device: str = "cpu", gpus: int = 0,
-                random_weights: bool = False, input_shape: tuple[int, int] = (0, 0)) -> MemoryEstimate:
+                random_weights: bool = False, input_shape: tuple[int, int] = (0, 0), rules: str = "vllm",
+                layout: Layout | None = None) -> MemoryEstimate:
     """estimate_weights for a model as the run reads it (folder, config, preset or hub id: its config alone,
     nothing downloaded); dtype 'auto' is the folder's stored dtype, else the config's (random weights:
     bf16)."""
@@ -203,7 +208,7 @@ def plan_memory(model, tp: int, *, pp: int = 1, ep: bool = False, placement: str
             raw.get("torch_dtype") or raw.get("dtype") or "")
         dtype = run_dtype(dtype, stored)[0]
     return estimate_weights(read.spec, tp, pp=pp, ep=ep, placement=placement, layers=layers, dtype=dtype,
-                            device=device, gpus=gpus, input_shape=input_shape)
+                            device=device, gpus=gpus, input_shape=input_shape, rules=rules, layout=layout)
 
 
 def check_fits(model, tp: int, env, **request) -> None:

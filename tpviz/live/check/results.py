@@ -5,13 +5,19 @@ from dataclasses import asdict, dataclass, field
 from tpviz.render.summary import layer_span
 
 
-def layout_name(tp: int, pp: int = 1, ep: bool = False) -> str:
-    """"tp=2", or with pipeline / expert parallelism "tp=2 × pp=2 + EP": how every live message names a
-    layout."""
-    return f"tp={tp}" + (f" × pp={pp}" if pp > 1 else "") + (" + EP" if ep else "")
+CARVED_NAMES = {"attn_dp": "attn-dp={}", "ep_size": "ep={}", "dense_tp1": "dense tp=1",
+                "dp_lm_head": "dp lm_head", "shared_tp1": "shared tp=1"}
 
-# 2: pp_size, ep; per rank stage, tp_rank, layers, experts. 3: generation, stored bytes
-SCHEMA = "tpviz.verify/3"
+
+def layout_name(tp: int, pp: int = 1, ep: bool = False, carved: dict | None = None) -> str:
+    """"tp=2", or with pipeline / expert parallelism "tp=2 × pp=2 + EP", or an SGLang layout's carved fields
+    "tp=4 × attn-dp=2 × ep=2": how every live message names a layout."""
+    return (f"tp={tp}" + (f" × pp={pp}" if pp > 1 else "") + (" + EP" if ep else "")
+            + "".join(f" × {CARVED_NAMES[k].format(v)}" for k, v in (carved or {}).items()))
+
+# 2: pp_size, ep; per rank stage, tp_rank, layers, experts. 3: generation, stored bytes. 4: rules, carved,
+# per rank groups
+SCHEMA = "tpviz.verify/4"
 
 
 @dataclass
@@ -30,7 +36,8 @@ class RankReport:
     stage: int = 0  # pipeline stage
     tp_rank: int = 0
     layers: list[int] = field(default_factory=list)  # decoder layers this rank built
-    experts: list[int] | None = None  # expert parallelism: the global experts held whole here
+    experts: list[int] | None = None  # expert parallelism: the global experts held whole here (SGLang: cut)
+    groups: dict[str, list[int]] | None = None  # SGLang layout: per role, [ways cut, rank in its group]
     dtype: str = ""  # the run's dtype, in which param_bytes are held
     stored_dtype: str = ""  # the checkpoint's (most of its bytes); stored_bytes: the same parameters in it
     stored_bytes: int = 0
@@ -57,8 +64,12 @@ class RankReport:
         """One flat table row (the page's per-rank table, the CLI summary); stage/experts columns for
         PP/EP."""
         where = {"stage": self.stage, "layers": layer_span(self.layers) or "none"} if pp else {}
-        if ep:
+        if ep or self.experts is not None:
             where["experts"] = layer_span(self.experts or []) or "none"
+        if self.groups:  # SGLang: which attention-DP group, and how many ways its experts are cut
+            attn, expert = self.groups["attention"], self.groups["experts"]
+            where["attn-DP group"] = f"{self.tp_rank // attn[0]} (attn rank {attn[1]} of {attn[0]})"
+            where["expert cut"] = f"{expert[1] + 1} of {expert[0]}"
         return {"rank": self.rank, **where, "device": self.device, **self.held(),
                 "read MiB": round(self.bytes_read / 2**20, 3),
                 "read % of checkpoint": round(100 * self.bytes_read / max(1, self.checkpoint_bytes), 1),
@@ -198,13 +209,15 @@ class VerifyResult:
     seed: int = 0
     pp_size: int = 1  # pipeline stages (tp_size ranks each)
     ep: bool = False  # routed experts placed whole on the ranks (expert parallelism)
+    rules: str = "vllm"  # the rule set the ranks split by
+    carved: dict = field(default_factory=dict)  # SGLang: the layout fields carved out of tp (Layout.carved)
     checkpoint_dtype: str = ""  # the dtype most of the checkpoint's bytes are stored in
     generation: Generation | None = None  # greedy continuation on TP and on tp=1
     routing: RoutingFlip | None = None  # MoE: the first token routed to other experts than on tp=1
 
     @property
     def layout(self) -> str:
-        return layout_name(self.tp_size, self.pp_size, self.ep)
+        return layout_name(self.tp_size, self.pp_size, self.ep, self.carved)
 
     @property
     def verdict(self) -> str:

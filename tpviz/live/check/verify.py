@@ -36,7 +36,8 @@ from tpviz.live.load.source import ModelSource, read_model, resolve_model
 from tpviz.live.run.job import Job
 from tpviz.live.run.worker import REF_TOKENS_KEY, run_model
 from tpviz.errors import LayoutError
-from tpviz.rules import ruleset
+from tpviz.rules import Layout, ruleset
+from tpviz.rules.layout import CARVED
 
 
 
@@ -55,13 +56,15 @@ def prepare(model, tp_size: int, *, device: str = "auto", dtype: str = "float32"
             inject: list[str] | None = None, layers: int | None = None, seed: int = 0, batch: int = 2,
             seq_len: int = 32, env: Environment | None = None, pp: int = 1, ep: bool = False,
             placement: str = "linear", random_weights: bool = False, download_progress=None,
-            prompt: str | None = None, generate: int = 0) -> Prepared:
+            prompt: str | None = None, generate: int = 0, rules: str = "vllm",
+            carve: dict | None = None) -> Prepared:
     """Resolve the model, check tp/pp/ep/dtype/ids/injections, choose the backend, and build the rank job.
 
     A preset or hub id downloads its real weights (reporting `download_progress(message, done, total)`)
     unless random_weights asks for seeded random ones. A prompt is tokenized with the model's own tokenizer;
     generate=N continues the prompt (or the one row of input ids) by N greedy tokens. dtype 'auto' runs in
-    the dtype the checkpoint is stored in."""
+    the dtype the checkpoint is stored in. `rules` names the rule set the ranks split by; SGLang's layout
+    fields carved out of tp (attn_dp, ep_size, dense_tp1, dp_lm_head, shared_tp1) come in `carve`."""
     if isinstance(tp_size, bool) or not isinstance(tp_size, int) or tp_size < 1:
         raise TPSizeError(f"tp={tp_size!r} must be a positive integer")
     if isinstance(pp, bool) or not isinstance(pp, int) or pp < 1:
@@ -71,17 +74,19 @@ def prepare(model, tp_size: int, *, device: str = "auto", dtype: str = "float32"
     if prompt is not None and input_ids is not None:
         raise LiveError(f"give {PROMPT_FLAG} or {IDS_FLAG}, not both")
     names = check_injections(inject)
-    ruleset().expert_placement(1, 1, placement)  # an unknown placement fails here, in one line
+    layout = carved_layout(rules, tp_size, pp, ep, carve or {})
+    ruleset(rules).expert_placement(1, 1, placement)  # an unknown placement fails here, in one line
     env = env or choose_backend(tp_size * pp, device)
     if input_ids is not None:  # its shape sizes the activations; the vocabulary is checked with the model
         input_ids = check_input_ids(input_ids)
     read = read_model(model)  # once: the memory check and the run share it
     if env.launcher == "spawn":  # torchrun's ranks are already running, maybe on other machines
         check_fits(read, tp_size, env, pp=pp, ep=ep, placement=placement, layers=layers, dtype=dtype,
-                   random_weights=random_weights,
+                   random_weights=random_weights, rules=rules, layout=layout,
                    input_shape=input_shape(input_ids, batch, seq_len, prompt, generate))
     source = resolve_model(read, layers, seed, tp_size, ep=ep, random_weights=random_weights,
-                           download=download_progress)  # an invalid split fails before weights are made
+                           download=download_progress, rules=rules,
+                           layout=layout)  # an invalid split fails before weights are made
     cfg = source.cfg
     # more stages than layers (or a bad override): one line
     ruleset(cfg.rules).pp_partition(cfg.spec.num_hidden_layers, pp)
@@ -101,20 +106,49 @@ def prepare(model, tp_size: int, *, device: str = "auto", dtype: str = "float32"
     ids = (random_input_ids(vocab, batch, seq_len, seed) if input_ids is None
            else check_input_ids(input_ids, vocab))
     n = check_generate(generate, None if input_ids is None else ids)
+    if layout is not None and layout.attn_dp > 1:
+        check_attn_dp_rows(layout.attn_dp, ids.shape[0], n)
     stored = checkpoint_dtype(source.checkpoint)
     # the model's own folder (a random checkpoint's config.json is rebuilt and names no EOS)
     own = source.tokenizer_dir or (None if source.random_weights else source.checkpoint)
     dtype, note = run_dtype(dtype, stored)
     job = Job(cfg, str(source.checkpoint), ids.tolist(), dtype, env.device, env.backend, tuple(names), pp, ep,
-              placement, stored, n, eos_token_ids(own) if n else [])
-    return Prepared(source, ids, describe_injections(names, cfg, tp_size), env, job, [note] if note else [])
+              placement, stored, n, eos_token_ids(own) if n else [], layout=layout)
+    attn_dp = layout.attn_dp if layout else 1
+    return Prepared(source, ids, describe_injections(names, cfg, tp_size, attn_dp), env, job,
+                    [note] if note else [])
+
+
+def carved_layout(rules: str, tp: int, pp: int, ep: bool, carve: dict) -> Layout | None:
+    """The SGLang layout the ranks run (None under rule sets that do not carve tp), refused in one line as
+    the map refuses it; carved fields under a rule set without them are refused there too."""
+    rs = ruleset(rules)
+    unknown = set(carve) - set(CARVED)
+    if unknown:
+        raise LayoutError(f"unknown layout field {sorted(unknown)[0]!r}; use {', '.join(CARVED)}")
+    layout = Layout(tp, pp, 1, ep, **carve)
+    if problem := rs.layout_problem(layout):
+        raise LayoutError(problem)
+    return layout if rs.carves else None
+
+
+def check_attn_dp_rows(attn_dp: int, rows: int, generate: int) -> None:
+    """Each attention-DP group runs its own rows of the batch: at least one each, and no generation (which
+    continues one row)."""
+    if generate:
+        raise LiveError(f"--generate continues one row, and --attn-dp-size {attn_dp} gives each of its "
+                        "groups its own rows: run --generate without --attn-dp-size")
+    if rows < attn_dp:
+        raise LiveError(f"the input has {rows} row(s) for --attn-dp-size {attn_dp}: each attention-DP group "
+                        f"runs its own rows of the batch; give at least {attn_dp} "
+                        f"(--batch {attn_dp}, or more {IDS_FLAG} rows)")
 
 
 def reference(job: Job, device: torch.device) -> dict:
     """The single-device run(s): tp=1 in the run's dtype, plus fp32 when that dtype is low precision,
     computing with the first run's expert choices (so the floor is rounding, not a routing flip: routing.py).
     With job.generate the first generates its own greedy tokens and the fp32 run follows them: out["gen"]."""
-    clean = replace(job, inject=(), pp_size=1, ep=False, ref_tokens=None)
+    clean = replace(job, inject=(), pp_size=1, ep=False, ref_tokens=None, layout=None)
     out = {"logits": None, "hidden": None, "logits32": None, "hidden32": None, "gen": None}
     out["logits"], out["hidden"], report = run_model(clean, 0, 1, device)
     out["gen"] = report.get("generation")
@@ -169,20 +203,24 @@ def build_result(prep: Prepared, tp_size: int, tp_logits, tp_hidden, ref: dict, 
                         input_shape=list(prep.input_ids.shape), ranks=[RankReport(**r) for r in reports],
                         environment=prep.env, injections=prep.injections, phases=phases, notes=notes,
                         random_weights=prep.source.random_weights, seed=seed, pp_size=prep.job.pp_size,
-                        ep=prep.job.ep, checkpoint_dtype=prep.job.stored_dtype, **fields)
+                        ep=prep.job.ep, rules=prep.source.cfg.rules,
+                        carved=prep.job.layout.carved if prep.job.layout else {},
+                        checkpoint_dtype=prep.job.stored_dtype, **fields)
 
 
 def verify(model, tp_size: int, *, device: str = "auto", dtype: str = "float32", input_ids=None,
            inject: list[str] | None = None, layers: int | None = None, seed: int = 0, batch: int = 2,
            seq_len: int = 32, timeout: float = 300.0, progress=None, tick=None, pp: int = 1, ep: bool = False,
            placement: str = "linear", random_weights: bool = False, download_progress=None,
-           prompt: str | None = None, generate: int = 0) -> tuple[VerifyResult, torch.Tensor]:
+           prompt: str | None = None, generate: int = 0, rules: str = "vllm",
+           carve: dict | None = None) -> tuple[VerifyResult, torch.Tensor]:
     """Run `model` at tp_size (x pp stages, experts whole with ep) and at tp=1 on the same ids; return the
     result and the TP logits. `tick()` is called every 0.1 s while ranks or the tp=1 run work; an exception
     from it stops the run. A preset or hub id runs its real weights, downloaded first (reported to
     `download_progress(message, bytes_done, bytes_total)`), unless random_weights asks for seeded ones.
     A prompt is tokenized with the model's tokenizer; generate=N also continues it by N greedy tokens on TP
-    and on tp=1 (result.generation), in the same spawned group."""
+    and on tp=1 (result.generation), in the same spawned group. `rules` and `carve` as prepare takes them
+    (SGLang: attention DP and --ep carved out of tp)."""
     progress = progress or (lambda phase: None)
     timeout = check_timeout(timeout)
     t0 = time.perf_counter()
@@ -190,7 +228,7 @@ def verify(model, tp_size: int, *, device: str = "auto", dtype: str = "float32",
                    inject=inject, layers=layers,
                    seed=seed, batch=batch, seq_len=seq_len, pp=pp, ep=ep, placement=placement,
                    random_weights=random_weights, download_progress=download_progress, prompt=prompt,
-                   generate=generate)
+                   generate=generate, rules=rules, carve=carve)
     phases = {"prepare": time.perf_counter() - t0}
     ref_device = torch.device("cuda", 0) if prep.env.device == "cuda" else torch.device("cpu")
     timed: dict = {}

@@ -29,6 +29,7 @@ from tpviz.deploy.parallel import EP_DENSE
 from tpviz.config.spec import ModelSpec
 from tpviz.config.normalize import normalize
 from tpviz.trace.validity import split_problem
+from tpviz.rules import Layout, ruleset
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "tokenizer_config.json")
 MAX_PARAMS_ENV = "TPVIZ_LIVE_MAX_PARAMS"  # the most parameters a live run may build (each rank, and tp=1)
@@ -45,7 +46,7 @@ class ModelSource:
     tokenizer_dir: Path | None = None
 
 
-def live_config(spec: ModelSpec, layers: int | None = None) -> LiveConfig:
+def live_config(spec: ModelSpec, layers: int | None = None, rules: str = "vllm") -> LiveConfig:
     """Spec plus the facts of its config it has no field for (rope, sliding window, norm_topk_prob, a
     family's extras), optionally shrunk."""
     raw = spec.config
@@ -78,7 +79,8 @@ def live_config(spec: ModelSpec, layers: int | None = None) -> LiveConfig:
                          f"{spec.num_hidden_layers}: all of them run")
     cfg = LiveConfig(spec=spec, mlp_bias=spec.mlp_bias and not spec.arch.live_moe,
                      sliding_window=window if isinstance(window, int) and window > 0 else None,
-                     norm_topk_prob=spec.arch.routing == "fp32" or bool(norm_topk), notes=notes)
+                     norm_topk_prob=spec.arch.routing == "fp32" or bool(norm_topk), rules=ruleset(rules).name,
+                     notes=notes)
     check_supported(cfg.spec)
     # after the family check, so its error comes first; OLMo-3's sliding layers have a RoPE of their own
     if spec.arch.live in ("gemma2", "gemma3"):  # soft-caps, query_pre_attn_scalar, embedding scale, 2 RoPEs
@@ -99,11 +101,18 @@ def live_config(spec: ModelSpec, layers: int | None = None) -> LiveConfig:
     return cfg
 
 
-def check_split(cfg: LiveConfig, tp_size: int, ep: bool = False) -> None:
+def check_split(cfg: LiveConfig, tp_size: int, ep: bool = False, layout: Layout | None = None) -> None:
     """Raise the layers' own one-line TPSizeError when cfg cannot be split over tp_size (meta tensors: free);
-    with ep the routed experts stay whole, so only the other layers must split."""
+    with ep the routed experts stay whole, so only the other layers must split. An SGLang layout is checked as
+    the map checks it (each role at its own width), then built for its first GPU."""
     if ep and not cfg.spec.is_moe:
         raise DenseEPError(EP_DENSE)
+    if layout is not None:
+        if problem := split_problem(cfg.spec, layout.tp, cfg.rules, layout=layout)[0]:
+            raise TPSizeError(problem)
+        with torch.device("meta"):
+            LiveForCausalLM(cfg, tp_size, 0, Stage.of(cfg.spec, tp_size, 0, rules=cfg.rules, layout=layout))
+        return
     # heads before vocab, as users expect
     problem = split_problem(cfg.spec, tp_size, cfg.rules, moe_tp=1 if ep else None)[0]
     if problem:
@@ -159,20 +168,22 @@ def read_model(model) -> ModelRead:
 
 
 def resolve_model(model, layers: int | None = None, seed: int = 0, tp_size: int | None = None,
-                  ep: bool = False, random_weights: bool = False, download=None) -> ModelSource:
+                  ep: bool = False, random_weights: bool = False, download=None, rules: str = "vllm",
+                  layout: Layout | None = None) -> ModelSource:
     """Turn a checkpoint folder, config.json path, config dict/bytes, or preset/hub id into a ModelSource.
 
     Local paths obey the explorer's TPVIZ_LOCAL_ROOT confinement; a folder with *.safetensors uses its own
     weights; a preset or hub id downloads its safetensors checkpoint into the Hugging Face cache (or uses the
     cached one offline), reporting `download(message, bytes_done, bytes_total)`. A config alone, or any source
     with random_weights, gets seeded random weights. An invalid split and a model over the parameter cap fail
-    before any weights are made or downloaded.
+    before any weights are made or downloaded. `rules` names the rule set the ranks split by; `layout`, an
+    SGLang layout carved out of tp (attention DP, --ep).
     """
     read = read_model(model)
     name, path, is_dir = read.name, read.path, read.is_dir
-    cfg = live_config(read.spec, layers)
+    cfg = live_config(read.spec, layers, rules)
     if tp_size is not None:
-        check_split(cfg, tp_size, ep)
+        check_split(cfg, tp_size, ep, layout)
     check_size(cfg, layers)  # before any weights are made, here or in the tp=1 reference
     if is_dir:
         tokenizer = path if any((path / f).is_file() for f in TOKENIZER_FILES) else None
@@ -184,7 +195,7 @@ def resolve_model(model, layers: int | None = None, seed: int = 0, tp_size: int 
             return ModelSource(name, cfg, path, False, tokenizer)
         return ModelSource(name, cfg, _random(cfg, seed, random_weights), True, tokenizer)
     if read.hub_id and not random_weights:  # a preset or hub id: its real weights
-        return _hub_source(name, cfg, layers, tp_size, ep, download)
+        return _hub_source(name, cfg, layers, tp_size, ep, download, layout)
     return ModelSource(name, cfg, _random(cfg, seed, random_weights), True)
 
 
@@ -198,7 +209,7 @@ def _random(cfg: LiveConfig, seed: int, asked: bool) -> Path:
 
 
 def _hub_source(repo_id: str, cfg: LiveConfig, layers: int | None, tp_size: int | None, ep: bool,
-                download) -> ModelSource:
+                download, layout: Layout | None = None) -> ModelSource:
     """A hub repo's real weights: checked against the cap first, then downloaded (or found in the cache)."""
 
     def unquantized(c: LiveConfig) -> LiveConfig:
@@ -211,9 +222,9 @@ def _hub_source(repo_id: str, cfg: LiveConfig, layers: int | None, tp_size: int 
     got = download_checkpoint(repo_id, layers=layers, progress=download)  # only the shards those layers need
     raw = read_json(str(got.folder / "config.json"), repo_id, "config.json")
     spec = normalize(raw, repo_id)
-    cfg = unquantized(live_config(spec, layers))  # the config the weights were saved with
+    cfg = unquantized(live_config(spec, layers, cfg.rules))  # the config the weights were saved with
     if tp_size is not None:
-        check_split(cfg, tp_size, ep)
+        check_split(cfg, tp_size, ep, layout)
     check_size(cfg, layers)
     cfg.notes.append(got.note())
     if note := shrink_note(got, layers, spec.num_hidden_layers):

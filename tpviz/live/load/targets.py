@@ -67,7 +67,8 @@ def check_against_map(model: nn.Module, tp_rank: int) -> int:
     """Each parameter this rank built against the shard map the explorer draws for the same model and tp: its
     local shape at this rank, read off the same plan's traced layers (experts cut 1 way under EP, where each
     is whole). One line names the first that differs; returns how many were checked. Stacked experts (gpt-oss)
-    keep their own layout, which the loader checks tensor by tensor."""
+    keep their own layout, which the loader checks tensor by tensor. In an SGLang layout each plan is traced
+    at its role's width (Cuts), as the explorer draws it."""
     cfg, stage = model.cfg, model.stage
     params = dict(model.named_parameters())  # this stage's layers and this EP rank's experts only
     checked = 0
@@ -75,8 +76,9 @@ def check_against_map(model: nn.Module, tp_rank: int) -> int:
         per_expert = plan.experts and plan.name.count("*") == 2
         if plan.experts and not per_expert:
             continue
-        whole = plan.family == "experts" and stage.experts is not None
-        want = list(trace_plan(plan, 1 if whole else model.tp_size)[1].local_shapes[0 if whole else tp_rank])
+        whole = plan.family == "experts" and stage.experts is not None and stage.cuts is None
+        ways, rank = stage.cuts.of(plan.role) if stage.cuts else (1, 0) if whole else (model.tp_size, tp_rank)
+        want = list(trace_plan(plan, ways)[1].local_shapes[rank])
         for layer in plan.layers if plan.layers is not None else [None]:
             for expert in range(plan.experts) if per_expert else [None]:
                 name = fill(plan.name, layer, expert)

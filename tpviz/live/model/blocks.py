@@ -21,7 +21,9 @@ from tpviz.layers import RMSNorm, tp_group
 from tpviz.live.model.gemma import GemmaDecoderLayer, GemmaRMSNorm
 from tpviz.live.model.gptoss import GptOssDecoderLayer
 from tpviz.live.model.mla import MLADecoderLayer
-from tpviz.live.model.config import LiveConfig
+from tpviz.live.model.config import Cuts, LiveConfig
+from tpviz.live.model.dp import DpRows
+from tpviz.live.errors import LiveError
 from tpviz.live.model.decoder import MLP, Attention, DecoderLayer, RotaryEmbedding
 from tpviz.live.model.rope import rope_parameters
 
@@ -125,10 +127,18 @@ class PostNormDecoderLayer(nn.Module):
 
 
 def decoder_layer(cfg: LiveConfig, tp_size: int, tp_rank: int, index: int,
-                  experts: tuple[int, ...] | None = None) -> nn.Module:
+                  experts: tuple[int, ...] | None = None, cuts: Cuts | None = None,
+                  rows: DpRows | None = None) -> nn.Module:
     """Layer `index` of this family: OLMo's post-norm block, Gemma's four-norm block, else Llama's pre-norm
-    block."""
+    block. Only Llama's and MLA's blocks take an SGLang layout's own groups (cuts) for their parts."""
     block = cfg.spec.arch.live
+    if cuts is not None and block not in ("llama", "mla"):
+        if any(cuts.of(role) != (tp_size, tp_rank) for role in ("attention", "dense", "experts", "shared")):
+            raise LiveError(f"the live check runs SGLang's carved layouts (--attn-dp-size, --ep, "
+                            f"--moe-dense-tp-size) for Llama-like and DeepSeek blocks, "
+                            f"not {cfg.spec.model_type}")
+    if block not in ("llama", "mla"):
+        cuts = rows = None
     if block in ("gemma2", "gemma3"):
         return GemmaDecoderLayer(cfg, tp_size, tp_rank, index)
     if block == "olmo":  # h + norm(attn(h)), h + norm(mlp(h)); whole-projection q/k norms
@@ -136,8 +146,8 @@ def decoder_layer(cfg: LiveConfig, tp_size: int, tp_rank: int, index: int,
     if block == "gpt_oss":  # sinks, biased router, clamped SwiGLU experts (MXFP4 dequantized on load)
         return GptOssDecoderLayer(cfg, tp_size, tp_rank, index, experts)
     if cfg.spec.is_mla:  # DeepSeek: MLA, then a dense MLP or the MoE block with shared experts
-        return MLADecoderLayer(cfg, tp_size, tp_rank, index, experts)
-    return DecoderLayer(cfg, tp_size, tp_rank, index, experts)
+        return MLADecoderLayer(cfg, tp_size, tp_rank, index, experts, cuts, rows)
+    return DecoderLayer(cfg, tp_size, tp_rank, index, experts, cuts, rows)
 
 
 def final_norm(cfg: LiveConfig) -> nn.Module:

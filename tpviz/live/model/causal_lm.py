@@ -6,6 +6,12 @@ from torch import nn
 from tpviz.layers import ParallelLMHead, VocabParallelEmbedding
 from tpviz.live.model.blocks import decoder_layer, final_norm
 from tpviz.live.model.config import LiveConfig, Stage, check_supported
+from tpviz.live.model.dp import DpRows
+
+
+def cut(stage: Stage, role: str, tp_size: int, tp_rank: int) -> tuple[int, int]:
+    """(ways cut, rank) of a role: its own group in a carved SGLang layout, else the stage's tp."""
+    return stage.cuts.of(role) if stage.cuts else (tp_size, tp_rank)
 
 
 class Elsewhere(nn.Module):
@@ -16,13 +22,13 @@ class DecoderModel(nn.Module):
     """`model.*` of the checkpoint: embedding (first stage), this stage's decoder layers, final norm
     (last)."""
 
-    def __init__(self, cfg: LiveConfig, tp_size: int, tp_rank: int, stage: Stage):
+    def __init__(self, cfg: LiveConfig, tp_size: int, tp_rank: int, stage: Stage, rows: DpRows):
         super().__init__()
         s = cfg.spec
         if stage.first:
-            self.embed_tokens = VocabParallelEmbedding(s.vocab_size, s.hidden_size, tp_size,
-                                                       tp_rank, rules=cfg.rules)
-        self.layers = nn.ModuleList(decoder_layer(cfg, tp_size, tp_rank, i, stage.experts)
+            embed = cut(stage, "embed", tp_size, tp_rank)
+            self.embed_tokens = VocabParallelEmbedding(s.vocab_size, s.hidden_size, *embed, rules=cfg.rules)
+        self.layers = nn.ModuleList(decoder_layer(cfg, tp_size, tp_rank, i, stage.experts, stage.cuts, rows)
                                     if i in stage.layers else Elsewhere() for i in range(s.num_hidden_layers))
         if stage.last:
             self.norm = final_norm(cfg)
@@ -30,21 +36,23 @@ class DecoderModel(nn.Module):
 
 class LiveForCausalLM(nn.Module):
     """The model for one rank; forward returns (logits, gathered to the last stage's TP rank 0, else None;
-    the hidden state after each of this stage's steps, the last of which a pipeline stage sends on)."""
+    the hidden state after each of this stage's steps, the last of which a pipeline stage sends on). Under
+    SGLang's attention DP the hidden states are this GPU's group's rows (rows.own)."""
 
     def __init__(self, cfg: LiveConfig, tp_size: int = 1, tp_rank: int = 0, stage: Stage | None = None):
         super().__init__()
         check_supported(cfg.spec)
         self.cfg, self.tp_size, self.tp_rank = cfg, tp_size, tp_rank
         self.stage = stage = stage or Stage(tuple(range(cfg.spec.num_hidden_layers)))
-        self.model = DecoderModel(cfg, tp_size, tp_rank, stage)
+        self.rows = DpRows(stage.cuts)  # attention DP: this GPU's rows of the batch (one for every layer)
+        self.model = DecoderModel(cfg, tp_size, tp_rank, stage, self.rows)
         if stage.last:
             # same padded row block per rank: one Parameter
             tied = cfg.spec.tie_word_embeddings and stage.first
             # a tied head allocates nothing
             with torch.device("meta" if tied else torch.get_default_device()):
-                self.lm_head = ParallelLMHead(cfg.spec.vocab_size, cfg.spec.hidden_size, tp_size, tp_rank,
-                                              rules=cfg.rules)
+                self.lm_head = ParallelLMHead(cfg.spec.vocab_size, cfg.spec.hidden_size,
+                                              *cut(stage, "lm_head", tp_size, tp_rank), rules=cfg.rules)
             if tied:
                 self.lm_head.weight = self.model.embed_tokens.weight
 
@@ -52,10 +60,15 @@ class LiveForCausalLM(nn.Module):
                 ) -> tuple[torch.Tensor | None, dict[str, torch.Tensor]]:
         """Logits [B, S, vocab] (padding trimmed) on the last stage, and the hidden state after each step;
         `h` is what the previous pipeline stage sent (None on the first stage)."""
-        positions = torch.arange(input_ids.shape[1], device=input_ids.device).expand_as(input_ids)
+        rows = self.rows
+        rows.begin(input_ids.shape[0])
+        embed, head = (self.stage.cuts.of(role)[0] if self.stage.cuts else self.tp_size
+                       for role in ("embed", "lm_head"))
+        own = rows.own(input_ids)  # attention DP: this group's rows; h from the stage before holds them too
+        positions = torch.arange(own.shape[1], device=own.device).expand_as(own)
         hidden = {}
         if self.stage.first:
-            h = self.model.embed_tokens(input_ids)
+            h = rows.run(self.model.embed_tokens, own, embed)
             # Gemma: the scale rounded to the activation dtype first, as transformers does
             if self.cfg.embed_scale:
                 h = h * torch.tensor(self.cfg.embed_scale, dtype=h.dtype, device=h.device)
@@ -65,7 +78,9 @@ class LiveForCausalLM(nn.Module):
         if not self.stage.last:
             return None, hidden
         h = hidden["final norm"] = self.model.norm(h)
-        logits = self.lm_head(h)  # None on TP ranks but 0: rank 0 gathered the whole vocabulary
+        # None on TP ranks but 0: rank 0 gathered the whole vocabulary; an lm_head over more GPUs than the
+        # attention group (SGLang without --enable-dp-lm-head) computes every group's rows; rank 0 keeps them
+        logits = self.lm_head(rows.gather(h) if rows.gathers(head) else h)
         if logits is not None and self.cfg.final_softcap:  # Gemma: elementwise, on the gathered logits
             logits = torch.tanh(logits / self.cfg.final_softcap) * self.cfg.final_softcap
         return logits, hidden

@@ -7,7 +7,7 @@ from tpviz.archs import REGISTRY
 from tpviz.config.spec import ModelSpec
 from tpviz.deploy.parallel import stage_layers
 from tpviz.live.errors import LiveError
-from tpviz.rules import ruleset
+from tpviz.rules import Layout, Widths, ruleset
 
 GELU_BLOCKS = ("gemma2", "gemma3")  # Gemma's GELU-tanh MLPs (gemma.read_gemma); the others run SiLU
 
@@ -55,23 +55,59 @@ class LiveConfig:
 
 
 @dataclass(frozen=True)
+class Cuts:
+    """One GPU's groups in a layout SGLang carves out of a stage's tp GPUs: how many ways each role is cut
+    (RuleSet.widths) and which GPU of the stage this is. Every group is a block of consecutive GPUs, so a
+    role's rank is flat mod its width, and the attention-DP group (the rows of the batch it runs) is flat //
+    the attention width."""
+    widths: Widths
+    flat: int
+    tp: int  # the stage's GPUs
+
+    def of(self, role: str) -> tuple[int, int]:
+        """(ways cut, rank in its group) for a role (ParamPlan.role)."""
+        return self.widths.of(role), self.widths.rank(role, self.flat)
+
+    @property
+    def attn_dp(self) -> int:
+        return self.tp // self.widths.attention
+
+    @property
+    def dp_index(self) -> int:
+        return self.flat // self.widths.attention
+
+    @property
+    def ep_rank(self) -> int:
+        return self.widths.ep_rank(self.flat)
+
+
+@dataclass(frozen=True)
 class Stage:
     """One rank's share beyond its TP slice: its pipeline stage's decoder layers and, under expert
-    parallelism, the global experts it holds whole (vLLM: PPMissingLayer elsewhere, an expert_map)."""
+    parallelism, the global experts it holds whole (vLLM: PPMissingLayer elsewhere, an expert_map); in a
+    carved SGLang layout, its Cuts."""
     layers: tuple[int, ...]
     first: bool = True
     last: bool = True
     experts: tuple[int, ...] | None = None
+    cuts: Cuts | None = None
 
     @classmethod
     def of(cls, spec: ModelSpec, tp_size: int = 1, tp_rank: int = 0, pp_size: int = 1, pp_rank: int = 0,
-           ep: bool = False, placement: str = "linear", rules: str = "vllm") -> "Stage":
+           ep: bool = False, placement: str = "linear", rules: str = "vllm",
+           layout: Layout | None = None) -> "Stage":
         """The rule set's layer partition for pp_rank and, with ep, the experts of EP rank tp_rank (EP size =
-        tp, dp 1)."""
+        tp, dp 1); with an SGLang layout, the experts of this GPU's EP rank (--ep) and its Cuts."""
         rules = ruleset(rules)
         layers = stage_layers(spec.num_hidden_layers, pp_size, rules)[pp_rank]
+        edge = (tuple(layers), pp_rank == 0, pp_rank == pp_size - 1)
+        if layout is not None:
+            cuts = Cuts(rules.widths(layout, spec.arch), tp_rank, layout.tp)
+            experts = (tuple(rules.expert_placement(spec.num_experts, layout.ep_size)[cuts.ep_rank])
+                       if layout.ep_size > 1 else None)
+            return cls(*edge, experts, cuts)
         experts = tuple(rules.expert_placement(spec.num_experts, tp_size, placement)[tp_rank]) if ep else None
-        return cls(tuple(layers), pp_rank == 0, pp_rank == pp_size - 1, experts)
+        return cls(*edge, experts)
 
     def elsewhere(self, name: str) -> bool:
         """A checkpoint tensor another stage or EP rank holds: this rank skips it without reading it."""

@@ -13,7 +13,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from tpviz.layers import MergedColumnParallelLinear, QKVParallelLinear, RMSNorm, RowParallelLinear
-from tpviz.live.model.config import LiveConfig
+from tpviz.live.model.config import Cuts, LiveConfig
+from tpviz.live.model.dp import DpRows
 from tpviz.live.model.moe import SparseMoeBlock
 from tpviz.live.model.rope import BY_LENGTH, frequencies
 
@@ -122,23 +123,30 @@ class MLP(nn.Module):
 
 
 class DecoderLayer(nn.Module):
-    """Pre-norm residual block: h += attn(norm(h)); h += mlp(norm(h)), the MLP dense or a sparse MoE block."""
+    """Pre-norm residual block: h += attn(norm(h)); h += mlp(norm(h)), the MLP dense or a sparse MoE block.
+    With an SGLang layout's cuts each part is cut over its own group, and under attention DP the FFN runs
+    every group's rows when it spans them (rows, dp.DpRows)."""
     attention = Attention  # DeepSeek: mla.MLAttention (mla.MLADecoderLayer)
 
     def __init__(self, cfg: LiveConfig, tp_size: int, tp_rank: int, index: int = 0,
-                 experts: tuple[int, ...] | None = None):
+                 experts: tuple[int, ...] | None = None, cuts: Cuts | None = None,
+                 rows: DpRows | None = None):
         super().__init__()
         s = cfg.spec
+        self.rows = rows or DpRows(None)
         self.input_layernorm = RMSNorm(s.hidden_size, s.rms_norm_eps)
-        self.self_attn = self.attention(cfg, tp_size, tp_rank)
+        self.self_attn = self.attention(cfg, *(cuts.of("attention") if cuts else (tp_size, tp_rank)))
         self.post_attention_layernorm = RMSNorm(s.hidden_size, s.rms_norm_eps)
         if s.is_moe and index in s.moe_layers:  # Qwen3-MoE's mlp_only_layers stay dense (spec.dense_layers)
             self.ffn_name = s.arch.names.mlp.rstrip(".")  # Mixtral: block_sparse_moe, Qwen3-MoE: mlp
             self.add_module(self.ffn_name, SparseMoeBlock(s, cfg.norm_topk_prob, tp_size, tp_rank, experts,
-                                                          cfg.routing))
+                                                          cfg.routing, cuts))
+            self.ffn_width = cuts.tp if cuts else tp_size
         else:
-            self.ffn_name, self.mlp = "mlp", MLP(cfg, tp_size, tp_rank)
+            dense = cuts.of("dense") if cuts else (tp_size, tp_rank)
+            self.ffn_name, self.mlp, self.ffn_width = "mlp", MLP(cfg, *dense), dense[0]
 
     def forward(self, positions: torch.Tensor, h: torch.Tensor) -> torch.Tensor:
         h = h + self.self_attn(positions, self.input_layernorm(h))
-        return h + getattr(self, self.ffn_name)(self.post_attention_layernorm(h))
+        ffn = getattr(self, self.ffn_name)
+        return h + self.rows.run(ffn, self.post_attention_layernorm(h), self.ffn_width)

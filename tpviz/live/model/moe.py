@@ -33,6 +33,7 @@ from tpviz.layers.linear import default_weight_loader
 from tpviz.live.errors import LiveError
 from tpviz.live.check.routing import note as note_routing
 from tpviz.config.spec import ModelSpec
+from tpviz.live.model.config import Cuts
 
 
 
@@ -168,24 +169,30 @@ class SparseMoeBlock(nn.Module):
     local sum -> one all_reduce."""
 
     def __init__(self, spec: ModelSpec, norm_topk_prob: bool, tp_size: int, tp_rank: int,
-                 experts: tuple[int, ...] | None = None, routing: dict | None = None):
+                 experts: tuple[int, ...] | None = None, routing: dict | None = None,
+                 cuts: Cuts | None = None):
         super().__init__()
         H, E = spec.hidden_size, spec.num_experts
-        self.top_k, self.tp_size, self.routing = spec.num_experts_per_tok, tp_size, routing or None
+        self.top_k, self.routing = spec.num_experts_per_tok, routing or None
         self.fp32 = spec.arch.routing == "fp32"  # Mixtral: softmax in float32, the top-k always renormalized
         self.renormalize = self.fp32 or norm_topk_prob
         self.gate = (DeepseekGate(H, E, tp_size, tp_rank, self.routing["correction_bias"]) if self.routing
                      else ReplicatedLinear(H, E, tp_size, tp_rank))
         names = spec.arch.names
         down_name = names.expert_down  # gate/up load into gate_up_proj
-        cut = (1, 0) if experts is not None else (tp_size, tp_rank)  # EP: whole experts, only this rank's
+        # EP: whole experts, only this rank's; SGLang: this EP rank's experts, each cut moe_tp ways
+        cut = cuts.of("experts") if cuts else (1, 0) if experts is not None else (tp_size, tp_rank)
         ids = range(E) if experts is None else experts
         self.experts = nn.ModuleDict({str(e): Expert(H, spec.moe_intermediate_size, *cut, down_name)
                                       for e in ids})  # keyed by global id: names stay experts.N.*
         self.shared_name = names.shared.rstrip(".") if spec.shared_expert_intermediate_size else None
+        # SGLang: the block reduces over the whole stage; a shared expert cut over fewer GPUs (its own group,
+        # or whole with SGLANG_SHARED_EXPERT_TP1) is reduced there and added after, so it counts once
+        shared = cuts.of("shared") if cuts else (tp_size, tp_rank)
+        self.tp_size = cuts.tp if cuts else tp_size
+        self.shared_width = shared[0] if shared[0] < self.tp_size else None
         if self.shared_name:  # TP-split like a dense MLP, under EP too
-            self.add_module(self.shared_name, Expert(H,
-                                                     spec.shared_expert_intermediate_size, tp_size, tp_rank,
+            self.add_module(self.shared_name, Expert(H, spec.shared_expert_intermediate_size, *shared,
                                                      "down_proj"))
             self.shared_gate = names.shared_gate  # Qwen2-MoE: the shared expert scaled by a sigmoid gate
             if self.shared_gate:
@@ -217,11 +224,17 @@ class SparseMoeBlock(nn.Module):
             # sums each token's top-k at once: the same up to rounding). Weighting a partial sum is exact.
             y = expert(x[token]) * weights[token, slot, None]
             out.index_add_(0, token, y.to(out.dtype))
+        shared = None
         if self.shared_name:
             shared = getattr(self, self.shared_name)(x)
             if self.shared_gate:  # Qwen2-MoE: sigmoid of a replicated [1, hidden] linear
                 shared = torch.sigmoid(getattr(self, self.shared_gate)(x)) * shared
-            out = out + shared
+            if self.shared_width is None:
+                out, shared = out + shared, None
         if self.reduce_results and (group := tp_group(self.tp_size)) is not None:
             dist.all_reduce(out, group=group)  # the block's only collective (expert downs skip theirs)
+        if shared is not None:  # cut over a narrower group than the block's (SGLang)
+            if self.reduce_results and (group := tp_group(self.shared_width)) is not None:
+                dist.all_reduce(shared, group=group)
+            out = out + shared
         return out.view(shape)

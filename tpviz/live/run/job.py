@@ -4,6 +4,7 @@ once."""
 from dataclasses import dataclass, field
 
 from tpviz.live.model.config import LiveConfig
+from tpviz.rules import Layout
 
 
 @dataclass(frozen=True)
@@ -27,6 +28,7 @@ class Job:
     follow: list[int] | None = None  # tokens the fp32 reference follows (the low-precision run's picks)
     follow_routing: dict | None = None  # expert choices the fp32 reference computes with (routing.py)
     ref_tokens: list[int] | None = None  # the tp=1 reference's picks, which the ranks compare step by step
+    layout: Layout | None = None  # an SGLang layout (rules 'sglang'): attention DP and --ep carved from tp
 
 
 @dataclass(frozen=True)

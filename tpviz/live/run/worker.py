@@ -20,7 +20,9 @@ from safetensors.torch import save_file
 
 from tpviz.errors import TpvizError
 from tpviz.live.check.inject import apply_injections
-from tpviz.layers.linear import use_tp_group
+from tpviz.layers.linear import use_tp_groups
+from tpviz.rules import ruleset
+from tpviz.rules.ruleset import ROLES
 from tpviz.live.run.comms import CollectiveCounter
 from tpviz.live.check.compare import DTYPES
 from tpviz.live.check.generate import greedy_steps
@@ -46,7 +48,7 @@ def rank_stage(job: Job, rank: int, tp_size: int) -> tuple[int, int, Stage]:
     """(pipeline stage, TP rank, Stage) of a global rank: stages are consecutive blocks of tp_size ranks."""
     pp_rank, tp_rank = divmod(rank, tp_size)
     stage = Stage.of(job.cfg.spec, tp_size, tp_rank, job.pp_size, pp_rank, job.ep,
-                     job.placement, job.cfg.rules)
+                     job.placement, job.cfg.rules, job.layout)
     return pp_rank, tp_rank, stage
 
 
@@ -77,8 +79,9 @@ def run_model(job: Job, rank: int, tp_size: int, device: torch.device,
 
     def forward(ids: torch.Tensor) -> tuple:
         h = None
-        if not stage.first:
-            h = torch.empty(*ids.shape, cfg.spec.hidden_size, dtype=dtype, device=device)
+        if not stage.first:  # under attention DP, this GPU's group's rows
+            model.rows.begin(ids.shape[0])
+            h = torch.empty(*model.rows.own(ids).shape, cfg.spec.hidden_size, dtype=dtype, device=device)
             dist.recv(h, src=rank - tp_size)
         logits, hidden = model(ids, h)
         if not stage.last:
@@ -95,11 +98,13 @@ def run_model(job: Job, rank: int, tp_size: int, device: torch.device,
         logits, hidden = forward(ids)
     _sync(device)
     forward_s = time.perf_counter() - start
+    logits, hidden = every_row(model, logits, hidden, ids.shape)
     routes = collect_routing(model)
     params = dict(model.named_parameters())
     numel = sum(p.numel() for p in params.values())
     report = {"rank": rank, "device": str(device), "stage": pp_rank, "tp_rank": tp_rank,
               "layers": list(stage.layers), "experts": None if stage.experts is None else list(stage.experts),
+              "groups": None if stage.cuts is None else {role: list(stage.cuts.of(role)) for role in ROLES},
               "param_shapes": {n: list(p.shape) for n, p in params.items()},
               "params_checked_against_map": mapped,
               "param_bytes": sum(p.numel() * p.element_size() for p in params.values()),
@@ -125,14 +130,38 @@ def run_model(job: Job, rank: int, tp_size: int, device: torch.device,
     return out, {**{k: v.float().cpu() for k, v in hidden.items()}, **routes}, report  # routes: routing.split
 
 
-def _tp_groups(pp: int, tp_size: int, rank: int) -> None:
-    """One TP group per pipeline stage (every rank creates every group, in the same order, as torch needs)."""
-    if pp == 1:
+def every_row(model, logits, hidden: dict, shape: torch.Size) -> tuple:
+    """Under attention DP, the check's view of every group's rows (gathered from each group's first GPU, after
+    the forward pass, so not counted with its collectives); as they are otherwise."""
+    rows = model.rows
+    if rows.dp == 1:
+        return logits, hidden
+    with torch.inference_mode():
+        hidden = {k: rows.gather(v) for k, v in hidden.items()}
+        head = model.stage.cuts.of("lm_head")[0]
+        if model.stage.last and not rows.gathers(head):  # --enable-dp-lm-head: each group has its own rows
+            dtype = next(iter(hidden.values())).dtype
+            logits = rows.gather(logits, (shape[1], model.cfg.spec.vocab_size), dtype)
+    return logits, hidden
+
+
+def _tp_groups(job: Job, tp_size: int, rank: int) -> None:
+    """The groups layers reduce over: one per pipeline stage, and in an SGLang layout one per block of each
+    role's width (every rank creates every group, in the same order, as torch needs)."""
+    widths = {tp_size}
+    if job.layout is not None:
+        w = ruleset(job.cfg.rules).widths(job.layout, job.cfg.spec.arch)
+        widths |= {w.of(role) for role in ROLES}
+    if job.pp_size == 1 and widths == {tp_size}:
         return  # the whole world is the TP group
-    for s in range(pp):
-        group = dist.new_group(list(range(s * tp_size, (s + 1) * tp_size)))
-        if rank // tp_size == s:
-            use_tp_group(group)
+    mine = {}
+    for s in range(job.pp_size):
+        for width in sorted(widths - {1}):
+            for block in range(s * tp_size, (s + 1) * tp_size, width):
+                group = dist.new_group(list(range(block, block + width)))
+                if block <= rank < block + width:
+                    mine[width] = group
+    use_tp_groups(mine)
 
 
 def spawn_device(job: Job, rank: int) -> torch.device:
@@ -209,7 +238,7 @@ def spawn_entry(rank: int, launch: Launch) -> None:
         timeout = timedelta(seconds=launch.timeout)
         store = dist.TCPStore("127.0.0.1", launch.store_port, is_master=False, timeout=timeout)
         dist.init_process_group(job.backend, store=store, rank=rank, world_size=world, timeout=timeout)
-        _tp_groups(job.pp_size, tp_size, rank)
+        _tp_groups(job, tp_size, rank)
         # the parent posts the tp=1 reference's picks once it has them (runner.run_group's publish)
         logits, hidden, report = run_model(job, rank, tp_size, device, mark,
                                            lambda: json.loads(store.get(REF_TOKENS_KEY).decode()))
