@@ -4,6 +4,7 @@ Run: streamlit run app.py  (optionally ?model=Qwen/Qwen3-8B&tp=8&rules=vllm). A 
 figures, summaries and exports all come from tpviz/.
 """
 import json
+from dataclasses import replace
 
 import streamlit as st
 
@@ -155,6 +156,7 @@ def render_page(page: Page, rows: list[ValidRow], lay: Deployment | None = None)
     # thing on the page to draw, reaches the browser before the elements around it (bench/bench_browser.py)
     top = st.container()
     has_browser = chromium_path() is not None
+    shown = replace(m, deployment=lay) if lay else m  # a PNG's title names the whole layout on screen
     st.markdown("### Where every matrix goes")
     sections = [(None, page.figs)]  # (layer group or None, its figures)
     if len(m.groups) > 1:
@@ -163,6 +165,11 @@ def render_page(page: Page, rows: list[ValidRow], lay: Deployment | None = None)
                     every_group_figures(*page.key) + [(None, {"memory": page.figs["memory"]})])
     st.caption("One tab per matrix family. Hover a band for its GPU, head, global range and local offset. "
                "Each GPU keeps one colour everywhere on this page.")
+    cut = lay.layout.expert_cut if lay else None
+    if cut == 1:  # EP keeps every routed expert whole: a tp slice of them is not what the GPUs hold
+        sections = [(g, {k: f for k, f in figs.items() if not k.endswith("experts")}) for g, figs in sections]
+        st.caption("Expert parallelism keeps each routed expert whole on one GPU: the expert placement above "
+                   "shows which GPU holds which.")
     for i, (g, figs) in enumerate(sections):
         if g is not None:
             st.markdown(f"#### Layers {S.layer_span(g.layers)}: {g.label}")
@@ -175,9 +182,12 @@ def render_page(page: Page, rows: list[ValidRow], lay: Deployment | None = None)
             if tab.open is False:
                 continue
             with tab:
+                if cut and key.endswith("experts"):
+                    st.caption(f"Each expert is cut over the {cut} GPUs of its EP block; each block cuts "
+                               "its own experts the same way (the expert placement above).")
                 screen = screen_figure((page.key, tuple(g.layers) if g else None, key), fig)
                 st.plotly_chart(screen, theme=None, key=f"fig_{key}", config=PLOTLY_CONFIG)
-                st.download_button("PNG", lambda f=fig: figure_png(f, png_renderer(), page.m),
+                st.download_button("PNG", lambda f=fig: figure_png(f, png_renderer(), shown),
                                    names[key], "image/png",
                                    key=f"png_{key}", on_click="ignore", icon=":material/download:",
                                    disabled=not has_browser, type="tertiary")

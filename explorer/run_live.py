@@ -56,7 +56,8 @@ def layout_input(tp: int) -> tuple[str, bool, str, dict]:
             st.session_state[key] = 1
     left, right = st.columns(2)
     attn_dp = left.selectbox("--attn-dp-size", divisors, key="live_attn_dp",
-                             help="Attention-DP groups of tp / N ranks, each running its own rows of the batch")
+                             help="Attention-DP groups of tp / N ranks, each running its own rows of the "
+                                  "batch")
     ep_size = right.selectbox("--ep", divisors, key="live_ep_size",
                               help="The experts in N contiguous blocks, each cut tp / N ways (N = tp: whole)")
     dense = st.checkbox("--moe-dense-tp-size 1", key="live_dense_tp1",

@@ -48,6 +48,9 @@ def test_a_link_opens_a_deployment_with_its_grid_experts_gpus_and_collectives(se
                                        "send between stages + all-gather over the tp GPUs",
                                        "all-gather over the tp GPUs"}  # the last stage's logits
     assert at.query_params == {"model": QWEN_MOE, "tp": "4", "rules": "vllm", "pp": "2", "ep": "1"}
+    # EP keeps the experts whole: no tab draws them cut by tp, and the page says where they are instead
+    assert "MoE experts" not in [t.label for t in at.tabs]
+    assert any(c.value.startswith("Expert parallelism keeps each routed expert whole") for c in at.caption)
     data = json.loads(served["Qwen3-30B-A3B_tp4_pp2_ep_vllm.json"]())
     assert data["layout"]["label"] == "TP 4 × PP 2 × DP 1 + EP" and len(data["layout"]["gpus"]) == 8
 

@@ -172,3 +172,34 @@ def test_a_timed_out_browser_start_is_cancelled_and_closed(monkeypatch, qwen):
     assert len(made) == 1 and made[0].cancelled and made[0].closed
     assert r._kaleido is None and r._opening is None
     r.close()
+
+
+def test_ep_exports_name_the_whole_layout_and_draw_whole_experts():
+    from dataclasses import replace
+
+    from tpviz.deploy.deployment import deploy
+    from tpviz.render.export import titled
+    from tpviz.render.plots import export_figures
+    from tpviz.rules import Layout
+    from tpviz.trace.model_map import map_model
+    spec, layout = load_spec("deepseek-ai/DeepSeek-V3"), Layout(8, 2, 1, True)
+    m = replace(map_model(spec, 8, "vllm"), deployment=deploy(spec, layout, "vllm"))
+    figs = export_figures(m)
+    assert not [k for k in figs if k.endswith("experts")]  # no tp slice of experts that EP keeps whole
+    placement = figs["expert_placement"]
+    assert all(sum(row) == 32 for row in placement.data[0].z)  # 256 experts, 32 whole ones per GPU
+    assert titled(m, placement).layout.title.text.startswith(
+        f"{spec.name} · TP 8 × PP 2 × DP 1 + EP · vLLM 0.33 — Expert placement · linear · 256 experts on 8 "
+        "GPUs per stage, each expert whole on one")
+    assert all(titled(m, f).layout.title.text.startswith(f"{spec.name} · TP 8 × PP 2 × DP 1 + EP ·")
+               for f in figs.values())
+    # SGLang's --ep below tp: each expert cut over its block, and the figure says so
+    spec, layout = load_spec("Qwen/Qwen3-30B-A3B"), Layout(8, ep_size=2)
+    m = replace(map_model(spec, 8, "sglang", layout=layout), deployment=deploy(spec, layout, "sglang"))
+    figs = export_figures(m)
+    assert "cut over the 4 GPUs of its EP block" in figs["experts"].layout.title.subtitle.text
+    assert "slice of all experts" not in figs["experts"].layout.title.subtitle.text
+    placement = figs["expert_placement"]
+    assert "128 experts in 2 EP blocks of 4 GPUs per stage" in placement.layout.title.text
+    assert list(placement.layout.yaxis.ticktext) == ["block 0 · GPUs 0–3", "block 1 · GPUs 4–7"]
+    assert titled(m, placement).layout.title.text.startswith(f"{spec.name} · TP 8 × PP 1 × DP 1 · EP 2 ·")

@@ -141,10 +141,12 @@ def default_renderer() -> PngRenderer:
 
 
 def titled(m: ShardMap, fig: go.Figure) -> go.Figure:
-    """A copy of a figure whose title names the model, tp and rules, so an exported image stands alone."""
+    """A copy of a figure whose title names the model, the whole layout (tp, or TP × PP × DP + EP and
+    SGLang's carved fields) and the rules, so an exported image stands alone."""
     out = go.Figure(fig)
     title = out.layout.title.text or ""
-    out.update_layout(title_text=f"{m.model.name} · tp {m.tp_size} · {m.rules.label} — {title}")
+    layout = m.deployment.label if m.deployment else f"tp {m.tp_size}"
+    out.update_layout(title_text=f"{m.model.name} · {layout} · {m.rules.label} — {title}")
     return out
 
 

@@ -33,6 +33,12 @@ class Layout:
         return self.tp * self.pp * self.dp
 
     @property
+    def expert_cut(self) -> int | None:
+        """How many ways each routed expert is cut under expert parallelism: 1 with vLLM's (whole), tp /
+        ep_size with SGLang's --ep; None without EP (the tp map's cut)."""
+        return 1 if self.ep else self.tp // self.ep_size if self.ep_size > 1 else None
+
+    @property
     def carved(self) -> dict:
         """The carved-out fields that differ from plain TP (for JSON and links)."""
         return {k: getattr(self, k) for k, v in CARVED.items() if getattr(self, k) != v}

@@ -69,7 +69,7 @@ class RankReport:
         if self.groups:  # SGLang: which attention-DP group, and how many ways its experts are cut
             attn, expert = self.groups["attention"], self.groups["experts"]
             where["attn-DP group"] = f"{self.tp_rank // attn[0]} (attn rank {attn[1]} of {attn[0]})"
-            where["expert cut"] = f"{expert[1] + 1} of {expert[0]}"
+            where["expert cut"] = f"rank {expert[1]} of {expert[0]}" if expert[0] > 1 else "whole"
         return {"rank": self.rank, **where, "device": self.device, **self.held(),
                 "read MiB": round(self.bytes_read / 2**20, 3),
                 "read % of checkpoint": round(100 * self.bytes_read / max(1, self.checkpoint_bytes), 1),

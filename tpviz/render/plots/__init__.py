@@ -159,6 +159,12 @@ def family_figure(m: ShardMap, family: str, group: LayerGroup | None = None) -> 
     title, line = FAMILY_INFO[family]
     if family == "qkv" and m.model.is_mla:
         line = MLA_LINE
+    elif family == "experts" and (lay := m.deployment.layout if m.deployment else None) and lay.expert_cut:
+        blocks = lay.tp // lay.expert_cut
+        line = (f"Each expert is cut over the {lay.expert_cut} GPUs of its EP block (moe_tp_size = tp / "
+                f"ep_size), gate/up by rows and down by columns: GPUs 0–{lay.expert_cut - 1} hold the first "
+                f"block of experts and each of the {blocks} blocks cuts its own the same way (see the expert "
+                "placement).")
     src, rk = source_view(m, tensors), rank_view(m, tensors)
     layout = base_layout(title, figure_height(m.tp_size))
     note = _notes(m, family, group)
@@ -260,6 +266,8 @@ def export_figures(m: ShardMap) -> dict[str, go.Figure]:
         for _, group_figs in grouped_figures(m):
             figs.update(group_figs)
         figs["memory"] = memory_figure(m)
+    if m.deployment and m.deployment.layout.expert_cut == 1:  # whole experts: no tp cut of them to draw
+        figs = {k: f for k, f in figs.items() if k != "experts" and not k.endswith("_experts")}
     if m.deployment:  # a pp / dp / ep deployment: its device grid and expert placement too
         figs["device_grid"] = device_grid(m.deployment)
         if (experts := expert_figure(m.deployment)) is not None:

@@ -41,11 +41,19 @@ def expert_figure(d: Deployment) -> go.Figure | None:
         return None
     experts = max((e for ranks in placement for e in ranks), default=-1) + 1
     z = [[1 if e in set(ranks) else 0 for e in range(experts)] for ranks in placement]
-    layout = base_layout(f"Expert placement · {d.placement} · {experts} experts on "
-                         f"{len(placement)} GPUs per stage", 140 + min(24 * len(placement), 600))
+    cut, n = d.layout.expert_cut or 1, len(placement)
+    if cut > 1:  # SGLang's --ep below tp: blocks of consecutive GPUs, each expert cut over its block
+        where = (f"{experts} experts in {n} EP blocks of {cut} GPUs per stage, each expert cut {cut} ways "
+                 "over its block")
+        rows, hover = [f"block {b} · GPUs {b * cut}–{(b + 1) * cut - 1}" for b in range(n)], "EP block"
+    else:
+        where = f"{experts} experts on {n} GPUs per stage, each expert whole on one"
+        rows, hover = [f"GPU {r}" for r in range(n)], "EP rank"
+    layout = base_layout(f"Expert placement · {d.placement} · {where}", 140 + min(24 * n, 600))
     layout["xaxis"] = dict(title=dict(text="expert", font=dict(size=11, color=INK)))
-    layout["yaxis"] = dict(title=dict(text="EP rank (dp × tp)", font=dict(size=11, color=INK)),
-                           autorange="reversed")
+    layout["yaxis"] = dict(title=dict(text=f"{hover} ({'dp × tp' if d.layout.ep else 'in the stage'})",
+                                      font=dict(size=11, color=INK)), autorange="reversed",
+                           tickvals=list(range(n)), ticktext=rows)
     heat = go.Heatmap(z=z, colorscale=[[0, "#f4f6f8"], [1, "#c9892b"]], showscale=False, xgap=1, ygap=1,
-                      hovertemplate="EP rank %{y} · expert %{x}<extra></extra>")
+                      hovertemplate=f"{hover} %{{y}} · expert %{{x}}<extra></extra>")
     return go.Figure(data=[heat], layout=layout)
