@@ -9,12 +9,13 @@ from dataclasses import replace
 import streamlit as st
 
 from explorer.fit import fit_section
+from explorer.groups import family_of, layer_groups, tab_label
 from explorer.cache import (Page, every_group_figures, other_engine, group_figures, layout_for,
                             page_for, png_renderer, screen_figure, valid_rows)
 from explorer.deploy import deployment_section
 from explorer.sidebar import (RULE_LABELS, NeedInput, checkpoint_key, layout_controls, restore_from_query,
-                              sidebar_exports, sidebar_source, source_config, tp_control)
-from explorer.state import DEFAULT_VIEW, query_from_controls
+                              sidebar_exports, sidebar_source, source_config, sync_link, tp_control)
+from explorer.state import DEFAULT_VIEW
 from explorer.style import narrow_screens
 from explorer.tables import collective_rows, valid_tp_rows
 from explorer.text import literal
@@ -25,8 +26,7 @@ from tpviz.render.text import fmt_bytes
 from tpviz.trace.validity import ValidRow
 from tpviz.errors import DenseEPError, HubError, MissingFieldError, NotJSONError, TPSizeError, TpvizError
 from tpviz.render.export import chromium_path, figure_png, png_names
-from tpviz.render.plots.strip import layer_strip
-from tpviz.trace.shardmap import Deployment, ShardMap
+from tpviz.trace.shardmap import Deployment
 from tpviz.rules.layout import CARVED, Layout
 from tpviz.config.sources import presets, web_local_root
 
@@ -50,31 +50,6 @@ def explain(error: Exception, name: str | None, rows: list[ValidRow] | None, rul
         text = text.replace("a local config.json", "upload a config.json")
     return (text if isinstance(error, TpvizError)
             else f"unexpected {type(error).__name__}: {text.splitlines()[0] if text else ''}")
-
-
-def tab_label(key: str) -> str:
-    """A figure's tab: 'q/k/v', 'gate/up', 'memory' (keys of a layer group's figures start 'group2_')."""
-    family = key.split("_", 1)[1] if key.startswith("group") and "_" in key else key
-    return "memory" if family == "memory" else S.FAMILY_LABELS.get(family, family).split(" (")[0]
-
-
-def layer_groups(m: ShardMap) -> int | None:
-    """The layer strip and the group picker; returns the selected group's index (None: all layers)."""
-    labels = [f"{i + 1}. {g.label} · layers {S.layer_span(g.layers)}" for i, g in enumerate(m.groups)]
-    options = list(range(len(labels))) + [-1]
-    if st.session_state.get("layer_group") not in options:  # opens on the group with the most layers
-        st.session_state.layer_group = max(range(len(m.groups)), key=lambda i: (len(m.groups[i].layers), -i))
-    group = st.session_state.layer_group
-    # keyed by the group, so a click's own selection highlight is dropped once the group is shown
-    event = st.plotly_chart(layer_strip(m, group if group >= 0 else None), theme=None, key=f"strip_{group}",
-                            on_select="rerun", selection_mode="points", config=PLOTLY_CONFIG)
-    points = event.get("selection", {}).get("points", []) if isinstance(event, dict) else []
-    if points and points[0].get("customdata") is not None and int(points[0]["customdata"]) != group:
-        st.session_state.layer_group = int(points[0]["customdata"])
-        st.rerun()
-    chosen = st.radio("Layer group", options, key="layer_group", horizontal=False,
-                      format_func=lambda i: "All layers" if i < 0 else labels[i])
-    return None if chosen < 0 else chosen
 
 
 LABELS = {"rank": "GPU", "weights": "weights", "naive": "total / tp", "overhead": "above total / tp",
@@ -160,7 +135,7 @@ def render_page(page: Page, rows: list[ValidRow], lay: Deployment | None = None)
     st.markdown("### Where every matrix goes")
     sections = [(None, page.figs)]  # (layer group or None, its figures)
     if len(m.groups) > 1:
-        group = layer_groups(m)
+        group = layer_groups(m, PLOTLY_CONFIG)
         sections = ([(m.groups[group], group_figures(*page.key, group))] if group is not None else
                     every_group_figures(*page.key) + [(None, {"memory": page.figs["memory"]})])
     st.caption("One tab per matrix family. Hover a band for its GPU, head, global range and local offset. "
@@ -176,11 +151,16 @@ def render_page(page: Page, rows: list[ValidRow], lay: Deployment | None = None)
         names = png_names(m, list(figs))
         # one tab per matrix family, drawn only while open: a tp change redraws what is on screen, not every
         # figure
-        tabs = st.tabs([tab_label(key) for key in figs],
+        linked = next((k for k in figs if family_of(k) == st.session_state.get("link_tab")), None) if i == 0 \
+            else None
+        tabs = st.tabs([tab_label(key) for key in figs], default=tab_label(linked) if linked else None,
                        key=f"figtabs_{i}_{g.label if g else ''}", on_change="rerun")
-        for tab, (key, fig) in zip(tabs, figs.items()):
+        for j, (tab, (key, fig)) in enumerate(zip(tabs, figs.items())):
             if tab.open is False:
                 continue
+            if i == 0:  # the first section's open tab goes in the link, unless it is the first
+                st.session_state.open_tab = family_of(key) if j else None
+                st.session_state.pop("link_tab", None)
             with tab:
                 if cut and key.endswith("experts"):
                     st.caption(f"Each expert is cut over the {cut} GPUs of its EP block; each block cuts "
@@ -298,9 +278,6 @@ def main() -> None:
                 if lay is None or not lay.layout.ep:
                     raise
                 ep_only = e
-            query = query_from_controls(values)
-            if st.query_params.to_dict() != query:
-                st.query_params.from_dict(query)
         except Exception as e:  # noqa: BLE001
             errors.append(explain(e, name, rows, values["rules"]))
     for line in errors:
@@ -308,6 +285,7 @@ def main() -> None:
     if hint:
         st.info(hint)
     if ep_only is not None:
+        sync_link(values)
         return ep_only_view(name, lay, ep_only)
     if page is None:
         nearest = None if "good" in st.session_state else nearest_view(cfg_json, name, rows, values)
@@ -318,13 +296,15 @@ def main() -> None:
             page, rows = page_for(*good), valid_rows(good[0], good[1])
         except Exception as e:  # noqa: BLE001 - even the fallback failed: say so, still no traceback
             st.error(literal(explain(e, good[1], None, good[3])))
+            sync_link(values)
             return
         last = ("the nearest valid view" if nearest else "the last good view" if "good" in st.session_state
                 else "the default view")
         st.caption(f"Showing {last}: {literal(good[1])} at tp={good[2]} ({RULE_LABELS[good[3]]} rules).")
     with st.sidebar:
-        sidebar_exports(page, values, lay)
+        link = sidebar_exports(page, values, lay)
     render_page(page, rows, lay)
+    sync_link(values, link)  # the controls as chosen, after an error too, with the group and tab drawn
 
 
 if __name__ == "__main__":  # spawned Run-live ranks re-import this file: build no page there

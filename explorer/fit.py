@@ -1,6 +1,7 @@
 """The "does it fit" section: the user's GPU memory, utilization, context and concurrency against the map."""
 import streamlit as st
 
+from explorer.state import EXTRAS, FIT_KEYS, with_fit
 from tpviz.deploy.fit import GPU_SIZES_GIB, GPU_UTILIZATION, capped_context, fit, sizing_notes
 from tpviz.render.text import fmt_bytes
 from tpviz.trace.shardmap import ShardMap
@@ -38,11 +39,16 @@ def fit_section(m: ShardMap, layout=None) -> None:
     pp / dp / ep layout, sized for its fullest stage and its dp replicas, as the Plan page sizes it."""
     st.markdown("### Does it fit?")
     st.pills("Quick picks (GiB)", QUICK_GIB, key="gpu_pick", on_change=_pick)
+    state = st.session_state
+    for key in FIT_KEYS:  # a link's values are set before the widgets: none of them passes its own default
+        state.setdefault(key, EXTRAS[key][1])
     c1, c2, c3, c4 = st.columns(4)
-    gib = c1.number_input("GPU memory (GiB)", 1.0, 10_000.0, 80.0, step=1.0, key="gpu_mem")
-    util = c2.slider("gpu_memory_utilization", 0.5, 0.98, GPU_UTILIZATION, 0.01, key="gpu_util")
-    context = c3.number_input("Context per sequence (tokens)", 1, 10_000_000, 8192, step=1024, key="context")
-    concurrency = c4.number_input("Concurrent sequences", 1, 100_000, 16, key="concurrency")
+    gib = c1.number_input("GPU memory (GiB)", 1.0, 10_000.0, step=1.0, key="gpu_mem")
+    util = c2.slider("gpu_memory_utilization", 0.5, 0.98, step=0.01, key="gpu_util")
+    context = c3.number_input("Context per sequence (tokens)", 1, 10_000_000, step=1024, key="context")
+    concurrency = c4.number_input("Concurrent sequences", 1, 100_000, key="concurrency")
+    if (query := with_fit(st.query_params.to_dict(), state)) != st.query_params.to_dict():
+        st.query_params.from_dict(query)  # this section reruns alone: its inputs go in the link here
     f = fit(m, gib, util, int(context), int(concurrency), layout=layout)
     context = f.context  # capped at the model's max_model_len
     if f.note:

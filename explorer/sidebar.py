@@ -8,7 +8,8 @@ import streamlit as st
 from streamlit.runtime.uploaded_file_manager import UploadedFile
 
 from explorer.cache import Page, png_renderer, resolve_hub
-from explorer.state import DEFAULT_VIEW, MAX_PP_DP, SOURCES, controls_from_query, query_from_controls
+from explorer.state import (DEFAULT_VIEW, EXTRAS, MAX_PP_DP, SOURCES, controls_from_query,
+                            query_from_controls)
 from explorer.text import literal
 from tpviz.render import summary as S
 from tpviz.errors import SourceError, TpvizError
@@ -96,6 +97,8 @@ def restore_from_query() -> None:
     if "restored" in st.session_state:
         return
     values, problems = controls_from_query(st.query_params.to_dict(), list(presets()))
+    if tab := values.pop("tab", None):
+        st.session_state.link_tab = tab  # opened once its figures are drawn
     for key, value in values.items():
         st.session_state[key] = value
     st.session_state.restored = True
@@ -201,8 +204,8 @@ def layout_controls(values: dict) -> dict:
             "dense_tp1": bool(dense), "dp_lm_head": bool(head), "shared_tp1": bool(shared)}
 
 
-def sidebar_exports(page: Page, values: dict, lay: Deployment | None = None) -> None:
-    """JSON, ZIP of PNGs and the share link."""
+def sidebar_exports(page: Page, values: dict, lay: Deployment | None = None):
+    """JSON, ZIP of PNGs and the place of the share link (returned, for sync_link)."""
     st.subheader("Export")
     # a copy: the cached map is shared by every session
     m = replace(page.m, deployment=lay) if lay else page.m
@@ -222,7 +225,25 @@ def sidebar_exports(page: Page, values: dict, lay: Deployment | None = None) -> 
                        icon=":material/folder_zip:", width="stretch", disabled=not has_browser)
     if not has_browser:
         st.error(NO_CHROMIUM)
-    query = query_from_controls(values)
     if values["source"] == "Upload config.json":
-        st.caption("An uploaded config cannot travel in a link; the link keeps tp and rules.")
-    st.markdown(f"[Link to this view](?{urlencode(query, safe='/')})")
+        st.caption("An uploaded config cannot travel in a link; the link keeps the rest of the view.")
+    return st.empty()  # the link, once the page has drawn its layer group and tab (sync_link)
+
+
+def view_values(values: dict) -> dict:
+    """The controls plus the rest of the view as the session holds it now: serving choices, fit inputs, the
+    layer group the reader picked (not the one the page opened on) and the open figure tab."""
+    state = st.session_state
+    extras = {k: state.get(k, default) for k, (_, default) in EXTRAS.items() if k != "tab"}
+    if extras["layer_group"] == state.get("group_auto"):
+        extras["layer_group"] = None
+    return {**values, **extras, "tab": state.get("open_tab")}
+
+
+def sync_link(values: dict, link=None) -> None:
+    """Write the whole view into the address bar (after an error too) and the sidebar's link."""
+    query = query_from_controls(view_values(values))
+    if st.query_params.to_dict() != query:
+        st.query_params.from_dict(query)
+    if link is not None:
+        link.markdown(f"[Link to this view](?{urlencode(query, safe='/')})")

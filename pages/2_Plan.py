@@ -122,7 +122,10 @@ def main() -> None:
     picked = event.selection.rows if event and hasattr(event, "selection") else []
     if picked:
         r = rows[picked[0]]
-        query = urlencode(query_from_controls({"source": "Hub repo id", "hub": name, **r}), safe="/")
+        # the fit inputs too, so the explorer opens to this row's verdict
+        fit_inputs = {"gpu_mem": float(gib), "gpu_util": float(util), "context": int(context)}
+        query = urlencode(query_from_controls({"source": "Hub repo id", "hub": name, **r, **fit_inputs}),
+                          safe="/")
         st.markdown(f"**{literal(r['layout'])}** ({r['engine']}): [open its map in the explorer](/?{query}) "
                     "(every GPU's rows and columns, its stage and experts, and this layout's collectives).")
         st.code(r["launch"], language="bash")

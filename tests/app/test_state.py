@@ -1,7 +1,7 @@
 """The explorer's view state: query parameters <-> controls (explorer/state.py, no Streamlit needed)."""
 import pytest
 
-from explorer.state import DEFAULT_VIEW, controls_from_query, query_from_controls
+from explorer.state import DEFAULT_VIEW, controls_from_query, query_from_controls, with_fit
 from tpviz.config.sources import presets
 
 QWEN8, LLAMA8 = "Qwen/Qwen3-8B", "meta-llama/Llama-3.1-8B"
@@ -73,3 +73,28 @@ def test_odd_pp_dp_ep_in_a_link_is_one_problem(params, word):
     values, problems = controls_from_query(params, KEYS)
     assert (len(problems) == 1 and word in problems[0]
             and (values["pp"], values["dp"], values["ep"]) == (1, 1, False))
+
+
+def test_the_rest_of_the_view_travels_in_the_link():
+    params = {"model": QWEN8, "tp": "8", "rules": "sglang", "dtype": "bfloat16", "kv": "fp8", "gpu": "141",
+              "util": "0.92", "ctx": "131072", "conc": "256", "group": "all", "tab": "gate_up"}
+    values, problems = controls_from_query(params, KEYS)
+    assert problems == [] and values["layer_group"] == -1 and values["gpu_mem"] == 141.0
+    assert query_from_controls(values) == params
+    assert query_from_controls({**values, "gpu_mem": 80.0, "layer_group": None, "tab": None}) == {
+        k: v for k, v in params.items() if k not in ("gpu", "group", "tab")}  # defaults stay out
+    # a Plan row's link carries the fit inputs, so the explorer opens to the row's verdict
+    row = {"tp": 8, "pp": 1, "dp": 1, "ep": False, "rules": "vllm", "gpu_mem": 141.0, "gpu_util": 0.9,
+           "context": 8192}
+    assert query_from_controls({"source": "Hub repo id", "hub": "a/b", **row}) == {
+        "model": "a/b", "tp": "8", "rules": "vllm", "gpu": "141"}
+    assert with_fit({"model": "a/b", "gpu": "141", "ctx": "10"}, {"gpu_mem": 80.0, "context": 4096}) == {
+        "model": "a/b", "ctx": "4096"}
+
+
+@pytest.mark.parametrize("params, word", [({"gpu": "nan"}, "from 1 to 10,000"), ({"ctx": "1e3"}, "ctx='1e3'"),
+                                          ({"conc": "0"}, "showing 16"), ({"dtype": "int8"}, "auto, bfloat16"),
+                                          ({"group": "-2"}, "group number"), ({"tab": "a b"}, "figure name")])
+def test_bad_view_values_are_one_problem_each(params, word):
+    values, problems = controls_from_query(params, KEYS)
+    assert len(problems) == 1 and word in problems[0] and len(problems[0]) < 200

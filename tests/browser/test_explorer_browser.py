@@ -315,3 +315,30 @@ def test_a_tp_change_draws_the_chart_once_and_closed_sections_draw_when_opened(p
     page.get_by_text("At common GPU sizes").click()
     page.locator("[data-testid=stDataFrame]").wait_for()
     no_errors(page)
+
+
+def view_numbers(pg) -> dict:
+    """What a reader reads off the view: the metrics, every alert (fit verdict included), the open tabs."""
+    return {"metrics": pg.locator("[data-testid=stMetricValue]").all_inner_texts(),
+            "alerts": pg.locator("[data-testid=stAlert]").all_inner_texts(),
+            "tabs": pg.locator("[role=tab][aria-selected=true]").all_inner_texts()}
+
+
+def test_a_full_link_survives_a_reload_with_every_number(page, app_url):
+    query = ("model=deepseek-ai/DeepSeek-V3&tp=8&rules=vllm&pp=2&dtype=float16&kv=fp8&gpu=141&util=0.95"
+             "&ctx=32768&conc=4&group=2&tab=experts")
+    page.goto(f"{app_url}/?{query}")
+    wait_for_charts(page, 2)
+    no_errors(page)
+    seen = view_numbers(page)
+    assert "MoE experts" in seen["tabs"] and any("32,768 tokens" in a for a in seen["alerts"])
+    assert all(part in page.url for part in query.split("&"))
+    page.reload()
+    wait_for_charts(page, 2)
+    assert view_numbers(page) == seen
+    memory = page.get_by_role("spinbutton", name="GPU memory (GiB)")
+    memory.fill("94")
+    memory.press("Enter")
+    page.wait_for_function("() => location.search.includes('gpu=94')", timeout=30_000)
+    wait_idle(page)
+    assert view_numbers(page)["alerts"] != seen["alerts"]  # the verdict follows the new GPU size
