@@ -87,16 +87,18 @@ def header(page: Page, rows: list[ValidRow], lay: Deployment | None, mem: list[d
     worst = max(mem, key=lambda r: r["weights"])
     c1, c2, c3, c4 = st.columns(4)
     # the deployment's fullest GPU and busiest sender (tpviz.deploy.deployment), not the tensor-parallel map's
-    if lay:
-        off = dict(delta=lay.label, delta_color="off", delta_arrow="off")
-        c1.metric("Weights on the fullest GPU", fmt_bytes(max(g.weight_bytes for g in lay.gpus)), **off)
+    if lay:  # the layout is in the heading above: each metric's note says what is its own
+        heaviest = max(lay.gpus, key=lambda g: g.weight_bytes)
+        c1.metric("Weights on the fullest GPU", fmt_bytes(heaviest.weight_bytes), f"GPU {heaviest.rank}",
+                  delta_color="off", delta_arrow="off")
         full = max(lay.gpus, key=lambda g: g.kv_cache_bytes_per_token + g.kv_windowed_bytes_per_token)
         c2.metric("KV cache per token, fullest GPU", fmt_bytes(full.kv_cache_bytes_per_token
-                                                              + full.kv_windowed_bytes_per_token), **off)
+                                                              + full.kv_windowed_bytes_per_token),
+                  f"GPU {full.rank}", delta_color="off", delta_arrow="off")
         c3.metric("Sent per decoded token, busiest GPU",
                   fmt_bytes(sum(lay.comm_bytes_per_token.values())) if lay.comm_bytes_per_token or not
                   # SGLang's DP gathers and EP sums: not guessed
-                  lay.layout.carved else "not modelled", **off)
+                  lay.layout.carved else "not modelled")
     else:
         c1.metric("Weights per GPU", fmt_bytes(worst["weights"]), **versus(worst["weights"], worst["naive"]))
         # windowed layers cache each token too, up to their window (the cache sentences below give the caps)

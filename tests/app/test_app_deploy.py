@@ -35,6 +35,7 @@ def test_a_link_opens_a_deployment_with_its_grid_experts_gpus_and_collectives(se
     at = run_app({"model": QWEN_MOE, "tp": "4", "pp": "2", "ep": "1"})
     assert errors(at) == []
     assert heading(at) == f"{QWEN_MOE} on 8 GPUs · TP 4 × PP 2 × DP 1 + EP"
+    assert [m.delta for m in at.metric][:2] == ["GPU 4", "GPU 0"]  # which GPU (the last stage holds lm_head)
     titles = [c["layout"]["title"]["text"] for c in charts(at)]
     assert (titles[0] == "Device grid · TP 4 × PP 2 × DP 1 + EP"
             and titles[1].startswith("Expert placement · linear"))

@@ -11,6 +11,11 @@ FALCON_LENGTH = ("falcon-7b's config leaves max_position_embeddings out; transfo
                  "FalconConfig, which vLLM reads it with, defaults it to 2048, now its max_model_len")
 CHANGED: dict[str, str] = {f"preset:tiiuae/falcon-7b|{rules}|1": FALCON_LENGTH
                            for rules in ("vllm", "vllm-0.28", "nano-vllm")}
+MERGED = "one warning names both expert projections that take the same FP8 fallback (gate_proj and down_proj)"
+CHANGED.update({key: MERGED for key in ("preset:Qwen/Qwen3-235B-A22B-FP8|vllm|8",
+                                        "preset:Qwen/Qwen3-235B-A22B-FP8|vllm|16",
+                                        "preset:Qwen/Qwen3-30B-A3B-FP8|vllm|8",
+                                        "preset:Qwen/Qwen3-30B-A3B-FP8|layout 2,1,2,False")})
 
 
 def load(path) -> dict:

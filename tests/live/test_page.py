@@ -277,8 +277,9 @@ def test_page_generates_from_a_prompt_and_shows_where_tp_and_tp1_part(tiny, tmp_
     counts = [c.value for c in at.caption if c.value.startswith(("tp=2:", "tp=1:"))]
     assert counts == [f"tp=2: {len(tp_text.split())} new tokens", f"tp=1: {len(ref_text.split())} new tokens"]
     charts = [json.loads(c.proto.spec) for c in at.get("plotly_chart")]
-    assert len(charts) == 3 and charts[1]["layout"]["title"]["text"].startswith(
-        "New token #2: TP vs tp=1 on the same 4 tokens, first beyond tolerance at layer 0")
+    title = charts[1]["layout"]["title"]["text"]
+    assert len(charts) == 3 and title.startswith("New token #2: TP vs tp=1 on the same 4 tokens<br>")
+    assert title.endswith("first beyond tolerance at layer 0</span>")  # its own line: never clipped
 
 
 def test_injections_say_up_front_whether_they_can_bite(tiny):

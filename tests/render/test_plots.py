@@ -217,3 +217,18 @@ def test_inside_text_contrasts_with_its_bar():
 def test_mixtral_expert_names_say_gate_up_down():
     labels = tensor_labels(figs("mistralai/Mixtral-8x7B-v0.1", 8)["experts"])
     assert list(labels) == ["w1 (gate)", "w3 (up)", "w2 (down)"]
+
+
+def test_hovers_name_the_gpu_count_in_words_and_format_bytes_as_the_header():
+    from tpviz.render.plots.geometry import counted, plural
+    from tpviz.render.plots.memory import memory_figure
+    from tpviz.render.summary import memory_rows
+    from tpviz.render.text import fmt_bytes
+    assert (plural(1, "layer"), plural(3, "layer")) == ("1 layer", "3 layers")
+    assert (counted("rows", 0, 1), counted("rows", 0, 2)) == ("row 0", "rows 0–1")
+    m = shard_map("deepseek-ai/DeepSeek-V3", 16)  # 16 GPUs: the axis keeps only the swatch and the number
+    fig, rows = memory_figure(m), memory_rows(m)
+    kv = fig.data[-1]
+    assert [c[1] for c in kv.customdata] == [fmt_bytes(r["kv_per_token"]) for r in rows]  # as the header
+    assert kv.customdata[3][0] == "GPU 3" and "%{x}" not in kv.hovertemplate
+    assert all("%{y" not in t.hovertemplate for t in fig.data)  # no second rounding of the same bytes

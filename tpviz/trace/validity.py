@@ -28,7 +28,7 @@ def split_error(spec: ModelSpec, tp_size: int, rules: RuleSet | str = "vllm",
     routed experts are cut when it differs from tp (tp x dp, or 1 with expert parallelism); widths: how many
     ways each role is cut in a layout (RuleSet.widths), for every role."""
     rules = ruleset(rules)
-    later, warnings = [], rules.tp_warnings(tp_size)
+    later, warnings, fallbacks = [], rules.tp_warnings(tp_size), {}  # fallback text -> the layers it names
     q = spec.quant
     if q is not None and q.desc_act and q.group > 0 and rules.refuses_desc_act:
         return QuantError(DESC_ACT), []
@@ -56,12 +56,23 @@ def split_error(spec: ModelSpec, tp_size: int, rules: RuleSet | str = "vllm",
             if getattr(module, "problem", None):
                 later.append(TPSizeError(f"{how}{where(plan)}: {module.problem}", tp=tp_size))
             if getattr(module, "warning", None):
-                warnings.append(f"{where(plan)}: {module.warning}")
+                fallbacks.setdefault(module.warning, []).append(where(plan))
         if layout is not None and (problem := rules.load_problem(layout, spec)):
             later.append(QuantError(f"after loading: {problem}", tp=tp_size))  # after every layer's own load-time checks
     except TPSizeError as e:
-        return e, list(dict.fromkeys(warnings))
-    return (later[0] if later else None), list(dict.fromkeys(warnings))
+        return e, list(dict.fromkeys(warnings + merged(fallbacks)))
+    return (later[0] if later else None), list(dict.fromkeys(warnings + merged(fallbacks)))
+
+
+def merged(fallbacks: dict[str, list[str]]) -> list[str]:
+    """One warning per fallback, naming every layer that takes it ('...experts.0.gate_proj and down_proj')."""
+    out = []
+    for text, places in fallbacks.items():
+        places = list(dict.fromkeys(places))
+        head = places[0].rsplit(".", 1)[0] + "."
+        names = [places[0]] + [p.removeprefix(head) for p in places[1:]]
+        out.append(f"{' and '.join(names)}: {text}")
+    return out
 
 
 def split_problem(spec: ModelSpec, tp_size: int, rules: RuleSet | str = "vllm",

@@ -20,7 +20,8 @@ def test_stage_figure_labels_exact_stages_and_uses_plain_exponents():
     assert line.y[0] == EXACT and list(line.text) == ["exact (0)", "", ""]
     assert fig.layout.yaxis.type == "log" and fig.layout.yaxis.exponentformat == "e"
     bad = stage_figure(result(passed=False))
-    assert "first beyond tolerance at logits" in bad.layout.title.text
+    assert "<br><span style='font-size:12px'>first beyond tolerance at logits" in bad.layout.title.text
+    assert bad.layout.margin.t == fig.layout.margin.t + 18  # room for the second line
 
 
 def test_rank_figure_says_which_dtype_each_bar_counts():

@@ -32,17 +32,19 @@ def stage_figure(result: VerifyResult, layers: list[LayerDiff] | None = None,
     fig.add_trace(go.Scatter(x=names, y=[max(d.limit, EXACT) for d in layers], mode="lines", name=label,
                              hoverinfo="skip", line=dict(color=LIMIT_COLOR, dash="dash", width=1.5)))
     first = next((d.name for d in layers if d.exceeds), None)
-    if title is None:
-        title = f"Where TP and tp=1 part ways: {result.verdict}" + (
-            f", first beyond tolerance at {result.diverges_at}" if result.diverges_at else "")
-    elif first:
-        title += f", first beyond tolerance at {first}"
+    # where it parts goes on a line of its own: a long title is clipped in a narrow column (Plotly never
+    # wraps)
+    where = result.diverges_at if title is None else first
+    title = (title or f"Where TP and tp=1 part ways: {result.verdict}") + (
+        f"<br><span style='font-size:12px'>first beyond tolerance at {where}</span>" if where else "")
     flip = result.routing if layers is result.layers else None  # routing is the check's own forward pass
     if flip and f"layer {flip.layer}" in names:  # where the runs start computing different experts
         why = "float noise at a near tie" if flip.noise_explained else "a real mismatch"
         fig.add_vline(x=names.index(f"layer {flip.layer}"), line=dict(color=MUTED, dash="dot", width=1),
                       annotation=dict(text=f"routing flip ({why})", font=dict(size=10, color=MUTED)))
-    fig.update_layout(**base_layout(title, 380))
+    fig.update_layout(**base_layout(title, 380 + (18 if where else 0)))
+    if where:
+        fig.layout.margin.t += 18
     fig.update_layout(showlegend=True, legend=dict(orientation="h", x=0, y=1.02, yanchor="bottom",
                                                    font=dict(size=11, color=MUTED)),
                       xaxis=axis("stage (hidden state after it)"),

@@ -6,7 +6,7 @@ import textwrap
 
 import plotly.graph_objects as go
 
-from tpviz.render.plots.geometry import tensor_label
+from tpviz.render.plots.geometry import plural, tensor_label
 from tpviz.render.plots.rank import gpu_label, rank_view
 from tpviz.render.plots.replicated import replicated_figure
 from tpviz.render.plots.source import SourceView, source_view
@@ -77,12 +77,13 @@ def _notes(m: ShardMap, family: str, group=None) -> str:
     if len(groups) == 1:
         (layers, experts), = groups
         if experts:
-            extra.append(f"one expert shown: all {experts} experts in {layers} layers are split the same way")
+            extra.append(f"one expert shown: all {experts} experts in {plural(layers, 'layer')} are split the "
+                         "same way")
         elif layers > 1:
             extra.append(f"the same in each of {layers} layers")
     else:
-        extra.append("; ".join(f"{', '.join(names)}: {layers} layers" for (layers, _),
-                               names in groups.items()))
+        extra.append("; ".join(f"{', '.join(names)}: {plural(layers, 'layer')}"
+                               for (layers, _), names in groups.items()))
     extra += [t.note for t in tensors if t.note and t.note != "shared expert"][:1]
     return " · ".join(extra)
 

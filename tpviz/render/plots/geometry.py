@@ -108,6 +108,16 @@ def span(a: int, b: int) -> str:
     return f"{a}" if b - a == 1 else f"{a}–{b - 1}"
 
 
+def plural(n: int, word: str) -> str:
+    """'1 layer', '3 layers'."""
+    return f"{n} {word}{'' if n == 1 else 's'}"
+
+
+def counted(word: str, a: int, b: int) -> str:
+    """'rows 0–3', or 'row 4' for a single one."""
+    return f"{word.removesuffix('s') if b - a == 1 else word} {span(a, b)}"
+
+
 @dataclass
 class Bars:
     """Columns of one go.Bar trace: every rectangle of a view in a single trace keeps the payload small."""

@@ -3,6 +3,7 @@ import plotly.graph_objects as go
 
 from tpviz.render.plots.rank import gpu_label
 from tpviz.render.plots.style import FAMILY_COLORS, INK, MUTED, axis, base_layout, rank_color
+from tpviz.render.text import fmt_bytes
 from tpviz.trace.shardmap import ShardMap
 from tpviz.render.summary import FAMILY_LABELS, families_present, memory_rows
 
@@ -26,22 +27,26 @@ def memory_figure(m: ShardMap) -> go.Figure:
     labels = [gpu_label(r["rank"]) if len(rows) <= 8
               else gpu_label(r["rank"]).replace(" GPU ", " ") for r in rows]
     traces = []
+    # hovers name the GPU and format bytes as the header does (fmt_bytes), never Plotly's own rounding
     for family in families_present(m):
         values = [r[family] / GIB for r in rows]
         traces.append(go.Bar(x=labels, y=values, name=FAMILY_LABELS[family],
                              marker_color=FAMILY_COLORS[family],
-                             hovertemplate=f"%{{x}}<br>{FAMILY_LABELS[family]}: "
-                                           "%{y:.3f} GiB<extra></extra>",
+                             customdata=[[f"GPU {r['rank']}", fmt_bytes(r[family])] for r in rows],
+                             hovertemplate=f"%{{customdata[0]}}<br>{FAMILY_LABELS[family]}: "
+                                           "%{customdata[1]}<extra></extra>",
                              xaxis="x", yaxis="y", showlegend=True))
     traces.append(go.Bar(x=labels, y=[r["kv_per_token"] / KIB for r in rows], xaxis="x2", yaxis="y2",
                          marker_color=[rank_color(r["rank"]) for r in rows], showlegend=False,
-                         hovertemplate="%{x}<br>KV cache: %{y:.2f} KiB per token<extra></extra>"))
+                         customdata=[[f"GPU {r['rank']}", fmt_bytes(r["kv_per_token"])] for r in rows],
+                         hovertemplate="%{customdata[0]}<br>KV cache: %{customdata[1]} per "
+                                       "token<extra></extra>"))
     naive, kv_naive = rows[0]["naive"] / GIB, rows[0]["kv_naive_per_token"] / KIB
-    worst = max(r["weights"] for r in rows) / GIB
+    worst = max(r["weights"] for r in rows)
     layout = base_layout("Memory per GPU", 460)
-    over = (worst / naive - 1) * 100 if naive else 0.0
+    over = (worst / rows[0]["naive"] - 1) * 100 if naive else 0.0
     layout["title"]["subtitle"] = dict(
-        text=(f"Weights: {worst:.2f} GiB on the fullest GPU vs. {naive:.2f} GiB naive "
+        text=(f"Weights: {fmt_bytes(worst)} on the fullest GPU vs. {fmt_bytes(rows[0]['naive'])} naive "
               f"total/tp ({over:+.1f}%): replicated tensors, copied KV heads and padding are counted."),
         font=dict(size=11, color=MUTED))
     layout.update(barmode="stack", showlegend=True, bargap=0.18,
@@ -55,8 +60,8 @@ def memory_figure(m: ShardMap) -> go.Figure:
                             tickfont=dict(size=10, color=INK))
     layout["yaxis2"] = axis("KV cache (KiB per token)", anchor="x2", showgrid=True, gridcolor="#eef1f4",
                             rangemode="tozero")
-    s1, a1 = _naive_line(naive, "x", "y", f"naive total/tp = {naive:.2f} GiB")
-    s2, a2 = _naive_line(kv_naive, "x2", "y2", f"total/tp = {kv_naive:.1f} KiB")
+    s1, a1 = _naive_line(naive, "x", "y", f"naive total/tp = {fmt_bytes(rows[0]['naive'])}")
+    s2, a2 = _naive_line(kv_naive, "x2", "y2", f"total/tp = {fmt_bytes(rows[0]['kv_naive_per_token'])}")
     layout["shapes"] = [s1, s2]
     layout["annotations"] = [a1, a2] + [
         dict(text=f"<b>{text}</b>", x=dom[0], y=1, xref="paper", yref="paper",

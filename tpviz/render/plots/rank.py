@@ -5,7 +5,8 @@ each already cut to this rank's share. Rows never loaded (vocab padding) show as
 """
 from dataclasses import dataclass, field
 
-from tpviz.render.plots.geometry import Bars, head_short, head_text, sections, span, split_piece, tensor_label
+from tpviz.render.plots.geometry import (Bars, counted, head_short, head_text, sections, span, split_piece,
+                                        tensor_label)
 from tpviz.render.plots.style import INK, PADDING_COLOR, SECTION_PATTERNS, rank_color
 from tpviz.trace.shardmap import ParamMap, ShardMap, TensorMap
 from tpviz.render.summary import short_name
@@ -66,8 +67,8 @@ def rank_view(m: ShardMap, tensors: list[TensorMap]) -> RankView:
                         la = piece.param_start + a - piece.start
                         covered.append((la, la + b - a))
                         heads = head_text(a, b, sec)
-                        hover = (f"<b>GPU {r}</b> · {pname} local {word} {span(la, la + b - a)} of {length}"
-                                 f"<br>← {tensor_label(t)} {word} {span(a, b)}"
+                        hover = (f"<b>GPU {r}</b> · {pname} local {counted(word, la, la + b - a)} of {length}"
+                                 f"<br>← {tensor_label(t)} {counted(word, a, b)}"
                                  + (f" ({heads})" if heads else "")
                                  + (f" · {sec.label}" if sec.label != tensor_label(t) else ""))
                         bars_pattern = SECTION_PATTERNS.get(sec.label.replace(" bias", "").split(" (")[0], "")
@@ -78,7 +79,7 @@ def rank_view(m: ShardMap, tensors: list[TensorMap]) -> RankView:
                                       pattern=bars_pattern)
             for a, b in _holes(covered, length):
                 shown = max(b - a, total * MIN_PAD)
-                hover = (f"<b>GPU {r}</b> · {pname} local {word} {span(a, b)}: padding<br>"
+                hover = (f"<b>GPU {r}</b> · {pname} local {counted(word, a, b)}: padding<br>"
                          f"{b - a} zero rows, never loaded from the checkpoint")
                 view.bars.add(shown, label,
                               x0 + length - shown if b == length else x0 + a, BAR, PADDING_COLOR,

@@ -1,7 +1,7 @@
 """The replicated family: every GPU holds a full copy; row-parallel biases are added on GPU 0 only."""
 import plotly.graph_objects as go
 
-from tpviz.render.plots.geometry import Bars, tensor_label
+from tpviz.render.plots.geometry import Bars, plural, tensor_label
 from tpviz.render.plots.rank import gpu_label
 from tpviz.render.plots.style import INK, MUTED, axis, base_layout, rank_color
 from tpviz.trace.shardmap import ShardMap, in_group
@@ -25,7 +25,7 @@ def replicated_figure(m: ShardMap, info: tuple[str, str], group=None) -> go.Figu
     for i, t in enumerate(tensors):
         label = _label(t.name, t.shape)
         layers = len(t.layers or []) or 1
-        copies = f"{layers} layers" + (f" × {len(t.experts)} experts" if t.experts else "")
+        copies = plural(layers, "layer") + (f" × {len(t.experts)} experts" if t.experts else "")
         for r in range(tp):  # one stripe per GPU, all the same full length
             hover = f"<b>GPU {r}</b> holds all of {label}<br>({copies})"
             src.add(1.0, i - 0.4 + 0.8 * (r + 0.5) / tp, 0, 0.8 / tp, rank_color(r), hover)

@@ -6,7 +6,7 @@ A range held by several ranks (replicated KV heads) is one cross-hatched band wi
 import math
 from dataclasses import dataclass, field
 
-from tpviz.render.plots.geometry import (MAX_HEAD_BARS, Bars, head_text, sections, span,
+from tpviz.render.plots.geometry import (MAX_HEAD_BARS, Bars, counted, head_text, sections,
                                          split_piece, tensor_label)
 from tpviz.render.plots.style import INK, MUTED, PADDING_COLOR, rank_color
 from tpviz.trace.shardmap import ShardMap, TensorMap
@@ -165,10 +165,10 @@ def _bands(view: SourceView, m: ShardMap, t: TensorMap, secs, x0: float, y0: flo
                                    f"{_rank_list(holders, '–')}", color)
         for a, b, sec in split_piece(p, secs, by_heads):
             heads = head_text(a, b, sec)
-            where = "<br>".join(f"local {axis_word} {span(la, la + b - a)} of "
+            where = "<br>".join(f"local {counted(axis_word, la, la + b - a)} of "
                                 f"{_param_name(m, t)} on GPU {q.rank}"
                                 for q in same[:8] for la in [q.param_start + a - q.start])
-            hover = (f"<b>GPU {_rank_list(holders)}</b> · {tensor_label(t)} {axis_word} {span(a, b)} of "
+            hover = (f"<b>GPU {_rank_list(holders)}</b> · {tensor_label(t)} {counted(axis_word, a, b)} of "
                      f"{t.shape[t.split_dim]}" + (f"<br>{heads}" if heads else "") + f"<br>{where}"
                      + (f"<br>replicated: GPUs {_rank_list(holders)} each hold a full copy"
                         if len(same) > 1 else ""))

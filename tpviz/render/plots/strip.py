@@ -2,6 +2,7 @@
 glance."""
 import plotly.graph_objects as go
 
+from tpviz.render.plots.geometry import plural
 from tpviz.render.plots.style import INK, MUTED, base_layout
 from tpviz.trace.shardmap import ShardMap
 
@@ -21,7 +22,7 @@ def layer_strip(m: ShardMap, selected: int | None = None) -> go.Figure:
         for i in g.layers:
             x.append(i)
             colors.append(group_color(gi))
-            hover.append(f"<b>layer {i}</b><br>{g.label}<br>group {gi + 1}: {len(g.layers)} layers")
+            hover.append(f"<b>layer {i}</b><br>{g.label}<br>group {gi + 1}: {plural(len(g.layers), 'layer')}")
             groups.append(gi)
             opacity.append(1.0 if selected is None or selected == gi else 0.35)
     layout = base_layout(f"Layers · {n} layers in {len(m.groups)} kind{'s' if len(m.groups) != 1 else ''}",
