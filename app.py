@@ -140,7 +140,8 @@ def render_page(page: Page, rows: list[ValidRow], lay: Deployment | None = None)
         group = layer_groups(m, PLOTLY_CONFIG)
         sections = ([(m.groups[group], group_figures(*page.key, group))] if group is not None else
                     every_group_figures(*page.key) + [(None, {"memory": page.figs["memory"]})])
-    st.caption("One tab per matrix family. Hover a band for its GPU, head, global range and local offset. "
+    st.caption("One tab per matrix family. Hover a band for its GPU, head, global range and local offset; in a "
+               "window narrower than a figure, scroll it sideways for the rank view on its right. "
                "Each GPU keeps one colour everywhere on this page.")
     cut = lay.layout.expert_cut if lay else None
     if cut == 1:  # EP keeps every routed expert whole: a tp slice of them is not what the GPUs hold

@@ -93,7 +93,8 @@ def test_tp_change_on_405b_reruns_within_a_second():
         times[tp] = time.perf_counter() - start
         assert errors(at) == [] and heading(at) == f"meta-llama/Llama-3.1-405B on {tp} GPUs"
     assert times[8] < 1.0, times
-    assert max(times.values()) < 2.0, times  # ~0.6 s when the machine is quiet; slack for a busy CI box
+    # ~0.6 s when the machine is quiet, 1.8-2.0 s on a loaded 2-core box (2026-12-03): slack for CI
+    assert max(times.values()) < 2.5, times
 
 
 @pytest.mark.parametrize("model, tp", [("meta-llama/Llama-3.1-405B", "64"),

@@ -176,9 +176,15 @@ def test_memory_figure_naive_line():
 
 
 def tensor_labels(fig) -> dict[str, str]:
-    """Source-view tensor name -> where its label sits ('bottom' = above the tensor, 'top' = below it)."""
-    return {a.text.split("<br>")[0].replace("<b>", "").replace("</b>", ""): a.yanchor
-            for a in fig.layout.annotations if a.xref == "x" and "×" in (a.text or "")}
+    """Source-view tensor name -> where its label sits ('bottom' = above the tensor, 'top' = below it); a
+    scale's label is its matrix's name over 'weight_scale_inv 16 × 56', keyed 'gate_proj weight_scale_inv'."""
+    out = {}
+    for a in fig.layout.annotations:
+        if a.xref == "x" and "×" in (a.text or ""):
+            name, shape = a.text.replace("<b>", "").replace("</b>", "").split("<br>")
+            part = shape.split(" ")[0]
+            out[f"{name} {part}" if not part[0].isdigit() else name] = a.yanchor
+    return out
 
 
 def test_side_by_side_names_never_run_into_each_other():
@@ -188,13 +194,13 @@ def test_side_by_side_names_never_run_into_each_other():
     # FP8: the block scales sit beside them
     ds = tensor_labels(figs("deepseek-ai/DeepSeek-V3", 16)["gate_up"])
     assert {k: v for k, v in ds.items() if "scale" not in k} == {
-        "gate_proj": "bottom", "up_proj": "top", "shared gate_proj": "top", "shared up_proj": "top"}
+        "gate_proj": "bottom", "up_proj": "top", "shared gate_proj": "bottom", "shared up_proj": "top"}
     # MLA: each narrow scale tensor's name is wider than the gap it sits in, so both go under the drawing, one
     # line apart, and the figure grows to keep them (they ran into kv_b_proj's name and each other)
     qkv = figs("deepseek-ai/DeepSeek-V3", 16)["qkv"]
-    below = sorted(a.yshift for a in qkv.layout.annotations if a.xref == "x" and (a.text or "").startswith(
-        "<b>weight_scale_inv") and a.yanchor == "top")
-    assert len(below) == 2 and below[0] <= below[1] - 28 and qkv.layout.margin.b > 48
+    below = sorted(a.yshift for a in qkv.layout.annotations if a.xref == "x" and "<br>weight_scale_inv " in (
+        a.text or "") and a.yanchor == "top")
+    assert len(below) == 2 and below[0] <= below[1] - 30 and qkv.layout.margin.b > 48
     # names that fit stay above
     assert set(tensor_labels(figs("Qwen/Qwen3-8B", 4)["gate_up"]).values()) == {"bottom"}
     assert set(tensor_labels(figs("Qwen/Qwen3-8B", 4)["o_proj"]).values()) == {"bottom"}

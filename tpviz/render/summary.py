@@ -134,10 +134,20 @@ def kv_sentence(m: ShardMap) -> str | None:
     """One sentence on replicated KV heads, or None when every KV head lives on one rank."""
     share = kv_sharing(m)
     if not share or all(len(r) == 1 for r in share.values()):
-        return None
+        # the first attention group splits its KV heads; a later one with fewer (Gemma-4's full layers) may not
+        fewer = next((g for g in m.groups if g.mixer.get("kind") == "attention"
+                      and 0 < g.mixer.get("kv_heads", m.tp_size) < m.tp_size), None)
+        if fewer is None or m.model.is_mla:
+            return None
+        kv, heads = fewer.mixer["kv_heads"], fewer.mixer.get("heads", m.model.num_attention_heads)
+        return (f"Replicated KV heads: the {fewer.label.split(' + ')[0]} layers have {kv} KV "
+                f"head{'s' if kv != 1 else ''} on {m.tp_size} GPUs, so {m.rules.engine} copies each KV head "
+                f"to {m.tp_size // kv} GPUs while their {heads} query heads still split "
+                f"{heads // m.tp_size} per GPU.")
     kv, per = len(share), len(next(iter(share.values())))
     first = "; ".join(f"head {h} on {_span(r)}" for h, r in list(share.items())[:2])
-    return (f"Replicated KV heads: {kv} KV heads on {m.tp_size} GPUs, so vLLM copies each "
+    return (f"Replicated KV heads: {kv} KV head{'s' if kv != 1 else ''} on {m.tp_size} GPUs, so "
+            f"{m.rules.engine} copies each "
             f"KV head to {per} GPUs ({first}{'; …' if kv > 2 else ''}) while the "
             f"{m.model.num_attention_heads} query heads still split "
             f"{m.model.num_attention_heads // m.tp_size} per GPU.")
@@ -176,7 +186,9 @@ def expert_padding_sentence(m: ShardMap) -> str | None:
 
 def row_bias_params(m: ShardMap) -> list[str]:
     """Names of row-parallel biases: held whole by every rank, added by rank 0 only."""
-    return [p.name for p in m.params if p.layer_class == "RowParallelLinear" and p.split_dim is None]
+    # a row-parallel layer's other whole parameters (NVFP4's weight_scale_2 and input_scale) are no biases
+    return [p.name for p in m.params if p.layer_class == "RowParallelLinear" and p.split_dim is None
+            and p.name.endswith(".bias")]
 
 
 def bias_sentence(m: ShardMap) -> str | None:
@@ -198,7 +210,7 @@ def mla_kv_sentence(m: ShardMap) -> str | None:
         return None
     per_gpu = max(r.kv_cache_bytes_per_token for r in m.ranks)
     return (f"MLA KV cache: each token caches one latent of {spec.kv_lora_rank} + {spec.qk_rope_head_dim} "
-            f"values per layer, shared by all {spec.num_attention_heads} heads, so vLLM "
+            f"values per layer, shared by all {spec.num_attention_heads} heads, so {m.rules.engine} "
             f"keeps the whole latent cache on each of the {m.tp_size} tensor-parallel GPUs "
             f"({fmt_bytes(per_gpu)} per token per GPU with all layers, not 1/{m.tp_size}).")
 

@@ -114,7 +114,32 @@ def _source_x_range(src: SourceView, layout: dict, pad_x: float) -> list[float]:
     return [-pad_x - max(by_height, by_width), right]
 
 
-LABEL_PX, LINE_PX = 28, 30  # a two-line 11 px label, and one step down
+LABEL_PX, LINE_PX = 30, 33  # a two-line 11 px label as the browser draws it, and one step down
+SECTION_PX = 15  # a one-line 11 px section name
+
+
+def _space_sections(src: SourceView, py: float) -> None:
+    """Row-section names (q | k | v, Mamba's z | x | B | C | dt) beside one tensor, at least a line apart:
+    thin sections would put them on top of each other; each moves down from where the last one ended."""
+    last = {}  # x (a tensor's right edge) -> the px where its last name ends
+    for a in sorted((a for a in src.annotations if a.get("name") == "section"), key=lambda a: (a["x"], a["y"])):
+        y = a["y"] * py
+        shift = max(0.0, last.get(a["x"], -1e9) + SECTION_PX - y)
+        a["yshift"] = -shift
+        last[a["x"]] = y + shift
+
+
+def _spread_stacked(src: SourceView, py: float) -> float:
+    """Names left of stacked tensors, top to bottom, at least a label apart (thin tensors such as FP8 scales
+    would stack their names on each other); returns how far in px the lowest reaches below the drawing."""
+    bottom = -1e9
+    for index, *_ in sorted(src.labels, key=lambda label: src.annotations[label[0]]["y"]):
+        a = src.annotations[index]
+        centre = a["y"] * py
+        shift = max(0.0, bottom + 3 - (centre - LABEL_PX / 2))
+        a["yshift"] = -shift
+        bottom = centre + shift + LABEL_PX / 2
+    return bottom - src.height * 1.01 * py
 
 
 def _place_labels(src: SourceView, px: float) -> float:
@@ -168,7 +193,7 @@ def family_figure(m: ShardMap, family: str, group: LayerGroup | None = None) -> 
                 "placement).")
     src, rk = source_view(m, tensors), rank_view(m, tensors)
     layout = base_layout(title, figure_height(m.tp_size))
-    note = _notes(m, family, group)
+    note = " · ".join(filter(None, [_notes(m, family, group), rk.header_note]))
     if vectors:
         names = ", ".join(dict.fromkeys(tensor_label(t) for t in vectors))
         note = " · ".join(filter(None, [note, f"split like their rows, not drawn: {names}"]))
@@ -181,12 +206,14 @@ def family_figure(m: ShardMap, family: str, group: LayerGroup | None = None) -> 
     layout["margin"]["t"] = 130 + 15 * (len(lines) + len(wrapped))
     pad_x = src.width * 0.03
     x_range = _source_x_range(src, layout, pad_x)
+    px = _px_per_unit(src, layout, x_range)
+    room = _panel_px(layout)[1] - src.height * 1.01 * src.y_scale * px + layout["margin"]["b"]
     if not src.stacked:
-        px = _px_per_unit(src, layout, x_range)
-        room = _panel_px(layout)[1] - src.height * 1.01 * src.y_scale * px + layout["margin"]["b"]
-        extra = max(0.0, _place_labels(src, px) - room + 4)  # labels pushed below the drawing need the room
-        layout["margin"]["b"] += int(extra)
-        layout["height"] += int(extra)
+        _space_sections(src, px * src.y_scale)
+    lowest = _place_labels(src, px) if not src.stacked else _spread_stacked(src, px * src.y_scale)
+    extra = max(0.0, lowest - room + 4)  # labels pushed below the drawing need the room
+    layout["margin"]["b"] += int(extra)
+    layout["height"] += int(extra)
     layout["xaxis"] = axis(domain=SOURCE_DOMAIN, range=x_range,
                            showticklabels=False, constrain="domain",
                            constraintoward="right" if src.stacked else "left")

@@ -27,12 +27,19 @@ class Section:
     head_word: str = "head"
 
 
+# a quantized matrix's companions, stored beside its weight
+QUANT_PARTS = ("weight_scale_inv", "weight_scale", "weight_scale_2", "input_scale", "scales", "qzeros", "g_idx",
+               "qweight")
+
+
 def tensor_label(t: TensorMap) -> str:
     """Short display name: 'self_attn.q_proj.weight' -> 'q_proj', keeping '.bias'."""
     name = short_name(t.name)
     parts = [p for p in name.split(".") if p not in ("weight", "*", "self_attn", "mlp", "experts")]
     label = parts[-1] if parts else name
     label = ALIASES.get(label, label)
+    if label in QUANT_PARTS and len(parts) > 1:  # a scale names its matrix: q_proj's and k_proj's differ
+        label = f"{ALIASES.get(parts[-2], parts[-2])}.{label}"
     if name.endswith(".bias"):
         label = f"{parts[-2] if len(parts) > 1 else label} bias"
     if "shared_expert" in name:
@@ -106,6 +113,13 @@ def head_short(a: int, b: int, s: Section) -> str:
 def span(a: int, b: int) -> str:
     """Inclusive display of a half-open range."""
     return f"{a}" if b - a == 1 else f"{a}–{b - 1}"
+
+
+def label_px(text: str) -> float:
+    """Rough width in px of a two-line 11 px label '<b>name</b><br>shape' (Plotly cannot measure text for
+    us)."""
+    name, _, shape = text.replace("<b>", "").replace("</b>", "").partition("<br>")
+    return max(6.8 * len(name), sum(6.6 if c.isalpha() or c == "_" else 6.1 for c in shape))
 
 
 def plural(n: int, word: str) -> str:

@@ -5,8 +5,8 @@ each already cut to this rank's share. Rows never loaded (vocab padding) show as
 """
 from dataclasses import dataclass, field
 
-from tpviz.render.plots.geometry import (Bars, counted, head_short, head_text, sections, span, split_piece,
-                                        tensor_label)
+from tpviz.render.plots.geometry import (Bars, counted, head_short, head_text, label_px, sections, span,
+                                        split_piece, tensor_label)
 from tpviz.render.plots.style import INK, PADDING_COLOR, SECTION_PATTERNS, rank_color
 from tpviz.trace.shardmap import ParamMap, ShardMap, TensorMap
 from tpviz.render.summary import short_name
@@ -14,6 +14,7 @@ from tpviz.render.summary import short_name
 GAP = 0.08  # gap between parameters, as a fraction of the total local length
 MIN_PAD = 0.012  # padding drawn at least this fraction of the strip, so a few rows stay visible
 BAR = 0.8  # strip thickness, in GPU rows
+RANK_PANEL_PX = 340  # the rank view's width in px at the explorer's laptop width (plots.VIEW_WIDTH)
 
 
 @dataclass
@@ -21,6 +22,7 @@ class RankView:
     """The rank subplot: one bar trace's columns, parameter labels, and the x extent."""
     bars: Bars
     annotations: list = field(default_factory=list)
+    header_note: str = ""  # the strips whose headers are numbered marks (too narrow for their names)
     width: float = 1.0
     axis_word: str = "rows"
     ticks: list = field(default_factory=list)  # (x, text): local offsets restart at 0 for each parameter
@@ -52,7 +54,7 @@ def rank_view(m: ShardMap, tensors: list[TensorMap]) -> RankView:
     view = RankView(Bars("h"))
     words = {"rows" if p.split_dim == 0 else "columns" for p in params}
     view.axis_word = words.pop() if len(words) == 1 else "rows / columns"
-    x0 = 0.0
+    x0, headers = 0.0, []
     for p in params:
         feeders = [t for t in tensors if t.param == p.name and t.layers == p.layers]
         word = "rows" if p.split_dim == 0 else "columns"
@@ -85,15 +87,51 @@ def rank_view(m: ShardMap, tensors: list[TensorMap]) -> RankView:
                               x0 + length - shown if b == length else x0 + a, BAR, PADDING_COLOR,
                               hover, text="pad", pattern="/")
         label = param_label(p.name) if len(params) > 1 else pname  # short names when strips sit side by side
-        view.annotations.append(dict(x=x0 + length / 2, y=-0.5, yanchor="bottom", showarrow=False,
-                                     text=f"<b>{label}</b><br>{length:,} {word}/GPU",
-                                     font=dict(size=11, color=INK)))
+        headers.append((x0, x0 + length, f"<b>{label}</b><br>{length:,} {word}/GPU"))
         share = length / total
         marks = (0, 0.25, 0.5, 0.75, 1) if len(params) == 1 else (0, 0.5, 1) if share > 0.25 else (1,)
         view.ticks += [(x0 + length * f, f"{round(length * f):,}") for f in marks]
         x0 += length + GAP * total
     view.width = max(x0 - GAP * total, 1.0)
+    _place_headers(view, headers)
     return view
+
+
+def _place_headers(view: RankView, headers: list[tuple[float, float, str]]) -> None:
+    """One header above each strip, centred, or held inside the panel at its edges. The widest strips claim
+    their room first; a header that would cover one already placed becomes a number, with its name and size
+    on hover and in view.header_note."""
+    px = RANK_PANEL_PX / (view.width * 1.01)
+    placed, marked = [], set()
+    for i in sorted(range(len(headers)), key=lambda i: headers[i][0] - headers[i][1]):
+        a, b, text = headers[i]
+        width = label_px(text)
+        left = min(max((a + b) / 2 * px - width / 2, -8), RANK_PANEL_PX + 30 - width)  # the figure's margins
+        if any(left < r + 8 and l < left + width + 8 for l, r in placed):
+            marked.add(i)
+        else:
+            placed.append((left, left + width))
+            headers[i] = (a, b, text, (left + width / 2) / px)
+    notes, hidden = [], []
+    for i, header in enumerate(headers):
+        hover = None
+        if i in marked:  # a number if even that has room, else the name only in the note and the bars' hover
+            a, b, text = header
+            plain = text.replace("<b>", "").replace("</b>", "").replace("<br>", ", ")
+            mark = f"({len(notes) + 1})"
+            centre = (a + b) / 2 * px
+            if any(centre - 12 < r + 4 and l < centre + 12 + 4 for l, r in placed):
+                hidden.append(plain)
+                continue
+            placed.append((centre - 12, centre + 12))
+            notes.append(f"{mark} {plain}")
+            x, text, hover = (a + b) / 2, f"<b>{mark}</b>", plain
+        else:
+            _, _, text, x = header
+        view.annotations.append(dict(x=x, y=-0.5, yanchor="bottom", showarrow=False, text=text, hovertext=hover,
+                                     font=dict(size=11, color=INK)))
+    view.header_note = "; ".join(notes + ([f"too narrow to name, on hover: {'; '.join(hidden)}"] if hidden
+                                          else []))
 
 
 def param_label(name: str) -> str:

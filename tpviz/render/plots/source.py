@@ -6,7 +6,8 @@ A range held by several ranks (replicated KV heads) is one cross-hatched band wi
 import math
 from dataclasses import dataclass, field
 
-from tpviz.render.plots.geometry import (MAX_HEAD_BARS, Bars, counted, head_text, sections,
+from tpviz.render.plots.geometry import (MAX_HEAD_BARS, QUANT_PARTS, Bars, counted, head_text, label_px,
+                                         sections,
                                          split_piece, tensor_label)
 from tpviz.render.plots.style import INK, MUTED, PADDING_COLOR, rank_color
 from tpviz.trace.shardmap import ShardMap, TensorMap
@@ -70,16 +71,13 @@ def stacked_layout(tensors: list[TensorMap], widest: int) -> bool:
     return abs(math.log(stack)) < abs(math.log(side))
 
 
-def label_px(text: str) -> float:
-    """Rough width in px of a two-line 11 px label '<b>name</b><br>shape' (Plotly cannot measure text for
-    us)."""
-    name, _, shape = text.replace("<b>", "").replace("</b>", "").partition("<br>")
-    return max(6.8 * len(name), 6.1 * len(shape))
-
-
 def _label(t: TensorMap, x: float, y: float, stacked: bool) -> dict:
     """Name and shape, above a tensor (side by side) or left of it (stacked)."""
-    text = f"<b>{tensor_label(t)}</b><br>{' × '.join(map(str, t.shape))}"
+    name, shape = tensor_label(t), " × ".join(map(str, t.shape))
+    matrix, _, part = name.rpartition(".")
+    if part in QUANT_PARTS:  # a scale under its matrix's name: 'q_proj' over 'weight_scale_inv 32 × 16'
+        name, shape = matrix, f"{part} {shape}"
+    text = f"<b>{name}</b><br>{shape}"
     if stacked:
         return dict(x=x, y=y, xanchor="right", yanchor="middle", xshift=-6, text=text, showarrow=False,
                     font=dict(size=11, color=INK), align="right")
@@ -124,16 +122,16 @@ def source_view(m: ShardMap, tensors: list[TensorMap]) -> SourceView:
                     y=y0 + mid if t.split_dim == 0 else y0 + rows,
                     text=f"<b>{s.label}</b>", showarrow=False, font=dict(size=11, color=INK), xshift=4,
                     xanchor="left" if t.split_dim == 0 else "center",
-                    yanchor="middle" if t.split_dim == 0 else "top"))
+                    yanchor="middle" if t.split_dim == 0 else "top", name="section" if t.split_dim == 0 else None))
         if view.stacked:
             view.ticks += [(y0 + rows * f, f"{round(rows * f):,}") for f in (0, 0.5, 1)]
         label = _label(t, x0, y0 + rows / 2, True) if view.stacked else _label(t, x0 + cols / 2, 0, False)
-        view.labels.append((len(view.annotations), x0 + cols / 2, y0 + rows, cols / 2,
+        pad = pad_params.get(t.param)
+        # a name placed under its tensor goes under its padding band too
+        bottom = _padding_band(view, t, pad, x0, cols, rows) if pad is not None and t.split_dim == 0 else rows
+        view.labels.append((len(view.annotations), x0 + cols / 2, y0 + bottom, cols / 2,
                             label_px(label["text"])))
         view.annotations.append(label)
-        pad = pad_params.get(t.param)
-        if pad is not None and t.split_dim == 0:
-            _padding_band(view, t, pad, x0, cols, rows)
         if view.stacked:
             y0 += rows + GAP * tallest
         else:
@@ -178,9 +176,10 @@ def _bands(view: SourceView, m: ShardMap, t: TensorMap, secs, x0: float, y0: flo
                 view.bars.add(x0 + a + (b - a) / 2, rows, y0, b - a, color, hover, pattern=pattern)
 
 
-def _padding_band(view: SourceView, t: TensorMap, pad, x0: float, cols: float, rows: int) -> None:
-    """Vocab padding rows: not in the checkpoint, so drawn just below it, hatched, at a visible minimum
-    height."""
+def _padding_band(view: SourceView, t: TensorMap, pad, x0: float, cols: float, rows: int) -> float:
+    """Padding rows (vocab, MXFP4 blocks): not in the checkpoint, so drawn just below it, hatched, at a visible
+    minimum height; side-by-side tensors padded alike share one label, after the last. Returns the band's
+    bottom."""
     total = sum(pad.padding)
     shown = max(total, rows * 0.035)
     holders = [r for r, n in enumerate(pad.padding) if n]
@@ -188,7 +187,10 @@ def _padding_band(view: SourceView, t: TensorMap, pad, x0: float, cols: float, r
              f"{pad.local_shapes[0][0] * len(pad.padding)} (a multiple of 64)<br>zeros, never loaded; "
              "their logits are dropped")
     view.bars.add(x0 + cols / 2, shown, rows + rows * 0.012, cols, PADDING_COLOR, hover, pattern="/")
-    view.annotations.append(dict(x=x0 + cols, y=rows + rows * 0.012 + shown / 2,
-                                 xanchor="left", showarrow=False,
-                                 text=f"+{total} padding rows (GPU {_rank_list(holders)})",
-                                 font=dict(size=10, color=MUTED), xshift=4))
+    text = f"+{total} padding rows (GPU {_rank_list(holders)})"
+    for earlier in view.annotations:
+        if earlier.get("text") == text and earlier.get("visible", True):
+            earlier["visible"] = False
+    view.annotations.append(dict(x=x0 + cols, y=rows + rows * 0.012 + shown / 2, xanchor="left",
+                                 showarrow=False, text=text, font=dict(size=10, color=MUTED), xshift=4))
+    return rows * 1.012 + shown

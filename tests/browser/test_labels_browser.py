@@ -1,0 +1,75 @@
+"""Real browser: no label of any figure covers another or leaves the figure. Every preset's figures are drawn by
+plotly.js in headless Chromium at the explorer's figure width (980 px: the width they keep, scrolling, in a
+1024 px or phone window; about the same in a 1440 px one), and each annotation's box is measured
+(getBoundingClientRect): Plotly itself never moves a label out of another's way."""
+import json
+from pathlib import Path
+
+import plotly
+import pytest
+
+from harness import CHROMIUM, launch
+
+pytestmark = [pytest.mark.browser, pytest.mark.slow,
+              pytest.mark.skipif(not Path(CHROMIUM).exists(), reason=f"{CHROMIUM} not found")]
+playwright_api = pytest.importorskip("playwright.sync_api", reason="python playwright is not installed")
+
+PLOTLY_JS = Path(plotly.__file__).parent / "package_data" / "plotly.min.js"
+# the explorer's figures keep 980 px and scroll in narrower windows; a wider figure (a 1440 px window's column,
+# the PNG export's 1400 px) gives its labels more room (1400 px passed too; left out for the suite's time)
+WIDTHS = (980,)
+# (a, b): the labels a and b intersect; ("clipped", a): a leaves the figure
+MEASURE = """async (spec) => {
+  await Plotly.react('f', spec.data, spec.layout);
+  const svg = document.querySelector('#f .main-svg').getBoundingClientRect();
+  const boxes = [...document.querySelectorAll('#f g.annotation')].filter(g => g.querySelector('text'))
+    .map(g => { const r = g.querySelector('text').getBoundingClientRect();
+                return {text: g.textContent, l: r.left, r: r.right, t: r.top, b: r.bottom}; })
+    .filter(b => b.r > b.l);
+  const hits = [];
+  boxes.forEach((a, i) => {
+    if (a.l < svg.left - 1 || a.r > svg.right + 1 || a.t < svg.top - 1) hits.push(['clipped', a.text]);
+    boxes.slice(i + 1).forEach(b => {
+      if (a.l < b.r - 1 && b.l < a.r - 1 && a.t < b.b - 1 && b.t < a.b - 1) hits.push([a.text, b.text]);
+    });
+  });
+  return hits;
+}"""
+
+
+def presets_at_8():
+    """Every preset at tp 8 (or its largest valid tp below), each figure of its export, and DeepSeek-V3 at
+    tp 16 (the most tensors side by side)."""
+    from tpviz import shard_map
+    from tpviz.config.sources import presets
+    from tpviz.errors import TpvizError
+    yield "deepseek-ai/DeepSeek-V3", 16, shard_map("deepseek-ai/DeepSeek-V3", 16)
+    for name in presets():
+        for tp in (8, 4, 2, 1):
+            try:
+                yield name, tp, shard_map(name, tp)
+                break
+            except TpvizError:
+                continue
+
+
+def test_no_label_covers_another_in_any_preset_figure():
+    from tpviz.render.plots import export_figures
+    found = []
+    with playwright_api.sync_playwright() as p:
+        browser = launch(p)
+        try:
+            page = browser.new_page(viewport={"width": 1500, "height": 1200})
+            page.set_content(f"<html><body style='margin:0'><div id=f></div><script>{PLOTLY_JS.read_text()}"
+                             "</script></body></html>")
+            page.wait_for_function("() => window.Plotly !== undefined")
+            for name, tp, m in presets_at_8():
+                for key, fig in export_figures(m).items():
+                    spec = json.loads(fig.to_json())
+                    for width in WIDTHS:
+                        spec["layout"]["width"] = width
+                        hits = page.evaluate(MEASURE, {"data": spec["data"], "layout": spec["layout"]})
+                        found += [f"{name} tp={tp} {key} at {width} px: {hit}" for hit in hits]
+        finally:
+            browser.close()
+    assert not found, f"{len(found)} label collisions:\n" + "\n".join(found[:30])
