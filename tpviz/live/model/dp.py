@@ -42,14 +42,16 @@ class DpRows:
         """Whether a layer cut `width` ways spans more than one attention-DP group."""
         return self.dp > 1 and width > self.attn_tp
 
-    def gather(self, x: torch.Tensor | None, tail: tuple[int, ...] = (), dtype=None) -> torch.Tensor:
+    def gather(self, x: torch.Tensor | None, tail: tuple[int, ...] = (),
+               like: torch.Tensor | None = None) -> torch.Tensor:
         """Every group's rows, in batch order, on every GPU of the stage; x None (a GPU that holds no copy,
-        such as an lm_head rank that is not its group's first) sends zeros of shape [rows, *tail]."""
+        such as an lm_head rank that is not its group's first) sends zeros of shape [rows, *tail], in the
+        dtype and on the device of `like`."""
         if self.dp == 1:
             return x
         most = max(self.counts)
         if x is None:
-            x = torch.zeros(self.counts[self.index], *tail, dtype=dtype)
+            x = like.new_zeros(self.counts[self.index], *tail)
         padded = x.new_zeros(most, *x.shape[1:])
         padded[:x.shape[0]] = x
         parts = [torch.empty_like(padded) for _ in range(self.tp)]

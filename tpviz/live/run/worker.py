@@ -140,8 +140,7 @@ def every_row(model, logits, hidden: dict, shape: torch.Size) -> tuple:
         hidden = {k: rows.gather(v) for k, v in hidden.items()}
         head = model.stage.cuts.of("lm_head")[0]
         if model.stage.last and not rows.gathers(head):  # --enable-dp-lm-head: each group has its own rows
-            dtype = next(iter(hidden.values())).dtype
-            logits = rows.gather(logits, (shape[1], model.cfg.spec.vocab_size), dtype)
+            logits = rows.gather(logits, (shape[1], model.cfg.spec.vocab_size), next(iter(hidden.values())))
     return logits, hidden
 
 
