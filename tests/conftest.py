@@ -141,8 +141,11 @@ def check_shard_map(m) -> None:
             continue
         if t.split_dim is None:
             got = sorted((x.rank, x.start, x.stop, x.param_start) for x in t.pieces)
-            slot = got[0][3] if t.shape == [1] else 0  # a per-tensor scale lands in its projection's slot
-            assert got == [(r, 0, t.shape[0], slot) for r in range(tp)], (t.name, got)
+            # whole, at the same offset on every rank: 0, a per-tensor scale's slot of its projection, or a
+            # part of a table no rank splits (MLA's kv latent after q's rows in fused_qkv_a_proj)
+            at = got[0][3]
+            assert got == [(r, 0, t.shape[0], at) for r in range(tp)], (t.name, got)
+            assert at == 0 or t.shape == [1] or "fused" in t.param, (t.name, got)
             continue
         n = t.shape[t.split_dim]
         counts = torch.zeros(n, dtype=torch.int64)

@@ -83,10 +83,12 @@ def test_real_checkpoint_folder_verifies(tmp_path, q, stored, dtypes):
     assert m.checkpoint["quantization_tensors"] == (7 if q is GPTQ else 0)
 
 
-def test_unknown_method_maps_unquantized_with_one_note():
-    m = shard_map(llama({"quant_method": "bitsandbytes", "load_in_4bit": True}), 2)
-    assert len(m.model.notes) == 1 and "bitsandbytes" in m.model.notes[0] and m.model.quant is None
-    assert m.total_weight_bytes == shard_map(llama(), 2).total_weight_bytes
+def test_a_method_tpviz_does_not_read_is_refused_not_drawn_at_the_model_dtype():
+    """bitsandbytes stores int8 weights with .SCB scales (a real 8-bit Llama-3.1-8B index): drawn as bf16,
+    its memory would read 1.77x its stored bytes."""
+    with pytest.raises(ConfigError) as e:
+        shard_map(llama({"quant_method": "bitsandbytes", "load_in_8bit": True}), 2)
+    assert "\n" not in str(e.value) and "quant_method 'bitsandbytes'" in str(e.value)
 
 
 @pytest.mark.parametrize("q, key", [({**BLOCK, "weight_block_size": [0, 128]}, "weight_block_size"),
@@ -133,3 +135,15 @@ def test_mxfp4_refuses_an_intermediate_size_off_the_32_block():
     cfg = dict(presets()["openai/gpt-oss-20b"], intermediate_size=48)
     with pytest.raises(ConfigError, match="MXFP4 experts need intermediate_size divisible by 32.*got 48"):
         shard_map(cfg, 2)
+
+
+@pytest.mark.parametrize("keys", [("quantization", "quantization_config"), ("quantization",),
+                                  ("quantization_config",)])
+def test_mlx_checkpoint_is_refused_in_one_line(keys):
+    """mlx_lm writes group_size and bits with no quant_method (and packed weights with .scales/.biases):
+    vLLM reads that as unquantized and cannot load it, so no memory figure is given."""
+    cfg = {**llama(), **{k: {"group_size": 64, "bits": 4} for k in keys}}
+    with pytest.raises(ConfigError) as e:
+        shard_map(cfg, 2)
+    assert "\n" not in str(e.value) and "MLX checkpoint (4-bit, group 64" in str(e.value)
+    assert "vLLM 0.33" in str(e.value)

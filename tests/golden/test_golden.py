@@ -17,6 +17,11 @@ CHANGED.update({key: MERGED for key in ("preset:Qwen/Qwen3-235B-A22B-FP8|vllm|8"
                                         "preset:Qwen/Qwen3-30B-A3B-FP8|vllm|8",
                                         "preset:Qwen/Qwen3-30B-A3B-FP8|layout 2,1,2,False")})
 
+FUSED_A = ("q_a_proj and kv_a_proj_with_mqa load into vLLM's one replicated fused_qkv_a_proj (kv from row "
+           "1536, its scales from row 12), as deepseek_v2.py's mla_params_mapping does (issue 25)")
+CHANGED.update({f"preset:deepseek-ai/DeepSeek-V3|{rules}|{tp}": FUSED_A
+                for rules in ("vllm", "vllm-0.28", "nano-vllm") for tp in (1, 2, 8, 16)})
+
 
 def load(path) -> dict:
     return json.loads(gzip.decompress(path.read_bytes()))

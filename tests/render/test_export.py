@@ -66,17 +66,14 @@ def test_no_chromium_is_one_clear_line(monkeypatch, qwen):
 
 
 @needs_chromium
-def test_png_is_valid_and_fast_with_a_warm_browser(renderer, qwen):
+def test_png_is_valid_and_one_browser_draws_every_image(renderer, qwen):
+    """The browser opened for the first image draws the next ones (per-image time: bench_explorer.py)."""
     fig = family_figure(qwen, "qkv")
     first = renderer.render(fig)
     assert png_size(first) == (1300 * 2, int(fig.layout.height) * 2)
-    times = []
+    browser = renderer._kaleido
     for _ in range(3):
-        start = time.perf_counter()
-        png = renderer.render(fig)
-        times.append(time.perf_counter() - start)
-        assert png[:8] == PNG_MAGIC
-    assert min(times) < 1.0, times  # a persistent browser: well under a second per image
+        assert renderer.render(fig)[:8] == PNG_MAGIC and renderer._kaleido is browser
 
 
 @needs_chromium

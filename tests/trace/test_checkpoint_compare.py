@@ -88,6 +88,31 @@ def test_deepseek_mtp_layer_ignored():
     assert compare(m, names | mtp, "ds")["verified"]
 
 
+@pytest.mark.parametrize("buffer", ["transformer.rotary_pos_emb.inv_freq",  # ChatGLM / GLM
+                                    "model.layers.0.self_attn.rotary_emb.cos_cached",
+                                    "model.layers.0.self_attn.rotary_emb.sin_cached"])
+def test_rotary_buffers_vllm_drops_are_not_mismatches(buffer):
+    """vLLM 0.33's AutoWeightsLoader drops these four rotary buffers some checkpoints saved."""
+    chatglm = {"model_type": "chatglm", "hidden_size": 256, "num_attention_heads": 8, "num_layers": 2,
+               "multi_query_attention": True, "multi_query_group_num": 2, "ffn_hidden_size": 512,
+               "padded_vocab_size": 1024, "kv_channels": 32}
+    m = shard_map(chatglm, 2)
+    result = compare(m, set(expand(m)) | {buffer}, "glm")
+    assert result["verified"] and not result.get("extra"), result
+
+
+def test_qwen3_5_moe_maps_its_shared_expert_gate():
+    """Qwen3.5-MoE builds Qwen3-Next's MoE block: one [1, hidden] sigmoid gate per layer, replicated."""
+    cfg = {"model_type": "qwen3_5_moe_text", "hidden_size": 64, "num_attention_heads": 4,
+           "num_key_value_heads": 2, "head_dim": 16, "vocab_size": 128, "num_hidden_layers": 4,
+           "num_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 32,
+           "shared_expert_intermediate_size": 32, "full_attention_interval": 4, "linear_num_key_heads": 2,
+           "linear_num_value_heads": 4, "linear_key_head_dim": 16, "linear_value_head_dim": 16,
+           "linear_conv_kernel_dim": 4}
+    gate = shard_map(cfg, 2).tensor("model.layers.*.mlp.shared_expert_gate.weight")
+    assert (gate.shape, gate.split_dim, gate.layers) == ([1, 64], None, [0, 1, 2, 3])
+
+
 # ---- hub index, offline
 # ---------------------------------------------------------------------------------------------
 

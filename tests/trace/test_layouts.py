@@ -196,10 +196,17 @@ def test_mixtral_experts():
 def test_deepseek_v3_mla():
     m = shard_map("deepseek-ai/DeepSeek-V3", 8)
     a = L + "self_attn."
-    kv_a = m.tensor(a + "kv_a_proj_with_mqa.weight")
-    # latent: kv_lora_rank 512 + rope 64 = 576 rows, replicated on every rank
-    assert (kv_a.shape, kv_a.split_dim, kv_a.layer_class) == ([576, 7168], None, "ReplicatedLinear")
-    assert m.tensor(a + "q_a_proj.weight").split_dim is None
+    kv_a, q_a = m.tensor(a + "kv_a_proj_with_mqa.weight"), m.tensor(a + "q_a_proj.weight")
+    # latent: kv_lora_rank 512 + rope 64 = 576 rows, replicated on every rank in vLLM's fused_qkv_a_proj
+    # after q_a_proj's 1536 rows (deepseek_v2.py: mla_params_mapping, disable_tp=True)
+    assert (kv_a.shape, kv_a.split_dim, kv_a.layer_class) == ([576, 7168], None, "MergedColumnParallelLinear")
+    assert kv_a.param == q_a.param == a + "fused_qkv_a_proj.weight" and q_a.split_dim is None
+    assert {(p.rank, p.start, p.stop, p.param_start) for p in kv_a.pieces} == {(r, 0, 576, 1536)
+                                                                                for r in range(8)}
+    assert {(p.start, p.stop, p.param_start) for p in q_a.pieces} == {(0, 1536, 0)}
+    # the FP8 block scales follow: kv's 5 scale rows from row 12 (1536 / 128)
+    kv_s = m.tensor(a + "kv_a_proj_with_mqa.weight_scale_inv")
+    assert kv_s.param == a + "fused_qkv_a_proj.weight_scale_inv" and kv_s.pieces[0].param_start == 12
     # q_b_proj: 128 heads x (128 nope + 64 rope) = 24576 rows, column-split: 3072 per rank
     q_b = m.tensor(a + "q_b_proj.weight")
     assert (q_b.shape, q_b.layer_class) == ([24576, 1536], "ColumnParallelLinear")

@@ -20,9 +20,14 @@ def arch_of(model_type: str) -> Arch:
     return REGISTRY.get(model_type) or Arch(str(model_type), known=False)
 
 
+def arch_of_class(cls: str) -> Arch | None:
+    """The record whose checkpoint class is cls (vLLM builds a model by its architectures entry)."""
+    return next((a for a in REGISTRY.values() if a.known and a.hf_class == cls), None) if cls else None
+
+
 def known_types() -> list[str]:
     """The model_types tpviz maps, in registry order."""
     return [t for t, a in REGISTRY.items() if a.known]
 
 
-__all__ = ["Arch", "Names", "LLAMA", "REGISTRY", "arch_of", "known_types"]
+__all__ = ["Arch", "Names", "LLAMA", "REGISTRY", "arch_of", "arch_of_class", "known_types"]

@@ -12,7 +12,9 @@ _MLA = dict(names=DEEPSEEK, score_bias="noaux_tc", live="mla", live_moe=True, li
 
 # deepseek_v2.py: MLA's q_b, kv_b and o over the attention group; --moe-dense-tp-size 1 and
 # SGLANG_SHARED_EXPERT_TP1 keep the dense MLPs and the shared experts whole
-SGLANG = Groups("deepseek_v2.py", "attn_tp", "attn_tp", "attn_tp", "switch", "switch", expert_limit="tp")
+# SGLang's one replicated latent table is fused_qkv_a_proj_with_mqa (a ReplicatedLinear)
+SGLANG = Groups("deepseek_v2.py", "attn_tp", "attn_tp", "attn_tp", "switch", "switch", expert_limit="tp",
+                params=(("fused_qkv_a_proj", "fused_qkv_a_proj_with_mqa"),))
 
 RECORDS = [
     Arch("deepseek_v3", "DeepseekV3ForCausalLM", topk_method="noaux_tc",

@@ -26,8 +26,9 @@ RECORDS = [
                        head_every_stage=True)),
     Arch("qwen3_next", "Qwen3NextForCausalLM", GATED_SHARED, qk_norm="head", output_gate=True,
          full_attention_interval=4, window_flag=True, moe_tp_limit=True),
-    *(Arch(t, c, text_model=text, qk_norm="head", output_gate=True, deltanet_split=True, window_flag=True,
-           moe_tp_limit="moe" in t)
+    # Qwen3.5-MoE builds Qwen3-Next's MoE block (qwen3_5.py), shared_expert_gate included
+    *(Arch(t, c, GATED_SHARED if "moe" in t else LLAMA, text_model=text, qk_norm="head", output_gate=True,
+           deltanet_split=True, window_flag=True, moe_tp_limit="moe" in t)
       for t, c, text in (("qwen3_5", "Qwen3_5ForConditionalGeneration", "qwen3_5_text"),
                          ("qwen3_5_text", "Qwen3_5ForCausalLM", ""),
                          ("qwen3_5_moe", "Qwen3_5MoeForConditionalGeneration", "qwen3_5_moe_text"),

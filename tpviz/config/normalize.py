@@ -1,6 +1,6 @@
 """One normalized model spec from the many shapes real config.json files take: read through transformers'
 config class (config/hf.py), then as the architecture's record (tpviz.archs) says."""
-from tpviz.archs import arch_of
+from tpviz.archs import arch_of, arch_of_class
 from tpviz.config.fields import MAX_DIM, full_rope, json_type, pick, read_bool, read_float, read_int
 from tpviz.config.hf import DIMENSIONS, through_transformers
 from tpviz.config.kinds import Ffn, Mixer
@@ -9,6 +9,7 @@ from tpviz.config.readers import bad_lengths, derive, family_defaults, hybrid_hi
 from tpviz.config.spec import DTYPE_BYTES, LIMITS, ModelSpec
 from tpviz.config.windows import ignored_window
 from tpviz.errors import ConfigError, MissingFieldError
+from tpviz.rules.served import architecture, unserved
 
 
 def normalize(cfg: dict, name: str = "model") -> ModelSpec:
@@ -41,6 +42,15 @@ def check_plausible(cfg: dict) -> None:
             read_int({key: one}, key, minimum=0, maximum=LIMITS.get(key, MAX_DIM))
 
 
+def nested_decoder(cfg: dict) -> str | None:
+    """The key of a custom wrapper's decoder config (InternVL's llm_config, DeepSeek-VL2's language_config)
+    when the config itself has no hidden size."""
+    if any(cfg.get(n) is not None for n in DIMENSIONS["hidden_size"]):
+        return None
+    return next((k for k, v in cfg.items() if isinstance(v, dict) and k != "quantization_config"
+                 and any(v.get(n) is not None for n in DIMENSIONS["hidden_size"])), None)
+
+
 def read_spec(cfg: dict, name: str) -> ModelSpec:
     """A config dict (as transformers' class reads it, or as given) into a ModelSpec, as its record says."""
     outer = cfg
@@ -49,11 +59,18 @@ def read_spec(cfg: dict, name: str) -> ModelSpec:
         cfg = {**{k: v for k, v in outer.items() if k in kept}, **cfg["text_config"]}
     wrapped = cfg is not outer
     model_type = str(pick(cfg, "model_type", default=outer.get("model_type", "unknown")))
-    arch = arch_of(model_type)
-    notes = []
+    arch, notes = arch_of(model_type), []
+    cls = architecture(outer) or architecture(cfg)
+    if not arch.known and not arch.refused and (built := arch_of_class(cls)):  # Kimi-K2: DeepSeek-V3
+        notes.append(f"model_type {model_type!r} is built by vLLM 0.33 as {cls} (its architectures "
+                     f"entry), so it is mapped as {built.model_type}")
+        model_type, arch = built.model_type, built
+        cfg = {**cfg, "model_type": model_type}
     if arch.refused:
         raise ConfigError(f"{model_type} uses {arch.refused}, which tpviz does not model yet")
     if not arch.known:
+        if why := unserved(cls):  # vLLM builds by architectures: a class it serves otherwise is no Llama
+            raise ConfigError(f"model_type {outer.get('model_type') or model_type!r}: {why}")
         if hint := hybrid_hint(cfg):
             raise ConfigError(f"model_type {model_type!r} is not one tpviz knows and its config "
                               f"has {hint!r}, a part of a non-Llama architecture tpviz does not model; "
@@ -61,6 +78,9 @@ def read_spec(cfg: dict, name: str) -> ModelSpec:
         notes.append(f"model_type {model_type!r} is not one tpviz knows; mapped as a Llama-like decoder "
                      "(q/k/v/o, gate/up/down, Llama checkpoint names)")
     cfg = family_defaults(cfg, arch)
+    if inner := nested_decoder(cfg):
+        raise ConfigError(f"model_type {model_type!r} is a custom multimodal config: its text decoder is in "
+                          f"'{inner}', not text_config, and tpviz reads text_config alone")
     hidden = read_int(cfg, "hidden_size", "n_embd", "n_embed", "d_model", "model_dim",
                       maximum=LIMITS["hidden_size"])
     heads = read_int(cfg, "num_attention_heads", "n_head", "num_heads", "n_heads")
@@ -146,7 +166,9 @@ def read_spec(cfg: dict, name: str) -> ModelSpec:
         spec.notes.append("multimodal checkpoint: only the text decoder is mapped; its "
                           "tensors are stored under a language-model prefix (e.g. "
                           "language_model.model.*) and the vision tower is not split")
-    spec.quant, note = read_quant(outer.get("quantization_config") or cfg.get("quantization_config"))
+    # mlx_lm's older exports keep their quantization under "quantization" alone, which vLLM never reads
+    mlx = outer.get("quantization") if isinstance(outer.get("quantization"), dict) else None
+    spec.quant, note = read_quant(outer.get("quantization_config") or cfg.get("quantization_config") or mlx)
     if spec.quant is not None:
         spec.quantization = spec.quant.method
         if spec.quant.scheme == "mxfp4" and not arch.mxfp4:

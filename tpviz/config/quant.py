@@ -166,15 +166,18 @@ READERS = {"fp8": _fp8, "modelopt": _modelopt, "modelopt_fp4": _modelopt, "compr
 
 
 def read_quant(q: dict | None) -> tuple[Quant | None, str]:
-    """(the Quant, a note) for a quantization_config; an unknown method maps unquantized with a note."""
+    """(the Quant, a note) for a quantization_config; a method tpviz does not read is refused in one line."""
     if not q:
         return None, ""
     if not isinstance(q, dict):
         raise ConfigError(f"quantization_config must be a JSON object, got {type(q).__name__}")
     method = str(q.get("quant_method") or ("modelopt" if "quant_algo" in q else "")).lower()
-    if method not in READERS:
+    if not method and "group_size" in q and "bits" in q:  # mlx_lm writes no quant_method
+        raise ConfigError(f"this is an MLX checkpoint ({q.get('bits')}-bit, group {q.get('group_size')}, "
+                          "no quant_method): vLLM 0.33 reads it as unquantized and cannot load its packed "
+                          "weights and .scales/.biases; serve the original or an FP8/GPTQ/AWQ checkpoint")
+    if method not in READERS:  # drawn at the model dtype, its stored tensors and memory would be wrong
         what = f"quant_method {method!r}" if method else "a quantization_config without a quant_method"
-        return (None,
-                (f"the checkpoint has {what}, which tpviz does not model yet: it is mapped as if unquantized "
-                      "and its memory is counted at the model dtype"))
+        raise ConfigError(f"the checkpoint has {what}, which tpviz does not model yet (it reads FP8, "
+                          "MXFP4, NVFP4, GPTQ, AWQ and compressed-tensors)")
     return READERS[method](q), ""

@@ -6,7 +6,8 @@ import torch
 from tpviz.config.kinds import Mixer
 from tpviz.errors import TPSizeError
 from tpviz.layers import ColumnParallelLinear, QKVParallelLinear
-from tpviz.plan.core import DT, PROBE, ParamPlan, Source, column, norm, param, replicated, row, stored
+from tpviz.plan.core import (DT, PROBE, ParamPlan, Source, column, merged, norm, param, replicated, row,
+                             stored)
 from tpviz.plan.quantized import qplan
 from tpviz.archs.names import Names
 from tpviz.config.spec import ModelSpec
@@ -143,21 +144,30 @@ def mla(spec: ModelSpec, names: Names, rules: RuleSet, m: Mixer, layers) -> list
     up-projections column-split, o_proj row-split (as vLLM does)."""
     p, hidden, h = f"{names.layer}{names.attn}", spec.hidden_size, m.heads
     qk, heads = spec.qk_nope_head_dim + spec.qk_rope_head_dim, ("num_attention_heads", h)
-    plans = []
+    plans, latent = [], spec.kv_lora_rank + spec.qk_rope_head_dim
+    kv_note = "MLA latent: every rank computes and caches the compressed KV"
+    fused = rules.param_name(spec.arch, "fused_qkv_a_proj")
+    if spec.q_lora_rank and fused == "fused_qkv_a_proj":
+        # vLLM loads both latents into one merged table built as tp 1, kv from row q_lora_rank
+        plans += merged(f"{p}{fused}", [f"{p}q_a_proj", f"{p}kv_a_proj_with_mqa"], None, hidden,
+                        [spec.q_lora_rank, latent], "replicated", layers, None, whole=True,
+                        note=kv_note + " (q_a_proj and kv_a_proj_with_mqa in one table)",
+                        q=qplan(spec, rules, f"{p}q_a_proj", layers))
+    else:
+        if spec.q_lora_rank:  # SGLang concatenates both in load_weights and loads one ReplicatedLinear
+            kv_note += f"; loaded after q_a_proj's {spec.q_lora_rank} rows into one ReplicatedLinear, {fused}"
+            plans += _list(replicated(f"{p}q_a_proj.weight", spec.q_lora_rank, hidden, layers,
+                                      q=qplan(spec, rules, f"{p}q_a_proj", layers)))
+        plans += _list(replicated(f"{p}kv_a_proj_with_mqa.weight", latent, hidden, layers, note=kv_note,
+                                  q=qplan(spec, rules, f"{p}kv_a_proj_with_mqa", layers)))
     if spec.q_lora_rank:
-        plans += [*_list(replicated(f"{p}q_a_proj.weight", spec.q_lora_rank, hidden, layers,
-                                    q=qplan(spec, rules, f"{p}q_a_proj", layers))),
-                  *norm(f"{p}q_a_layernorm", spec.q_lora_rank, layers)]
-        plans += column(f"{p}q_b_proj", spec.q_lora_rank, h * qk, "qkv", layers, False, heads, heads=h,
-                        q=qplan(spec, rules, f"{p}q_b_proj", layers))
+        plans += [*norm(f"{p}q_a_layernorm", spec.q_lora_rank, layers),
+                  *column(f"{p}q_b_proj", spec.q_lora_rank, h * qk, "qkv", layers, False, heads, heads=h,
+                          q=qplan(spec, rules, f"{p}q_b_proj", layers))]
     else:
         plans += column(f"{p}q_proj", hidden, h * qk, "qkv", layers, False, heads, heads=h,
                         q=qplan(spec, rules, f"{p}q_proj", layers))
-    plans += [*_list(replicated(f"{p}kv_a_proj_with_mqa.weight",
-                                spec.kv_lora_rank + spec.qk_rope_head_dim, hidden,
-                                layers, note="MLA latent: every rank computes and caches the compressed KV",
-                                q=qplan(spec, rules, f"{p}kv_a_proj_with_mqa", layers))),
-              *norm(f"{p}kv_a_layernorm", spec.kv_lora_rank, layers)]
+    plans += norm(f"{p}kv_a_layernorm", spec.kv_lora_rank, layers)
     plans += column(f"{p}kv_b_proj", spec.kv_lora_rank, h * (spec.qk_nope_head_dim + spec.v_head_dim), "qkv",
                     layers, False, heads, heads=h, q=qplan(spec, rules, f"{p}kv_b_proj", layers))
     plans += row(f"{p}o_proj", h * spec.v_head_dim, hidden, "o_proj", layers, False, heads, heads=h,

@@ -195,21 +195,23 @@ def column(prefix, inp, out, family, layers, bias, quantity, experts=0, note="",
 
 
 def merged(name, parts, fused, inp, sizes, family, layers, quantity, experts=0, bias=False, note="",
-           labels=("gate", "up"), q=None) -> list[ParamPlan]:
+           labels=("gate", "up"), q=None, whole=False) -> list[ParamPlan]:
     """gate_up_proj (or any merged column table): parts are the separate checkpoint tensors, fused the on-disk
-    one."""
+    one. whole: the table is not split (vLLM's disable_tp, MLA's fused_qkv_a_proj): every rank builds it as
+    tp 1."""
+    cut = (lambda tp, r: (1, 0)) if whole else (lambda tp, r: (tp, r))
     if q is not None:
-        make = lambda ctx, tp, r: MergedColumnParallelLinear(PROBE, sizes, tp, r, dtype=DT, quant=ctx)
+        make = lambda ctx, tp, r: MergedColumnParallelLinear(PROBE, sizes, *cut(tp, r), dtype=DT, quant=ctx)
         on_disk = ([(fused, sum(sizes), None)] if fused else
                    [(p, n, i) for i, (p, n) in enumerate(zip(parts, sizes))])
-        plans = stored(q, False, make, on_disk, sum(sizes), inp, family, name,
+        plans = stored(q, False, make, on_disk, sum(sizes), inp, family, name, whole=whole,
                        slots=len(sizes), layers=layers, experts=experts, quantity=quantity, note=note)
         return plans + (merged(name, parts, fused, inp, sizes, family, layers, quantity, experts, bias, note,
-                               labels)[1:] if bias else [])
+                               labels, whole=whole)[1:] if bias else [])
     plans = []
     for suffix in ("weight", "bias") if bias else ("weight",):
         def build(tp, r, s=suffix):
-            m = MergedColumnParallelLinear(PROBE, sizes, tp, r, bias=bias, dtype=DT)
+            m = MergedColumnParallelLinear(PROBE, sizes, *cut(tp, r), bias=bias, dtype=DT)
             return m, getattr(m, s)
         tail = (inp,) if suffix == "weight" else ()
         if fused:
@@ -217,7 +219,8 @@ def merged(name, parts, fused, inp, sizes, family, layers, quantity, experts=0, 
             secs = [[lab, a, b, 0, ""] for lab, a, b in zip(labels, starts, starts[1:])]
             sources = [Source(f"{fused}.{suffix}", (sum(sizes),) + tail, None, sections=secs)]
         else:
-            sources = [Source(f"{p}.{suffix}", (n,) + tail, i) for i, (p, n) in enumerate(zip(parts, sizes))]
+            sources = [Source(f"{p}.{suffix}", (n,) + tail, i, split=not whole)
+                       for i, (p, n) in enumerate(zip(parts, sizes))]
         plans.append(param(f"{name}.{suffix}", family, build, (sum(sizes),) + tail, sources, layers=layers,
                            experts=experts, quantity=quantity, note=note))
     return plans

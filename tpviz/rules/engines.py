@@ -16,12 +16,12 @@ VLLM_0_33 = RuleSet(
     "that miss the 128 block use smaller scale blocks (since 0.29, Triton MoE kernel only); "
     "merged layers skip the create-time block check (since 0.14) but still cannot load misaligned scales.",
     VLLM_FLAGS, notes={"ep_hint": " Expert parallelism (--enable-expert-parallel) keeps every expert whole "
-                                  "on one GPU and avoids this split."})
+                                  "on one GPU and avoids this split."}, registry="0.33.0")
 VLLM_0_28 = replace(
     VLLM_0_33, name="vllm-0.28", version="0.28",
     note="vLLM 0.28.0 (0.14 to 0.28): as 0.33, except that an FP8 MoE slice that misses the "
          "128 block is refused (the 'gate's and up's weight = 192' reports).",
-    fp8_moe_refine=False, refuses_desc_act=False, gptq_act_order_split=True)
+    fp8_moe_refine=False, refuses_desc_act=False, gptq_act_order_split=True, registry="0.28.0")
 NANO_MAX_TP = 8  # nano-vllm's Config asserts 1 <= tensor_parallel_size <= 8 (one node)
 NANO_VLLM = RuleSet(
     "nano-vllm", "nano-vllm", "",

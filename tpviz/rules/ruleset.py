@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 
 from tpviz.errors import LayoutError, TPSizeError
 from tpviz.rules.layout import Layout
+from tpviz.rules.served import architecture, retired_in
 
 MAX_TP = 1024  # far beyond any deployment; keeps a typo from tracing a billion ranks
 
@@ -101,6 +102,7 @@ class RuleSet:
     placements: tuple[str, ...] = ("linear", "round_robin")
     carves: bool = False  # attention DP and expert parallelism are carved out of tp (SGLang's Layout fields)
     notes: dict[str, str] = field(default_factory=dict)  # messages keyed by situation
+    registry: str = ""  # the vLLM release whose model registry refuses the architectures retired before it
 
     @property
     def label(self) -> str:
@@ -157,6 +159,9 @@ class RuleSet:
                     "parallelism spans tp × dp")
         if self.tp_only and (layout.pp > 1 or layout.dp > 1 or layout.ep):
             return self.notes["tp_only"]
+        cls = architecture(getattr(spec, "config", None) or {})
+        if self.registry and (last := retired_in(cls, self.registry)):
+            return f"vLLM served {cls} until {last}; {self.label} refuses it (\"not supported anymore\")"
         return None
 
     def widths(self, layout: Layout, arch=None) -> Widths:
@@ -164,6 +169,10 @@ class RuleSet:
         and spread over those GPUs with expert parallelism."""
         tp, ep = layout.tp, layout.tp * layout.dp if layout.ep else 1
         return Widths(tp, tp, 1 if layout.ep else tp * layout.dp, ep, tp, tp, tp)
+
+    def param_name(self, arch, name: str) -> str:
+        """The engine's name for a parameter the plan names as vLLM does (the same layout, its own name)."""
+        return name
 
     def load_problem(self, layout: Layout, spec) -> str | None:
         """What the engine refuses after every weight has loaded (a check over the whole model), else None."""

@@ -36,6 +36,7 @@ class Groups:
     fuses_shared: bool = False  # DeepSeek-V3/R1 fuse the shared expert into the MoE at ep 1 (NVIDIA)
     head_every_stage: bool = False  # the lm_head is built on every pipeline stage (no is_last_rank guard)
     pp: bool = True  # False: the model's forward has no pp_proxy_tensors (model_runner.py asserts)
+    params: tuple[tuple[str, str], ...] = ()  # (vLLM's parameter name, this file's) where they differ
 
 
 def group_width(group: str, tp: int, attn_tp: int, switched: bool = False) -> int:
@@ -73,6 +74,10 @@ class SglangRuleSet(RuleSet):
             raise TPSizeError(f"tpviz does not model {FILE} {what} model file (its weight groups and "
                               "checks); choose vLLM rules for it")
         return g
+
+    def param_name(self, arch, name: str) -> str:
+        g = getattr(arch, "sglang", None)
+        return dict(g.params).get(name, name) if g else name
 
     def cut_note(self, role: str, cut: int, tp: int) -> str:
         if cut == tp:

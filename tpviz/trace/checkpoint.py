@@ -6,13 +6,16 @@ import struct
 from pathlib import Path
 
 from tpviz.errors import SourceError
+from tpviz.plan import arch_names
 from tpviz.trace.shardmap import ShardMap
 
 INDEX_FILE = "model.safetensors.index.json"
 MAX_HEADER = 100_000_000  # a safetensors header is JSON; real ones are far below this
-# tensors a checkpoint may hold that no TP layer loads: rotary caches, attention-mask buffers, MTP heads
-IGNORED = re.compile(r"(rotary_emb\.inv_freq|\.attn\.bias$|\.attn\.masked_bias$|attention\.bias$"
-                     r"|attention\.masked_bias$|^mtp\.|\.mtp\.)")
+# tensors a checkpoint may hold that no TP layer loads: rotary caches (the four vLLM 0.33's AutoWeightsLoader
+# drops, GLM's rotary_pos_emb among them), attention-mask buffers, MTP heads
+IGNORED = re.compile(r"(rotary_emb\.inv_freq|rotary_pos_emb\.inv_freq|rotary_emb\.(cos|sin)_cached"
+                     r"|\.attn\.bias$|\.attn\.masked_bias$|attention\.bias$|attention\.masked_bias$"
+                     r"|^mtp\.|\.mtp\.)")
 # quantized storage that tpviz maps as its unquantized tensor (quantization is modelled separately)
 QUANT_SUFFIXES = ("_scale_inv", "_scale", "weight_scale_2", "input_scale", ".qweight", ".qzeros",
                   ".scales", ".g_idx",
@@ -146,12 +149,17 @@ def compare(m: ShardMap, names: set[str], source: str, sizes: dict[str, int] | N
     with the headers' sizes, also the tensors whose stored bytes differ from the map's."""
     mapped = expand(m)
     drop, add = _prefix(set(mapped), names)
-    seen, extra, quant = set(), [], []
+    seen, extra, quant, tied = set(), [], [], []
     layers = m.model.num_hidden_layers
+    # tied: vLLM allocates one matrix, and a stored lm_head (Falcon-180B's) loads onto the embedding's
+    head = arch_names(m.model).lm_head if m.model.tie_word_embeddings else None
     for n in names:
         if (IGNORED.search(n) or n.startswith(VISION) or any(f".{v}" in n for v in VISION)
             or _beyond(n, layers)): continue
         key = add + n[len(drop):] if n.startswith(drop) else n
+        if key == head:
+            tied.append(n)
+            continue
         # the old multimodal layout keeps lm_head beside the decoder: language_model.lm_head
         if key not in mapped:
             key = next((k for k in (n.split("language_model.", 1)[-1], key) if k in mapped), key)
@@ -176,6 +184,7 @@ def compare(m: ShardMap, names: set[str], source: str, sizes: dict[str, int] | N
     return {"source": source, "tensors": len(names), "matched": len(seen), "prefix": drop,
             "missing_in_checkpoint": _patterns(missing), "missing_in_map": _patterns(extra),
             "quantization_tensors": len(quant), "verified": not missing and not extra,
+            **({"tied_lm_head": True} if tied else {}),
             # stored bytes (from the headers) against the map's: a float32 file of a model served in bf16
             # differs
             "bytes": {"checked": sizes is not None, "differ": sorted(differ)[:6], "count": len(differ)}}
@@ -190,6 +199,8 @@ def checkpoint_sentence(check: dict) -> str:
                 + (", byte for byte" if sizes.get("checked") else "")
                 + (f" (plus {check['quantization_tensors']} quantization tensors)"
                    if check["quantization_tensors"] else "")
+                + ("; its lm_head.weight is stored, but the embeddings are tied, so it loads onto the "
+                   "embedding's one matrix" if check.get("tied_lm_head") else "")
                 + ".")
     parts = []
     if sizes.get("count"):

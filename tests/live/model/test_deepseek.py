@@ -160,12 +160,15 @@ def test_ranks_read_their_head_slices_and_the_whole_latents(tiny_ds, family):
         assert total / 2 < read < 0.6 * total
         p = {n: list(t.shape) for n, t in model.named_parameters()}
         a = "model.layers.1.self_attn."
-        assert p[a + "kv_a_proj_with_mqa.weight"] == [40, 64] and p[a + "kv_a_layernorm.weight"] == [32]
+        assert p[a + "kv_a_layernorm.weight"] == [32]
+        if family != "deepseek_v3":
+            assert p[a + "kv_a_proj_with_mqa.weight"] == [40, 64]
         assert p[a + f"{q}.weight"][0] == 2 * 24 and p[a + "kv_b_proj.weight"] == [2 * 32, 32]
         assert p[a + "o_proj.weight"] == [64, 2 * 16]
         assert p["model.layers.1.mlp.shared_experts.down_proj.weight"] == [64, 16]
         if family == "deepseek_v3":
-            assert p[a + "q_a_proj.weight"] == [32, 64] and p[a + "q_a_layernorm.weight"] == [32]
+            # vLLM's fused latent table: q_a_proj's 32 rows, then kv_a_proj_with_mqa's 40
+            assert p[a + "fused_qkv_a_proj.weight"] == [32 + 40, 64] and p[a + "q_a_layernorm.weight"] == [32]
             bias = dict(model.named_parameters())["model.layers.1.mlp.gate.e_score_correction_bias"]
             assert bias.dtype == torch.float32 and model.to(torch.bfloat16) and bias.dtype == torch.float32
 

@@ -9,9 +9,9 @@ from tpviz.errors import WeightsError
 from tpviz.plan import build_plan
 from tpviz.plan.tensors import Tensor, fill, stacked, tensors
 from tpviz.rules import RuleSet
+from tpviz.trace.checkpoint import IGNORED
 from tpviz.trace.tracer import trace_plan
 
-IGNORED_SUFFIXES = ("rotary_emb.inv_freq",)  # buffers some old checkpoints saved
 # multimodal checkpoints (Gemma-3, Mistral-3): the text decoder's tensors under a language-model prefix
 # (before and after transformers 4.52, as vLLM's hf_to_vllm_mapper reads them); the vision side is not run, so
 # never read
@@ -53,7 +53,7 @@ class LoadingMap:
     def target(self, name: str) -> tuple[str, object] | None:
         """Where a checkpoint tensor loads; None for what this model never reads (buffers, the vision tower,
         layers shrunk away). A name the plan lacks maps to itself, so the loader says it has no place."""
-        if name.endswith(IGNORED_SUFFIXES) or name.startswith(VISION_PREFIXES):
+        if IGNORED.search(name) or name.startswith(VISION_PREFIXES):  # buffers, MTP heads, the tower
             return None
         old = next((p for p in TEXT_PREFIXES if name.startswith(p)), None)
         if old is not None:

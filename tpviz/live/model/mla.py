@@ -6,8 +6,8 @@ q_lora_rank is set) and the whole compressed KV plus the one shared rope key (kv
 normalizes them (q_a_layernorm, kv_a_layernorm). The up-projections are column-parallel over heads: q_b_proj
 (or q_proj) gives this rank's heads' [q_nope | q_rope], kv_b_proj its heads' [k_nope | v]. Attention runs over
 the local heads, each key being [k_nope | the shared rope key], and o_proj (row-parallel) ends it with the
-layer's only all_reduce. vLLM fuses q_a_proj and kv_a_proj_with_mqa into one replicated GEMM; apart, the
-math is the same.
+layer's only all_reduce. With q_lora_rank set, q_a_proj and kv_a_proj_with_mqa load into one replicated
+table, fused_qkv_a_proj (kv from row q_lora_rank), and run as one GEMM, as in vLLM 0.33.
 
 RoPE turns only the qk_rope_head_dim dims, in DeepSeek's interleaved pairs (x0, x1), (x2, x3), ... (vLLM:
 is_neox_style=False; transformers' DeepSeek-V2 complex rotation, V3's rope_interleave), and with YaRN the
@@ -19,12 +19,13 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from tpviz.layers import ColumnParallelLinear, ReplicatedLinear, RMSNorm, RowParallelLinear
+from tpviz.layers import (ColumnParallelLinear, MergedColumnParallelLinear, ReplicatedLinear, RMSNorm,
+                          RowParallelLinear)
 from tpviz.live.errors import LiveError
 from tpviz.live.model.config import LiveConfig
 from tpviz.live.model.decoder import DecoderLayer, RotaryEmbedding
 from tpviz.live.model.rope import BY_LENGTH, frequencies, rope_parameters
-from tpviz.rules import divide
+from tpviz.rules import divide, ruleset
 from tpviz.config.spec import ModelSpec
 
 
@@ -70,7 +71,7 @@ class LatentRotary(RotaryEmbedding):
 
 class MLAttention(nn.Module):
     """Replicated latent projections -> this rank's heads (column-parallel up-projections) -> causal attention
-    -> o_proj row-parallel. Parameter names mirror the checkpoint (q_a_proj, kv_a_proj_with_mqa, ...)."""
+    -> o_proj row-parallel. Parameter names are vLLM's (fused_qkv_a_proj, kv_b_proj, ...)."""
 
     def __init__(self, cfg: LiveConfig, tp_size: int, tp_rank: int):
         super().__init__()
@@ -79,13 +80,19 @@ class MLAttention(nn.Module):
         self.nope, self.rope_dim, self.v_dim = s.qk_nope_head_dim, s.qk_rope_head_dim, s.v_head_dim
         self.kv_lora_rank, qk = s.kv_lora_rank, s.qk_nope_head_dim + s.qk_rope_head_dim
         self.num_heads = divide(s.num_attention_heads, tp_size, "num_attention_heads")  # whole heads per rank
-        if s.q_lora_rank:
+        self.latent = [s.q_lora_rank, s.kv_lora_rank + s.qk_rope_head_dim]
+        # vLLM's merged latent table (disable_tp: tp 1 on every rank); SGLang's concatenation computes alike
+        if s.q_lora_rank and ruleset(cfg.rules).param_name(s.arch, "fused_qkv_a_proj") == "fused_qkv_a_proj":
+            self.fused_qkv_a_proj = MergedColumnParallelLinear(H, self.latent, 1, 0)
+        elif s.q_lora_rank:
             self.q_a_proj = ReplicatedLinear(H, s.q_lora_rank, tp_size, tp_rank)
+        if s.q_lora_rank:
             self.q_a_layernorm = RMSNorm(s.q_lora_rank, eps)
             self.q_b_proj = ColumnParallelLinear(s.q_lora_rank, s.num_attention_heads * qk, tp_size, tp_rank)
-        else:  # DeepSeek-V2-Lite: one column-parallel q_proj
+        else:  # DeepSeek-V2-Lite: one column-parallel q_proj, the KV latent alone
             self.q_proj = ColumnParallelLinear(H, s.num_attention_heads * qk, tp_size, tp_rank)
-        self.kv_a_proj_with_mqa = ReplicatedLinear(H, s.kv_lora_rank + s.qk_rope_head_dim, tp_size, tp_rank)
+        if not hasattr(self, "fused_qkv_a_proj"):
+            self.kv_a_proj_with_mqa = ReplicatedLinear(H, self.latent[1], tp_size, tp_rank)
         self.kv_a_layernorm = RMSNorm(s.kv_lora_rank, eps)
         self.kv_b_proj = ColumnParallelLinear(s.kv_lora_rank,
                                               s.num_attention_heads * (self.nope + self.v_dim), tp_size,
@@ -96,10 +103,15 @@ class MLAttention(nn.Module):
 
     def forward(self, positions: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
         B, S, _ = x.shape
-        q = (self.q_b_proj(self.q_a_layernorm(self.q_a_proj(x))) if hasattr(self, "q_a_proj")
-             else self.q_proj(x))
+        if hasattr(self, "fused_qkv_a_proj"):
+            q_latent, kv_latent = self.fused_qkv_a_proj(x).split(self.latent, -1)
+        else:  # the query latent, or (no q_lora_rank) the hidden state q_proj reads
+            q_latent = self.q_a_proj(x) if hasattr(self, "q_a_proj") else x
+            kv_latent = self.kv_a_proj_with_mqa(x)
+        q = (self.q_b_proj(self.q_a_layernorm(q_latent)) if hasattr(self, "q_b_proj")
+             else self.q_proj(q_latent))
         q_nope, q_rope = q.view(B, S, self.num_heads, -1).split([self.nope, self.rope_dim], -1)
-        latent, k_rope = self.kv_a_proj_with_mqa(x).split([self.kv_lora_rank, self.rope_dim], -1)
+        latent, k_rope = kv_latent.split([self.kv_lora_rank, self.rope_dim], -1)
         kv = self.kv_b_proj(self.kv_a_layernorm(latent)).view(B, S, self.num_heads, self.nope + self.v_dim)
         k_nope, v = kv.split([self.nope, self.v_dim], -1)
         # one rope key for all heads

@@ -1,0 +1,66 @@
+"""The regression set: real checkpoints' config.json with their model.safetensors.index.json (tensor names
+and total_size only, tests/data/indexes/SOURCES.md says where each came from). Each map names exactly the
+index's tensors outside the parts it says it leaves out, and stores what total_size says at tp 1; a
+checkpoint tpviz cannot model yet is refused in one line that names why."""
+import gzip
+import json
+from pathlib import Path
+
+import pytest
+
+from tpviz import shard_map
+from tpviz.config.spec import DTYPE_BYTES
+from tpviz.errors import ConfigError
+from tests.helpers.errors import one_line
+
+DATA = Path(__file__).resolve().parents[1] / "data" / "indexes"
+FILES = sorted(DATA.glob("*.json.gz"))
+# what each refused checkpoint is refused for (until tpviz models it)
+REFUSED = {
+    "Qwen/Qwen-VL-Chat-Int4": "vLLM served QWenLMHeadModel until 0.23.0",
+    "Qwen/Qwen2.5-VL-7B-Instruct": "own model file (models/qwen2_5_vl.py)",
+    "Qwen/Qwen3-VL-Embedding-8B": "own model file (models/qwen3_vl.py)",
+    "nvidia/Cosmos-Reason2-8B": "own model file (models/qwen3_vl.py)",
+    "allenai/olmOCR-7B-0225-preview": "own model file (models/qwen2_vl.py)",
+    "delsakov/mcp_tests": "own model file (models/mistral3.py)",
+    "ibm-granite/granite-3.1-1b-a400m-instruct": "own model file (models/granitemoe.py)",
+    "internlm/internlm2-chat-7b": "own model file (models/internlm2.py)",
+    "microsoft/Phi-tiny-MoE-instruct": "own model file (models/phimoe.py)",
+    "openbmb/MiniCPM-V-2": "own model file (models/minicpmv.py)",
+    "lmstudio-community/Qwen3-14B-MLX-4bit": "this is an MLX checkpoint",
+    "jeevanchaps/Meta-Llama3.1-8B-Instruct-assessment": "quant_method 'bitsandbytes'",
+}
+TOWER_LEFT_OUT = {"google/medgemma-27b-it"}  # the map says its vision tower is left out
+
+
+def load(path: Path) -> dict:
+    return json.loads(gzip.decompress(path.read_bytes()))
+
+
+def test_the_set_is_large_and_varied():
+    cases = [load(f) for f in FILES]
+    assert len(cases) >= 30 and len({c["config"].get("model_type") for c in cases}) >= 20
+    assert set(REFUSED) | TOWER_LEFT_OUT <= {c["repo"] for c in cases}
+
+
+@pytest.mark.parametrize("path", FILES, ids=lambda p: p.name.removesuffix(".json.gz"))
+def test_map_against_the_real_index(path):
+    case = load(path)
+    names = set(case["tensors"])
+    if case["repo"] in REFUSED:
+        with pytest.raises(ConfigError) as e:
+            shard_map(case["config"], 1, tensor_names=names, checkpoint_source=case["repo"])
+        assert one_line(e.value) and REFUSED[case["repo"]] in str(e.value)
+        return
+    m = shard_map(case["config"], 1, tensor_names=names, checkpoint_source=case["repo"])
+    check = m.checkpoint
+    assert check["verified"], (check["missing_in_checkpoint"], check["missing_in_map"])
+    if not case["total_size"]:  # two indexes carry no (or a zero) total_size
+        return
+    # a float32 checkpoint is served in bfloat16 (dtype auto): its stored bytes are twice the map's
+    stored = m.total_weight_bytes * DTYPE_BYTES[m.model.config_dtype] / DTYPE_BYTES[m.model.dtype]
+    ratio = stored / case["total_size"]
+    if case["repo"] in TOWER_LEFT_OUT:
+        assert 0.9 < ratio < 1 and any("vision tower" in n for n in m.model.notes), ratio
+    else:
+        assert abs(ratio - 1) < 0.01, ratio
