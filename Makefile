@@ -26,8 +26,9 @@ browser:
 run: $(VENV)/.deps browser
 	$(PY) -m streamlit run app.py --server.port $(PORT) --server.headless true --browser.gatherUsageStats false
 
+# two workers (pytest-xdist), a file each at a time: the suite is CPU-bound and CI has 2 cores
 test: $(VENV)/.dev browser
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -n 2 --dist loadfile
 
 bench: $(VENV)/.dev
 	for f in bench/*.py; do echo "== $$f"; $(PY) $$f || exit 1; done

@@ -24,15 +24,16 @@ def test_the_registry_is_vllm_0_33s():
     assert reg["models"]["DeepseekV3ForCausalLM"] == ["deepseek_v2", "DeepseekV3ForCausalLM"]
     assert reg["models"]["PhiForCausalLM"] == ["transformers", "TransformersForCausalLM"]
     assert reg["models"]["InternLM3ForCausalLM"] == ["llama", "LlamaForCausalLM"]
-    assert retired_in("MPTForCausalLM", "0.33.0") == "0.28.0" and retired_in("MPTForCausalLM", "0.28.0") is None
+    assert retired_in("MPTForCausalLM", "0.33.0") == "0.28.0"
+    assert retired_in("MPTForCausalLM", "0.28.0") is None
 
 
 @pytest.mark.parametrize("model_type, cls, said", [
     ("qwen", "QWenLMHeadModel", "vLLM served QWenLMHeadModel until 0.23.0"),
     ("baichuan", "BaichuanForCausalLM", "vLLM served BaichuanForCausalLM until 0.23.0"),
     ("minimax_text_01_x", "MiniMaxText01ForCausalLM", "until 0.23.0"),
-    ("granitemoe", "GraniteMoeForCausalLM", "own model file (models/granitemoe.py)"),
-    ("phimoe", "PhiMoEForCausalLM", "own model file (models/phimoe.py)"),
+    ("granitemoeshared", "GraniteMoeSharedForCausalLM", "models/granitemoeshared.py"),
+    ("cohere2_moe", "Cohere2MoeForCausalLM", "own model file (models/cohere2_moe.py)"),
     ("phi", "PhiForCausalLM", "through its Transformers backend"),
     ("internvl_chat", "InternVLChatModel", "own model file (models/internvl.py)")])
 def test_an_unknown_type_vllm_serves_otherwise_is_refused_never_drawn_as_llama(model_type, cls, said):

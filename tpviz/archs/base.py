@@ -57,9 +57,15 @@ class Arch:
     # Gated DeltaNet projections stored apart (Qwen3.5), not interleaved (Qwen3-Next)
     deltanet_split: bool = False
     # --- the plan's extra tensors and checks
-    extra: tuple[str, ...] = ()  # "positions", "embed_norm", "layer_scalar", "sinks", "router_bias"
-    experts: str = ""  # routed experts' layout: "" gate/up/down, "stacked" (gpt-oss), "ungated" (Nemotron-H)
+    # "positions", "embed_norm", "layer_scalar", "sinks", "router_bias", "head_bias" (lm_head.bias)
+    extra: tuple[str, ...] = ()
+    # routed experts' layout: "" gate/up/down, "stacked" (gpt-oss), "ungated" (Nemotron-H), "halves"
+    # (Granite-MoE: stacked [experts, gate | up, hidden] and [experts, hidden, intermediate])
+    experts: str = ""
     moe_tp_limit: bool = False  # vLLM's model file refuses tp above the expert count (Qwen MoE)
+    # the forward all-gathers q/k/v and cuts it again by KV group (InternLM2): no KV-head replicas
+    regroups_qkv: bool = False
+    note: str = ""  # what the engine does with this architecture that the map alone does not show
     dense_replicated: str = ""  # the dense MLP is not split (GPTBigCode on vLLM's Transformers backend): why
     # --- Run live
     live: str = ""  # the live block that runs it: llama, olmo, gemma2, gemma3, gpt_oss, mla ("" does not run)

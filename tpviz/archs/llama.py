@@ -1,5 +1,6 @@
 """Llama and the decoders vLLM 0.33 runs as Llama (models/llama.py): Mistral, Mixtral, Phi-3, Llama-4, and
-Llama-Nemotron's heterogeneous blocks (models/nemotron_nas.py)."""
+Llama-Nemotron's heterogeneous blocks (models/nemotron_nas.py); PhiMoE, Mixtral's experts with LayerNorms
+(models/phimoe.py); ERNIE-4.5 (models/ernie45.py)."""
 from dataclasses import replace
 
 from tpviz.archs.base import Arch
@@ -31,9 +32,16 @@ RECORDS = [
     Arch("mixtral", "MixtralForCausalLM", MIXTRAL, qkv_bias=False, o_bias=False,
          window="model_wide", live="llama", live_moe=True, needs_experts=True, routing="fp32",
          sglang=Groups("mixtral.py", head_every_stage=True)),
+    # models/phimoe.py: Mixtral's experts and names with LayerNorms, biases on q/k/v/o whatever the config
+    # says, and a biased lm_head that is never tied; its sparsemixer routing is not run live
+    Arch("phimoe", "PhiMoEForCausalLM", replace(MIXTRAL, norm_bias=True), qkv_bias=True, o_bias=True,
+         extra=("head_bias",), needs_experts=True, window="model_wide"),
     Arch("phi3", "Phi3ForCausalLM", PHI3, window="model_wide", live="llama", hf_partial_rotary=True,
          # transformers' 32000 may lie past the vocab
          hf_extra=(("pad_token_id", None), ("eos_token_id", None))),
+    # models/ernie45.py: LlamaForCausalLM, its o_proj bias removed; Llama reads attention_bias / bias and
+    # mlp_bias, which ERNIE's configs (use_bias) never set; GPT-J-style rotary pairs keep the live model off
+    Arch("ernie4_5", "Ernie4_5ForCausalLM", qkv_bias=False, o_bias=False, tied=True),
     Arch("llama4", "Llama4ForConditionalGeneration", text_model="llama4_text",
          adapt=llama4_fields, chunk=8192),
     Arch("llama4_text", "Llama4ForCausalLM", adapt=llama4_fields, chunk=8192),

@@ -18,7 +18,8 @@ class Names:
     v: str = "v_proj"
     o: str = "o_proj"
     qkv_fused: str | None = None  # fused on disk (Phi-3, ChatGLM, the classic decoders)
-    # how a fused qkv is laid out on disk: qkv, per_head (NeoX, BLOOM), per_kv_group (Falcon)
+    # how a fused qkv is laid out on disk: qkv, per_head (NeoX, BLOOM), per_kv_group (Falcon), or
+    # per_kv_group_as_qkv (InternLM2: per KV group on disk, loaded as if qkv)
     qkv_order: str = "qkv"
     conv1d: bool = False  # GPT-2 style Conv1D weights, stored transposed [in, out]
     q_norm: str = "q_norm"

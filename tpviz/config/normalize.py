@@ -77,6 +77,8 @@ def read_spec(cfg: dict, name: str) -> ModelSpec:
                               "refusing to guess its layout")
         notes.append(f"model_type {model_type!r} is not one tpviz knows; mapped as a Llama-like decoder "
                      "(q/k/v/o, gate/up/down, Llama checkpoint names)")
+    if arch.note:
+        notes.append(arch.note)
     cfg = family_defaults(cfg, arch)
     if inner := nested_decoder(cfg):
         raise ConfigError(f"model_type {model_type!r} is a custom multimodal config: its text decoder is in "
@@ -173,6 +175,9 @@ def read_spec(cfg: dict, name: str) -> ModelSpec:
         spec.quantization = spec.quant.method
         if spec.quant.scheme == "mxfp4" and not arch.mxfp4:
             spec.quant, note = None, "MXFP4 is read for gpt-oss only (as vLLM does); mapped as if unquantized"
+    if spec.quant is not None and arch.experts == "halves":  # their scales' stacked layout is not traced
+        raise ConfigError(f"{spec.quant.label} on {model_type}'s stacked experts (input_linear, "
+                          "output_linear) is not modelled yet; the unquantized checkpoint maps")
     if note:
         spec.notes.append(note)
     check_dims(spec)

@@ -58,11 +58,16 @@ class ParallelLMHead(VocabParallelEmbedding):
     rank 0 (others get None). Without one, forward returns this rank's block, as in the seed's demos."""
 
     def __init__(self, num_embeddings: int, embedding_dim: int, tp_size: int, tp_rank: int,
-                 rules: RuleSet | str = "vllm", dtype: torch.dtype | None = None):
+                 rules: RuleSet | str = "vllm", dtype: torch.dtype | None = None, bias: bool = False):
         super().__init__(num_embeddings, embedding_dim, tp_size, tp_rank, rules, dtype)
+        self.bias = None
+        if bias:  # PhiMoE: a logit bias per vocabulary row, cut like the rows
+            self.bias = nn.Parameter(torch.zeros(self.num_embeddings_per_partition, dtype=dtype),
+                                     requires_grad=False)
+            self.bias.weight_loader = self.weight_loader
 
     def forward(self, x: torch.Tensor) -> torch.Tensor | None:
-        logits = F.linear(x, self.weight)
+        logits = F.linear(x, self.weight, self.bias)
         if (group := tp_group(self.tp_size)) is None:
             return logits[..., :self.org_vocab_size] if self.tp_size == 1 else logits
         parts = [torch.empty_like(logits) for _ in range(self.tp_size)] if self.tp_rank == 0 else None

@@ -36,6 +36,8 @@ ORDERS = {"per_head": per_head, "per_kv_group": per_kv_group}
 
 def qkv_sections(order: str, h: int, kv: int, d: int, qd: int, bias: str) -> list:
     """The labelled parts of a fused q/k/v tensor as it lies on disk."""
+    if order == "per_kv_group_as_qkv":  # the rows as they lie on disk; the loader cuts them as qkv
+        order = "per_kv_group"
     if order in ("per_head", "per_head_plain"):  # [q, k, v] of head 0, then of head 1, ...
         return [[f"{part}{bias} (head {i})", (3 * i + j) * d, (3 * i + j + 1) * d, 0, ""]
                 for i in range(h) for j, part in enumerate("qkv")]
@@ -54,7 +56,7 @@ def qkv(spec: ModelSpec, names: Names, rules: RuleSet, m: Mixer, layers, bias: b
     qd = d * (2 if m.output_gate else 1)  # rows per real q head
     p = f"{names.layer}{names.attn}"
     q = qplan(spec, rules, f"{p}{names.qkv_fused or names.q}", layers)
-    if q is not None and names.qkv_order == "qkv" and not m.k_eq_v:
+    if q is not None and names.qkv_order in ("qkv", "per_kv_group_as_qkv") and not m.k_eq_v:
         make = lambda ctx, tp, r: QKVParallelLinear(PROBE, d, qh, kv, tp, r, rules=rules, dtype=DT, quant=ctx)
         # Phi-3: one tensor
         parts = ([(f"{p}{names.qkv_fused}", (qh + 2 * kv) * d, None)] if names.qkv_fused else
@@ -62,7 +64,7 @@ def qkv(spec: ModelSpec, names: Names, rules: RuleSet, m: Mixer, layers, bias: b
                   for sid, n in zip("qkv", (names.q, names.k, names.v))])
         plans = stored(q, False, make, parts, (qh + 2 * kv) * d, hidden, "qkv",
                        f"{p}{names.qkv_fused or 'qkv_proj'}", slots=3, layers=layers, heads=h,
-                       sections=qkv_sections("qkv", h, kv, d, qd, "") if names.qkv_fused else None)
+                       sections=qkv_sections(names.qkv_order, h, kv, d, qd, "") if names.qkv_fused else None)
         return plans + ([pl for pl in qkv(replace(spec, quant=None), names, rules, m, layers, bias) if
                          pl.name.endswith(".bias")] if bias else [])
     plans = []
@@ -105,13 +107,16 @@ def attention(spec: ModelSpec, names: Names, rules: RuleSet, m: Mixer, layers) -
     """A softmax-attention mixer: q/k/v, optional q/k norms, o_proj, gpt-oss sinks."""
     p = f"{names.layer}{names.attn}"
     plans = qkv(spec, names, rules, m, layers, spec.attention_bias)
+    if spec.arch.regroups_qkv:
+        for pl in plans:
+            pl.build = no_kv_replicas(pl.build, m.kv_heads, REGROUPED)
     # per head; OLMo-2/3's span the whole q and k (replicated, fed by an all-gather under TP)
     if spec.qk_norm:
         widths = (m.heads * m.head_dim, m.kv_heads * m.head_dim) if spec.qk_norm_full else (m.head_dim,) * 2
         norms = [pl for n, w in zip((names.q_norm, names.k_norm), widths)
                  for pl in norm(f"{p}{n}", w, layers)]
         if spec.qk_norm_full:
-            norms[-1].build = whole_k(norms[-1].build, m.kv_heads)
+            norms[-1].build = no_kv_replicas(norms[-1].build, m.kv_heads, FULL_K_NORM)
         plans += norms
     plans += row(f"{p}{names.o}", m.heads * m.head_dim, spec.hidden_size, "o_proj", layers, spec.o_proj_bias,
                  ("num_attention_heads", m.heads), disk_t=names.conv1d,
@@ -123,14 +128,17 @@ def attention(spec: ModelSpec, names: Names, rules: RuleSet, m: Mixer, layers) -
     return plans
 
 
-def whole_k(build, kv_heads: int):
-    """A full-width k_norm's build, refusing a tp that replicates KV heads: vLLM 0.33 all-gathers k to norm it
-    (a TP-aware RMSNorm), which needs the ranks' k slices to tile the whole k, so it refuses replicas."""
+FULL_K_NORM = ("k_norm spans all KV heads and vLLM 0.33 all-gathers k to apply it, which fails when KV heads "
+               "are replicated")  # a TP-aware RMSNorm: the ranks' k slices must tile the whole k
+REGROUPED = ("InternLM2's split_qkv all-gathers q/k/v and cuts it again by KV group, which fails when KV "
+             "heads are replicated (vLLM 0.33 internlm2.py)")
+
+
+def no_kv_replicas(build, kv_heads: int, why: str):
+    """A build that refuses a tp replicating KV heads, for a forward that all-gathers k (why says how)."""
     def checked(tp, rank):
         if tp > kv_heads:
-            raise TPSizeError(f"num_key_value_heads={kv_heads} is fewer than tp_size={tp}: "
-                              "k_norm spans all KV heads and vLLM 0.33 all-gathers k to apply it, "
-                              "which fails when KV heads are replicated")
+            raise TPSizeError(f"num_key_value_heads={kv_heads} is fewer than tp_size={tp}: {why}")
         return build(tp, rank)
     return checked
 

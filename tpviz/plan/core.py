@@ -238,4 +238,9 @@ def embed(spec, names, rules) -> list[ParamPlan]:
         note = "tied: lm_head reuses this matrix" if spec.tie_word_embeddings and family == "embed" else ""
         plans.append(param(name, family, build, (v, hidden), [Source(name, (v, hidden))], note=note,
                            quantity=("vocab_size", v)))
+    if "head_bias" in spec.arch.extra and not spec.tie_word_embeddings:  # PhiMoE: cut like the head's rows
+        b = names.lm_head.replace(".weight", ".bias")
+        build = lambda tp, r: (lambda m: (m, m.bias))(ParallelLMHead(v, PROBE, tp, r, rules=rules, dtype=DT,
+                                                                     bias=True))
+        plans.append(param(b, "lm_head", build, (v,), [Source(b, (v,))], quantity=("vocab_size", v)))
     return plans

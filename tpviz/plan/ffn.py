@@ -64,6 +64,13 @@ def moe(spec: ModelSpec, names: Names, f: Ffn, layers, rules: RuleSet) -> list[P
                 src.name = src.name.replace(".weight", "").replace(".bias", "_bias")
                 src.disk = (e, *src.shape[::-1])
         plans += stacked
+    elif spec.arch.experts == "halves":  # Granite-MoE: one stacked tensor per projection, gate | up halves
+        fused, down = (f"{p}{names.expert_gate_up[0]}", f"{p}{names.expert_down}")
+        plans += merged(f"{ex}gate_up_proj", [], fused, hidden, [inter, inter], "experts", layers, quantity,
+                        e, note="stored stacked as [experts, 2*intermediate, hidden]: gate, then up rows")
+        plans += row(f"{ex}down_proj", inter, hidden, "experts", layers, False, quantity, e,
+                     "stored stacked as [experts, hidden, intermediate]")
+        plans[-1].sources[0].name = f"{down}.weight"  # one tensor for every expert (shown per expert)
     elif spec.arch.experts == "ungated":  # Nemotron-H experts: up and down only (relu2)
         plans += column(f"{ex}{names.up}", hidden, inter, "experts", layers, False, quantity, e)
         plans += row(f"{ex}{names.expert_down}", inter, hidden, "experts", layers, False, quantity, e)

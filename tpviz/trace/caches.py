@@ -5,8 +5,11 @@ from tpviz.config.spec import DTYPE_BYTES, ModelSpec
 from tpviz.plan import mixer_groups, state_plans
 from tpviz.trace.shardmap import TensorMap, numel
 
-def kv_heads_held(tensors: list[TensorMap], layers: list[int], d: int, rank: int) -> list[int]:
-    """Which global KV heads a rank holds in one attention group, read off the loaded k rows."""
+def kv_heads_held(tensors: list[TensorMap], layers: list[int], d: int, rank: int,
+                  k_rows: tuple[int, int] | None = None) -> list[int]:
+    """Which global KV heads a rank holds in one attention group, read off the loaded k rows; k_rows: where
+    the loader reads k in a fused tensor whose disk order it ignores (InternLM2, whose forward gathers q/k/v
+    and cuts them again as the loader did)."""
     ks = [t for t in tensors if t.family == "qkv" and t.split_dim is not None
           and set(t.layers or ()) & set(layers) and not t.name.endswith("bias") and (t.shard_id == "k"
                                                or (isinstance(t.shard_id, list) and "k" in t.shard_id)
@@ -18,6 +21,8 @@ def kv_heads_held(tensors: list[TensorMap], layers: list[int], d: int, rank: int
     if k.shard_id is not None:  # a separate k tensor ("k", or ["k", "v"] when it also fills V)
         return _kv_in(k, rank, 0, k.shape[k.split_dim], d)
     # fused on disk: the k sections the plan declares (one [k] block, or one per head / KV group)
+    if k_rows is not None:
+        return _kv_in(k, rank, *k_rows, d)
     ks = [s for s in k.sections if s[0].split(" ")[0] == "k"]
     if len(ks) == 1:
         return _kv_in(k, rank, ks[0][1], ks[0][2], d)
@@ -38,7 +43,9 @@ def layer_caches(spec: ModelSpec, tensors: list[TensorMap],
         if mixer.kind == "mla":  # the compressed latent and rope key are cached whole on every rank
             out.update({i: ((spec.kv_lora_rank + spec.qk_rope_head_dim) * b, 0) for i in layers})
         elif mixer.kind in ATTENTION_KINDS:
-            heads = kv_heads_held(tensors, layers, mixer.head_dim, rank)
+            q_rows = mixer.heads * mixer.head_dim
+            k_rows = (q_rows, q_rows + mixer.kv_heads * mixer.head_dim) if spec.arch.regroups_qkv else None
+            heads = kv_heads_held(tensors, layers, mixer.head_dim, rank, k_rows)
             heads_seen = heads if heads_seen is None else heads_seen
             out.update({i: (2 * len(heads) * mixer.head_dim * b,
                             spec.layers[i].mixer.window) for i in layers})

@@ -97,7 +97,8 @@ class OlmoAttention(Attention):
     def __init__(self, cfg: LiveConfig, tp_size: int, tp_rank: int, index: int):
         super().__init__(cfg, tp_size, tp_rank)
         s, qkv = cfg.spec, self.qkv_proj
-        if qkv.num_kv_head_replicas > 1:  # also refused by the layout check (tpviz.plan.attention.whole_k)
+        # also refused by the layout check (tpviz.plan.attention.no_kv_replicas)
+        if qkv.num_kv_head_replicas > 1:
             raise TPSizeError(f"num_key_value_heads={s.num_key_value_heads} is fewer than tp_size={tp_size}: "
                               "k_norm spans all KV heads and vLLM 0.33 all-gathers k to "
                               "apply it, which fails when KV heads are replicated")
