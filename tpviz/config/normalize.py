@@ -165,9 +165,9 @@ def read_spec(cfg: dict, name: str) -> ModelSpec:
         notes=notes,
     )
     if wrapped:
-        spec.notes.append("multimodal checkpoint: only the text decoder is mapped; its "
-                          "tensors are stored under a language-model prefix (e.g. "
-                          "language_model.model.*) and the vision tower is not split")
+        spec.notes.append("multimodal checkpoint: only the text decoder is mapped; the vision tower "
+                          "(and any projector or audio tower) is left out of the map and of every memory "
+                          "figure, and its own TP split is not drawn")
     # mlx_lm's older exports keep their quantization under "quantization" alone, which vLLM never reads
     mlx = outer.get("quantization") if isinstance(outer.get("quantization"), dict) else None
     spec.quant, note = read_quant(outer.get("quantization_config") or cfg.get("quantization_config") or mlx)
