@@ -73,3 +73,42 @@ def test_no_label_covers_another_in_any_preset_figure():
         finally:
             browser.close()
     assert not found, f"{len(found)} label collisions:\n" + "\n".join(found[:30])
+
+
+# every legend entry inside the figure and below both plots: the explorer keeps figures 980 px wide or
+# more (scrolling in a 1024-px or phone window), where the 16 entries the legend can hold fit in the rows
+# it reserves (a legend that wraps into more rows grows upward, over the rank view's axis)
+LEGEND = """async (spec) => {
+  await Plotly.react('f', spec.data, spec.layout);
+  const svg = document.querySelector('#f .main-svg').getBoundingClientRect();
+  const plots = Math.max(...[...document.querySelectorAll('#f .xtitle, #f .x2title')]
+    .map(t => t.getBoundingClientRect().bottom));
+  return [...document.querySelectorAll('#f g.legend g.traces')].map(g => g.getBoundingClientRect())
+    .filter(r => r.bottom > svg.bottom + 1 || r.right > svg.right + 1 || r.top < plots - 1).length;
+}"""
+
+
+MHA16 = {"model_type": "llama", "hidden_size": 4096, "num_attention_heads": 32, "num_key_value_heads": 16,
+         "intermediate_size": 8192, "vocab_size": 32000, "num_hidden_layers": 2}  # 16 shared KV heads at tp 32
+
+
+@pytest.mark.parametrize("model, tp, shared", [("meta-llama/Llama-3.1-8B", 16, 8),
+                                               ("meta-llama/Llama-3.1-405B", 64, 8), (MHA16, 32, 16)])
+def test_every_shared_kv_head_is_in_the_legend_below_the_plots(model, tp, shared):
+    from tpviz import shard_map
+    from tpviz.render.plots import family_figure
+    fig = family_figure(shard_map(model, tp), "qkv")
+    assert sum(1 for t in fig.data if t.showlegend is not False and t.name) == shared
+    with playwright_api.sync_playwright() as p:
+        browser = launch(p)
+        try:
+            page = browser.new_page(viewport={"width": 1500, "height": 1400})
+            page.set_content(f"<html><body style='margin:0'><div id=f></div><script>{PLOTLY_JS.read_text()}"
+                             "</script></body></html>")
+            page.wait_for_function("() => window.Plotly !== undefined")
+            for width in (980, 1400):  # the explorer's narrowest figure, and a wide window's
+                spec = json.loads(fig.to_json())
+                spec["layout"]["width"] = width
+                assert page.evaluate(LEGEND, {"data": spec["data"], "layout": spec["layout"]}) == 0, width
+        finally:
+            browser.close()
