@@ -389,3 +389,21 @@ def test_ernie4_5_is_vllms_llama_without_biases():
     assert (q.shape, q.layer_class) == ([2048, 1024], "QKVParallelLinear")
     assert m.tensor("model.layers.*.self_attn.k_proj.weight").pieces[1].start == 0  # GPU 1 copies KV head 0
     assert m.total_weight_bytes == 360_748_032 * 2  # the card's 0.36B
+
+
+def test_phi2_as_vllms_transformers_backend_cuts_it():
+    """Phi-2 (vLLM 0.33: PhiForCausalLM through the Transformers backend): transformers' tp plan cuts q/k/v
+    and fc1 by column, dense and fc2 by row; q/k/v load into one QKVParallelLinear; every linear, LayerNorm
+    and the lm_head carry biases; 2.78B parameters."""
+    m = shard_map("microsoft/phi-2", 4)
+    weights = {n: m.tensor(f"model.layers.*.{n}.weight") for n in
+               ("self_attn.q_proj", "self_attn.dense", "mlp.fc1", "mlp.fc2")}
+    assert {n: (t.layer_class, t.split_dim) for n, t in weights.items()} == {
+        "self_attn.q_proj": ("QKVParallelLinear", 0), "self_attn.dense": ("RowParallelLinear", 1),
+        "mlp.fc1": ("ColumnParallelLinear", 0), "mlp.fc2": ("RowParallelLinear", 1)}
+    assert {"lm_head.bias", "model.final_layernorm.bias", "model.layers.*.mlp.fc2.bias"} <= {
+        t.name for t in m.tensors}
+    assert m.total_weight_bytes == 2_779_683_840 * 2
+    assert any("Transformers backend" in n for n in m.model.notes)
+    with pytest.raises(ConfigError, match="qk_layernorm"):
+        shard_map({**load_spec("microsoft/phi-2").config, "qk_layernorm": True}, 1)

@@ -9,6 +9,13 @@ from tpviz.archs.names import LLAMA
 
 MIXTRAL = replace(LLAMA, mlp="block_sparse_moe.", expert_gate_up=("w1", "w3"), expert_down="w2")
 PHI3 = replace(LLAMA, qkv_fused="qkv_proj", gate_up_fused="gate_up_proj")
+PHI = replace(LLAMA, final_norm="model.final_layernorm", ffn_norms=(), norm_bias=True, o="dense", up="fc1",
+              down="fc2")
+
+
+def phi_fields(cfg: dict) -> dict:
+    """transformers' PhiModel: fc1 and fc2 always carry biases (no config key turns them off)."""
+    return {**cfg, "mlp_bias": True}
 
 
 def llama4_fields(cfg: dict) -> dict:
@@ -36,6 +43,14 @@ RECORDS = [
     # says, and a biased lm_head that is never tied; its sparsemixer routing is not run live
     Arch("phimoe", "PhiMoEForCausalLM", replace(MIXTRAL, norm_bias=True), qkv_bias=True, o_bias=True,
          extra=("head_bias",), needs_experts=True, window="model_wide"),
+    # vLLM 0.33 serves Phi-1/2 through its Transformers backend (registry: _TRANSFORMERS_SUPPORTED_MODELS):
+    # transformers' base_model_tp_plan cuts q/k/v and fc1 by column, dense and fc2 by row, its QKV fuser
+    # loads q/k/v into one QKVParallelLinear, and the biased lm_head is vocab-parallel
+    # (transformers/causal.py)
+    Arch("phi", "PhiForCausalLM", PHI, qkv_bias=True, o_bias=True, gated_mlp=False, adapt=phi_fields,
+         extra=("head_bias",), unmodelled=(("qk_layernorm", "q/k LayerNorms (qk_layernorm)"),),
+         note="vLLM 0.33 serves PhiForCausalLM through its Transformers backend, which cuts it by "
+              "transformers' own TP plan: q/k/v and fc1 by column, dense and fc2 by row"),
     Arch("phi3", "Phi3ForCausalLM", PHI3, window="model_wide", live="llama", hf_partial_rotary=True,
          # transformers' 32000 may lie past the vocab
          hf_extra=(("pad_token_id", None), ("eos_token_id", None))),
