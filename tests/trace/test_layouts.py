@@ -407,3 +407,13 @@ def test_phi2_as_vllms_transformers_backend_cuts_it():
     assert any("Transformers backend" in n for n in m.model.notes)
     with pytest.raises(ConfigError, match="qk_layernorm"):
         shard_map({**load_spec("microsoft/phi-2").config, "qk_layernorm": True}, 1)
+
+
+def test_smollm3_is_a_tied_llama_on_the_transformers_backend():
+    """SmolLM3-3B: Llama's names and splits (transformers' tp plan, q/k/v fused by vLLM's backend), tied
+    embeddings, 4 KV heads each copied to 2 GPUs at tp 8; 3.08B parameters."""
+    m = shard_map("HuggingFaceTB/SmolLM3-3B", 8)
+    assert "lm_head.weight" not in {t.name for t in m.tensors}
+    assert [r.kv_heads for r in m.ranks[:4]] == [[0], [0], [1], [1]]
+    assert m.total_weight_bytes == 3_075_098_624 * 2
+    assert any("Transformers backend" in n for n in m.model.notes)

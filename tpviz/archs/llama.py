@@ -51,6 +51,10 @@ RECORDS = [
          extra=("head_bias",), unmodelled=(("qk_layernorm", "q/k LayerNorms (qk_layernorm)"),),
          note="vLLM 0.33 serves PhiForCausalLM through its Transformers backend, which cuts it by "
               "transformers' own TP plan: q/k/v and fc1 by column, dense and fc2 by row"),
+    # SmolLM3 (Transformers backend too): Llama's names and tp plan; its NoPE layers change no weight
+    Arch("smollm3", "SmolLM3ForCausalLM", tied=True,
+         note="vLLM 0.33 serves SmolLM3ForCausalLM through its Transformers backend, which cuts it by "
+              "transformers' own TP plan (Llama's: q/k/v and gate/up by column, o and down by row)"),
     Arch("phi3", "Phi3ForCausalLM", PHI3, window="model_wide", live="llama", hf_partial_rotary=True,
          # transformers' 32000 may lie past the vocab
          hf_extra=(("pad_token_id", None), ("eos_token_id", None))),
