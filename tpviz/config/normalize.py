@@ -169,7 +169,8 @@ def read_spec(cfg: dict, name: str) -> ModelSpec:
                           "(and any projector or audio tower) is left out of the map and of every memory "
                           "figure, and its own TP split is not drawn")
     # mlx_lm's older exports keep their quantization under "quantization" alone, which vLLM never reads
-    mlx = outer.get("quantization") if isinstance(outer.get("quantization"), dict) else None
+    mlx = outer.get("quantization")
+    mlx = mlx if isinstance(mlx, dict) and {"group_size", "bits"} <= set(mlx) else None
     spec.quant, note = read_quant(outer.get("quantization_config") or cfg.get("quantization_config") or mlx)
     if spec.quant is not None:
         spec.quantization = spec.quant.method
