@@ -329,12 +329,18 @@ def test_a_full_link_survives_a_reload_with_every_number(page, app_url):
              "&ctx=32768&conc=4&group=2&tab=experts")
     page.goto(f"{app_url}/?{query}")
     wait_for_charts(page, 2)
+    wait_settled(page)
     no_errors(page)
     seen = view_numbers(page)
     assert "MoE experts" in seen["tabs"] and any("32,768 tokens" in a for a in seen["alerts"])
+    assert len(seen["metrics"]) >= 4, seen
     assert all(part in page.url for part in query.split("&"))
     page.reload()
     wait_for_charts(page, 2)
+    # the charts can draw before the metrics below them, and the run indicator shows only after a delay
+    page.wait_for_function(f"document.querySelectorAll('[data-testid=stMetricValue]').length >= "
+                           f"{len(seen['metrics'])}", timeout=60_000, polling=250)
+    wait_settled(page)
     assert view_numbers(page) == seen
     memory = page.get_by_role("spinbutton", name="GPU memory (GiB)")
     memory.fill("94")
