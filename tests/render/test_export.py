@@ -77,6 +77,15 @@ def test_png_is_valid_and_one_browser_draws_every_image(renderer, qwen):
 
 
 @needs_chromium
+def test_a_batch_renders_in_the_browsers_tabs_and_keeps_its_order(renderer, qwen):
+    """render_many draws a ZIP's figures in the browser's tabs at once and returns them in their order."""
+    figs = [family_figure(qwen, "qkv"), family_figure(qwen, "o_proj"), family_figure(qwen, "qkv")]
+    batch = renderer.render_many(figs)
+    assert [png_size(p) for p in batch] == [(2600, int(f.layout.height) * 2) for f in figs]
+    assert batch[0] == batch[2] != batch[1] and batch[1] == renderer.render(figs[1])
+
+
+@needs_chromium
 def test_renderer_is_thread_safe(renderer, qwen):
     from concurrent.futures import ThreadPoolExecutor
     figs = all_figures(qwen)

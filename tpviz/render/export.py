@@ -24,6 +24,7 @@ from tpviz.trace.shardmap import ShardMap
 
 PNG_WIDTH, PNG_SCALE = 1300, 2
 TIMEOUT_S = 60.0
+TABS = 2  # browser tabs rendering at once (2 cores: 1.2x faster than one for a 13-figure ZIP)
 NO_CHROMIUM = ("PNG export needs Chromium, and none was found: install it (`apt-get install chromium`) "
                "or set BROWSER_PATH to a Chrome/Chromium binary")
 
@@ -56,7 +57,7 @@ class PngRenderer:
 
     def __init__(self, timeout: float = TIMEOUT_S):
         self.timeout = timeout
-        self._lock = threading.Lock()  # one image at a time: kaleido's single tab is not shared
+        self._lock = threading.Lock()  # one batch at a time: its figures share the browser's tabs
         self._loop: asyncio.AbstractEventLoop | None = None
         self._kaleido = None
         self._opening = None  # the browser being opened, so a timed-out open can still close it
@@ -70,7 +71,8 @@ class PngRenderer:
             threading.Thread(target=self._loop.run_forever, name="tpviz-kaleido", daemon=True).start()
 
         async def open_browser():
-            k = self._opening = kaleido.Kaleido(n=1, timeout=self.timeout, mathjax=False)  # no CDN fetch
+            # two tabs: a ZIP's figures render two at a time (render_many); no MathJax CDN fetch
+            k = self._opening = kaleido.Kaleido(n=TABS, timeout=self.timeout, mathjax=False)
             await k.open()
             return k
         try:
@@ -83,10 +85,10 @@ class PngRenderer:
                 except Exception:  # noqa: BLE001 - best effort; a dead browser cannot be closed more cleanly
                     pass
 
-    def _run(self, coro):
+    def _run(self, coro, figures: int = 1):
         future = asyncio.run_coroutine_threadsafe(coro, self._loop)
-        try:
-            return future.result(self.timeout)
+        try:  # each figure may take the timeout, TABS at a time
+            return future.result(self.timeout * -(-figures // TABS))
         except concurrent.futures.TimeoutError:
             future.cancel()  # don't leave the coroutine running on the loop after we gave up on it
             raise
@@ -94,12 +96,21 @@ class PngRenderer:
     def render(self, fig: go.Figure, width: int = PNG_WIDTH, height: int | None = None,
                scale: float = PNG_SCALE, fmt: str = "png") -> bytes:
         """PNG (or SVG) bytes of a figure (height defaults to the figure's own)."""
-        opts = dict(format=fmt, width=width, height=height or fig.layout.height or 500, scale=scale)
+        return self.render_many([fig], width, height, scale, fmt)[0]
+
+    def render_many(self, figs: list[go.Figure], width: int = PNG_WIDTH, height: int | None = None,
+                    scale: float = PNG_SCALE, fmt: str = "png") -> list[bytes]:
+        """PNG (or SVG) bytes of several figures, drawn in the browser's tabs at once, in their order."""
+        def opts(fig):
+            return dict(format=fmt, width=width, height=height or fig.layout.height or 500, scale=scale)
+
+        async def all_of(k):
+            return await asyncio.gather(*(k.calc_fig(fig, opts=opts(fig)) for fig in figs))
         with self._lock:
             try:
                 if self._kaleido is None:
                     self._start()
-                return self._run(self._kaleido.calc_fig(fig, opts=opts))
+                return list(self._run(all_of(self._kaleido), len(figs)))
             except ExportError:
                 raise
             except Exception as e:  # noqa: BLE001 - any browser failure becomes one line; restart next time
@@ -150,6 +161,13 @@ def titled(m: ShardMap, fig: go.Figure) -> go.Figure:
     return out
 
 
+def figure_pngs(figs: list[go.Figure], renderer: PngRenderer | None = None, m: ShardMap | None = None,
+                fmt: str = "png") -> list[bytes]:
+    """Several figures as PNG (or SVG) bytes, rendered together; with the map, titled as figure_png does."""
+    return (renderer or default_renderer()).render_many([titled(m, f) if m is not None else f for f in figs],
+                                                        fmt=fmt)
+
+
 def figure_png(fig: go.Figure, renderer: PngRenderer | None = None, m: ShardMap | None = None,
                fmt: str = "png") -> bytes:
     """One figure as PNG (or SVG) bytes; with the map, its title names the model, tp and rules."""
@@ -175,9 +193,11 @@ def figures_zip(m: ShardMap, figs: dict[str, go.Figure], renderer: PngRenderer |
     """Every figure as a PNG (or SVG) titled with the model, tp and rules, and the shard map JSON, in one
     ZIP."""
     buf = io.BytesIO()
+    names = png_names(m, list(figs))
+    images = figure_pngs([figs[key] for key in names], renderer, m, fmt)
     with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED) as z:
-        for key, name in png_names(m, list(figs)).items():
-            z.writestr(name.removesuffix(".png") + f".{fmt}", figure_png(figs[key], renderer, m, fmt))
+        for name, image in zip(names.values(), images):
+            z.writestr(name.removesuffix(".png") + f".{fmt}", image)
         z.writestr(f"{file_stem(m)}.json", shard_map_json(m))
     return buf.getvalue()
 
@@ -192,9 +212,8 @@ def write_pngs(m: ShardMap, out_dir: str | Path) -> list[Path]:
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     figs = export_figures(m)
-    paths = []
-    for key, name in png_names(m, list(figs)).items():
-        path = out / name
-        path.write_bytes(figure_png(figs[key], m=m))
-        paths.append(path)
+    names = png_names(m, list(figs))
+    paths = [out / name for name in names.values()]
+    for path, image in zip(paths, figure_pngs([figs[key] for key in names], m=m)):
+        path.write_bytes(image)
     return paths
