@@ -389,6 +389,8 @@ def test_ernie4_5_is_vllms_llama_without_biases():
     assert (q.shape, q.layer_class) == ([2048, 1024], "QKVParallelLinear")
     assert m.tensor("model.layers.*.self_attn.k_proj.weight").pieces[1].start == 0  # GPU 1 copies KV head 0
     assert m.total_weight_bytes == 360_748_032 * 2  # the card's 0.36B
+    with pytest.raises(ConfigError, match="use_bias=True: ernie4_5's q/k/v/o and MLP biases"):
+        shard_map({**load_spec("baidu/ERNIE-4.5-0.3B-PT").config, "use_bias": True}, 1)
 
 
 def test_phi2_as_vllms_transformers_backend_cuts_it():

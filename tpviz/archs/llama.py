@@ -60,7 +60,9 @@ RECORDS = [
          hf_extra=(("pad_token_id", None), ("eos_token_id", None))),
     # models/ernie45.py: LlamaForCausalLM, its o_proj bias removed; Llama reads attention_bias / bias and
     # mlp_bias, which ERNIE's configs (use_bias) never set; GPT-J-style rotary pairs keep the live model off
-    Arch("ernie4_5", "Ernie4_5ForCausalLM", qkv_bias=False, o_bias=False, tied=True),
+    Arch("ernie4_5", "Ernie4_5ForCausalLM", qkv_bias=False, o_bias=False, tied=True,
+         unmodelled=(("use_bias", "q/k/v/o and MLP biases (vLLM 0.33 builds it as a LlamaForCausalLM "
+                                  "without them and skips them at load)"),)),
     Arch("llama4", "Llama4ForConditionalGeneration", text_model="llama4_text",
          adapt=llama4_fields, chunk=8192),
     Arch("llama4_text", "Llama4ForCausalLM", adapt=llama4_fields, chunk=8192),

@@ -117,7 +117,7 @@ def derive(cfg: dict, arch: Arch, n: int, hidden: int, attn: Mixer, dense: Ffn,
         raise ConfigError(f"{arch.model_type} uses {arch.refused}, which tpviz does not model yet")
     for key, part in arch.unmodelled:
         if cfg.get(key):
-            raise ConfigError(f"{key}={cfg[key]!r}: Gemma-4 {part} are not modelled by tpviz yet")
+            raise ConfigError(f"{key}={cfg[key]!r}: {arch.model_type}'s {part} are not modelled by tpviz yet")
     mixers = _mixers(cfg, arch, n, attn)
     has_moe = _moe_layers(cfg, n, moe.experts if moe else 0)
     top_k = per_layer(cfg, "moe_topk_per_layer", n, moe.top_k if moe else 0) if moe else [0] * n
