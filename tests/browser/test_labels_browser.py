@@ -2,6 +2,7 @@
 plotly.js in headless Chromium at the explorer's figure width (980 px: the width they keep, scrolling, in a
 1024 px or phone window; about the same in a 1440 px one), and each annotation's box is measured
 (getBoundingClientRect): Plotly itself never moves a label out of another's way."""
+import contextlib
 import json
 from pathlib import Path
 
@@ -37,6 +38,21 @@ MEASURE = """async (spec) => {
 }"""
 
 
+@contextlib.contextmanager
+def plotly_page():
+    """A headless Chromium page holding plotly.js and one empty figure div (#f)."""
+    with playwright_api.sync_playwright() as p:
+        browser = launch(p)
+        try:
+            page = browser.new_page(viewport={"width": 1500, "height": 1400})
+            page.set_content(f"<html><body style='margin:0'><div id=f></div><script>{PLOTLY_JS.read_text()}"
+                             "</script></body></html>")
+            page.wait_for_function("() => window.Plotly !== undefined")
+            yield page
+        finally:
+            browser.close()
+
+
 def presets_at_8():
     """Every preset at tp 8 (or its largest valid tp below), each figure of its export, and DeepSeek-V3 at
     tp 16 (the most tensors side by side)."""
@@ -56,22 +72,14 @@ def presets_at_8():
 def test_no_label_covers_another_in_any_preset_figure():
     from tpviz.render.plots import export_figures
     found = []
-    with playwright_api.sync_playwright() as p:
-        browser = launch(p)
-        try:
-            page = browser.new_page(viewport={"width": 1500, "height": 1200})
-            page.set_content(f"<html><body style='margin:0'><div id=f></div><script>{PLOTLY_JS.read_text()}"
-                             "</script></body></html>")
-            page.wait_for_function("() => window.Plotly !== undefined")
-            for name, tp, m in presets_at_8():
-                for key, fig in export_figures(m).items():
-                    spec = json.loads(fig.to_json())
-                    for width in WIDTHS:
-                        spec["layout"]["width"] = width
-                        hits = page.evaluate(MEASURE, {"data": spec["data"], "layout": spec["layout"]})
-                        found += [f"{name} tp={tp} {key} at {width} px: {hit}" for hit in hits]
-        finally:
-            browser.close()
+    with plotly_page() as page:
+        for name, tp, m in presets_at_8():
+            for key, fig in export_figures(m).items():
+                spec = json.loads(fig.to_json())
+                for width in WIDTHS:
+                    spec["layout"]["width"] = width
+                    hits = page.evaluate(MEASURE, {"data": spec["data"], "layout": spec["layout"]})
+                    found += [f"{name} tp={tp} {key} at {width} px: {hit}" for hit in hits]
     assert not found, f"{len(found)} label collisions:\n" + "\n".join(found[:30])
 
 
@@ -99,16 +107,8 @@ def test_every_shared_kv_head_is_in_the_legend_below_the_plots(model, tp, shared
     from tpviz.render.plots import family_figure
     fig = family_figure(shard_map(model, tp), "qkv")
     assert sum(1 for t in fig.data if t.showlegend is not False and t.name) == shared
-    with playwright_api.sync_playwright() as p:
-        browser = launch(p)
-        try:
-            page = browser.new_page(viewport={"width": 1500, "height": 1400})
-            page.set_content(f"<html><body style='margin:0'><div id=f></div><script>{PLOTLY_JS.read_text()}"
-                             "</script></body></html>")
-            page.wait_for_function("() => window.Plotly !== undefined")
-            for width in (980, 1400):  # the explorer's narrowest figure, and a wide window's
-                spec = json.loads(fig.to_json())
-                spec["layout"]["width"] = width
-                assert page.evaluate(LEGEND, {"data": spec["data"], "layout": spec["layout"]}) == 0, width
-        finally:
-            browser.close()
+    with plotly_page() as page:
+        for width in (980, 1400):  # the explorer's narrowest figure, and a wide window's
+            spec = json.loads(fig.to_json())
+            spec["layout"]["width"] = width
+            assert page.evaluate(LEGEND, {"data": spec["data"], "layout": spec["layout"]}) == 0, width
