@@ -171,7 +171,7 @@ def figure_pngs(figs: list[go.Figure], renderer: PngRenderer | None = None, m: S
 def figure_png(fig: go.Figure, renderer: PngRenderer | None = None, m: ShardMap | None = None,
                fmt: str = "png") -> bytes:
     """One figure as PNG (or SVG) bytes; with the map, its title names the model, tp and rules."""
-    return (renderer or default_renderer()).render(titled(m, fig) if m is not None else fig, fmt=fmt)
+    return figure_pngs([fig], renderer, m, fmt)[0]
 
 
 def file_stem(m: ShardMap) -> str:
