@@ -144,7 +144,7 @@ def test_a_plain_tp_view_counts_traffic_as_the_plan_does():
     bytes each GPU sends), not the sum of the tensors reduced, which read 770.50 KiB beside the Plan's 1.10
     MiB."""
     from tpviz.render.text import fmt_bytes
-    from tpviz.deploy.sizing import comm_per_token
+    from tpviz.deploy.traffic import comm_per_token
     at = run_app({"model": "meta-llama/Llama-3.1-8B", "tp": "8"})
     assert errors(at) == []
     metric = next(m for m in at.metric if m.label == "Sent per decoded token, busiest GPU")

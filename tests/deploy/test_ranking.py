@@ -8,7 +8,8 @@ from tpviz.cli.main import main
 from tpviz.deploy.deployment import deploy
 from tpviz.deploy.parallel import stage_layers
 from tpviz.deploy.ranking import plan_notes, rank_layouts as plan
-from tpviz.deploy.sizing import Sizer, comm_per_token
+from tpviz.deploy.sizing import Sizer
+from tpviz.deploy.traffic import comm_per_token
 from tpviz.errors import LayoutError
 from tpviz.rules import Layout, ruleset
 

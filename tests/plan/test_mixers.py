@@ -257,7 +257,7 @@ def test_mamba2_one_group_norm_all_reduces_a_sum_of_squares():
     """vLLM 0.33's Mixer2RMSNormGated over one group (n_groups as configured, not the padded tp groups)
     all-reduces each token's fp32 sum of squares: one 4-byte all-reduce per Mamba2 layer, in the table and the
     planner."""
-    from tpviz.deploy.sizing import comm_per_token
+    from tpviz.deploy.traffic import comm_per_token
     from tpviz.rules import Layout
     from tpviz.trace.collectives import collectives
     m = shard_map({**NEMOTRON_H, "n_groups": 1}, 2)

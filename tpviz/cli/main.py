@@ -54,15 +54,29 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-tp", type=int, default=64, help="the largest tp size tried (default 64)")
     p.add_argument("--json", action="store_true", help="print the table as JSON (schema tpviz.valid/1)")
     p.set_defaults(command_module="tables", func="cmd_valid")
-    p = sub.add_parser("plan", help="every tp x pp x dp (+ expert parallel) layout of N GPUs, ranked")
+    p = sub.add_parser("plan", help="every tp x pp x dp (+ expert parallel) layout of N GPUs, ranked (by a "
+                                    "speed bound with --gpu)")
     p.add_argument("model")
     p.add_argument("--gpus", type=int, required=True, help="GPUs in total")
-    p.add_argument("--gpu-mem", type=float, required=True, metavar="GIB", help="memory of each GPU")
+    p.add_argument("--gpu", metavar="NAME",
+                   help="GPU type (h100, h200, b200, mi300x, ... or custom:mem=..,hbm=..,bf16=..): ranks by "
+                        "a speed bound; its memory unless --gpu-mem")
+    p.add_argument("--gpu-mem", type=float, metavar="GIB", help="memory of each GPU (needed without --gpu)")
+    p.add_argument("--gpus-per-node", type=int, default=8, help="GPUs per node (default 8)")
     p.add_argument("--rules", choices=RULES, default="vllm")
     p.add_argument("--util", type=float, default=0.9, help="gpu_memory_utilization (default 0.9)")
-    p.add_argument("--context", type=int, default=8192, help="tokens per sequence")
-    p.add_argument("--json", action="store_true", help="print the plan as JSON (schema tpviz.plan/1)")
-    p.set_defaults(command_module="tables", func="cmd_plan")
+    p.add_argument("--context", type=int, help="tokens per sequence (default 8192; with --gpu: "
+                                               "--input-len + --output-len)")
+    p.add_argument("--input-len", type=int, help="prompt tokens per request, with --gpu (default 1024)")
+    p.add_argument("--output-len", type=int, help="output tokens per request, with --gpu (default 1024)")
+    p.add_argument("--concurrency", default=None, metavar="C|max",
+                   help="requests at once, with --gpu (default: max for throughput, 1 for latency)")
+    p.add_argument("--goal", choices=("throughput", "latency"), default="throughput",
+                   help="most output tokens/s per GPU (within --tpot-ms), or the lowest TPOT")
+    p.add_argument("--tpot-ms", type=float, help="TPOT limit with --gpu (ms per output token)")
+    p.add_argument("--ttft-ms", type=float, help="TTFT limit with --gpu (ms)")
+    p.add_argument("--json", action="store_true", help="print the plan as JSON (schema tpviz.plan/2)")
+    p.set_defaults(command_module="plan", func="cmd_plan")
     p = sub.add_parser("compare",
                        help="vLLM 0.33's layouts of N GPUs beside the same deployment in SGLang 0.5.23")
     p.add_argument("model")

@@ -10,7 +10,7 @@ from tpviz.deploy.deployment import deploy
 from tpviz.deploy.equivalent import equivalent
 from tpviz.deploy.fit import fit, sizing_notes
 from tpviz.deploy.parallel import placement_flag
-from tpviz.deploy.sizing import COMM_LABELS
+from tpviz.deploy.traffic import COMM_LABELS
 from tpviz.errors import TPSizeError, TpvizError
 from tpviz.render.export import write_pngs
 from tpviz.render.summary import layer_span

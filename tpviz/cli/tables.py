@@ -1,5 +1,5 @@
-"""`python -m tpviz valid MODEL` (which tp sizes work under every rule set), `plan MODEL --gpus N` (every
-layout of N GPUs, ranked) and `compare MODEL --gpus N` (vLLM's layouts beside SGLang's)."""
+"""`python -m tpviz valid MODEL` (which tp sizes work under every rule set) and `compare MODEL --gpus N`
+(vLLM's layouts beside SGLang's)."""
 import json
 
 from tpviz.config.sources import load_spec
@@ -47,41 +47,6 @@ def cmd_valid(args) -> int:
     for r, lines in notes.items():
         for line in lines:
             print(f"note ({RULE_SETS[r].label} column): {line}")
-    return 0
-
-
-def cmd_plan(args) -> int:
-    """Every layout of --gpus GPUs: accepted ones ranked (fits, then KV room), rejected ones with their
-    rule."""
-    spec = load_spec(args.model)
-    rows = rank_layouts(spec, args.gpus, args.gpu_mem, args.rules, args.util, args.context)
-    notes = plan_notes(spec, args.rules, any(r.fits for r in rows), args.context)
-    if args.json:
-        print(json.dumps({"schema": "tpviz.plan/1", "model": spec.name, "rules": args.rules,
-                          "engine": ruleset(args.rules).label,
-                          "gpus": args.gpus, "gpu_mem_gib": args.gpu_mem, "utilization": args.util,
-                          "context": args.context, "notes": notes, "layouts": plan_rows(rows)}, indent=1))
-        return 0
-    context = capped_context(spec, args.context)[0]
-    print(f"{spec.name} on {args.gpus} × {args.gpu_mem:g} GiB ({ruleset(args.rules).label} rules, "
-          f"context {context:,})")
-    wide = max([28] + [len(r.layout.label) for r in rows])
-    print(f"{'layout':<{wide}} {'weights/GPU':>12} {'KV tokens':>11} {'sequences':>10} "
-          f"{'comm/token':>11}  verdict")
-    for r in rows:
-        verdict = ("fits" if r.fits else "does not fit") + (" (warning below)" if r.warnings else "") \
-            if r.problem is None else f"rejected: {r.problem}"
-        numbers = (f"{fmt_bytes(r.weights):>12} {r.kv_tokens:>11,} {r.max_sequences:>10,} "
-                   f"{fmt_bytes(r.comm_per_token) if r.comm_per_token is not None else 'n/a':>11}"
-                   if r.problem is None else f"{'':>12} {'':>11} {'':>10} {'':>11}")
-        print(f"{r.layout.label:<{wide}} {numbers}  {verdict}")
-    print_warnings({w for r in rows if r.problem is None for w in r.warnings},
-                   "plan --json gives each layout's")
-    if any(r.problem is None and r.comm_per_token is None for r in rows):
-        notes = [*notes, "comm/token n/a: SGLang's attention-DP gathers and expert-parallel sums are not "
-                         "modelled yet"]
-    for note in notes:
-        print(f"note: {note}")
     return 0
 
 

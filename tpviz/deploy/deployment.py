@@ -4,7 +4,8 @@ an EP group is the dp x tp GPUs of one stage). The rows and columns each GPU hol
 tensor-parallel map at the layout's widths (tp, and tp x dp for experts without EP)."""
 from tpviz.config.spec import ModelSpec
 from tpviz.deploy.parallel import EP_DENSE, stage_layers
-from tpviz.deploy.sizing import Sizer, comm_per_token
+from tpviz.deploy.sizing import Sizer
+from tpviz.deploy.traffic import comm_per_token
 from tpviz.errors import DenseEPError, LayoutError, TPSizeError
 from tpviz.rules import Layout, RuleSet, ruleset
 from tpviz.trace.probe import single_thread

@@ -2,6 +2,8 @@
 ranked by what fits and how much KV cache each leaves (the `plan` command and the Plan page)."""
 from tpviz.config.spec import ModelSpec
 from tpviz.deploy.fit import capped_context, check_fit_inputs, sizing_notes
+from tpviz.deploy.hardware import Topology
+from tpviz.deploy.perf import Speed, Workload
 from tpviz.deploy.sizing import LayoutRow, Sizer
 from tpviz.errors import LayoutError
 from tpviz.rules import Layout, RuleSet, ruleset
@@ -9,26 +11,40 @@ from tpviz.rules import Layout, RuleSet, ruleset
 
 def rank_layouts(spec: ModelSpec, gpus: int, gpu_gib: float, rules: RuleSet | str = "vllm",
                  utilization: float = 0.9, context: int = 8192, ep: bool = True,
-                 sizer: Sizer | None = None) -> list[LayoutRow]:
+                 sizer: Sizer | None = None, topology: Topology | None = None,
+                 workload: Workload | None = None) -> list[LayoutRow]:
     """Every layout of `gpus` GPUs, accepted ones first (fitting, then by KV room), rejected ones with their
-    rule (an engine that runs tensor parallelism alone: TP `gpus` only, which plan_notes says)."""
+    rule (an engine that runs tensor parallelism alone: TP `gpus` only, which plan_notes says). With a
+    topology and a workload each fitting row gets its speed bound (row.perf) and they rank by the
+    workload's goal; the workload's context (prompt + output) sizes the KV room."""
     rules = ruleset(rules)
     if gpus < 1 or gpus > 1024:
         raise LayoutError(f"gpus={gpus} must be between 1 and 1024")
+    if workload is not None:
+        context = workload.context
     check_fit_inputs(gpu_gib, utilization, context)
     context = capped_context(spec, context)[0]  # plan_notes says so
     sizer = sizer or Sizer(spec, rules)
     candidates = [Layout(gpus)] if rules.tp_only else rules.candidates(gpus, ep and spec.is_moe)
     rows = [sizer.row(layout, gpu_gib * 2**30, utilization, context) for layout in candidates]
-    return sorted(rows, key=ranked)
+    if topology is None or workload is None:
+        return sorted(rows, key=ranked)
+    speed = Speed(sizer, topology, workload)
+    for r in rows:
+        r.perf = speed.perf(r)
+    return sorted(rows, key=lambda r: by_speed(r, workload.goal))
 
 
 def rank_engines(spec: ModelSpec, gpus: int, gpu_gib: float, engines: tuple = ("vllm", "sglang"),
-                 utilization: float = 0.9, context: int = 8192) -> list[tuple[RuleSet, LayoutRow]]:
+                 utilization: float = 0.9, context: int = 8192, topology: Topology | None = None,
+                 workload: Workload | None = None) -> list[tuple[RuleSet, LayoutRow]]:
     """rank_layouts of several engines in one ranking, each row with the rule set it runs under."""
     rows = [(ruleset(r), row) for r in engines
-            for row in rank_layouts(spec, gpus, gpu_gib, r, utilization, context)]
-    return sorted(rows, key=lambda pair: ranked(pair[1]))
+            for row in rank_layouts(spec, gpus, gpu_gib, r, utilization, context, topology=topology,
+                                    workload=workload)]
+    if topology is None or workload is None:
+        return sorted(rows, key=lambda pair: ranked(pair[1]))
+    return sorted(rows, key=lambda pair: by_speed(pair[1], workload.goal))
 
 
 def ranked(r: LayoutRow) -> tuple:
@@ -36,6 +52,16 @@ def ranked(r: LayoutRow) -> tuple:
     then the most KV tokens, then less traffic (unmodelled traffic last)."""
     return (r.problem is not None, not r.fits, -r.max_sequences, -r.kv_tokens,
             float("inf") if r.comm_per_token is None else r.comm_per_token)
+
+
+def by_speed(r: LayoutRow, goal: str) -> tuple:
+    """The speed order: accepted and fitting first, then those with a bound within the workload's limits,
+    then the most output tokens/s per GPU (throughput) or the lowest TPOT (latency); then plan's order."""
+    p = r.perf
+    if p is None:
+        return (r.problem is not None, not r.fits, True, True, 0.0, *ranked(r))
+    speed = -p.out_tok_s_per_gpu if goal == "throughput" else p.tpot_ms
+    return (False, False, False, not p.meets, speed, *ranked(r))
 
 
 def plan_notes(spec: ModelSpec, rules: RuleSet | str, any_fits: bool, context: int = 0) -> list[str]:
@@ -47,11 +73,13 @@ def plan_notes(spec: ModelSpec, rules: RuleSet | str, any_fits: bool, context: i
             + ([capped] if capped else []) + (sizing_notes(spec, rules) if any_fits else []))
 
 
-def plan_rows(rows: list[LayoutRow]) -> list[dict]:
-    """Display rows: the layout, its verdict, and per-GPU numbers (bytes; views format them)."""
+def plan_rows(rows: list[LayoutRow], speed: bool = False) -> list[dict]:
+    """Display rows: the layout, its verdict, and per-GPU numbers (bytes; views format them); with speed,
+    each row's bound (perf, None where a layout does not fit or its traffic is not modelled)."""
     return [{"layout": r.layout.label, "tp": r.layout.tp, "pp": r.layout.pp,
              "dp": r.layout.dp, "ep": r.layout.ep, **r.layout.carved,
              "valid": r.problem is None, "fits": r.fits, "problem": r.problem, "warnings": r.warnings,
              "weights_per_gpu": r.weights, "stage_weights": r.stage_weights, "kv_per_token": r.kv_per_token,
-             "kv_tokens": r.kv_tokens, "max_sequences": r.max_sequences, "comm_per_token": r.comm_per_token}
+             "kv_tokens": r.kv_tokens, "max_sequences": r.max_sequences, "comm_per_token": r.comm_per_token,
+             **({"perf": r.perf.to_dict() if r.perf else None} if speed else {})}
             for r in rows]

@@ -2,16 +2,17 @@
 width, the routed experts at theirs (or whole, one expert at a time, under expert parallelism), summed over
 each pipeline stage's layers; the embedding sits on the first stage, the final norm and lm_head on the last.
 Also the bytes each decoded token sends, and one layout's verdict and room (a LayoutRow)."""
+import re
 from dataclasses import dataclass, field, replace
 
 from tpviz.config.kinds import Ffn, LayerSpec
 from tpviz.config.spec import ModelSpec
 from tpviz.deploy.parallel import EP_DENSE, stage_layers
+from tpviz.deploy.traffic import comm_per_token
 from tpviz.errors import LayoutError
 from tpviz.plan import ParamPlan, build_plan
 from tpviz.rules import Layout, RuleSet, ruleset
 from tpviz.trace.caches import layer_caches
-from tpviz.trace.collectives import logits_collective, norm_collectives
 from tpviz.trace.probe import single_thread
 from tpviz.trace.shardmap import numel
 from tpviz.trace.tracer import trace, trace_plan
@@ -36,10 +37,26 @@ class LayoutRow:
     per_sequence: int = 0  # KV cache one sequence of the context holds on the fullest stage's GPU
     # bytes each token moves: all-reduces, MoE dispatch/combine over dp, PP hand-offs
     comm_per_token: float | None = 0.0  # None: not modelled (SGLang's attention DP and EP traffic)
+    perf: object = None  # its speed bound (deploy.perf.Perf), when the ranking asked for one
 
     @property
     def fits(self) -> bool:
         return self.problem is None and self.room > 0
+
+
+NOT_MATMUL = re.compile(r"scale|zero|g_idx|bias|norm|sinks|A_log|^D$|dt_|perm|e_score", re.I)
+
+
+@dataclass
+class StageCost:
+    """What the fullest GPU of one stage reads and multiplies per decode step (Sizer.stage_cost)."""
+    weights: int = 0  # bytes every step reads
+    macs: int = 0  # multiply-adds per token in those weights
+    expert_bytes: int = 0  # one routed expert's bytes on this GPU, summed over the stage's MoE layers
+    expert_macs: int = 0  # multiply-adds per token routed to one expert, summed likewise
+    experts_held: int = 0  # routed experts it holds (each whole under EP, else a slice of every one)
+    # per attention layer: KV bytes per token, window (0: none), multiply-adds per cached token
+    attention: list[tuple[int, int, int]] = field(default_factory=list)
 
 
 class Sizer:
@@ -95,6 +112,50 @@ class Sizer:
                     full = full // max(plan.experts, 1) * most
                 total += full * count
         return total
+
+    def stage_cost(self, layout: Layout, layers: set[int], first: bool, last: bool) -> "StageCost":
+        """What the fullest GPU of one stage reads and multiplies per decode step, before batch and context:
+        the weights it reads whole (all it holds but the embedding, of which a step reads a row per token,
+        and the routed experts), and one routed expert's slice, read only when a token picks it."""
+        w, c = self.widths(layout), StageCost()
+        for plan in self.plans:
+            full = max(self.rank_bytes(plan, w.of(plan.role)))
+            count = (1 if self.held(plan, first, last) else 0) if plan.layers is None \
+                else len(layers & set(plan.layers))
+            if not count or (plan.family == "embed" and not (last and self.spec.tie_word_embeddings)):
+                continue
+            if plan.role == "experts":
+                c.expert_bytes += full // plan.experts * count
+                c.expert_macs += int(full // plan.experts * count * self.macs_per_byte(plan))
+            else:
+                c.weights += full * count
+                c.macs += int(full * count * self.macs_per_byte(plan))
+        if self.spec.is_moe and layers & set(self.spec.moe_layers):
+            c.experts_held = max(map(len, self.rules.expert_placement(self.spec.num_experts, w.ep))) \
+                if w.ep > 1 else self.spec.num_experts
+        heads = lambda i: max(1, (self.spec.layers[i].mixer.heads or self.spec.num_attention_heads)  # noqa: E731
+                              // w.attention)
+        for i, (size, window) in self.kv_per_layer(w.attention).items():
+            if i in layers:
+                c.attention.append((size, window, heads(i) * self.attention_dims(i)))
+        return c
+
+    def attention_dims(self, i: int) -> int:
+        """Multiply-adds per query head per cached token of layer i: q.k and p.v over the head (MLA as vLLM
+        decodes it, absorbed: over the latent and its rope key, then the latent)."""
+        if self.spec.layers[i].mixer.kind == "mla":
+            return 2 * self.spec.kv_lora_rank + self.spec.qk_rope_head_dim
+        return 2 * (self.spec.layers[i].mixer.head_dim or self.spec.head_dim)
+
+    def macs_per_byte(self, plan: ParamPlan) -> float:
+        """Multiply-adds per token per stored byte of a matmul weight (0 for norms, biases, scales and the
+        embedding): one per logical element, which packed 4-bit storage holds two to a byte."""
+        if plan.family == "embed" and not self.spec.tie_word_embeddings or len(plan.shape) < 2 \
+                or NOT_MATMUL.search(plan.name.rsplit(".", 1)[-1]):
+            return 0.0
+        stored = plan.element_bytes or self.spec.dtype_bytes
+        bits = self.spec.quant.bits if plan.element_bytes and self.spec.quant else 8 * stored
+        return 8 / bits
 
     def widths(self, layout: Layout):
         return self.rules.widths(layout, self.spec.arch)
@@ -154,48 +215,3 @@ class Sizer:
 def without_experts(spec: ModelSpec) -> ModelSpec:
     """The same model without its FFNs (and unquantized), to read the attention KV heads at any tp."""
     return replace(spec, layers=[LayerSpec(layer.mixer, Ffn("none")) for layer in spec.layers], quant=None)
-
-
-# comm_per_token's parts, as the CLI names them
-COMM_LABELS = {"tp_all_reduce": "TP all-reduces", "moe_all_reduce": "MoE all-reduces",
-               "moe_dispatch_combine": "MoE dispatch/combine over dp", "pp_send_recv": "PP hand-off",
-               "norm_collectives": "norm all-gathers / all-reduces",
-               "embed_all_reduce": "embedding all-reduce",
-               "logits_gather": "logits gather (per sampled token)"}
-
-
-def comm_per_token(spec: ModelSpec, layout: Layout, rules: RuleSet | str = "vllm") -> dict[str, float] | None:
-    """Bytes the busiest GPU sends per decoded token (sampled, so the logits count; a prefill token skips
-    them), as vLLM 0.33 runs a forward pass over its stage's layers: ring all-reduces over the tp GPUs after
-    the mixers, dense FFNs and MoE blocks (with or without EP: the block's final reduce); with dp > 1 a MoE
-    block also gathers every replica's tokens and reduce-scatters them back (the default
-    allgather_reducescatter all2all backend, one hidden state per other replica each way). Between stages vLLM
-    0.33 sends the hidden state and the residual (IntermediateTensors), each tp GPU its 1/tp slice, which the
-    next stage's tp GPUs all-gather (v1/worker/gpu_worker.py: isend_tensor_dict with all_gather_group). The
-    first stage all-reduces the embedding; the last gathers the logits (the rule set says how); OLMo-2/3
-    all-gather q and k in every attention layer (collectives.norm_collectives)."""
-    rules = ruleset(rules)
-    if layout.attn_dp > 1 or layout.ep_size > 1:  # SGLang's DP gathers and EP sums: not modelled, not guessed
-        return None
-    hidden = spec.hidden_size * spec.dtype_bytes
-    ring = lambda n: 2 * (n - 1) / n if n > 1 else 0.0  # noqa: E731 - the ring all-reduce's share per GPU
-    moe_layers, tp, pp = set(spec.moe_layers), layout.tp, layout.pp
-    logits = rules.padded_vocab(spec.vocab_size, tp) * spec.dtype_bytes
-    logits_sent = logits_collective(logits, tp, rules).sent_per_rank if tp > 1 else 0.0
-    busiest = {}
-    for stage, layers in enumerate(stage_layers(spec.num_hidden_layers, pp, rules)):
-        mine = [spec.layers[i] for i in layers]
-        moe = sum(1 for i in layers if i in moe_layers)
-        reduced = sum(1 for layer in mine if layer.ffn.kind == "dense") + sum(1 for x in mine
-                                                                              if x.mixer.kind != "none")
-        # its slice of hidden state and residual, to the next stage
-        sent = 2 * hidden / tp if stage < pp - 1 else 0.0
-        gathered = 2 * hidden * (tp - 1) / tp if stage > 0 else 0.0  # its received slice, to each tp peer
-        comm = {"tp_all_reduce": ring(tp) * hidden * reduced, "moe_all_reduce": ring(tp) * hidden * moe,
-                "moe_dispatch_combine": 2 * (layout.dp - 1) * hidden * moe, "pp_send_recv": sent + gathered,
-                "norm_collectives": sum(c.count * c.sent_per_rank
-                                        for c in norm_collectives(spec, tp, layers)),
-                "embed_all_reduce": ring(tp) * hidden if stage == 0 else 0.0,
-                "logits_gather": logits_sent if stage == pp - 1 else 0.0}
-        busiest = max(busiest, comm, key=lambda c: sum(c.values()))
-    return busiest

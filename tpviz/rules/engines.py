@@ -16,7 +16,8 @@ VLLM_0_33 = RuleSet(
     "that miss the 128 block use smaller scale blocks (since 0.29, Triton MoE kernel only); "
     "merged layers skip the create-time block check (since 0.14) but still cannot load misaligned scales.",
     VLLM_FLAGS, notes={"ep_hint": " Expert parallelism (--enable-expert-parallel) keeps every expert whole "
-                                  "on one GPU and avoids this split."}, registry="0.33.0")
+                                  "on one GPU and avoids this split."}, registry="0.33.0",
+    max_num_seqs=(1024, 256))
 VLLM_0_28 = replace(
     VLLM_0_33, name="vllm-0.28", version="0.28",
     note="vLLM 0.28.0 (0.14 to 0.28): as 0.33, except that an FP8 MoE slice that misses the "
@@ -29,7 +30,7 @@ NANO_VLLM = RuleSet(
     Flags("LLM({model!r}, tensor_parallel_size=N)", "tensor_parallel_size="),
     replicate_kv=False, vocab_padding=0, fp8_merged_exempt=False, fp8_moe_refine=False, model_checks=False,
     refuses_desc_act=False, tp_only=True, max_tp=NANO_MAX_TP, serves=("qwen3",),
-    logits="gather", hybrid_pages=False, notes={
+    logits="gather", hybrid_pages=False, max_num_seqs=(512, 512), notes={  # its Config's max_num_seqs
         "max_tp": "nano-vllm's engine runs at most {max_tp} GPUs (its Config asserts "
                   "tensor_parallel_size <= {max_tp}); its layer classes split like this at any tp",
         # its ModelRunner builds Qwen3ForCausalLM whatever the checkpoint (engine/model_runner.py)

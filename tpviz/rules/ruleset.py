@@ -103,6 +103,8 @@ class RuleSet:
     carves: bool = False  # attention DP and expert parallelism are carved out of tp (SGLang's Layout fields)
     notes: dict[str, str] = field(default_factory=dict)  # messages keyed by situation
     registry: str = ""  # the vLLM release whose model registry refuses the architectures retired before it
+    # the sequences one engine (a DP replica) decodes at once by default, on large GPUs and on the rest
+    max_num_seqs: tuple[int, int] | None = None  # None: only the KV room limits them
 
     @property
     def label(self) -> str:
@@ -177,6 +179,14 @@ class RuleSet:
     def load_problem(self, layout: Layout, spec) -> str | None:
         """What the engine refuses after every weight has loaded (a check over the whole model), else None."""
         return None
+
+    def running_cap(self, gpu) -> int | None:
+        """The default cap on sequences a replica runs at once on this GPU type (vLLM 0.33
+        EngineArgs.get_batch_defaults: 1024 on GPUs of 70 GiB or more but A100, else 256)."""
+        if self.max_num_seqs is None:
+            return None
+        large, small = self.max_num_seqs
+        return large if gpu.mem_gib >= 70 and not gpu.name.startswith("a100") else small
 
     def head_on_every_stage(self, arch) -> bool:
         """Whether every pipeline stage allocates the lm_head (vLLM: the last alone)."""

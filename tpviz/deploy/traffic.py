@@ -1,0 +1,86 @@
+"""What each GPU of a layout sends per decoded token, stage by stage: the bytes of each kind of collective,
+how many of them a forward pass runs (each pays its latency) and over which group of GPUs."""
+from dataclasses import dataclass
+
+from tpviz.config.spec import ModelSpec
+from tpviz.deploy.parallel import stage_layers
+from tpviz.rules import Layout, RuleSet, ruleset
+from tpviz.trace.collectives import logits_collective, norm_collectives
+
+# the kinds, as the CLI and the speed bound name them
+COMM_LABELS = {"tp_all_reduce": "TP all-reduces", "moe_all_reduce": "MoE all-reduces",
+               "moe_dispatch_combine": "MoE dispatch/combine over dp", "pp_send_recv": "PP hand-off",
+               "norm_collectives": "norm all-gathers / all-reduces",
+               "embed_all_reduce": "embedding all-reduce",
+               "logits_gather": "logits gather (per sampled token)"}
+# which GPUs each kind runs over: a stage's tp GPUs, its EP group (dp x tp), or the next stage's
+GROUP = {"moe_dispatch_combine": "ep", "pp_send_recv": "pp"}
+
+
+@dataclass(frozen=True)
+class Traffic:
+    """One kind of collective on the busiest GPU of a stage."""
+    kind: str  # a COMM_LABELS key
+    sent: float  # bytes per token
+    count: int  # collectives per forward pass
+
+    @property
+    def group(self) -> str:
+        return GROUP.get(self.kind, "tp")
+
+
+ALL2ALL = ("allgather_reducescatter", "deepep")  # vLLM 0.33 --all2all-backend: its default, and DeepEP's
+
+
+def stage_traffic(spec: ModelSpec, layout: Layout, rules: RuleSet | str = "vllm",
+                  all2all: str = "allgather_reducescatter") -> list[list[Traffic]] | None:
+    """Per pipeline stage, its collectives, as vLLM 0.33 runs a forward pass over the stage's layers: ring
+    all-reduces over the tp GPUs after the mixers, dense FFNs and MoE blocks (with or without EP: the block's
+    final reduce); with dp > 1 a MoE block also gathers every replica's tokens and reduce-scatters them back
+    (the default allgather_reducescatter all2all backend, one hidden state per other replica each way).
+    Between stages vLLM 0.33 sends the hidden state and the residual (IntermediateTensors), each tp GPU its
+    1/tp slice, which the next stage's tp GPUs all-gather (v1/worker/gpu_worker.py: isend_tensor_dict with
+    all_gather_group). The first stage all-reduces the embedding; the last gathers the logits (the rule set
+    says how); OLMo-2/3 all-gather q and k in every attention layer (collectives.norm_collectives). With
+    all2all="deepep" (--all2all-backend deepep_*) a token goes only to the GPUs of its top-k experts: k
+    hidden states each way, (ep - 1) / ep of them to other GPUs. None: SGLang's attention-DP gathers and EP
+    sums, which are not modelled."""
+    rules = ruleset(rules)
+    if layout.attn_dp > 1 or layout.ep_size > 1:
+        return None
+    hidden = spec.hidden_size * spec.dtype_bytes
+    ring = lambda n: 2 * (n - 1) / n if n > 1 else 0.0  # noqa: E731 - the ring all-reduce's share per GPU
+    moe_layers, tp, pp = set(spec.moe_layers), layout.tp, layout.pp
+    logits = rules.padded_vocab(spec.vocab_size, tp) * spec.dtype_bytes
+    logits_sent = logits_collective(logits, tp, rules).sent_per_rank if tp > 1 else 0.0
+    out = []
+    for stage, layers in enumerate(stage_layers(spec.num_hidden_layers, pp, rules)):
+        mine = [spec.layers[i] for i in layers]
+        moe = sum(1 for i in layers if i in moe_layers)
+        reduced = sum(1 for x in mine if x.ffn.kind == "dense") + sum(1 for x in mine if x.mixer.kind != "none")
+        norms = norm_collectives(spec, tp, layers)
+        sent = 2 * hidden / tp if stage < pp - 1 else 0.0  # its slice of hidden state and residual onward
+        gathered = 2 * hidden * (tp - 1) / tp if stage > 0 else 0.0  # the slice it received, to its tp peers
+        tp_ops, group = tp > 1, layout.dp * tp
+        dispatch = 2 * (layout.dp - 1) * hidden if all2all != "deepep" else \
+            2 * spec.num_experts_per_tok * hidden * (group - 1) / group
+        out.append([t for t in (
+            Traffic("tp_all_reduce", ring(tp) * hidden * reduced, reduced * tp_ops),
+            Traffic("moe_all_reduce", ring(tp) * hidden * moe, moe * tp_ops),
+            Traffic("moe_dispatch_combine", dispatch * moe, 2 * moe * (layout.dp > 1)),
+            Traffic("pp_send_recv", sent + gathered, (stage < pp - 1) + (stage > 0 and tp_ops)),
+            Traffic("norm_collectives", sum(c.count * c.sent_per_rank for c in norms), sum(c.count for c in norms)),
+            Traffic("embed_all_reduce", ring(tp) * hidden if stage == 0 else 0.0, int(stage == 0 and tp_ops)),
+            Traffic("logits_gather", logits_sent if stage == pp - 1 else 0.0, int(stage == pp - 1 and tp_ops)))
+            if t.count])
+    return out
+
+
+def comm_per_token(spec: ModelSpec, layout: Layout, rules: RuleSet | str = "vllm") -> dict[str, float] | None:
+    """Bytes the busiest GPU sends per decoded token, by kind (sampled, so the logits count; a prefill token
+    skips them): the busiest stage's stage_traffic. None where that is not modelled."""
+    stages = stage_traffic(spec, layout, rules)
+    if stages is None:
+        return None
+    busiest = max(stages, key=lambda s: sum(t.sent for t in s))
+    return {kind: sum(t.sent for t in busiest if t.kind == kind) for kind in COMM_LABELS}
