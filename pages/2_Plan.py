@@ -15,8 +15,12 @@ from tpviz.deploy.fit import capped_context
 from tpviz.render.text import fmt_bytes
 from tpviz.errors import TpvizError
 from tpviz.deploy.equivalent import compare
-from tpviz.deploy.ranking import plan_notes, plan_rows, rank_engines, rank_layouts
+from tpviz.deploy.hardware import Topology, catalog, gpu_type
+from tpviz.deploy.perf import BOUND_NOTE, EFFICIENCY, GOALS, ROUTING, Workload
+from tpviz.deploy.ranking import plan_notes, plan_rows, rank_engines
+from tpviz.deploy.sizing import Sizer
 from tpviz.render.plots.deployment import device_grid, expert_figure
+from tpviz.render.plots.perf import terms_figure
 from tpviz.rules import RULES, ruleset
 from tpviz.rules.layout import CARVED
 from tpviz.config.sources import find_preset, presets, repo_from_url
@@ -27,16 +31,24 @@ BOTH = "vllm+sglang"  # one ranking of both engines' layouts, each row naming it
 ENGINE_LABELS = {**RULE_LABELS, BOTH: "vLLM 0.33 + SGLang 0.5.23"}
 
 
+@st.cache_resource(show_spinner=False, max_entries=16)
+def sizer_for(cfg_json: str, name: str, rules: str) -> Sizer:
+    """One Sizer per model and engine: its traced cuts serve every question (GPUs, goal, context) asked."""
+    return Sizer(spec_for(cfg_json, name), rules)
+
+
 @st.cache_data(show_spinner=False, max_entries=64)
 def cached_plan(cfg_json: str, name: str, gpus: int, gib: float, rules: str, util: float,
-                context: int) -> list[dict]:
+                context: int, speed: tuple | None = None) -> list[dict]:
     """plan_rows of one question (the same answer for every visitor who asks it), each with its engine's rule
-    set and launch line."""
+    set and launch line; speed = (GPU type, GPUs per node, Workload fields) ranks by the speed bound."""
     spec = spec_for(cfg_json, name)
-    pairs = (rank_engines(spec, gpus, gib, ("vllm", "sglang"), util, context) if rules == BOTH else
-             [(ruleset(rules), r) for r in rank_layouts(spec, gpus, gib, rules, util, context)])
-    return [{**plan_rows([row])[0], "rules": r.name, "engine": r.label, "launch": r.launch(name, row.layout)}
-            for r, row in pairs]
+    topo, work = (Topology(gpu_type(speed[0]), speed[1]), Workload(*speed[2:])) if speed else (None, None)
+    engines = ("vllm", "sglang") if rules == BOTH else (rules,)
+    pairs = rank_engines(spec, gpus, gib, engines, util, context, topo, work,
+                         {r: sizer_for(cfg_json, name, r) for r in engines})
+    return [{**plan_rows([row], speed is not None)[0], "rules": r.name, "engine": r.label,
+             "launch": r.launch(name, row.layout)} for r, row in pairs]
 
 
 @st.cache_data(show_spinner=False, max_entries=32)
@@ -57,6 +69,16 @@ def cached_compare(cfg_json: str, name: str, gpus: int, gib: float, util: float,
     return [{**side("vLLM 0.33", a), **side("SGLang 0.5.23", b)} for a, b in pairs]
 
 
+def speed_cells(p: dict | None) -> dict:
+    """The speed bound's columns of one row (blank where a layout does not fit or is not modelled)."""
+    if p is None:
+        return {"TPOT ms ≥": None, "tok/s per GPU ≤": None, "TTFT ms ≥": None, "batch": None, "bottleneck": ""}
+    return {"TPOT ms ≥": round(p["tpot_ms"], 2), "tok/s per GPU ≤": round(p["out_tok_s_per_gpu"]),
+            "TTFT ms ≥": round(p["ttft_ms"], 1), "batch": p["batch"],
+            "bottleneck": p["bottleneck"] + ("" if p["meets_limits"] else " · misses the TPOT limit")
+            + (f" · crosses nodes ({', '.join(p['crosses'])})" if p["crosses"] else "")}
+
+
 def model_config(text: str) -> tuple[str, str]:
     """(config JSON, name) for a preset or a hub id."""
     text = repo_from_url(text.strip())
@@ -71,27 +93,53 @@ def _pick() -> None:
         st.session_state.plan_gib = float(st.session_state.plan_pick)
 
 
+def _gpu_type() -> None:  # a GPU type brings its memory
+    if (name := st.session_state.get("plan_gpu")) in catalog():
+        st.session_state.plan_gib = float(catalog()[name].mem_gib)
+
+
+def speed_inputs() -> tuple | None:
+    """The GPU type and workload of a speed ranking (None: rank by fit and KV room alone)."""
+    names = ["", *catalog()]
+    gpu = st.selectbox("GPU type (ranks layouts by a speed bound)", names, key="plan_gpu", on_change=_gpu_type,
+                       format_func=lambda n: catalog()[n].label if n else "memory only: rank by KV room")
+    if not gpu:
+        return None
+    c1, c2, c3, c4, c5, c6 = st.columns(6)
+    prompt = c1.number_input("Input tokens", 1, 1 << 24, 1024, key="plan_in")
+    output = c2.number_input("Output tokens", 1, 1 << 24, 1024, key="plan_out")
+    concurrency = c3.number_input("Concurrency (0: as many as fit)", 0, 1_000_000, 0, key="plan_conc")
+    goal = c4.radio("Goal", GOALS, key="plan_goal", horizontal=True,
+                    format_func={"throughput": "most tokens/s per GPU", "latency": "lowest TPOT"}.get)
+    tpot = c5.number_input("TPOT limit, ms (0: none)", 0.0, 10_000.0, 0.0, key="plan_tpot")
+    per_node = c6.number_input("GPUs per node", 1, 72, 8, key="plan_per_node")
+    if goal == "latency" and not concurrency:
+        concurrency = 1  # TPOT at a concurrency: one request unless asked
+    return gpu, int(per_node), int(prompt), int(output), int(concurrency) or None, goal, float(tpot) or None
+
+
 def main() -> None:
     st.set_page_config(page_title="tpviz · Plan", layout="wide")  # the table's "why" column needs the room
     st.title("Plan a deployment")
     st.caption("Every layout of your GPUs that the chosen engine would accept for this "
-               "checkpoint, ranked: what fits first, then the most concurrent sequences. Per-GPU "
-               "bytes come from the traced maps of each cut.")
+               "checkpoint, ranked: what fits first, then the most concurrent sequences, or, with a GPU "
+               "type, by a speed bound for your workload. Per-GPU bytes come from the traced maps of each cut.")
     c1, c2, c3 = st.columns([3, 1, 1])
     text = c1.selectbox("Model (preset) or type a hub id", list(presets()), index=list(presets()).index(
         "deepseek-ai/DeepSeek-V3"), key="plan_model", accept_new_options=True)
     gpus = c2.number_input("GPUs", 1, 1024, 8, key="plan_gpus")
     rules = c3.radio("Rules", [*RULES, BOTH], key="plan_rules", format_func=ENGINE_LABELS.get)
     st.pills("GPU memory quick picks (GiB)", QUICK_GIB, key="plan_pick", on_change=_pick)
+    speed = speed_inputs()
     c4, c5, c6 = st.columns(3)
     gib = c4.number_input("GPU memory (GiB)", 1.0, 10_000.0, 141.0, key="plan_gib")
     util = c5.slider("gpu_memory_utilization", 0.5, 0.98, 0.9, 0.01, key="plan_util")
-    context = c6.number_input("Context per sequence (tokens)", 1, 10_000_000, 8192,
-                              step=1024, key="plan_context")
+    context = speed[2] + speed[3] if speed else \
+        c6.number_input("Context per sequence (tokens)", 1, 10_000_000, 8192, step=1024, key="plan_context")
     try:
         cfg_json, name = model_config(str(text or ""))
         with st.spinner("Tracing each cut of the model…"):
-            rows = cached_plan(cfg_json, name, int(gpus), float(gib), rules, float(util), int(context))
+            rows = cached_plan(cfg_json, name, int(gpus), float(gib), rules, float(util), int(context), speed)
     except TpvizError as e:
         st.error(literal(str(e)))
         return
@@ -108,6 +156,7 @@ def main() -> None:
               "comm / token": ("not modelled" if r["comm_per_token"] is None
                                else fmt_bytes(r["comm_per_token"]))
               if r["valid"] else "",
+              **(speed_cells(r.get("perf")) if speed else {}),
               "why": r["problem"] or "; ".join(r["warnings"]),
               **({"launch": r["launch"]} if rules == BOTH else {})} for r in rows]
     event = st.dataframe(table, hide_index=True, width="stretch", key="plan_table", on_select="rerun",
@@ -133,6 +182,10 @@ def main() -> None:
             st.caption("Weights per GPU by stage: " + ", ".join(fmt_bytes(b) for b in r["stage_weights"]))
             lay = layout_for(cfg_json, name, r["tp"], r["pp"], r["dp"], r["ep"], r["rules"],
                              tuple((k, r[k]) for k in CARVED if k in r))
+            if speed and r.get("perf"):
+                p = r["perf"]
+                st.plotly_chart(terms_figure(p["stage_terms"], r["layout"], p["tpot_ms"],
+                                             BOUND_NOTE.format(EFFICIENCY)), theme=None, key="terms")
             st.plotly_chart(device_grid(lay), theme=None, key="grid")
             if (fig := expert_figure(lay)) is not None:
                 st.plotly_chart(fig, theme=None, key="experts")
@@ -147,6 +200,12 @@ def main() -> None:
     if any(r["valid"] and r["comm_per_token"] is None for r in rows):
         st.caption("Comm / token is not modelled for SGLang's attention DP and EP (its DP gathers and expert "
                    "sums): those rows say so rather than guess.")
+    if speed:
+        moe = " " + ROUTING[0].upper() + ROUTING[1:] + "." if spec.is_moe else ""
+        st.caption(f"Speed: {BOUND_NOTE.format(EFFICIENCY)}. Each decode step reads the weights, the "
+                   "experts its batch touches and the KV cache at the GPU's HBM bandwidth, or does its "
+                   "FLOPs at peak, whichever is longer, then its collectives at the link's bandwidth and "
+                   f"latency; throughput counts the prefills too. Kernel launches are left out.{moe}")
     for note in {n: None for r in ([rules] if rules != BOTH else ["vllm", "sglang"])
                  for n in plan_notes(spec, r, any(x["fits"] for x in rows), int(context))}:
         st.caption(f"Note: {note}.")

@@ -69,3 +69,42 @@ def test_both_engines_show_the_same_deployment_side_by_side():
     rows = list(zip(pairs["vLLM 0.33"], pairs["SGLang 0.5.23"]))
     assert ("TP 8 × PP 1 × DP 1 + EP", "TP 8 × PP 1 × DP 1 · EP 8") in rows
     assert ("—", "TP 8 × PP 1 × DP 1 · EP 2") in rows  # partial EP: no vLLM flags say it
+
+
+def speed_run(gpu: str, **values) -> AppTest:
+    at = AppTest.from_file(PAGE, default_timeout=120)
+    at.run()
+    at.selectbox(key="plan_model").set_value(values.pop("plan_model", "meta-llama/Llama-3.1-8B"))
+    at.number_input(key="plan_gpus").set_value(values.pop("plan_gpus", 8))
+    at.selectbox(key="plan_gpu").set_value(gpu)
+    at.run()
+    for key, value in values.items():
+        (at.radio(key=key) if key == "plan_goal" else at.number_input(key=key)).set_value(value)
+        at.run()
+    return at
+
+
+def test_a_gpu_type_ranks_by_the_speed_bound_and_the_goal_changes_it():
+    at = speed_run("h100")
+    assert not at.exception and not at.error
+    assert at.number_input(key="plan_gib").value == 79.6  # the GPU type brings its memory
+    table = at.dataframe[0].value
+    tokens = [t for t in table["tok/s per GPU ≤"] if t == t]
+    assert tokens == sorted(tokens, reverse=True) and len(tokens) == 10
+    assert table["bottleneck"][0].split(",")[0] in ("weights read", "KV cache read", "FLOPs")
+    assert any("a bound, not a promise" in c.value for c in at.caption)
+    first = table["layout"][0]
+    at.radio(key="plan_goal").set_value("latency")
+    at.run()
+    table = at.dataframe[0].value
+    tpot = [t for t in table["TPOT ms ≥"] if t == t]
+    assert tpot == sorted(tpot) and table["layout"][0] == "TP 8 × PP 1 × DP 1" != first
+
+
+def test_a_moe_model_names_its_routing_and_nodes_crossed():
+    at = speed_run("h200", plan_model="deepseek-ai/DeepSeek-V3", plan_gpus=16, plan_tpot=50.0)
+    assert not at.exception and not at.error
+    table = at.dataframe[0].value
+    assert "experts read" in " ".join(table["bottleneck"]) and "crosses nodes (tp)" in " ".join(table["bottleneck"])
+    assert all(t <= 50 for t in table["TPOT ms ≥"] if t == t)  # the largest batch within the limit
+    assert any("uniformly at random" in c.value for c in at.caption)

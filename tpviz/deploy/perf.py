@@ -100,7 +100,8 @@ class Perf:
         return {"tpot_ms": self.tpot_ms, "out_tok_s_per_gpu": self.out_tok_s_per_gpu, "ttft_ms": self.ttft_ms,
                 "batch": self.batch, "bottleneck": self.bottleneck_label, "terms": self.terms,
                 "out_tok_s": self.out_tok_s, "out_tok_s_per_node": self.out_tok_s_per_node,
-                "meets_limits": self.meets, "crosses": self.crosses, "kv_caps_batch": self.capped}
+                "meets_limits": self.meets, "crosses": self.crosses, "kv_caps_batch": self.capped,
+                "decode_tok_s_per_gpu": self.decode_tok_s_per_gpu, "stage_terms": self.stage_terms}
 
 
 class Speed:
@@ -118,9 +119,11 @@ class Speed:
     def perf(self, row: LayoutRow) -> Perf | None:
         """The bound for a layout that fits; None where it does not, or its traffic is not modelled."""
         layout = row.layout
+        if not row.fits:
+            return None
         stages = stage_layers(self.spec.num_hidden_layers, layout.pp, self.sizer.rules)
         traffic = stage_traffic(self.spec, layout, self.sizer.rules, self.all2all)
-        if not row.fits or traffic is None:
+        if traffic is None:
             return None
         costs = [self.sizer.stage_cost(layout, set(s), i == 0, i == len(stages) - 1) for i, s in enumerate(stages)]
         links = [{g: self.group_link(layout, i, g) for g in ("tp", "ep", "pp")} for i in range(len(stages))]

@@ -37,11 +37,12 @@ def rank_layouts(spec: ModelSpec, gpus: int, gpu_gib: float, rules: RuleSet | st
 
 def rank_engines(spec: ModelSpec, gpus: int, gpu_gib: float, engines: tuple = ("vllm", "sglang"),
                  utilization: float = 0.9, context: int = 8192, topology: Topology | None = None,
-                 workload: Workload | None = None) -> list[tuple[RuleSet, LayoutRow]]:
-    """rank_layouts of several engines in one ranking, each row with the rule set it runs under."""
+                 workload: Workload | None = None, sizers: dict | None = None) -> list[tuple[RuleSet, LayoutRow]]:
+    """rank_layouts of several engines in one ranking, each row with the rule set it runs under (sizers: a
+    Sizer per engine name, reused across questions)."""
     rows = [(ruleset(r), row) for r in engines
             for row in rank_layouts(spec, gpus, gpu_gib, r, utilization, context, topology=topology,
-                                    workload=workload)]
+                                    workload=workload, sizer=(sizers or {}).get(r))]
     if topology is None or workload is None:
         return sorted(rows, key=lambda pair: ranked(pair[1]))
     return sorted(rows, key=lambda pair: by_speed(pair[1], workload.goal))
