@@ -41,12 +41,13 @@ def main() -> int:
             continue
         pairs = [(a, b) for a, b in combinations(group, 2)
                  if per_gpu(a, a.m["value"]) != per_gpu(b, b.m["value"])]
-        same = sum((per_gpu(a, a.m["value"]) > per_gpu(b, b.m["value"])) == (per_gpu(a, a.bound) > per_gpu(b, b.bound))
-                   for a, b in pairs)
+        same = sum((per_gpu(a, a.m["value"]) > per_gpu(b, b.m["value"]))
+                   == (per_gpu(a, a.bound) > per_gpu(b, b.bound)) for a, b in pairs)
         agree, total = agree + same, total + len(pairs)
-        print(f"  {key[0]} {key[1]} on {key[2]} ({key[3]}, {key[4]}/{key[5]}): {same}/{len(pairs)} pairs in the "
-              f"same order: " + ", ".join(f"{c.layout} {per_gpu(c, c.m['value']):,.0f}/{per_gpu(c, c.bound):,.0f}"
-                                          for c in group))
+        sides = ", ".join(f"{c.layout} {per_gpu(c, c.m['value']):,.0f}/{per_gpu(c, c.bound):,.0f}"
+                          for c in group)
+        print(f"  {key[0]} {key[1]} on {key[2]} ({key[3]}, {key[4]}/{key[5]}): {same}/{len(pairs)} pairs "
+              f"in the same order: {sides}")
     median = efficiency(checked)
     print(f"\n{len(checked)} measurements; bound beaten by {len(beaten)} (target 0)"
           + "".join(f"\n  BEATEN: {c.m['id']} ratio {c.ratio:.2f}" for c in beaten))

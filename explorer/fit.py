@@ -2,7 +2,10 @@
 import streamlit as st
 
 from explorer.state import EXTRAS, FIT_KEYS, with_fit
-from tpviz.deploy.fit import GPU_SIZES_GIB, GPU_UTILIZATION, capped_context, fit, sizing_notes
+from tpviz.deploy.fit import GPU_SIZES_GIB, GPU_UTILIZATION, capped_context, fit, sizing_notes, speed
+from tpviz.deploy.hardware import Topology, catalog
+from tpviz.deploy.perf import BOUND_NOTE, EFFICIENCY, ROUTING, Workload
+from tpviz.render.plots.perf import terms_figure
 from tpviz.render.text import fmt_bytes
 from tpviz.trace.shardmap import ShardMap
 
@@ -37,7 +40,7 @@ def _pick() -> None:
 def fit_section(m: ShardMap, layout=None) -> None:
     """Inputs, the answer for the user's GPU, and the same at common sizes (a table drawn when opened); with a
     pp / dp / ep layout, sized for its fullest stage and its dp replicas, as the Plan page sizes it."""
-    st.markdown("### Does it fit?")
+    st.markdown("### Does it fit, and how fast?")
     st.pills("Quick picks (GiB)", QUICK_GIB, key="gpu_pick", on_change=_pick)
     state = st.session_state
     for key in FIT_KEYS:  # a link's values are set before the widgets: none of them passes its own default
@@ -47,6 +50,11 @@ def fit_section(m: ShardMap, layout=None) -> None:
     util = c2.slider("gpu_memory_utilization", 0.5, 0.98, step=0.01, key="gpu_util")
     context = c3.number_input("Context per sequence (tokens)", 1, 10_000_000, step=1024, key="context")
     concurrency = c4.number_input("Concurrent sequences", 1, 100_000, key="concurrency")
+    s1, s2 = st.columns([3, 1])
+    s1.selectbox("GPU type, for a speed bound", ["", *catalog()], key="gpu_type", on_change=_gpu_type,
+                 format_func=lambda n: catalog()[n].label if n else "none: memory alone")
+    output = s2.number_input("of which output tokens", 1, 10_000_000, key="output_len",
+                             disabled=not state.gpu_type)
     if (query := with_fit(st.query_params.to_dict(), state)) != st.query_params.to_dict():
         st.query_params.from_dict(query)  # this section reruns alone: its inputs go in the link here
     f = fit(m, gib, util, int(context), int(concurrency), layout=layout)
@@ -74,3 +82,46 @@ def fit_section(m: ShardMap, layout=None) -> None:
                "recurrent state once). Activations, CUDA graphs and NCCL buffers take a few GiB more.")
     for note in sizing_notes(m.model, m.rules) if f.room > 0 else []:
         st.caption(f"Note: {note}.")
+    if state.gpu_type:
+        speed_part(m, layout, gib, util, int(context), int(output), int(concurrency))
+
+
+def _gpu_type() -> None:  # a GPU type brings its memory
+    if (name := st.session_state.get("gpu_type")) in catalog():
+        st.session_state.gpu_mem = float(catalog()[name].mem_gib)
+
+
+def speed_part(m: ShardMap, layout, gib: float, util: float, context: int, output: int, concurrency: int):
+    """The speed bound of this layout on the chosen GPU type: TPOT, throughput, TTFT and its terms."""
+    gpu = catalog()[st.session_state.gpu_type]
+    if output >= context:
+        st.error(f"{output:,} output tokens leave no prompt in a context of {context:,}: give fewer output "
+                 "tokens or a longer context")
+        return
+    work, topo = Workload(context - output, output, concurrency), Topology(gpu)
+    p = speed(m, topo, work, gib, util, layout)
+    if p is None:
+        st.caption("No speed bound: the layout does not fit, or its traffic (SGLang's attention DP and EP) "
+                   "is "
+                   "not modelled.")
+        return
+    c1, c2, c3, c4 = st.columns(4)
+    c1.metric("TPOT, at least", f"{p.tpot_ms:.2f} ms", f"batch {p.batch:,}", delta_color="off",
+              delta_arrow="off")
+    c2.metric("Output tokens/s per GPU, at most", f"{p.out_tok_s_per_gpu:,.0f}")
+    c3.metric(f"TTFT for {work.input_len:,} tokens, at least", f"{p.ttft_ms:.1f} ms")
+    c4.metric("Bottleneck", p.bottleneck_label)
+    if p.capped:
+        st.caption(f"The KV room or {m.rules.label}'s max_num_seqs holds {p.batch:,} of the {concurrency:,} "
+                   "sequences asked for: the bound decodes those.")
+    if p.crosses:
+        st.warning(f"On {gpu.label} nodes of {topo.gpus_per_node}, the {', '.join(p.crosses)} group "
+                   "crosses nodes: its "
+                   f"collectives run at the scale-out network ({gpu.scale_out_gbit:g} Gbit/s per GPU).")
+    label = layout.label if layout else f"TP {m.tp_size}"
+    st.plotly_chart(terms_figure(p.stage_terms, label, p.tpot_ms, BOUND_NOTE.format(EFFICIENCY)), theme=None,
+                    key="fig_speed_terms")
+    st.caption(f"Speed on {gpu.label}: {BOUND_NOTE.format(EFFICIENCY)}. Decode steps read weights, touched "
+               "experts and KV cache at HBM bandwidth or do their FLOPs at peak, whichever is longer, then "
+               "their collectives; kernel launches are left out." + (f" {ROUTING[0].upper()}{ROUTING[1:]}."
+                                                                      if m.model.is_moe else ""))

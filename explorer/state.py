@@ -1,8 +1,9 @@
 """The explorer's shareable view state: ?model=...&tp=...&rules=...(&pp=&dp=&ep=, SGLang's
 &attn_dp=&ep_size=&dense_tp1=&dp_lm_head=&shared_tp1=, and the rest of the view: &dtype=&kv=&gpu=&util=&ctx=
-&conc=&group=&tab=) <-> the controls (no Streamlit import)."""
+&conc=&hw=&out=&group=&tab=) <-> the controls (no Streamlit import)."""
 from tpviz.config.spec import KV_DTYPES, SERVE_DTYPES
 from tpviz.deploy.fit import GPU_UTILIZATION
+from tpviz.deploy.hardware import catalog
 from tpviz.rules import RULES
 from tpviz.rules.layout import CARVED
 from tpviz.config.sources import repo_from_url
@@ -16,10 +17,11 @@ MAX_PP_DP = 64
 # choices, the fit inputs, the layer group (-1: all layers; None: the largest) and the open figure tab
 EXTRAS = {"serve_dtype": ("dtype", "auto"), "kv_dtype": ("kv", "auto"), "gpu_mem": ("gpu", 80.0),
           "gpu_util": ("util", GPU_UTILIZATION), "context": ("ctx", 8192), "concurrency": ("conc", 16),
-          "layer_group": ("group", None), "tab": ("tab", None)}
-FIT_KEYS = ("gpu_mem", "gpu_util", "context", "concurrency")
+          "gpu_type": ("hw", ""), "output_len": ("out", 1024), "layer_group": ("group", None),
+          "tab": ("tab", None)}
+FIT_KEYS = ("gpu_mem", "gpu_util", "context", "concurrency", "gpu_type", "output_len")
 NUMBERS = {"gpu_mem": (float, 1.0, 10_000.0), "gpu_util": (float, 0.5, 0.98), "context": (int, 1, 10_000_000),
-           "concurrency": (int, 1, 100_000)}
+           "concurrency": (int, 1, 100_000), "output_len": (int, 1, 10_000_000)}
 FLAGS = {"1": True, "true": True, "on": True, "0": False, "false": False, "off": False}
 
 
@@ -101,6 +103,8 @@ def _extra(key: str, text: str):
     if key == "tab":  # a figure's key ('experts', 'qkv'); one the view lacks opens the first tab
         ok = 0 < len(text) <= 40 and text.replace("_", "").isalnum() and text.isascii()
         return (text if ok else None), "a figure name"
+    if key == "gpu_type":  # a catalog GPU's name (tpviz.deploy.hardware)
+        return (text.lower() if text.lower() in catalog() else None), f"one of {', '.join(catalog())}"
     choices = SERVE_DTYPES if key == "serve_dtype" else tuple(KV_DTYPES)
     return (text if text in choices else None), f"one of {', '.join(choices)}"
 

@@ -16,7 +16,7 @@ from tpviz.render.text import fmt_bytes
 from tpviz.errors import TpvizError
 from tpviz.deploy.equivalent import compare
 from tpviz.deploy.hardware import Topology, catalog, gpu_type
-from tpviz.deploy.perf import BOUND_NOTE, EFFICIENCY, GOALS, ROUTING, Workload
+from tpviz.deploy.perf import BOUND_NOTE, EFFICIENCY, EP_SAME, GOALS, ROUTING, Workload
 from tpviz.deploy.ranking import plan_notes, plan_rows, rank_engines
 from tpviz.deploy.sizing import Sizer
 from tpviz.render.plots.deployment import device_grid, expert_figure
@@ -72,7 +72,8 @@ def cached_compare(cfg_json: str, name: str, gpus: int, gib: float, util: float,
 def speed_cells(p: dict | None) -> dict:
     """The speed bound's columns of one row (blank where a layout does not fit or is not modelled)."""
     if p is None:
-        return {"TPOT ms ≥": None, "tok/s per GPU ≤": None, "TTFT ms ≥": None, "batch": None, "bottleneck": ""}
+        return {"TPOT ms ≥": None, "tok/s per GPU ≤": None, "TTFT ms ≥": None, "batch": None,
+                "bottleneck": ""}
     return {"TPOT ms ≥": round(p["tpot_ms"], 2), "tok/s per GPU ≤": round(p["out_tok_s_per_gpu"]),
             "TTFT ms ≥": round(p["ttft_ms"], 1), "batch": p["batch"],
             "bottleneck": p["bottleneck"] + ("" if p["meets_limits"] else " · misses the TPOT limit")
@@ -101,7 +102,8 @@ def _gpu_type() -> None:  # a GPU type brings its memory
 def speed_inputs() -> tuple | None:
     """The GPU type and workload of a speed ranking (None: rank by fit and KV room alone)."""
     names = ["", *catalog()]
-    gpu = st.selectbox("GPU type (ranks layouts by a speed bound)", names, key="plan_gpu", on_change=_gpu_type,
+    gpu = st.selectbox("GPU type (ranks layouts by a speed bound)", names, key="plan_gpu",
+                       on_change=_gpu_type,
                        format_func=lambda n: catalog()[n].label if n else "memory only: rank by KV room")
     if not gpu:
         return None
@@ -123,7 +125,8 @@ def main() -> None:
     st.title("Plan a deployment")
     st.caption("Every layout of your GPUs that the chosen engine would accept for this "
                "checkpoint, ranked: what fits first, then the most concurrent sequences, or, with a GPU "
-               "type, by a speed bound for your workload. Per-GPU bytes come from the traced maps of each cut.")
+               "type, by a speed bound for your workload. Per-GPU bytes come from the traced maps of each "
+               "cut.")
     c1, c2, c3 = st.columns([3, 1, 1])
     text = c1.selectbox("Model (preset) or type a hub id", list(presets()), index=list(presets()).index(
         "deepseek-ai/DeepSeek-V3"), key="plan_model", accept_new_options=True)
@@ -206,6 +209,8 @@ def main() -> None:
                    "experts its batch touches and the KV cache at the GPU's HBM bandwidth, or does its "
                    "FLOPs at peak, whichever is longer, then its collectives at the link's bandwidth and "
                    f"latency; throughput counts the prefills too. Kernel launches are left out.{moe}")
+        if any(r.get("perf") and r["ep"] for r in rows):
+            st.caption(f"Note: {EP_SAME}.")
     for note in {n: None for r in ([rules] if rules != BOTH else ["vllm", "sglang"])
                  for n in plan_notes(spec, r, any(x["fits"] for x in rows), int(context))}:
         st.caption(f"Note: {note}.")

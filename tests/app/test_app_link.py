@@ -59,3 +59,21 @@ def test_bad_view_values_in_a_link_are_one_line_each():
     assert len(lines) == 3 and all("\n" not in line for line in lines)
     assert any(line.startswith("kv='int3' in the link is not one of auto, fp8") for line in lines)
     assert at.slider(key="gpu_util").value == 0.9 and "util" not in at.query_params
+
+
+def test_a_gpu_type_in_the_link_shows_the_speed_bound_and_stays_in_it():
+    query = {"model": "meta-llama/Llama-3.1-70B", "tp": "4", "rules": "vllm", "gpu": "79.6", "ctx": "2048",
+             "conc": "1", "hw": "h100", "out": "1024"}
+    at = run_app(query)
+    assert errors(at) == [] and dict(at.query_params) == {k: v for k, v in query.items() if k != "out"}
+    tpot = metric(at, "TPOT, at least")
+    assert tpot.endswith(" ms") and 10 < float(tpot.split()[0]) < 12  # 34.8 GB of weights at 3.35 TB/s
+    assert metric(at, "Bottleneck").startswith("weights read")
+    assert any(c["layout"]["title"]["text"].startswith("Speed bound · TP 4") for c in charts(at))
+    at.selectbox(key="gpu_type").set_value("h200").run()
+    assert at.number_input(key="gpu_mem").value == 140.4 and at.query_params["hw"] == "h200"
+    assert float(metric(at, "TPOT, at least").split()[0]) < float(tpot.split()[0])  # more bandwidth
+    bad = run_app({**query, "hw": "h300"})
+    assert any("hw='h300' in the link" in e for e in [*errors(bad), *[w.value for w in bad.warning]])
+    short = run_app({**query, "out": "4096"})
+    assert any("leave no prompt" in e.value for e in short.error)

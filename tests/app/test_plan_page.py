@@ -105,6 +105,7 @@ def test_a_moe_model_names_its_routing_and_nodes_crossed():
     at = speed_run("h200", plan_model="deepseek-ai/DeepSeek-V3", plan_gpus=16, plan_tpot=50.0)
     assert not at.exception and not at.error
     table = at.dataframe[0].value
-    assert "experts read" in " ".join(table["bottleneck"]) and "crosses nodes (tp)" in " ".join(table["bottleneck"])
+    said = " ".join(table["bottleneck"])
+    assert "experts read" in said and "crosses nodes (tp)" in said
     assert all(t <= 50 for t in table["TPOT ms ≥"] if t == t)  # the largest batch within the limit
     assert any("uniformly at random" in c.value for c in at.caption)

@@ -151,7 +151,8 @@ def test_a_tpot_limit_picks_the_largest_batch_within_it():
 
 
 def test_catalog_and_custom_gpus():
-    assert len(catalog()) >= 17 and all(g.source and g.hbm_gb_s and g.tflops["bf16"] for g in catalog().values())
+    assert len(catalog()) >= 17
+    assert all(g.source and g.hbm_gb_s and g.tflops["bf16"] for g in catalog().values())
     for name in ("a100-40", "a100-80", "h100", "h100-pcie", "h200", "h20", "b200", "b300", "gb200", "gb300",
                  "rtx-pro-6000", "l40s", "rtx-4090", "rtx-5090", "mi300x", "mi325x", "mi355x"):
         assert gpu_type(name.upper()).name == name
@@ -165,7 +166,8 @@ def test_catalog_and_custom_gpus():
         Topology(H100, 0)
 
 
-@pytest.mark.parametrize("kwargs, word", [({"input_len": 0}, "input len"), ({"output_len": 1.5}, "output len"),
+@pytest.mark.parametrize("kwargs, word", [({"input_len": 0}, "input len"),
+                                          ({"output_len": 1.5}, "output len"),
                                           ({"concurrency": 0}, "concurrency"), ({"goal": "cost"}, "goal"),
                                           ({"tpot_ms": -1}, "TPOT")])
 def test_bad_workloads(kwargs, word):

@@ -1,12 +1,12 @@
-"""`python -m tpviz plan MODEL --gpus N (--gpu NAME | --gpu-mem GIB)`: every layout of N GPUs, ranked by fit and
-KV room, or (with --gpu) by a speed bound for a workload."""
+"""`python -m tpviz plan MODEL --gpus N (--gpu NAME | --gpu-mem GIB)`: every layout of N GPUs, ranked by fit
+and KV room, or (with --gpu) by a speed bound for a workload."""
 import json
 
 from tpviz.cli.tables import print_warnings
 from tpviz.config.sources import load_spec
 from tpviz.deploy.fit import capped_context
 from tpviz.deploy.hardware import Topology, gpu_type
-from tpviz.deploy.perf import BOUND_NOTE, EFFICIENCY, ROUTING, TERM_LABELS, Workload
+from tpviz.deploy.perf import BOUND_NOTE, EFFICIENCY, EP_SAME, ROUTING, TERM_LABELS, Workload
 from tpviz.deploy.ranking import plan_notes, plan_rows, rank_layouts
 from tpviz.errors import TpvizError
 from tpviz.render.text import fmt_bytes
@@ -23,8 +23,8 @@ def speed_inputs(args) -> tuple[Topology | None, Workload | None, float, int]:
         if args.gpu_mem is None:
             raise TpvizError("plan needs --gpu NAME (h100, h200, b200, mi300x, ...) or --gpu-mem GIB")
         if speed_only:
-            raise TpvizError(f"{speed_only[0]} sets the speed ranking's workload: add --gpu NAME (h100, h200, "
-                             "b200, mi300x, ...) to rank by speed")
+            raise TpvizError(f"{speed_only[0]} sets the speed ranking's workload: add --gpu NAME (h100, "
+                             "h200, b200, mi300x, ...) to rank by speed")
         return None, None, args.gpu_mem, 8192 if args.context is None else args.context
     if lengths and args.context is not None:
         raise TpvizError("give --context or --input-len/--output-len, not both (the context is their sum)")
@@ -47,12 +47,14 @@ def cmd_plan(args) -> int:
         raise TpvizError("--goal latency ranks by TPOT at a concurrency: give --concurrency N, not max")
     topo, work, gpu_gib, context = speed_inputs(args)
     spec = load_spec(args.model)
-    rows = rank_layouts(spec, args.gpus, gpu_gib, args.rules, args.util, context, topology=topo, workload=work)
+    rows = rank_layouts(spec, args.gpus, gpu_gib, args.rules, args.util, context, topology=topo,
+                        workload=work)
     notes = plan_notes(spec, args.rules, any(r.fits for r in rows), context)
     rules = ruleset(args.rules)
     if work:
         notes.append(BOUND_NOTE.format(EFFICIENCY) + " (kernel launches, norms and sampling left out)")
         notes += [ROUTING] if spec.is_moe else []
+        notes += [EP_SAME] if any(r.perf and r.layout.ep for r in rows) else []
     if args.json:
         out = {"schema": "tpviz.plan/2", "model": spec.name, "rules": args.rules, "engine": rules.label,
                "gpus": args.gpus, "gpu_mem_gib": gpu_gib, "utilization": args.util, "context": context,
@@ -70,14 +72,15 @@ def cmd_plan(args) -> int:
     context = capped_context(spec, context)[0]
     head = f"{spec.name} on {args.gpus} × {gpu_gib:g} GiB ({rules.label} rules, context {context:,})"
     if work:
-        head = (f"{spec.name} on {args.gpus} × {topo.gpu.label}, {topo.gpus_per_node} per node ({rules.label} "
-                f"rules): {work.input_len:,} in + {work.output_len:,} out, concurrency "
+        head = (f"{spec.name} on {args.gpus} × {topo.gpu.label}, {topo.gpus_per_node} per node "
+                f"({rules.label} rules): {work.input_len:,} in + {work.output_len:,} out, concurrency "
                 f"{work.concurrency or 'max'}, goal {work.goal}"
                 + (f", TPOT ≤ {work.tpot_ms:g} ms" if work.tpot_ms else "")
                 + (f", TTFT ≤ {work.ttft_ms:g} ms" if work.ttft_ms else ""))
     print(head)
     wide = max([28] + [len(r.layout.label) for r in rows])
-    speed_head = f"{'TPOT ms':>8} {'tok/s/GPU':>10} {'TTFT ms':>8} {'batch':>6}  {'bottleneck':<26}" if work else ""
+    speed_head = (f"{'TPOT ms':>8} {'tok/s/GPU':>10} {'TTFT ms':>8} {'batch':>6}  {'bottleneck':<26}"
+                  if work else "")
     print(f"{'layout':<{wide}} {'weights/GPU':>12} {'KV tokens':>11} {'sequences':>10} "
           f"{'comm/token':>11} {speed_head} verdict")
     for r in rows:

@@ -6,9 +6,11 @@ from dataclasses import dataclass
 
 from tpviz.config.kinds import ATTENTION_KINDS, STATEFUL
 from tpviz.errors import TpvizError
+from tpviz.deploy.hardware import Topology
+from tpviz.deploy.perf import Perf, Speed, Workload
 from tpviz.deploy.sizing import Sizer
 from tpviz.errors import LayoutError
-from tpviz.rules import RuleSet, ruleset
+from tpviz.rules import Layout, RuleSet, ruleset
 from tpviz.trace.shardmap import ShardMap
 
 GPU_SIZES_GIB = (24, 40, 48, 80, 141, 192)  # common accelerator memory sizes (nominal)
@@ -118,3 +120,12 @@ def fit(m: ShardMap, gpu_gib: float, utilization: float = GPU_UTILIZATION, conte
     return Fit(gpu_gib * 2**30, usable, weights, room,
                int(room // kv) if room > 0 and kv and uniform else None,
                per_seq, int(room // per_seq) if room > 0 and per_seq else 0, context, concurrency, note)
+
+
+def speed(m: ShardMap, topology: Topology, workload: Workload, gpu_gib: float,
+          utilization: float = GPU_UTILIZATION, layout=None) -> Perf | None:
+    """The speed bound of this map's layout (plain TP at its tp unless given) on the topology's GPUs (of
+    gpu_gib each) at the workload; None where it does not fit or its traffic is not modelled."""
+    layout = layout or Layout(m.tp_size)
+    row = _sizer(m).row(layout, gpu_gib * 2**30, utilization, workload.context)
+    return Speed(_sizer(m), topology, workload).perf(row)

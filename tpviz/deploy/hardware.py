@@ -1,5 +1,6 @@
-"""The GPUs a layout runs on: a catalog of accelerators (gpus.json, each entry with its source) or a custom one
-from its numbers, and the topology that says which GPUs share a scale-up link and which talk across nodes."""
+"""The GPUs a layout runs on: a catalog of accelerators (gpus.json, each entry with its source) or a custom
+one from its numbers, and the topology that says which GPUs share a scale-up link and which talk across
+nodes."""
 import json
 from dataclasses import dataclass, field
 from functools import cache

@@ -19,9 +19,13 @@ from tpviz.rules import Layout
 TERM_LABELS = {"weights": "weights read", "experts": "experts read", "kv": "KV cache read",
                "compute": "FLOPs", **COMM_LABELS}
 MEMORY_TERMS = ("weights", "experts", "kv")
-COMPUTE_FORMAT = {"fp8_block": "fp8", "fp8_channel": "fp8", "fp8_tensor": "fp8", "mxfp4": "fp4", "nvfp4": "fp4"}
+COMPUTE_FORMAT = {"fp8_block": "fp8", "fp8_channel": "fp8", "fp8_tensor": "fp8", "mxfp4": "fp4",
+                  "nvfp4": "fp4"}
 ROUTING = ("routed experts: each token picks top-k of them uniformly at random, so a batch of T tokens reads "
            "a share 1 - (1 - k/E)^T of each GPU's experts")
+EP_SAME = ("with and without expert parallelism the bound is the same: vLLM 0.33 reads as many expert "
+           "bytes per GPU and sends the same tokens either way (its default allgather_reducescatter "
+           "all2all); EP changes kernel shapes and the routing's balance, which a bound leaves out")
 GOALS = ("throughput", "latency")
 # median of measured / bound over bench/data/perf_measurements.json (tests/deploy/test_perf_calibration.py)
 EFFICIENCY = 0.39
@@ -125,7 +129,8 @@ class Speed:
         traffic = stage_traffic(self.spec, layout, self.sizer.rules, self.all2all)
         if traffic is None:
             return None
-        costs = [self.sizer.stage_cost(layout, set(s), i == 0, i == len(stages) - 1) for i, s in enumerate(stages)]
+        costs = [self.sizer.stage_cost(layout, set(s), i == 0, i == len(stages) - 1)
+                 for i, s in enumerate(stages)]
         links = [{g: self.group_link(layout, i, g) for g in ("tp", "ep", "pp")} for i in range(len(stages))]
         cap = self.sizer.rules.running_cap(self.topo.gpu) or 1 << 16
         per_replica = max(1, min(row.max_sequences // layout.dp, cap))
@@ -145,7 +150,8 @@ class Speed:
         meets = (self.work.tpot_ms is None or tpot * 1e3 <= self.work.tpot_ms) and \
                 (self.work.ttft_ms is None or ttft * 1e3 <= self.work.ttft_ms)
         return Perf(tpot * 1e3, ttft * 1e3, batch * layout.dp, out, per_gpu,
-                    per_gpu * min(self.topo.gpus_per_node, layout.gpus), batch * layout.dp / tpot / layout.gpus,
+                    per_gpu * min(self.topo.gpus_per_node, layout.gpus),
+                    batch * layout.dp / tpot / layout.gpus,
                     terms,
                     [{k: v * 1e3 for k, v in t.items()} for t in stage_terms], meets,
                     crosses, wanted > per_replica)

@@ -37,7 +37,8 @@ def rank_layouts(spec: ModelSpec, gpus: int, gpu_gib: float, rules: RuleSet | st
 
 def rank_engines(spec: ModelSpec, gpus: int, gpu_gib: float, engines: tuple = ("vllm", "sglang"),
                  utilization: float = 0.9, context: int = 8192, topology: Topology | None = None,
-                 workload: Workload | None = None, sizers: dict | None = None) -> list[tuple[RuleSet, LayoutRow]]:
+                 workload: Workload | None = None,
+                 sizers: dict | None = None) -> list[tuple[RuleSet, LayoutRow]]:
     """rank_layouts of several engines in one ranking, each row with the rule set it runs under (sizers: a
     Sizer per engine name, reused across questions)."""
     rows = [(ruleset(r), row) for r in engines

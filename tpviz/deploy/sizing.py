@@ -133,8 +133,8 @@ class Sizer:
         if self.spec.is_moe and layers & set(self.spec.moe_layers):
             c.experts_held = max(map(len, self.rules.expert_placement(self.spec.num_experts, w.ep))) \
                 if w.ep > 1 else self.spec.num_experts
-        heads = lambda i: max(1, (self.spec.layers[i].mixer.heads or self.spec.num_attention_heads)  # noqa: E731
-                              // w.attention)
+        def heads(i: int) -> int:  # query heads of layer i on one GPU
+            return max(1, (self.spec.layers[i].mixer.heads or self.spec.num_attention_heads) // w.attention)
         for i, (size, window) in self.kv_per_layer(w.attention).items():
             if i in layers:
                 c.attention.append((size, window, heads(i) * self.attention_dims(i)))

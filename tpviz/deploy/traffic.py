@@ -57,7 +57,8 @@ def stage_traffic(spec: ModelSpec, layout: Layout, rules: RuleSet | str = "vllm"
     for stage, layers in enumerate(stage_layers(spec.num_hidden_layers, pp, rules)):
         mine = [spec.layers[i] for i in layers]
         moe = sum(1 for i in layers if i in moe_layers)
-        reduced = sum(1 for x in mine if x.ffn.kind == "dense") + sum(1 for x in mine if x.mixer.kind != "none")
+        reduced = sum(1 for x in mine if x.ffn.kind == "dense") + sum(1 for x in mine
+                                                                    if x.mixer.kind != "none")
         norms = norm_collectives(spec, tp, layers)
         sent = 2 * hidden / tp if stage < pp - 1 else 0.0  # its slice of hidden state and residual onward
         gathered = 2 * hidden * (tp - 1) / tp if stage > 0 else 0.0  # the slice it received, to its tp peers
@@ -69,9 +70,11 @@ def stage_traffic(spec: ModelSpec, layout: Layout, rules: RuleSet | str = "vllm"
             Traffic("moe_all_reduce", ring(tp) * hidden * moe, moe * tp_ops),
             Traffic("moe_dispatch_combine", dispatch * moe, 2 * moe * (layout.dp > 1)),
             Traffic("pp_send_recv", sent + gathered, (stage < pp - 1) + (stage > 0 and tp_ops)),
-            Traffic("norm_collectives", sum(c.count * c.sent_per_rank for c in norms), sum(c.count for c in norms)),
+            Traffic("norm_collectives", sum(c.count * c.sent_per_rank for c in norms),
+                    sum(c.count for c in norms)),
             Traffic("embed_all_reduce", ring(tp) * hidden if stage == 0 else 0.0, int(stage == 0 and tp_ops)),
-            Traffic("logits_gather", logits_sent if stage == pp - 1 else 0.0, int(stage == pp - 1 and tp_ops)))
+            Traffic("logits_gather", logits_sent if stage == pp - 1 else 0.0,
+                    int(stage == pp - 1 and tp_ops)))
             if t.count])
     return out
 
