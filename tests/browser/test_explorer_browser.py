@@ -73,7 +73,9 @@ def test_change_model_and_tp_download_json_and_png(page, app_url):
     # the charts were redrawn for 16 GPUs: the rank view now has a strip for GPU 15
     page.wait_for_function("(document.querySelector('div.stPlotlyChart "
                            ".main-svg')?.parentNode.textContent || '').includes('GPU 15')")
-    assert "model=meta-llama%2FLlama-3.1-8B&tp=16&rules=vllm" in page.url  # the URL follows the controls
+    # the URL follows the controls (written as the run ends: on a loaded machine after the charts)
+    page.wait_for_function("location.search.includes('tp=16')")
+    assert "model=meta-llama%2FLlama-3.1-8B&tp=16&rules=vllm" in page.url
     assert page.locator("[data-testid=stTab]").all_inner_texts()[:3] == ["q/k/v", "o_proj", "gate/up"]
     no_errors(page)
     # hover a band of the first source view: Plotly shows GPU, range and local offset

@@ -201,3 +201,27 @@ def test_plan_command_errors(capsys, args, word):
     assert main(["plan", "meta-llama/Llama-3.1-8B", "--gpus", "2", *args]) == 2
     err = capsys.readouterr().err
     assert word in err and err.count("\n") == 1
+
+
+def test_sglang_attention_dp_traffic_at_its_least():
+    """DeepSeek-V3 under SGLang 0.5.23 at --tp 8 --attn-dp-size 8: attention whole on each GPU (attn_tp 1, no
+    all-reduce), every FFN layer gathers the other groups' tokens and scatters their sums back."""
+    from tpviz.rules import ruleset
+    spec, sglang = load_spec("deepseek-ai/DeepSeek-V3"), ruleset("sglang")
+    assert stage_traffic(spec, Layout(8, attn_dp=8), sglang) is None  # no exact comm/token
+    [stage] = stage_traffic(spec, Layout(8, attn_dp=8), sglang, least=True)
+    kinds = {t.kind: t for t in stage}
+    assert set(kinds) == {"dp_gather_scatter"}
+    assert kinds["dp_gather_scatter"].sent == pytest.approx(2 * 7 / 8 * 7168 * 2 * 61)  # 58 MoE + 3 dense
+    assert kinds["dp_gather_scatter"].count == 2 * 61
+    [local] = stage_traffic(spec, Layout(8, attn_dp=8, dense_tp1=True), sglang, least=True)
+    assert {t.kind: t.count for t in local} == {"dp_gather_scatter": 2 * 58}  # dense MLPs run locally
+    [half] = stage_traffic(spec, Layout(8, attn_dp=2), sglang, least=True)
+    assert {t.kind: t.count for t in half} == {"tp_all_reduce": 61, "dp_gather_scatter": 2 * 61}
+    assert {t.kind: t.sent for t in half}["tp_all_reduce"] == pytest.approx(2 * 3 / 4 * 7168 * 2 * 61 / 2)
+    sizer, gpu = Sizer(spec, sglang), H200
+    row = sizer.row(Layout(8, attn_dp=8), gpu.mem_gib * 2**30, 0.9, 2048)
+    p = Speed(sizer, Topology(gpu), Workload(1024, 1024, 64)).perf(row)
+    flat = Speed(sizer, Topology(gpu), Workload(1024, 1024, 64)).perf(
+        sizer.row(Layout(8), gpu.mem_gib * 2**30, 0.9, 2048))
+    assert p.terms["kv"] == pytest.approx(flat.terms["kv"] / 8)  # each group caches its own sequences

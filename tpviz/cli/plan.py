@@ -102,7 +102,9 @@ def cmd_plan(args) -> int:
                    "plan --json gives each layout's")
     if any(r.problem is None and r.comm_per_token is None for r in rows):
         notes = [*notes, "comm/token n/a: SGLang's attention-DP gathers and expert-parallel sums are not "
-                         "modelled yet" + (", nor their speed" if work else "")]
+                         "modelled exactly" + ("; their speed bound counts the least they send (an "
+                                                "all-gather and a reduce-scatter of tokens per FFN layer)"
+                                                if work else "")]
     if work and (best := next((r for r in rows if r.perf), None)):
         terms = ", ".join(f"{TERM_LABELS[k]} {v:.2f}" for k, v in sorted(best.perf.terms.items(),
                                                                         key=lambda kv: -kv[1]))

@@ -126,7 +126,7 @@ class Speed:
         if not row.fits:
             return None
         stages = stage_layers(self.spec.num_hidden_layers, layout.pp, self.sizer.rules)
-        traffic = stage_traffic(self.spec, layout, self.sizer.rules, self.all2all)
+        traffic = stage_traffic(self.spec, layout, self.sizer.rules, self.all2all, least=True)
         if traffic is None:
             return None
         costs = [self.sizer.stage_cost(layout, set(s), i == 0, i == len(stages) - 1)
@@ -180,10 +180,11 @@ class Speed:
                    b: int, context: float) -> dict[str, float]:
         """Seconds per decode step of b sequences on the fullest GPU of a stage, per term."""
         moe_tokens = b * layout.dp  # vLLM's MoE layers take every replica's tokens
-        kv = sum(size * min(context, w or context) for size, w, _ in c.attention) * b
-        attn_macs = sum(m * min(context, w or context) for _, w, m in c.attention) * b
+        own = b / layout.attn_dp  # SGLang's attention DP: each group attends to its own sequences
+        kv = sum(size * min(context, w or context) for size, w, _ in c.attention) * own
+        attn_macs = sum(m * min(context, w or context) for _, w, m in c.attention) * own
         k, e = self.spec.num_experts_per_tok, max(self.spec.num_experts, 1)
-        macs = c.macs * b + c.expert_macs * moe_tokens * k * c.experts_held / e
+        macs = c.macs * own + c.expert_macs * moe_tokens * k * c.experts_held / e
         terms = {"weights": c.weights / self.topo.gpu.hbm,
                  "experts": c.experts_held * c.expert_bytes * self.touched(moe_tokens) / self.topo.gpu.hbm,
                  "kv": kv / self.topo.gpu.hbm,
@@ -218,18 +219,19 @@ class Speed:
         return lo
 
     def prefill_terms(self, c: StageCost, traffic: list[Traffic], links: dict, tokens: int,
-                      requests: int = 1) -> dict[str, float]:
+                      requests: int = 1, groups: int = 1) -> dict[str, float]:
         """Seconds to prefill `requests` prompts of `tokens` each on one stage: every weight and touched
         expert read once, causal attention over each prompt, the KV cache written."""
         total = tokens * requests
         causal = sum(m * (min(tokens, w or tokens) * tokens - min(tokens, w or tokens) ** 2 / 2)
-                     for _, w, m in c.attention) * requests
+                     for _, w, m in c.attention) * requests / groups
         k, e = self.spec.num_experts_per_tok, max(self.spec.num_experts, 1)
-        macs = c.macs * total + c.expert_macs * total * k * c.experts_held / e
+        # groups: SGLang's attention-DP groups, each with its share of the prompts
+        macs = c.macs * total / groups + c.expert_macs * total * k * c.experts_held / e
         hbm = self.topo.gpu.hbm
         terms = {"weights": c.weights / hbm,
                  "experts": c.experts_held * c.expert_bytes * self.touched(total) / hbm,
-                 "kv": sum(size for size, _, _ in c.attention) * total / hbm,
+                 "kv": sum(size for size, _, _ in c.attention) * total / groups / hbm,
                  "compute": 2 * macs / self.peak + 2 * causal / self.attention_peak}
         for t in traffic:
             if t.kind != "logits_gather":  # a prompt samples one token
@@ -250,7 +252,7 @@ class Speed:
         busiest = 0.0
         for c, t, link in zip(costs, traffic, links):
             step = self.step_terms(c, t, link, layout, micro, self.work.mean_context)
-            pre = self.prefill_terms(c, t, link, self.work.input_len, batch)
+            pre = self.prefill_terms(c, t, link, self.work.input_len, batch, layout.attn_dp)
             memory = rounds * sum(step[k] for k in MEMORY_TERMS)
             comm = rounds * sum(v for k, v in step.items() if k in COMM_LABELS) + \
                 sum(v for k, v in pre.items() if k in COMM_LABELS)

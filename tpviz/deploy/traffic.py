@@ -12,9 +12,11 @@ COMM_LABELS = {"tp_all_reduce": "TP all-reduces", "moe_all_reduce": "MoE all-red
                "moe_dispatch_combine": "MoE dispatch/combine over dp", "pp_send_recv": "PP hand-off",
                "norm_collectives": "norm all-gathers / all-reduces",
                "embed_all_reduce": "embedding all-reduce",
+               "dp_gather_scatter": "attention-DP gather and scatter (at least)",
                "logits_gather": "logits gather (per sampled token)"}
 # which GPUs each kind runs over: a stage's tp GPUs, its EP group (dp x tp), or the next stage's
-GROUP = {"moe_dispatch_combine": "ep", "pp_send_recv": "pp"}
+LEAST = ("dp_gather_scatter",)  # kinds only carved_traffic's lower bound has
+GROUP = {"moe_dispatch_combine": "ep", "dp_gather_scatter": "ep", "pp_send_recv": "pp"}
 
 
 @dataclass(frozen=True)
@@ -33,7 +35,8 @@ ALL2ALL = ("allgather_reducescatter", "deepep")  # vLLM 0.33 --all2all-backend: 
 
 
 def stage_traffic(spec: ModelSpec, layout: Layout, rules: RuleSet | str = "vllm",
-                  all2all: str = "allgather_reducescatter") -> list[list[Traffic]] | None:
+                  all2all: str = "allgather_reducescatter",
+                  least: bool = False) -> list[list[Traffic]] | None:
     """Per pipeline stage, its collectives, as vLLM 0.33 runs a forward pass over the stage's layers: ring
     all-reduces over the tp GPUs after the mixers, dense FFNs and MoE blocks (with or without EP: the block's
     final reduce); with dp > 1 a MoE block also gathers every replica's tokens and reduce-scatters them back
@@ -43,11 +46,11 @@ def stage_traffic(spec: ModelSpec, layout: Layout, rules: RuleSet | str = "vllm"
     all_gather_group). The first stage all-reduces the embedding; the last gathers the logits (the rule set
     says how); OLMo-2/3 all-gather q and k in every attention layer (collectives.norm_collectives). With
     all2all="deepep" (--all2all-backend deepep_*) a token goes only to the GPUs of its top-k experts: k
-    hidden states each way, (ep - 1) / ep of them to other GPUs. None: SGLang's attention-DP gathers and EP
-    sums, which are not modelled."""
+    hidden states each way, (ep - 1) / ep of them to other GPUs. SGLang's attention DP and EP inside tp:
+    None, or with least=True carved_traffic's lower bound."""
     rules = ruleset(rules)
     if layout.attn_dp > 1 or layout.ep_size > 1:
-        return None
+        return carved_traffic(spec, layout, rules) if least else None
     hidden = spec.hidden_size * spec.dtype_bytes
     ring = lambda n: 2 * (n - 1) / n if n > 1 else 0.0  # noqa: E731 - the ring all-reduce's share per GPU
     moe_layers, tp, pp = set(spec.moe_layers), layout.tp, layout.pp
@@ -79,6 +82,36 @@ def stage_traffic(spec: ModelSpec, layout: Layout, rules: RuleSet | str = "vllm"
     return out
 
 
+def carved_traffic(spec: ModelSpec, layout: Layout, rules: RuleSet) -> list[list[Traffic]] | None:
+    """The least SGLang 0.5.23 sends per token of a stage with attention DP or EP inside tp, bytes per token
+    of the whole stage: each attention group all-reduces its own tokens over its attn_tp GPUs; an FFN layer cut
+    wider than the group (MoE, and dense unless --moe-dense-tp-size 1) needs every group's tokens and sends
+    the sums back, at least an all-gather and a reduce-scatter of them (its padded all-reduce or all-gather
+    moves more); without attention DP the MoE output is all-reduced over tp. The embedding and the logits
+    are left out. None for a model whose attention is not cut over attn_tp under attention DP."""
+    w, tp, dp = rules.widths(layout, spec.arch), layout.tp, layout.attn_dp
+    if dp > 1 and w.attention != tp // dp:
+        return None
+    hidden = spec.hidden_size * spec.dtype_bytes
+    ring = lambda n: 2 * (n - 1) / n if n > 1 else 0.0  # noqa: E731
+    gather = 2 * (dp - 1) / dp * hidden  # each group's tokens to the others, and their sums back
+    moe_layers, out = set(spec.moe_layers), []
+    for stage, layers in enumerate(stage_layers(spec.num_hidden_layers, layout.pp, rules)):
+        mixers = sum(1 for i in layers if spec.layers[i].mixer.kind != "none")
+        moe = sum(1 for i in layers if i in moe_layers)
+        dense = 0 if layout.dense_tp1 else sum(1 for i in layers if spec.layers[i].ffn.kind == "dense")
+        ffn_gathered = (moe + dense) if dp > 1 else 0
+        out.append([t for t in (
+            Traffic("tp_all_reduce",
+                    ring(w.attention) * hidden * mixers / dp + (0 if dp > 1 else ring(w.dense) * hidden * dense),
+                    (mixers if w.attention > 1 else 0) + (dense if dp == 1 and w.dense > 1 else 0)),
+            Traffic("moe_all_reduce", 0.0 if dp > 1 else ring(tp) * hidden * moe, 0 if dp > 1 else moe),
+            Traffic("dp_gather_scatter", gather * ffn_gathered, 2 * ffn_gathered),
+            Traffic("pp_send_recv", 2 * hidden / tp if stage < layout.pp - 1 else 0.0,
+                    int(stage < layout.pp - 1))) if t.count])
+    return out
+
+
 def comm_per_token(spec: ModelSpec, layout: Layout, rules: RuleSet | str = "vllm") -> dict[str, float] | None:
     """Bytes the busiest GPU sends per decoded token, by kind (sampled, so the logits count; a prefill token
     skips them): the busiest stage's stage_traffic. None where that is not modelled."""
@@ -86,4 +119,4 @@ def comm_per_token(spec: ModelSpec, layout: Layout, rules: RuleSet | str = "vllm
     if stages is None:
         return None
     busiest = max(stages, key=lambda s: sum(t.sent for t in s))
-    return {kind: sum(t.sent for t in busiest if t.kind == kind) for kind in COMM_LABELS}
+    return {kind: sum(t.sent for t in busiest if t.kind == kind) for kind in COMM_LABELS if kind not in LEAST}
