@@ -202,8 +202,9 @@ def main() -> None:
                f"logits' {logits} (a decoded token is sampled; a prefill token is not).")
     if any(r["valid"] and r["comm_per_token"] is None for r in rows):
         st.caption("Comm / token is not modelled for SGLang's attention DP and EP (its DP gathers and expert "
-                   "sums): those rows say so rather than guess." + (" Their speed bound counts the least they "
-                   "send: an all-gather and a reduce-scatter of tokens per FFN layer." if speed else ""))
+                   "sums): those rows say so rather than guess."
+                   + (" Their speed bound counts the least they send: an all-gather and a reduce-scatter "
+                      "of tokens per FFN layer." if speed else ""))
     if speed:
         moe = " " + ROUTING[0].upper() + ROUTING[1:] + "." if spec.is_moe else ""
         st.caption(f"Speed: {BOUND_NOTE.format(EFFICIENCY)}. Each decode step reads the weights, the "

@@ -40,7 +40,7 @@ def load(path) -> dict:
 def first_difference(a, b, path: str = "") -> str | None:
     """Where two JSON values first differ, as a path and both values."""
     number = (int, float)
-    if isinstance(a, number) and isinstance(b, number) and not isinstance(a, bool) and not isinstance(b, bool):
+    if all(isinstance(x, number) and not isinstance(x, bool) for x in (a, b)):
         return None if a == b else f"{path}: {a} != {b}"  # JSON has one number type: 0 and 0.0 are equal
     if type(a) is not type(b):
         return f"{path}: {str(a)[:200]} != {str(b)[:200]}"

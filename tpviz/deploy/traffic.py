@@ -84,9 +84,9 @@ def stage_traffic(spec: ModelSpec, layout: Layout, rules: RuleSet | str = "vllm"
 
 def carved_traffic(spec: ModelSpec, layout: Layout, rules: RuleSet) -> list[list[Traffic]] | None:
     """The least SGLang 0.5.23 sends per token of a stage with attention DP or EP inside tp, bytes per token
-    of the whole stage: each attention group all-reduces its own tokens over its attn_tp GPUs; an FFN layer cut
-    wider than the group (MoE, and dense unless --moe-dense-tp-size 1) needs every group's tokens and sends
-    the sums back, at least an all-gather and a reduce-scatter of them (its padded all-reduce or all-gather
+    of the whole stage: each attention group all-reduces its own tokens over its attn_tp GPUs; an FFN layer
+    cut wider than the group (MoE, and dense unless --moe-dense-tp-size 1) needs every group's tokens and
+    sends the sums back, at least an all-gather and a reduce-scatter of them (its padded all-reduce or all-gather
     moves more); without attention DP the MoE output is all-reduced over tp. The embedding and the logits
     are left out. None for a model whose attention is not cut over attn_tp under attention DP."""
     w, tp, dp = rules.widths(layout, spec.arch), layout.tp, layout.attn_dp
@@ -103,7 +103,8 @@ def carved_traffic(spec: ModelSpec, layout: Layout, rules: RuleSet) -> list[list
         ffn_gathered = (moe + dense) if dp > 1 else 0
         out.append([t for t in (
             Traffic("tp_all_reduce",
-                    ring(w.attention) * hidden * mixers / dp + (0 if dp > 1 else ring(w.dense) * hidden * dense),
+                    ring(w.attention) * hidden * mixers / dp
+                    + (0 if dp > 1 else ring(w.dense) * hidden * dense),
                     (mixers if w.attention > 1 else 0) + (dense if dp == 1 and w.dense > 1 else 0)),
             Traffic("moe_all_reduce", 0.0 if dp > 1 else ring(tp) * hidden * moe, 0 if dp > 1 else moe),
             Traffic("dp_gather_scatter", gather * ffn_gathered, 2 * ffn_gathered),
