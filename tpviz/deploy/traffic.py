@@ -86,9 +86,9 @@ def carved_traffic(spec: ModelSpec, layout: Layout, rules: RuleSet) -> list[list
     """The least SGLang 0.5.23 sends per token of a stage with attention DP or EP inside tp, bytes per token
     of the whole stage: each attention group all-reduces its own tokens over its attn_tp GPUs; an FFN layer
     cut wider than the group (MoE, and dense unless --moe-dense-tp-size 1) needs every group's tokens and
-    sends the sums back, at least an all-gather and a reduce-scatter of them (its padded all-reduce or all-gather
-    moves more); without attention DP the MoE output is all-reduced over tp. The embedding and the logits
-    are left out. None for a model whose attention is not cut over attn_tp under attention DP."""
+    sends the sums back, at least an all-gather and a reduce-scatter of them (its padded all-reduce or
+    all-gather moves more); without attention DP the MoE output is all-reduced over tp. The embedding and
+    the logits are left out. None for a model whose attention is not cut over attn_tp under attention DP."""
     w, tp, dp = rules.widths(layout, spec.arch), layout.tp, layout.attn_dp
     if dp > 1 and w.attention != tp // dp:
         return None
