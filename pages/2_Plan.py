@@ -16,7 +16,7 @@ from tpviz.render.text import fmt_bytes
 from tpviz.errors import TpvizError
 from tpviz.deploy.equivalent import compare
 from tpviz.deploy.hardware import Topology, catalog, gpu_type
-from tpviz.deploy.perf import BOUND_NOTE, EFFICIENCY, EP_SAME, GOALS, ROUTING, Workload
+from tpviz.deploy.perf import BOUND_NOTE, EFFICIENCY, EP_SAME, GOALS, ROUTING, Speed, Workload
 from tpviz.deploy.ranking import plan_notes, plan_rows, rank_engines
 from tpviz.deploy.sizing import Sizer
 from tpviz.render.plots.deployment import device_grid, expert_figure
@@ -120,6 +120,33 @@ def speed_inputs() -> tuple | None:
     return gpu, int(per_node), int(prompt), int(output), int(concurrency) or None, goal, float(tpot) or None
 
 
+def show_row(r: dict, cfg_json: str, name: str, gib: float, util: float, context: int, speed) -> None:
+    """A picked row: its link to the explorer (with the fit and speed inputs, so it opens to the same
+    verdict), its launch line, its speed terms and its GPUs."""
+    fit_inputs = {"gpu_mem": gib, "gpu_util": util, "context": context}
+    if speed and r.get("perf"):
+        fit_inputs |= {"gpu_type": speed[0], "output_len": speed[3],
+                       "concurrency": min(r["perf"]["batch"], 100_000)}
+    query = urlencode(query_from_controls({"source": "Hub repo id", "hub": name, **r, **fit_inputs}),
+                      safe="/")
+    st.markdown(f"**{literal(r['layout'])}** ({r['engine']}): [open its map in the explorer](/?{query}) "
+                "(every GPU's rows and columns, its stage and experts, and this layout's collectives).")
+    st.code(r["launch"], language="bash")
+    if not r["valid"]:
+        return
+    st.caption("Weights per GPU by stage: " + ", ".join(fmt_bytes(b) for b in r["stage_weights"]))
+    lay = layout_for(cfg_json, name, r["tp"], r["pp"], r["dp"], r["ep"], r["rules"],
+                     tuple((k, r[k]) for k in CARVED if k in r))
+    steps = None
+    if speed and (p := r.get("perf")):
+        st.plotly_chart(terms_figure(p["stage_terms"], r["layout"], p["tpot_ms"],
+                                     BOUND_NOTE.format(EFFICIENCY)), theme=None, key="terms")
+        steps = [Speed.step_time(t) for t in p["stage_terms"]]
+    st.plotly_chart(device_grid(lay, steps), theme=None, key="grid")
+    if (fig := expert_figure(lay)) is not None:
+        st.plotly_chart(fig, theme=None, key="experts")
+
+
 def main() -> None:
     st.set_page_config(page_title="tpviz · Plan", layout="wide")  # the table's "why" column needs the room
     st.title("Plan a deployment")
@@ -173,25 +200,7 @@ def main() -> None:
                      hide_index=True, width="stretch", key="compare_table")
     picked = event.selection.rows if event and hasattr(event, "selection") else []
     if picked:
-        r = rows[picked[0]]
-        # the fit inputs too, so the explorer opens to this row's verdict
-        fit_inputs = {"gpu_mem": float(gib), "gpu_util": float(util), "context": int(context)}
-        query = urlencode(query_from_controls({"source": "Hub repo id", "hub": name, **r, **fit_inputs}),
-                          safe="/")
-        st.markdown(f"**{literal(r['layout'])}** ({r['engine']}): [open its map in the explorer](/?{query}) "
-                    "(every GPU's rows and columns, its stage and experts, and this layout's collectives).")
-        st.code(r["launch"], language="bash")
-        if r["valid"]:
-            st.caption("Weights per GPU by stage: " + ", ".join(fmt_bytes(b) for b in r["stage_weights"]))
-            lay = layout_for(cfg_json, name, r["tp"], r["pp"], r["dp"], r["ep"], r["rules"],
-                             tuple((k, r[k]) for k in CARVED if k in r))
-            if speed and r.get("perf"):
-                p = r["perf"]
-                st.plotly_chart(terms_figure(p["stage_terms"], r["layout"], p["tpot_ms"],
-                                             BOUND_NOTE.format(EFFICIENCY)), theme=None, key="terms")
-            st.plotly_chart(device_grid(lay), theme=None, key="grid")
-            if (fig := expert_figure(lay)) is not None:
-                st.plotly_chart(fig, theme=None, key="experts")
+        show_row(rows[picked[0]], cfg_json, name, float(gib), float(util), int(context), speed)
     logits = "gather to GPU 0" if rules != BOTH and ruleset(rules).logits == "gather" else "all-gather"
     st.caption("Comm / token: what the busiest GPU sends for each decoded token: ring "
                "all-reduces over the tp GPUs after attention, dense and MoE layers (with or without "

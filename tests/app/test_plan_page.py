@@ -1,6 +1,12 @@
 """AppTest of the Plan page: layouts of N GPUs ranked, rejected ones with their rule, a row opens its map."""
+import importlib.util
+from urllib.parse import parse_qsl
 
+import streamlit as st
 from streamlit.testing.v1 import AppTest
+
+from explorer.state import controls_from_query
+from tpviz.config.sources import presets
 from tests.paths import ROOT
 
 PAGE = str(ROOT / "pages" / "2_Plan.py")
@@ -109,3 +115,24 @@ def test_a_moe_model_names_its_routing_and_nodes_crossed():
     assert "experts read" in said and "crosses nodes (tp)" in said
     assert all(t <= 50 for t in table["TPOT ms ≥"] if t == t)  # the largest batch within the limit
     assert any("uniformly at random" in c.value for c in at.caption)
+
+
+def test_a_picked_speed_row_links_to_the_same_view_and_draws_its_terms(monkeypatch):
+    """The row view (a table selection, which AppTest cannot make): run in bare mode with Streamlit's calls
+    recorded, its link carries the GPU type and workload, and its terms and device grid are drawn."""
+    spec = importlib.util.spec_from_file_location("plan_page", PAGE)
+    page = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(page)
+    drawn, said = [], []
+    monkeypatch.setattr(st, "plotly_chart", lambda fig, **kw: drawn.append(fig))
+    monkeypatch.setattr(st, "markdown", lambda text, **kw: said.append(text))
+    cfg_json, name = page.model_config("meta-llama/Llama-3.1-70B")
+    speed = ("h100", 8, 1024, 512, None, "throughput", None)
+    rows = page.cached_plan(cfg_json, name, 8, 79.6, "vllm", 0.9, 1536, speed)
+    page.show_row(rows[0], cfg_json, name, 79.6, 0.9, 1536, speed)
+    assert drawn[0].layout.title.text.startswith(f"Speed bound · {rows[0]['layout']}")
+    assert "step ≥" in drawn[1].data[0].text[0][0]
+    link = said[0].split("](/?")[1].split(")")[0]
+    values, problems = controls_from_query(dict(parse_qsl(link)), list(presets()))
+    assert not problems and values["gpu_type"] == "h100" and values["output_len"] == 512
+    assert values["context"] == 1536 and values["concurrency"] == rows[0]["perf"]["batch"]

@@ -5,8 +5,9 @@ from tpviz.render.plots.style import INK, MUTED, base_layout
 from tpviz.trace.shardmap import Deployment
 
 
-def device_grid(d: Deployment) -> go.Figure:
-    """One cell per GPU: rows are pipeline stages, columns the dp x tp GPUs of a stage; weights per GPU."""
+def device_grid(d: Deployment, step_ms: list[float] | None = None) -> go.Figure:
+    """One cell per GPU: rows are pipeline stages, columns the dp x tp GPUs of a stage; weights per GPU, and
+    with step_ms each stage's decode step bound (deploy.perf: its fullest GPU's)."""
     lay = d.layout
     cols = lay.dp * lay.tp
     z = [[0.0] * cols for _ in range(lay.pp)]
@@ -15,8 +16,9 @@ def device_grid(d: Deployment) -> go.Figure:
         c = g.dp * lay.tp + g.tp
         z[g.pp][c] = g.weight_bytes / 2**30
         experts = "" if g.experts is None else f"<br>{len(g.experts)} experts"
+        step = f"<br>step ≥ {step_ms[g.pp]:.2f} ms" if step_ms else ""
         text[g.pp][c] = (f"GPU {g.rank}<br>layers "
-                         f"{g.layers[0]}–{g.layers[1] - 1}{experts}<br>{z[g.pp][c]:.1f} GiB")
+                         f"{g.layers[0]}–{g.layers[1] - 1}{experts}<br>{z[g.pp][c]:.1f} GiB{step}")
     layout = base_layout(f"Device grid · {lay.label}", 160 + 90 * lay.pp)
     layout["title"]["subtitle"] = dict(text="Rows: pipeline stages · columns: data-parallel "
                                             "replicas × tensor-parallel ranks · colour: "
