@@ -225,3 +225,16 @@ def test_sglang_attention_dp_traffic_at_its_least():
     flat = Speed(sizer, Topology(gpu), Workload(1024, 1024, 64)).perf(
         sizer.row(Layout(8), gpu.mem_gib * 2**30, 0.9, 2048))
     assert p.terms["kv"] == pytest.approx(flat.terms["kv"] / 8)  # each group caches its own sequences
+
+
+def test_sglang_attention_tp_groups_inside_a_node_stay_on_nvlink():
+    """--tp 16 --attn-dp-size 2 on nodes of 8: each attention group is one node's 8 GPUs, so its all-reduce
+    runs at NVLink; the gather of every group's tokens spans both nodes."""
+    from tpviz.rules import ruleset
+    spec, sglang = load_spec("deepseek-ai/DeepSeek-V3"), ruleset("sglang")
+    sizer = Sizer(spec, sglang)
+    row = sizer.row(Layout(16, attn_dp=2), H100.mem_gib * 2**30, 0.9, 2048)
+    p = Speed(sizer, Topology(H100), Workload(1024, 1024, 64)).perf(row)
+    assert p.crosses == ["ep"]  # the gather and scatter, not the attention groups
+    ring = 2 * 7 / 8 * 7168 * 2 * 64 / 2  # each group's 32 tokens
+    assert p.terms["tp_all_reduce"] == pytest.approx((61 * ring / 450e9 + 61 * 2 * US) * 1e3)

@@ -75,7 +75,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="most output tokens/s per GPU (within --tpot-ms), or the lowest TPOT")
     p.add_argument("--tpot-ms", type=float, help="TPOT limit with --gpu (ms per output token)")
     p.add_argument("--ttft-ms", type=float, help="TTFT limit with --gpu (ms)")
-    p.add_argument("--json", action="store_true", help="print the plan as JSON (schema tpviz.plan/2)")
+    p.add_argument("--json", action="store_true", help="print the plan as JSON (schema tpviz.plan/1; "
+                                                                 "tpviz.plan/2 with --gpu)")
     p.set_defaults(command_module="plan", func="cmd_plan")
     p = sub.add_parser("compare",
                        help="vLLM 0.33's layouts of N GPUs beside the same deployment in SGLang 0.5.23")

@@ -131,7 +131,8 @@ class Speed:
             return None
         costs = [self.sizer.stage_cost(layout, set(s), i == 0, i == len(stages) - 1)
                  for i, s in enumerate(stages)]
-        links = [{g: self.group_link(layout, i, g) for g in ("tp", "ep", "pp")} for i in range(len(stages))]
+        links = [{g: self.group_link(layout, i, g) for g in ("tp", "attn", "ep", "pp")}
+                 for i in range(len(stages))]
         cap = self.sizer.rules.running_cap(self.topo.gpu) or 1 << 16
         per_replica = max(1, min(row.max_sequences // layout.dp, cap))
         wanted = -(-self.work.concurrency // layout.dp) if self.work.concurrency else per_replica
@@ -158,11 +159,15 @@ class Speed:
 
     def group_link(self, layout: Layout, stage: int, group: str) -> tuple[float, float, bool]:
         """(bytes/s, latency, crosses domains) of the slowest group of a kind at one stage: its tp GPUs in
-        each replica, its EP group (every replica's tp GPUs), or its GPUs and the next stage's."""
+        each replica, its EP group (every replica's tp GPUs), an SGLang attention-TP group, or its GPUs
+        and the next stage's."""
         tp, pp = layout.tp, layout.pp
         at = lambda d, s: [(d * pp + s) * tp + t for t in range(tp)]  # noqa: E731 - vLLM's rank order
         if group == "ep":
             groups = [[r for d in range(layout.dp) for r in at(d, stage)]]
+        elif group == "attn":  # SGLang's attention-TP groups: tp / attn_dp consecutive ranks
+            width = tp // layout.attn_dp
+            groups = [at(d, stage)[i:i + width] for d in range(layout.dp) for i in range(0, tp, width)]
         elif group == "pp":
             groups = [at(d, stage) + at(d, stage + 1) for d in range(layout.dp)] if stage < pp - 1 else []
         else:

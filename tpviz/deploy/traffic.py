@@ -25,10 +25,11 @@ class Traffic:
     kind: str  # a COMM_LABELS key
     sent: float  # bytes per token
     count: int  # collectives per forward pass
+    over: str = ""  # the group it runs over, when not its kind's (SGLang's attention TP: "attn")
 
     @property
     def group(self) -> str:
-        return GROUP.get(self.kind, "tp")
+        return self.over or GROUP.get(self.kind, "tp")
 
 
 ALL2ALL = ("allgather_reducescatter", "deepep")  # vLLM 0.33 --all2all-backend: its default, and DeepEP's
@@ -105,7 +106,8 @@ def carved_traffic(spec: ModelSpec, layout: Layout, rules: RuleSet) -> list[list
             Traffic("tp_all_reduce",
                     ring(w.attention) * hidden * mixers / dp
                     + (0 if dp > 1 else ring(w.dense) * hidden * dense),
-                    (mixers if w.attention > 1 else 0) + (dense if dp == 1 and w.dense > 1 else 0)),
+                    (mixers if w.attention > 1 else 0) + (dense if dp == 1 and w.dense > 1 else 0),
+                    "attn" if dp > 1 else ""),
             Traffic("moe_all_reduce", 0.0 if dp > 1 else ring(tp) * hidden * moe, 0 if dp > 1 else moe),
             Traffic("dp_gather_scatter", gather * ffn_gathered, 2 * ffn_gathered),
             Traffic("pp_send_recv", 2 * hidden / tp if stage < layout.pp - 1 else 0.0,
