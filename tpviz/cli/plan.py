@@ -56,7 +56,8 @@ def cmd_plan(args) -> int:
         notes += [ROUTING] if spec.is_moe else []
         notes += [EP_SAME] if any(r.perf and r.layout.ep for r in rows) else []
     if args.json:
-        out = {"schema": "tpviz.plan/2" if work else "tpviz.plan/1", "model": spec.name, "rules": args.rules, "engine": rules.label,
+        out = {"schema": "tpviz.plan/2" if work else "tpviz.plan/1", "model": spec.name, "rules": args.rules,
+               "engine": rules.label,
                "gpus": args.gpus, "gpu_mem_gib": gpu_gib, "utilization": args.util, "context": context,
                "notes": notes, "layouts": plan_rows(rows, speed=work is not None)}
         if work:
