@@ -28,6 +28,8 @@ class Arch:
     # (config, heads, KV heads read) -> the KV heads it runs
     kv_heads: Callable[[dict, int, int], int] | None = None
     variant: Callable[[dict], str] | None = None  # a decoder variant that changes checkpoint names (Falcon)
+    # variants ("*": all) whose attention and MLP outputs are summed, then all-reduced once per layer
+    joint_reduce: tuple[str, ...] = ()
     tied: bool = False  # tie_word_embeddings when the config does not say
     # None: the config's attention_bias (or add_qkv_bias); True/False: always/never
     qkv_bias: bool | None = None

@@ -60,7 +60,9 @@ RECORDS = [
     Arch("gpt_neox", "GPTNeoXForCausalLM", NEOX, kv_heads=per_head_kv, **{**_CLASSIC, "tied": False}),
     Arch("bloom", "BloomForCausalLM", BLOOM, kv_heads=per_head_kv, extra=("embed_norm",), **_CLASSIC),
     Arch("falcon", "FalconForCausalLM", FALCON, names_for=falcon_names,
-         variant=falcon_variant, kv_heads=falcon_kv, **{**_CLASSIC, "bias_switch": ("bias", False)}),
+         variant=falcon_variant, kv_heads=falcon_kv, **{**_CLASSIC, "bias_switch": ("bias", False)},
+         # models/falcon.py: parallel_attn or new_decoder_architecture sums attention and MLP, reduces once
+         joint_reduce=("parallel", "new-2ln", "new-1ln")),
     Arch("starcoder2", "Starcoder2ForCausalLM", replace(LLAMA, norm_bias=True, up="c_fc", down="c_proj"),
          window="model_wide", **_CLASSIC),
 ]

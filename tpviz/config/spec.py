@@ -78,6 +78,11 @@ class ModelSpec:
         return [i for i, layer in enumerate(self.layers) if layer.ffn.kind == "moe"]
 
     @property
+    def joint_reduce(self) -> bool:
+        """Whether each layer sums its attention and MLP outputs before one all-reduce (its record says)."""
+        return "*" in self.arch.joint_reduce or self.variant in self.arch.joint_reduce
+
+    @property
     def is_moe(self) -> bool:
         return bool(self.moe_layers)
 

@@ -63,6 +63,8 @@ def stage_traffic(spec: ModelSpec, layout: Layout, rules: RuleSet | str = "vllm"
         moe = sum(1 for i in layers if i in moe_layers)
         reduced = sum(1 for x in mine if x.ffn.kind == "dense") + sum(1 for x in mine
                                                                     if x.mixer.kind != "none")
+        if spec.joint_reduce:  # one all-reduce of attention + MLP in a layer that has both
+            reduced -= sum(1 for x in mine if x.ffn.kind == "dense" and x.mixer.kind != "none")
         norms = norm_collectives(spec, tp, layers)
         sent = 2 * hidden / tp if stage < pp - 1 else 0.0  # its slice of hidden state and residual onward
         gathered = 2 * hidden * (tp - 1) / tp if stage > 0 else 0.0  # the slice it received, to its tp peers

@@ -42,15 +42,18 @@ def collectives(m: ShardMap) -> list[Collective]:
     hidden = m.model.hidden_size * b
     ring = 2 * (tp - 1) / tp  # a ring all-reduce sends this fraction of the tensor from every GPU
     # every mixer's out-projection reduces
-    attn = len(_layers_of(m, ("o_proj", "linear_attn", "mamba", "conv")))
-    mlp = len(_layers_of(m, ("down_proj", "experts")))  # a MoE layer reduces routed + shared experts once
+    mixers = _layers_of(m, ("o_proj", "linear_attn", "mamba", "conv"))
+    mlps = _layers_of(m, ("down_proj", "experts"))  # a MoE layer reduces routed + shared experts once
+    joint = m.model.joint_reduce  # Falcon, Cohere: attention + MLP summed, reduced once per layer
+    attn, mlp = len(mixers), len(mlps - mixers if joint else mlps)
     vocab_param = next((p for p in m.params if p.family == "lm_head"), None) or next(
         p for p in m.params if p.family == "embed")
     padded_vocab = vocab_param.local_shapes[0][0] * tp
     logits = padded_vocab * b
     return [
-        Collective("all-reduce", "after o_proj / out_proj (the mixer's output, row-parallel)", attn, hidden,
-                   ring * hidden),
+        Collective("all-reduce", "after o_proj / out_proj and down_proj together (attention + MLP summed "
+                   "first)" if joint else "after o_proj / out_proj (the mixer's output, row-parallel)", attn,
+                   hidden, ring * hidden),
         Collective("all-reduce", "after down_proj (MLP / MoE output, row-parallel)", mlp,
                    hidden, ring * hidden),
         *norm_collectives(m.model, tp),
