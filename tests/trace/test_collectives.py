@@ -71,13 +71,14 @@ def test_collectives_moe_and_tp1():
 
 @pytest.mark.parametrize("parallel, new, reduces", [(True, False, 1), (False, True, 1), (False, False, 2)])
 def test_falcon_sums_attention_and_mlp_before_one_all_reduce(parallel, new, reduces):
-    """vLLM 0.33 models/falcon.py: with parallel_attn or new_decoder_architecture the dense and MLP outputs are
-    added and all-reduced once per layer (reduce_row_parallel_results = False); a serial Falcon reduces
+    """vLLM 0.33 models/falcon.py: with parallel_attn or new_decoder_architecture the dense and MLP outputs
+    are added and all-reduced once per layer (reduce_row_parallel_results = False); a serial Falcon reduces
     each."""
     cfg = dict(presets()["tiiuae/falcon-7b"], num_attention_heads=32, num_kv_heads=8, hidden_size=4096,
                parallel_attn=parallel, new_decoder_architecture=new, multi_query=False)
     m = _shard_map(cfg, 4)
-    per_layer = sum(c.count for c in collectives(m) if c.where.startswith(("after o_proj", "after down_proj")))
+    per_layer = sum(c.count for c in collectives(m)
+                    if c.where.startswith(("after o_proj", "after down_proj")))
     assert per_layer == reduces * 32
     hidden = 4096 * 2
     assert comm_per_token(load_spec(cfg), Layout(4))["tp_all_reduce"] == pytest.approx(
