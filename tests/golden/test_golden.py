@@ -64,7 +64,8 @@ ADDED = ("preset:internlm/internlm2-chat-7b|", "preset:ibm-granite/granite-3.1-1
          "preset:microsoft/Phi-tiny-MoE-instruct|", "preset:baidu/ERNIE-4.5-0.3B-PT|",
          "preset:Qwen/Qwen2.5-VL-7B-Instruct|", "preset:allenai/olmOCR-7B-0225-preview|",
          "preset:nvidia/Cosmos-Reason2-8B|", "preset:THUDM/chatglm3-6b|",
-         "preset:microsoft/phi-2|", "preset:HuggingFaceTB/SmolLM3-3B|")
+         "preset:microsoft/phi-2|", "preset:HuggingFaceTB/SmolLM3-3B|",
+         "preset:CohereForAI/c4ai-command-r-v01|")
 
 
 def compare(golden: dict, now: dict) -> None:

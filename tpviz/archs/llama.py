@@ -1,6 +1,6 @@
 """Llama and the decoders vLLM 0.33 runs as Llama (models/llama.py): Mistral, Mixtral, Phi-3, Llama-4, and
 Llama-Nemotron's heterogeneous blocks (models/nemotron_nas.py); PhiMoE, Mixtral's experts with LayerNorms
-(models/phimoe.py); ERNIE-4.5 (models/ernie45.py)."""
+(models/phimoe.py); ERNIE-4.5 (models/ernie45.py); Command-R (models/commandr.py)."""
 from dataclasses import replace
 
 from tpviz.archs.base import Arch
@@ -9,6 +9,7 @@ from tpviz.archs.names import LLAMA
 
 MIXTRAL = replace(LLAMA, mlp="block_sparse_moe.", expert_gate_up=("w1", "w3"), expert_down="w2")
 PHI3 = replace(LLAMA, qkv_fused="qkv_proj", gate_up_fused="gate_up_proj")
+COHERE = replace(LLAMA, ffn_norms=(), norm_bias="weight")
 PHI = replace(LLAMA, final_norm="model.final_layernorm", ffn_norms=(), norm_bias=True, o="dense", up="fc1",
               down="fc2")
 
@@ -16,6 +17,11 @@ PHI = replace(LLAMA, final_norm="model.final_layernorm", ffn_norms=(), norm_bias
 def phi_fields(cfg: dict) -> dict:
     """transformers' PhiModel: fc1 and fc2 always carry biases (no config key turns them off)."""
     return {**cfg, "mlp_bias": True}
+
+
+def cohere_fields(cfg: dict) -> dict:
+    """vLLM's CohereForCausalLM ties the logits to embed_tokens whatever tie_word_embeddings says."""
+    return {**cfg, "tie_word_embeddings": True}
 
 
 def llama4_fields(cfg: dict) -> dict:
@@ -63,6 +69,12 @@ RECORDS = [
     Arch("ernie4_5", "Ernie4_5ForCausalLM", qkv_bias=False, o_bias=False, tied=True,
          unmodelled=(("use_bias", "q/k/v/o and MLP biases (vLLM 0.33 builds it as a LlamaForCausalLM "
                                   "without them and skips them at load)"),)),
+    # models/commandr.py: Llama's projections under one LayerNorm (weight only) that feeds attention and MLP
+    # side by side, summed and all-reduced once; logits always from embed_tokens (lm_head is never loaded)
+    Arch("cohere", "CohereForCausalLM", COHERE, qkv_bias=None, o_bias=None, tied=True, adapt=cohere_fields,
+         joint_reduce=("*",),
+         unmodelled=(("use_qk_norm", "per-head q/k LayerNorms (use_qk_norm), which vLLM 0.33 cuts over the "
+                                     "heads with a row-parallel loader"),)),
     Arch("llama4", "Llama4ForConditionalGeneration", text_model="llama4_text",
          adapt=llama4_fields, chunk=8192),
     Arch("llama4_text", "Llama4ForCausalLM", adapt=llama4_fields, chunk=8192),

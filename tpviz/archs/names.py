@@ -11,7 +11,8 @@ class Names:
     block_norms: tuple = ()  # held by every layer (Nemotron-H's one norm per block)
     mixer_norms: tuple = ("input_layernorm",)  # held by a layer that has a mixer
     ffn_norms: tuple = ("post_attention_layernorm",)  # held by a layer that has an FFN
-    norm_bias: bool = False  # LayerNorm (weight and bias) instead of RMSNorm
+    # LayerNorm (weight and bias) instead of RMSNorm; "weight": a LayerNorm without bias (Cohere)
+    norm_bias: bool | str = False
     attn: str = "self_attn."
     q: str = "q_proj"
     k: str = "k_proj"

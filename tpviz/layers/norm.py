@@ -22,15 +22,21 @@ class RMSNorm(nn.Module):
 
 
 class LayerNorm(nn.Module):
-    """Replicated LayerNorm with weight and bias (GPT-2, NeoX, BLOOM, Falcon, StarCoder)."""
+    """Replicated LayerNorm with weight and bias (GPT-2, NeoX, BLOOM, Falcon, StarCoder), or weight alone
+    (Cohere)."""
 
-    def __init__(self, hidden_size: int, eps: float = 1e-5, dtype: torch.dtype | None = None):
+    def __init__(self, hidden_size: int, eps: float = 1e-5, dtype: torch.dtype | None = None,
+                 bias: bool = True):
         super().__init__()
         self.eps = eps
         self.weight = nn.Parameter(torch.ones(hidden_size, dtype=dtype), requires_grad=False)
-        self.bias = nn.Parameter(torch.zeros(hidden_size, dtype=dtype), requires_grad=False)
-        self.weight.weight_loader = self.bias.weight_loader = default_weight_loader
+        self.weight.weight_loader = default_weight_loader
+        self.bias = None
+        if bias:
+            self.bias = nn.Parameter(torch.zeros(hidden_size, dtype=dtype), requires_grad=False)
+            self.bias.weight_loader = default_weight_loader
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return nn.functional.layer_norm(x.float(), x.shape[-1:], self.weight.float(), self.bias.float(),
+        bias = None if self.bias is None else self.bias.float()
+        return nn.functional.layer_norm(x.float(), x.shape[-1:], self.weight.float(), bias,
                                         self.eps).to(x.dtype)

@@ -84,13 +84,15 @@ def param(name, family, build, shape, sources, tp_dim=0, heads=0, **kw) -> Param
     return plan
 
 
-def norm(prefix, size, layers=None, bias=False) -> list[ParamPlan]:
-    """A replicated norm: RMSNorm, or LayerNorm with weight and bias."""
+def norm(prefix, size, layers=None, bias: bool | str = False) -> list[ParamPlan]:
+    """A replicated norm: RMSNorm, or LayerNorm with weight and bias (bias="weight": a LayerNorm of weight
+    alone, Cohere's)."""
     out = []
-    for suffix in ("weight", "bias") if bias else ("weight",):
+    make = (lambda: LayerNorm(size, dtype=DT, bias=bias is True)) if bias else \
+        (lambda: RMSNorm(size, dtype=DT))
+    for suffix in ("weight", "bias") if bias is True else ("weight",):
         name = f"{prefix}.{suffix}"
-        build = (lambda s: lambda tp, r: (lambda m: (m, getattr(m, s)))(
-            (LayerNorm if bias else RMSNorm)(size, dtype=DT)))(suffix)
+        build = (lambda s: lambda tp, r: (lambda m: (m, getattr(m, s)))(make()))(suffix)
         out.append(param(name, "replicated", build, (size,),
                          [Source(name, (size,), split=False)], layers=layers))
     return out

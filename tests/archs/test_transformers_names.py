@@ -1,0 +1,37 @@
+"""Architectures checked against the tensor names of a tiny checkpoint that transformers itself builds (its
+model class is what writes the real checkpoints): the map names exactly those, tied ones aside."""
+import pytest
+import torch
+import transformers
+
+from tpviz import shard_map
+from tpviz.config.sources import presets
+from tpviz.errors import ConfigError
+from tpviz.trace.checkpoint import expand
+from tpviz.trace.collectives import collectives
+
+TINY = dict(num_hidden_layers=2, hidden_size=64, num_attention_heads=4, num_key_value_heads=2,
+            intermediate_size=96, vocab_size=512)
+CASES = {"CohereForCausalLM": "CohereForAI/c4ai-command-r-v01"}
+
+
+@pytest.mark.parametrize("hf_class", sorted(CASES))
+def test_the_map_names_what_transformers_writes(hf_class):
+    cfg = {**presets()[CASES[hf_class]], **TINY}
+    config = transformers.AutoConfig.for_model(**{k: v for k, v in cfg.items() if k != "architectures"})
+    with torch.device("meta"):
+        model = getattr(transformers, hf_class)(config)
+    written = {name for name, _ in model.named_parameters()}  # tied parameters once, as save_pretrained does
+    assert set(expand(shard_map(cfg, 2))) == written
+
+
+def test_command_r_reduces_once_per_layer_and_refuses_qk_norms():
+    """vLLM 0.33 models/commandr.py: attention and MLP side by side under one LayerNorm, one all-reduce of
+    their sum per layer; Command-R+'s per-head q/k norms are refused, named."""
+    cfg = presets()["CohereForAI/c4ai-command-r-v01"]
+    m = shard_map(cfg, 4)
+    reduces = [c for c in collectives(m) if c.where.startswith(("after o_proj", "after down_proj"))]
+    assert [c.count for c in reduces] == [40, 0]  # o_proj and down_proj summed, reduced once
+    assert m.model.tie_word_embeddings and not any(p.family == "lm_head" for p in m.params)
+    with pytest.raises(ConfigError, match="use_qk_norm"):
+        shard_map({**cfg, "use_qk_norm": True}, 4)
