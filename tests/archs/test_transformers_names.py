@@ -33,5 +33,6 @@ def test_command_r_reduces_once_per_layer_and_refuses_qk_norms():
     reduces = [c for c in collectives(m) if c.where.startswith(("after o_proj", "after down_proj"))]
     assert [c.count for c in reduces] == [40, 0]  # o_proj and down_proj summed, reduced once
     assert m.model.tie_word_embeddings and not any(p.family == "lm_head" for p in m.params)
-    with pytest.raises(ConfigError, match="use_qk_norm"):
-        shard_map({**cfg, "use_qk_norm": True}, 4)
+    for key in ("use_qk_norm", "attention_bias"):
+        with pytest.raises(ConfigError, match=key):
+            shard_map({**cfg, key: True}, 4)

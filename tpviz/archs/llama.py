@@ -71,10 +71,12 @@ RECORDS = [
                                   "without them and skips them at load)"),)),
     # models/commandr.py: Llama's projections under one LayerNorm (weight only) that feeds attention and MLP
     # side by side, summed and all-reduced once; logits always from embed_tokens (lm_head is never loaded)
-    Arch("cohere", "CohereForCausalLM", COHERE, qkv_bias=None, o_bias=None, tied=True, adapt=cohere_fields,
+    Arch("cohere", "CohereForCausalLM", COHERE, qkv_bias=False, o_bias=False, tied=True, adapt=cohere_fields,
          joint_reduce=("*",),
          unmodelled=(("use_qk_norm", "per-head q/k LayerNorms (use_qk_norm), which vLLM 0.33 cuts over the "
-                                     "heads with a row-parallel loader"),)),
+                                     "heads with a row-parallel loader"),
+                     ("attention_bias", "q/k/v/o biases (vLLM 0.33's CohereAttention builds none, so its "
+                                        "loader rejects them)"))),
     Arch("llama4", "Llama4ForConditionalGeneration", text_model="llama4_text",
          adapt=llama4_fields, chunk=8192),
     Arch("llama4_text", "Llama4ForCausalLM", adapt=llama4_fields, chunk=8192),
