@@ -12,7 +12,8 @@ from tpviz.trace.collectives import collectives
 
 TINY = dict(num_hidden_layers=2, hidden_size=64, num_attention_heads=4, num_key_value_heads=2,
             intermediate_size=96, vocab_size=512)
-CASES = {"CohereForCausalLM": "CohereForAI/c4ai-command-r-v01"}
+CASES = {"CohereForCausalLM": "CohereForAI/c4ai-command-r-v01",
+         "Exaone4ForCausalLM": "LGAI-EXAONE/EXAONE-4.0-32B"}
 
 
 @pytest.mark.parametrize("hf_class", sorted(CASES))
@@ -36,3 +37,11 @@ def test_command_r_reduces_once_per_layer_and_refuses_qk_norms():
     for key in ("use_qk_norm", "attention_bias"):
         with pytest.raises(ConfigError, match=key):
             shard_map({**cfg, key: True}, 4)
+
+
+def test_exaone4_windows_three_layers_in_four():
+    """vLLM 0.33 models/exaone4.py: layer_types' sliding layers cache sliding_window tokens, the rest all."""
+    m = shard_map(presets()["LGAI-EXAONE/EXAONE-4.0-32B"], 4)
+    kinds = [layer.mixer.window for layer in m.model.layers]
+    assert kinds[:8] == [4096, 4096, 4096, 0] * 2 and kinds.count(0) == 16
+    assert not any("input_layernorm" in name for name in expand(m))
