@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "tests" / "browser"))
+sys.path[:0] = [str(ROOT), str(ROOT / "tests" / "browser")]  # the harness imports tests.paths
 MODEL, TP_FROM, TP_TO = "meta-llama/Llama-3.1-405B", 8, 16
 FLOOR = f'''import streamlit as st
 from tpviz import shard_map

@@ -188,7 +188,7 @@ def main() -> None:
               if r["valid"] else "",
               **(speed_cells(r.get("perf")) if speed else {}),
               "why": r["problem"] or "; ".join(r["warnings"]),
-              **({"launch": r["launch"]} if rules == BOTH else {})} for r in rows]
+              **({"launch": r["launch"]} if rules == BOTH or speed else {})} for r in rows]
     event = st.dataframe(table, hide_index=True, width="stretch", key="plan_table", on_select="rerun",
                          selection_mode="single-row")
     if rules == BOTH:

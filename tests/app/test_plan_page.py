@@ -98,6 +98,7 @@ def test_a_gpu_type_ranks_by_the_speed_bound_and_the_goal_changes_it():
     tokens = [t for t in table["tok/s per GPU ≤"] if t == t]
     assert tokens == sorted(tokens, reverse=True) and len(tokens) == 10
     assert table["bottleneck"][0].split(",")[0] in ("weights read", "KV cache read", "FLOPs")
+    assert table["launch"][0].startswith("vllm serve meta-llama/Llama-3.1-8B")  # each row its launch line
     assert any("a bound, not a promise" in c.value for c in at.caption)
     first = table["layout"][0]
     at.radio(key="plan_goal").set_value("latency")
