@@ -50,11 +50,12 @@ def fit_section(m: ShardMap, layout=None) -> None:
     util = c2.slider("gpu_memory_utilization", 0.5, 0.98, step=0.01, key="gpu_util")
     context = c3.number_input("Context per sequence (tokens)", 1, 10_000_000, step=1024, key="context")
     concurrency = c4.number_input("Concurrent sequences", 1, 100_000, key="concurrency")
-    s1, s2 = st.columns([3, 1])
-    s1.selectbox("GPU type, for a speed bound", ["", *catalog()], key="gpu_type", on_change=_gpu_type,
-                 format_func=lambda n: catalog()[n].label if n else "none: memory alone")
-    output = s2.number_input("of which output tokens", 1, 10_000_000, key="output_len",
-                             disabled=not state.gpu_type)
+    state.setdefault("speed_on", bool(state.gpu_type))  # a link's hw= opens it
+    if st.toggle("How fast? A speed bound on a GPU type", key="speed_on"):
+        st.selectbox("GPU type", ["", *catalog()], key="gpu_type", on_change=_gpu_type,
+                     format_func=lambda n: catalog()[n].label if n else "pick one")
+    else:
+        state.gpu_type = ""  # off: no GPU type in the link either
     if (query := with_fit(st.query_params.to_dict(), state)) != st.query_params.to_dict():
         st.query_params.from_dict(query)  # this section reruns alone: its inputs go in the link here
     f = fit(m, gib, util, int(context), int(concurrency), layout=layout)
@@ -82,7 +83,8 @@ def fit_section(m: ShardMap, layout=None) -> None:
                "recurrent state once). Activations, CUDA graphs and NCCL buffers take a few GiB more.")
     for note in sizing_notes(m.model, m.rules) if f.room > 0 else []:
         st.caption(f"Note: {note}.")
-    if state.gpu_type:
+    if state.gpu_type:  # its output length is asked only then (a link's out= without hw= has no meaning)
+        output = st.number_input("Of the context, output tokens", 1, 10_000_000, key="output_len")
         speed_part(m, layout, gib, util, int(context), int(output), int(concurrency))
 
 

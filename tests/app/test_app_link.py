@@ -73,6 +73,9 @@ def test_a_gpu_type_in_the_link_shows_the_speed_bound_and_stays_in_it():
     at.selectbox(key="gpu_type").set_value("h200").run()
     assert at.number_input(key="gpu_mem").value == 140.4 and at.query_params["hw"] == "h200"
     assert float(metric(at, "TPOT, at least").split()[0]) < float(tpot.split()[0])  # more bandwidth
+    assert at.toggle(key="speed_on").value  # the link's hw= opened the speed bound
+    at.toggle(key="speed_on").set_value(False).run()
+    assert "hw" not in at.query_params and not any(m.label == "TPOT, at least" for m in at.metric)
     bad = run_app({**query, "hw": "h300"})
     assert any("hw='h300' in the link" in e for e in [*errors(bad), *[w.value for w in bad.warning]])
     short = run_app({**query, "out": "4096"})
