@@ -238,3 +238,16 @@ def test_sglang_attention_tp_groups_inside_a_node_stay_on_nvlink():
     assert p.crosses == ["ep"]  # the gather and scatter, not the attention groups
     ring = 2 * 7 / 8 * 7168 * 2 * 64 / 2  # each group's 32 tokens
     assert p.terms["tp_all_reduce"] == pytest.approx((61 * ring / 450e9 + 61 * 2 * US) * 1e3)
+
+
+def test_plan_command_ranks_both_engines_by_speed(capsys):
+    assert main(["plan", "deepseek-ai/DeepSeek-V3", "--gpus", "8", "--gpu", "h200", "--rules", "vllm+sglang",
+                 "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    engines = {row["engine"] for row in out["layouts"]}
+    assert engines == {"vLLM 0.33", "SGLang 0.5.23"} and out["engine"] == "vLLM 0.33 + SGLang 0.5.23"
+    fitting = [row for row in out["layouts"] if row["perf"]]
+    speeds = [row["perf"]["out_tok_s_per_gpu"] for row in fitting]
+    assert speeds == sorted(speeds, reverse=True) and {row["engine"] for row in fitting} == engines
+    sglang = next(row for row in fitting if row["engine"] == "SGLang 0.5.23")
+    assert sglang["launch"].startswith("python -m sglang.launch_server --model-path deepseek-ai/DeepSeek-V3")

@@ -7,10 +7,12 @@ from tpviz.config.sources import load_spec
 from tpviz.deploy.fit import capped_context
 from tpviz.deploy.hardware import Topology, gpu_type
 from tpviz.deploy.perf import BOUND_NOTE, EFFICIENCY, EP_SAME, ROUTING, TERM_LABELS, Workload
-from tpviz.deploy.ranking import plan_notes, plan_rows, rank_layouts
+from tpviz.deploy.ranking import plan_notes, plan_rows, rank_engines
 from tpviz.errors import TpvizError
 from tpviz.render.text import fmt_bytes
 from tpviz.rules import ruleset
+
+BOTH = "vllm+sglang"  # one ranking of both engines' layouts, each row naming its engine
 
 
 def speed_inputs(args) -> tuple[Topology | None, Workload | None, float, int]:
@@ -47,17 +49,20 @@ def cmd_plan(args) -> int:
         raise TpvizError("--goal latency ranks by TPOT at a concurrency: give --concurrency N, not max")
     topo, work, gpu_gib, context = speed_inputs(args)
     spec = load_spec(args.model)
-    rows = rank_layouts(spec, args.gpus, gpu_gib, args.rules, args.util, context, topology=topo,
-                        workload=work)
-    notes = plan_notes(spec, args.rules, any(r.fits for r in rows), context)
-    rules = ruleset(args.rules)
+    engines = BOTH.split("+") if args.rules == BOTH else [args.rules]
+    pairs = rank_engines(spec, args.gpus, gpu_gib, tuple(engines), args.util, context, topo, work)
+    rows, row_rules = [r for _, r in pairs], [rs for rs, _ in pairs]
+    notes = list(dict.fromkeys(n for e in engines for n in plan_notes(spec, e, any(r.fits for r in rows),
+                                                                        context)))
+    both = len(engines) > 1
+    label = (lambda rs, r: f"{rs.label}: {r.layout.label}") if both else (lambda rs, r: r.layout.label)
     if work:
         notes.append(BOUND_NOTE.format(EFFICIENCY) + " (kernel launches, norms and sampling left out)")
         notes += [ROUTING] if spec.is_moe else []
         notes += [EP_SAME] if any(r.perf and r.layout.ep for r in rows) else []
     if args.json:
         out = {"schema": "tpviz.plan/2" if work else "tpviz.plan/1", "model": spec.name, "rules": args.rules,
-               "engine": rules.label,
+               "engine": " + ".join(ruleset(e).label for e in engines),
                "gpus": args.gpus, "gpu_mem_gib": gpu_gib, "utilization": args.util, "context": context,
                "notes": notes, "layouts": plan_rows(rows, speed=work is not None)}
         if work:
@@ -66,25 +71,27 @@ def cmd_plan(args) -> int:
                                  "concurrency": work.concurrency or "max", "goal": work.goal,
                                  "tpot_ms": work.tpot_ms, "ttft_ms": work.ttft_ms},
                     "efficiency": EFFICIENCY}
-            for row, r in zip(out["layouts"], rows):
-                row["launch"] = rules.launch(spec.name, r.layout) if r.problem is None else None
+        for row, r, rs in zip(out["layouts"], rows, row_rules):
+            row |= {"engine": rs.label, **({"launch": rs.launch(spec.name, r.layout) if r.problem is None
+                                            else None} if work else {})}
         print(json.dumps(out, indent=1))
         return 0
     context = capped_context(spec, context)[0]
-    head = f"{spec.name} on {args.gpus} × {gpu_gib:g} GiB ({rules.label} rules, context {context:,})"
+    named = " + ".join(ruleset(e).label for e in engines)
+    head = f"{spec.name} on {args.gpus} × {gpu_gib:g} GiB ({named} rules, context {context:,})"
     if work:
         head = (f"{spec.name} on {args.gpus} × {topo.gpu.label}, {topo.gpus_per_node} per node "
-                f"({rules.label} rules): {work.input_len:,} in + {work.output_len:,} out, concurrency "
+                f"({named} rules): {work.input_len:,} in + {work.output_len:,} out, concurrency "
                 f"{work.concurrency or 'max'}, goal {work.goal}"
                 + (f", TPOT ≤ {work.tpot_ms:g} ms" if work.tpot_ms else "")
                 + (f", TTFT ≤ {work.ttft_ms:g} ms" if work.ttft_ms else ""))
     print(head)
-    wide = max([28] + [len(r.layout.label) for r in rows])
+    wide = max([28] + [len(label(rs, r)) for rs, r in pairs])
     speed_head = (f"{'TPOT ms':>8} {'tok/s/GPU':>10} {'TTFT ms':>8} {'batch':>6}  {'bottleneck':<26}"
                   if work else "")
     print(f"{'layout':<{wide}} {'weights/GPU':>12} {'KV tokens':>11} {'sequences':>10} "
           f"{'comm/token':>11} {speed_head} verdict")
-    for r in rows:
+    for rs, r in pairs:
         verdict = ("fits" if r.fits else "does not fit") + (" (warning below)" if r.warnings else "") \
             if r.problem is None else f"rejected: {r.problem}"
         if work and r.perf:
@@ -98,18 +105,20 @@ def cmd_plan(args) -> int:
             p = r.perf
             numbers += (f" {p.tpot_ms:>8.2f} {p.out_tok_s_per_gpu:>10,.0f} {p.ttft_ms:>8.1f} {p.batch:>6,}  "
                         f"{p.bottleneck_label:<26}" if p else f" {'':>8} {'':>10} {'':>8} {'':>6}  {'':<26}")
-        print(f"{r.layout.label:<{wide}} {numbers}  {verdict}")
+        print(f"{label(rs, r):<{wide}} {numbers}  {verdict}")
     print_warnings({w for r in rows if r.problem is None for w in r.warnings},
                    "plan --json gives each layout's")
     if any(r.problem is None and r.comm_per_token is None for r in rows):
         notes = [*notes, "comm/token n/a: SGLang's attention-DP gathers and expert-parallel sums are not "
                          "modelled exactly" + ("; their speed bound counts the least they send (an "
-                                                "all-gather and a reduce-scatter of tokens per FFN layer)"
+                                                "all-gather and a reduce-scatter of tokens per FFN layer), "
+                                                "so beside vLLM's rows theirs is the more optimistic"
                                                 if work else "")]
-    if work and (best := next((r for r in rows if r.perf), None)):
+    if work and (first := next(((rs, r) for rs, r in pairs if r.perf), None)):
+        best_rules, best = first
         terms = ", ".join(f"{TERM_LABELS[k]} {v:.2f}" for k, v in sorted(best.perf.terms.items(),
                                                                         key=lambda kv: -kv[1]))
-        print(f"first: {rules.launch(spec.name, best.layout)}")
+        print(f"first: {best_rules.launch(spec.name, best.layout)}")
         print(f"  its terms (ms per output token): {terms}")
     for note in notes:
         print(f"note: {note}")
