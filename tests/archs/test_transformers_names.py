@@ -13,7 +13,8 @@ from tpviz.trace.collectives import collectives
 TINY = dict(num_hidden_layers=2, hidden_size=64, num_attention_heads=4, num_key_value_heads=2,
             intermediate_size=96, vocab_size=512)
 CASES = {"CohereForCausalLM": "CohereForAI/c4ai-command-r-v01",
-         "Exaone4ForCausalLM": "LGAI-EXAONE/EXAONE-4.0-32B"}
+         "Exaone4ForCausalLM": "LGAI-EXAONE/EXAONE-4.0-32B",
+         "Cohere2ForCausalLM": "CohereLabs/c4ai-command-r7b-12-2024"}
 
 
 @pytest.mark.parametrize("hf_class", sorted(CASES))
@@ -45,3 +46,12 @@ def test_exaone4_windows_three_layers_in_four():
     kinds = [layer.mixer.window for layer in m.model.layers]
     assert kinds[:8] == [4096, 4096, 4096, 0] * 2 and kinds.count(0) == 16
     assert not any("input_layernorm" in name for name in expand(m))
+
+
+def test_command_r7b_caches_one_token_past_its_window():
+    """vLLM 0.33 models/commandr.py passes sliding_window + 1 for Cohere2's sliding layers (they attend to
+    [pos - sliding_window, pos]); every fourth layer is full attention."""
+    m = shard_map(presets()["CohereLabs/c4ai-command-r7b-12-2024"], 2)
+    windows = [layer.mixer.window for layer in m.model.layers]
+    assert windows[:4] == [4097, 4097, 4097, 0] and windows.count(0) == 8
+    assert m.model.joint_reduce and "sliding_window + 1" in " ".join(m.model.notes)

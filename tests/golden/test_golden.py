@@ -65,7 +65,8 @@ ADDED = ("preset:internlm/internlm2-chat-7b|", "preset:ibm-granite/granite-3.1-1
          "preset:Qwen/Qwen2.5-VL-7B-Instruct|", "preset:allenai/olmOCR-7B-0225-preview|",
          "preset:nvidia/Cosmos-Reason2-8B|", "preset:THUDM/chatglm3-6b|",
          "preset:microsoft/phi-2|", "preset:HuggingFaceTB/SmolLM3-3B|",
-         "preset:CohereForAI/c4ai-command-r-v01|", "preset:LGAI-EXAONE/EXAONE-4.0-32B|")
+         "preset:CohereForAI/c4ai-command-r-v01|", "preset:LGAI-EXAONE/EXAONE-4.0-32B|",
+         "preset:CohereLabs/c4ai-command-r7b-12-2024|")
 
 
 def compare(golden: dict, now: dict) -> None:

@@ -24,6 +24,14 @@ def cohere_fields(cfg: dict) -> dict:
     return {**cfg, "tie_word_embeddings": True}
 
 
+def cohere2_fields(cfg: dict) -> dict:
+    """Cohere2's sliding layers attend to [pos - sliding_window, pos]: vLLM 0.33 passes sliding_window + 1 to
+    the attention and its cache (models/commandr.py), so each caches one token more than the config says."""
+    window = cfg.get("sliding_window")
+    grown = window + 1 if isinstance(window, int) and not isinstance(window, bool) and window > 0 else window
+    return {**cohere_fields(cfg), "sliding_window": grown}
+
+
 def llama4_fields(cfg: dict) -> dict:
     """Llama-4: the experts and the shared expert use intermediate_size, the dense MLP intermediate_size_mlp;
     every 4th layer is NoPE when no_rope_layers is not given (transformers' default)."""
@@ -77,6 +85,15 @@ RECORDS = [
                                      "heads with a row-parallel loader"),
                      ("attention_bias", "q/k/v/o biases (vLLM 0.33's CohereAttention builds none, so its "
                                         "loader rejects them)"))),
+    # the same model file, v2: layer_types' sliding layers windowed (one token wider), the full ones NoPE
+    Arch("cohere2", "Cohere2ForCausalLM", COHERE, qkv_bias=False, o_bias=False, tied=True, adapt=cohere2_fields,
+         joint_reduce=("*",), sliding_pattern=4,
+         unmodelled=(("use_qk_norm", "per-head q/k LayerNorms (use_qk_norm), which vLLM 0.33 cuts over the "
+                                     "heads with a row-parallel loader"),
+                     ("attention_bias", "q/k/v/o biases (vLLM 0.33's CohereAttention builds none, so its "
+                                        "loader rejects them)")),
+         note="vLLM 0.33 caches sliding_window + 1 tokens on Cohere2's sliding layers (they attend to "
+              "[pos - sliding_window, pos])"),
     Arch("llama4", "Llama4ForConditionalGeneration", text_model="llama4_text",
          adapt=llama4_fields, chunk=8192),
     Arch("llama4_text", "Llama4ForCausalLM", adapt=llama4_fields, chunk=8192),
