@@ -86,8 +86,8 @@ RECORDS = [
                      ("attention_bias", "q/k/v/o biases (vLLM 0.33's CohereAttention builds none, so its "
                                         "loader rejects them)"))),
     # the same model file, v2: layer_types' sliding layers windowed (one token wider), the full ones NoPE
-    Arch("cohere2", "Cohere2ForCausalLM", COHERE, qkv_bias=False, o_bias=False, tied=True, adapt=cohere2_fields,
-         joint_reduce=("*",), sliding_pattern=4,
+    Arch("cohere2", "Cohere2ForCausalLM", COHERE, qkv_bias=False, o_bias=False, tied=True,
+         adapt=cohere2_fields, joint_reduce=("*",), sliding_pattern=4,
          unmodelled=(("use_qk_norm", "per-head q/k LayerNorms (use_qk_norm), which vLLM 0.33 cuts over the "
                                      "heads with a row-parallel loader"),
                      ("attention_bias", "q/k/v/o biases (vLLM 0.33's CohereAttention builds none, so its "
