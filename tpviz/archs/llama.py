@@ -10,6 +10,10 @@ from tpviz.archs.names import LLAMA
 MIXTRAL = replace(LLAMA, mlp="block_sparse_moe.", expert_gate_up=("w1", "w3"), expert_down="w2")
 PHI3 = replace(LLAMA, qkv_fused="qkv_proj", gate_up_fused="gate_up_proj")
 COHERE = replace(LLAMA, ffn_norms=(), norm_bias="weight")
+COHERE_UNMODELLED = (("use_qk_norm", "per-head q/k LayerNorms (use_qk_norm), which vLLM 0.33 cuts over the heads "
+                                     "with a row-parallel loader"),
+                     ("attention_bias", "q/k/v/o biases (vLLM 0.33's CohereAttention builds none, so its loader "
+                                        "rejects them)"))
 PHI = replace(LLAMA, final_norm="model.final_layernorm", ffn_norms=(), norm_bias=True, o="dense", up="fc1",
               down="fc2")
 
@@ -81,17 +85,11 @@ RECORDS = [
     # side by side, summed and all-reduced once; logits always from embed_tokens (lm_head is never loaded)
     Arch("cohere", "CohereForCausalLM", COHERE, qkv_bias=False, o_bias=False, tied=True, adapt=cohere_fields,
          joint_reduce=("*",),
-         unmodelled=(("use_qk_norm", "per-head q/k LayerNorms (use_qk_norm), which vLLM 0.33 cuts over the "
-                                     "heads with a row-parallel loader"),
-                     ("attention_bias", "q/k/v/o biases (vLLM 0.33's CohereAttention builds none, so its "
-                                        "loader rejects them)"))),
+         unmodelled=COHERE_UNMODELLED),
     # the same model file, v2: layer_types' sliding layers windowed (one token wider), the full ones NoPE
     Arch("cohere2", "Cohere2ForCausalLM", COHERE, qkv_bias=False, o_bias=False, tied=True,
          adapt=cohere2_fields, joint_reduce=("*",), sliding_pattern=4,
-         unmodelled=(("use_qk_norm", "per-head q/k LayerNorms (use_qk_norm), which vLLM 0.33 cuts over the "
-                                     "heads with a row-parallel loader"),
-                     ("attention_bias", "q/k/v/o biases (vLLM 0.33's CohereAttention builds none, so its "
-                                        "loader rejects them)")),
+         unmodelled=COHERE_UNMODELLED,
          note="vLLM 0.33 caches sliding_window + 1 tokens on Cohere2's sliding layers (they attend to "
               "[pos - sliding_window, pos])"),
     Arch("llama4", "Llama4ForConditionalGeneration", text_model="llama4_text",
