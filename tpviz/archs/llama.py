@@ -10,10 +10,10 @@ from tpviz.archs.names import LLAMA
 MIXTRAL = replace(LLAMA, mlp="block_sparse_moe.", expert_gate_up=("w1", "w3"), expert_down="w2")
 PHI3 = replace(LLAMA, qkv_fused="qkv_proj", gate_up_fused="gate_up_proj")
 COHERE = replace(LLAMA, ffn_norms=(), norm_bias="weight")
-COHERE_UNMODELLED = (("use_qk_norm", "per-head q/k LayerNorms (use_qk_norm), which vLLM 0.33 cuts over the heads "
-                                     "with a row-parallel loader"),
-                     ("attention_bias", "q/k/v/o biases (vLLM 0.33's CohereAttention builds none, so its loader "
-                                        "rejects them)"))
+COHERE_UNMODELLED = (("use_qk_norm", "per-head q/k LayerNorms (use_qk_norm), which vLLM 0.33 cuts over "
+                                     "the heads with a row-parallel loader"),
+                     ("attention_bias", "q/k/v/o biases (vLLM 0.33's CohereAttention builds none, so its "
+                                        "loader rejects them)"))
 PHI = replace(LLAMA, final_norm="model.final_layernorm", ffn_norms=(), norm_bias=True, o="dense", up="fc1",
               down="fc2")
 
