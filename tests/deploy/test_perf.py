@@ -251,3 +251,15 @@ def test_plan_command_ranks_both_engines_by_speed(capsys):
     assert speeds == sorted(speeds, reverse=True) and {row["engine"] for row in fitting} == engines
     sglang = next(row for row in fitting if row["engine"] == "SGLang 0.5.23")
     assert sglang["launch"].startswith("python -m sglang.launch_server --model-path deepseek-ai/DeepSeek-V3")
+
+
+def test_each_engine_caps_its_running_sequences():
+    """vLLM 0.33: 1024 per replica on an 80 GiB H100, 256 on an A100; SGLang 0.5.23: 4096 per worker (each
+    attention-DP rank is one)."""
+    from tpviz.rules import ruleset
+    vllm = ruleset("vllm")
+    assert vllm.running_cap(H100) == 1024 and vllm.running_cap(gpu_type("a100-80")) == 256
+    assert ruleset("sglang").running_cap(H100) == 4096
+    spec = load_spec("meta-llama/Llama-3.1-8B")
+    rows = rank_layouts(spec, 8, H200.mem_gib, "sglang", topology=Topology(H200), workload=Workload(128, 128))
+    assert max(r.perf.batch for r in rows if r.perf and r.layout.dp == 1 and not r.layout.carved) <= 4096

@@ -133,7 +133,8 @@ class Speed:
                  for i, s in enumerate(stages)]
         links = [{g: self.group_link(layout, i, g) for g in ("tp", "attn", "ep", "pp")}
                  for i in range(len(stages))]
-        cap = self.sizer.rules.running_cap(self.topo.gpu) or 1 << 16
+        # the engine's cap on running sequences, per worker (SGLang: one per attention-DP rank)
+        cap = (self.sizer.rules.running_cap(self.topo.gpu) or 1 << 16) * layout.attn_dp
         per_replica = max(1, min(row.max_sequences // layout.dp, cap))
         wanted = -(-self.work.concurrency // layout.dp) if self.work.concurrency else per_replica
         batch = min(wanted, per_replica)

@@ -181,8 +181,8 @@ class RuleSet:
         return None
 
     def running_cap(self, gpu) -> int | None:
-        """The default cap on sequences a replica runs at once on this GPU type (vLLM 0.33
-        EngineArgs.get_batch_defaults: 1024 on GPUs of 70 GiB or more but A100, else 256)."""
+        """The default cap on sequences one engine worker runs at once on this GPU type (vLLM 0.33
+        EngineArgs.get_batch_defaults: 1024 on GPUs of 70 GiB or more but A100, else 256; SGLang: 4096)."""
         if self.max_num_seqs is None:
             return None
         large, small = self.max_num_seqs

@@ -242,4 +242,7 @@ SGLANG_0_5_23 = SglangRuleSet(
           "--ep-size"),
     fp8_merged_exempt=False, fp8_moe_refine=False, fp8_merged_at_tp1=True, model_checks=False,
     pp_env="SGLANG_PP_LAYER_PARTITION", placements=("linear",), carves=True, hybrid_pages=False,
+    # at most 4096 running requests per worker by default (model_executor/pool_configurator.py
+    # _resolve_max_running_requests_per_worker: clamped to 2048..4096, and to half the token pool)
+    max_num_seqs=(4096, 4096),
     notes={"ep_hint": " --ep N cuts each expert tp / N ways instead (--ep equal to --tp keeps them whole)."})
