@@ -196,7 +196,8 @@ def test_plan_command_ranks_by_speed(capsys):
     (["--gpu", "h100", "--goal", "latency", "--concurrency", "max"], "--goal latency"),
     (["--gpu", "h100", "--context", "4096", "--input-len", "100"], "not both"),
     ([], "--gpu NAME"), (["--gpu-mem", "80", "--input-len", "100"], "add --gpu"),
-    (["--gpu", "h100", "--tpot-ms", "0"], "TPOT limit")])
+    (["--gpu", "h100", "--tpot-ms", "0"], "TPOT limit"),
+    (["--gpu", "h100", "--input-len", "200000"], "past this model's max_model_len 131,072")])
 def test_plan_command_errors(capsys, args, word):
     assert main(["plan", "meta-llama/Llama-3.1-8B", "--gpus", "2", *args]) == 2
     err = capsys.readouterr().err

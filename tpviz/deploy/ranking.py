@@ -3,7 +3,7 @@ ranked by what fits and how much KV cache each leaves (the `plan` command and th
 from tpviz.config.spec import ModelSpec
 from tpviz.deploy.fit import capped_context, check_fit_inputs, sizing_notes
 from tpviz.deploy.hardware import Topology
-from tpviz.deploy.perf import Speed, Workload
+from tpviz.deploy.perf import Speed, Workload, WorkloadError
 from tpviz.deploy.sizing import LayoutRow, Sizer
 from tpviz.errors import LayoutError
 from tpviz.rules import Layout, RuleSet, ruleset
@@ -22,6 +22,9 @@ def rank_layouts(spec: ModelSpec, gpus: int, gpu_gib: float, rules: RuleSet | st
         raise LayoutError(f"gpus={gpus} must be between 1 and 1024")
     if workload is not None:
         context = workload.context
+        if spec.max_model_len and context > spec.max_model_len:  # the engine refuses such a request
+            raise WorkloadError(f"{workload.input_len:,} input + {workload.output_len:,} output tokens is past "
+                                f"this model's max_model_len {spec.max_model_len:,}: ask for fewer")
     check_fit_inputs(gpu_gib, utilization, context)
     context = capped_context(spec, context)[0]  # plan_notes says so
     sizer = sizer or Sizer(spec, rules)
