@@ -23,8 +23,8 @@ def rank_layouts(spec: ModelSpec, gpus: int, gpu_gib: float, rules: RuleSet | st
     if workload is not None:
         context = workload.context
         if spec.max_model_len and context > spec.max_model_len:  # the engine refuses such a request
-            raise WorkloadError(f"{workload.input_len:,} input + {workload.output_len:,} output tokens is past "
-                                f"this model's max_model_len {spec.max_model_len:,}: ask for fewer")
+            raise WorkloadError(f"{workload.input_len:,} input + {workload.output_len:,} output tokens is "
+                                f"past this model's max_model_len {spec.max_model_len:,}: ask for fewer")
     check_fit_inputs(gpu_gib, utilization, context)
     context = capped_context(spec, context)[0]  # plan_notes says so
     sizer = sizer or Sizer(spec, rules)
