@@ -4,7 +4,7 @@ import streamlit as st
 from explorer.state import EXTRAS, FIT_KEYS, with_fit
 from tpviz.deploy.fit import GPU_SIZES_GIB, GPU_UTILIZATION, capped_context, fit, sizing_notes, speed
 from tpviz.deploy.hardware import Topology, catalog
-from tpviz.deploy.perf import BOUND_NOTE, EFFICIENCY, ROUTING, Workload
+from tpviz.deploy.perf import BOUND_NOTE, EFFICIENCY, ROUTING, Workload, left_out
 from tpviz.render.plots.perf import terms_figure
 from tpviz.render.text import fmt_bytes
 from tpviz.trace.shardmap import ShardMap
@@ -125,5 +125,5 @@ def speed_part(m: ShardMap, layout, gib: float, util: float, context: int, outpu
                     key="fig_speed_terms")
     st.caption(f"Speed on {gpu.label}: {BOUND_NOTE.format(EFFICIENCY)}. Decode steps read weights, touched "
                "experts and KV cache at HBM bandwidth or do their FLOPs at peak, whichever is longer, then "
-               "their collectives; kernel launches are left out." + (f" {ROUTING[0].upper()}{ROUTING[1:]}."
+               f"their collectives; {left_out(m.model)}." + (f" {ROUTING[0].upper()}{ROUTING[1:]}."
                                                                       if m.model.is_moe else ""))

@@ -16,7 +16,7 @@ from tpviz.render.text import fmt_bytes
 from tpviz.errors import TpvizError
 from tpviz.deploy.equivalent import compare
 from tpviz.deploy.hardware import Topology, catalog, gpu_type
-from tpviz.deploy.perf import BOUND_NOTE, EFFICIENCY, EP_SAME, GOALS, ROUTING, Speed, Workload
+from tpviz.deploy.perf import BOUND_NOTE, EFFICIENCY, EP_SAME, GOALS, ROUTING, Speed, Workload, left_out
 from tpviz.deploy.ranking import plan_notes, plan_rows, rank_engines
 from tpviz.deploy.sizing import Sizer
 from tpviz.render.plots.deployment import device_grid, expert_figure
@@ -219,7 +219,7 @@ def main() -> None:
         st.caption(f"Speed: {BOUND_NOTE.format(EFFICIENCY)}. Each decode step reads the weights, the "
                    "experts its batch touches and the KV cache at the GPU's HBM bandwidth, or does its "
                    "FLOPs at peak, whichever is longer, then its collectives at the link's bandwidth and "
-                   f"latency; throughput counts the prefills too. Kernel launches are left out.{moe}")
+                   f"latency; throughput counts the prefills too; {left_out(spec)}.{moe}")
         if any(r.get("perf") and r["ep"] for r in rows):
             st.caption(f"Note: {EP_SAME}.")
     for note in {n: None for r in ([rules] if rules != BOTH else ["vllm", "sglang"])

@@ -264,3 +264,9 @@ def test_each_engine_caps_its_running_sequences():
     spec = load_spec("meta-llama/Llama-3.1-8B")
     rows = rank_layouts(spec, 8, H200.mem_gib, "sglang", topology=Topology(H200), workload=Workload(128, 128))
     assert max(r.perf.batch for r in rows if r.perf and r.layout.dp == 1 and not r.layout.carved) <= 4096
+
+
+def test_the_bound_says_what_it_leaves_out():
+    from tpviz.deploy.perf import left_out
+    assert left_out(load_spec("meta-llama/Llama-3.1-8B")) == "kernel launches, norms and sampling left out"
+    assert "recurrent-state reads" in left_out(load_spec("Qwen/Qwen3-Next-80B-A3B-Thinking"))

@@ -6,7 +6,7 @@ from tpviz.cli.tables import print_warnings
 from tpviz.config.sources import load_spec
 from tpviz.deploy.fit import capped_context
 from tpviz.deploy.hardware import Topology, gpu_type
-from tpviz.deploy.perf import BOUND_NOTE, EFFICIENCY, EP_SAME, ROUTING, TERM_LABELS, Workload
+from tpviz.deploy.perf import BOUND_NOTE, EFFICIENCY, EP_SAME, ROUTING, TERM_LABELS, Workload, left_out
 from tpviz.deploy.ranking import plan_notes, plan_rows, rank_engines
 from tpviz.errors import TpvizError
 from tpviz.render.text import fmt_bytes
@@ -57,7 +57,7 @@ def cmd_plan(args) -> int:
     both = len(engines) > 1
     label = (lambda rs, r: f"{rs.label}: {r.layout.label}") if both else (lambda rs, r: r.layout.label)
     if work:
-        notes.append(BOUND_NOTE.format(EFFICIENCY) + " (kernel launches, norms and sampling left out)")
+        notes.append(f"{BOUND_NOTE.format(EFFICIENCY)} ({left_out(spec)})")
         notes += [ROUTING] if spec.is_moe else []
         notes += [EP_SAME] if any(r.perf and r.layout.ep for r in rows) else []
     if args.json:

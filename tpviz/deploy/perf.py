@@ -9,6 +9,7 @@ stays one: kernel launches, the embedding rows, norms, recurrent-state reads and
 import math
 from dataclasses import dataclass, field
 
+from tpviz.config.kinds import STATEFUL
 from tpviz.deploy.hardware import Topology
 from tpviz.deploy.parallel import stage_layers
 from tpviz.deploy.sizing import LayoutRow, Sizer, StageCost
@@ -30,6 +31,14 @@ GOALS = ("throughput", "latency")
 # median of measured / bound over bench/data/perf_measurements.json (tests/deploy/test_perf_calibration.py)
 EFFICIENCY = 0.39
 BOUND_NOTE = "a bound, not a promise: published runs reach about {:.0%} of it"
+
+
+def left_out(spec) -> str:
+    """What the bound leaves out for this model, as a phrase (each only lowers the bound)."""
+    parts = ["kernel launches", "norms", "sampling"]
+    if {layer.mixer.kind for layer in spec.layers} & set(STATEFUL):
+        parts.append("recurrent-state reads")
+    return ", ".join(parts[:-1]) + " and " + parts[-1] + " left out"
 
 
 class WorkloadError(TpvizError):
