@@ -69,11 +69,13 @@ def cached_compare(cfg_json: str, name: str, gpus: int, gib: float, util: float,
     return [{**side("vLLM 0.33", a), **side("SGLang 0.5.23", b)} for a, b in pairs]
 
 
-def speed_cells(p: dict | None) -> dict:
+def speed_cells(r: dict) -> dict:
     """The speed bound's columns of one row (blank where a layout does not fit or is not modelled)."""
-    if p is None:
+    if (p := r.get("perf")) is None:
+        why = "not one whole sequence fits" if r["fits"] and not r["max_sequences"] else \
+            "not modelled" if r["fits"] else ""
         return {"TPOT ms ≥": None, "tok/s per GPU ≤": None, "TTFT ms ≥": None, "batch": None,
-                "bottleneck": ""}
+                "bottleneck": why}
     return {"TPOT ms ≥": round(p["tpot_ms"], 2), "tok/s per GPU ≤": round(p["out_tok_s_per_gpu"]),
             "TTFT ms ≥": round(p["ttft_ms"], 1), "batch": p["batch"],
             "bottleneck": p["bottleneck"] + ("" if p["meets_limits"] else " · misses the TPOT limit")
@@ -186,7 +188,7 @@ def main() -> None:
               "comm / token": ("not modelled" if r["comm_per_token"] is None
                                else fmt_bytes(r["comm_per_token"]))
               if r["valid"] else "",
-              **(speed_cells(r.get("perf")) if speed else {}),
+              **(speed_cells(r) if speed else {}),
               "why": r["problem"] or "; ".join(r["warnings"]),
               **({"launch": r["launch"]} if rules == BOTH or speed else {})} for r in rows]
     event = st.dataframe(table, hide_index=True, width="stretch", key="plan_table", on_select="rerun",

@@ -270,3 +270,11 @@ def test_the_bound_says_what_it_leaves_out():
     from tpviz.deploy.perf import left_out
     assert left_out(load_spec("meta-llama/Llama-3.1-8B")) == "kernel launches, norms and sampling left out"
     assert "recurrent-state reads" in left_out(load_spec("Qwen/Qwen3-Next-80B-A3B-Thinking"))
+
+
+def test_no_bound_where_not_one_sequence_fits():
+    """Llama-3.1-70B at TP 2 on 80 GiB GPUs: the weights fit, but not one sequence of 128k tokens does."""
+    spec = load_spec("meta-llama/Llama-3.1-70B")
+    rows = rank_layouts(spec, 2, H100.mem_gib, topology=Topology(H100), workload=Workload(120_000, 8000))
+    tp2 = next(r for r in rows if r.layout == Layout(2))
+    assert tp2.fits and tp2.max_sequences == 0 and tp2.perf is None

@@ -94,6 +94,8 @@ def cmd_plan(args) -> int:
     for rs, r in pairs:
         verdict = ("fits" if r.fits else "does not fit") + (" (warning below)" if r.warnings else "") \
             if r.problem is None else f"rejected: {r.problem}"
+        if work and r.fits and not r.max_sequences:
+            verdict = "the weights fit, not one whole sequence of the workload"
         if work and r.perf:
             p = r.perf
             verdict += "" if p.meets else " (misses the limit)"

@@ -130,9 +130,10 @@ class Speed:
         self.attention_peak = gpu.peak("fp8" if self.spec.kv_bytes == 1 else "bf16")
 
     def perf(self, row: LayoutRow) -> Perf | None:
-        """The bound for a layout that fits; None where it does not, or its traffic is not modelled."""
+        """The bound for a layout that holds at least one sequence of the workload; None where it does not,
+        or where its traffic is not modelled."""
         layout = row.layout
-        if not row.fits:
+        if not row.fits or row.max_sequences < 1:  # the weights leave no room for one whole sequence
             return None
         stages = stage_layers(self.spec.num_hidden_layers, layout.pp, self.sizer.rules)
         traffic = stage_traffic(self.spec, layout, self.sizer.rules, self.all2all, least=True)
