@@ -4,7 +4,7 @@ import streamlit as st
 from explorer.state import EXTRAS, FIT_KEYS, with_fit
 from tpviz.deploy.fit import GPU_SIZES_GIB, GPU_UTILIZATION, capped_context, fit, sizing_notes, speed
 from tpviz.deploy.hardware import Topology, catalog
-from tpviz.deploy.perf import BOUND_NOTE, EFFICIENCY, ROUTING, Workload, left_out
+from tpviz.deploy.perf import Workload, bound_sentence
 from tpviz.render.plots.perf import terms_figure
 from tpviz.render.text import fmt_bytes
 from tpviz.trace.shardmap import ShardMap
@@ -103,9 +103,8 @@ def speed_part(m: ShardMap, layout, gib: float, util: float, context: int, outpu
     work, topo = Workload(context - output, output, concurrency), Topology(gpu)
     p = speed(m, topo, work, gib, util, layout)
     if p is None:
-        st.caption("No speed bound: the layout does not fit, or its traffic (SGLang's attention DP and EP) "
-                   "is "
-                   "not modelled.")
+        st.caption("No speed bound: the layout does not fit one whole sequence, or its traffic is not "
+                   "modelled.")
         return
     c1, c2, c3, c4 = st.columns(4)
     c1.metric("TPOT, at least", f"{p.tpot_ms:.2f} ms", f"batch {p.batch:,}", delta_color="off",
@@ -114,16 +113,12 @@ def speed_part(m: ShardMap, layout, gib: float, util: float, context: int, outpu
     c3.metric(f"TTFT for {work.input_len:,} tokens, at least", f"{p.ttft_ms:.1f} ms")
     c4.metric("Bottleneck", p.bottleneck_label)
     if p.capped:
-        st.caption(f"The KV room or {m.rules.label}'s max_num_seqs holds {p.batch:,} of the {concurrency:,} "
-                   "sequences asked for: the bound decodes those.")
+        st.caption(f"The KV room or {m.rules.label}'s cap on running sequences holds {p.batch:,} of the "
+                   f"{concurrency:,} asked for: the bound decodes those.")
     if p.crosses:
         st.warning(f"On {gpu.label} nodes of {topo.gpus_per_node}, the {', '.join(p.crosses)} group "
-                   "crosses nodes: its "
-                   f"collectives run at the scale-out network ({gpu.scale_out_gbit:g} Gbit/s per GPU).")
+                   f"crosses nodes: its collectives run at the scale-out network ({gpu.scale_out_gbit:g} "
+                   "Gbit/s per GPU).")
     label = layout.label if layout else f"TP {m.tp_size}"
-    st.plotly_chart(terms_figure(p.stage_terms, label, p.tpot_ms, BOUND_NOTE.format(EFFICIENCY)), theme=None,
-                    key="fig_speed_terms")
-    st.caption(f"Speed on {gpu.label}: {BOUND_NOTE.format(EFFICIENCY)}. Decode steps read weights, touched "
-               "experts and KV cache at HBM bandwidth or do their FLOPs at peak, whichever is longer, then "
-               f"their collectives; {left_out(m.model)}." + (f" {ROUTING[0].upper()}{ROUTING[1:]}."
-                                                                      if m.model.is_moe else ""))
+    st.plotly_chart(terms_figure(p.stage_terms, label, p.tpot_ms), theme=None, key="fig_speed_terms")
+    st.caption(f"Speed on {gpu.label}: {bound_sentence(m.model)}")

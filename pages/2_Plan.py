@@ -16,18 +16,18 @@ from tpviz.render.text import fmt_bytes
 from tpviz.errors import TpvizError
 from tpviz.deploy.equivalent import compare
 from tpviz.deploy.hardware import Topology, catalog, gpu_type
-from tpviz.deploy.perf import BOUND_NOTE, EFFICIENCY, EP_SAME, GOALS, ROUTING, Speed, Workload, left_out
+from tpviz.deploy.perf import EP_SAME, GOALS, Speed, Workload, bound_sentence
+from tpviz.deploy.traffic import LEAST_NOTE
 from tpviz.deploy.ranking import plan_notes, plan_rows, rank_engines
 from tpviz.deploy.sizing import Sizer
 from tpviz.render.plots.deployment import device_grid, expert_figure
 from tpviz.render.plots.perf import terms_figure
-from tpviz.rules import RULES, ruleset
+from tpviz.rules import BOTH, RULES, engines_of, ruleset
 from tpviz.rules.layout import CARVED
 from tpviz.config.sources import find_preset, presets, repo_from_url
 from tpviz.config.hub import fetch_config
 
 
-BOTH = "vllm+sglang"  # one ranking of both engines' layouts, each row naming its engine and launch line
 ENGINE_LABELS = {**RULE_LABELS, BOTH: "vLLM 0.33 + SGLang 0.5.23"}
 
 
@@ -44,7 +44,7 @@ def cached_plan(cfg_json: str, name: str, gpus: int, gib: float, rules: str, uti
     set and launch line; speed = (GPU type, GPUs per node, Workload fields) ranks by the speed bound."""
     spec = spec_for(cfg_json, name)
     topo, work = (Topology(gpu_type(speed[0]), speed[1]), Workload(*speed[2:])) if speed else (None, None)
-    engines = ("vllm", "sglang") if rules == BOTH else (rules,)
+    engines = engines_of(rules)
     pairs = rank_engines(spec, gpus, gib, engines, util, context, topo, work,
                          {r: sizer_for(cfg_json, name, r) for r in engines})
     return [{**plan_rows([row], speed is not None)[0], "rules": r.name, "engine": r.label,
@@ -141,8 +141,7 @@ def show_row(r: dict, cfg_json: str, name: str, gib: float, util: float, context
                      tuple((k, r[k]) for k in CARVED if k in r))
     steps = None
     if speed and (p := r.get("perf")):
-        st.plotly_chart(terms_figure(p["stage_terms"], r["layout"], p["tpot_ms"],
-                                     BOUND_NOTE.format(EFFICIENCY)), theme=None, key="terms")
+        st.plotly_chart(terms_figure(p["stage_terms"], r["layout"], p["tpot_ms"]), theme=None, key="terms")
         steps = [Speed.step_time(t) for t in p["stage_terms"]]
     st.plotly_chart(device_grid(lay, steps), theme=None, key="grid")
     if (fig := expert_figure(lay)) is not None:
@@ -214,14 +213,9 @@ def main() -> None:
     if any(r["valid"] and r["comm_per_token"] is None for r in rows):
         st.caption("Comm / token is not modelled for SGLang's attention DP and EP (its DP gathers and expert "
                    "sums): those rows say so rather than guess."
-                   + (" Their speed bound counts the least they send: an all-gather and a reduce-scatter "
-                      "of tokens per FFN layer." if speed else ""))
+                   + (f" {LEAST_NOTE[0].upper()}{LEAST_NOTE[1:]}." if speed else ""))
     if speed:
-        moe = " " + ROUTING[0].upper() + ROUTING[1:] + "." if spec.is_moe else ""
-        st.caption(f"Speed: {BOUND_NOTE.format(EFFICIENCY)}. Each decode step reads the weights, the "
-                   "experts its batch touches and the KV cache at the GPU's HBM bandwidth, or does its "
-                   "FLOPs at peak, whichever is longer, then its collectives at the link's bandwidth and "
-                   f"latency; throughput counts the prefills too; {left_out(spec)}.{moe}")
+        st.caption(f"Speed: {bound_sentence(spec)}")
         if any(r.get("perf") and r["ep"] for r in rows):
             st.caption(f"Note: {EP_SAME}.")
     for note in {n: None for r in ([rules] if rules != BOTH else ["vllm", "sglang"])

@@ -7,7 +7,7 @@ from importlib import import_module
 
 from tpviz.config.spec import KV_DTYPES, SERVE_DTYPES
 from tpviz.errors import TpvizError
-from tpviz.rules import RULES, ruleset
+from tpviz.rules import BOTH, RULES, ruleset
 
 
 class _Parser(argparse.ArgumentParser):
@@ -63,8 +63,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "a speed bound; its memory unless --gpu-mem")
     p.add_argument("--gpu-mem", type=float, metavar="GIB", help="memory of each GPU (needed without --gpu)")
     p.add_argument("--gpus-per-node", type=int, default=8, help="GPUs per node (default 8)")
-    p.add_argument("--rules", choices=(*RULES, "vllm+sglang"), default="vllm",
-                   help="a rule set, or vllm+sglang: both engines in one ranking")
+    p.add_argument("--rules", choices=(*RULES, BOTH), default="vllm",
+                   help=f"a rule set, or {BOTH}: both engines in one ranking")
     p.add_argument("--util", type=float, default=0.9, help="gpu_memory_utilization (default 0.9)")
     p.add_argument("--context", type=int, help="tokens per sequence (default 8192; with --gpu: "
                                                "--input-len + --output-len)")

@@ -8,11 +8,10 @@ from tpviz.deploy.fit import capped_context
 from tpviz.deploy.hardware import Topology, gpu_type
 from tpviz.deploy.perf import BOUND_NOTE, EFFICIENCY, EP_SAME, ROUTING, TERM_LABELS, Workload, left_out
 from tpviz.deploy.ranking import plan_notes, plan_rows, rank_engines
+from tpviz.deploy.traffic import LEAST_NOTE
 from tpviz.errors import TpvizError
 from tpviz.render.text import fmt_bytes
-from tpviz.rules import ruleset
-
-BOTH = "vllm+sglang"  # one ranking of both engines' layouts, each row naming its engine
+from tpviz.rules import engines_of, ruleset
 
 
 def speed_inputs(args) -> tuple[Topology | None, Workload | None, float, int]:
@@ -49,8 +48,8 @@ def cmd_plan(args) -> int:
         raise TpvizError("--goal latency ranks by TPOT at a concurrency: give --concurrency N, not max")
     topo, work, gpu_gib, context = speed_inputs(args)
     spec = load_spec(args.model)
-    engines = BOTH.split("+") if args.rules == BOTH else [args.rules]
-    pairs = rank_engines(spec, args.gpus, gpu_gib, tuple(engines), args.util, context, topo, work)
+    engines = engines_of(args.rules)
+    pairs = rank_engines(spec, args.gpus, gpu_gib, engines, args.util, context, topo, work)
     rows, row_rules = [r for _, r in pairs], [rs for rs, _ in pairs]
     notes = list(dict.fromkeys(n for e in engines for n in plan_notes(spec, e, any(r.fits for r in rows),
                                                                         context)))
@@ -112,10 +111,7 @@ def cmd_plan(args) -> int:
                    "plan --json gives each layout's")
     if any(r.problem is None and r.comm_per_token is None for r in rows):
         notes = [*notes, "comm/token n/a: SGLang's attention-DP gathers and expert-parallel sums are not "
-                         "modelled exactly" + ("; their speed bound counts the least they send (an "
-                                                "all-gather and a reduce-scatter of tokens per FFN layer), "
-                                                "so beside vLLM's rows theirs is the more optimistic"
-                                                if work else "")]
+                         "modelled exactly" + (f"; {LEAST_NOTE}" if work else "")]
     if work and (first := next(((rs, r) for rs, r in pairs if r.perf), None)):
         best_rules, best = first
         terms = ", ".join(f"{TERM_LABELS[k]} {v:.2f}" for k, v in sorted(best.perf.terms.items(),

@@ -126,6 +126,6 @@ def speed(m: ShardMap, topology: Topology, workload: Workload, gpu_gib: float,
           utilization: float = GPU_UTILIZATION, layout=None) -> Perf | None:
     """The speed bound of this map's layout (plain TP at its tp unless given) on the topology's GPUs (of
     gpu_gib each) at the workload; None where it does not fit or its traffic is not modelled."""
-    layout = layout or Layout(m.tp_size)
-    row = _sizer(m).row(layout, gpu_gib * 2**30, utilization, workload.context)
-    return Speed(_sizer(m), topology, workload).perf(row)
+    sizer, layout = _sizer(m), layout or Layout(m.tp_size)
+    return Speed(sizer, topology, workload).perf(sizer.row(layout, gpu_gib * 2**30, utilization,
+                                                            workload.context))

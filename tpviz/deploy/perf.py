@@ -41,6 +41,15 @@ def left_out(spec) -> str:
     return ", ".join(parts[:-1]) + " and " + parts[-1] + " left out"
 
 
+def bound_sentence(spec) -> str:
+    """What the bound is and counts, for the views: one sentence, the routing assumption for MoE models."""
+    routing = f" {ROUTING[0].upper()}{ROUTING[1:]}." if spec.is_moe else ""
+    return (f"{BOUND_NOTE.format(EFFICIENCY)}. Each decode step reads the weights, the experts its batch "
+            "touches and the KV cache at the GPU's HBM bandwidth, or does its FLOPs at peak, whichever is "
+            "longer, then its collectives at the link's bandwidth and latency; throughput counts the "
+            f"prefills too; {left_out(spec)}.{routing}")
+
+
 class WorkloadError(TpvizError):
     """Lengths, a concurrency or a limit that cannot be a workload."""
 
@@ -150,10 +159,10 @@ class Speed:
         batch = min(wanted, per_replica)
         if self.work.goal == "throughput" and self.work.tpot_ms and self.work.concurrency is None:
             batch = self.largest_within(costs, traffic, links, layout, batch)
-        step = lambda b: self.pipeline(costs, traffic, links, layout, b)  # noqa: E731
-        tpot, stage_terms = step(batch)
-        ttft = sum(self.prefill(c, t, link, layout) for c, t, link in zip(costs, traffic, links))
-        run = self.run_time(costs, traffic, links, layout, batch, tpot)
+        tpot, stage_terms = self.pipeline(costs, traffic, links, layout, batch)
+        ttft = sum(self.step_time(self.prefill_terms(c, t, link, self.work.input_len))
+                   for c, t, link in zip(costs, traffic, links))
+        run = self.run_time(costs, traffic, links, layout, batch, stage_terms, tpot)
         out = layout.dp * batch * self.work.output_len / run
         per_gpu = out / layout.gpus
         terms = {k: sum(t.get(k, 0.0) for t in stage_terms) for k in TERM_LABELS}
@@ -255,19 +264,16 @@ class Speed:
                 terms[t.kind] = terms.get(t.kind, 0.0) + t.sent * total / bw + t.count * lat
         return terms
 
-    def prefill(self, c: StageCost, traffic, links, layout: Layout) -> float:
-        return self.step_time(self.prefill_terms(c, traffic, links, self.work.input_len))
-
-    def run_time(self, costs, traffic, links, layout: Layout, batch: int, tpot: float) -> float:
+    def run_time(self, costs, traffic, links, layout: Layout, batch: int, steps: list[dict],
+                 tpot: float) -> float:
         """Seconds a replica takes for `batch` requests from prompt to last token, at best: each stage reads
         its weights every decode step and does every FLOP of the prefills and steps (chunked prefill overlaps
         a prefill's FLOPs with a step's reads); a token walks the stages in turn, so no less than
-        output_len x TPOT either."""
+        output_len x TPOT either. steps: each stage's terms of one decode step (pipeline's)."""
         micro = -(-batch // min(layout.pp, batch))
         rounds = self.work.output_len * math.ceil(batch / micro)  # steps each stage runs
         busiest = 0.0
-        for c, t, link in zip(costs, traffic, links):
-            step = self.step_terms(c, t, link, layout, micro, self.work.mean_context)
+        for c, t, link, step in zip(costs, traffic, links, steps):
             pre = self.prefill_terms(c, t, link, self.work.input_len, batch, layout.attn_dp)
             memory = rounds * sum(step[k] for k in MEMORY_TERMS)
             comm = rounds * sum(v for k, v in step.items() if k in COMM_LABELS) + \

@@ -14,9 +14,16 @@ COMM_LABELS = {"tp_all_reduce": "TP all-reduces", "moe_all_reduce": "MoE all-red
                "embed_all_reduce": "embedding all-reduce",
                "dp_gather_scatter": "attention-DP gather and scatter (at least)",
                "logits_gather": "logits gather (per sampled token)"}
-# which GPUs each kind runs over: a stage's tp GPUs, its EP group (dp x tp), or the next stage's
 LEAST = ("dp_gather_scatter",)  # kinds only carved_traffic's lower bound has
+LEAST_NOTE = ("their speed bound counts the least they send (an all-gather and a reduce-scatter of tokens "
+              "per FFN layer), so beside vLLM's rows theirs is the more optimistic")
+# which GPUs each kind runs over: a stage's tp GPUs, its EP group (dp x tp), or the next stage's
 GROUP = {"moe_dispatch_combine": "ep", "dp_gather_scatter": "ep", "pp_send_recv": "pp"}
+
+
+def ring(n: int) -> float:
+    """The share of a tensor each of n GPUs sends in a ring all-reduce."""
+    return 2 * (n - 1) / n if n > 1 else 0.0
 
 
 @dataclass(frozen=True)
@@ -30,9 +37,6 @@ class Traffic:
     @property
     def group(self) -> str:
         return self.over or GROUP.get(self.kind, "tp")
-
-
-ALL2ALL = ("allgather_reducescatter", "deepep")  # vLLM 0.33 --all2all-backend: its default, and DeepEP's
 
 
 def stage_traffic(spec: ModelSpec, layout: Layout, rules: RuleSet | str = "vllm",
@@ -53,7 +57,6 @@ def stage_traffic(spec: ModelSpec, layout: Layout, rules: RuleSet | str = "vllm"
     if layout.attn_dp > 1 or layout.ep_size > 1:
         return carved_traffic(spec, layout, rules) if least else None
     hidden = spec.hidden_size * spec.dtype_bytes
-    ring = lambda n: 2 * (n - 1) / n if n > 1 else 0.0  # noqa: E731 - the ring all-reduce's share per GPU
     moe_layers, tp, pp = set(spec.moe_layers), layout.tp, layout.pp
     logits = rules.padded_vocab(spec.vocab_size, tp) * spec.dtype_bytes
     logits_sent = logits_collective(logits, tp, rules).sent_per_rank if tp > 1 else 0.0
@@ -96,7 +99,6 @@ def carved_traffic(spec: ModelSpec, layout: Layout, rules: RuleSet) -> list[list
     if dp > 1 and w.attention != tp // dp:
         return None
     hidden = spec.hidden_size * spec.dtype_bytes
-    ring = lambda n: 2 * (n - 1) / n if n > 1 else 0.0  # noqa: E731
     gather = 2 * (dp - 1) / dp * hidden  # each group's tokens to the others, and their sums back
     moe_layers, out = set(spec.moe_layers), []
     for stage, layers in enumerate(stage_layers(spec.num_hidden_layers, layout.pp, rules)):

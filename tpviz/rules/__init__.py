@@ -8,6 +8,12 @@ from tpviz.rules.sglang import SGLANG_0_5_23, Groups
 RULE_SETS = {r.name: r for r in (VLLM_0_33, VLLM_0_28, SGLANG_0_5_23, NANO_VLLM)}
 RULES = tuple(RULE_SETS)  # the names, in the order the views list them
 DEFAULT = VLLM_0_33
+BOTH = "vllm+sglang"  # one ranking of both engines' layouts (plan, the Plan page), each row naming its engine
+
+
+def engines_of(rules: str) -> tuple[str, ...]:
+    """The rule-set names a ranking choice stands for: BOTH, or one rule set."""
+    return (VLLM_0_33.name, SGLANG_0_5_23.name) if rules == BOTH else (rules,)
 
 
 def ruleset(rules: "str | RuleSet" = "vllm") -> RuleSet:
@@ -19,5 +25,5 @@ def ruleset(rules: "str | RuleSet" = "vllm") -> RuleSet:
     raise TpvizError(f"unknown rules {rules!r}; use one of: {', '.join(RULES)}")
 
 
-__all__ = ["RuleSet", "Groups", "Layout", "Widths", "Flags", "RULE_SETS", "RULES", "DEFAULT",
-           "MAX_TP", "ruleset", "check_tp", "divide"]
+__all__ = ["RuleSet", "Groups", "Layout", "Widths", "Flags", "RULE_SETS", "RULES", "DEFAULT", "BOTH",
+           "MAX_TP", "ruleset", "engines_of", "check_tp", "divide"]

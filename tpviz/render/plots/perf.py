@@ -2,11 +2,12 @@
 that bounds a decode step shows (tpviz.deploy.perf)."""
 import plotly.graph_objects as go
 
-from tpviz.deploy.perf import TERM_LABELS
+from tpviz.deploy.perf import BOUND_NOTE, EFFICIENCY, TERM_LABELS
 from tpviz.render.plots.style import MUTED, RANK_COLORS, base_layout
 
 
-def terms_figure(stage_terms: list[dict[str, float]], label: str, tpot_ms: float, note: str) -> go.Figure:
+def terms_figure(stage_terms: list[dict[str, float]], label: str, tpot_ms: float,
+                 note: str = BOUND_NOTE.format(EFFICIENCY)) -> go.Figure:
     """Per stage, the ms of one decode step spent per term (memory terms overlap FLOPs: a step takes the
     larger of the two, then its collectives)."""
     kinds = [k for k in TERM_LABELS if any(t.get(k) for t in stage_terms)]
