@@ -23,6 +23,7 @@ class Arch:
     refused: str = ""  # a part tpviz does not model: the config is refused in one line naming it
     unmodelled: tuple[tuple[str, str], ...] = ()  # (config key, part): set and truthy, the config is refused
     text_model: str = ""  # a multimodal wrapper's text decoder model_type (Gemma-3: gemma3_text)
+    tower: str = ""  # the wrapper's vision tower as config/tower.py reads it ("": not modelled, left out)
     # --- reading the config (what vLLM reads through transformers' config class, and the quirks it adds)
     adapt: Callable[[dict], dict] | None = None  # the family's own config fields onto the common ones
     # (config, heads, KV heads read) -> the KV heads it runs

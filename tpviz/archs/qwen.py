@@ -24,19 +24,22 @@ RECORDS = [
          window_flag=True, moe_tp_limit=True, live="llama", live_moe=True,
          sglang=Groups("qwen3_moe.py", "attn_tp", "attn_tp", "attn_tp", expert_limit="moe_tp",
                        head_every_stage=True)),
-    # the vision-language wrappers' text decoders (qwen2_vl.py, qwen2_5_vl.py: Qwen2Model; qwen3_vl.py:
-    # Qwen3's); M-RoPE changes no weight, and the vision tower is left out of the map (its notes say so)
-    *(Arch(t, c, text_model=text, qkv_bias=True, o_bias=False, window="qwen2", window_flag=True)
-      for t, c, text in (("qwen2_vl", "Qwen2VLForConditionalGeneration", "qwen2_vl_text"),
-                         ("qwen2_vl_text", "Qwen2VLForConditionalGeneration", ""),
-                         ("qwen2_5_vl", "Qwen2_5_VLForConditionalGeneration", "qwen2_5_vl_text"),
-                         ("qwen2_5_vl_text", "Qwen2_5_VLForConditionalGeneration", ""))),
-    *(Arch(t, "Qwen3VLForConditionalGeneration", text_model=text, qk_norm="head", window="qwen2",
-           window_flag=True) for t, text in (("qwen3_vl", "qwen3_vl_text"), ("qwen3_vl_text", ""))),
+    # the vision-language wrappers (qwen2_vl.py, qwen2_5_vl.py: Qwen2Model; qwen3_vl.py: Qwen3's) and their
+    # vision towers (config/tower.py, plan/tower.py); M-RoPE changes no weight
+    *(Arch(t, c, text_model=text, tower=tower, qkv_bias=True, o_bias=False, window="qwen2", window_flag=True)
+      for t, c, text, tower in (("qwen2_vl", "Qwen2VLForConditionalGeneration", "qwen2_vl_text", "qwen2_vl"),
+                                ("qwen2_vl_text", "Qwen2VLForConditionalGeneration", "", ""),
+                                ("qwen2_5_vl", "Qwen2_5_VLForConditionalGeneration", "qwen2_5_vl_text",
+                                 "qwen2_5_vl"),
+                                ("qwen2_5_vl_text", "Qwen2_5_VLForConditionalGeneration", "", ""))),
+    *(Arch(t, "Qwen3VLForConditionalGeneration", text_model=text, tower=tower, qk_norm="head", window="qwen2",
+           window_flag=True) for t, text, tower in (("qwen3_vl", "qwen3_vl_text", "qwen3_vl"),
+                                                   ("qwen3_vl_text", "", ""))),
     Arch("qwen3_next", "Qwen3NextForCausalLM", GATED_SHARED, qk_norm="head", output_gate=True,
          full_attention_interval=4, window_flag=True, moe_tp_limit=True),
     # Qwen3.5-MoE builds Qwen3-Next's MoE block (qwen3_5.py), shared_expert_gate included
-    *(Arch(t, c, GATED_SHARED if "moe" in t else LLAMA, text_model=text, qk_norm="head", output_gate=True,
+    *(Arch(t, c, GATED_SHARED if "moe" in t else LLAMA, text_model=text, tower="qwen3_vl" if text else "",
+           qk_norm="head", output_gate=True,
            deltanet_split=True, window_flag=True, moe_tp_limit="moe" in t)
       for t, c, text in (("qwen3_5", "Qwen3_5ForConditionalGeneration", "qwen3_5_text"),
                          ("qwen3_5_text", "Qwen3_5ForCausalLM", ""),

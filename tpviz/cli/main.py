@@ -6,6 +6,7 @@ import threading
 from importlib import import_module
 
 from tpviz.config.spec import KV_DTYPES, SERVE_DTYPES
+from tpviz.config.tower import MODES
 from tpviz.errors import TpvizError
 from tpviz.rules import BOTH, RULES, ruleset
 
@@ -27,6 +28,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--dtype", choices=SERVE_DTYPES, default="auto",
                    help="weight dtype served (auto: float32 -> bf16)")
     p.add_argument("--kv-cache-dtype", choices=list(KV_DTYPES), default="auto")
+    p.add_argument("--mm-encoder-tp-mode", choices=MODES, default="weights",
+                   help="a vision tower's weights split over tp (weights), or whole on every GPU (data)")
     p.add_argument("--gpu-mem", type=float, metavar="GIB",
                    help="GPU memory: print whether it fits and how many sequences")
     p.add_argument("--util", type=float, help="gpu_memory_utilization with --gpu-mem (default 0.9)")
@@ -58,6 +61,8 @@ def build_parser() -> argparse.ArgumentParser:
                                     "speed bound with --gpu)")
     p.add_argument("model")
     p.add_argument("--gpus", type=int, required=True, help="GPUs in total")
+    p.add_argument("--mm-encoder-tp-mode", choices=MODES, default="weights",
+                   help="a vision tower's weights split over tp (weights), or whole on every GPU (data)")
     p.add_argument("--gpu", metavar="NAME",
                    help="GPU type (h100, h200, b200, mi300x, ... or custom:mem=..,hbm=..,bf16=..): ranks by "
                         "a speed bound; its memory unless --gpu-mem")

@@ -45,7 +45,8 @@ def summary(m: ShardMap) -> str:
         split = "-" if t.split_dim is None else f"dim{t.split_dim}"
         shard = "" if t.shard_id is None else f"[{t.shard_id}]"
         shape = "x".join(map(str, t.shape))
-        where = f"  [layers {layer_span(t.layers, 4)}]" if t.layers and len(m.groups) > 1 else ""
+        where = (f"  [layers {layer_span(t.layers, 4)}]" if t.layers and len(m.groups) > 1 else
+                 f"  [× {t.blocks}, one per *]" if t.blocks else "")
         lines.append(f"{t.name:<{width}}  {shape:>13}  {split:<4}  {t.layer_class + shard:<30}  "
                      f"{_ranges(t, m.tp_size)}{where}")
     naive = m.total_weight_bytes / m.tp_size
@@ -124,6 +125,7 @@ def cmd_map(args) -> int:
     if args.png is not None:
         writable_folder(args.png, "--png")
     spec = load_spec(args.model)  # read once, for the deployment, the map and the valid sizes
+    spec = spec.served(mm_encoder=args.mm_encoder_tp_mode)
     checkpoint = local_checkpoint(args.model) or hub_checkpoint(args.model)
     try:  # one line if it cannot exist; with EP the experts stay whole
         lay = deploy(spec, layout, args.rules, args.placement) if layout != Layout(args.tp) else None

@@ -48,6 +48,7 @@ def cmd_plan(args) -> int:
         raise TpvizError("--goal latency ranks by TPOT at a concurrency: give --concurrency N, not max")
     topo, work, gpu_gib, context = speed_inputs(args)
     spec = load_spec(args.model)
+    spec = spec.served(mm_encoder=args.mm_encoder_tp_mode)
     engines = engines_of(args.rules)
     pairs = rank_engines(spec, args.gpus, gpu_gib, engines, args.util, context, topo, work)
     rows, row_rules = [r for _, r in pairs], [rs for rs, _ in pairs]

@@ -17,6 +17,7 @@ from tpviz.config.cache import cache_root
 
 # what tpviz reads differently from the class, or the class drops: kept from the JSON as given
 KEPT = ("quantization_config",)
+TOWERS = ("vision_config", "audio_config")  # sub-configs read with the class's defaults (config/tower.py)
 # the model's own dimensions, under every name a config gives them: a class default for one (LlamaConfig's
 # hidden_size 4096) would draw another model, so a config without them is refused, naming the field
 DIMENSIONS = {"hidden_size": ("hidden_size", "n_embd", "n_embed", "d_model", "model_dim"),
@@ -137,7 +138,9 @@ def merged(given: dict, read: dict) -> dict:
             for n in names:
                 out.pop(n, None)
     for key, value in read.items():
-        if isinstance(value, dict) and isinstance(given.get(key), dict) and key.endswith("_config"):
+        if key in TOWERS and isinstance(value, dict) and isinstance(given.get(key), dict):
+            out[key] = {**given[key], **value}  # vLLM builds a tower from the class's defaults too
+        elif isinstance(value, dict) and isinstance(given.get(key), dict) and key.endswith("_config"):
             out[key] = merged(given[key], value)
     return out
 

@@ -7,6 +7,7 @@ from tpviz.config.kinds import Ffn, Mixer
 from tpviz.config.quant import read_quant
 from tpviz.config.readers import bad_lengths, derive, family_defaults, hybrid_hint, max_model_len
 from tpviz.config.spec import DTYPE_BYTES, LIMITS, ModelSpec
+from tpviz.config.tower import read_tower
 from tpviz.config.windows import ignored_window
 from tpviz.errors import ConfigError, MissingFieldError
 from tpviz.rules.served import architecture, unserved
@@ -164,7 +165,12 @@ def read_spec(cfg: dict, name: str) -> ModelSpec:
         hidden_act=str(pick(cfg, "hidden_act", "hidden_activation", default="silu")),
         notes=notes,
     )
-    if wrapped:
+    spec.tower = read_tower(outer)
+    if spec.tower:
+        spec.notes.append(f"multimodal checkpoint: its vision tower ({spec.tower.depth} blocks, "
+                          f"{spec.tower.heads} heads) is mapped as vLLM 0.33's {spec.tower.file} splits it, "
+                          "held by the first pipeline stage; its time per image is not in the speed bound")
+    elif wrapped or isinstance(outer.get("vision_config"), dict):
         spec.notes.append("multimodal checkpoint: only the text decoder is mapped; the vision tower "
                           "(and any projector or audio tower) is left out of the map and of every memory "
                           "figure, and its own TP split is not drawn")

@@ -5,6 +5,7 @@ from dataclasses import asdict, dataclass, field, fields, replace
 from tpviz.archs import Arch, arch_of
 from tpviz.config.kinds import ATTENTION_KINDS, Ffn, LayerSpec, Mixer
 from tpviz.config.quant import Quant
+from tpviz.config.tower import Tower, encoder_mode
 from tpviz.errors import ConfigError
 
 # plausibility limits on the large dims, far above any real model (vocab 262k, hidden 18k, 512 experts, 126
@@ -63,6 +64,7 @@ class ModelSpec:
     variant: str = ""  # a decoder variant that changes checkpoint names (Falcon)
     gated_mlp: bool = True  # SwiGLU gate/up; False: one up projection (GPT-2 c_fc, NeoX dense_h_to_4h)
     layers: list[LayerSpec] = field(default_factory=list)
+    tower: Tower | None = None  # a multimodal checkpoint's vision tower, when tpviz models it
     notes: list[str] = field(default_factory=list)
     # the config as given (parsed JSON), read once per request: the live model's readers take the facts the
     # spec has no field for (RoPE scaling, soft-caps, routing groups) from it, never from the source again
@@ -105,7 +107,8 @@ class ModelSpec:
         q = d.get("quant")
         quant = Quant(**{**{k: v for k, v in q.items() if k != "label"}, "ignore": tuple(q["ignore"]),
                          "block": tuple(q["block"]) if q.get("block") else None}) if q else None
-        return cls(**{**{k: v for k, v in d.items() if k != "moe_layers"}, "layers": layers, "quant": quant})
+        return cls(**{**{k: v for k, v in d.items() if k != "moe_layers"}, "layers": layers, "quant": quant,
+                      "tower": Tower.from_dict(d.get("tower"))})
 
     def first_layers(self, n: int) -> "ModelSpec":
         """The same model cut to its first n layers (the live check's shrink)."""
@@ -128,18 +131,24 @@ class ModelSpec:
         """Bytes per cached value: the KV-cache dtype when one is chosen (fp8), else the model's."""
         return DTYPE_BYTES.get(self.kv_cache_dtype, self.dtype_bytes)
 
-    def served(self, dtype: str = "auto", kv_cache_dtype: str = "auto") -> "ModelSpec":
+    def served(self, dtype: str = "auto", kv_cache_dtype: str = "auto",
+               mm_encoder: str | None = None) -> "ModelSpec":
         """The spec as vLLM serves it: dtype 'auto' runs a float32 config in bfloat16; kv_cache_dtype 'fp8'
-        stores the KV cache (and nothing else) in one byte per value."""
+        stores the KV cache (and nothing else) in one byte per value; mm_encoder 'data' keeps the vision
+        tower whole on every GPU, 'weights' splits it (--mm-encoder-tp-mode; None: as it is)."""
         if dtype not in SERVE_DTYPES or kv_cache_dtype not in KV_DTYPES:
             raise ConfigError(f"dtype={dtype!r} / kv_cache_dtype={kv_cache_dtype!r}: use dtype one of "
                               f"{', '.join(SERVE_DTYPES)} and kv_cache_dtype one of {', '.join(KV_DTYPES)}")
         served = self.config_dtype if dtype == "auto" else dtype
         served = "bfloat16" if dtype == "auto" and served == "float32" else served
-        return replace(self, dtype=served, kv_cache_dtype=KV_DTYPES[kv_cache_dtype])
+        tower, note = encoder_mode(self.tower, mm_encoder) if mm_encoder else (self.tower, "")
+        return replace(self, dtype=served, kv_cache_dtype=KV_DTYPES[kv_cache_dtype], tower=tower,
+                       notes=self.notes + [note] if note else self.notes)
 
     def to_dict(self) -> dict:
-        d = {k: v for k, v in asdict(self).items() if k not in ("layers", "quant", "config")}
+        d = {k: v for k, v in asdict(self).items() if k not in ("layers", "quant", "config", "tower")}
+        if self.tower:
+            d["tower"] = self.tower.to_dict()
         d["moe_layers"] = self.moe_layers
         d["quant"] = self.quant.to_dict() if self.quant else None
         return d

@@ -38,6 +38,8 @@ def left_out(spec) -> str:
     parts = ["kernel launches", "norms", "sampling"]
     if {layer.mixer.kind for layer in spec.layers} & set(STATEFUL):
         parts.append("recurrent-state reads")
+    if getattr(spec, "tower", None):
+        parts.append("the vision tower's time per image")
     return ", ".join(parts[:-1]) + " and " + parts[-1] + " left out"
 
 

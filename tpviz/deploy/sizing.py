@@ -68,17 +68,21 @@ class Sizer:
         self._traced: dict = {}
 
     def rank_bytes(self, plan: ParamPlan, tp: int) -> list[int]:
-        """Per layer (or once, for model-wide tensors), the bytes each rank holds of this plan cut tp ways."""
+        """Per layer (or once, for model-wide tensors: all blocks of a tower's), the bytes each rank holds of
+        this plan cut tp ways."""
         key = (id(plan), tp)
         if key not in self._traced:
             _, pm = trace_plan(plan, tp)
             size = pm.element_bytes or self.spec.dtype_bytes
-            self._traced[key] = [numel(shape) * size * max(plan.experts, 1) for shape in pm.local_shapes]
+            copies = max(plan.experts, 1) * max(plan.blocks, 1)
+            self._traced[key] = [numel(shape) * size * copies for shape in pm.local_shapes]
         return self._traced[key]
 
     def held(self, plan: ParamPlan, first: bool, last: bool) -> bool:
         """Whether a stage holds a model-wide plan: the embedding on the first, the rest on the last (a tied
         lm_head on the last stage is its own copy of the embedding)."""
+        if plan.tower:  # only the first stage builds a tower (vLLM 0.33 _mark_tower_model, Model Runner V2)
+            return first
         return ((plan.family in FIRST_STAGE and first) or (plan.family not in FIRST_STAGE and last)
                 or (plan.family == "embed" and last and self.spec.tie_word_embeddings)
                 or (plan.family == "lm_head" and self.rules.head_on_every_stage(self.spec.arch)))
@@ -116,13 +120,15 @@ class Sizer:
     def stage_cost(self, layout: Layout, layers: set[int], first: bool, last: bool) -> "StageCost":
         """What the fullest GPU of one stage reads and multiplies per decode step, before batch and context:
         the weights it reads whole (all it holds but the embedding, of which a step reads a row per token,
-        and the routed experts), and one routed expert's slice, read only when a token picks it."""
+        and the routed experts), and one routed expert's slice, read only when a token picks it. A vision
+        tower runs per image, not per decode step: it is held, not read."""
         w, c = self.widths(layout), StageCost()
         for plan in self.plans:
             full = max(self.rank_bytes(plan, w.of(plan.role)))
             count = (1 if self.held(plan, first, last) else 0) if plan.layers is None \
                 else len(layers & set(plan.layers))
-            if not count or (plan.family == "embed" and not (last and self.spec.tie_word_embeddings)):
+            read = not plan.tower and (plan.family != "embed" or last and self.spec.tie_word_embeddings)
+            if not count or not read:
                 continue
             if plan.role == "experts":
                 c.expert_bytes += full // plan.experts * count
@@ -214,4 +220,5 @@ class Sizer:
 
 def without_experts(spec: ModelSpec) -> ModelSpec:
     """The same model without its FFNs (and unquantized), to read the attention KV heads at any tp."""
-    return replace(spec, layers=[LayerSpec(layer.mixer, Ffn("none")) for layer in spec.layers], quant=None)
+    return replace(spec, layers=[LayerSpec(layer.mixer, Ffn("none")) for layer in spec.layers], quant=None,
+                   tower=None)

@@ -10,6 +10,7 @@ from tpviz.plan.classic import extra_globals
 from tpviz.plan.core import DT, PROBE, ParamPlan, Source, embed, norm, replicated
 from tpviz.archs import Names
 from tpviz.plan.ssm import state_plans
+from tpviz.plan.tower import tower_plans
 from tpviz.config.spec import ModelSpec
 from tpviz.rules import RuleSet, ruleset
 
@@ -65,7 +66,7 @@ def build_plan(spec: ModelSpec, rules: RuleSet | str = "vllm") -> list[ParamPlan
     for f, layers in ffn_groups(spec).items():
         if f.kind != "none":
             plans += by_quant(spec, lambda ls, f=f: FFNS[f.kind](spec, names, f, ls, rules), layers)
-    return plans
+    return plans + tower_plans(spec, rules)
 
 
 def by_quant(spec: ModelSpec, plan_for, layers: list[int]) -> list[ParamPlan]:

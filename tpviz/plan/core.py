@@ -53,6 +53,8 @@ class ParamPlan:
     layer_class: str = ""
     split: bool = True
     element_bytes: int = 0  # bytes per stored element (0: the model dtype); quantized tensors set their own
+    tower: str = ""  # "vision": a part of the vision tower (plan/tower.py), held by the first stage alone
+    blocks: int = 0  # a tower tensor's copies, one per block ('*' in its name is the block, not a layer)
 
     @property
     def role(self) -> str:
@@ -66,7 +68,7 @@ class ParamPlan:
     @property
     def count(self) -> int:
         """How many copies of this parameter the model has (layers x experts)."""
-        return (len(self.layers) if self.layers is not None else 1) * max(self.experts, 1)
+        return (len(self.layers) if self.layers is not None else max(self.blocks, 1)) * max(self.experts, 1)
 
 
 def class_name(build) -> str:

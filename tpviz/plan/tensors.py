@@ -38,8 +38,9 @@ def tensors(plans: list[ParamPlan], layers: int | None = None) -> list[Tensor]:
             experts = [None] if not plan.experts or stacked(plan, src) else range(plan.experts)
             shape = src.disk or (((plan.experts,) + tuple(src.shape)) if stacked(plan, src)
                                  else tuple(src.shape))
-            for i in plan.layers if plan.layers is not None else [None]:
-                if layers is not None and i is not None and i >= layers:
+            copies = plan.layers if plan.layers is not None else range(plan.blocks) if plan.blocks else [None]
+            for i in copies:
+                if layers is not None and plan.layers is not None and i >= layers:
                     continue
                 for e in experts:
                     out.append(Tensor(fill(src.name, i, e), shape, fill(plan.name, i, e),

@@ -11,7 +11,8 @@ from tpviz.trace.shardmap import FAMILIES, ShardMap, in_group
 MAX_TP = 64  # the explorer offers tp 1..64
 FAMILY_LABELS = {"qkv": "q/k/v", "o_proj": "o_proj", "gate_up": "gate/up", "down_proj": "down_proj",
                  "linear_attn": "Gated DeltaNet", "mamba": "Mamba2", "conv": "short conv",
-                 "experts": "MoE experts", "embed": "embed_tokens", "lm_head": "lm_head",
+                 "experts": "MoE experts", "vision": "vision tower", "embed": "embed_tokens",
+                 "lm_head": "lm_head",
                  "replicated": "replicated (norms, biases, routers)"}
 
 

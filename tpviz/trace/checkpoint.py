@@ -88,7 +88,7 @@ def expand(m: ShardMap) -> dict[str, str]:
     name."""
     out = {}
     for t in m.tensors:
-        layers = t.layers if t.layers is not None else [None]
+        layers = t.layers if t.layers is not None else range(t.blocks) if t.blocks else [None]
         experts = t.experts if t.experts and t.name.count("*") > 1 else [None]
         for i in layers:
             for e in experts:
@@ -153,7 +153,13 @@ def compare(m: ShardMap, names: set[str], source: str, sizes: dict[str, int] | N
     layers = m.model.num_hidden_layers
     # tied: vLLM allocates one matrix, and a stored lm_head (Falcon-180B's) loads onto the embedding's
     head = arch_names(m.model).lm_head if m.model.tie_word_embeddings else None
+    # a modelled tower's names in either layout ("visual." before transformers 4.52, "model.visual." after)
+    tower = m.model.tower.prefix if m.model.tower else None
     for n in names:
+        if tower and (n.startswith(tower) or f".{tower}" in n):
+            key = n[n.index(tower):]
+            (seen.add(key) if key in mapped else extra.append(n))
+            continue
         if (IGNORED.search(n) or n.startswith(VISION) or any(f".{v}" in n for v in VISION)
             or _beyond(n, layers)): continue
         key = add + n[len(drop):] if n.startswith(drop) else n
@@ -178,7 +184,8 @@ def compare(m: ShardMap, names: set[str], source: str, sizes: dict[str, int] | N
     if sizes:
         want = expected_bytes(m)
         for n, size in sizes.items():
-            key = add + n[len(drop):] if n.startswith(drop) else n
+            key = n[n.index(tower):] if tower and (n.startswith(tower) or f".{tower}" in n) else \
+                add + n[len(drop):] if n.startswith(drop) else n
             if key in mapped and key in seen and size != want[mapped[key]]:
                 differ.append(f"{n} (checkpoint {size} bytes, map {want[mapped[key]]})")
     return {"source": source, "tensors": len(names), "matched": len(seen), "prefix": drop,

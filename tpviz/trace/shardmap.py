@@ -8,7 +8,7 @@ from tpviz.rules import Layout, RuleSet, ruleset
 
 SCHEMA = "tpviz.shardmap/4"
 FAMILIES = ("qkv", "o_proj", "linear_attn", "mamba", "conv", "gate_up", "down_proj",
-            "experts", "embed", "lm_head", "replicated")
+            "experts", "vision", "embed", "lm_head", "replicated")
 
 
 @dataclass
@@ -41,6 +41,15 @@ class TensorMap:
     note: str = ""
     # [label, start, stop, head size or 0, head word] along split_dim
     sections: list = field(default_factory=list)
+    tower: str = ""  # "vision": a vision tower tensor (plan/tower.py)
+    blocks: int = 0  # a tower tensor's copies: '*' in its name is the block index 0..blocks-1
+
+    @property
+    def copies(self) -> int:
+        """Concrete checkpoint tensors of this name: one per layer (or tower block), per expert when each
+        expert has its own."""
+        per = len(self.experts) if self.experts and self.name.count("*") > 1 else 1
+        return (len(self.layers) if self.layers is not None else max(self.blocks, 1)) * per
 
     def rank_pieces(self, rank: int) -> list[Piece]:
         return [p for p in self.pieces if p.rank == rank]
@@ -50,7 +59,7 @@ class TensorMap:
         for key in ("layers", "experts"):
             if d[key] is None:
                 del d[key]
-        for key in ("note", "sections"):
+        for key in ("note", "sections", "tower", "blocks"):
             if not d[key]:
                 del d[key]
         return d
@@ -70,11 +79,14 @@ class ParamMap:
     count: int  # copies in the model: layers x experts
     layers: list[int] | None = None
     element_bytes: int = 0  # bytes per stored element (quantized tensors); 0: the model dtype
+    tower: str = ""  # "vision": a vision tower parameter
 
     def to_dict(self) -> dict:
         d = asdict(self)
         if d["layers"] is None:
             del d["layers"]
+        if not d["tower"]:
+            del d["tower"]
         return d
 
 

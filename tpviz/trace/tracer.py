@@ -80,11 +80,12 @@ def trace_plan(plan: ParamPlan, tp_size: int) -> tuple[list[TensorMap], ParamMap
     experts = list(range(plan.experts)) if plan.experts else None
     tensors = [TensorMap(src.name, list(src.shape), dims[src.name] if plan.split else None, plan.name,
                          plan.layer_class, src.shard_id, plan.family, pieces[src.name],
-                         plan.layers, experts, plan.note, [list(s) for s in src.sections])
+                         plan.layers, experts, plan.note, [list(s) for s in src.sections], plan.tower,
+                         plan.blocks)
                for src in plan.sources]
     param_map = ParamMap(plan.name, plan.layer_class, plan.family, plan.tp_dim if plan.split else None,
                          list(plan.shape), local_shapes, padding, [s.name for s in plan.sources],
-                         plan.count, plan.layers, plan.element_bytes)
+                         plan.count, plan.layers, plan.element_bytes, plan.tower)
     return tensors, param_map
 
 

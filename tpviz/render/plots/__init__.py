@@ -42,6 +42,9 @@ FAMILY_INFO = {
     "experts": ("MoE experts · gate/up column-parallel, down row-parallel",
                 "Every expert is split like a dense MLP over moe_intermediate_size: each GPU holds a "
                 "slice of all experts."),
+    "vision": ("Vision tower · attention and MLP column- then row-parallel, over the vision heads",
+               "Each GPU takes whole vision heads of q/k/v and the matching columns of proj; the MLP and the "
+               "merger are cut like a dense MLP. The patch embedding and norms are whole on every GPU."),
     "embed": ("embed_tokens · vocab-parallel",
               "Each GPU holds a block of vocabulary rows; lookups outside it give "
               "zeros, then an all-reduce."),
@@ -72,17 +75,19 @@ def _notes(m: ShardMap, family: str, group=None) -> str:
     """How many copies the figure stands for (layers, experts), and the plan's note on the layout."""
     tensors = [t for t in m.family(family, group) if t.split_dim is not None]
     extra, groups = [], {}
+    unit = "block" if family == "vision" else "layer"  # a tower's copies are its blocks (or its mergers)
     for t in tensors:
-        groups.setdefault((len(t.layers or []) or 1, len(t.experts or [])), []).append(tensor_label(t))
+        groups.setdefault((len(t.layers or []) or t.blocks or 1, len(t.experts or [])), []).append(
+            tensor_label(t))
     if len(groups) == 1:
         (layers, experts), = groups
         if experts:
             extra.append(f"one expert shown: all {experts} experts in {plural(layers, 'layer')} are split the "
                          "same way")
         elif layers > 1:
-            extra.append(f"the same in each of {layers} layers")
+            extra.append(f"the same in each of {layers} {unit}s")
     else:
-        extra.append("; ".join(f"{', '.join(names)}: {plural(layers, 'layer')}"
+        extra.append("; ".join(f"{', '.join(names)}: {plural(layers, unit) if layers > 1 else 'once'}"
                                for (layers, _), names in groups.items()))
     extra += [t.note for t in tensors if t.note and t.note != "shared expert"][:1]
     return " · ".join(extra)

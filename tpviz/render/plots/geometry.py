@@ -32,8 +32,21 @@ QUANT_PARTS = ("weight_scale_inv", "weight_scale", "weight_scale_2", "input_scal
                "qweight")
 
 
+def tower_label(name: str) -> str:
+    """A tower tensor's or parameter's short name, its part kept: 'visual.blocks.*.attn.proj.weight' ->
+    'attn.proj', 'visual.merger.mlp.0.bias' -> 'merger.mlp.0 bias'."""
+    parts = [p for p in name.split(".", 1)[-1].split(".") if p not in ("weight", "*", "blocks")]
+    part = {"merger": "merger.", "deepstack_merger_list": "deepstack."}.get(parts[0], "")
+    parts = parts[1:] if part else [p for p in parts if p != "mlp"]
+    tail = parts[:-1] if parts[-1] == "bias" else parts
+    label = part + (".".join(tail[-2:]) if tail[-1] == "proj" or part else tail[-1])
+    return f"{label} bias" if parts[-1] == "bias" else label
+
+
 def tensor_label(t: TensorMap) -> str:
     """Short display name: 'self_attn.q_proj.weight' -> 'q_proj', keeping '.bias'."""
+    if t.tower:
+        return tower_label(t.name)
     name = short_name(t.name)
     parts = [p for p in name.split(".") if p not in ("weight", "*", "self_attn", "mlp", "experts")]
     label = parts[-1] if parts else name

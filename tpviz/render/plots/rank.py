@@ -6,7 +6,7 @@ each already cut to this rank's share. Rows never loaded (vocab padding) show as
 from dataclasses import dataclass, field
 
 from tpviz.render.plots.geometry import (Bars, counted, head_short, head_text, label_px, sections, span,
-                                        split_piece, tensor_label)
+                                        split_piece, tensor_label, tower_label)
 from tpviz.render.plots.style import INK, PADDING_COLOR, SECTION_PATTERNS, rank_color
 from tpviz.trace.shardmap import ParamMap, ShardMap, TensorMap
 from tpviz.render.summary import short_name
@@ -86,7 +86,8 @@ def rank_view(m: ShardMap, tensors: list[TensorMap]) -> RankView:
                 view.bars.add(shown, label,
                               x0 + length - shown if b == length else x0 + a, BAR, PADDING_COLOR,
                               hover, text="pad", pattern="/")
-        label = param_label(p.name) if len(params) > 1 else pname  # short names when strips sit side by side
+        # short names when strips sit side by side
+        label = (tower_label(p.name) if p.tower else param_label(p.name)) if len(params) > 1 else pname
         headers.append((x0, x0 + length, f"<b>{label}</b><br>{length:,} {word}/GPU"))
         share = length / total
         marks = (0, 0.25, 0.5, 0.75, 1) if len(params) == 1 else (0, 0.5, 1) if share > 0.25 else (1,)

@@ -24,8 +24,8 @@ def replicated_figure(m: ShardMap, info: tuple[str, str], group=None) -> go.Figu
     faded = []
     for i, t in enumerate(tensors):
         label = _label(t.name, t.shape)
-        layers = len(t.layers or []) or 1
-        copies = plural(layers, "layer") + (f" × {len(t.experts)} experts" if t.experts else "")
+        copies = (plural(t.blocks, "block") if t.blocks else plural(len(t.layers or []) or 1, "layer")) + (
+            f" × {len(t.experts)} experts" if t.experts else "")
         for r in range(tp):  # one stripe per GPU, all the same full length
             hover = f"<b>GPU {r}</b> holds all of {label}<br>({copies})"
             src.add(1.0, i - 0.4 + 0.8 * (r + 0.5) / tp, 0, 0.8 / tp, rank_color(r), hover)

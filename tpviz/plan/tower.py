@@ -1,0 +1,136 @@
+"""Vision towers as vLLM 0.33's model files build them (qwen2_vl.py, qwen2_5_vl.py, qwen3_vl.py): attention
+q/k/v column-parallel over the vision heads and proj row-parallel, the MLP column then row, the merger
+likewise; the patch embedding, the norms and a learned position table are whole on every GPU. Under
+--mm-encoder-tp-mode data every layer is built with disable_tp: whole on every GPU, which runs its own images.
+
+A tower's plans carry tower="vision" and, for per-block tensors, blocks (the '*' of their names)."""
+from dataclasses import replace
+from math import prod
+
+from tpviz.archs.names import Names
+from tpviz.config.kinds import Mixer
+from tpviz.config.tower import Tower
+from tpviz.errors import TPSizeError
+from tpviz.plan.attention import qkv, qkv_sections
+from tpviz.plan.core import ParamPlan, column, merged, norm, replicated, row
+from tpviz.rules import RuleSet, divide
+
+FAMILY = "vision"
+DATA_HINT = "--mm-encoder-tp-mode data keeps the vision tower whole on every GPU"
+
+
+def _attention(spec, t: Tower, rules: RuleSet, plain: bool) -> list[ParamPlan]:
+    """q/k/v fused on disk as [q | k | v] and proj; plain: one ColumnParallelLinear cut in 3 * hidden / tp
+    rows, as Qwen2-VL's is (its forward all-gathers q/k/v and cuts each again), not head by head."""
+    p, h, d = t.blocks, t.heads, t.hidden // t.heads
+    if plain:
+        plans = column(f"{p}attn.qkv", t.hidden, 3 * t.hidden, FAMILY, None, True,
+                       ("3 × vision_config.embed_dim", 3 * t.hidden))
+        for plan in plans:
+            bias = " bias" if plan.name.endswith(".bias") else ""
+            plan.sources[0].sections = qkv_sections("qkv", h, h, d, d, bias)
+    else:
+        names = Names(layer=p, attn="attn.", qkv_fused="qkv")
+        plans = qkv(replace(spec, hidden_size=t.hidden, quant=None), names, rules,
+                    Mixer("attention", h, h, d), None, True)
+    return plans + row(f"{p}attn.proj", t.hidden, t.hidden, FAMILY, None, True,
+                       ("vision_config.hidden_size", t.hidden))
+
+
+def _mlp(t: Tower, gated: bool, fc: tuple[str, str]) -> list[ParamPlan]:
+    p, i = t.blocks, t.intermediate
+    key = ("vision_config.intermediate_size", i)
+    if gated:  # Qwen2.5-VL: gate/up merged, as the text decoder's
+        up = merged(f"{p}mlp.gate_up_proj", [f"{p}mlp.gate_proj", f"{p}mlp.up_proj"], None, t.hidden, [i, i],
+                    FAMILY, None, key, bias=True)
+        return up + row(f"{p}mlp.down_proj", i, t.hidden, FAMILY, None, True, key)
+    return (column(f"{p}mlp.{fc[0]}", t.hidden, i, FAMILY, None, True, key)
+            + row(f"{p}mlp.{fc[1]}", i, t.hidden, FAMILY, None, True, key))
+
+
+def _merger(prefix: str, t: Tower, ln: str, fc: tuple[str, str], norm_width: int, layer_norm: bool):
+    """merge² patches concatenated, then column- and row-parallel projections to the decoder's width."""
+    wide = t.hidden * t.merge ** 2
+    key = ("vision_config.hidden_size × spatial_merge_size²", wide)
+    return (norm(f"{prefix}{ln}", norm_width, bias=layer_norm)
+            + column(f"{prefix}{fc[0]}", wide, wide, FAMILY, None, True, key)
+            + row(f"{prefix}{fc[1]}", wide, t.out_hidden, FAMILY, None, True, key))
+
+
+def _patch_embed(t: Tower, bias: bool) -> list[ParamPlan]:
+    name = f"{t.prefix}patch_embed.proj"
+    weight = replicated(f"{name}.weight", t.hidden, prod(t.patch))
+    weight.sources[0].disk = (t.hidden,) + tuple(t.patch)  # a Conv3d kernel, drawn as [out, in·t·p·p]
+    return [weight] + ([replicated(f"{name}.bias", t.hidden, 1, bias=True)] if bias else [])
+
+
+def qwen2_vl(spec, t: Tower, rules: RuleSet) -> tuple[list, list, list]:
+    """(per-block plans, per-deepstack-merger plans, once-per-tower plans)."""
+    blocks = (_attention(spec, t, rules, plain=True) + _mlp(t, False, ("fc1", "fc2"))
+              + [pl for n in ("norm1", "norm2") for pl in norm(f"{t.blocks}{n}", t.hidden, bias=True)])
+    return blocks, [], _patch_embed(t, False) + _merger(f"{t.prefix}merger.", t, "ln_q", ("mlp.0", "mlp.2"),
+                                                        t.hidden, True)
+
+
+def qwen2_5_vl(spec, t: Tower, rules: RuleSet) -> tuple[list, list, list]:
+    blocks = (_attention(spec, t, rules, plain=False) + _mlp(t, True, ("", ""))
+              + [pl for n in ("norm1", "norm2") for pl in norm(f"{t.blocks}{n}", t.hidden)])
+    return blocks, [], _patch_embed(t, False) + _merger(f"{t.prefix}merger.", t, "ln_q", ("mlp.0", "mlp.2"),
+                                                        t.hidden, False)
+
+
+def qwen3_vl(spec, t: Tower, rules: RuleSet) -> tuple[list, list, list]:
+    fc = ("linear_fc1", "linear_fc2")
+    blocks = (_attention(spec, t, rules, plain=False) + _mlp(t, False, fc)
+              + [pl for n in ("norm1", "norm2") for pl in norm(f"{t.blocks}{n}", t.hidden, bias=True)])
+    # the deepstack mergers norm after the patches are concatenated (use_postshuffle_norm)
+    deep = _merger(f"{t.prefix}deepstack_merger_list.*.", t, "norm", fc, t.hidden * t.merge ** 2, True)
+    once = (_patch_embed(t, True) + ([replicated(f"{t.prefix}pos_embed.weight", t.positions, t.hidden)]
+                                     if t.positions else [])
+            + _merger(f"{t.prefix}merger.", t, "norm", fc, t.hidden, True))
+    return blocks, deep if t.deepstack else [], once
+
+
+BUILDERS = {"qwen2_vl": qwen2_vl, "qwen2_5_vl": qwen2_5_vl, "qwen3_vl": qwen3_vl}
+
+
+def _guarded(build, t: Tower, quantity):
+    """vLLM divides the vision heads by tp first, then each layer's size: a failure names the tower's own
+    key and the flag that avoids it."""
+    def guarded(tp, r):
+        try:
+            divide(t.heads, tp, "vision_config.num_heads")
+            return build(tp, r)
+        except TPSizeError as e:
+            key, value = (quantity if e.generic and quantity else (e.quantity, e.value))
+            rule = f"{key}={value} is not divisible by tp_size={tp}" if e.generic and quantity else e.reason
+            raise TPSizeError(f"the vision tower: {rule}; {DATA_HINT}", key, value, tp) from None
+    return guarded
+
+
+def _whole(plan: ParamPlan) -> ParamPlan:
+    """disable_tp: every rank builds the layer as at tp 1 and loads each tensor whole."""
+    build = plan.build
+    plan.build = lambda tp, r: build(1, 0)
+    plan.split = False  # traced along its split dim still, whose full size every rank now holds
+    for src in plan.sources:
+        src.split = False
+    if plan.layer_class.endswith("ParallelLinear"):
+        plan.layer_class += " (disable_tp)"  # whole, so a row-parallel bias is added on every GPU
+    return plan
+
+
+def tower_plans(spec, rules: RuleSet) -> list[ParamPlan]:
+    """Every parameter of the spec's vision tower (none when it has no tower tpviz models)."""
+    t = spec.tower
+    if t is None:
+        return []
+    blocks, deep, once = BUILDERS[t.kind](spec, t, rules)
+    for group, count in ((blocks, t.depth), (deep, t.deepstack), (once, 0)):
+        for plan in group:
+            plan.family, plan.tower, plan.blocks = FAMILY, "vision", count
+            if t.data_parallel:
+                _whole(plan)
+            elif plan.split:
+                plan.build = _guarded(plan.build, t, plan.quantity)
+    return blocks + deep + once
