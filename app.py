@@ -204,7 +204,8 @@ def deployment(cfg_json: str, name: str, values: dict, problems: list[str]) -> d
     try:
         return layout_for(cfg_json, name, values["tp"], values["pp"], values["dp"],
                           values["ep"], values["rules"],
-                          tuple((k, values[k]) for k, v in CARVED.items() if values[k] != v))
+                          tuple((k, values[k]) for k, v in CARVED.items() if values[k] != v),
+                          st.session_state.get("mm_encoder", "weights"))
     except TpvizError as e:
         if isinstance(e, DenseEPError) and (values["pp"] > 1 or values["dp"] > 1):  # keep the chosen pp / dp
             problems.append(f"{e} (showing the layout without EP)")
@@ -253,7 +254,7 @@ def main() -> None:
         hint = None
         try:
             cfg_json, name = source_config(values, upload)
-            rows = valid_rows(cfg_json, name)
+            rows = valid_rows(cfg_json, name, st.session_state.get("mm_encoder", "weights"))
         except NeedInput as e:
             hint = str(e)
         except Exception as e:  # noqa: BLE001 - every failure is one line, never a traceback
@@ -265,7 +266,8 @@ def main() -> None:
         try:
             checkpoint = checkpoint_key(values)
             state = st.session_state
-            serving = f"{state.get('serve_dtype', 'auto')},{state.get('kv_dtype', 'auto')}"
+            serving = ",".join(state.get(k, d) for k, d in (("serve_dtype", "auto"), ("kv_dtype", "auto"),
+                                                              ("mm_encoder", "weights")))
             problems = []  # the deployment's: said with the TP map's fate below
             carved = tuple((k, values[k]) for k, v in CARVED.items() if values[k] != v)  # SGLang's, inside tp
             if values["pp"] > 1 or values["dp"] > 1 or values["ep"] or carved:

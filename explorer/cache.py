@@ -40,15 +40,17 @@ def resolve_hub(repo_id: str) -> tuple[str, str]:
 
 
 @st.cache_resource(show_spinner=False, max_entries=64)
-def spec_for(cfg_json: str, name: str) -> ModelSpec:
-    """A config read once for every view of it (one object: nothing mutates a spec after normalize)."""
-    return load_spec(json.loads(cfg_json), name)
+def spec_for(cfg_json: str, name: str, mm: str = "weights") -> ModelSpec:
+    """A config read once for every view of it (one object: nothing mutates a spec after normalize); mm: its
+    vision tower's --mm-encoder-tp-mode."""
+    spec = load_spec(json.loads(cfg_json), name)
+    return spec if mm == "weights" else spec.served(mm_encoder=mm)
 
 
 @st.cache_data(show_spinner=False, max_entries=64)
-def valid_rows(cfg_json: str, name: str) -> list[ValidRow]:
-    """valid_table rows (tp 1..64, every rule set) of a config."""
-    return valid_table(spec_for(cfg_json, name), MAX_TP)[1]
+def valid_rows(cfg_json: str, name: str, mm: str = "weights") -> list[ValidRow]:
+    """valid_table rows (tp 1..64, every rule set) of a config (its tower under --mm-encoder-tp-mode mm)."""
+    return valid_table(spec_for(cfg_json, name, mm), MAX_TP)[1]
 
 
 @st.cache_resource(show_spinner=False, max_entries=64, ttl=3600)
@@ -62,13 +64,14 @@ def checkpoint_names(checkpoint: str) -> tuple[frozenset | None, str, dict | Non
 
 @st.cache_resource(show_spinner=False, max_entries=32)
 def page_for(cfg_json: str, name: str, tp: int, rules: str, checkpoint: str = "",
-             serving: str = "auto,auto", carved: tuple = ()) -> Page:
+             serving: str = "auto,auto,weights", carved: tuple = ()) -> Page:
     """Shard map, figures and JSON of one view; kept as objects (no copy per rerun) since nothing mutates
     them. checkpoint names the checkpoint whose tensor list the map is checked against ('' for none); carved:
-    SGLang's attention-DP and EP fields ((name, value) pairs), whose groups cut the map's weights."""
+    SGLang's attention-DP and EP fields ((name, value) pairs), whose groups cut the map's weights; serving:
+    'dtype,kv_cache_dtype,mm_encoder_tp_mode'."""
     names, where, sizes = checkpoint_names(checkpoint) if checkpoint else (None, "", None)
-    dtype, kv_cache_dtype = serving.split(",")
-    m = shard_map(spec_for(cfg_json, name), tp, rules,
+    dtype, kv_cache_dtype, mm = (serving.split(",") + ["weights"])[:3]
+    m = shard_map(spec_for(cfg_json, name, mm), tp, rules,
                   tensor_names=set(names) if names else None,
                   checkpoint_source=where, dtype=dtype, kv_cache_dtype=kv_cache_dtype, tensor_bytes=sizes,
                   layout=Layout(tp, **dict(carved)) if carved else None)
@@ -125,7 +128,7 @@ def every_group_figures(cfg_json: str, name: str, tp: int, rules: str, checkpoin
 
 @st.cache_data(show_spinner=False, max_entries=64)
 def layout_for(cfg_json: str, name: str, tp: int, pp: int, dp: int, ep: bool, rules: str,
-               carved: tuple = ()) -> Deployment:
+               carved: tuple = (), mm: str = "weights") -> Deployment:
     """One tp x pp x dp (+ EP, or SGLang's carved-out fields) deployment's GPUs: stages, experts, bytes,
     communication (tpviz.deploy.deployment)."""
-    return deploy(spec_for(cfg_json, name), Layout(tp, pp, dp, ep, **dict(carved)), rules)
+    return deploy(spec_for(cfg_json, name, mm), Layout(tp, pp, dp, ep, **dict(carved)), rules)

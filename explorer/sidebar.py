@@ -20,6 +20,7 @@ from tpviz.render.plots import export_figures
 from tpviz.rules import RULE_SETS, RULES, ruleset
 from tpviz.rules.layout import CARVED
 from tpviz.config.spec import KV_DTYPES, SERVE_DTYPES
+from tpviz.config.tower import MODES
 from tpviz.config.files import check_config_size, parse_config
 from tpviz.config.sources import (WEB_LOCAL_HINT, WEB_LOCAL_OFF, find_preset, local_config,
                                   presets, repo_from_url, web_local_root)
@@ -133,6 +134,9 @@ def sidebar_source(local_off: bool) -> UploadedFile | None:
                            "keep their own bytes.")
         box.selectbox("KV-cache dtype", list(KV_DTYPES), key="kv_dtype", persist_state="session",
                       help="fp8 stores the KV cache in one byte per value.")
+        box.selectbox("Vision encoder", MODES, key="mm_encoder", persist_state="session",
+                      help="vLLM's --mm-encoder-tp-mode: weights splits a vision tower over tp as drawn; "
+                           "data keeps it whole on every GPU, each encoding its own images (any tp).")
     return upload
 
 

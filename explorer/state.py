@@ -1,7 +1,8 @@
 """The explorer's shareable view state: ?model=...&tp=...&rules=...(&pp=&dp=&ep=, SGLang's
-&attn_dp=&ep_size=&dense_tp1=&dp_lm_head=&shared_tp1=, and the rest of the view: &dtype=&kv=&gpu=&util=&ctx=
-&conc=&hw=&out=&group=&tab=) <-> the controls (no Streamlit import)."""
+&attn_dp=&ep_size=&dense_tp1=&dp_lm_head=&shared_tp1=, and the rest of the view: &dtype=&kv=&mm=&gpu=&util=
+&ctx=&conc=&hw=&out=&group=&tab=) <-> the controls (no Streamlit import)."""
 from tpviz.config.spec import KV_DTYPES, SERVE_DTYPES
+from tpviz.config.tower import MODES
 from tpviz.deploy.fit import GPU_UTILIZATION
 from tpviz.deploy.hardware import catalog
 from tpviz.rules import RULES
@@ -15,7 +16,8 @@ DEFAULT_VIEW = {"source": "Preset", "preset": "Qwen/Qwen3-8B", "hub": "", "path"
 MAX_PP_DP = 64
 # the rest of a view: control key -> (its name in the link, its default, left out of the link): serving
 # choices, the fit inputs, the layer group (-1: all layers; None: the largest) and the open figure tab
-EXTRAS = {"serve_dtype": ("dtype", "auto"), "kv_dtype": ("kv", "auto"), "gpu_mem": ("gpu", 80.0),
+EXTRAS = {"serve_dtype": ("dtype", "auto"), "kv_dtype": ("kv", "auto"), "mm_encoder": ("mm", "weights"),
+          "gpu_mem": ("gpu", 80.0),
           "gpu_util": ("util", GPU_UTILIZATION), "context": ("ctx", 8192), "concurrency": ("conc", 16),
           "gpu_type": ("hw", ""), "output_len": ("out", 1024), "layer_group": ("group", None),
           "tab": ("tab", None)}
@@ -105,7 +107,7 @@ def _extra(key: str, text: str):
         return (text if ok else None), "a figure name"
     if key == "gpu_type":  # a catalog GPU's name (tpviz.deploy.hardware)
         return (text.lower() if text.lower() in catalog() else None), f"one of {', '.join(catalog())}"
-    choices = SERVE_DTYPES if key == "serve_dtype" else tuple(KV_DTYPES)
+    choices = {"serve_dtype": SERVE_DTYPES, "mm_encoder": MODES}.get(key, tuple(KV_DTYPES))
     return (text if text in choices else None), f"one of {', '.join(choices)}"
 
 

@@ -80,3 +80,17 @@ def test_a_gpu_type_in_the_link_shows_the_speed_bound_and_stays_in_it():
     assert any("hw='h300' in the link" in e for e in [*errors(bad), *[w.value for w in bad.warning]])
     short = run_app({**query, "out": "4096"})
     assert any("leave no prompt" in e.value for e in short.error)
+
+
+def test_the_vision_encoder_mode_is_a_serving_choice_in_the_link():
+    """Cosmos-Reason2's 16 vision heads refuse tp 32 unless the encoder runs data-parallel (&mm=data): then
+    the tower is whole on every GPU and the map draws; the address keeps the choice."""
+    refused = run_app({"model": "nvidia/Cosmos-Reason2-8B", "tp": "32"})
+    assert any("vision_config.num_heads=16" in line and "--mm-encoder-tp-mode data" in line
+               for line in errors(refused))
+    at = run_app({"model": "nvidia/Cosmos-Reason2-8B", "tp": "32", "mm": "data"})
+    assert errors(at) == [] and at.session_state["mm_encoder"] == "data"
+    assert at.query_params["mm"] == "data"
+    vision = run_app({"model": "nvidia/Cosmos-Reason2-8B", "tp": "4", "tab": "vision"})
+    assert errors(vision) == [] and charts(vision)[-1]["layout"]["title"]["text"].startswith("Vision tower")
+    assert run_app({"model": "nvidia/Cosmos-Reason2-8B", "mm": "tensor"}).query_params.get("mm") is None

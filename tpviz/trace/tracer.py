@@ -128,7 +128,8 @@ def trace(spec: ModelSpec, tp_size: int, rules: RuleSet | str = "vllm",
     widths = rules.widths(layout, spec.arch)
     tensors, params = [], []
     for plan in plans:
-        width = widths.of(plan.role)
+        # an unquantized tensor every rank loads whole loads the same on each: traced once, spread to all
+        width = 1 if not plan.split and not plan.element_bytes else widths.of(plan.role)
         t, p = trace_plan(plan, width)
         if width != tp_size:
             spread(t, p, width, tp_size)

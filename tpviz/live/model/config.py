@@ -47,6 +47,8 @@ class LiveConfig:
     def to_dict(self) -> dict:
         d = asdict(self)
         d["spec"].pop("config")  # the raw config was read into these fields already
+        if d["spec"]["tower"] is None:  # Run live runs text decoders (source.py drops a tower)
+            del d["spec"]["tower"]
         return d
 
     @classmethod

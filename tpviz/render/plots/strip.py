@@ -3,7 +3,7 @@ glance."""
 import plotly.graph_objects as go
 
 from tpviz.render.plots.geometry import plural
-from tpviz.render.plots.style import INK, MUTED, base_layout
+from tpviz.render.plots.style import FAMILY_COLORS, INK, MUTED, base_layout
 from tpviz.trace.shardmap import ShardMap
 
 # group colours: muted, and none of them a GPU colour (GPUs own the saturated palette)
@@ -39,4 +39,16 @@ def layer_strip(m: ShardMap, selected: int | None = None) -> go.Figure:
     bar = go.Bar(x=x, y=[1] * len(x), marker=dict(color=colors, opacity=opacity,
                                                   line=dict(color="white", width=1)),
                  customdata=groups, hovertext=hover, hovertemplate="%{hovertext}<extra></extra>", width=0.9)
-    return go.Figure(data=[bar], layout=layout)
+    bars = [bar]
+    if t := m.model.tower:  # before layer 0, as the tower's output enters it; not a group, so no click
+        wide = max(2.0, n / 12)
+        layout["xaxis"]["range"] = [-wide - 1, n - 0.5]
+        layout["xaxis"]["tickvals"] = [-wide / 2 - 0.5] + [i for i in range(0, n, max(1, n // 8))]
+        layout["xaxis"]["ticktext"] = ["tower"] + [str(i) for i in range(0, n, max(1, n // 8))]
+        whole = "whole on every GPU (data mode)" if t.data_parallel else "split over tp"
+        bars.append(go.Bar(x=[-wide / 2 - 0.5], y=[1], width=wide, marker=dict(color=FAMILY_COLORS["vision"]),
+                           hovertext=[f"<b>vision tower</b><br>{t.depth} blocks of {t.heads} heads, {whole}"
+                                      "<br>"
+                                      "held by the first pipeline stage; its matrices are in the vision tab"],
+                           hovertemplate="%{hovertext}<extra></extra>"))
+    return go.Figure(data=bars, layout=layout)

@@ -1,0 +1,62 @@
+"""Benchmark: shard_map time of the vision-language presets whose tower tpviz maps (a script, no timed test),
+at tp 8 and 16, against Qwen3-0.6B at the same tp. Targets as for text models: <= 100 ms per call and no more
+than 3x Qwen3-0.6B. The tower adds one traced plan per distinct tower tensor (about 20), not one per block.
+
+    python bench/bench_vlm.py [--n 10] [--strict]
+
+The largest VLMs people serve (Llama-4-Maverick, Qwen3-VL-235B) are not here: Llama-4's tower and
+Qwen3-VL-MoE's fused experts are not modelled yet (docs/architectures.md).
+"""
+import argparse
+import statistics
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+TARGET_MS, TARGET_RATIO = 100.0, 3.0
+BASE = "Qwen/Qwen3-0.6B"
+
+
+def timed(model, tp: int, n: int) -> float:
+    from tpviz import shard_map
+    shard_map(model, tp)  # warm-up: imports, the config read, first-touch allocations
+    times = []
+    for _ in range(n):
+        t = time.perf_counter()
+        shard_map(model, tp)
+        times.append((time.perf_counter() - t) * 1000)
+    return statistics.median(times)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--n", type=int, default=10)
+    ap.add_argument("--strict", action="store_true", help="exit 1 when a target is missed")
+    args = ap.parse_args()
+    import torch
+    torch.set_num_threads(1)  # the probe tensors are tiny: threads only add contention
+    from tpviz.config.sources import load_spec, presets
+    from tpviz.errors import TpvizError
+    towers = [name for name in presets() if load_spec(name).tower]
+    missed = False
+    for tp in (8, 16):
+        base = timed(BASE, tp, args.n)
+        print(f"tp {tp}: {BASE} {base:.1f} ms")
+        for name in towers:
+            spec = load_spec(name)
+            try:
+                ms = timed(spec, tp, args.n)
+            except TpvizError as e:  # Qwen2.5-VL-7B's 28 text heads: no tp 8
+                print(f"  {name:<36} not mapped at tp {tp}: {e}")
+                continue
+            ratio = ms / base
+            ok = ms <= TARGET_MS and ratio <= TARGET_RATIO
+            missed |= not ok
+            print(f"  {name:<36} {ms:6.1f} ms  {ratio:4.2f}x Qwen3-0.6B  tower {spec.tower.depth} blocks  "
+                  f"{'ok' if ok else 'MISSED'} (targets {TARGET_MS:.0f} ms, {TARGET_RATIO:.0f}x)")
+    return 1 if missed and args.strict else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
