@@ -82,7 +82,8 @@ def test_qwen2_5_vl_splits_whole_vision_heads_and_mlp_rows():
 
 def test_qwen2_vl_cuts_its_plain_qkv_in_even_rows():
     """qwen2_vl.py builds qkv as a plain ColumnParallelLinear (3 * embed_dim rows cut in tp blocks; its
-    forward all-gathers and re-cuts q, k and v), so GPU 0 of 2 holds all of q and half of k, not heads of each."""
+    forward all-gathers and re-cuts q, k and v), so GPU 0 of 2 holds all of q and half of k, not heads of
+    each."""
     m = shard_map("allenai/olmOCR-7B-0225-preview", 2)
     qkv = m.tensor("visual.blocks.*.attn.qkv.weight")
     assert [(p.start, p.stop) for p in qkv.rank_pieces(0)] == [(0, 1920)]
@@ -141,5 +142,30 @@ def test_a_broken_vision_config_is_one_line():
         load_spec(cfg)
     assert one_line(e.value) and "num_heads" in str(e.value)
     cfg["vision_config"] = {**cfg["vision_config"], "num_heads": 3}
-    with pytest.raises(ConfigError, match="not divisible by num_heads=3"):
+    with pytest.raises(ConfigError, match="not divisible by 3 heads"):
         load_spec(cfg)
+
+
+def test_gemma3_siglip_tower_and_its_projector():
+    """siglip.py: q/k/v stored apart load into one QKVParallelLinear over 16 heads, out_proj row-parallel,
+    fc1 / fc2; gemma3_mm.py's projector is a plain parameter, whole on every GPU. Its class has no data mode, so a
+    tp
+    above 16 vision heads fails whatever the flag (vLLM falls back to weights)."""
+    m = shard_map("google/gemma-3-27b-it", 8)
+    q = m.tensor("vision_tower.vision_model.encoder.layers.*.self_attn.q_proj.weight")
+    assert q.blocks == 27 and q.shard_id == "q"
+    assert [(p.start, p.stop) for p in q.rank_pieces(1)] == [(144, 288)]
+    assert m.tensor("multi_modal_projector.mm_input_projection_weight").split_dim is None
+    assert m.tensor("vision_tower.vision_model.encoder.layers.*.mlp.fc2.weight").split_dim == 1
+    spec = load_spec("google/gemma-3-27b-it").served(mm_encoder="data")
+    assert spec.tower.data_parallel is False and any("falls back to weights" in n for n in spec.notes)
+    with pytest.raises(TPSizeError) as e:
+        shard_map(spec, 32)
+    assert "vision_config.num_attention_heads=16" in str(e.value)
+    assert "has no --mm-encoder-tp-mode data" in str(e.value)
+
+
+def test_sglang_rules_leave_the_tower_out_and_say_so():
+    m = shard_map("google/gemma-3-27b-it", 4, "sglang")
+    assert not any(t.tower for t in m.tensors)
+    assert any("SGLang's split of the vision tower" in w for w in m.warnings)

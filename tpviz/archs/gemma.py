@@ -23,7 +23,7 @@ RECORDS = [
     Arch("gemma", "GemmaForCausalLM", tied=True),
     Arch("gemma2", "Gemma2ForCausalLM", GEMMA2, tied=True, sliding_pattern=2, live="gemma2",
          sglang=Groups("gemma2.py", pp=False)),
-    Arch("gemma3", "Gemma3ForConditionalGeneration", text_model="gemma3_text", **_GEMMA3),
+    Arch("gemma3", "Gemma3ForConditionalGeneration", text_model="gemma3_text", tower="siglip", **_GEMMA3),
     Arch("gemma3_text", "Gemma3ForCausalLM", **_GEMMA3),
     Arch("gemma4", "Gemma4ForConditionalGeneration", text_model="gemma4_text", **_GEMMA4),
     Arch("gemma4_text", "Gemma4ForCausalLM", **_GEMMA4),

@@ -168,7 +168,7 @@ def read_spec(cfg: dict, name: str) -> ModelSpec:
     spec.tower = read_tower(outer)
     if spec.tower:
         spec.notes.append(f"multimodal checkpoint: its vision tower ({spec.tower.depth} blocks, "
-                          f"{spec.tower.heads} heads) is mapped as vLLM 0.33's {spec.tower.file} splits it, "
+                          f"{spec.tower.heads} heads) is mapped as vLLM 0.33 splits it ({spec.tower.file}), "
                           "held by the first pipeline stage; its time per image is not in the speed bound")
     elif wrapped or isinstance(outer.get("vision_config"), dict):
         spec.notes.append("multimodal checkpoint: only the text decoder is mapped; the vision tower "

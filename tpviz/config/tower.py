@@ -9,7 +9,8 @@ from tpviz.config.fields import read_int, read_object
 from tpviz.errors import ConfigError
 
 MODES = ("weights", "data")  # --mm-encoder-tp-mode: split the tower's weights, or run it whole per GPU
-TOWER_FILES = {"qwen2_vl": "qwen2_vl.py", "qwen2_5_vl": "qwen2_5_vl.py", "qwen3_vl": "qwen3_vl.py"}
+TOWER_FILES = {"qwen2_vl": "qwen2_vl.py", "qwen2_5_vl": "qwen2_5_vl.py", "qwen3_vl": "qwen3_vl.py",
+               "siglip": "siglip.py and gemma3_mm.py"}
 
 
 @dataclass(frozen=True)
@@ -28,6 +29,8 @@ class Tower:
     deepstack: int = 0  # extra mergers fed from middle blocks (Qwen3-VL's deepstack_visual_indexes)
     data_parallel: bool = False  # --mm-encoder-tp-mode data: whole on every GPU, each runs its own images
     supports_data: bool = False  # the model class allows data mode (vLLM's supports_encoder_tp_data)
+    block_path: str = "blocks"  # where the blocks sit under prefix (SigLIP: encoder.layers)
+    projector: str = ""  # the projector's own prefix, when it sits outside the tower's (Gemma-3)
 
     @property
     def file(self) -> str:
@@ -35,7 +38,17 @@ class Tower:
 
     @property
     def blocks(self) -> str:
-        return f"{self.prefix}blocks.*."
+        return f"{self.prefix}{self.block_path}.*."
+
+    @property
+    def heads_key(self) -> str:
+        """Its heads as vision_config names them."""
+        return "vision_config." + ("num_attention_heads" if self.kind == "siglip" else "num_heads")
+
+    @property
+    def prefixes(self) -> tuple[str, ...]:
+        """Where its checkpoint names start (the tower's, then a projector's of its own)."""
+        return (self.prefix, self.projector) if self.projector else (self.prefix,)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -59,25 +72,34 @@ def read_tower(outer: dict) -> Tower | None:
     vc = read_object(outer, "vision_config")
     if not kind or not vc:
         return None
-    patch = _int(vc, "patch_size", "spatial_patch_size", default=14)
-    kernel = (_int(vc, "in_channels", "in_chans", default=3), _int(vc, "temporal_patch_size", default=2),
-              patch, patch)
-    common = dict(kind=kind, prefix="visual.", depth=_int(vc, "depth"), heads=_int(vc, "num_heads"),
-                  merge=_int(vc, "spatial_merge_size", default=2), patch=kernel,
-                  supports_data=True)  # qwen2_vl.py, qwen2_5_vl.py and qwen3_vl.py all set it
-    if kind == "qwen2_vl":  # embed_dim wide, mlp_ratio × wider MLP; hidden_size is the decoder's width
-        hidden = _int(vc, "embed_dim")
-        tower = Tower(hidden=hidden, intermediate=int(hidden * float(vc.get("mlp_ratio", 4))),
-                      out_hidden=_int(vc, "hidden_size"), **common)
+    if kind == "siglip":  # Gemma-3: SigLIP (vision_tower.vision_model), then a replicated projector
+        patch, text = _int(vc, "patch_size", default=14), read_object(outer, "text_config")
+        tower = Tower(kind, "vision_tower.vision_model.", _int(vc, "hidden_size"),
+                      _int(vc, "num_attention_heads"), _int(vc, "intermediate_size"),
+                      _int(vc, "num_hidden_layers"), _int(text, "hidden_size"), 1,
+                      (_int(vc, "num_channels", default=3), patch, patch),
+                      positions=(_int(vc, "image_size", default=224) // patch) ** 2,
+                      block_path="encoder.layers", projector="multi_modal_projector.")  # no data mode
     else:
-        tower = Tower(hidden=_int(vc, "hidden_size"), intermediate=_int(vc, "intermediate_size"),
-                      out_hidden=_int(vc, "out_hidden_size"),
-                      positions=_int(vc, "num_position_embeddings", default=0) if kind == "qwen3_vl" else 0,
-                      deepstack=len(vc.get("deepstack_visual_indexes") or []) if kind == "qwen3_vl" else 0,
-                      **common)
+        patch = _int(vc, "patch_size", "spatial_patch_size", default=14)
+        kernel = (_int(vc, "in_channels", "in_chans", default=3), _int(vc, "temporal_patch_size", default=2),
+                  patch, patch)
+        common = dict(kind=kind, prefix="visual.", depth=_int(vc, "depth"), heads=_int(vc, "num_heads"),
+                      merge=_int(vc, "spatial_merge_size", default=2), patch=kernel,
+                      supports_data=True)  # qwen2_vl.py, qwen2_5_vl.py and qwen3_vl.py all set it
+        if kind == "qwen2_vl":  # embed_dim wide, mlp_ratio × wider MLP; hidden_size is the decoder's width
+            hidden = _int(vc, "embed_dim")
+            tower = Tower(hidden=hidden, intermediate=int(hidden * float(vc.get("mlp_ratio", 4))),
+                          out_hidden=_int(vc, "hidden_size"), **common)
+        else:
+            qwen3 = kind == "qwen3_vl"
+            tower = Tower(hidden=_int(vc, "hidden_size"), intermediate=_int(vc, "intermediate_size"),
+                          out_hidden=_int(vc, "out_hidden_size"),
+                          positions=_int(vc, "num_position_embeddings", default=0) if qwen3 else 0,
+                          deepstack=len(vc.get("deepstack_visual_indexes") or []) if qwen3 else 0, **common)
     if tower.hidden % tower.heads:
         raise ConfigError(f"vision_config: hidden size {tower.hidden} is not divisible by "
-                          f"num_heads={tower.heads}")
+                          f"{tower.heads} heads")
     return tower
 
 

@@ -13,10 +13,11 @@ from tpviz.config.tower import Tower
 from tpviz.errors import TPSizeError
 from tpviz.plan.attention import qkv, qkv_sections
 from tpviz.plan.core import ParamPlan, column, merged, norm, replicated, row
-from tpviz.rules import RuleSet, divide
+from tpviz.rules import RuleSet, divide, ruleset
 
 FAMILY = "vision"
 DATA_HINT = "--mm-encoder-tp-mode data keeps the vision tower whole on every GPU"
+NO_DATA_HINT = "this model's vLLM class has no --mm-encoder-tp-mode data, so no tp above its heads serves it"
 
 
 def _attention(spec, t: Tower, rules: RuleSet, plain: bool) -> list[ParamPlan]:
@@ -91,7 +92,28 @@ def qwen3_vl(spec, t: Tower, rules: RuleSet) -> tuple[list, list, list]:
     return blocks, deep if t.deepstack else [], once
 
 
-BUILDERS = {"qwen2_vl": qwen2_vl, "qwen2_5_vl": qwen2_5_vl, "qwen3_vl": qwen3_vl}
+def siglip(spec, t: Tower, rules: RuleSet) -> tuple[list, list, list]:
+    """siglip.py as gemma3_mm.py builds it: q/k/v stored apart into one QKVParallelLinear, out_proj,
+    fc1 / fc2, a post_layernorm; then Gemma-3's projector, a plain parameter and an RMSNorm (whole on every GPU)."""
+    p, h, d = t.blocks, t.heads, t.hidden // t.heads
+    attn = qkv(replace(spec, hidden_size=t.hidden, quant=None), Names(layer=p, attn="self_attn."), rules,
+               Mixer("attention", h, h, d), None, True)
+    attn += row(f"{p}self_attn.out_proj", t.hidden, t.hidden, FAMILY, None, True,
+                ("vision_config.hidden_size", t.hidden))
+    blocks = attn + _mlp(t, False, ("fc1", "fc2")) + [
+        pl for n in ("layer_norm1", "layer_norm2") for pl in norm(f"{p}{n}", t.hidden, bias=True)]
+    e = f"{t.prefix}embeddings."
+    weight = replicated(f"{e}patch_embedding.weight", t.hidden, prod(t.patch))
+    weight.sources[0].disk = (t.hidden,) + tuple(t.patch)  # a Conv2d kernel, drawn as [out, in·p·p]
+    once = [weight, replicated(f"{e}patch_embedding.bias", t.hidden, 1, bias=True),
+            replicated(f"{e}position_embedding.weight", t.positions, t.hidden),
+            *norm(f"{t.prefix}post_layernorm", t.hidden, bias=True),
+            replicated(f"{t.projector}mm_input_projection_weight", t.hidden, t.out_hidden),
+            *norm(f"{t.projector}mm_soft_emb_norm", t.hidden)]
+    return blocks, [], once
+
+
+BUILDERS = {"qwen2_vl": qwen2_vl, "qwen2_5_vl": qwen2_5_vl, "qwen3_vl": qwen3_vl, "siglip": siglip}
 
 
 def _guarded(build, t: Tower, quantity):
@@ -99,12 +121,13 @@ def _guarded(build, t: Tower, quantity):
     key and the flag that avoids it."""
     def guarded(tp, r):
         try:
-            divide(t.heads, tp, "vision_config.num_heads")
+            divide(t.heads, tp, t.heads_key)
             return build(tp, r)
         except TPSizeError as e:
             key, value = (quantity if e.generic and quantity else (e.quantity, e.value))
             rule = f"{key}={value} is not divisible by tp_size={tp}" if e.generic and quantity else e.reason
-            raise TPSizeError(f"the vision tower: {rule}; {DATA_HINT}", key, value, tp) from None
+            hint = DATA_HINT if t.supports_data else NO_DATA_HINT
+            raise TPSizeError(f"the vision tower: {rule}; {hint}", key, value, tp) from None
     return guarded
 
 
@@ -120,10 +143,15 @@ def _whole(plan: ParamPlan) -> ParamPlan:
     return plan
 
 
-def tower_plans(spec, rules: RuleSet) -> list[ParamPlan]:
+TOWER_LEFT_OUT = ("SGLang's split of the vision tower (attention over attn_tp, MLP over tp) is not modelled: "
+                  "the tower is left out of this map and its memory; vLLM rules draw it")
+
+
+def tower_plans(spec, rules: RuleSet | str) -> list[ParamPlan]:
     """Every parameter of the spec's vision tower (none when it has no tower tpviz models)."""
+    rules = ruleset(rules)
     t = spec.tower
-    if t is None:
+    if t is None or rules.carves:  # SGLang cuts a tower's attention over attn_tp, its MLP over tp: unmodelled
         return []
     blocks, deep, once = BUILDERS[t.kind](spec, t, rules)
     for group, count in ((blocks, t.depth), (deep, t.deepstack), (once, 0)):

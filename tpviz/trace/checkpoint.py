@@ -154,9 +154,9 @@ def compare(m: ShardMap, names: set[str], source: str, sizes: dict[str, int] | N
     # tied: vLLM allocates one matrix, and a stored lm_head (Falcon-180B's) loads onto the embedding's
     head = arch_names(m.model).lm_head if m.model.tie_word_embeddings else None
     # a modelled tower's names in either layout ("visual." before transformers 4.52, "model.visual." after)
-    tower = m.model.tower.prefix if m.model.tower else None
+    towers = m.model.tower.prefixes if m.model.tower else ()
     for n in names:
-        if tower and (n.startswith(tower) or f".{tower}" in n):
+        if tower := next((t for t in towers if n.startswith(t) or f".{t}" in n), None):
             key = n[n.index(tower):]
             (seen.add(key) if key in mapped else extra.append(n))
             continue
@@ -184,8 +184,8 @@ def compare(m: ShardMap, names: set[str], source: str, sizes: dict[str, int] | N
     if sizes:
         want = expected_bytes(m)
         for n, size in sizes.items():
-            key = n[n.index(tower):] if tower and (n.startswith(tower) or f".{tower}" in n) else \
-                add + n[len(drop):] if n.startswith(drop) else n
+            tower = next((t for t in towers if n.startswith(t) or f".{t}" in n), None)
+            key = n[n.index(tower):] if tower else add + n[len(drop):] if n.startswith(drop) else n
             if key in mapped and key in seen and size != want[mapped[key]]:
                 differ.append(f"{n} (checkpoint {size} bytes, map {want[mapped[key]]})")
     return {"source": source, "tensors": len(names), "matched": len(seen), "prefix": drop,

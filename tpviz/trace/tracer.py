@@ -10,6 +10,7 @@ import torch
 
 from tpviz.config.spec import ModelSpec
 from tpviz.plan import DT, PROBE, ParamPlan, build_plan
+from tpviz.plan.tower import TOWER_LEFT_OUT
 from tpviz.rules import Layout, RuleSet, check_tp, ruleset
 from tpviz.trace.caches import rank_caches, state_bytes
 from tpviz.trace.probe import build_rank, single_thread
@@ -124,7 +125,8 @@ def trace(spec: ModelSpec, tp_size: int, rules: RuleSet | str = "vllm",
     if error:
         raise error
     # the map is the layer classes', not the engine's
-    warnings = rules.model_notes(spec.model_type) + warnings
+    warnings = rules.model_notes(spec.model_type) + warnings + (
+        [TOWER_LEFT_OUT] if spec.tower and rules.carves else [])
     widths = rules.widths(layout, spec.arch)
     tensors, params = [], []
     for plan in plans:

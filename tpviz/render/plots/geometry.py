@@ -35,7 +35,8 @@ QUANT_PARTS = ("weight_scale_inv", "weight_scale", "weight_scale_2", "input_scal
 def tower_label(name: str) -> str:
     """A tower tensor's or parameter's short name, its part kept: 'visual.blocks.*.attn.proj.weight' ->
     'attn.proj', 'visual.merger.mlp.0.bias' -> 'merger.mlp.0 bias'."""
-    parts = [p for p in name.split(".", 1)[-1].split(".") if p not in ("weight", "*", "blocks")]
+    skip = ("weight", "*", "blocks", "vision_model", "encoder", "layers", "embeddings", "self_attn")
+    parts = [p for p in name.split(".", 1)[-1].split(".") if p not in skip]
     part = {"merger": "merger.", "deepstack_merger_list": "deepstack."}.get(parts[0], "")
     parts = parts[1:] if part else [p for p in parts if p != "mlp"]
     tail = parts[:-1] if parts[-1] == "bias" else parts
