@@ -43,8 +43,9 @@ FAMILY_INFO = {
                 "Every expert is split like a dense MLP over moe_intermediate_size: each GPU holds a "
                 "slice of all experts."),
     "vision": ("Vision tower · attention and MLP column- then row-parallel, over the vision heads",
-               "Each GPU takes whole vision heads of q/k/v and the matching columns of proj; the MLP and the "
-               "merger are cut like a dense MLP. The patch embedding and norms are whole on every GPU."),
+               "Each GPU takes whole vision heads of q/k/v and the matching columns of their output projection; "
+               "the MLP (and a merger, where the tower has one) is cut like a dense MLP. The patch embedding, "
+               "norms and a projector weight are whole on every GPU."),
     "embed": ("embed_tokens · vocab-parallel",
               "Each GPU holds a block of vocabulary rows; lookups outside it give "
               "zeros, then an all-reduce."),
