@@ -79,7 +79,8 @@ def live_config(spec: ModelSpec, layers: int | None = None, rules: str = "vllm")
                          f"{spec.num_hidden_layers}: all of them run")
     if spec.tower:  # Run live runs the text decoder; a tower's check is tests/live/test_tower_live.py
         spec = replace(spec, tower=None)
-        notes.append("the vision tower is not run: the text decoder alone is checked")
+        if not wrapped:  # a wrapped config's note above says it already
+            notes.append("the vision tower is not run: the text decoder alone is checked")
     cfg = LiveConfig(spec=spec, mlp_bias=spec.mlp_bias and not spec.arch.live_moe,
                      sliding_window=window if isinstance(window, int) and window > 0 else None,
                      norm_topk_prob=spec.arch.routing == "fp32" or bool(norm_topk), rules=ruleset(rules).name,
