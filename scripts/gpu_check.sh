@@ -22,7 +22,7 @@ if [ "$DEVICE" = cpu ]; then LAYERS=${LAYERS:-2}; else LAYERS=${LAYERS:-}; fi
 TP=${TP:-2}
 SEQ=${SEQ:-64}
 OUT=${OUT:-$(mktemp -d)}
-export PYTHONPATH=$PWD HF_HUB_OFFLINE=1 TPVIZ_LIVE_MAX_PARAMS=${TPVIZ_LIVE_MAX_PARAMS:-off}
+export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} HF_HUB_OFFLINE=1 TPVIZ_LIVE_MAX_PARAMS=${TPVIZ_LIVE_MAX_PARAMS:-off}
 export TPVIZ_CACHE=${TPVIZ_CACHE:-$OUT/cache}
 mkdir -p "$OUT"
 LAYER_ARGS=()
@@ -65,7 +65,7 @@ run() {  # run NAME EXPECTED MODEL TP DTYPE [ENV=VALUE ...] -- [verify args ...]
   while [ $# -gt 0 ] && [ "$1" != -- ]; do envs+=("$1"); shift; done
   shift
   local t=$EPOCHREALTIME
-  env ${envs[@]+"${envs[@]}"} "$PY" -m tpviz.cli.verify "$model" --tp "$tp" --device "$DEVICE" --dtype "$dtype" --batch 2 \
+  env ${envs[@]+"${envs[@]}"} "$PY" -m tpviz verify "$model" --tp "$tp" --device "$DEVICE" --dtype "$dtype" --batch 2 \
     --seq-len "$SEQ" --timeout 240 --random-weights ${LAYER_ARGS[@]+"${LAYER_ARGS[@]}"} --json "$OUT/$name.json" "$@" \
     > "$OUT/$name.txt" 2>&1
   local rc=$?
