@@ -182,9 +182,11 @@ def text_input(model, random: bool) -> tuple[str, bool, int]:
             kind, "random weights download nothing, so there is no tokenizer")
         text = st.text_input("Token ids (e.g. 1 2 3, or [[1, 2], [3, 4]]; empty = random)", key="live_ids")
         st.caption(f"Token ids, not text: {why}.")
-    # a prompt continues by 8 tokens unless changed; token ids (empty = random) by none unless asked
-    n = int(st.number_input("New tokens to generate (0 = none)", 0, MAX_NEW_TOKENS, 8 if is_prompt else 0,
-                            key="live_generate" if is_prompt else "live_generate_ids",
+    # a typed prompt continues by 8 tokens unless changed; token ids, or an empty box (random ids, as in a
+    # first run with the defaults), by none unless asked: random ids have nothing to continue
+    typed = is_prompt and bool(text.strip())
+    n = int(st.number_input("New tokens to generate (0 = none)", 0, MAX_NEW_TOKENS, 8 if typed else 0,
+                            key="live_generate" if typed else "live_generate_ids",
                             help="Greedy continuation of the prompt on TP and on tp=1, "
                                  "each following its own picks, shown side by side with "
                                  "where they part and why"))

@@ -197,11 +197,29 @@ def test_a_first_failed_run_shows_its_error_alone(monkeypatch):
         raise TpvizError("the hub is offline")
     monkeypatch.setattr("tpviz.live.check.verify.verify", offline)
     at = AppTest.from_file(PAGE, default_timeout=60).run()
-    assert at.number_input(key="live_generate").value == 8  # a hub preset's default: its prompt continues
+    assert at.number_input(key="live_generate_ids").value == 0  # an empty prompt box: random ids, no generation
     at.selectbox(key="live_device").set_value("cpu")
     at.button(key="live_run").click().run()
     assert not at.exception and [e.value for e in at.error] == ["the hub is offline"]
     assert not at.info and not any("nothing to continue" in c.value for c in at.caption)
+
+
+def test_a_first_run_with_the_defaults_generates_only_from_a_typed_prompt(monkeypatch):
+    asked = []
+
+    def offline(*args, **kwargs):
+        asked.append((kwargs["prompt"], kwargs["input_ids"], kwargs["generate"]))
+        raise TpvizError("the hub is offline")
+    monkeypatch.setattr("tpviz.live.check.verify.verify", offline)
+    at = AppTest.from_file(PAGE, default_timeout=60).run()
+    at.selectbox(key="live_device").set_value("cpu")
+    at.button(key="live_run").click().run()  # the defaults: real weights, an empty prompt box (random ids)
+    assert not at.exception and asked == [(None, None, 0)]  # nothing to continue, so nothing asked for
+    at.text_area(key="live_prompt").set_value("Tensor parallelism").run()
+    assert at.number_input(key="live_generate").value == 8  # a typed prompt continues by 8
+    at.button(key="live_run").click().run()
+    assert asked[1] == ("Tensor parallelism", None, 8)
+    assert not any("nothing to continue" in c.value for c in at.caption)
 
 
 @pytest.mark.slow
