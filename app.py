@@ -124,9 +124,11 @@ def header(page: Page, rows: list[ValidRow], lay: Deployment | None, mem: list[d
         deployment_section(lay, PLOTLY_CONFIG)
 
 
-def render_page(page: Page, rows: list[ValidRow], lay: Deployment | None = None) -> None:
+def render_page(page: Page, rows: list[ValidRow], lay: Deployment | None = None, values: dict | None = None,
+                link=None) -> None:
     """The main area: header, metrics, the three special cases, a deployment's GPUs, one figure per family,
-    summaries."""
+    summaries. `values`: the controls, written into the address with the layer group and tab drawn here;
+    `link`: the sidebar's share link, which the fit section writes (its own reruns change the view too)."""
     m = page.m
     mem, coll = S.memory_rows(m), collectives(m)
     # the figures go out first and the header fills its place above them after: the open figure, the slowest
@@ -180,7 +182,9 @@ def render_page(page: Page, rows: list[ValidRow], lay: Deployment | None = None)
     if (table := st.expander("Memory table", key="open_memory", on_change="rerun")).open:
         table.dataframe([{LABELS.get(k) or S.FAMILY_LABELS.get(k, k): (v if k == "rank" else fmt_bytes(v))
                           for k, v in row.items()} for row in mem], hide_index=True, width="stretch")
-    fit_section(m, lay.layout if lay else None)
+    if values is not None:
+        sync_link(values)  # the controls as chosen, with the group and tab drawn above; the fit section adds
+    fit_section(m, lay.layout if lay else None, link)  # its inputs (and writes the sidebar's link)
     if (box := st.expander(f"Collectives per forward pass: {sum(c.count for c in coll)}",
                            key="open_collectives", on_change="rerun")).open:
         if coll:
@@ -308,8 +312,7 @@ def main() -> None:
         st.caption(f"Showing {last}: {literal(good[1])} at tp={good[2]} ({RULE_LABELS[good[3]]} rules).")
     with st.sidebar:
         link = sidebar_exports(page, values, lay)
-    render_page(page, rows, lay)
-    sync_link(values, link)  # the controls as chosen, after an error too, with the group and tab drawn
+    render_page(page, rows, lay, values, link)
 
 
 if __name__ == "__main__":  # spawned Run-live ranks re-import this file: build no page there

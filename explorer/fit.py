@@ -1,7 +1,7 @@
 """The "does it fit" section: the user's GPU memory, utilization, context and concurrency against the map."""
 import streamlit as st
 
-from explorer.state import EXTRAS, FIT_KEYS, with_fit
+from explorer.state import EXTRAS, FIT_KEYS, link_markdown, with_fit
 from tpviz.deploy.fit import GPU_SIZES_GIB, GPU_UTILIZATION, capped_context, fit, sizing_notes, speed
 from tpviz.deploy.hardware import Topology, catalog
 from tpviz.deploy.perf import Workload, bound_sentence
@@ -37,9 +37,10 @@ def _pick() -> None:
 
 
 @st.fragment  # its inputs rerun this section alone, not the page
-def fit_section(m: ShardMap, layout=None) -> None:
+def fit_section(m: ShardMap, layout=None, link=None) -> None:
     """Inputs, the answer for the user's GPU, and the same at common sizes (a table drawn when opened); with a
-    pp / dp / ep layout, sized for its fullest stage and its dp replicas, as the Plan page sizes it."""
+    pp / dp / ep layout, sized for its fullest stage and its dp replicas, as the Plan page sizes it. `link`:
+    the sidebar's share link (an st.empty), written with the address at every run of this section."""
     st.markdown("### Does it fit, and how fast?")
     st.pills("Quick picks (GiB)", QUICK_GIB, key="gpu_pick", on_change=_pick)
     state = st.session_state
@@ -58,6 +59,8 @@ def fit_section(m: ShardMap, layout=None) -> None:
         state.gpu_type = ""  # off: no GPU type in the link either
     if (query := with_fit(st.query_params.to_dict(), state)) != st.query_params.to_dict():
         st.query_params.from_dict(query)  # this section reruns alone: its inputs go in the link here
+    if link is not None:  # every run, full ones too: a fragment can fill a place outside it only if it
+        link.markdown(link_markdown(st.query_params.to_dict()))  # wrote there at the last full run
     f = fit(m, gib, util, int(context), int(concurrency), layout=layout)
     context = f.context  # capped at the model's max_model_len
     if f.note:

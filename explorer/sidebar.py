@@ -2,7 +2,6 @@
 import json
 from dataclasses import replace
 from pathlib import Path
-from urllib.parse import urlencode
 
 import streamlit as st
 from streamlit.runtime.uploaded_file_manager import UploadedFile
@@ -231,7 +230,7 @@ def sidebar_exports(page: Page, values: dict, lay: Deployment | None = None):
         st.error(NO_CHROMIUM)
     if values["source"] == "Upload config.json":
         st.caption("An uploaded config cannot travel in a link; the link keeps the rest of the view.")
-    return st.empty()  # the link, once the page has drawn its layer group and tab (sync_link)
+    return st.empty()  # the link, once the page has drawn its layer group and tab (fit_section)
 
 
 def view_values(values: dict) -> dict:
@@ -244,10 +243,9 @@ def view_values(values: dict) -> dict:
     return {**values, **extras, "tab": state.get("open_tab")}
 
 
-def sync_link(values: dict, link=None) -> None:
-    """Write the whole view into the address bar (after an error too) and the sidebar's link."""
+def sync_link(values: dict) -> None:
+    """Write the whole view into the address bar (after an error too; the fit section writes the sidebar's
+    link)."""
     query = query_from_controls(view_values(values))
     if st.query_params.to_dict() != query:
         st.query_params.from_dict(query)
-    if link is not None:
-        link.markdown(f"[Link to this view](?{urlencode(query, safe='/')})")

@@ -1,6 +1,8 @@
 """The explorer's shareable view state: ?model=...&tp=...&rules=...(&pp=&dp=&ep=, SGLang's
 &attn_dp=&ep_size=&dense_tp1=&dp_lm_head=&shared_tp1=, and the rest of the view: &dtype=&kv=&mm=&gpu=&util=
 &ctx=&conc=&hw=&out=&group=&tab=) <-> the controls (no Streamlit import)."""
+from urllib.parse import urlencode
+
 from tpviz.config.spec import KV_DTYPES, SERVE_DTYPES
 from tpviz.config.tower import MODES
 from tpviz.deploy.fit import GPU_UTILIZATION
@@ -139,3 +141,8 @@ def query_from_controls(values: dict) -> dict[str, str]:
     carved = {k: str(int(values[k])) for k, v in CARVED.items() if values.get(k, v) != v}
     return {**query, "tp": str(values["tp"]), "rules": values["rules"], **extra,
             **({"ep": "1"} if values.get("ep") else {}), **carved, **extra_query(values)}
+
+
+def link_markdown(query: dict[str, str]) -> str:
+    """The sidebar's share link to the view `query` describes."""
+    return f"[Link to this view](?{urlencode(query, safe='/')})"

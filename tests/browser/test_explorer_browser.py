@@ -351,3 +351,8 @@ def test_a_full_link_survives_a_reload_with_every_number(page, app_url):
     page.wait_for_function("() => location.search.includes('gpu=94')", timeout=30_000)
     wait_idle(page)
     assert view_numbers(page)["alerts"] != seen["alerts"]  # the verdict follows the new GPU size
+    # the fit section reran alone: the sidebar's link follows the address, not the last full run
+    link = page.locator("[data-testid=stSidebar] a", has_text="Link to this view")
+    no_errors(page)  # a fragment writes outside itself only where it wrote at the last full run
+    assert link.count() == 1 and "gpu=94" in link.get_attribute("href")
+    assert all(part in link.get_attribute("href") for part in ("tab=experts", "group=2", "kv=fp8"))
