@@ -8,17 +8,19 @@ sys.path.insert(0, str(ROOT))
 OUT = ROOT / "docs" / "architectures.md"
 
 from tpviz.archs import REGISTRY  # noqa: E402
-from tpviz.config.tower import TOWER_FILES  # noqa: E402
+from tpviz.config.tower import DATA_MODE, TOWER_FILES  # noqa: E402
 from tpviz.rules.served import registry  # noqa: E402
 
 
 def row(a) -> str:
     text = f"text decoder of {a.text_model}" if a.text_model else "text decoder"
-    tower = (f"mapped and split as vLLM's `{TOWER_FILES[a.tower]}` (`--mm-encoder-tp-mode` weights or data)"
+    modes = "weights or data" if a.tower in DATA_MODE else "weights only"
+    tower = (f"mapped and split as vLLM's `{TOWER_FILES[a.tower]}` (`--mm-encoder-tp-mode` {modes})"
              if a.tower else "left out (named in the map's notes)" if a.text_model else "none")
     live = ("yes" + (", routed experts" if a.live_moe else "")) if a.live else "no"
     sglang = f"`{a.sglang.file}`" if a.sglang else "refused (not modelled)"
-    return f"| `{a.model_type}` | `{a.hf_class}` | {text} | {tower} | {live} | {sglang} |"
+    cls = f"`{a.hf_class}`" if a.hf_class else "any (vLLM builds the decoder text_config names)"
+    return f"| `{a.model_type}` | {cls} | {text} | {tower} | {live} | {sglang} |"
 
 
 def page() -> str:

@@ -35,6 +35,12 @@ CHANGED.update({f"preset:google/gemma-3-27b-it|{rules}|{tp}": SIGLIP
 CHANGED.update({f"preset:google/gemma-3-27b-it|layout {lay}": SIGLIP
                 for lay in ("2,2,1,False", "2,1,2,False")})
 CHANGED["preset:google/gemma-3-27b-it|live"] = "Run live says its vision tower is not run (issue 25)"
+LLAMA4 = ("its vision tower, adapter and projector are mapped as vLLM 0.33's mllama4.py builds them "
+          "(issue 25)")
+CHANGED.update({f"preset:meta-llama/Llama-4-Scout-17B-16E-Instruct|{rules}|{tp}": LLAMA4  # 40 heads: no tp 16
+                for rules in ("vllm", "vllm-0.28", "nano-vllm") for tp in (1, 2, 8)})
+CHANGED.update({f"preset:meta-llama/Llama-4-Scout-17B-16E-Instruct|layout {lay}": LLAMA4
+                for lay in ("2,2,1,False", "2,1,2,False", "2,2,2,True", "4,1,2,True")})
 
 # notes reworded since the dump: (old text, new text, why), applied to the dump before comparing
 REWORDED = [("its tensors are stored under a language-model prefix (e.g. language_model.model.*) and the "
@@ -80,6 +86,7 @@ ADDED = ("preset:internlm/internlm2-chat-7b|", "preset:ibm-granite/granite-3.1-1
          "preset:microsoft/phi-2|", "preset:HuggingFaceTB/SmolLM3-3B|",
          "preset:CohereForAI/c4ai-command-r-v01|", "preset:LGAI-EXAONE/EXAONE-4.0-32B|",
          "preset:CohereLabs/c4ai-command-r7b-12-2024|")
+ADDED += ("preset:mistralai/Mistral-Small-3.1-24B-Instruct-2503|",)  # vision towers (issue 25)
 
 
 def compare(golden: dict, now: dict) -> None:

@@ -1,6 +1,8 @@
 """Vision towers (plan/tower.py) against what transformers' own model classes write and what vLLM 0.33's model
 files do: names and shapes of a tiny transformers-built checkpoint, the split of heads and MLP rows, the heads
 limit on tp and --mm-encoder-tp-mode data, and where a pipeline keeps the tower."""
+import json
+
 import pytest
 import torch
 import transformers
@@ -148,9 +150,8 @@ def test_a_broken_vision_config_is_one_line():
 
 def test_gemma3_siglip_tower_and_its_projector():
     """siglip.py: q/k/v stored apart load into one QKVParallelLinear over 16 heads, out_proj row-parallel,
-    fc1 / fc2; gemma3_mm.py's projector is a plain parameter, whole on every GPU. Its class has no data mode, so a
-    tp
-    above 16 vision heads fails whatever the flag (vLLM falls back to weights)."""
+    fc1 / fc2; gemma3_mm.py's projector is a plain parameter, whole on every GPU. Its class has no data mode,
+    so a tp above 16 vision heads fails whatever the flag (vLLM falls back to weights)."""
     m = shard_map("google/gemma-3-27b-it", 8)
     q = m.tensor("vision_tower.vision_model.encoder.layers.*.self_attn.q_proj.weight")
     assert q.blocks == 27 and q.shard_id == "q"
@@ -169,3 +170,121 @@ def test_sglang_rules_leave_the_tower_out_and_say_so():
     m = shard_map("google/gemma-3-27b-it", 4, "sglang")
     assert not any(t.tower for t in m.tensors)
     assert any("SGLang's split of the vision tower" in w for w in m.warnings)
+
+
+TEXT_ONLY = dict(tie_word_embeddings=False, **TEXT)
+SAVED = {  # towers checked against the checkpoint transformers writes (its on-disk names and shapes)
+    "Mistral3ForConditionalGeneration": dict(
+        model_type="mistral3", tie_word_embeddings=False, spatial_merge_size=2,
+        multimodal_projector_bias=True,
+        text_config=dict(model_type="mistral", head_dim=16, **TEXT_ONLY),
+        vision_config=dict(model_type="pixtral", hidden_size=32, num_attention_heads=4, intermediate_size=48,
+                           num_hidden_layers=2, patch_size=4, image_size=32, head_dim=8)),
+    "Llama4ForConditionalGeneration": dict(
+        model_type="llama4", text_config=dict(model_type="llama4_text", head_dim=16, num_local_experts=2,
+                                              intermediate_size_mlp=96, **TEXT_ONLY),
+        vision_config=dict(hidden_size=32, num_attention_heads=4, intermediate_size=64, num_hidden_layers=2,
+                           patch_size=4, image_size=16, projector_input_dim=48, projector_output_dim=48,
+                           vision_output_dim=48, pixel_shuffle_ratio=0.5)),
+}
+
+
+def saved(hf_class: str, folder) -> tuple[dict, dict[str, tuple]]:
+    """The config.json and every tensor (name, shape) a tiny random model of this class saves."""
+    from safetensors import safe_open
+    config = transformers.AutoConfig.for_model(**SAVED[hf_class])
+    getattr(transformers, hf_class)(config).save_pretrained(folder)
+    shapes = {}
+    for f in folder.glob("*.safetensors"):
+        with safe_open(str(f), "pt") as h:
+            shapes.update({k: tuple(h.get_slice(k).get_shape()) for k in h.keys()})
+    return json.loads((folder / "config.json").read_text()), shapes
+
+
+@pytest.mark.parametrize("hf_class", sorted(SAVED))
+def test_the_tower_names_and_shapes_what_transformers_saves(hf_class, tmp_path):
+    """Every tower and projector tensor transformers saves is in the map with its shape, and the map draws
+    no tower tensor the checkpoint lacks."""
+    cfg, shapes = saved(hf_class, tmp_path)
+    m = shard_map(cfg, 2, tensor_names=set(shapes), checkpoint_source="tiny")
+    planned = {t.name: t.shape for t in tensors(build_plan(m.model)) if t.plan.tower}
+    prefixes = m.model.tower.prefixes
+    tower = {n[n.index(p):]: s for n, s in shapes.items() for p in prefixes if p in n}
+    assert tower and tower == planned
+    assert not [n for n in m.checkpoint["missing_in_map"] + m.checkpoint["missing_in_checkpoint"]
+                if any(p in n for p in prefixes)]
+
+
+def test_mistral3_pixtral_tower_and_projector():
+    """pixtral.py: q/k/v stored apart into one QKVParallelLinear over 16 heads of 64, o_proj row-parallel,
+    gate/up merged; mistral3.py's patch merger (a plain nn.Linear) whole, linear_1 column- and linear_2
+    row-parallel. Mistral3ForConditionalGeneration has no data mode: vLLM falls back to weights."""
+    m = shard_map("mistralai/Mistral-Small-3.1-24B-Instruct-2503", 4)
+    k = m.tensor("vision_tower.transformer.layers.*.attention.k_proj.weight")
+    assert k.blocks == 24 and k.shard_id == "k"
+    assert [(p.start, p.stop) for p in k.rank_pieces(2)] == [(512, 768)]
+    assert m.tensor("vision_tower.transformer.layers.*.feed_forward.up_proj.weight").split_dim == 0
+    assert m.tensor("multi_modal_projector.patch_merger.merging_layer.weight").shape == [1024, 4096]
+    assert m.tensor("multi_modal_projector.patch_merger.merging_layer.weight").split_dim is None
+    assert m.tensor("multi_modal_projector.linear_2.weight").split_dim == 1
+    assert m.tensor("vision_tower.patch_conv.weight").split_dim is None
+    spec = load_spec("mistralai/Mistral-Small-3.1-24B-Instruct-2503").served(mm_encoder="data")
+    assert spec.tower.data_parallel is False and any("falls back to weights" in n for n in spec.notes)
+    with pytest.raises(TPSizeError) as e:
+        shard_map(spec, 32)
+    assert one_line(e.value) and "vision_config.num_attention_heads=16" in str(e.value)
+
+
+def test_mistral3_builds_the_tower_up_to_its_feature_layer():
+    """mistral3.py builds blocks only up to vision_feature_layer (its loader skips the rest)."""
+    cfg = {**presets()["mistralai/Mistral-Small-3.1-24B-Instruct-2503"], "vision_feature_layer": -3}
+    assert load_spec(cfg).tower.depth == 22
+    assert load_spec({**cfg, "vision_feature_layer": [3, -2]}).tower.depth == 23
+    for bad in (24, "last", True):
+        with pytest.raises(ConfigError) as e:
+            load_spec({**cfg, "vision_feature_layer": bad})
+        assert one_line(e.value) and "vision_feature_layer" in str(e.value)
+
+
+def test_llama4_tower_adapter_and_projector():
+    """mllama4.py: biased q/k/v into one QKVParallelLinear over 16 heads of 88, the unfold patch embedding
+    column-parallel, the adapter's fc1 column and fc2 row; under data mode everything is whole except the
+    projector's linear_1, which vLLM builds without disable_tp."""
+    m = shard_map("meta-llama/Llama-4-Scout-17B-16E-Instruct", 8)
+    q = m.tensor("vision_model.model.layers.*.self_attn.q_proj.bias")
+    assert q.blocks == 34 and [(p.start, p.stop) for p in q.rank_pieces(1)] == [(176, 352)]
+    assert m.tensor("vision_model.patch_embedding.linear.weight").shape == [1408, 588]
+    assert m.tensor("vision_model.patch_embedding.linear.weight").split_dim == 0
+    assert m.tensor("vision_model.positional_embedding_vlm").shape == [577, 1408]
+    assert m.tensor("vision_model.vision_adapter.mlp.fc2.weight").split_dim == 1
+    spec = load_spec("meta-llama/Llama-4-Scout-17B-16E-Instruct").served(mm_encoder="data")
+    d = shard_map(spec, 8)
+    assert d.tensor("vision_model.model.layers.*.self_attn.q_proj.weight").split_dim is None
+    assert d.tensor("vision_model.vision_adapter.mlp.fc1.weight").split_dim is None
+    assert d.tensor("multi_modal_projector.linear_1.weight").split_dim == 0
+
+
+def test_llama4_vision_heads_limit_tp_unless_data_parallel():
+    """16 vision heads: a tp of 32 fails in vLLM's attention unless the encoder runs data-parallel (the text
+    decoder of this config allows it: 32 heads, 8 KV heads)."""
+    cfg = presets()["meta-llama/Llama-4-Scout-17B-16E-Instruct"]
+    cfg = {**cfg, "text_config": {**cfg["text_config"], "num_attention_heads": 64, "head_dim": 80}}
+    with pytest.raises(TPSizeError) as e:
+        shard_map(cfg, 32)
+    assert one_line(e.value) and "vision_config.num_attention_heads=16" in str(e.value)
+    assert "--mm-encoder-tp-mode data" in str(e.value)
+    assert shard_map(load_spec(cfg).served(mm_encoder="data"), 32).tensor(
+        "vision_model.model.layers.*.self_attn.o_proj.weight").split_dim is None
+
+
+@pytest.mark.parametrize("preset,key,value,words", [
+    ("mistralai/Mistral-Small-3.1-24B-Instruct-2503", "num_attention_heads", "16", "num_attention_heads"),
+    ("mistralai/Mistral-Small-3.1-24B-Instruct-2503", "hidden_size", 1000, "not divisible by 16 heads"),
+    ("meta-llama/Llama-4-Scout-17B-16E-Instruct", "projector_output_dim", 2048, "projector_input_dim=4096"),
+    ("meta-llama/Llama-4-Scout-17B-16E-Instruct", "multi_modal_projector_bias", "no", "not true or false"),
+])
+def test_a_bad_vision_config_is_one_line(preset, key, value, words):
+    cfg = presets()[preset]
+    with pytest.raises(ConfigError) as e:
+        load_spec({**cfg, "vision_config": {**cfg["vision_config"], key: value}})
+    assert one_line(e.value) and words in str(e.value) and "vision_config" in str(e.value)

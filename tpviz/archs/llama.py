@@ -92,8 +92,14 @@ RECORDS = [
          unmodelled=COHERE_UNMODELLED,
          note="vLLM 0.33 caches sliding_window + 1 tokens on Cohere2's sliding layers (they attend to "
               "[pos - sliding_window, pos])"),
-    Arch("llama4", "Llama4ForConditionalGeneration", text_model="llama4_text",
+    # mllama4.py: its vision tower, pixel-shuffle adapter and projector (config/tower.py, plan/tower.py)
+    Arch("llama4", "Llama4ForConditionalGeneration", text_model="llama4_text", tower="llama4",
          adapt=llama4_fields, chunk=8192),
     Arch("llama4_text", "Llama4ForCausalLM", adapt=llama4_fields, chunk=8192),
+    # mistral3.py: PixtralHFVisionModel and its projector around the decoder text_config names (Mistral's
+    # in Mistral-Small-3.x); no hf_class, because vLLM builds that decoder from text_config, so the wrapper's
+    # class says nothing about it (Mistral-Small-4's text_config is no Mistral)
+    Arch("mistral3", "", text_model="mistral", tower="pixtral", qkv_bias=False, o_bias=False,
+         window="model_wide"),
     Arch("nemotron-nas", "DeciLMForCausalLM"),  # its block_configs give each layer's attention and FFN
 ]

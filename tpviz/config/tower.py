@@ -10,7 +10,12 @@ from tpviz.errors import ConfigError
 
 MODES = ("weights", "data")  # --mm-encoder-tp-mode: split the tower's weights, or run it whole per GPU
 TOWER_FILES = {"qwen2_vl": "qwen2_vl.py", "qwen2_5_vl": "qwen2_5_vl.py", "qwen3_vl": "qwen3_vl.py",
-               "siglip": "siglip.py and gemma3_mm.py"}
+               "siglip": "siglip.py and gemma3_mm.py", "pixtral": "pixtral.py and mistral3.py",
+               "llama4": "mllama4.py"}
+QWEN_KINDS = ("qwen2_vl", "qwen2_5_vl", "qwen3_vl")  # vision_config names their heads num_heads
+# the towers whose vLLM class supports --mm-encoder-tp-mode data (supports_encoder_tp_data: qwen2_vl.py,
+# qwen2_5_vl.py, qwen3_vl.py, mllama4.py); gemma3_mm.py and mistral3.py do not, so vLLM falls back to weights
+DATA_MODE = (*QWEN_KINDS, "llama4")
 
 
 @dataclass(frozen=True)
@@ -31,6 +36,10 @@ class Tower:
     supports_data: bool = False  # the model class allows data mode (vLLM's supports_encoder_tp_data)
     block_path: str = "blocks"  # where the blocks sit under prefix (SigLIP: encoder.layers)
     projector: str = ""  # the projector's own prefix, when it sits outside the tower's (Gemma-3)
+    proj_bias: bool = False  # the projector's linears carry biases (multimodal_projector_bias)
+    # Llama-4's pixel-shuffle adapter and projector: (projector_input_dim, projector_output_dim,
+    # vision_output_dim)
+    adapter: tuple = ()
 
     @property
     def file(self) -> str:
@@ -43,7 +52,7 @@ class Tower:
     @property
     def heads_key(self) -> str:
         """Its heads as vision_config names them."""
-        return "vision_config." + ("num_attention_heads" if self.kind == "siglip" else "num_heads")
+        return "vision_config." + ("num_heads" if self.kind in QWEN_KINDS else "num_attention_heads")
 
     @property
     def prefixes(self) -> tuple[str, ...]:
@@ -55,7 +64,7 @@ class Tower:
 
     @classmethod
     def from_dict(cls, d: dict | None) -> "Tower | None":
-        return cls(**{**d, "patch": tuple(d["patch"])}) if d else None
+        return cls(**{**d, "patch": tuple(d["patch"]), "adapter": tuple(d.get("adapter", ()))}) if d else None
 
 
 def _int(vc: dict, *keys, default=None) -> int:
@@ -79,14 +88,17 @@ def read_tower(outer: dict) -> Tower | None:
                       _int(vc, "num_hidden_layers"), _int(text, "hidden_size"), 1,
                       (_int(vc, "num_channels", default=3), patch, patch),
                       positions=(_int(vc, "image_size", default=224) // patch) ** 2,
-                      block_path="encoder.layers", projector="multi_modal_projector.")  # no data mode
+                      block_path="encoder.layers", projector="multi_modal_projector.")
+    elif kind == "pixtral":  # Mistral-3: PixtralHFVisionModel, then the patch merger and a projector
+        tower = _pixtral(outer, vc)
+    elif kind == "llama4":
+        tower = _llama4(outer, vc)
     else:
         patch = _int(vc, "patch_size", "spatial_patch_size", default=14)
         kernel = (_int(vc, "in_channels", "in_chans", default=3), _int(vc, "temporal_patch_size", default=2),
                   patch, patch)
         common = dict(kind=kind, prefix="visual.", depth=_int(vc, "depth"), heads=_int(vc, "num_heads"),
-                      merge=_int(vc, "spatial_merge_size", default=2), patch=kernel,
-                      supports_data=True)  # qwen2_vl.py, qwen2_5_vl.py and qwen3_vl.py all set it
+                      merge=_int(vc, "spatial_merge_size", default=2), patch=kernel)
         if kind == "qwen2_vl":  # embed_dim wide, mlp_ratio × wider MLP; hidden_size is the decoder's width
             hidden = _int(vc, "embed_dim")
             tower = Tower(hidden=hidden, intermediate=int(hidden * float(vc.get("mlp_ratio", 4))),
@@ -97,10 +109,53 @@ def read_tower(outer: dict) -> Tower | None:
                           out_hidden=_int(vc, "out_hidden_size"),
                           positions=_int(vc, "num_position_embeddings", default=0) if qwen3 else 0,
                           deepstack=len(vc.get("deepstack_visual_indexes") or []) if qwen3 else 0, **common)
+    tower = replace(tower, supports_data=kind in DATA_MODE)
     if tower.hidden % tower.heads:
         raise ConfigError(f"vision_config: hidden size {tower.hidden} is not divisible by "
                           f"{tower.heads} heads")
     return tower
+
+
+def _pixtral(outer: dict, vc: dict) -> Tower:
+    """mistral3.py builds the tower's blocks only up to vision_feature_layer (the loader skips the rest);
+    Mistral3ForConditionalGeneration has no data mode."""
+    patch, text, depth = _int(vc, "patch_size", default=16), read_object(outer, "text_config"), \
+        _int(vc, "num_hidden_layers", default=24)
+    feature = outer.get("vision_feature_layer", -1)
+    layers = feature if isinstance(feature, list) and feature else [feature]
+    if not all(isinstance(i, int) and not isinstance(i, bool) and -depth <= i < depth for i in layers):
+        raise ConfigError(f"vision_feature_layer={feature!r} is no layer of the {depth}-layer vision tower")
+    built = max(depth + i + 1 if i < 0 else i for i in layers)  # vLLM's get_layer_index
+    bias = outer.get("multimodal_projector_bias", False)
+    if not isinstance(bias, bool):
+        raise ConfigError(f"multimodal_projector_bias={bias!r} is not true or false")
+    return Tower("pixtral", "vision_tower.", _int(vc, "hidden_size", default=1024),
+                 _int(vc, "num_attention_heads", default=16), _int(vc, "intermediate_size", default=4096),
+                 built, _int(text, "hidden_size"), _int(outer, "spatial_merge_size", default=2),
+                 (_int(vc, "num_channels", default=3), patch, patch), block_path="transformer.layers",
+                 projector="multi_modal_projector.", proj_bias=bias)
+
+
+def _llama4(outer: dict, vc: dict) -> Tower:
+    """mllama4.py: an unfold patch embedding, a class token and a position table, the encoder, the
+    pixel-shuffle adapter; then the projector outside the tower. Llama4ForConditionalGeneration supports
+    data mode."""
+    patch, text = _int(vc, "patch_size", default=14), read_object(outer, "text_config")
+    bias = vc.get("multi_modal_projector_bias", False)
+    if not isinstance(bias, bool):
+        raise ConfigError(f"vision_config: multi_modal_projector_bias={bias!r} is not true or false")
+    mid, out = _int(vc, "projector_input_dim", default=4096), _int(vc, "projector_output_dim", default=4096)
+    if mid != out:  # vLLM builds the adapter's fc2 [output, input], transformers [output, output]
+        raise ConfigError(f"vision_config: projector_input_dim={mid} differs from "
+                          f"projector_output_dim={out}; vLLM 0.33's adapter (mllama4.py) cannot load such a "
+                          "checkpoint")
+    return Tower("llama4", "vision_model.", _int(vc, "hidden_size", default=768),
+                 _int(vc, "num_attention_heads", default=16), _int(vc, "intermediate_size", default=5632),
+                 _int(vc, "num_hidden_layers", default=34), _int(text, "hidden_size"), 1,
+                 (_int(vc, "num_channels", default=3), patch, patch),
+                 positions=(_int(vc, "image_size", default=448) // patch) ** 2 + 1,
+                 block_path="model.layers", projector="multi_modal_projector.", proj_bias=bias,
+                 adapter=(mid, out, _int(vc, "vision_output_dim", default=7680)))
 
 
 def encoder_mode(tower: Tower | None, mode: str) -> tuple[Tower | None, str]:

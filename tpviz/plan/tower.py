@@ -92,20 +92,33 @@ def qwen3_vl(spec, t: Tower, rules: RuleSet) -> tuple[list, list, list]:
     return blocks, deep if t.deepstack else [], once
 
 
+def _stored_qkv(spec, t: Tower, rules: RuleSet, attn: str, out: str, bias: bool) -> list[ParamPlan]:
+    """q/k/v stored apart, loaded into one QKVParallelLinear over the vision heads; the output
+    row-parallel."""
+    p, h, d = t.blocks, t.heads, t.hidden // t.heads
+    plans = qkv(replace(spec, hidden_size=t.hidden, quant=None), Names(layer=p, attn=attn), rules,
+                Mixer("attention", h, h, d), None, bias)
+    return plans + row(f"{p}{attn}{out}", t.hidden, t.hidden, FAMILY, None, bias,
+                       ("vision_config.hidden_size", t.hidden))
+
+
+def _conv(name: str, t: Tower) -> ParamPlan:
+    """A Conv2d patch kernel (or the linear of an unfolded one), drawn as [out, in·p·p]."""
+    weight = replicated(name, t.hidden, prod(t.patch))
+    weight.sources[0].disk = (t.hidden,) + tuple(t.patch)
+    return weight
+
+
 def siglip(spec, t: Tower, rules: RuleSet) -> tuple[list, list, list]:
     """siglip.py as gemma3_mm.py builds it: q/k/v stored apart into one QKVParallelLinear, out_proj,
-    fc1 / fc2, a post_layernorm; then Gemma-3's projector, a plain parameter and an RMSNorm (whole on every GPU)."""
-    p, h, d = t.blocks, t.heads, t.hidden // t.heads
-    attn = qkv(replace(spec, hidden_size=t.hidden, quant=None), Names(layer=p, attn="self_attn."), rules,
-               Mixer("attention", h, h, d), None, True)
-    attn += row(f"{p}self_attn.out_proj", t.hidden, t.hidden, FAMILY, None, True,
-                ("vision_config.hidden_size", t.hidden))
-    blocks = attn + _mlp(t, False, ("fc1", "fc2")) + [
+    fc1 / fc2, a post_layernorm; then Gemma-3's projector, a plain parameter and an RMSNorm (whole on every
+    GPU)."""
+    p = t.blocks
+    blocks = _stored_qkv(spec, t, rules, "self_attn.", "out_proj", True) + _mlp(t, False, ("fc1", "fc2")) + [
         pl for n in ("layer_norm1", "layer_norm2") for pl in norm(f"{p}{n}", t.hidden, bias=True)]
     e = f"{t.prefix}embeddings."
-    weight = replicated(f"{e}patch_embedding.weight", t.hidden, prod(t.patch))
-    weight.sources[0].disk = (t.hidden,) + tuple(t.patch)  # a Conv2d kernel, drawn as [out, in·p·p]
-    once = [weight, replicated(f"{e}patch_embedding.bias", t.hidden, 1, bias=True),
+    once = [_conv(f"{e}patch_embedding.weight", t),
+            replicated(f"{e}patch_embedding.bias", t.hidden, 1, bias=True),
             replicated(f"{e}position_embedding.weight", t.positions, t.hidden),
             *norm(f"{t.prefix}post_layernorm", t.hidden, bias=True),
             replicated(f"{t.projector}mm_input_projection_weight", t.hidden, t.out_hidden),
@@ -113,7 +126,58 @@ def siglip(spec, t: Tower, rules: RuleSet) -> tuple[list, list, list]:
     return blocks, [], once
 
 
-BUILDERS = {"qwen2_vl": qwen2_vl, "qwen2_5_vl": qwen2_5_vl, "qwen3_vl": qwen3_vl, "siglip": siglip}
+def pixtral(spec, t: Tower, rules: RuleSet) -> tuple[list, list, list]:
+    """pixtral.py's PixtralHFVisionModel (RMSNorms, gate/up merged, no biases) and mistral3.py's projector:
+    an RMSNorm, the patch merger (a plain nn.Linear, whole on every GPU), linear_1 column- and linear_2
+    row-parallel."""
+    p, i, key = t.blocks, t.intermediate, ("vision_config.intermediate_size", t.intermediate)
+    ff = f"{p}feed_forward."
+    blocks = (_stored_qkv(spec, t, rules, "attention.", "o_proj", False)
+              + merged(f"{ff}gate_up_proj", [f"{ff}gate_proj", f"{ff}up_proj"], None, t.hidden, [i, i],
+                       FAMILY, None, key)
+              + row(f"{ff}down_proj", i, t.hidden, FAMILY, None, False, key)
+              + [pl for n in ("attention_norm", "ffn_norm") for pl in norm(f"{p}{n}", t.hidden)])
+    pr, text = t.projector, ("text_config.hidden_size", t.out_hidden)
+    once = [_conv(f"{t.prefix}patch_conv.weight", t), *norm(f"{t.prefix}ln_pre", t.hidden),
+            *norm(f"{pr}norm", t.hidden),
+            replicated(f"{pr}patch_merger.merging_layer.weight", t.hidden, t.hidden * t.merge ** 2),
+            *column(f"{pr}linear_1", t.hidden, t.out_hidden, FAMILY, None, t.proj_bias, text),
+            *row(f"{pr}linear_2", t.out_hidden, t.out_hidden, FAMILY, None, t.proj_bias, text)]
+    return blocks, [], once
+
+
+def llama4(spec, t: Tower, rules: RuleSet) -> tuple[list, list, list]:
+    """mllama4.py: biased q/k/v in one QKVParallelLinear, o_proj, fc1 / fc2 and LayerNorms per block; the
+    unfold patch embedding column-parallel (gathered); a class token, a position table and two LayerNorms
+    whole; the pixel-shuffle adapter's MLP column then row; the projector's linear_1 column-parallel
+    (gathered), which vLLM builds without disable_tp, so data mode still splits it."""
+    p, key = t.blocks, ("vision_config.intermediate_size", t.intermediate)
+    blocks = (_stored_qkv(spec, t, rules, "self_attn.", "o_proj", True)
+              + column(f"{p}mlp.fc1", t.hidden, t.intermediate, FAMILY, None, True, key)
+              + row(f"{p}mlp.fc2", t.intermediate, t.hidden, FAMILY, None, True, key)
+              + [pl for n in ("input_layernorm", "post_attention_layernorm")
+                 for pl in norm(f"{p}{n}", t.hidden, bias=True)])
+    mid, out, vision_out = t.adapter
+    ad = f"{t.prefix}vision_adapter.mlp."
+    embed = column(f"{t.prefix}patch_embedding.linear", prod(t.patch), t.hidden, FAMILY, None, False,
+                   ("vision_config.hidden_size", t.hidden))
+    embed[0].sources[0].disk = None  # stored as the linear it is: [hidden, channels·p·p]
+    once = [*embed, replicated(f"{t.prefix}class_embedding", t.hidden, 1, bias=True),
+            replicated(f"{t.prefix}positional_embedding_vlm", t.positions, t.hidden),
+            *(pl for n in ("layernorm_pre", "layernorm_post")
+              for pl in norm(f"{t.prefix}{n}", t.hidden, bias=True)),
+            *column(f"{ad}fc1", t.intermediate, mid, FAMILY, None, t.proj_bias,
+                    ("vision_config.projector_input_dim", mid)),
+            *row(f"{ad}fc2", mid, out, FAMILY, None, t.proj_bias, ("vision_config.projector_input_dim", mid)),
+            *column(f"{t.projector}linear_1", vision_out, t.out_hidden, FAMILY, None, False,
+                    ("text_config.hidden_size", t.out_hidden))]
+    return blocks, [], once
+
+
+BUILDERS = {"qwen2_vl": qwen2_vl, "qwen2_5_vl": qwen2_5_vl, "qwen3_vl": qwen3_vl, "siglip": siglip,
+            "pixtral": pixtral, "llama4": llama4}
+# layers a model file builds without disable_tp: split over tp even in data mode (mllama4.py's projector)
+SPLIT_IN_DATA = {"llama4": ("multi_modal_projector.linear_1.",)}
 
 
 def _guarded(build, t: Tower, quantity):
@@ -158,7 +222,8 @@ def tower_plans(spec, rules: RuleSet | str) -> list[ParamPlan]:
         for plan in group:
             plan.family, plan.tower, plan.blocks = FAMILY, "vision", count
             if t.data_parallel:
-                _whole(plan)
+                if not plan.name.startswith(SPLIT_IN_DATA.get(t.kind, ())):
+                    _whole(plan)
             elif plan.split:
                 plan.build = _guarded(plan.build, t, plan.quantity)
     return blocks + deep + once
