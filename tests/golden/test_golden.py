@@ -86,7 +86,8 @@ ADDED = ("preset:internlm/internlm2-chat-7b|", "preset:ibm-granite/granite-3.1-1
          "preset:microsoft/phi-2|", "preset:HuggingFaceTB/SmolLM3-3B|",
          "preset:CohereForAI/c4ai-command-r-v01|", "preset:LGAI-EXAONE/EXAONE-4.0-32B|",
          "preset:CohereLabs/c4ai-command-r7b-12-2024|")
-ADDED += ("preset:mistralai/Mistral-Small-3.1-24B-Instruct-2503|",)  # vision towers (issue 25)
+ADDED += ("preset:mistralai/Mistral-Small-3.1-24B-Instruct-2503|",  # vision towers (issue 25)
+          "preset:Qwen/Qwen3-VL-30B-A3B-Instruct|")
 
 
 def compare(golden: dict, now: dict) -> None:

@@ -180,6 +180,12 @@ SAVED = {  # towers checked against the checkpoint transformers writes (its on-d
         text_config=dict(model_type="mistral", head_dim=16, **TEXT_ONLY),
         vision_config=dict(model_type="pixtral", hidden_size=32, num_attention_heads=4, intermediate_size=48,
                            num_hidden_layers=2, patch_size=4, image_size=32, head_dim=8)),
+    "Qwen3VLMoeForConditionalGeneration": dict(
+        model_type="qwen3_vl_moe", tie_word_embeddings=False,
+        text_config=dict(model_type="qwen3_vl_moe_text", head_dim=16, num_experts=4, num_experts_per_tok=2,
+                         moe_intermediate_size=24, **TEXT),
+        vision_config=dict(depth=3, hidden_size=32, num_heads=4, intermediate_size=48, out_hidden_size=64,
+                           num_position_embeddings=16, deepstack_visual_indexes=[0, 1])),
     "Llama4ForConditionalGeneration": dict(
         model_type="llama4", text_config=dict(model_type="llama4_text", head_dim=16, num_local_experts=2,
                                               intermediate_size_mlp=96, **TEXT_ONLY),
@@ -288,3 +294,40 @@ def test_a_bad_vision_config_is_one_line(preset, key, value, words):
     with pytest.raises(ConfigError) as e:
         load_spec({**cfg, "vision_config": {**cfg["vision_config"], key: value}})
     assert one_line(e.value) and words in str(e.value) and "vision_config" in str(e.value)
+
+
+def test_qwen3_vl_moe_text_decoder_checks_whole():
+    """Qwen3-VL-MoE: its fused experts and untied lm_head match the saved checkpoint name for name. The
+    released checkpoints store experts.gate_up_proj [experts, hidden, 2 x intermediate] (the 30B-A3B's
+    [128, 2048, 1536]; tests/trace/test_real_indexes.py holds its index), which vLLM's FusedMoE loads with
+    is_fused_checkpoint_transposed; transformers 5 keeps [experts, 2 x intermediate, hidden] in memory and
+    saves it so, the transpose of what the map draws (a layout vLLM 0.33 would transpose wrongly)."""
+    import tempfile
+    from pathlib import Path
+    with tempfile.TemporaryDirectory() as d:
+        cfg, shapes = saved("Qwen3VLMoeForConditionalGeneration", Path(d))
+    m = shard_map(cfg, 2, tensor_names=set(shapes), checkpoint_source="tiny")
+    assert m.checkpoint["verified"], m.checkpoint
+    planned = {t.name: t.shape for t in tensors(build_plan(m.model))}
+    fused = "model.layers.0.mlp.experts.gate_up_proj"
+    assert planned[fused] == (4, 64, 48)
+    assert shapes["model.language_model.layers.0.mlp.experts.gate_up_proj"] == (4, 48, 64)
+    assert planned["model.layers.0.mlp.experts.down_proj"] == (4, 24, 64)
+    assert planned["lm_head.weight"] == shapes["lm_head.weight"]
+
+
+def test_qwen3_vl_moe_splits_each_expert_and_refuses_what_it_cannot():
+    """At tp 4 each expert's gate and up rows are cut in four (192 of 768 each); vLLM's MoE block refuses a
+    tp above the 128 experts; a quantized checkpoint's fused expert scales are not modelled: one line."""
+    m = shard_map("Qwen/Qwen3-VL-30B-A3B-Instruct", 4)
+    gate_up = m.tensor("model.layers.*.mlp.experts.gate_up_proj")
+    assert gate_up.shape == [1536, 2048] and [(p.start, p.stop) for p in gate_up.rank_pieces(1)] == [
+        (192, 384), (960, 1152)]
+    assert m.tensor("model.layers.*.mlp.experts.down_proj").split_dim == 1
+    assert m.tensor("visual.blocks.*.attn.qkv.weight").blocks == 27
+    cfg = {**presets()["Qwen/Qwen3-VL-30B-A3B-Instruct"], "quantization_config": {
+        "quant_method": "fp8", "fmt": "e4m3", "activation_scheme": "dynamic",
+        "weight_block_size": [128, 128]}}
+    with pytest.raises(ConfigError) as e:
+        load_spec(cfg)
+    assert one_line(e.value) and "fused experts (experts.gate_up_proj" in str(e.value)

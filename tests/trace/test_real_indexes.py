@@ -26,7 +26,7 @@ REFUSED = {
 # their vision tower is mapped (plan/tower.py): every one of its tensors is named and counted
 TOWERS = {"Qwen/Qwen2.5-VL-7B-Instruct": "qwen2_5_vl", "allenai/olmOCR-7B-0225-preview": "qwen2_vl",
           "Qwen/Qwen3-VL-Embedding-8B": "qwen3_vl", "nvidia/Cosmos-Reason2-8B": "qwen3_vl",
-          "google/medgemma-27b-it": "siglip"}
+          "google/medgemma-27b-it": "siglip", "InJuly7/Qwen3-VL-MoE": "qwen3_vl"}
 # an embedding checkpoint that names the generation class: vLLM serves it with --runner pooling, which
 # builds no lm_head, so the map's lm_head is what the checkpoint lacks
 LACKS = {"Qwen/Qwen3-VL-Embedding-8B": ["lm_head.weight"]}

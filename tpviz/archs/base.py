@@ -63,7 +63,9 @@ class Arch:
     # "positions", "embed_norm", "layer_scalar", "sinks", "router_bias", "head_bias" (lm_head.bias)
     extra: tuple[str, ...] = ()
     # routed experts' layout: "" gate/up/down, "stacked" (gpt-oss), "ungated" (Nemotron-H), "halves"
-    # (Granite-MoE: stacked [experts, gate | up, hidden] and [experts, hidden, intermediate])
+    # (Granite-MoE: stacked [experts, gate | up, hidden] and [experts, hidden, intermediate]), "transposed"
+    # (Qwen3-VL-MoE: experts.gate_up_proj [experts, hidden, gate | up], experts.down_proj [experts,
+    # intermediate, hidden], loaded transposed)
     experts: str = ""
     moe_tp_limit: bool = False  # vLLM's model file refuses tp above the expert count (Qwen MoE)
     # the forward all-gathers q/k/v and cuts it again by KV group (InternLM2): no KV-head replicas

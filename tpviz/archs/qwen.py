@@ -11,6 +11,13 @@ from tpviz.archs.names import LLAMA
 
 GATED_SHARED = replace(LLAMA, shared_gate="shared_expert_gate")  # the shared expert's sigmoid gate
 
+
+def qwen3_vl_moe_fields(cfg: dict) -> dict:
+    """Untied: the released configs set tie_word_embeddings false at the top level only, where transformers
+    5's Qwen3VLMoeTextConfig defaults to true, and every release ships its own lm_head.weight (622 MB in the
+    30B-A3B's index, whose total_size the untied map equals)."""
+    return {**cfg, "tie_word_embeddings": False}
+
 RECORDS = [
     Arch("qwen2", "Qwen2ForCausalLM", qkv_bias=True, o_bias=False, window="qwen2",
          window_flag=True, live="llama", sglang=Groups("qwen2.py", embed="attn_tp")),
@@ -35,6 +42,13 @@ RECORDS = [
     *(Arch(t, "Qwen3VLForConditionalGeneration", text_model=text, tower=tower, qk_norm="head", window="qwen2",
            window_flag=True) for t, text, tower in (("qwen3_vl", "qwen3_vl_text", "qwen3_vl"),
                                                    ("qwen3_vl_text", "", ""))),
+    # qwen3_vl_moe.py: Qwen3-VL's tower around the Qwen3-MoE decoder, whose experts are stored fused and
+    # transposed (experts.gate_up_proj, experts.down_proj: FusedMoE's is_fused_checkpoint_transposed)
+    *(Arch(t, "Qwen3VLMoeForConditionalGeneration", text_model=text, tower=tower, qk_norm="head",
+           window="qwen3_moe", window_flag=True, moe_tp_limit=True, experts="transposed",
+           adapt=qwen3_vl_moe_fields)
+      for t, text, tower in (("qwen3_vl_moe", "qwen3_vl_moe_text", "qwen3_vl"),
+                             ("qwen3_vl_moe_text", "", ""))),
     Arch("qwen3_next", "Qwen3NextForCausalLM", GATED_SHARED, qk_norm="head", output_gate=True,
          full_attention_interval=4, window_flag=True, moe_tp_limit=True),
     # Qwen3.5-MoE builds Qwen3-Next's MoE block (qwen3_5.py), shared_expert_gate included

@@ -71,6 +71,17 @@ def moe(spec: ModelSpec, names: Names, f: Ffn, layers, rules: RuleSet) -> list[P
         plans += row(f"{ex}down_proj", inter, hidden, "experts", layers, False, quantity, e,
                      "stored stacked as [experts, hidden, intermediate]")
         plans[-1].sources[0].name = f"{down}.weight"  # one tensor for every expert (shown per expert)
+    elif spec.arch.experts == "transposed":  # Qwen3-VL-MoE: one tensor per projection, stored [in, out]
+        plans += merged(f"{ex}gate_up_proj", [], f"{p}experts.gate_up_proj", hidden, [inter, inter],
+                        "experts", layers, quantity, e, note="stored stacked and transposed as [experts, "
+                        "hidden, 2*intermediate]: gate, then up columns; shown per expert as "
+                        "[2*intermediate, hidden]")
+        plans += row(f"{ex}down_proj", inter, hidden, "experts", layers, False, quantity, e,
+                     "stored stacked and transposed as [experts, intermediate, hidden]; shown per expert")
+        for plan in plans[-2:]:  # vLLM's FusedMoE loads them with is_fused_checkpoint_transposed
+            src = plan.sources[0]
+            src.name, src.disk = src.name.removesuffix(".weight"), (e, *src.shape[::-1])
+        plans[-1].sources[0].name = f"{p}experts.down_proj"
     elif spec.arch.experts == "ungated":  # Nemotron-H experts: up and down only (relu2)
         plans += column(f"{ex}{names.up}", hidden, inter, "experts", layers, False, quantity, e)
         plans += row(f"{ex}{names.expert_down}", inter, hidden, "experts", layers, False, quantity, e)
