@@ -197,7 +197,7 @@ def test_a_first_failed_run_shows_its_error_alone(monkeypatch):
         raise TpvizError("the hub is offline")
     monkeypatch.setattr("tpviz.live.check.verify.verify", offline)
     at = AppTest.from_file(PAGE, default_timeout=60).run()
-    assert at.number_input(key="live_generate_ids").value == 0  # an empty prompt box: random ids, no generation
+    assert at.number_input(key="live_generate_ids").value == 0  # an empty prompt box: random ids, none
     at.selectbox(key="live_device").set_value("cpu")
     at.button(key="live_run").click().run()
     assert not at.exception and [e.value for e in at.error] == ["the hub is offline"]
