@@ -35,8 +35,8 @@ CHANGED.update({f"preset:google/gemma-3-27b-it|{rules}|{tp}": SIGLIP
 CHANGED.update({f"preset:google/gemma-3-27b-it|layout {lay}": SIGLIP
                 for lay in ("2,2,1,False", "2,1,2,False")})
 CHANGED["preset:google/gemma-3-27b-it|live"] = "Run live says its vision tower is not run (issue 25)"
-LLAMA4 = ("its vision tower, adapter and projector are mapped as vLLM 0.33's mllama4.py builds them "
-          "(issue 25)")
+LLAMA4 = ("its vision tower, adapter and projector are mapped as vLLM 0.33's mllama4.py builds them, and its "
+          "decoder under its checkpoint's names (feed_forward, router, fused experts) (issue 25)")
 CHANGED.update({f"preset:meta-llama/Llama-4-Scout-17B-16E-Instruct|{rules}|{tp}": LLAMA4  # 40 heads: no tp 16
                 for rules in ("vllm", "vllm-0.28", "nano-vllm") for tp in (1, 2, 8)})
 CHANGED.update({f"preset:meta-llama/Llama-4-Scout-17B-16E-Instruct|layout {lay}": LLAMA4

@@ -217,8 +217,25 @@ def test_the_tower_names_and_shapes_what_transformers_saves(hf_class, tmp_path):
     prefixes = m.model.tower.prefixes
     tower = {n[n.index(p):]: s for n, s in shapes.items() for p in prefixes if p in n}
     assert tower and tower == planned
-    assert not [n for n in m.checkpoint["missing_in_map"] + m.checkpoint["missing_in_checkpoint"]
-                if any(p in n for p in prefixes)]
+    assert m.checkpoint["verified"], m.checkpoint  # the text decoder's names too (Llama-4's feed_forward.*)
+
+
+def test_llama4_decoder_names_and_shapes_what_transformers_saves(tmp_path):
+    """models/llama4.py: the MoE under feed_forward (router, shared_expert) with the routed experts fused per
+    layer, experts.gate_up_proj [experts, hidden, 2 x intermediate] and experts.down_proj [experts,
+    intermediate, hidden], as Llama-4's checkpoints and transformers store them."""
+    cfg, shapes = saved("Llama4ForConditionalGeneration", tmp_path)
+    m = shard_map(cfg, 2, tensor_names=set(shapes), checkpoint_source="tiny")
+    planned = {t.name: t.shape for t in tensors(build_plan(m.model))}
+    text = {n.replace("language_model.model.", "model.").replace("language_model.lm_head", "lm_head"): s
+            for n, s in shapes.items() if n.startswith("language_model.")}
+    assert text == {n: s for n, s in planned.items() if n in text} and len(text) == len(
+        [n for n in planned if not n.startswith(m.model.tower.prefixes)])
+    assert text["model.layers.0.feed_forward.experts.gate_up_proj"] == (2, 64, 192)
+    fp8 = {"quant_method": "fp8", "activation_scheme": "dynamic", "weight_block_size": [128, 128]}
+    with pytest.raises(ConfigError) as e:  # their stacked scales are not modelled
+        load_spec({**presets()["meta-llama/Llama-4-Scout-17B-16E-Instruct"], "quantization_config": fp8})
+    assert one_line(e.value) and "llama4_text's fused experts" in str(e.value)
 
 
 def test_mistral3_pixtral_tower_and_projector():

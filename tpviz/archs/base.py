@@ -64,7 +64,7 @@ class Arch:
     extra: tuple[str, ...] = ()
     # routed experts' layout: "" gate/up/down, "stacked" (gpt-oss), "ungated" (Nemotron-H), "halves"
     # (Granite-MoE: stacked [experts, gate | up, hidden] and [experts, hidden, intermediate]), "transposed"
-    # (Qwen3-VL-MoE: experts.gate_up_proj [experts, hidden, gate | up], experts.down_proj [experts,
+    # (Qwen3-VL-MoE, Llama-4: experts.gate_up_proj [experts, hidden, gate | up], experts.down_proj [experts,
     # intermediate, hidden], loaded transposed)
     experts: str = ""
     moe_tp_limit: bool = False  # vLLM's model file refuses tp above the expert count (Qwen MoE)

@@ -14,6 +14,9 @@ COHERE_UNMODELLED = (("use_qk_norm", "per-head q/k LayerNorms (use_qk_norm), whi
                                      "the heads with a row-parallel loader"),
                      ("attention_bias", "q/k/v/o biases (vLLM 0.33's CohereAttention builds none, so its "
                                         "loader rejects them)"))
+# Llama-4 (models/llama4.py): the MLP, the router and the shared expert under feed_forward; the routed
+# experts fused per layer as Qwen3-VL-MoE's (experts.gate_up_proj [experts, hidden, 2 x intermediate])
+LLAMA4 = replace(LLAMA, mlp="feed_forward.", router="router")
 PHI = replace(LLAMA, final_norm="model.final_layernorm", ffn_norms=(), norm_bias=True, o="dense", up="fc1",
               down="fc2")
 
@@ -93,9 +96,9 @@ RECORDS = [
          note="vLLM 0.33 caches sliding_window + 1 tokens on Cohere2's sliding layers (they attend to "
               "[pos - sliding_window, pos])"),
     # mllama4.py: its vision tower, pixel-shuffle adapter and projector (config/tower.py, plan/tower.py)
-    Arch("llama4", "Llama4ForConditionalGeneration", text_model="llama4_text", tower="llama4",
-         adapt=llama4_fields, chunk=8192),
-    Arch("llama4_text", "Llama4ForCausalLM", adapt=llama4_fields, chunk=8192),
+    Arch("llama4", "Llama4ForConditionalGeneration", LLAMA4, text_model="llama4_text", tower="llama4",
+         adapt=llama4_fields, chunk=8192, experts="transposed"),
+    Arch("llama4_text", "Llama4ForCausalLM", LLAMA4, adapt=llama4_fields, chunk=8192, experts="transposed"),
     # mistral3.py: PixtralHFVisionModel and its projector around the decoder text_config names (Mistral's
     # in Mistral-Small-3.x); no hf_class, because vLLM builds that decoder from text_config, so the wrapper's
     # class says nothing about it (Mistral-Small-4's text_config is no Mistral)
