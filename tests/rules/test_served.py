@@ -67,9 +67,18 @@ def test_a_retired_class_under_a_known_type_is_refused_by_the_release_that_retir
     assert split_problem(load_spec({**cfg, "architectures": ["FalconForCausalLM"]}), 2, "vllm")[0] is None
 
 
-@pytest.mark.parametrize("key", ["llm_config", "language_config"])
-def test_a_nested_custom_config_says_where_its_decoder_is(key):
+def test_a_nested_custom_config_says_where_its_decoder_is():
+    """DeepSeek-VL2's language_config: vLLM reads it through its own config class, tpviz does not."""
     with pytest.raises(ConfigError) as e:
-        load_spec({"model_type": "custom_vl", key: TINY, "vision_config": {"hidden_size": 32}})
-    assert one_line(e.value) and f"its text decoder is in '{key}'" in str(e.value)
+        load_spec({"model_type": "custom_vl", "language_config": TINY, "vision_config": {"hidden_size": 32}})
+    assert one_line(e.value) and "its text decoder is in 'language_config'" in str(e.value)
     assert "missing" not in str(e.value)
+
+
+def test_llm_config_is_read_as_text_config_and_the_tower_named_as_left_out():
+    """InternVL's llm_config: vLLM 0.33 renames it text_config for every config (_CONFIG_ATTRS_MAPPING), so
+    its decoder maps, and the note names the tower and projector it leaves out."""
+    spec = load_spec({"architectures": ["InternVLChatModel"], "model_type": "internvl_chat",
+                      "llm_config": {**TINY, "model_type": "qwen2"}, "vision_config": {"hidden_size": 32}})
+    assert spec.model_type == "qwen2" and spec.tower is None
+    assert any("only the text decoder is mapped; the vision tower" in n for n in spec.notes)

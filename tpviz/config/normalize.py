@@ -54,6 +54,8 @@ def nested_decoder(cfg: dict) -> str | None:
 
 def read_spec(cfg: dict, name: str) -> ModelSpec:
     """A config dict (as transformers' class reads it, or as given) into a ModelSpec, as its record says."""
+    if "text_config" not in cfg and isinstance(cfg.get("llm_config"), dict):  # InternVL: vLLM 0.33 reads
+        cfg = {**cfg, "text_config": cfg["llm_config"]}  # llm_config as text_config (_CONFIG_ATTRS_MAPPING)
     outer = cfg
     if isinstance(cfg.get("text_config"), dict):  # multimodal wrappers (Gemma-3, Llama-4, Mistral-3)
         kept = ("torch_dtype", "dtype", "tie_word_embeddings")  # model-wide keys some wrappers keep outside
