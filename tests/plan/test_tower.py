@@ -348,3 +348,15 @@ def test_qwen3_vl_moe_splits_each_expert_and_refuses_what_it_cannot():
     with pytest.raises(ConfigError) as e:
         load_spec(cfg)
     assert one_line(e.value) and "fused experts (experts.gate_up_proj" in str(e.value)
+
+
+def test_qwen3_vl_moe_vision_heads_and_data_mode(capsys):
+    """The 30B-A3B at tp 32: 32 text heads and 128 experts allow it, the 16 vision heads do not, unless the
+    encoder runs data-parallel (qwen3_vl_moe.py's class supports it)."""
+    assert main(["map", "Qwen/Qwen3-VL-30B-A3B-Instruct", "--tp", "32"]) == 2
+    assert "vision_config.num_heads=16" in capsys.readouterr().err
+    assert main(["map", "Qwen/Qwen3-VL-30B-A3B-Instruct", "--tp", "32", "--mm-encoder-tp-mode", "data"]) == 0
+    assert "every GPU holds the whole vision tower" in capsys.readouterr().out
+    assert main(["map", "mistralai/Mistral-Small-3.1-24B-Instruct-2503", "--tp", "2",
+                 "--mm-encoder-tp-mode", "data"]) == 0
+    assert "vLLM falls back to weights" in capsys.readouterr().out
