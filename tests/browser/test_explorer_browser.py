@@ -269,19 +269,22 @@ def test_a_phone_scrolls_the_figures_instead_of_squeezing_them(browser, app_url)
     assert drawn >= 980 and visible < 390 and scrollable >= 980 and toolbar == "none", sizes
 
 
-def test_a_laptop_with_the_sidebar_open_shows_whole_numbers_and_scrolls_the_figures(browser, app_url):
+@pytest.mark.parametrize("width", [1024, 1280])
+def test_a_laptop_with_the_sidebar_open_shows_whole_numbers_and_scrolls_the_figures(browser, app_url, width):
     """1024 px: the header's values, labels and notes wrap rather than end in an ellipsis, and the figures
-    keep their desktop width and scroll, as on a phone."""
-    context = browser.new_context(viewport={"width": 1024, "height": 900})
+    keep their desktop width and scroll, as on a phone; 1280 px (an 820 px column): the matrix figures, whose
+    labels are placed for 980 px or more, keep that width too."""
+    context = browser.new_context(viewport={"width": width, "height": 900})
     pg = context.new_page()
     pg.goto(app_url + "/?model=deepseek-ai/DeepSeek-V3&tp=16")
     wait_for_charts(pg, FIGURES)
-    cut, drawn = pg.evaluate("""(() => [[...document.querySelectorAll(
+    cut, drawn, family = pg.evaluate("""(() => [[...document.querySelectorAll(
         '[data-testid=stMetric] [data-testid=stMarkdownContainer], [data-testid=stMetricValue] > div')]
         .filter(e => e.scrollWidth > e.clientWidth + 1).map(e => e.innerText),
-        document.querySelector('div.stPlotlyChart .svg-container').getBoundingClientRect().width])()""")
+        document.querySelector('div.stPlotlyChart .svg-container').getBoundingClientRect().width,
+        document.querySelector('[class*=st-key-fig_] .svg-container').getBoundingClientRect().width])()""")
     context.close()
-    assert cut == [] and drawn >= 980, (cut, drawn)
+    assert cut == [] and family >= 980 and (drawn >= 980 or width > 1100), (cut, drawn, family)
 
 
 def test_a_tab_draws_its_figure_when_opened(page, app_url):

@@ -238,3 +238,21 @@ def test_hovers_name_the_gpu_count_in_words_and_format_bytes_as_the_header():
     assert [c[1] for c in kv.customdata] == [fmt_bytes(r["kv_per_token"]) for r in rows]  # as the header
     assert kv.customdata[3][0] == "GPU 3" and "%{x}" not in kv.hovertemplate
     assert all("%{y" not in t.hovertemplate for t in fig.data)  # no second rounding of the same bytes
+
+
+def test_a_wide_source_view_keeps_its_scale_in_a_wider_figure():
+    """Labels are placed in px at VIEW_WIDTH: a drawing that the width limits there (the vision tower's wide,
+    short row of tensors) gets blank rows below it, so in a wider figure (a PNG, a wide window) the height
+    limits it at the same scale, and no tick names a row below the tensors."""
+    from tpviz.render.plots import SOURCE_DOMAIN, VIEW_WIDTH
+    from tpviz.render.plots.geometry import row_ticks
+    lay = figs("Qwen/Qwen2.5-VL-7B-Instruct", 4)["vision"].layout
+    by_width = ((VIEW_WIDTH - lay.margin.l - lay.margin.r - 40) * (SOURCE_DOMAIN[1] - SOURCE_DOMAIN[0])
+                / (lay.xaxis.range[1] - lay.xaxis.range[0]))
+    by_height = (lay.height - lay.margin.t - lay.margin.b) / (lay.yaxis.range[0] * lay.yaxis.scaleratio)
+    assert by_height == pytest.approx(by_width)  # both bind at VIEW_WIDTH; wider, the height alone does
+    tallest = 5120  # merger.mlp.0: 5120 × 5120
+    assert lay.yaxis.range[0] > 1.5 * tallest and list(lay.yaxis.tickvals) == [0, 1000, 2000, 3000, 4000, 5000]
+    assert row_ticks(7) == [0, 2, 4, 6] and row_ticks(1) == [0, 1]  # whole rows
+    tall = figs("meta-llama/Llama-3.1-8B", 8)["gate_up"].layout  # the height limits it already: no blank rows
+    assert tall.yaxis.range[0] == pytest.approx(14336 * 1.01)

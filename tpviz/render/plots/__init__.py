@@ -6,7 +6,7 @@ import textwrap
 
 import plotly.graph_objects as go
 
-from tpviz.render.plots.geometry import plural, tensor_label
+from tpviz.render.plots.geometry import label_px, plural, row_ticks, tensor_label
 from tpviz.render.plots.rank import gpu_label, rank_view
 from tpviz.render.plots.replicated import replicated_figure
 from tpviz.render.plots.source import SourceView, source_view
@@ -148,6 +148,14 @@ def _spread_stacked(src: SourceView, py: float) -> float:
     return bottom - src.height * 1.01 * py
 
 
+def _section_box(a: dict, px: float, py: float) -> tuple[float, float, float, float]:
+    """The px box (left, right, top, bottom) of a row-section name: bold 11 px, left-aligned beside its
+    tensor, moved down by _space_sections."""
+    centre = a["y"] * py - a.get("yshift", 0.0)
+    left = a["x"] * px + a.get("xshift", 0)
+    return left, left + label_px(a["text"]) + 2, centre - SECTION_PX / 2, centre + SECTION_PX / 2
+
+
 def _place_labels(src: SourceView, px: float) -> float:
     """Side-by-side tensors narrower than their names: a label stays above its tensor when no other label is
     in the way, else goes below it, one line further down while it would cover another label or tensor (MLA's
@@ -155,12 +163,13 @@ def _place_labels(src: SourceView, px: float) -> float:
     lowest label reaches below the drawing."""
     py = px * src.y_scale
     tensors = [((c - h) * px, (c + h) * px, 0.0, b * py) for _, c, b, h, _ in src.labels]
-    placed: list[tuple[float, float, float, float]] = []
+    # a tensor's row-section names (Mamba's B | C | dt, spaced below the drawing) are in the way too
+    placed = [_section_box(a, px, py) for a in src.annotations if a.get("name") == "section"]
 
     def free(box) -> bool:
         return not any(box[0] < o[1] + 6 and o[0] < box[1] + 6 and box[2] < o[3] and o[2] < box[3]
                        for o in tensors + placed)
-    lowest = 0.0
+    lowest = max([box[3] - src.height * py for box in placed], default=0.0)
     for index, centre, bottom, _, width in src.labels:
         left, right = centre * px - width / 2, centre * px + width / 2
         box, step = (left, right, -LABEL_PX - 2, -2.0), None
@@ -223,10 +232,14 @@ def family_figure(m: ShardMap, family: str, group: LayerGroup | None = None) -> 
     layout["xaxis"] = axis(domain=SOURCE_DOMAIN, range=x_range,
                            showticklabels=False, constrain="domain",
                            constraintoward="right" if src.stacked else "left")
+    # the labels are placed in px at VIEW_WIDTH's scale: rows run on below the drawing until the panel's
+    # height holds that scale, so a wider figure (a wide window, a PNG) keeps it, and its labels stay apart
+    bottom = max(src.height * 1.01, _panel_px(layout)[1] / (px * src.y_scale))
     stacked_ticks = dict(tickvals=[y for y, _ in src.ticks], ticktext=[t for _, t in src.ticks], side="right",
-                         tickfont=dict(size=9, color=MUTED)) if src.stacked else dict(tickformat="~s")
+                         tickfont=dict(size=9, color=MUTED)) if src.stacked else dict(
+        tickformat="~s", tickvals=row_ticks(src.height))
     layout["yaxis"] = axis("rows of each tensor" if src.stacked else "rows of the checkpoint tensor" if any(
-                           t.split_dim == 0 for t in tensors) else "rows", range=[src.height * 1.01, 0],
+                           t.split_dim == 0 for t in tensors) else "rows", range=[bottom, 0],
                            scaleanchor="x", scaleratio=src.y_scale, constrain="domain", constraintoward="top",
                            **stacked_ticks)
     layout["xaxis2"] = axis(f"local {rk.axis_word} of each GPU's parameter", domain=RANK_DOMAIN, anchor="y2",

@@ -3,6 +3,7 @@
 Figures draw one bar per (piece, head) at most, never one point per row, so a page stays small
 even for DeepSeek-V3 at tp=64.
 """
+import math
 from dataclasses import dataclass, field
 
 import plotly.graph_objects as go
@@ -134,6 +135,13 @@ def label_px(text: str) -> float:
     us)."""
     name, _, shape = text.replace("<b>", "").replace("</b>", "").partition("<br>")
     return max(6.8 * len(name), sum(6.6 if c.isalpha() or c == "_" else 6.1 for c in shape))
+
+
+def row_ticks(rows: float) -> list[float]:
+    """Round row numbers from 0 to a drawing's last row (none in blank rows below it)."""
+    step = 10 ** max(0, math.floor(math.log10(max(rows, 1) / 4)))  # whole rows
+    step *= next(k for k in (1, 2, 5, 10) if rows / (step * k) <= 6)
+    return [i * step for i in range(int(rows // step) + 1)]
 
 
 def plural(n: int, word: str) -> str:
