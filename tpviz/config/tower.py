@@ -21,7 +21,7 @@ DATA_MODE = (*QWEN_KINDS, "llama4")
 @dataclass(frozen=True)
 class Tower:
     """The dims that decide a vision tower's tensors, under vLLM's names for them."""
-    kind: str  # the builder in plan/tower.py: qwen2_vl, qwen2_5_vl, qwen3_vl
+    kind: str  # the builder in plan/tower.py: qwen2_vl, qwen2_5_vl, qwen3_vl, siglip, pixtral, llama4
     prefix: str  # its checkpoint names' prefix (before transformers 4.52: "visual.")
     hidden: int
     heads: int
