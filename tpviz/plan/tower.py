@@ -1,8 +1,8 @@
 """Vision towers and their projectors as vLLM 0.33's model files build them (qwen2_vl.py, qwen2_5_vl.py,
-qwen3_vl.py, siglip.py with gemma3_mm.py, pixtral.py with mistral3.py, mllama4.py): attention q/k/v column-
-parallel over the vision heads and its output row-parallel, the MLP column then row, mergers and projectors
-likewise; patch embeddings (but Llama-4's unfold linear), norms, plain nn.Linear mergers and learned
-position tables are whole on every GPU. Under --mm-encoder-tp-mode data every layer is built with
+qwen3_vl.py, siglip.py with gemma3_mm.py, pixtral.py with mistral3.py, mllama4.py): attention q/k/v
+column-parallel over the vision heads and its output row-parallel, the MLP column then row, mergers and
+projectors likewise; patch embeddings (but Llama-4's unfold linear), norms, plain nn.Linear mergers and
+learned position tables are whole on every GPU. Under --mm-encoder-tp-mode data every layer is built with
 disable_tp (whole on every GPU, which runs its own images), except those SPLIT_IN_DATA names.
 
 A tower's plans carry tower="vision" and, for per-block tensors, blocks (the '*' of their names)."""
