@@ -360,3 +360,21 @@ def test_qwen3_vl_moe_vision_heads_and_data_mode(capsys):
     assert main(["map", "mistralai/Mistral-Small-3.1-24B-Instruct-2503", "--tp", "2",
                  "--mm-encoder-tp-mode", "data"]) == 0
     assert "vLLM falls back to weights" in capsys.readouterr().out
+
+
+# Llama-4-Scout's vision parameters as a published per-module table lists them (a model-card copy whose config
+# equals the preset's vision_config; docs/presets.md)
+SCOUT_VISION = {"vision_model.class_embedding": 1408, "vision_model.positional_embedding_vlm": 812416,
+                "vision_model.patch_embedding.linear.weight": 827904, "vision_model.layernorm_pre.bias": 1408,
+                "vision_model.model.layers.*.self_attn.q_proj.weight": 1982464,
+                "vision_model.model.layers.*.self_attn.o_proj.bias": 1408,
+                "vision_model.model.layers.*.mlp.fc1.weight": 7929856,
+                "vision_model.model.layers.*.mlp.fc1.bias": 5632,
+                "vision_model.vision_adapter.mlp.fc1.weight": 23068672,
+                "vision_model.vision_adapter.mlp.fc2.weight": 16777216,
+                "multi_modal_projector.linear_1.weight": 20971520}
+
+
+def test_llama4_scout_tower_sizes_equal_its_published_parameter_table():
+    m = shard_map("meta-llama/Llama-4-Scout-17B-16E-Instruct", 1)
+    assert {n: numel(m.tensor(n).shape) for n in SCOUT_VISION} == SCOUT_VISION
