@@ -85,7 +85,9 @@ ADDED = ("preset:internlm/internlm2-chat-7b|", "preset:ibm-granite/granite-3.1-1
          "preset:nvidia/Cosmos-Reason2-8B|", "preset:THUDM/chatglm3-6b|",
          "preset:microsoft/phi-2|", "preset:HuggingFaceTB/SmolLM3-3B|",
          "preset:CohereForAI/c4ai-command-r-v01|", "preset:LGAI-EXAONE/EXAONE-4.0-32B|",
-         "preset:CohereLabs/c4ai-command-r7b-12-2024|")
+         "preset:CohereLabs/c4ai-command-r7b-12-2024|", "preset:MiniMaxAI/MiniMax-M2|",
+         "preset:baidu/ERNIE-4.5-21B-A3B-PT|", "preset:LiquidAI/LFM2-8B-A1B|",
+         "preset:ibm-granite/granite-4.0-h-tiny|")
 ADDED += ("preset:mistralai/Mistral-Small-3.1-24B-Instruct-2503|",  # vision towers (issue 25)
           "preset:Qwen/Qwen3-VL-30B-A3B-Instruct|")
 

@@ -37,12 +37,18 @@ class Arch:
     o_bias: bool | None = None  # None: attention_bias, unless q/k/v always have a bias (Qwen2)
     # one config key (and its default) for every bias (classic decoders)
     bias_switch: tuple[str, bool] | None = None
-    qk_norm: str = ""  # "head": q_norm / k_norm per head; "full": over the whole projection (OLMo-2/3)
+    # "head": q_norm / k_norm per head; "full": over the whole projection (OLMo-2/3); "tp": over the whole
+    # projection, cut over tp with it (MiniMax-M2)
+    qk_norm: str = ""
     # SwiGLU gate/up; False: one up projection (GPT-2 c_fc, NeoX dense_h_to_4h, Nemotron-H)
     gated_mlp: bool = True
     ffn_ratio: int = 0  # an MLP size the config may leave out: this many times hidden (classic decoders: 4)
     learned_positions: bool = False  # learned position embeddings of n_positions rows (GPT-2, GPTBigCode)
-    score_bias: str = ""  # the router's e_score_correction_bias: "always", or "noaux_tc" when topk_method is
+    # the router's e_score_correction_bias: "always", "noaux_tc" when topk_method is, or the config key that
+    # switches it on (MiniMax-M2's use_routing_bias, LFM2-MoE's use_expert_bias)
+    score_bias: str = ""
+    router_fp32: bool = False  # the router and its bias are float32 on disk and on the GPU (MiniMax-M2)
+    score_bias_fp32: bool = False  # ... the bias alone (LFM2-MoE)
     topk_method: str | None = None  # topk_method when the config does not say (DeepSeek-V3: noaux_tc)
     state_dtype: str = ""  # recurrent state dtype when the config does not say (Nemotron-H: float32)
     mxfp4: bool = False  # reads MXFP4 expert checkpoints (gpt-oss), as vLLM does for it alone
@@ -67,6 +73,7 @@ class Arch:
     # (Qwen3-VL-MoE, Llama-4: experts.gate_up_proj [experts, hidden, gate | up], experts.down_proj [experts,
     # intermediate, hidden], loaded transposed)
     experts: str = ""
+    shared_reduce: bool = False  # the shared MLP all-reduces apart from the experts (Granite-4 hybrids)
     moe_tp_limit: bool = False  # vLLM's model file refuses tp above the expert count (Qwen MoE)
     # the forward all-gathers q/k/v and cuts it again by KV group (InternLM2): no KV-head replicas
     regroups_qkv: bool = False

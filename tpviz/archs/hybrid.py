@@ -1,5 +1,6 @@
 """Hybrid and heterogeneous decoders: Nemotron-H (Mamba2, attention and MoE layers by pattern; vLLM 0.33
-models/nemotron_h.py), LFM2 (short convolutions and attention; models/lfm2.py) and ChatGLM (fused q/k/v with
+models/nemotron_h.py), LFM2 (short convolutions and attention; models/lfm2.py) and its MoE
+(models/lfm2_moe.py), and ChatGLM (fused q/k/v with
 multi-query groups; models/chatglm.py)."""
 from dataclasses import replace
 
@@ -14,6 +15,7 @@ NEMOTRON_H = replace(LLAMA, embed="backbone.embeddings.weight", final_norm="back
 LFM2 = replace(LLAMA, final_norm="model.embedding_norm", mixer_norms=("operator_norm",),
                ffn_norms=("ffn_norm",), o="out_proj", q_norm="q_layernorm", k_norm="k_layernorm",
                mlp="feed_forward.", gate="w1", up="w3", down="w2")
+LFM2_MOE = replace(LFM2, expert_gate_up=("w1", "w3"), expert_down="w2", score_bias="expert_bias")
 CHATGLM = replace(LLAMA, embed="transformer.embedding.word_embeddings.weight",
                   lm_head="transformer.output_layer.weight", final_norm="transformer.encoder.final_layernorm",
                   layer="transformer.encoder.layers.*.", attn="self_attention.", qkv_fused="query_key_value",
@@ -56,6 +58,18 @@ def lfm2_fields(cfg: dict) -> dict:
     return cfg
 
 
+def lfm2_moe_fields(cfg: dict) -> dict:
+    """LFM2-MoE (vLLM 0.33 models/lfm2_moe.py): the first num_dense_layers hold a dense MLP of
+    intermediate_size as given (no LFM2 adjustment), the rest routed experts of moe_intermediate_size, with
+    expert_bias when use_expert_bias; layer_types alone says which layers attend; logits always come from
+    embed_tokens."""
+    if not isinstance(cfg.get("layer_types"), list):
+        raise ConfigError("config is missing layer_types, which vLLM 0.33's lfm2_moe.py reads for every "
+                          "layer (conv or full_attention)")
+    return {**cfg, "first_k_dense_replace": read_int(cfg, "num_dense_layers", default=0, minimum=0),
+            "tie_word_embeddings": True}
+
+
 def chatglm_kv(cfg: dict, heads: int, kv: int) -> int:
     """ChatGLM without multi-query attention runs one KV head per query head."""
     return heads if cfg.get("multi_query_attention") is False and cfg.get("multi_query") is not True else kv
@@ -65,5 +79,8 @@ RECORDS = [
     Arch("nemotron_h", "NemotronHForCausalLM", NEMOTRON_H, adapt=nemotron_h_fields, gated_mlp=False,
          score_bias="always", state_dtype="float32", experts="ungated"),
     Arch("lfm2", "Lfm2ForCausalLM", LFM2, adapt=lfm2_fields, tied=True, qk_norm="head"),
+    # the router is in the model's dtype, its correction bias float32; tp above num_experts is refused
+    Arch("lfm2_moe", "Lfm2MoeForCausalLM", LFM2_MOE, adapt=lfm2_moe_fields, tied=True, qk_norm="head",
+         score_bias="use_expert_bias", score_bias_fp32=True, moe_tp_limit=True),
     Arch("chatglm", "ChatGLMModel", CHATGLM, kv_heads=chatglm_kv),
 ]

@@ -31,10 +31,15 @@ class Names:
     down: str = "down_proj"
     gate_up_fused: str | None = None
     router: str = "gate"
+    score_bias: str = ""  # the router's e_score_correction_bias, when not under the router (MiniMax-M2)
+    score_bias_rows: int = 0  # ... stored with this leading dim (ERNIE-4.5's [1, experts])
     experts: str = "experts.*."
     expert_gate_up: tuple = ("gate_proj", "up_proj")
     expert_down: str = "down_proj"
     shared: str = "shared_expert."
+    shared_outside: bool = False  # the shared MLP sits beside the MoE block, under the layer (Granite-4)
+    shared_fused: str | None = None  # its gate/up fused on disk (Granite-4's input_linear)
+    shared_down: str = "down_proj"
     shared_gate: str | None = None
     linear_attn: str = "linear_attn."  # Gated DeltaNet
     mamba: str = "mixer."

@@ -138,7 +138,8 @@ def read_spec(cfg: dict, name: str) -> ModelSpec:
                                      default=0, minimum=0),
         # vLLM 0.33 deepseek_v2.py: the bias exists only for topk_method noaux_tc (V3's default, never V2's)
         router_score_bias=arch.score_bias == "always" or (
-            arch.score_bias == "noaux_tc" and cfg.get("topk_method", arch.topk_method) == "noaux_tc"),
+            arch.score_bias == "noaux_tc" and cfg.get("topk_method", arch.topk_method) == "noaux_tc") or (
+            arch.score_bias.startswith("use_") and read_bool(cfg, arch.score_bias, False)),
         moe_intermediate_size=read_int({"moe_intermediate_size": moe_inter},
                                        "moe_intermediate_size", minimum=0),
         shared_expert_intermediate_size=read_int(cfg, "shared_expert_intermediate_size", default=0, minimum=0)

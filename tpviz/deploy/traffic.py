@@ -5,7 +5,7 @@ from dataclasses import dataclass
 from tpviz.config.spec import ModelSpec
 from tpviz.deploy.parallel import stage_layers
 from tpviz.rules import Layout, RuleSet, ruleset
-from tpviz.trace.collectives import logits_collective, norm_collectives
+from tpviz.trace.collectives import logits_collective, norm_collectives, shared_collectives
 
 # the kinds, as the CLI and the speed bound name them
 COMM_LABELS = {"tp_all_reduce": "TP all-reduces", "moe_all_reduce": "MoE all-reduces",
@@ -64,6 +64,8 @@ def stage_traffic(spec: ModelSpec, layout: Layout, rules: RuleSet | str = "vllm"
     for stage, layers in enumerate(stage_layers(spec.num_hidden_layers, pp, rules)):
         mine = [spec.layers[i] for i in layers]
         moe = sum(1 for i in layers if i in moe_layers)
+        # a shared MLP reduced apart from its experts (Granite-4 hybrids): a second all-reduce in the layer
+        reduces = moe + sum(c.count for c in shared_collectives(spec, tp, layers))
         reduced = sum(1 for x in mine if x.ffn.kind == "dense") + sum(1 for x in mine
                                                                     if x.mixer.kind != "none")
         if spec.joint_reduce:  # one all-reduce of attention + MLP in a layer that has both
@@ -76,7 +78,7 @@ def stage_traffic(spec: ModelSpec, layout: Layout, rules: RuleSet | str = "vllm"
             2 * spec.num_experts_per_tok * hidden * (group - 1) / group
         out.append([t for t in (
             Traffic("tp_all_reduce", ring(tp) * hidden * reduced, reduced * tp_ops),
-            Traffic("moe_all_reduce", ring(tp) * hidden * moe, moe * tp_ops),
+            Traffic("moe_all_reduce", ring(tp) * hidden * reduces, reduces * tp_ops),
             Traffic("moe_dispatch_combine", dispatch * moe, 2 * moe * (layout.dp > 1)),
             Traffic("pp_send_recv", sent + gathered, (stage < pp - 1) + (stage > 0 and tp_ops)),
             Traffic("norm_collectives", sum(c.count * c.sent_per_rank for c in norms),

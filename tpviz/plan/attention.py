@@ -6,6 +6,7 @@ import torch
 from tpviz.config.kinds import Mixer
 from tpviz.errors import TPSizeError
 from tpviz.layers import ColumnParallelLinear, QKVParallelLinear
+from tpviz.layers.norm import ShardedRMSNorm
 from tpviz.plan.core import (DT, PROBE, ParamPlan, Source, column, merged, norm, param, replicated, row,
                              stored)
 from tpviz.plan.quantized import qplan
@@ -111,7 +112,9 @@ def attention(spec: ModelSpec, names: Names, rules: RuleSet, m: Mixer, layers) -
         for pl in plans:
             pl.build = no_kv_replicas(pl.build, m.kv_heads, REGROUPED)
     # per head; OLMo-2/3's span the whole q and k (replicated, fed by an all-gather under TP)
-    if spec.qk_norm:
+    if spec.arch.qk_norm == "tp":  # MiniMax-M2: over the whole q and k, each GPU holds its own rows' slice
+        plans += sharded_qk_norms(names, m, layers)
+    elif spec.qk_norm:
         widths = (m.heads * m.head_dim, m.kv_heads * m.head_dim) if spec.qk_norm_full else (m.head_dim,) * 2
         norms = [pl for n, w in zip((names.q_norm, names.k_norm), widths)
                  for pl in norm(f"{p}{n}", w, layers)]
@@ -126,6 +129,31 @@ def attention(spec: ModelSpec, names: Names, rules: RuleSet, m: Mixer, layers) -
         sink.name = sink.sources[0].name = f"{p}sinks"
         plans.append(sink)
     return plans
+
+
+def sharded_qk_norms(names: Names, m: Mixer, layers) -> list[ParamPlan]:
+    """q_norm cut over tp like q's rows; k_norm over tp, or over the KV heads when they are fewer (each GPU
+    then holds its replicated head's slice), as vLLM 0.33's MiniMaxText01RMSNormTP weight_loader cuts them."""
+    p, out = f"{names.layer}{names.attn}", []
+    for n, heads, quantity in ((names.q_norm, m.heads, "num_attention_heads"),
+                               (names.k_norm, m.kv_heads, "num_key_value_heads")):
+        size = heads * m.head_dim
+
+        def build(tp, r, heads=heads, size=size):
+            shards = tp if heads >= tp else heads
+            if heads % shards or (heads < tp and tp % heads):
+                raise TPSizeError(f"{quantity}={heads} and tp_size={tp}: neither divides the other",
+                                  quantity, heads, tp)
+            module = ShardedRMSNorm(size, shards, r if heads >= tp else r // (tp // heads), dtype=DT)
+            return module, module.weight
+        name = f"{p}{n}.weight"
+        word = "KV head" if n == names.k_norm else "q head"
+        sections = [[n.removesuffix("_norm"), 0, size, m.head_dim, word]]
+        out.append(param(name, "qkv", build, (size,), [Source(name, (size,), sections=sections)],
+                         layers=layers, quantity=(quantity, heads),
+                         note="RMSNorm over the whole projection: each GPU normalises its slice and "
+                              "all-reduces the per-token variance"))
+    return out
 
 
 FULL_K_NORM = ("k_norm spans all KV heads and vLLM 0.33 all-gathers k to apply it, which fails when KV heads "

@@ -48,7 +48,16 @@ def moe(spec: ModelSpec, names: Names, f: Ffn, layers, rules: RuleSet) -> list[P
     if "router_bias" in spec.arch.extra:
         plans.append(replicated(f"{p}{names.router}.bias", e, hidden, layers, bias=True))
     if spec.router_score_bias:
-        plans.append(replicated(f"{p}{names.router}.e_score_correction_bias", e, hidden, layers, bias=True))
+        score = replicated(f"{p}{names.score_bias or names.router + '.e_score_correction_bias'}", e, hidden,
+                           layers, bias=True)
+        if names.score_bias_rows:  # squeezed by load_weights before the loader (ERNIE-4.5)
+            score.sources[0].disk = (names.score_bias_rows, e)
+        if spec.arch.score_bias_fp32:  # vLLM builds it in float32, as the checkpoint stores it
+            score.element_bytes = 4
+        plans.append(score)
+    if spec.arch.router_fp32:  # the router too (MiniMax-M2, ERNIE-4.5)
+        for plan in plans:
+            plan.element_bytes = 4
     if stacked and spec.quant is not None and spec.quant.scheme == "mxfp4":
         plans += mxfp4_experts(ex, hidden, inter, e, layers, quantity)
     elif stacked:
@@ -93,16 +102,20 @@ def moe(spec: ModelSpec, names: Names, f: Ffn, layers, rules: RuleSet) -> list[P
         plans += row(f"{ex}{names.expert_down}", inter, hidden, "experts", layers, False, quantity, e,
                      q=qplan(spec, rules, f"{ex}{names.expert_down}", layers, role="moe"))
     if f.shared:
-        sh, qty = f"{p}{names.shared}", ("shared_expert_intermediate_size", f.shared)
-        q_sh = qplan(spec, rules, f"{sh}gate_proj", layers)
-        if spec.gated_mlp:
+        sh = f"{names.layer if names.shared_outside else p}{names.shared}"
+        qty, fused = ("shared_expert_intermediate_size", f.shared), names.shared_fused
+        q_sh = qplan(spec, rules, f"{sh}{fused or 'gate_proj'}", layers)
+        if fused:  # Granite-4: one stacked [gate | up] table, cut like any merged gate/up
+            plans += merged(f"{sh}{fused}", [], f"{sh}{fused}", hidden, [f.shared] * 2, "gate_up", layers,
+                            qty, note="shared expert", q=q_sh)
+        elif spec.gated_mlp:
             plans += merged(f"{sh}gate_up_proj", [f"{sh}gate_proj", f"{sh}up_proj"], None,
                             hidden, [f.shared] * 2, "gate_up", layers, qty, note="shared expert", q=q_sh)
         else:
             plans += column(f"{sh}{names.up}", hidden, f.shared, "gate_up", layers, False, qty,
                             note="shared expert", q=qplan(spec, rules, f"{sh}{names.up}", layers))
-        plans += row(f"{sh}down_proj", f.shared, hidden, "down_proj", layers, False, qty,
-                     note="shared expert", q=qplan(spec, rules, f"{sh}down_proj", layers))
+        plans += row(f"{sh}{names.shared_down}", f.shared, hidden, "down_proj", layers, False, qty,
+                     note="shared expert", q=qplan(spec, rules, f"{sh}{names.shared_down}", layers))
     if names.shared_gate and f.shared:
         plans.append(replicated(f"{p}{names.shared_gate}.weight", 1, hidden, layers))
     return plans

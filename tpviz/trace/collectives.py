@@ -57,6 +57,7 @@ def collectives(m: ShardMap) -> list[Collective]:
         Collective("all-reduce", "after down_proj (MLP / MoE output, row-parallel)", mlp,
                    hidden, ring * hidden),
         *norm_collectives(m.model, tp),
+        *shared_collectives(m.model, tp),
         Collective("all-reduce", "after embed_tokens (each GPU looks up only its vocab rows)", 1,
                    hidden, ring * hidden),
         logits_collective(logits, tp, m.rules),
@@ -75,12 +76,25 @@ def logits_collective(logits: int, tp: int, rules: RuleSet) -> Collective:
                       1, logits, logits * (tp - 1) / tp)
 
 
+def shared_collectives(spec, tp: int, layers=None) -> list[Collective]:
+    """A shared MLP that all-reduces apart from the experts beside it (Granite-4 hybrids: vLLM 0.33's
+    GraniteMoeSharedMLP output_linear reduces, and so does the FusedMoE), over `layers` (every layer by
+    default)."""
+    picked = [spec.layers[i] for i in (range(spec.num_hidden_layers) if layers is None else layers)]
+    count = sum(1 for layer in picked if layer.ffn.kind == "moe" and layer.ffn.shared)
+    if tp == 1 or not spec.arch.shared_reduce or not count:
+        return []
+    hidden = spec.hidden_size * spec.dtype_bytes
+    return [Collective("all-reduce", "after the shared MLP's output_linear (reduced apart from the experts)",
+                       count, hidden, 2 * (tp - 1) / tp * hidden)]
+
+
 def norm_collectives(spec, tp: int, layers=None) -> list[Collective]:
     """The collectives of norms whose span crosses the tp cut, over `layers` (indices; every layer by
     default). OLMo-2/3 norm q and k over all heads, so each attention layer all-gathers both first (vLLM
     0.33's TP-aware RMSNorm; the nano-vllm layers do the same): each GPU sends its heads' slice to the others.
     A Mamba2 gated norm over one group all-reduces each token's fp32 sum of squares (vLLM 0.33
-    Mixer2RMSNormGated.forward_native)."""
+    Mixer2RMSNormGated.forward_native); MiniMax-M2's q/k norms all-reduce two fp32 variances per token."""
     if tp == 1:
         return []
     picked = [spec.layers[i] for i in (range(spec.num_hidden_layers) if layers is None else layers)]
@@ -93,6 +107,9 @@ def norm_collectives(spec, tp: int, layers=None) -> list[Collective]:
            for what, size in (("q", spec.num_attention_heads * spec.head_dim * b),
                               ("k",
                                spec.num_key_value_heads * spec.head_dim * b))] if spec.qk_norm_full else []
+    if spec.arch.qk_norm == "tp" and attention:  # MiniMax-M2: q and k variances, fp32, in one all-reduce
+        out.append(Collective("all-reduce", "q and k norms' per-token variances (each norm spans every GPU's "
+                              "heads; vLLM 0.33 minimax_rms_norm)", attention, 8, 2 * share * 8))
     if mamba:
         out.append(Collective("all-reduce",
                               "Mamba2 gated norm's sum of squares (its one group spans every GPU)",
