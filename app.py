@@ -26,6 +26,7 @@ from tpviz.render.text import fmt_bytes
 from tpviz.trace.validity import ValidRow
 from tpviz.errors import DenseEPError, HubError, MissingFieldError, NotJSONError, TPSizeError, TpvizError
 from tpviz.render.export import chromium_path, figure_png, png_names
+from tpviz.render.plots.memory import memory_figure
 from tpviz.trace.shardmap import Deployment
 from tpviz.rules.layout import CARVED, Layout
 from tpviz.config.sources import presets, web_local_root
@@ -145,6 +146,9 @@ def render_page(page: Page, rows: list[ValidRow], lay: Deployment | None = None,
     st.caption("One tab per matrix family. Hover a band for its GPU, head, global range and local offset; in a "
                "window narrower than a figure, scroll it sideways for the rank view on its right. "
                "Each GPU keeps one colour everywhere on this page.")
+    if lay:  # the memory figure says that it is the tensor-parallel map's, not the layout's GPUs
+        sections = [(g, {k: memory_figure(shown) if k == "memory" else f for k, f in figs.items()})
+                    for g, figs in sections]
     cut = lay.layout.expert_cut if lay else None
     if cut == 1:  # EP keeps every routed expert whole: a tp slice of them is not what the GPUs hold
         sections = [(g, {k: f for k, f in figs.items() if not k.endswith("experts")}) for g, figs in sections]
@@ -170,7 +174,8 @@ def render_page(page: Page, rows: list[ValidRow], lay: Deployment | None = None,
                 if cut and key.endswith("experts"):
                     st.caption(f"Each expert is cut over the {cut} GPUs of its EP block; each block cuts "
                                "its own experts the same way (the expert placement above).")
-                screen = screen_figure((page.key, tuple(g.layers) if g else None, key), fig)
+                screen = screen_figure((page.key, tuple(g.layers) if g else None, key,
+                                        lay.label if lay and key == "memory" else None), fig)
                 st.plotly_chart(screen, theme=None, key=f"fig_{key}", config=PLOTLY_CONFIG)
                 st.download_button("PNG", lambda f=fig: figure_png(f, png_renderer(), shown),
                                    names[key], "image/png",

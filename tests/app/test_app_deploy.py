@@ -150,3 +150,14 @@ def test_a_plain_tp_view_counts_traffic_as_the_plan_does():
     metric = next(m for m in at.metric if m.label == "Sent per decoded token, busiest GPU")
     plan = sum(comm_per_token(load_spec("meta-llama/Llama-3.1-8B"), Layout(8)).values())
     assert metric.value == fmt_bytes(plan) == "1.10 MiB"
+
+
+def test_the_memory_tab_of_a_deployment_says_it_is_the_tp_map_alone():
+    at = run_app({"model": QWEN_MOE, "tp": "4", "pp": "2", "tab": "memory"})
+    assert errors(at) == []
+    memory = charts(at)[-1]["layout"]["title"]
+    assert memory["text"] == "Memory per GPU · the TP 4 map alone"  # every layer on 4 GPUs, not a stage's
+    assert memory["subtitle"]["text"].startswith("Every layer on 4 GPUs, before TP 4 × PP 2 × DP 1 places "
+                                                 "them")
+    plain = charts(run_app({"model": QWEN_MOE, "tp": "4", "tab": "memory"}))[-1]["layout"]["title"]
+    assert plain["text"] == "Memory per GPU"

@@ -199,6 +199,13 @@ def test_ep_exports_name_the_whole_layout_and_draw_whole_experts():
         "GPUs per stage, each expert whole on one")
     assert all(titled(m, f).layout.title.text.startswith(f"{spec.name} · TP 8 × PP 2 × DP 1 + EP ·")
                for f in figs.values())
+    # the memory figure is the TP map's (every layer on 8 GPUs, 79 GiB on the fullest), not the layout's
+    # GPUs (41 GiB, a stage's layers): it says so instead of passing for the layout in its title
+    memory = figs["memory"].layout.title
+    assert memory.text == "Memory per GPU · the TP 8 map alone"
+    assert memory.subtitle.text.startswith("Every layer on 8 GPUs, before TP 8 × PP 2 × DP 1 + EP places "
+                                           "them: the device grid has each GPU's weights.")
+    assert export_figures(map_model(spec, 8, "vllm"))["memory"].layout.title.text == "Memory per GPU"
     # SGLang's --ep below tp: each expert cut over its block, and the figure says so
     spec, layout = load_spec("Qwen/Qwen3-30B-A3B"), Layout(8, ep_size=2)
     m = replace(map_model(spec, 8, "sglang", layout=layout), deployment=deploy(spec, layout, "sglang"))

@@ -43,16 +43,21 @@ def memory_figure(m: ShardMap) -> go.Figure:
                                        "token<extra></extra>"))
     naive, kv_naive = rows[0]["naive"] / GIB, rows[0]["kv_naive_per_token"] / KIB
     worst = max(r["weights"] for r in rows)
-    layout = base_layout("Memory per GPU", 460)
+    # a pp / dp / ep layout's GPUs hold other bytes (a stage's layers, whole experts): this figure is the
+    # tensor-parallel map's, and says so rather than pass for the layout a title names
+    alone = f" · the TP {m.tp_size} map alone" if m.deployment else ""
+    layout = base_layout(f"Memory per GPU{alone}", 460)
     over = (worst / rows[0]["naive"] - 1) * 100 if naive else 0.0
+    before = (f"Every layer on {m.tp_size} GPUs, before {m.deployment.label} places them: the device grid "
+              "has each GPU's weights.<br>" if m.deployment else "")
     layout["title"]["subtitle"] = dict(
-        text=(f"Weights: {fmt_bytes(worst)} on the fullest GPU vs. {fmt_bytes(rows[0]['naive'])} naive "
-              f"total/tp ({over:+.1f}%): replicated tensors, copied KV heads and padding are counted."),
+        text=(f"{before}Weights: {fmt_bytes(worst)} on the fullest GPU vs. {fmt_bytes(rows[0]['naive'])} "
+              f"naive total/tp ({over:+.1f}%): replicated tensors, copied KV heads and padding are counted."),
         font=dict(size=11, color=MUTED))
     layout.update(barmode="stack", showlegend=True, bargap=0.18,
                   legend=dict(orientation="h", traceorder="normal", x=0, y=-0.16, xanchor="left",
                               yanchor="top", font=dict(size=11)))
-    layout["margin"].update(t=110, b=110)
+    layout["margin"].update(t=125 if m.deployment else 110, b=110)
     layout["xaxis"] = axis("" if len(rows) <= 8 else "GPU", domain=WEIGHT_DOMAIN, type="category",
                            tickfont=dict(size=10, color=INK))
     layout["yaxis"] = axis("weights (GiB)", showgrid=True, gridcolor="#eef1f4", rangemode="tozero")
