@@ -132,7 +132,10 @@ def read_spec(cfg: dict, name: str) -> ModelSpec:
         attention_bias=(attention_bias or read_bool(cfg, "add_qkv_bias", False)) if arch.qkv_bias is None
         else arch.qkv_bias,
         o_proj_bias=attention_bias if arch.o_bias is None else arch.o_bias,
-        qk_norm=bool(arch.qk_norm), qk_norm_full=arch.qk_norm == "full",
+        # per head; a "use_*" record builds them when that config key is set (GLM-4.5's use_qk_norm)
+        qk_norm=bool(arch.qk_norm) and (not arch.qk_norm.startswith("use_")
+                                        or read_bool(cfg, arch.qk_norm, False)),
+        qk_norm_full=arch.qk_norm == "full",
         num_experts=experts,
         num_experts_per_tok=read_int(cfg, "num_experts_per_tok", "experts_per_token", "moe_topk",
                                      default=0, minimum=0),

@@ -1,0 +1,55 @@
+"""GLM-4.5 / 4.6 / 4.7 (vLLM 0.33 models/glm4_moe.py) and GLM-4-0414 (models/glm4.py).
+
+glm4_moe is DeepSeek-V3's FFN (the first first_k_dense_replace layers a dense gated MLP, the rest routed
+experts through FusedMoE beside shared_experts of moe_intermediate_size x n_shared_experts, a replicated
+float32 router that always holds e_score_correction_bias) under Llama-style GQA attention: q/k/v biased by
+attention_bias, o_proj never, per-head q_norm / k_norm when use_qk_norm; partial rotary changes no weight.
+glm4 is a Llama decoder with two more norms a layer (after attention and after the MLP) and gate/up fused on
+disk. Both drop the MTP layers (model.layers.<num_hidden_layers + i>.*), loaded by the draft model alone.
+"""
+from dataclasses import replace
+
+from tpviz.archs.base import Arch
+from tpviz.archs.deepseek import DEEPSEEK
+from tpviz.archs.names import LLAMA
+from tpviz.errors import ConfigError, MissingFieldError
+
+GLM4 = replace(LLAMA, gate_up_fused="gate_up_proj",
+               mixer_norms=("input_layernorm", "post_self_attn_layernorm"),
+               ffn_norms=("post_attention_layernorm", "post_mlp_layernorm"))
+
+
+def silu_only(cfg: dict, model_file: str) -> None:
+    """vLLM 0.33's GLM MLPs (and LlamaMLP, glm4.py's) raise for any activation but silu."""
+    if cfg.get("hidden_act", "silu") != "silu":
+        raise ConfigError(f"hidden_act={cfg['hidden_act']!r}: vLLM 0.33's {model_file} runs silu alone")
+
+
+def glm4_moe_fields(cfg: dict) -> dict:
+    """The config as vLLM's glm4_moe.py reads it: silu alone, and head_dim given (Glm4MoeAttention reads
+    config.head_dim, which Glm4MoeConfig has no default for; GLM-4.5's 96 heads of 128 are not
+    hidden / heads)."""
+    silu_only(cfg, "glm4_moe.py")
+    if cfg.get("head_dim") is None:
+        raise MissingFieldError("config is missing head_dim, which vLLM 0.33's Glm4MoeAttention reads "
+                                "(Glm4MoeConfig gives it no default)", "head_dim")
+    return cfg
+
+
+def glm4_fields(cfg: dict) -> dict:
+    """glm4.py's MLP is LlamaMLP, which runs silu alone."""
+    silu_only(cfg, "glm4.py")
+    return cfg
+
+
+RECORDS = [
+    # the router is GateLinear with params_dtype float32 and its bias a float32 Parameter, so both are sized
+    # in float32 (transformers writes the router in the model dtype and keeps the bias in float32: a bf16
+    # checkpoint's router differs from the map in stored bytes); tp above the expert count is not refused
+    # (FusedMoE cuts moe_intermediate_size, as for DeepSeek-V3); qk_norm "use_qk_norm": per-head q/k
+    # norms when the config's use_qk_norm is set (GLM-4.5, 4.6, 4.7), none otherwise (GLM-4.5-Air, and
+    # Glm4MoeConfig's default)
+    Arch("glm4_moe", "Glm4MoeForCausalLM", DEEPSEEK, adapt=glm4_moe_fields, o_bias=False,
+         qk_norm="use_qk_norm", score_bias="always", router_fp32=True),
+    Arch("glm4", "Glm4ForCausalLM", GLM4, adapt=glm4_fields, o_bias=False),
+]
