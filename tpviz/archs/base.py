@@ -38,7 +38,8 @@ class Arch:
     # one config key (and its default) for every bias (classic decoders)
     bias_switch: tuple[str, bool] | None = None
     # "head": q_norm / k_norm per head; "full": over the whole projection (OLMo-2/3); "tp": over the whole
-    # projection, cut over tp with it (MiniMax-M2)
+    # projection, cut over tp with it (MiniMax-M2); a config key ("use_qk_norm"): per head when it is set
+    # (GLM-4.5)
     qk_norm: str = ""
     # SwiGLU gate/up; False: one up projection (GPT-2 c_fc, NeoX dense_h_to_4h, Nemotron-H)
     gated_mlp: bool = True
