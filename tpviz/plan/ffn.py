@@ -80,7 +80,9 @@ def moe(spec: ModelSpec, names: Names, f: Ffn, layers, rules: RuleSet) -> list[P
         plans += row(f"{ex}down_proj", inter, hidden, "experts", layers, False, quantity, e,
                      "stored stacked as [experts, hidden, intermediate]")
         plans[-1].sources[0].name = f"{down}.weight"  # one tensor for every expert (shown per expert)
-    elif spec.arch.experts == "transposed":  # Qwen3-VL-MoE, Llama-4: one tensor per projection, [in, out]
+    # Qwen3-VL-MoE, Llama-4: one tensor per projection, [in, out]. A quantized config is refused
+    # (normalize.py); the calibration's served formats alone come quantized, drawn per expert below, for bytes
+    elif spec.arch.experts == "transposed" and spec.quant is None:
         plans += merged(f"{ex}gate_up_proj", [], f"{p}experts.gate_up_proj", hidden, [inter, inter],
                         "experts", layers, quantity, e, note="stored stacked and transposed as [experts, "
                         "hidden, 2*intermediate]: gate, then up columns; shown per expert as "
