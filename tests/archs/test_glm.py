@@ -15,7 +15,8 @@ from tpviz.trace.checkpoint import compare, expand
 from tpviz.trace.collectives import collectives
 from tpviz.trace.validity import split_error
 
-GLM47, AIR, GLM4 = "zai-org/GLM-4.7", "zai-org/GLM-4.5-Air", "THUDM/GLM-4-9B-0414"
+GLM47, AIR, FLASH = "zai-org/GLM-4.7", "zai-org/GLM-4.5-Air", "zai-org/GLM-4.7-Flash"
+GLM4 = "THUDM/GLM-4-9B-0414"
 ATTN = "model.layers.*.self_attn."
 TINY = dict(num_hidden_layers=2, hidden_size=64, num_attention_heads=4, num_key_value_heads=2, head_dim=16,
             intermediate_size=96, vocab_size=512)
@@ -152,3 +153,41 @@ def test_glm4_9b_by_hand():
     assert [tp for tp in range(1, 65) if split_error(load_spec(GLM4), tp)[0] is None] == [1, 2, 4, 8, 16, 32]
     with pytest.raises(ConfigError, match="hidden_act='gelu'.*glm4.py"):
         shard_map({**presets()[GLM4], "hidden_act": "gelu"}, 2)
+
+
+def test_glm47_flash_by_hand():
+    """GLM-4.7-Flash: DeepSeek-V2's MLA (q ranks 768, KV latent 512 + 64 rope, 20 heads of 192 + 64 and v 256)
+    beside Glm4MoE's float32 router; one dense layer, 46 MoE layers of 64 experts and one shared."""
+    h, heads = 2048, 20
+    # fused q_a + kv_a, q_a norm, q_b, kv_a norm, kv_b, o_proj, the two layer norms
+    mla = ((768 + 576) * h + 768 + heads * 256 * 768 + 512 + heads * (192 + 256) * 512 + h * heads * 256
+           + 2 * h)
+    params = 2 * 154880 * h + h + 47 * mla + 3 * 10240 * h + 46 * 65 * 3 * 1536 * h
+    m = shard_map(FLASH, 4)
+    assert m.total_weight_bytes == 2 * params + 4 * 46 * (64 * h + 64)
+    # the latent (512) and the rope key (64) of every layer, whole on every GPU
+    assert [r.kv_cache_bytes_per_token for r in m.ranks] == [47 * 576 * 2] * 4
+    spec = load_spec(FLASH)
+    assert [tp for tp in range(1, 21) if split_error(spec, tp)[0] is None] == [1, 2, 4]
+    # tp 5 divides the 20 heads and the dense MLP, but not the shared expert's 1536 rows, which stay cut over
+    # tp under expert parallelism too
+    for layout in (Layout(5), Layout(5, ep=True)):
+        assert "shared_expert_intermediate_size=1536" in str(split_error(spec, 5, layout=layout)[0])
+
+
+def test_glm47_flash_refusals():
+    cfg = presets()[FLASH]
+    with pytest.raises(ConfigError, match="index_topk"):
+        shard_map({**cfg, "index_topk": 2048}, 2)
+    with pytest.raises(MissingFieldError, match="first_k_dense_replace"):
+        shard_map({k: v for k, v in cfg.items() if k != "first_k_dense_replace"}, 2)
+
+
+def test_glm4_moe_lite_names_and_shapes_what_transformers_saves(tmp_path):
+    mla = dict(q_lora_rank=32, kv_lora_rank=16, qk_nope_head_dim=8, qk_rope_head_dim=8, v_head_dim=16)
+    cfg = {**presets()[FLASH], **TINY_GLM, **mla, "pad_token_id": 0}
+    written = saved("Glm4MoeLiteForCausalLM", cfg, tmp_path)
+    assert "model.layers.0.self_attn.kv_a_proj_with_mqa.weight" in written
+    m = shard_map(cfg, 2, tensor_names=set(written), checkpoint_source="tiny")
+    assert m.checkpoint["verified"], m.checkpoint
+    assert {t.name: tuple(t.shape) for t in tensors(build_plan(m.model))} == written

@@ -1,11 +1,14 @@
-"""GLM-4.5 / 4.6 / 4.7 (vLLM 0.33 models/glm4_moe.py) and GLM-4-0414 (models/glm4.py).
+"""GLM-4.5 / 4.6 / 4.7 (vLLM 0.33 models/glm4_moe.py), GLM-4.7-Flash (glm4_moe_lite.py) and GLM-4-0414
+(glm4.py).
 
 glm4_moe is DeepSeek-V3's FFN (the first first_k_dense_replace layers a dense gated MLP, the rest routed
 experts through FusedMoE beside shared_experts of moe_intermediate_size x n_shared_experts, a replicated
 float32 router that always holds e_score_correction_bias) under Llama-style GQA attention: q/k/v biased by
 attention_bias, o_proj never, per-head q_norm / k_norm when use_qk_norm; partial rotary changes no weight.
-glm4 is a Llama decoder with two more norms a layer (after attention and after the MLP) and gate/up fused on
-disk. Both drop the MTP layers (model.layers.<num_hidden_layers + i>.*), loaded by the draft model alone.
+glm4_moe_lite is the same FFN (its layers by first_k_dense_replace and moe_layer_freq) under DeepSeek-V2's
+multi-head latent attention, which vLLM builds for it as for DeepSeek-V3. glm4 is a Llama decoder with two
+more norms a layer (after attention and after the MLP) and gate/up fused on disk. All drop the MTP layers
+(model.layers.<num_hidden_layers + i>.*), loaded by the draft model alone.
 """
 from dataclasses import replace
 
@@ -36,6 +39,16 @@ def glm4_moe_fields(cfg: dict) -> dict:
     return cfg
 
 
+def glm4_moe_lite_fields(cfg: dict) -> dict:
+    """vLLM's Glm4MoeLiteDecoderLayer reads config.first_k_dense_replace, which Glm4MoeLiteConfig has no
+    default for (its mlp_layer_types is transformers' own reading, not vLLM's); silu alone."""
+    silu_only(cfg, "glm4_moe_lite.py")
+    if cfg.get("first_k_dense_replace") is None:
+        raise MissingFieldError("config is missing first_k_dense_replace, which vLLM 0.33's glm4_moe_lite.py "
+                                "reads (Glm4MoeLiteConfig gives it no default)", "first_k_dense_replace")
+    return cfg
+
+
 def glm4_fields(cfg: dict) -> dict:
     """glm4.py's MLP is LlamaMLP, which runs silu alone."""
     silu_only(cfg, "glm4.py")
@@ -51,5 +64,9 @@ RECORDS = [
     # Glm4MoeConfig's default)
     Arch("glm4_moe", "Glm4MoeForCausalLM", DEEPSEEK, adapt=glm4_moe_fields, o_bias=False,
          qk_norm="use_qk_norm", score_bias="always", router_fp32=True),
+    # MLA from kv_lora_rank, as vLLM's is_deepseek_mla lists glm4_moe_lite; index_topk would add GLM-5's
+    # sparse-attention indexer (Glm4MoeLiteModel.is_v32)
+    Arch("glm4_moe_lite", "Glm4MoeLiteForCausalLM", DEEPSEEK, adapt=glm4_moe_lite_fields, score_bias="always",
+         router_fp32=True, unmodelled=(("index_topk", "sparse-attention indexer layers (index_topk)"),)),
     Arch("glm4", "Glm4ForCausalLM", GLM4, adapt=glm4_fields, o_bias=False),
 ]
