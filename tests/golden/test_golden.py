@@ -89,7 +89,7 @@ ADDED = ("preset:internlm/internlm2-chat-7b|", "preset:ibm-granite/granite-3.1-1
          "preset:baidu/ERNIE-4.5-21B-A3B-PT|", "preset:LiquidAI/LFM2-8B-A1B|",
          "preset:ibm-granite/granite-4.0-h-tiny|")
 ADDED += ("preset:mistralai/Mistral-Small-3.1-24B-Instruct-2503|",  # vision towers (issue 25)
-          "preset:Qwen/Qwen3-VL-30B-A3B-Instruct|")
+          "preset:Qwen/Qwen3-VL-30B-A3B-Instruct|", "preset:zai-org/GLM-4.5V|")
 ADDED += ("preset:zai-org/GLM-4.5-Air|", "preset:zai-org/GLM-4.7|", "preset:THUDM/GLM-4-9B-0414|",  # GLM
           "preset:zai-org/GLM-4.7-Flash|")
 

@@ -378,3 +378,53 @@ SCOUT_VISION = {"vision_model.class_embedding": 1408, "vision_model.positional_e
 def test_llama4_scout_tower_sizes_equal_its_published_parameter_table():
     m = shard_map("meta-llama/Llama-4-Scout-17B-16E-Instruct", 1)
     assert {n: numel(m.tensor(n).shape) for n in SCOUT_VISION} == SCOUT_VISION
+
+
+# GLM-4.5V's text tensors as a published weight table lists them (layers and experts as ranges;
+# docs/presets.md)
+GLM45V_TEXT = [("lm_head.weight", (), (151552, 4096)), ("model.embed_tokens.weight", (), (151552, 4096)),
+               ("model.norm.weight", (), (4096,)),
+               *((f"model.layers.{{l}}.{n}", range(46), s) for n, s in (
+                   ("input_layernorm.weight", (4096,)), ("post_attention_layernorm.weight", (4096,)),
+                   ("self_attn.q_proj.weight", (12288, 4096)), ("self_attn.q_proj.bias", (12288,)),
+                   ("self_attn.k_proj.weight", (1024, 4096)), ("self_attn.k_proj.bias", (1024,)),
+                   ("self_attn.v_proj.weight", (1024, 4096)), ("self_attn.v_proj.bias", (1024,)),
+                   ("self_attn.o_proj.weight", (4096, 12288)))),
+               *((f"model.layers.0.mlp.{n}.weight", (), s) for n, s in (
+                   ("gate_proj", (10944, 4096)), ("up_proj", (10944, 4096)), ("down_proj", (4096, 10944)))),
+               *((f"model.layers.{{l}}.mlp.{n}", range(1, 46), s) for n, s in (
+                   ("gate.weight", (128, 4096)), ("gate.e_score_correction_bias", (128,)),
+                   ("shared_experts.gate_proj.weight", (1408, 4096)),
+                   ("shared_experts.up_proj.weight", (1408, 4096)),
+                   ("shared_experts.down_proj.weight", (4096, 1408)))),
+               *((f"model.layers.{{l}}.mlp.experts.{e}.{n}.weight", range(1, 46), s)
+                 for e in range(128) for n, s in (("gate_proj", (1408, 4096)), ("up_proj", (1408, 4096)),
+                                                  ("down_proj", (4096, 1408))))]
+
+
+def test_glm45v_maps_its_text_decoder_and_names_the_tower_it_leaves_out():
+    """glm4_1v.py builds GLM-4.5V's text_config as Glm4MoeForCausalLM: the map is GLM-4.5's decoder, name
+    for name and shape for shape the 17,925 text tensors of the released checkpoint (its 106,852,251,264
+    values: the published 107,710,933,120 less the tower's 858,681,856); the tower is left out, and the
+    notes say so."""
+    published = {(n.format(l=l) if "{l}" in n else n): s for n, ls, s in GLM45V_TEXT for l in (ls or [None])}
+    m = shard_map("zai-org/GLM-4.5V", 8)
+    drawn = {t.name: t.shape for t in tensors(build_plan(m.model))}
+    assert len(published) == 17925 and drawn == published
+    assert sum(numel(s) for s in drawn.values()) == 106_852_251_264
+    assert not m.model.tower and any("the vision tower (and any projector" in n for n in m.model.notes)
+
+
+def test_kimi_vl_maps_its_deepseek_decoder_and_names_the_tower_it_leaves_out():
+    """kimi_vl.py builds text_config as DeepseekV2ForCausalLM (deepseek_v2.py, DeepSeek-V3's file too): the
+    decoder maps by its own model_type; MoonViT and the projector are left out, and the notes say so."""
+    text = dict(model_type="deepseek_v3", hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
+                num_key_value_heads=4, qk_rope_head_dim=8, qk_nope_head_dim=16, v_head_dim=16,
+                kv_lora_rank=32,
+                q_lora_rank=None, intermediate_size=128, moe_intermediate_size=32, n_routed_experts=4,
+                n_shared_experts=1, num_experts_per_tok=2, first_k_dense_replace=1, vocab_size=512)
+    m = shard_map({"architectures": ["KimiVLForConditionalGeneration"], "model_type": "kimi_vl",
+                   "text_config": text, "vision_config": {"model_type": "moonvit", "hidden_size": 32}}, 2)
+    assert m.model.model_type == "deepseek_v3" and not m.model.tower
+    assert m.tensor("model.layers.*.self_attn.kv_b_proj.weight").split_dim == 0
+    assert any("only the text decoder is mapped; the vision tower" in n for n in m.model.notes)
