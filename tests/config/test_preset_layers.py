@@ -84,8 +84,10 @@ def expected_layers(key: str) -> list[tuple[tuple, tuple]]:
     if mt == "gemma4_text":  # full layers: global_head_dim, and (K = V) num_global_key_value_heads
         full = att("attention", c["num_global_key_value_heads"] if c["attention_k_eq_v"] else kv,
                    c["global_head_dim"])
+        ffn = ("moe", c["moe_intermediate_size"], c["num_experts"]) if c.get("num_experts") else \
+            ("dense", c["intermediate_size"])  # 26B-A4B: every layer's MLP with experts beside it
         return [(full if t == "full_attention" else att("sliding_attention", kv, d, c["sliding_window"]),
-                 ("dense", c["intermediate_size"])) for t in c["layer_types"]]
+                 ffn) for t in c["layer_types"]]
     if mt == "gpt_oss":  # vLLM: even layers sliding, odd full; MoE everywhere
         return [(att("sliding_attention", kv, d, c["sliding_window"]) if i % 2 == 0
                  else att("attention", kv, d),
@@ -105,6 +107,7 @@ PRESETS = ["Qwen/Qwen3-Next-80B-A3B-Thinking", "Qwen/Qwen3.5-9B",
            "nvidia/NVIDIA-Nemotron-3-Nano-30B-A3B-BF16",
            "nvidia/Nemotron-H-56B-Base-8K", "nvidia/Llama-3_3-Nemotron-Super-49B-v1",
            "meta-llama/Llama-4-Scout-17B-16E-Instruct", "google/gemma-3-27b-it", "google/gemma-4-31B-it",
+           "google/gemma-4-26B-A4B-it",
            "openai/gpt-oss-20b", "openai/gpt-oss-120b", "LiquidAI/LFM2.5-VL-1.6B", "tiiuae/falcon-7b",
            "bigscience/bloom-560m", "EleutherAI/pythia-1.4b", "openai-community/gpt2",
            "bigcode/starcoderbase-1b"]

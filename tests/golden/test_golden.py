@@ -93,6 +93,7 @@ ADDED += ("preset:mistralai/Mistral-Small-3.1-24B-Instruct-2503|",  # vision tow
 ADDED += ("preset:zai-org/GLM-4.5-Air|", "preset:zai-org/GLM-4.7|", "preset:THUDM/GLM-4-9B-0414|",  # GLM
           "preset:zai-org/GLM-4.7-Flash|")
 
+ADDED += ("preset:google/gemma-4-26B-A4B-it|",)  # Gemma-4 MoE (issue 25)
 
 def compare(golden: dict, now: dict) -> None:
     """Every case equals its dump, except those CHANGED lists (which must differ)."""

@@ -67,12 +67,14 @@ class Arch:
     # Gated DeltaNet projections stored apart (Qwen3.5), not interleaved (Qwen3-Next)
     deltanet_split: bool = False
     # --- the plan's extra tensors and checks
-    # "positions", "embed_norm", "layer_scalar", "sinks", "router_bias", "head_bias" (lm_head.bias)
+    # "positions", "embed_norm", "layer_scalar", "sinks", "router_bias", "head_bias" (lm_head.bias),
+    # "router_scales" (Gemma-4's router.scale and router.per_expert_scale)
     extra: tuple[str, ...] = ()
     # routed experts' layout: "" gate/up/down, "stacked" (gpt-oss), "ungated" (Nemotron-H), "halves"
     # (Granite-MoE: stacked [experts, gate | up, hidden] and [experts, hidden, intermediate]), "transposed"
     # (Qwen3-VL-MoE, Llama-4: experts.gate_up_proj [experts, hidden, gate | up], experts.down_proj [experts,
-    # intermediate, hidden], loaded transposed)
+    # intermediate, hidden], loaded transposed), "fused" (Gemma-4: "halves" named experts.gate_up_proj and
+    # experts.down_proj, without .weight)
     experts: str = ""
     shared_reduce: bool = False  # the shared MLP all-reduces apart from the experts (Granite-4 hybrids)
     moe_tp_limit: bool = False  # vLLM's model file refuses tp above the expert count (Qwen MoE)

@@ -41,6 +41,7 @@ class Names:
     shared_fused: str | None = None  # its gate/up fused on disk (Granite-4's input_linear)
     shared_down: str = "down_proj"
     shared_gate: str | None = None
+    shared_size_key: str = "shared_expert_intermediate_size"  # the config key of its size (Gemma-4's MLP)
     linear_attn: str = "linear_attn."  # Gated DeltaNet
     mamba: str = "mixer."
     conv: str = "conv."

@@ -191,7 +191,7 @@ def read_spec(cfg: dict, name: str) -> ModelSpec:
     if spec.quant is not None and arch.experts == "halves":  # their scales' stacked layout is not traced
         raise ConfigError(f"{spec.quant.label} on {model_type}'s stacked experts (input_linear, "
                           "output_linear) is not modelled yet; the unquantized checkpoint maps")
-    if spec.quant is not None and arch.experts == "transposed":  # nor these (gate_up_proj_scale_inv, ...)
+    if spec.quant is not None and arch.experts in ("transposed", "fused"):  # nor these (gate_up_proj_scale_inv)
         raise ConfigError(f"{spec.quant.label} on {model_type}'s fused experts (experts.gate_up_proj, "
                           "experts.down_proj) is not modelled yet; the unquantized checkpoint maps")
     if note:

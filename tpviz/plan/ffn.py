@@ -47,6 +47,10 @@ def moe(spec: ModelSpec, names: Names, f: Ffn, layers, rules: RuleSet) -> list[P
         plans[0].build = _at_least_one_expert(plans[0].build, e, spec.model_type)
     if "router_bias" in spec.arch.extra:
         plans.append(replicated(f"{p}{names.router}.bias", e, hidden, layers, bias=True))
+    if "router_scales" in spec.arch.extra:  # Gemma-4: the router input's scale, and one scale per expert
+        router = names.router.rsplit(".", 1)[0]
+        plans += [replicated(f"{p}{router}.{n}", size, hidden, layers, bias=True)
+                  for n, size in (("scale", hidden), ("per_expert_scale", e))]
     if spec.router_score_bias:
         score = replicated(f"{p}{names.score_bias or names.router + '.e_score_correction_bias'}", e, hidden,
                            layers, bias=True)
@@ -73,13 +77,16 @@ def moe(spec: ModelSpec, names: Names, f: Ffn, layers, rules: RuleSet) -> list[P
                 src.name = src.name.replace(".weight", "").replace(".bias", "_bias")
                 src.disk = (e, *src.shape[::-1])
         plans += stacked
-    elif spec.arch.experts == "halves":  # Granite-MoE: one stacked tensor per projection, gate | up halves
+    # Granite-MoE, Gemma-4 ("fused": named without .weight): one stacked tensor per projection, gate | up halves
+    elif spec.arch.experts in ("halves", "fused"):
         fused, down = (f"{p}{names.expert_gate_up[0]}", f"{p}{names.expert_down}")
         plans += merged(f"{ex}gate_up_proj", [], fused, hidden, [inter, inter], "experts", layers, quantity,
                         e, note="stored stacked as [experts, 2*intermediate, hidden]: gate, then up rows")
         plans += row(f"{ex}down_proj", inter, hidden, "experts", layers, False, quantity, e,
                      "stored stacked as [experts, hidden, intermediate]")
         plans[-1].sources[0].name = f"{down}.weight"  # one tensor for every expert (shown per expert)
+        for plan in plans[-2:] if spec.arch.experts == "fused" else []:
+            plan.sources[0].name = plan.sources[0].name.removesuffix(".weight")
     # Qwen3-VL-MoE, Llama-4: one tensor per projection, [in, out]. A quantized config is refused
     # (normalize.py); the calibration's served formats alone come quantized, drawn per expert below, for bytes
     elif spec.arch.experts == "transposed" and spec.quant is None:
@@ -105,7 +112,7 @@ def moe(spec: ModelSpec, names: Names, f: Ffn, layers, rules: RuleSet) -> list[P
                      q=qplan(spec, rules, f"{ex}{names.expert_down}", layers, role="moe"))
     if f.shared:
         sh = f"{names.layer if names.shared_outside else p}{names.shared}"
-        qty, fused = ("shared_expert_intermediate_size", f.shared), names.shared_fused
+        qty, fused = (names.shared_size_key, f.shared), names.shared_fused
         q_sh = qplan(spec, rules, f"{sh}{fused or 'gate_proj'}", layers)
         if fused:  # Granite-4: one stacked [gate | up] table, cut like any merged gate/up
             plans += merged(f"{sh}{fused}", [], f"{sh}{fused}", hidden, [f.shared] * 2, "gate_up", layers,

@@ -5,6 +5,7 @@ vocabulary blocks are joined is the rule set's (vLLM all-gathers them, nano-vllm
 """
 from dataclasses import dataclass
 
+from tpviz.plan import arch_names
 from tpviz.rules import RuleSet
 from tpviz.trace.shardmap import ShardMap
 
@@ -85,7 +86,8 @@ def shared_collectives(spec, tp: int, layers=None) -> list[Collective]:
     if tp == 1 or not spec.arch.shared_reduce or not count:
         return []
     hidden = spec.hidden_size * spec.dtype_bytes
-    return [Collective("all-reduce", "after the shared MLP's output_linear (reduced apart from the experts)",
+    down = arch_names(spec).shared_down  # Granite-4's output_linear, Gemma-4's MLP down_proj
+    return [Collective("all-reduce", f"after the shared MLP's {down} (reduced apart from the experts)",
                        count, hidden, 2 * (tp - 1) / tp * hidden)]
 
 

@@ -1,0 +1,88 @@
+"""Gemma-4 as vLLM 0.33 models/gemma4.py builds it: the MoE block beside each layer's MLP (26B-A4B) and the
+KV-shared layers that keep no cache of their own (E2B, E4B). Names and shapes are checked against tiny
+checkpoints transformers writes; the counts and cache bytes are computed by hand here."""
+import math
+
+import pytest
+import torch
+import transformers
+from safetensors import safe_open
+
+from tpviz import shard_map
+from tpviz.config.sources import presets
+from tpviz.errors import ConfigError, TPSizeError
+from tpviz.plan import build_plan
+from tpviz.plan.tensors import tensors
+from tpviz.trace.collectives import collectives
+
+MOE = "google/gemma-4-26B-A4B-it"
+TINY = dict(num_hidden_layers=6, hidden_size=64, num_attention_heads=4, num_key_value_heads=2, head_dim=16,
+            global_head_dim=32, intermediate_size=96, vocab_size=512, vocab_size_per_layer_input=512,
+            layer_types=(["sliding_attention"] * 2 + ["full_attention"]) * 2)
+
+
+def saved(text: dict, folder) -> dict[str, tuple]:
+    """The tensor names and shapes a tiny random Gemma4ForCausalLM of this text config saves."""
+    config = transformers.Gemma4TextConfig(**{k: v for k, v in text.items() if k != "model_type"})
+    torch.manual_seed(0)
+    transformers.Gemma4ForCausalLM(config).save_pretrained(folder)
+    out = {}
+    for path in sorted(folder.glob("*.safetensors")):
+        with safe_open(path, "pt") as f:
+            out.update({name: tuple(f.get_slice(name).get_shape()) for name in f.keys()})
+    return out
+
+
+def assert_maps_what_transformers_saves(text: dict, folder) -> None:
+    written = saved(text, folder)
+    m = shard_map({**text, "architectures": ["Gemma4ForCausalLM"]}, 2, tensor_names=set(written),
+                  checkpoint_source="tiny")
+    assert m.checkpoint["verified"], m.checkpoint
+    assert {t.name: tuple(t.shape) for t in tensors(build_plan(m.model))} == written
+
+
+def test_moe_names_and_shapes_are_what_transformers_saves(tmp_path):
+    text = {**presets()[MOE]["text_config"], **TINY, "num_global_key_value_heads": 1,
+            "moe_intermediate_size": 24, "num_experts": 4, "top_k_experts": 2}
+    assert_maps_what_transformers_saves(text, tmp_path)
+
+
+def test_26b_a4b_stores_what_its_card_counts():
+    """30 layers, each: q/k/v/o (k = v on the 5 full layers), 7 norms, layer_scalar, the router (proj, scale,
+    per_expert_scale), 128 experts of 704 stacked, and the MLP of 2112 beside them; 25.2B on the card.
+    On the GPU the full layers' qkv_proj also holds V's rows (k loaded twice)."""
+    hidden, experts = 2816, 128
+    per_layer = (7 * hidden + 1 + experts * hidden + hidden + experts
+                 + experts * 3 * 704 * hidden + 3 * 2112 * hidden)
+    sliding = hidden * (4096 + 2048 + 2048 + 4096) + 2 * 256
+    full = hidden * (8192 + 1024 + 8192) + 2 * 512
+    total = 262144 * hidden + hidden + 30 * per_layer + 25 * sliding + 5 * full
+    assert total == 25_233_141_790
+    m = shard_map(presets()[MOE], 1)
+    assert sum(math.prod(t.shape) for t in tensors(build_plan(m.model))) == total
+    assert m.total_weight_bytes == 2 * (total + 5 * 1024 * hidden)
+    assert {layer.ffn.label for layer in m.model.layers} == {"MoE 128×704 + shared 2112"}
+
+
+def test_26b_a4b_reduces_mlp_and_experts_apart_and_caches_by_layer_kind():
+    """Gemma4MLP's down_proj and the FusedMoE each all-reduce (reduce_results); the sliding layers cache 8 KV
+    heads of 256 up to 1024 tokens, the full layers 2 of 512 (k = v), replicated at tp 4."""
+    m = shard_map(presets()[MOE], 4)
+    reduces = {c.where.split(" (")[0]: c.count for c in collectives(m) if c.op == "all-reduce"}
+    assert reduces["after the shared MLP's down_proj"] == 30 and reduces["after down_proj"] == 30
+    rank = m.ranks[0]
+    assert rank.kv_cache_bytes_per_token == 5 * 2 * 1 * 512 * 2
+    assert rank.kv_cache_windowed == [{"kind": "sliding_attention", "window": 1024, "layers": 25,
+                                       "bytes_per_token": 25 * 2 * 2 * 256 * 2}]
+    assert shard_map(presets()[MOE], 16).tp_size == 16
+    with pytest.raises(TPSizeError):
+        shard_map(presets()[MOE], 32)  # 16 query heads
+
+
+def test_moe_refusals_name_the_part():
+    text = presets()[MOE]["text_config"]
+    with pytest.raises(ConfigError, match="moe_intermediate_size"):
+        shard_map({**presets()[MOE], "text_config": {**text, "moe_intermediate_size": None}}, 2)
+    fp8 = {**presets()[MOE], "quantization_config": {"quant_method": "fp8", "weight_block_size": [128, 128]}}
+    with pytest.raises(ConfigError, match="experts.gate_up_proj"):
+        shard_map(fp8, 2)
