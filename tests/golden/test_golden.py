@@ -21,6 +21,13 @@ FUSED_A = ("q_a_proj and kv_a_proj_with_mqa load into vLLM's one replicated fuse
            "1536, its scales from row 12), as deepseek_v2.py's mla_params_mapping does (issue 25)")
 CHANGED.update({f"preset:deepseek-ai/DeepSeek-V3|{rules}|{tp}": FUSED_A
                 for rules in ("vllm", "vllm-0.28", "nano-vllm") for tp in (1, 2, 8, 16)})
+SCORE_BIAS = ("the router's e_score_correction_bias is float32, as deepseek_v2.py's DeepseekV2MoE builds it "
+              "and the checkpoints store it (issue 25)")
+CHANGED.update({key: f"{FUSED_A}; {SCORE_BIAS}" for key in CHANGED if key.startswith("preset:deepseek-ai/")})
+CHANGED.update({key: SCORE_BIAS for key in (
+    *(f"preset:deepseek-ai/DeepSeek-V3|layout {lay}" for lay in ("2,2,1,False", "2,1,2,False", "2,2,2,True",
+                                                                "4,1,2,True")),
+    *(f"plan deepseek-ai/DeepSeek-V3|{rules}" for rules in ("vllm", "vllm-0.28", "nano-vllm")))})
 
 TOWER = ("its vision tower is mapped as vLLM 0.33's qwen3_vl.py splits it, on the first pipeline stage "
          "(issue 25)")
@@ -47,6 +54,11 @@ REWORDED = [("its tensors are stored under a language-model prefix (e.g. languag
              "vision tower is not split", "the vision tower (and any projector or audio tower) is left out of "
              "the map and of every memory figure, and its own TP split is not drawn",
              "vLLM splits vision towers too: the note no longer says a tower is not split (issue 25)")]
+KIMI_LIVE = "Kimi-K2.5's decoder runs live as DeepSeek-V3's: the live check lists kimi_k25 (issue 25)"
+REWORDED += [("deepseek_v3, deepseek_v2, gpt_oss", "deepseek_v3, deepseek_v2, kimi_k25, gpt_oss", KIMI_LIVE),
+             ("deepseek_v3, deepseek_v2 only (shared experts: qwen2_moe, deepseek_v3, deepseek_v2)",
+              "deepseek_v3, deepseek_v2, kimi_k25 only (shared experts: qwen2_moe, deepseek_v3, deepseek_v2, "
+              "kimi_k25)", KIMI_LIVE)]
 
 
 def load(path) -> dict:
@@ -92,8 +104,9 @@ ADDED += ("preset:mistralai/Mistral-Small-3.1-24B-Instruct-2503|",  # vision tow
           "preset:Qwen/Qwen3-VL-30B-A3B-Instruct|", "preset:zai-org/GLM-4.5V|")
 ADDED += ("preset:zai-org/GLM-4.5-Air|", "preset:zai-org/GLM-4.7|", "preset:THUDM/GLM-4-9B-0414|",  # GLM
           "preset:zai-org/GLM-4.7-Flash|")
-
+ADDED += ("preset:moonshotai/Kimi-K2.5|",)  # Kimi-K2.5 (issue 25)
 ADDED += ("preset:google/gemma-4-26B-A4B-it|",)  # Gemma-4 MoE (issue 25)
+
 
 def compare(golden: dict, now: dict) -> None:
     """Every case equals its dump, except those CHANGED lists (which must differ)."""

@@ -1,6 +1,7 @@
 """DeepSeek-V2/V3 (vLLM 0.33 models/deepseek_v2.py): multi-head latent attention, shared experts, grouped
 top-k routing; V3's router holds e_score_correction_bias (topk_method noaux_tc, its default and never
-V2's)."""
+V2's), which DeepseekV2MoE builds in float32 whatever the model's dtype. Kimi-K2.5 (models/kimi_k25.py) wraps
+the same decoder, which it builds from text_config as DeepseekV2ForCausalLM under language_model."""
 from dataclasses import replace
 
 from tpviz.archs.base import Arch
@@ -8,16 +9,21 @@ from tpviz.rules.sglang import Groups
 from tpviz.archs.names import LLAMA
 
 DEEPSEEK = replace(LLAMA, shared="shared_experts.")
-_MLA = dict(names=DEEPSEEK, score_bias="noaux_tc", live="mla", live_moe=True, live_shared=True)
+_MLA = dict(names=DEEPSEEK, score_bias="noaux_tc", score_bias_fp32=True, live="mla", live_moe=True,
+            live_shared=True)
 
 # deepseek_v2.py: MLA's q_b, kv_b and o over the attention group; --moe-dense-tp-size 1 and
 # SGLANG_SHARED_EXPERT_TP1 keep the dense MLPs and the shared experts whole
 # SGLang's one replicated latent table is fused_qkv_a_proj_with_mqa (a ReplicatedLinear)
 SGLANG = Groups("deepseek_v2.py", "attn_tp", "attn_tp", "attn_tp", "switch", "switch", expert_limit="tp",
                 params=(("fused_qkv_a_proj", "fused_qkv_a_proj_with_mqa"),))
+_V3 = dict(topk_method="noaux_tc", renormalize_default=True, routing="v3",
+           sglang=replace(SGLANG, fuses_shared=True), **_MLA)
 
 RECORDS = [
-    Arch("deepseek_v3", "DeepseekV3ForCausalLM", topk_method="noaux_tc",
-         renormalize_default=True, routing="v3", sglang=replace(SGLANG, fuses_shared=True), **_MLA),
+    Arch("deepseek_v3", "DeepseekV3ForCausalLM", **_V3),
     Arch("deepseek_v2", "DeepseekV2ForCausalLM", routing="v2", sglang=SGLANG, **_MLA),
+    # kimi_k25.py: MoonViT (vision_tower.*) and its projector (mm_projector.*) beside the decoder; vLLM
+    # builds the decoder as DeepSeek-V3's whatever text_config's model_type says (kimi_k2 in some copies)
+    Arch("kimi_k25", "KimiK25ForConditionalGeneration", text_model="deepseek_v3", **_V3),
 ]
