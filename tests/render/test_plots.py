@@ -11,6 +11,7 @@ from tpviz.trace.shardmap import Piece
 from tpviz.config.sources import presets
 from tpviz.render.summary import families_present
 from tpviz.trace.validity import split_problem
+from tpviz.archs import arch_of
 
 MB = 1_000_000
 
@@ -256,3 +257,18 @@ def test_a_wide_source_view_keeps_its_scale_in_a_wider_figure():
     assert row_ticks(7) == [0, 2, 4, 6] and row_ticks(1) == [0, 1]  # whole rows
     tall = figs("meta-llama/Llama-3.1-8B", 8)["gate_up"].layout  # the height limits it already: no blank rows
     assert tall.yaxis.range[0] == pytest.approx(14336 * 1.01)
+
+
+TOWERS = sorted(hub for hub, cfg in presets().items() if arch_of(cfg.get("model_type", "")).tower)  # mapped
+
+
+@pytest.mark.parametrize("model", TOWERS)
+def test_each_tower_label_names_one_tensor(model):
+    """Two tower tensors under one label would share a row of the vision figure (Llama-4's adapter MLP beside
+    the blocks' own fc1 / fc2)."""
+    tower = [t for t in shard_map(model, 1).tensors if t.tower]
+    assert tower, model
+    named: dict[str, set[str]] = {}
+    for t in tower:
+        named.setdefault(tensor_label(t), set()).add(t.name)
+    assert {label: names for label, names in named.items() if len(names) > 1} == {}

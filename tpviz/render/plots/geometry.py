@@ -38,7 +38,9 @@ def tower_label(name: str) -> str:
     'attn.proj', 'visual.merger.mlp.0.bias' -> 'merger.mlp.0 bias'."""
     skip = ("weight", "*", "blocks", "vision_model", "encoder", "layers", "embeddings", "self_attn")
     parts = [p for p in name.split(".", 1)[-1].split(".") if p not in skip]
-    part = {"merger": "merger.", "deepstack_merger_list": "deepstack."}.get(parts[0], "")
+    # parts outside the blocks keep their name: Llama-4's adapter has an mlp.fc1 / fc2 of its own
+    part = {"merger": "merger.", "deepstack_merger_list": "deepstack.",
+            "vision_adapter": "adapter."}.get(parts[0], "")
     parts = parts[1:] if part else [p for p in parts if p != "mlp"]
     tail = parts[:-1] if parts[-1] == "bias" else parts
     label = part + (".".join(tail[-2:]) if tail[-1] == "proj" or part else tail[-1])
