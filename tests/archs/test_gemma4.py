@@ -9,10 +9,14 @@ import transformers
 from safetensors import safe_open
 
 from tpviz import shard_map
+from tpviz.config.normalize import normalize
 from tpviz.config.sources import presets
+from tpviz.deploy.sizing import Sizer
 from tpviz.errors import ConfigError, TPSizeError
 from tpviz.plan import build_plan
 from tpviz.plan.tensors import tensors
+from tpviz.rules import Layout
+from tpviz.trace.caches import kv_sources
 from tpviz.trace.collectives import collectives
 
 MOE = "google/gemma-4-26B-A4B-it"
@@ -86,3 +90,59 @@ def test_moe_refusals_name_the_part():
     fp8 = {**presets()[MOE], "quantization_config": {"quant_method": "fp8", "weight_block_size": [128, 128]}}
     with pytest.raises(ConfigError, match="experts.gate_up_proj"):
         shard_map(fp8, 2)
+
+
+def shared_text(**over) -> dict:
+    """E2B's attention layout (35 layers, 4 sliding of 256 then 1 full of 512, one KV head, the last 20
+    layers KV-shared, double-wide MLPs there) without its per-layer input embeddings, which tpviz refuses."""
+    types = (["sliding_attention"] * 4 + ["full_attention"]) * 7
+    return {"model_type": "gemma4_text", "architectures": ["Gemma4ForCausalLM"], "hidden_size": 1536,
+            "intermediate_size": 6144, "num_attention_heads": 8, "num_key_value_heads": 1, "head_dim": 256,
+            "global_head_dim": 512, "num_hidden_layers": 35, "layer_types": types, "sliding_window": 512,
+            "num_kv_shared_layers": 20, "use_double_wide_mlp": True, "attention_k_eq_v": False,
+            "vocab_size": 262144, "tie_word_embeddings": True, "hidden_size_per_layer_input": 0,
+            "max_position_embeddings": 131072, **over}
+
+
+def test_kv_shared_names_and_shapes_are_what_transformers_saves(tmp_path):
+    """Shared layers hold q_proj, q_norm and o_proj alone (no k_proj, v_proj, k_norm); with
+    use_double_wide_mlp their MLP is twice as wide."""
+    text = {**presets()[MOE]["text_config"], **TINY, "num_global_key_value_heads": None, "num_experts": None,
+            "attention_k_eq_v": False, "enable_moe_block": False, "num_kv_shared_layers": 2,
+            "use_double_wide_mlp": True}
+    assert_maps_what_transformers_saves(text, tmp_path)
+
+
+def test_kv_shared_layers_cache_nothing():
+    """KV bytes per token count only the 15 layers that own a cache: full layers 4, 9, 14 (one KV head of
+    512, K and V, bf16) and 12 sliding layers (one head of 256) up to their 512-token window; at tp 2 the one
+    KV head is replicated, so each GPU holds the same. Without sharing, 7 full and 28 sliding layers cache."""
+    for tp in (1, 2):
+        m = shard_map(shared_text(), tp)
+        for rank in m.ranks:
+            assert rank.kv_cache_bytes_per_token == 3 * 2 * 512 * 2
+            assert rank.kv_cache_windowed == [{"kind": "sliding_attention", "window": 512, "layers": 12,
+                                               "bytes_per_token": 12 * 2 * 256 * 2}]
+    m = shard_map(shared_text(num_kv_shared_layers=0), 1)
+    assert m.ranks[0].kv_cache_bytes_per_token == 7 * 2 * 512 * 2
+    assert m.ranks[0].kv_cache_windowed[0]["layers"] == 28
+
+
+def test_kv_shared_layers_read_their_source_cache_in_the_speed_bound():
+    """vLLM 0.33: a shared layer attends over the cache of the last earlier layer of its kind (13 for the
+    sliding ones, 14 for the full ones): read each decode step, never written."""
+    spec = normalize(shared_text())
+    assert [layer.mixer.kv_shared for layer in spec.layers] == [False] * 15 + [True] * 20
+    assert {layer.ffn.size for layer in spec.layers[15:]} == {2 * 6144}
+    assert kv_sources(spec) == {i: 14 if (i + 1) % 5 == 0 else 13 for i in range(15, 35)}
+    cost = Sizer(spec).stage_cost(Layout(tp=1), set(range(35)), True, True)
+    assert len(cost.attention) == 15 and len(cost.shared_attention) == 20
+    assert sorted({(size, window) for size, window, _ in cost.shared_attention}) == [(2 * 256 * 2, 512),
+                                                                                     (2 * 512 * 2, 0)]
+
+
+def test_kv_sharing_refusals_name_the_part():
+    with pytest.raises(ConfigError, match="num_kv_shared_layers"):
+        shard_map(shared_text(num_kv_shared_layers=35), 1)
+    with pytest.raises(ConfigError, match="hidden_size_per_layer_input"):  # E2B / E4B: per-layer inputs
+        shard_map(shared_text(hidden_size_per_layer_input=256), 1)

@@ -6,7 +6,12 @@ dense MLP (mlp.gate_proj/up_proj/down_proj) and, beside it, routed experts store
 experts.gate_up_proj [experts, 2 x moe_intermediate, hidden] and experts.down_proj [experts, hidden,
 moe_intermediate], which FusedMoE cuts over tp (or places by EP). The router (router.proj, with router.scale
 and router.per_expert_scale) is replicated; the block adds three norms. The MLP and the experts each
-all-reduce."""
+all-reduce.
+
+Gemma-4's KV-shared layers (E2B, E4B; Gemma4Attention): the last num_kv_shared_layers attend over the KV
+cache of the last earlier layer of their kind, so they build q_proj (column-parallel), q_norm and o_proj
+alone, cache nothing, and with use_double_wide_mlp run an MLP twice intermediate_size (config/readers.py).
+Checkpoints that still ship their k_proj / v_proj / k_norm have them dropped by vLLM's loader."""
 from dataclasses import replace
 
 from tpviz.archs.base import Arch
@@ -19,13 +24,13 @@ GEMMA2 = replace(LLAMA, mixer_norms=("input_layernorm", "post_attention_layernor
 # the MoE block beside the MLP: the experts and router under the layer, the MLP drawn as its shared part
 GEMMA4_MOE = replace(GEMMA2, mlp="", router="router.proj", expert_gate_up=("experts.gate_up_proj",),
                      expert_down="experts.down_proj", shared="mlp.", shared_size_key="intermediate_size",
-                     ffn_norms=GEMMA2.ffn_norms + ("pre_feedforward_layernorm_2", "post_feedforward_layernorm_1",
+                     ffn_norms=GEMMA2.ffn_norms + ("pre_feedforward_layernorm_2",
+                                                   "post_feedforward_layernorm_1",
                                                    "post_feedforward_layernorm_2"))
 GEMMA4_NAMES = {"": GEMMA2, "moe": GEMMA4_MOE}
 # parts of Gemma-4 tpviz does not model, by the config field that reveals them: refused, never drawn as
 # attention
-GEMMA4_UNMODELLED = (("num_kv_shared_layers", "KV-shared layers"),
-                     ("hidden_size_per_layer_input", "per-layer input embeddings"))
+GEMMA4_UNMODELLED = (("hidden_size_per_layer_input", "per-layer input embeddings"),)
 
 
 def gemma4_fields(cfg: dict) -> dict:

@@ -35,6 +35,9 @@ class Mixer:
     rope: bool = True
     output_gate: bool = False  # Qwen3-Next: q_proj also emits a sigmoid gate per head (twice as wide)
     k_eq_v: bool = False  # Gemma-4 global layers: no v_proj on disk, k_proj is loaded as both K and V
+    # Gemma-4's last num_kv_shared_layers: q_proj alone, attending over an earlier layer's KV cache; they
+    # hold no KV heads (kv_heads 0) and cache nothing
+    kv_shared: bool = False
 
     @property
     def is_attention(self) -> bool:
@@ -50,7 +53,7 @@ class Mixer:
 
     @property
     def label(self) -> str:
-        rope = "" if self.rope else ", no RoPE"
+        rope = ("" if self.rope else ", no RoPE") + (", KV shared" if self.kv_shared else "")
         return {"attention": f"full attention{rope}",
                 "sliding_attention": f"sliding attention ({self.window}){rope}",
                 "chunked_attention": f"chunked attention ({self.window}){rope}", "mla": "MLA attention",
@@ -59,7 +62,8 @@ class Mixer:
 
     def to_dict(self) -> dict:
         d = asdict(self)
-        return {k: v for k, v in d.items() if v or k == "kind" or (k == "rope" and self.is_attention)}
+        return {k: v for k, v in d.items()
+                if v or k == "kind" or (k in ("rope", "kv_heads") and self.is_attention)}
 
 
 @dataclass(frozen=True)

@@ -208,8 +208,9 @@ class Speed:
         """Seconds per decode step of b sequences on the fullest GPU of a stage, per term."""
         moe_tokens = b * layout.dp  # vLLM's MoE layers take every replica's tokens
         own = b / layout.attn_dp  # SGLang's attention DP: each group attends to its own sequences
-        kv = sum(size * min(context, w or context) for size, w, _ in c.attention) * own
-        attn_macs = sum(m * min(context, w or context) for _, w, m in c.attention) * own
+        read = c.attention + c.shared_attention  # a KV-shared layer reads its source layer's cache
+        kv = sum(size * min(context, w or context) for size, w, _ in read) * own
+        attn_macs = sum(m * min(context, w or context) for _, w, m in read) * own
         k, e = self.spec.num_experts_per_tok, max(self.spec.num_experts, 1)
         macs = c.macs * own + c.expert_macs * moe_tokens * k * c.experts_held / e
         terms = {"weights": c.weights / self.topo.gpu.hbm,
@@ -251,7 +252,7 @@ class Speed:
         expert read once, causal attention over each prompt, the KV cache written."""
         total = tokens * requests
         causal = sum(m * (min(tokens, w or tokens) * tokens - min(tokens, w or tokens) ** 2 / 2)
-                     for _, w, m in c.attention) * requests / groups
+                     for _, w, m in c.attention + c.shared_attention) * requests / groups
         k, e = self.spec.num_experts_per_tok, max(self.spec.num_experts, 1)
         # groups: SGLang's attention-DP groups, each with its share of the prompts
         macs = c.macs * total / groups + c.expert_macs * total * k * c.experts_held / e

@@ -12,7 +12,7 @@ from tpviz.deploy.traffic import comm_per_token
 from tpviz.errors import LayoutError
 from tpviz.plan import ParamPlan, build_plan
 from tpviz.rules import Layout, RuleSet, ruleset
-from tpviz.trace.caches import layer_caches
+from tpviz.trace.caches import kv_sources, layer_caches
 from tpviz.trace.probe import single_thread
 from tpviz.trace.shardmap import numel
 from tpviz.trace.tracer import trace, trace_plan
@@ -57,6 +57,8 @@ class StageCost:
     experts_held: int = 0  # routed experts it holds (each whole under EP, else a slice of every one)
     # per attention layer: KV bytes per token, window (0: none), multiply-adds per cached token
     attention: list[tuple[int, int, int]] = field(default_factory=list)
+    # ... of the layers that read another layer's cache and write none (Gemma-4's KV-shared layers)
+    shared_attention: list[tuple[int, int, int]] = field(default_factory=list)
 
 
 class Sizer:
@@ -141,9 +143,13 @@ class Sizer:
                 if w.ep > 1 else self.spec.num_experts
         def heads(i: int) -> int:  # query heads of layer i on one GPU
             return max(1, (self.spec.layers[i].mixer.heads or self.spec.num_attention_heads) // w.attention)
-        for i, (size, window) in self.kv_per_layer(w.attention).items():
+        kv = self.kv_per_layer(w.attention)
+        for i, (size, window) in kv.items():
             if i in layers:
                 c.attention.append((size, window, heads(i) * self.attention_dims(i)))
+        for i, source in kv_sources(self.spec).items():
+            if i in layers:
+                c.shared_attention.append((*kv[source], heads(i) * self.attention_dims(i)))
         return c
 
     def attention_dims(self, i: int) -> int:

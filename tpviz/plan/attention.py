@@ -107,7 +107,12 @@ def qkv(spec: ModelSpec, names: Names, rules: RuleSet, m: Mixer, layers, bias: b
 def attention(spec: ModelSpec, names: Names, rules: RuleSet, m: Mixer, layers) -> list[ParamPlan]:
     """A softmax-attention mixer: q/k/v, optional q/k norms, o_proj, gpt-oss sinks."""
     p = f"{names.layer}{names.attn}"
-    plans = qkv(spec, names, rules, m, layers, spec.attention_bias)
+    if m.kv_shared:  # Gemma-4: q_proj alone (column-parallel); K and V come from an earlier layer's cache
+        plans = column(f"{p}{names.q}", spec.hidden_size, m.heads * m.head_dim, "qkv", layers,
+                       spec.attention_bias, ("num_attention_heads", m.heads), heads=m.heads,
+                       q=qplan(spec, rules, f"{p}{names.q}", layers))
+    else:
+        plans = qkv(spec, names, rules, m, layers, spec.attention_bias)
     if spec.arch.regroups_qkv:
         for pl in plans:
             pl.build = no_kv_replicas(pl.build, m.kv_heads, REGROUPED)
@@ -116,7 +121,7 @@ def attention(spec: ModelSpec, names: Names, rules: RuleSet, m: Mixer, layers) -
         plans += sharded_qk_norms(names, m, layers)
     elif spec.qk_norm:
         widths = (m.heads * m.head_dim, m.kv_heads * m.head_dim) if spec.qk_norm_full else (m.head_dim,) * 2
-        norms = [pl for n, w in zip((names.q_norm, names.k_norm), widths)
+        norms = [pl for n, w in zip((names.q_norm, names.k_norm)[:2 - m.kv_shared], widths)
                  for pl in norm(f"{p}{n}", w, layers)]
         if spec.qk_norm_full:
             norms[-1].build = no_kv_replicas(norms[-1].build, m.kv_heads, FULL_K_NORM)

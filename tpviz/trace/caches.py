@@ -42,7 +42,7 @@ def layer_caches(spec: ModelSpec, tensors: list[TensorMap],
     for mixer, layers in mixer_groups(spec).items():
         if mixer.kind == "mla":  # the compressed latent and rope key are cached whole on every rank
             out.update({i: ((spec.kv_lora_rank + spec.qk_rope_head_dim) * b, 0) for i in layers})
-        elif mixer.kind in ATTENTION_KINDS:
+        elif mixer.kind in ATTENTION_KINDS and not mixer.kv_shared:  # a KV-shared layer owns no cache
             q_rows = mixer.heads * mixer.head_dim
             k_rows = (q_rows, q_rows + mixer.kv_heads * mixer.head_dim) if spec.arch.regroups_qkv else None
             heads = kv_heads_held(tensors, layers, mixer.head_dim, rank, k_rows)
@@ -64,10 +64,19 @@ def rank_caches(spec: ModelSpec, tensors: list[TensorMap], rank: int) -> tuple[i
             key = (spec.layers[i].mixer.kind, window)
             windowed[key] = windowed.get(key, 0) + size
     entries = [{"kind": kind, "window": w,
-                "layers": sum(1 for x in spec.layers if (x.mixer.kind, x.mixer.window) ==
-                                                          (kind, w)), "bytes_per_token": v}
+                "layers": sum(1 for x in spec.layers if (x.mixer.kind, x.mixer.window) == (kind, w)
+                              and not x.mixer.kv_shared), "bytes_per_token": v}
                for (kind, w), v in windowed.items()]
     return per_token, entries, heads
+
+
+def kv_sources(spec: ModelSpec) -> dict[int, int]:
+    """Each KV-shared layer and the layer whose cache it reads: the last earlier layer of its kind that owns
+    one (vLLM 0.33 Gemma4Attention)."""
+    owners = [i for i, layer in enumerate(spec.layers)
+              if layer.mixer.is_attention and not layer.mixer.kv_shared]
+    return {i: max(j for j in owners if j < i and spec.layers[j].mixer.kind == layer.mixer.kind)
+            for i, layer in enumerate(spec.layers) if layer.mixer.kv_shared}
 
 
 def state_bytes(spec: ModelSpec, tp_size: int, rank: int) -> int:
