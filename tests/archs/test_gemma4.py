@@ -87,6 +87,9 @@ def test_moe_refusals_name_the_part():
     text = presets()[MOE]["text_config"]
     with pytest.raises(ConfigError, match="moe_intermediate_size"):
         shard_map({**presets()[MOE], "text_config": {**text, "moe_intermediate_size": None}}, 2)
+    for key in ("num_experts", "top_k_experts"):
+        with pytest.raises(ConfigError, match=key):
+            shard_map({**presets()[MOE], "text_config": {**text, key: 0}}, 2)
     fp8 = {**presets()[MOE], "quantization_config": {"quant_method": "fp8", "weight_block_size": [128, 128]}}
     with pytest.raises(ConfigError, match="experts.gate_up_proj"):
         shard_map(fp8, 2)

@@ -38,6 +38,10 @@ def gemma4_fields(cfg: dict) -> dict:
     with top_k_experts, moe_intermediate_size (or expert_intermediate_size), and the layer's MLP beside it."""
     if cfg.get("num_experts") is None:
         return cfg
+    for key in ("num_experts", "top_k_experts"):  # vLLM builds the block whenever num_experts is set
+        if not cfg.get(key):
+            raise ConfigError(f"num_experts={cfg['num_experts']!r} with {key}={cfg.get(key)!r}: vLLM 0.33's "
+                              "Gemma-4 MoE block needs routed experts and a top-k")
     size = next((cfg[k] for k in ("moe_intermediate_size", "expert_intermediate_size")
                  if cfg.get(k) is not None), None)
     if size is None:  # vLLM raises: "Gemma4 MoE requires an expert intermediate size"
