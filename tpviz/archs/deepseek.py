@@ -1,7 +1,8 @@
 """DeepSeek-V2/V3 (vLLM 0.33 models/deepseek_v2.py): multi-head latent attention, shared experts, grouped
 top-k routing; V3's router holds e_score_correction_bias (topk_method noaux_tc, its default and never
 V2's), which DeepseekV2MoE builds in float32 whatever the model's dtype. Kimi-K2.5 (models/kimi_k25.py) wraps
-the same decoder, which it builds from text_config as DeepseekV2ForCausalLM under language_model."""
+the same decoder, which it builds from text_config as DeepseekV2ForCausalLM under language_model.
+DeepSeek-V3.2's sparse attention (its indexer and the indexer's own key cache) is refused by name."""
 from dataclasses import replace
 
 from tpviz.archs.base import Arch
@@ -9,8 +10,12 @@ from tpviz.rules.sglang import Groups
 from tpviz.archs.names import LLAMA
 
 DEEPSEEK = replace(LLAMA, shared="shared_experts.")
+# deepseek_v2.py builds a lightning indexer beside MLA in every layer of a config with index_topk, and vLLM
+# 0.33's registry builds DeepseekV32ForCausalLM from its own package (vllm.models.deepseek_v32): both refused
+INDEXER = ("sparse-attention indexers (self_attn.indexer: wq_b, wk, weights_proj, k_norm) with a key cache "
+           "of their own per token")
 _MLA = dict(names=DEEPSEEK, score_bias="noaux_tc", score_bias_fp32=True, live="mla", live_moe=True,
-            live_shared=True)
+            live_shared=True, unmodelled=(("index_topk", INDEXER),))
 
 # deepseek_v2.py: MLA's q_b, kv_b and o over the attention group; --moe-dense-tp-size 1 and
 # SGLANG_SHARED_EXPERT_TP1 keep the dense MLPs and the shared experts whole
@@ -26,4 +31,8 @@ RECORDS = [
     # kimi_k25.py: MoonViT (vision_tower.*) and its projector (mm_projector.*) beside the decoder; vLLM
     # builds the decoder as DeepSeek-V3's whatever text_config's model_type says (kimi_k2 in some copies)
     Arch("kimi_k25", "KimiK25ForConditionalGeneration", text_model="deepseek_v3", **_V3),
+    Arch("deepseek_v32", "DeepseekV32ForCausalLM", known=False,
+         refused="DeepSeek Sparse Attention (beside MLA in every layer, a lightning indexer: "
+                 "self_attn.indexer.wq_b, wk, weights_proj and k_norm, with a key cache of its own per "
+                 "token; vLLM 0.33 builds it in its own package, vllm.models.deepseek_v32)"),
 ]
