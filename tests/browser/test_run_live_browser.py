@@ -41,7 +41,9 @@ def test_navigation_and_a_tp2_run_from_the_page():
             tp.fill("4")
             tp.press("Enter")
             page.get_by_role("button", name="Run").click()
-            page.get_by_role("button", name="Stop").click(timeout=60_000)
+            # the page's own Stop, not the header's (Streamlit shows one there while a run is slow)
+            main = page.get_by_test_id("stMainBlockContainer")
+            main.get_by_role("button", name="Stop").click(timeout=60_000)
             page.wait_for_selector("text=The last run was stopped during", timeout=120_000)
             # the rerun drops the stopped run's Stop button once it is drawn
             page.wait_for_function("() => ![...document.querySelectorAll('button')]"
