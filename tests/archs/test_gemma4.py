@@ -6,7 +6,7 @@ import math
 import pytest
 import torch
 import transformers
-from safetensors import safe_open
+from tests.helpers.checkpoint import written_shapes
 
 from tpviz import shard_map
 from tpviz.config.normalize import normalize
@@ -29,12 +29,7 @@ def saved(text: dict, folder) -> dict[str, tuple]:
     """The tensor names and shapes a tiny random Gemma4ForCausalLM of this text config saves."""
     config = transformers.Gemma4TextConfig(**{k: v for k, v in text.items() if k != "model_type"})
     torch.manual_seed(0)
-    transformers.Gemma4ForCausalLM(config).save_pretrained(folder)
-    out = {}
-    for path in sorted(folder.glob("*.safetensors")):
-        with safe_open(path, "pt") as f:
-            out.update({name: tuple(f.get_slice(name).get_shape()) for name in f.keys()})
-    return out
+    return written_shapes(transformers.Gemma4ForCausalLM(config), folder)
 
 
 def assert_maps_what_transformers_saves(text: dict, folder) -> None:

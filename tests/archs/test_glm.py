@@ -2,7 +2,7 @@
 transformers itself writes (vLLM 0.33 models/glm4_moe.py, models/glm4.py)."""
 import pytest
 import transformers
-from safetensors import safe_open
+from tests.helpers.checkpoint import written_shapes
 
 from tpviz import shard_map
 from tpviz.config.sources import load_spec, presets
@@ -25,12 +25,7 @@ TINY = dict(num_hidden_layers=2, hidden_size=64, num_attention_heads=4, num_key_
 def saved(hf_class: str, cfg: dict, folder) -> dict[str, tuple]:
     """The tensor names and shapes a tiny random model of hf_class saves (transformers' own writer)."""
     config = transformers.AutoConfig.for_model(**{k: v for k, v in cfg.items() if k != "architectures"})
-    getattr(transformers, hf_class)(config).save_pretrained(folder)
-    out = {}
-    for path in sorted(folder.glob("*.safetensors")):
-        with safe_open(path, "pt") as f:
-            out.update({name: tuple(f.get_slice(name).get_shape()) for name in f.keys()})
-    return out
+    return written_shapes(getattr(transformers, hf_class)(config), folder)
 
 
 def glm47_bytes_by_hand() -> int:

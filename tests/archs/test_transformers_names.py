@@ -5,7 +5,7 @@ import math
 import pytest
 import torch
 import transformers
-from safetensors import safe_open
+from tests.helpers.checkpoint import written_shapes
 
 from tpviz import shard_map
 from tpviz.config.sources import presets
@@ -79,12 +79,7 @@ LAYERS = {"Lfm2MoeForCausalLM": dict(layer_types=["conv", "full_attention"], num
 def saved(hf_class: str, cfg: dict, folder) -> dict[str, tuple]:
     """The tensor names and shapes a tiny random model of hf_class saves (transformers' own writer)."""
     config = transformers.AutoConfig.for_model(**{k: v for k, v in cfg.items() if k != "architectures"})
-    getattr(transformers, hf_class)(config).save_pretrained(folder)
-    out = {}
-    for path in sorted(folder.glob("*.safetensors")):
-        with safe_open(path, "pt") as f:
-            out.update({name: tuple(f.get_slice(name).get_shape()) for name in f.keys()})
-    return out
+    return written_shapes(getattr(transformers, hf_class)(config), folder)
 
 
 @pytest.mark.parametrize("hf_class, dense", [(c, False) for c in sorted(MOE_CASES)]

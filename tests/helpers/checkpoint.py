@@ -38,3 +38,15 @@ def check(f, **changes):
     return {"source": str(f.resolve()), "tensors": len(NAMES), "matched": len(NAMES), "prefix": "",
             "missing_in_checkpoint": [], "missing_in_map": [], "quantization_tensors": 0,
             "verified": True, **changes}
+
+
+def written_shapes(model, folder) -> dict[str, tuple]:
+    """Save a (tiny, random) transformers model with its own writer, then read back every tensor's name and
+    shape: the checkpoint layout a map must name."""
+    from safetensors import safe_open
+    model.save_pretrained(folder)
+    shapes = {}
+    for path in sorted(folder.glob("*.safetensors")):
+        with safe_open(str(path), "pt") as f:
+            shapes.update({name: tuple(f.get_slice(name).get_shape()) for name in f.keys()})
+    return shapes

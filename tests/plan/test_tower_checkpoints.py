@@ -13,6 +13,7 @@ from tpviz.errors import ConfigError
 from tpviz.plan import build_plan
 from tpviz.plan.tensors import tensors
 from tpviz.trace.shardmap import numel
+from tests.helpers.checkpoint import written_shapes
 from tests.helpers.errors import one_line
 
 TEXT_ONLY = dict(tie_word_embeddings=False, **TEXT)
@@ -40,13 +41,8 @@ SAVED = {  # towers checked against the checkpoint transformers writes (its on-d
 
 def saved(hf_class: str, folder) -> tuple[dict, dict[str, tuple]]:
     """The config.json and every tensor (name, shape) a tiny random model of this class saves."""
-    from safetensors import safe_open
     config = transformers.AutoConfig.for_model(**SAVED[hf_class])
-    getattr(transformers, hf_class)(config).save_pretrained(folder)
-    shapes = {}
-    for f in folder.glob("*.safetensors"):
-        with safe_open(str(f), "pt") as h:
-            shapes.update({k: tuple(h.get_slice(k).get_shape()) for k in h.keys()})
+    shapes = written_shapes(getattr(transformers, hf_class)(config), folder)
     return json.loads((folder / "config.json").read_text()), shapes
 
 
