@@ -1,11 +1,15 @@
 """Kimi-K2.5 (vLLM 0.33 models/kimi_k25.py): DeepSeek-V3's decoder under language_model, its routed experts
 INT4 (compressed-tensors pack-quantized, group 32), against every tensor of the published checkpoint, with
-its shape and dtype, as a model-information report lists them (docs/presets.md). MoonViT and its projector
-are left out of the map and named in one line."""
+its shape and dtype, as a model-information report lists them (docs/presets.md), and its MoonViT tower and
+projector (models/kimi_k25_vit.py)."""
 import pytest
 
 from tpviz import shard_map
+from tpviz.config.sources import load_spec, presets
+from tpviz.errors import TPSizeError
 from tpviz.trace.checkpoint import compare
+from tpviz.trace.shardmap import numel
+from tests.helpers.errors import one_line
 
 KIMI = "moonshotai/Kimi-K2.5"
 BYTES = {"bf16": 2, "f32": 4, "i32": 4}
@@ -76,16 +80,45 @@ def test_the_list_is_the_reports(stored):
     assert sum(stored.values()) == 595_148_192_736 and round(sum(stored.values()) / 2 ** 30, 2) == 554.27
 
 
-def test_every_text_tensor_name_and_size(stored):
-    """The decoder name for name and byte for byte, but the 69,120 weight_shape tensors (int32 [2] on disk,
-    8 bytes each; the map sizes them as int64); the tower and projector are left out, and the map says so."""
+def test_every_tensor_name_and_size(stored):
+    """Name for name and byte for byte, MoonViT and its projector too, but the 69,120 weight_shape tensors
+    (int32 [2] on disk, 8 bytes each; the map sizes them as int64)."""
     m = shard_map(KIMI, 1, tensor_names=set(stored), checkpoint_source=KIMI)
     assert m.checkpoint["missing_in_map"] == [] and m.checkpoint["missing_in_checkpoint"] == []
-    assert m.checkpoint["matched"] == sum(1 for n in stored if n.startswith("language_model."))
+    assert m.checkpoint["matched"] == len(stored)
     sizes = {n: s for n, s in stored.items() if not n.endswith("weight_shape")}
     assert compare(m, set(stored), KIMI, sizes)["bytes"]["count"] == 0
-    assert any("vision tower (and any projector" in n and "left out" in n for n in m.model.notes)
+    tower = sum(s for n, s in stored.items() if n.startswith(("vision_tower.", "mm_projector.")))
+    assert sum(t.copies * numel(t.shape) * 2 for t in m.tensors if t.tower) == tower == 942_287_840
+
+
+def test_moonvit_split_at_tp8():
+    """kimi_k25_vit.py: wqkv one QKVParallelLinear over the 16 heads of 72 (2 a GPU), wo row-parallel,
+    mlp.fc0 column (4304 / 8 = 538 rows) and fc1 row; kimi_k25.py's projector ReplicatedLinear, whole."""
+    m = shard_map(KIMI, 8)
+    b = "vision_tower.encoder.blocks.*."
+    qkv = sorted((p.rank, p.start, p.stop) for p in m.tensor(f"{b}wqkv.weight").pieces if p.rank == 1)
+    assert qkv == [(1, 144, 288), (1, 1296, 1440), (1, 2448, 2592)]  # its q, k and v heads 2 and 3
+    assert [(p.rank, p.start, p.stop) for p in m.tensor(f"{b}mlp.fc0.weight").pieces][:2] == [
+        (0, 0, 538), (1, 538, 1076)]
+    assert m.tensor(f"{b}wo.weight").split_dim == 1 and m.tensor(f"{b}mlp.fc1.weight").split_dim == 1
+    for name in ("mm_projector.proj.0.weight", "mm_projector.proj.2.weight", "mm_projector.pre_norm.weight",
+                 "vision_tower.patch_embed.pos_emb.weight"):
+        t = m.tensor(name)
+        assert t.split_dim is None and sorted(p.rank for p in t.pieces) == list(range(8)), name
+    whole = shard_map(load_spec(KIMI).served(mm_encoder="data"), 8).tensor(f"{b}wqkv.weight")
+    assert sorted((p.rank, p.start, p.stop) for p in whole.pieces) == [(r, 0, 3456) for r in range(8)]
+
+
+def test_moonvit_left_out_when_vllm_would_quantize_it():
+    """kimi_k25.py drops a compressed-tensors config for the tower but passes any other to it: such a
+    checkpoint's tower is left out (named in the notes), not drawn in bf16."""
+    cfg = presets()[KIMI]
+    fp8 = {"quant_method": "fp8", "activation_scheme": "dynamic", "weight_block_size": [128, 128]}
+    m = shard_map({**cfg, "quantization_config": fp8, "text_config": {**cfg["text_config"],
+                                                                     "quantization_config": fp8}}, 8)
     assert not any(t.tower for t in m.tensors)
+    assert any("vision tower (and any projector" in n and "left out" in n for n in m.model.notes)
 
 
 def test_quantized_as_vllm_reads_the_ignore_list():
@@ -107,3 +140,14 @@ def test_kv_cache_per_token_by_hand():
     for tp in (1, 8, 16):
         m = shard_map(KIMI, tp)
         assert all(r.kv_cache_bytes_per_token == 70_272 for r in m.ranks)
+
+
+def test_tp_above_the_vision_heads_says_vllm_runs_the_tower_data_parallel():
+    """16 vision heads over 32 GPUs: is_vit_use_data_parallel makes vLLM run MoonViT whole on every GPU,
+    which the map draws under --mm-encoder-tp-mode data (the decoder's 64 heads split as usual)."""
+    with pytest.raises(TPSizeError) as e:
+        shard_map(KIMI, 32)
+    assert one_line(e.value) and "runs this tower data-parallel by itself" in str(e.value)
+    m = shard_map(load_spec(KIMI).served(mm_encoder="data"), 32)
+    fc0 = m.tensor("vision_tower.encoder.blocks.*.mlp.fc0.weight")
+    assert sorted((p.rank, p.start, p.stop) for p in fc0.pieces) == [(r, 0, 4304) for r in range(32)]

@@ -24,9 +24,9 @@ def test_memory_matches_published_checkpoints():
     ds = shard_map("deepseek-ai/DeepSeek-V3", 8)  # the published 688586727753 includes the MTP layer (~2.2%)
     assert 0.97 * 688586727753 < ds.total_weight_bytes < 688586727753
     # replicated: 61 x (q_a 1536x7168 + kv_a 576x7168 fp8, their scale grids 12x56 + 5x56 f32, 4 norms bf16)
-    # + 58 routers 256x7168 (+256 bias) bf16 + the final norm
-    rep = 61 * (11010048 + 2688 + 4128768 + 1120 + 32768) + 58 * (3670016 + 512) + 14336
-    assert rep == 1138603872
+    # + 58 routers 256x7168 bf16 (+256 bias float32, as DeepseekV2MoE builds it) + the final norm
+    rep = 61 * (11010048 + 2688 + 4128768 + 1120 + 32768) + 58 * (3670016 + 1024) + 14336
+    assert rep == 1138633568
     assert [r.weight_bytes for r in ds.ranks] == [(ds.total_weight_bytes - rep) // 8 + rep] * 8
     gptq = shard_map("TheBloke/Llama-2-13B-chat-GPTQ", 1).total_weight_bytes
     # 40 x (int4 317194240/2 + fp16 scales 4956160 + int32 zeros 1239040) + norms + fp16 embed and lm_head

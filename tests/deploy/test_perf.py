@@ -57,7 +57,7 @@ def test_deepseek_v3_tp8_ep_h200_by_hand():
     dense = [fp8(2 * 18432 // tp, h), fp8(h, 18432 // tp)]
     shared = [fp8(2 * 2048 // tp, h), fp8(h, 2048 // tp)]
     norms = (1536 + 512 + 2 * h) * 2
-    router = (256 * h, 256 * h * 2 + 256 * 2)  # bf16 gate and its score bias
+    router = (256 * h, 256 * h * 2 + 256 * 4)  # bf16 gate and its float32 score bias
     head = (129280 // tp * h, 129280 // tp * h * 2 + h * 2)  # the lm_head and the final norm
     macs = (61 * sum(m for m, _ in attn) + 3 * sum(m for m, _ in dense) + 58 * (sum(m for m, _ in shared)
             + router[0]) + head[0])

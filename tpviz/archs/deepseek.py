@@ -28,9 +28,10 @@ _V3 = dict(topk_method="noaux_tc", renormalize_default=True, routing="v3",
 RECORDS = [
     Arch("deepseek_v3", "DeepseekV3ForCausalLM", **_V3),
     Arch("deepseek_v2", "DeepseekV2ForCausalLM", routing="v2", sglang=SGLANG, **_MLA),
-    # kimi_k25.py: MoonViT (vision_tower.*) and its projector (mm_projector.*) beside the decoder; vLLM
-    # builds the decoder as DeepSeek-V3's whatever text_config's model_type says (kimi_k2 in some copies)
-    Arch("kimi_k25", "KimiK25ForConditionalGeneration", text_model="deepseek_v3", **_V3),
+    # kimi_k25.py: MoonViT (vision_tower.*) and its projector (mm_projector.*) beside the decoder (their
+    # tensors in config/tower.py and plan/tower.py); vLLM builds the decoder as DeepSeek-V3's whatever
+    # text_config's model_type says (kimi_k2 in some copies)
+    Arch("kimi_k25", "KimiK25ForConditionalGeneration", text_model="deepseek_v3", tower="moonvit", **_V3),
     Arch("deepseek_v32", "DeepseekV32ForCausalLM", known=False,
          refused="DeepSeek Sparse Attention (beside MLA in every layer, a lightning indexer: "
                  "self_attn.indexer.wq_b, wk, weights_proj and k_norm, with a key cache of its own per "

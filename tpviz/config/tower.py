@@ -11,17 +11,18 @@ from tpviz.errors import ConfigError
 MODES = ("weights", "data")  # --mm-encoder-tp-mode: split the tower's weights, or run it whole per GPU
 TOWER_FILES = {"qwen2_vl": "qwen2_vl.py", "qwen2_5_vl": "qwen2_5_vl.py", "qwen3_vl": "qwen3_vl.py",
                "siglip": "siglip.py and gemma3_mm.py", "pixtral": "pixtral.py and mistral3.py",
-               "llama4": "mllama4.py"}
+               "llama4": "mllama4.py", "moonvit": "kimi_k25_vit.py and kimi_k25.py"}
 QWEN_KINDS = ("qwen2_vl", "qwen2_5_vl", "qwen3_vl")  # vision_config names their heads num_heads
 # the towers whose vLLM class supports --mm-encoder-tp-mode data (supports_encoder_tp_data: qwen2_vl.py,
-# qwen2_5_vl.py, qwen3_vl.py, mllama4.py); gemma3_mm.py and mistral3.py do not, so vLLM falls back to weights
-DATA_MODE = (*QWEN_KINDS, "llama4")
+# qwen2_5_vl.py, qwen3_vl.py, mllama4.py, kimi_k25.py); gemma3_mm.py and mistral3.py do not, so vLLM falls
+# back to weights
+DATA_MODE = (*QWEN_KINDS, "llama4", "moonvit")
 
 
 @dataclass(frozen=True)
 class Tower:
     """The dims that decide a vision tower's tensors, under vLLM's names for them."""
-    kind: str  # the builder in plan/tower.py: qwen2_vl, qwen2_5_vl, qwen3_vl, siglip, pixtral, llama4
+    kind: str  # its builder in plan/tower.py: qwen2_vl, qwen2_5_vl, qwen3_vl, siglip, pixtral, llama4 ...
     prefix: str  # its checkpoint names' prefix (before transformers 4.52: "visual.")
     hidden: int
     heads: int
@@ -40,6 +41,7 @@ class Tower:
     # Llama-4's pixel-shuffle adapter and projector: (projector_input_dim, projector_output_dim,
     # vision_output_dim)
     adapter: tuple = ()
+    grid: tuple = ()  # a 2-D position table's (height, width): MoonViT's pos_emb [height, width, hidden]
 
     @property
     def file(self) -> str:
@@ -64,7 +66,8 @@ class Tower:
 
     @classmethod
     def from_dict(cls, d: dict | None) -> "Tower | None":
-        return cls(**{**d, "patch": tuple(d["patch"]), "adapter": tuple(d.get("adapter", ()))}) if d else None
+        return cls(**{**d, "patch": tuple(d["patch"]), "adapter": tuple(d.get("adapter", ())),
+                      "grid": tuple(d.get("grid", ()))}) if d else None
 
 
 def _int(vc: dict, *keys, default=None) -> int:
@@ -93,6 +96,10 @@ def read_tower(outer: dict) -> Tower | None:
         tower = _pixtral(outer, vc)
     elif kind == "llama4":
         tower = _llama4(outer, vc)
+    elif kind == "moonvit":
+        tower = _moonvit(outer, vc)
+        if tower is None:
+            return None
     else:
         patch = _int(vc, "patch_size", "spatial_patch_size", default=14)
         kernel = (_int(vc, "in_channels", "in_chans", default=3), _int(vc, "temporal_patch_size", default=2),
@@ -156,6 +163,28 @@ def _llama4(outer: dict, vc: dict) -> Tower:
                  positions=(_int(vc, "image_size", default=448) // patch) ** 2 + 1,
                  block_path="model.layers", projector="multi_modal_projector.", proj_bias=bias,
                  adapter=(mid, out, _int(vc, "vision_output_dim", default=7680)))
+
+
+def _moonvit(outer: dict, vc: dict) -> Tower | None:
+    """kimi_k25_vit.py's MoonViT (its vision_config read through transformers' Kimi_K25VisionConfig, which
+    names the vt_* keys as usual) and kimi_k25.py's patchmerger projector. None, so left out and named, for
+    what vLLM 0.33 builds otherwise: another projector type, or a quantization other than compressed-tensors,
+    which kimi_k25.py passes to the tower (compressed-tensors it drops there)."""
+    quant = outer.get("quantization_config")
+    if vc.get("mm_projector_type", "patchmerger") != "patchmerger" or (
+            quant and not (isinstance(quant, dict) and quant.get("quant_method") == "compressed-tensors")):
+        return None
+    patch, text = _int(vc, "patch_size", default=14), read_object(outer, "text_config")
+    merge = vc.get("merge_kernel_size", [2, 2])
+    if not (isinstance(merge, list) and len(merge) == 2 and merge[0] == merge[1] and isinstance(merge[0], int)
+            and merge[0] > 0):
+        raise ConfigError(f"vision_config: merge_kernel_size={merge!r} is not two equal positive integers")
+    grid = (_int(vc, "pos_emb_height", "init_pos_emb_height"),
+            _int(vc, "pos_emb_width", "init_pos_emb_width"))
+    return Tower("moonvit", "vision_tower.", _int(vc, "hidden_size"), _int(vc, "num_attention_heads"),
+                 _int(vc, "intermediate_size"), _int(vc, "num_hidden_layers"), _int(text, "hidden_size"),
+                 merge[0], (_int(vc, "num_channels", default=3), patch, patch), positions=grid[0] * grid[1],
+                 block_path="encoder.blocks", projector="mm_projector.", proj_bias=True, grid=grid)
 
 
 def encoder_mode(tower: Tower | None, mode: str) -> tuple[Tower | None, str]:

@@ -1,9 +1,10 @@
 """Vision towers and their projectors as vLLM 0.33's model files build them (qwen2_vl.py, qwen2_5_vl.py,
-qwen3_vl.py, siglip.py with gemma3_mm.py, pixtral.py with mistral3.py, mllama4.py): attention q/k/v
-column-parallel over the vision heads and its output row-parallel, the MLP column then row, mergers and
-projectors likewise; patch embeddings (but Llama-4's unfold linear), norms, plain nn.Linear mergers and
-learned position tables are whole on every GPU. Under --mm-encoder-tp-mode data every layer is built with
-disable_tp (whole on every GPU, which runs its own images), except those SPLIT_IN_DATA names.
+qwen3_vl.py, siglip.py with gemma3_mm.py, pixtral.py with mistral3.py, mllama4.py, kimi_k25_vit.py):
+attention q/k/v column-parallel over the vision heads and its output row-parallel, the MLP column then row,
+mergers and projectors likewise; patch embeddings (but Llama-4's unfold linear), norms, plain nn.Linear
+mergers, Kimi-K2.5's ReplicatedLinear projector and learned position tables are whole on every GPU. Under
+--mm-encoder-tp-mode data every layer is built with disable_tp (whole on every GPU, which runs its own
+images), except those SPLIT_IN_DATA names.
 
 A tower's plans carry tower="vision" and, for per-block tensors, blocks (the '*' of their names)."""
 from dataclasses import replace
@@ -20,6 +21,10 @@ from tpviz.rules import RuleSet, divide, ruleset
 FAMILY = "vision"
 DATA_HINT = "--mm-encoder-tp-mode data keeps the vision tower whole on every GPU"
 NO_DATA_HINT = "this model's vLLM class has no --mm-encoder-tp-mode data, so no tp above its heads serves it"
+# towers whose layers ask is_vit_use_data_parallel(heads), so vLLM runs them data-parallel by itself where
+# the heads do not divide tp (kimi_k25_vit.py): drawn as such with the flag
+AUTO_DATA = {"moonvit": ("vLLM 0.33 then runs this tower data-parallel by itself (kimi_k25_vit.py), "
+                         "which tpviz draws under --mm-encoder-tp-mode data")}
 
 
 def _attention(spec, t: Tower, rules: RuleSet, plain: bool) -> list[ParamPlan]:
@@ -176,8 +181,34 @@ def llama4(spec, t: Tower, rules: RuleSet) -> tuple[list, list, list]:
     return blocks, [], once
 
 
+def moonvit(spec, t: Tower, rules: RuleSet) -> tuple[list, list, list]:
+    """kimi_k25_vit.py's MoonViT: wqkv fused on disk as [q | k | v] into one biased QKVParallelLinear over the
+    vision heads, wo row-parallel, mlp.fc0 / fc1 column then row, LayerNorms; the patch kernel, the 2-D
+    position table and the final LayerNorm whole. kimi_k25.py's projector is ReplicatedLinear in either
+    mode: a LayerNorm, then proj.0 (linear_1, merge² patches wide) and proj.2 (linear_2, to the decoder's
+    width)."""
+    p, h, d = t.blocks, t.heads, t.hidden // t.heads
+    attn = qkv(replace(spec, hidden_size=t.hidden, quant=None),
+               Names(layer=p, attn="", qkv_fused="wqkv"), rules, Mixer("attention", h, h, d), None, True)
+    key = ("vision_config.hidden_size", t.hidden)
+    blocks = (attn + row(f"{p}wo", t.hidden, t.hidden, FAMILY, None, True, key)
+              + _mlp(t, False, ("fc0", "fc1"))
+              + [pl for n in ("norm0", "norm1") for pl in norm(f"{p}{n}", t.hidden, bias=True)])
+    pos = replicated(f"{t.prefix}patch_embed.pos_emb.weight", t.positions, t.hidden)
+    pos.sources[0].disk = (*t.grid, t.hidden)  # [height, width, hidden], drawn as [height·width, hidden]
+    pr, wide = t.projector, t.hidden * t.merge ** 2
+    once = [_conv(f"{t.prefix}patch_embed.proj.weight", t),
+            replicated(f"{t.prefix}patch_embed.proj.bias", t.hidden, 1, bias=True), pos,
+            *norm(f"{t.prefix}encoder.final_layernorm", t.hidden, bias=True),
+            *norm(f"{pr}pre_norm", t.hidden, bias=True),
+            replicated(f"{pr}proj.0.weight", wide, wide), replicated(f"{pr}proj.0.bias", wide, 1, bias=True),
+            replicated(f"{pr}proj.2.weight", t.out_hidden, wide),
+            replicated(f"{pr}proj.2.bias", t.out_hidden, 1, bias=True)]
+    return blocks, [], once
+
+
 BUILDERS = {"qwen2_vl": qwen2_vl, "qwen2_5_vl": qwen2_5_vl, "qwen3_vl": qwen3_vl, "siglip": siglip,
-            "pixtral": pixtral, "llama4": llama4}
+            "pixtral": pixtral, "llama4": llama4, "moonvit": moonvit}
 # layers a model file builds without disable_tp: split over tp even in data mode (mllama4.py's projector)
 SPLIT_IN_DATA = {"llama4": ("multi_modal_projector.linear_1.",)}
 
@@ -192,7 +223,7 @@ def _guarded(build, t: Tower, quantity):
         except TPSizeError as e:
             key, value = (quantity if e.generic and quantity else (e.quantity, e.value))
             rule = f"{key}={value} is not divisible by tp_size={tp}" if e.generic and quantity else e.reason
-            hint = DATA_HINT if t.supports_data else NO_DATA_HINT
+            hint = AUTO_DATA.get(t.kind) or (DATA_HINT if t.supports_data else NO_DATA_HINT)
             raise TPSizeError(f"the vision tower: {rule}; {hint}", key, value, tp) from None
     return guarded
 
