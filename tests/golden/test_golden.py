@@ -3,8 +3,8 @@ taken before the redesign, except the changes listed in CHANGED (each named in t
 import gzip
 import json
 
-from tests.golden.dump import (DEPLOY_DUMP, DUMP, LIVE_DUMP, SHARED, cases, deploy_cases,
-                               live_cases, one, refused)
+from tests.golden.dump import (DEPLOY_DUMP, DUMP, LAYOUTS, LIVE_DUMP, SHARED, cases, deploy_cases,
+                               live_cases, models, one, refused)
 
 # case key -> why its map may differ from the dump (behaviour the redesign changed on purpose)
 FALCON_LENGTH = ("falcon-7b's config leaves max_position_embeddings out; transformers' "
@@ -42,6 +42,29 @@ CHANGED.update({f"preset:google/gemma-3-27b-it|{rules}|{tp}": SIGLIP
 CHANGED.update({f"preset:google/gemma-3-27b-it|layout {lay}": SIGLIP
                 for lay in ("2,2,1,False", "2,1,2,False")})
 CHANGED["preset:google/gemma-3-27b-it|live"] = "Run live says its vision tower is not run (issue 25)"
+EVERY_STAGE = ("vLLM's model file builds embed_tokens on every pipeline stage (no is_first_rank guard): each "
+               "stage after the first holds its slice of the table too, and the layout says so")
+
+
+def every_stage_cases() -> dict[str, str]:
+    """The pp > 1 layouts (those not refused) of the models whose vLLM model file builds embed_tokens on every
+    stage."""
+    from tpviz.config.sources import load_spec
+    from tpviz.deploy.deployment import deploy
+    from tpviz.rules import Layout
+    changed = {}
+    for name, source in models().items():
+        spec = load_spec(source)
+        for tp, pp, dp, ep in LAYOUTS:
+            if spec.arch.embed_every_stage and pp > 1 and "refused" not in refused(
+                    lambda: deploy(spec, Layout(tp, pp, dp, ep), "vllm").to_dict()):
+                changed[f"{name}|layout {tp},{pp},{dp},{ep}"] = EVERY_STAGE
+    # the 8-GPU plans that rank a pp > 1 layout: less room for the KV cache, or the layout's note
+    changed.update({f"plan {m}|{rules}": EVERY_STAGE for m in ("Qwen/Qwen3-30B-A3B", "google/gemma-2-9b-it")
+                    for rules in ("vllm", "vllm-0.28")})
+    return changed
+
+
 LLAMA4 = ("its vision tower, adapter and projector are mapped as vLLM 0.33's mllama4.py builds them, and its "
           "decoder under its checkpoint's names (feed_forward, router, fused experts) (issue 25)")
 CHANGED.update({f"preset:meta-llama/Llama-4-Scout-17B-16E-Instruct|{rules}|{tp}": LLAMA4  # 40 heads: no tp 16
@@ -131,6 +154,7 @@ def test_every_map_is_kept():
 
 
 def test_every_layout_and_plan_is_kept():
+    CHANGED.update(every_stage_cases())
     compare(load(DEPLOY_DUMP), {key: refused(f) for key, f in deploy_cases()})
 
 

@@ -51,18 +51,19 @@ _CLASSIC = dict(gated_mlp=False, ffn_ratio=4, tied=True, bias_switch=("use_bias"
 RECORDS = [
     Arch("gpt2", "GPT2LMHeadModel", replace(GPT, embed="wte.weight", final_norm="ln_f",
                                             layer="h.*.", conv1d=True),
-         learned_positions=True, extra=("positions",), **_CLASSIC),
+         learned_positions=True, extra=("positions",), **_CLASSIC, embed_every_stage=True),
     # vLLM 0.33 serves GPTBigCode through its Transformers backend, whose TP plan leaves the MLP unsplit
     Arch("gpt_bigcode", "GPTBigCodeForCausalLM", GPT, learned_positions=True, extra=("positions",),
          dense_replicated="vLLM 0.33 serves GPTBigCode through its Transformers backend, which "
                           "does not split this MLP",
          **_CLASSIC),
     Arch("gpt_neox", "GPTNeoXForCausalLM", NEOX, kv_heads=per_head_kv, **{**_CLASSIC, "tied": False}),
-    Arch("bloom", "BloomForCausalLM", BLOOM, kv_heads=per_head_kv, extra=("embed_norm",), **_CLASSIC),
+    Arch("bloom", "BloomForCausalLM", BLOOM, kv_heads=per_head_kv, extra=("embed_norm",), **_CLASSIC,
+         embed_every_stage=True),
     Arch("falcon", "FalconForCausalLM", FALCON, names_for=falcon_names,
          variant=falcon_variant, kv_heads=falcon_kv, **{**_CLASSIC, "bias_switch": ("bias", False)},
          # models/falcon.py: parallel_attn or new_decoder_architecture sums attention and MLP, reduces once
-         joint_reduce=("parallel", "new-2ln", "new-1ln")),
+         joint_reduce=("parallel", "new-2ln", "new-1ln"), embed_every_stage=True),
     Arch("starcoder2", "Starcoder2ForCausalLM", replace(LLAMA, norm_bias=True, up="c_fc", down="c_proj"),
          window="model_wide", **_CLASSIC),
 ]

@@ -55,17 +55,18 @@ def gemma4_variant(cfg: dict) -> str:
     return "" if cfg.get("num_experts") is None else "moe"  # "": the dense models, as before
 
 
-_GEMMA3 = dict(names=GEMMA2, tied=True, qk_norm="head", sliding_pattern=6,
+_GEMMA3 = dict(names=GEMMA2, tied=True, embed_every_stage=True, qk_norm="head", sliding_pattern=6,
                length_counts_rope=False, live="gemma3",
                sglang=Groups("gemma3_causal.py", embed="replicated", pp=False))
-_GEMMA4 = dict(names=GEMMA2, tied=True, qk_norm="head", global_attention=True, unmodelled=GEMMA4_UNMODELLED,
+_GEMMA4 = dict(names=GEMMA2, tied=True, embed_every_stage=True, qk_norm="head", global_attention=True,
+               unmodelled=GEMMA4_UNMODELLED,
                extra=("layer_scalar", "router_scales"), adapt=gemma4_fields, variant=gemma4_variant,
                names_for=lambda variant, _kv: GEMMA4_NAMES[variant], experts="fused", shared_reduce=True)
 
 RECORDS = [
-    Arch("gemma", "GemmaForCausalLM", tied=True),
+    Arch("gemma", "GemmaForCausalLM", tied=True, embed_every_stage=True),
     Arch("gemma2", "Gemma2ForCausalLM", GEMMA2, tied=True, sliding_pattern=2, live="gemma2",
-         sglang=Groups("gemma2.py", pp=False)),
+         sglang=Groups("gemma2.py", pp=False), embed_every_stage=True),
     Arch("gemma3", "Gemma3ForConditionalGeneration", text_model="gemma3_text", tower="siglip", **_GEMMA3),
     Arch("gemma3_text", "Gemma3ForCausalLM", **_GEMMA3),
     Arch("gemma4", "Gemma4ForConditionalGeneration", text_model="gemma4_text", **_GEMMA4),

@@ -9,5 +9,6 @@ GPT_OSS = replace(LLAMA, router="router", experts="experts.", expert_gate_up=("g
 
 RECORDS = [
     Arch("gpt_oss", "GptOssForCausalLM", GPT_OSS, qkv_bias=True, o_bias=True, mxfp4=True, sliding_even=True,
-         extra=("sinks", "router_bias"), experts="stacked", live="gpt_oss", live_moe=True),
+         extra=("sinks", "router_bias"), experts="stacked", live="gpt_oss", live_moe=True,
+         embed_every_stage=True),
 ]

@@ -60,9 +60,9 @@ def hybrid_variant(cfg: dict) -> str:
 
 RECORDS = [
     Arch("granitemoe", "GraniteMoeForCausalLM", GRANITEMOE, qkv_bias=False, o_bias=False, experts="halves",
-         needs_experts=True),
+         needs_experts=True, embed_every_stage=True),
     Arch("granitemoehybrid", "GraniteMoeHybridForCausalLM", HYBRID_MOE, adapt=hybrid_fields,
          variant=hybrid_variant, names_for=lambda variant, _kv: HYBRID_NAMES[variant],
          experts="halves", shared_reduce=True,
-         unmodelled=(("mamba_proj_bias", "Mamba2 in_proj/out_proj biases"),)),
+         unmodelled=(("mamba_proj_bias", "Mamba2 in_proj/out_proj biases"),), embed_every_stage=True),
 ]

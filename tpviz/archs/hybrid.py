@@ -77,10 +77,11 @@ def chatglm_kv(cfg: dict, heads: int, kv: int) -> int:
 
 RECORDS = [
     Arch("nemotron_h", "NemotronHForCausalLM", NEMOTRON_H, adapt=nemotron_h_fields, gated_mlp=False,
-         score_bias="always", state_dtype="float32", experts="ungated"),
-    Arch("lfm2", "Lfm2ForCausalLM", LFM2, adapt=lfm2_fields, tied=True, qk_norm="head"),
+         score_bias="always", state_dtype="float32", experts="ungated", embed_every_stage=True),
+    Arch("lfm2", "Lfm2ForCausalLM", LFM2, adapt=lfm2_fields, tied=True, qk_norm="head",
+         embed_every_stage=True),
     # the router is in the model's dtype, its correction bias float32; tp above num_experts is refused
     Arch("lfm2_moe", "Lfm2MoeForCausalLM", LFM2_MOE, adapt=lfm2_moe_fields, tied=True, qk_norm="head",
-         score_bias="use_expert_bias", score_bias_fp32=True, moe_tp_limit=True),
-    Arch("chatglm", "ChatGLMModel", CHATGLM, kv_heads=chatglm_kv),
+         score_bias="use_expert_bias", score_bias_fp32=True, moe_tp_limit=True, embed_every_stage=True),
+    Arch("chatglm", "ChatGLMModel", CHATGLM, kv_heads=chatglm_kv, embed_every_stage=True),
 ]

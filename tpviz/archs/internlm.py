@@ -16,5 +16,5 @@ RECORDS = [
     Arch("internlm2", "InternLM2ForCausalLM", INTERNLM2, qkv_bias=False, o_bias=False, regroups_qkv=True,
          note="InternLM2's wqkv is stored per KV group but split as if it were [q | k | v], so a GPU's rows "
               "are not its heads: vLLM 0.33 all-gathers the whole q/k/v output in every layer "
-              "(split_qkv) and cuts it again by KV group"),
+              "(split_qkv) and cuts it again by KV group", embed_every_stage=True),
 ]

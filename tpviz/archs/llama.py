@@ -59,11 +59,11 @@ RECORDS = [
          sglang=Groups("mistral.py (llama.py's LlamaForCausalLM)", lm_head="attn_tp", head_every_stage=True)),
     Arch("mixtral", "MixtralForCausalLM", MIXTRAL, qkv_bias=False, o_bias=False,
          window="model_wide", live="llama", live_moe=True, needs_experts=True, routing="fp32",
-         sglang=Groups("mixtral.py", head_every_stage=True)),
+         sglang=Groups("mixtral.py", head_every_stage=True), embed_every_stage=True),
     # models/phimoe.py: Mixtral's experts and names with LayerNorms, biases on q/k/v/o whatever the config
     # says, and a biased lm_head that is never tied; its sparsemixer routing is not run live
     Arch("phimoe", "PhiMoEForCausalLM", replace(MIXTRAL, norm_bias=True), qkv_bias=True, o_bias=True,
-         extra=("head_bias",), needs_experts=True, window="model_wide"),
+         extra=("head_bias",), needs_experts=True, window="model_wide", embed_every_stage=True),
     # vLLM 0.33 serves Phi-1/2 through its Transformers backend (registry: _TRANSFORMERS_SUPPORTED_MODELS):
     # transformers' base_model_tp_plan cuts q/k/v and fc1 by column, dense and fc2 by row, its QKV fuser
     # loads q/k/v into one QKVParallelLinear, and the biased lm_head is vocab-parallel
@@ -88,13 +88,13 @@ RECORDS = [
     # side by side, summed and all-reduced once; logits always from embed_tokens (lm_head is never loaded)
     Arch("cohere", "CohereForCausalLM", COHERE, qkv_bias=False, o_bias=False, tied=True, adapt=cohere_fields,
          joint_reduce=("*",),
-         unmodelled=COHERE_UNMODELLED),
+         unmodelled=COHERE_UNMODELLED, embed_every_stage=True),
     # the same model file, v2: layer_types' sliding layers windowed (one token wider), the full ones NoPE
     Arch("cohere2", "Cohere2ForCausalLM", COHERE, qkv_bias=False, o_bias=False, tied=True,
          adapt=cohere2_fields, joint_reduce=("*",), sliding_pattern=4,
          unmodelled=COHERE_UNMODELLED,
          note="vLLM 0.33 caches sliding_window + 1 tokens on Cohere2's sliding layers (they attend to "
-              "[pos - sliding_window, pos])"),
+              "[pos - sliding_window, pos])", embed_every_stage=True),
     # mllama4.py: its vision tower, pixel-shuffle adapter and projector (config/tower.py, plan/tower.py)
     Arch("llama4", "Llama4ForConditionalGeneration", LLAMA4, text_model="llama4_text", tower="llama4",
          adapt=llama4_fields, chunk=8192, experts="transposed"),

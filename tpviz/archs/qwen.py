@@ -24,13 +24,13 @@ RECORDS = [
     Arch("qwen2_moe", "Qwen2MoeForCausalLM", GATED_SHARED, qkv_bias=True, o_bias=False, window="qwen2_moe",
          window_flag=True, moe_tp_limit=True, live="llama", live_moe=True, live_shared=True,
          sglang=Groups("qwen2_moe.py", "attn_tp", "attn_tp", "attn_tp", expert_limit="tp",
-                       head_every_stage=True)),
+                       head_every_stage=True), embed_every_stage=True),
     Arch("qwen3", "Qwen3ForCausalLM", qk_norm="head", window="qwen2", window_flag=True, live="llama",
          sglang=Groups("qwen3.py", "attn_tp", "attn_tp", "attn_tp")),
     Arch("qwen3_moe", "Qwen3MoeForCausalLM", qk_norm="head", window="qwen3_moe",
          window_flag=True, moe_tp_limit=True, live="llama", live_moe=True,
          sglang=Groups("qwen3_moe.py", "attn_tp", "attn_tp", "attn_tp", expert_limit="moe_tp",
-                       head_every_stage=True)),
+                       head_every_stage=True), embed_every_stage=True),
     # the vision-language wrappers (qwen2_vl.py, qwen2_5_vl.py: Qwen2Model; qwen3_vl.py: Qwen3's) and their
     # vision towers (config/tower.py, plan/tower.py); M-RoPE changes no weight
     *(Arch(t, c, text_model=text, tower=tower, qkv_bias=True, o_bias=False, window="qwen2", window_flag=True)
@@ -46,15 +46,15 @@ RECORDS = [
     # transposed (experts.gate_up_proj, experts.down_proj: FusedMoE's is_fused_checkpoint_transposed)
     *(Arch(t, "Qwen3VLMoeForConditionalGeneration", text_model=text, tower=tower, qk_norm="head",
            window="qwen3_moe", window_flag=True, moe_tp_limit=True, experts="transposed",
-           adapt=qwen3_vl_moe_fields)
+           adapt=qwen3_vl_moe_fields, embed_every_stage=True)
       for t, text, tower in (("qwen3_vl_moe", "qwen3_vl_moe_text", "qwen3_vl"),
                              ("qwen3_vl_moe_text", "", ""))),
     Arch("qwen3_next", "Qwen3NextForCausalLM", GATED_SHARED, qk_norm="head", output_gate=True,
-         full_attention_interval=4, window_flag=True, moe_tp_limit=True),
+         full_attention_interval=4, window_flag=True, moe_tp_limit=True, embed_every_stage=True),
     # Qwen3.5-MoE builds Qwen3-Next's MoE block (qwen3_5.py), shared_expert_gate included
     *(Arch(t, c, GATED_SHARED if "moe" in t else LLAMA, text_model=text, tower="qwen3_vl" if text else "",
            qk_norm="head", output_gate=True,
-           deltanet_split=True, window_flag=True, moe_tp_limit="moe" in t)
+           deltanet_split=True, window_flag=True, moe_tp_limit="moe" in t, embed_every_stage=True)
       for t, c, text in (("qwen3_5", "Qwen3_5ForConditionalGeneration", "qwen3_5_text"),
                          ("qwen3_5_text", "Qwen3_5ForCausalLM", ""),
                          ("qwen3_5_moe", "Qwen3_5MoeForConditionalGeneration", "qwen3_5_moe_text"),

@@ -1,6 +1,7 @@
 """What each GPU of a layout holds, read off traced maps, not estimated: the non-expert layers traced at their
 width, the routed experts at theirs (or whole, one expert at a time, under expert parallelism), summed over
-each pipeline stage's layers; the embedding sits on the first stage, the final norm and lm_head on the last.
+each pipeline stage's layers; the embedding sits on the first stage (on every stage where the engine's model
+file builds it so), the final norm and lm_head on the last.
 Also the bytes each decoded token sends, and one layout's verdict and room (a LayoutRow)."""
 import re
 from dataclasses import dataclass, field, replace
@@ -81,12 +82,14 @@ class Sizer:
         return self._traced[key]
 
     def held(self, plan: ParamPlan, first: bool, last: bool) -> bool:
-        """Whether a stage holds a model-wide plan: the embedding on the first, the rest on the last (a tied
-        lm_head on the last stage is its own copy of the embedding)."""
+        """Whether a stage holds a model-wide plan: the embedding on the first (on every stage where the rule
+        set says so), the rest on the last (a tied lm_head on the last stage is its own copy of the
+        embedding)."""
         if plan.tower:  # only the first stage builds a tower (vLLM 0.33 _mark_tower_model, Model Runner V2)
             return first
         return ((plan.family in FIRST_STAGE and first) or (plan.family not in FIRST_STAGE and last)
-                or (plan.family == "embed" and last and self.spec.tie_word_embeddings)
+                or (plan.family == "embed" and (last and self.spec.tie_word_embeddings
+                                                or self.rules.embed_on_every_stage(self.spec.arch)))
                 or (plan.family == "lm_head" and self.rules.head_on_every_stage(self.spec.arch)))
 
     def gpu_bytes(self, layout: Layout, layers: set[int], first: bool, last: bool, flat: int,

@@ -192,8 +192,16 @@ class RuleSet:
         """Whether every pipeline stage allocates the lm_head (vLLM: the last alone)."""
         return False
 
+    def embed_on_every_stage(self, arch) -> bool:
+        """Whether every pipeline stage allocates embed_tokens (vLLM: as the model file builds it, see
+        Arch.embed_every_stage; else the first stage alone)."""
+        return arch.embed_every_stage
+
     def layout_notes(self, layout: Layout, spec) -> list[str]:
         """What the engine does differently in this layout that the map draws the same (one line each)."""
+        if layout.pp > 1 and self.embed_on_every_stage(spec.arch):
+            return [f"{self.label} builds embed_tokens on every pipeline stage for this model (its model "
+                    "file has no first-stage guard), so each stage holds its slice of the embedding table"]
         return []
 
     def cut_note(self, role: str, cut: int, tp: int) -> str:

@@ -164,6 +164,11 @@ class SglangRuleSet(RuleSet):
         g = getattr(arch, "sglang", None)
         return bool(g and g.head_every_stage)
 
+    def embed_on_every_stage(self, arch) -> bool:
+        """The model files read (llama.py, qwen2.py, qwen2_moe.py, mixtral.py, deepseek_v2.py) build
+        embed_tokens on the first stage alone; gemma2/3 support no pipeline parallelism."""
+        return False
+
     def fused(self, layout: Layout, spec) -> bool:
         """DeepSeek-V3/R1 on NVIDIA at --ep 1 fuse their shared expert into the MoE as expert 256
         (deepseek_v2.py shared_experts_fusion_disable_reason: 256 routed experts, one shared, moe_ep_size
