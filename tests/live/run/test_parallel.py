@@ -39,7 +39,13 @@ def test_stage_partition_and_what_each_stage_skips():
     assert (last.layers, last.first, last.last, last.experts) == ((2,), False, True, (3, 4))
     assert first.elsewhere("model.layers.2.self_attn.qkv_proj.weight") and first.elsewhere("lm_head.weight")
     assert first.elsewhere("model.norm.weight") and not first.elsewhere("model.embed_tokens.weight")
-    assert last.elsewhere("model.embed_tokens.weight") and not last.elsewhere("model.norm.weight")
+    # vLLM's qwen3_moe.py builds embed_tokens on every stage: the last one loads its slice too (unused there)
+    assert spec.arch.embed_every_stage and not last.elsewhere("model.embed_tokens.weight")
+    assert not last.elsewhere("model.norm.weight")
+    moe = ("num_experts", "moe_intermediate_size", "num_experts_per_tok", "mlp_only_layers", "norm_topk_prob")
+    dense = {k: v for k, v in MOE5.items() if k not in moe} | {"model_type": "qwen3"}  # qwen2.py guards it
+    dense = resolve_model(json.dumps(dense).encode()).cfg.spec
+    assert Stage.of(dense, 2, 1, pp_size=2, pp_rank=1).elsewhere("model.embed_tokens.weight")
     assert last.elsewhere("model.layers.2.mlp.experts.0.gate_up_proj.weight")
     assert not last.elsewhere("model.layers.2.mlp.experts.4.down_proj.weight")
     assert not last.elsewhere("model.layers.2.mlp.gate.weight")  # the router stays on every EP rank

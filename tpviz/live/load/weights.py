@@ -221,7 +221,7 @@ def load_weights(model: nn.Module, folder: str | Path) -> ReadStats:
                 if target is None or (tied and target[0] == "lm_head.weight"):
                     continue
                 pname, shard_id = target
-                if tied and pname == "model.embed_tokens.weight" and not stage.first and stage.last:
+                if tied and pname == "model.embed_tokens.weight" and not stage.embed and stage.last:
                     pname = "lm_head.weight"  # a later pipeline stage holds the tied head itself
                 elif stage.elsewhere(pname):  # another stage's layer or another EP rank's expert: never read
                     continue

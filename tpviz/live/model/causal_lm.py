@@ -1,5 +1,5 @@
-"""The live model for one rank: the embedding (first stage), this stage's decoder layers (each family's block,
-blocks.decoder_layer), the final norm and the lm_head (last stage)."""
+"""The live model for one rank: the embedding (first stage, or every stage as vLLM builds it), this stage's
+decoder layers (each family's block, blocks.decoder_layer), the final norm and the lm_head (last stage)."""
 import torch
 from torch import nn
 
@@ -19,13 +19,13 @@ class Elsewhere(nn.Module):
 
 
 class DecoderModel(nn.Module):
-    """`model.*` of the checkpoint: embedding (first stage), this stage's decoder layers, final norm
-    (last)."""
+    """`model.*` of the checkpoint: embedding (the first stage; every stage where vLLM's model file builds it
+    so), this stage's decoder layers, final norm (last)."""
 
     def __init__(self, cfg: LiveConfig, tp_size: int, tp_rank: int, stage: Stage, rows: DpRows):
         super().__init__()
         s = cfg.spec
-        if stage.first:
+        if stage.embed:  # every stage's, where vLLM's model file builds it so; the first runs it
             embed = cut(stage, "embed", tp_size, tp_rank)
             self.embed_tokens = VocabParallelEmbedding(s.vocab_size, s.hidden_size, *embed, rules=cfg.rules)
         self.layers = nn.ModuleList(decoder_layer(cfg, tp_size, tp_rank, i, stage.experts, stage.cuts, rows)
@@ -48,7 +48,7 @@ class LiveForCausalLM(nn.Module):
         self.model = DecoderModel(cfg, tp_size, tp_rank, stage, self.rows)
         if stage.last:
             # same padded row block per rank: one Parameter
-            tied = cfg.spec.tie_word_embeddings and stage.first
+            tied = cfg.spec.tie_word_embeddings and stage.embed
             # a tied head allocates nothing
             with torch.device("meta" if tied else torch.get_default_device()):
                 self.lm_head = ParallelLMHead(cfg.spec.vocab_size, cfg.spec.hidden_size,

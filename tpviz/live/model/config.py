@@ -96,6 +96,9 @@ class Stage:
     last: bool = True
     experts: tuple[int, ...] | None = None
     cuts: Cuts | None = None
+    # holds embed_tokens: the first stage, or every stage where the model file builds it so
+    # (RuleSet.embed_on_every_stage); only the first runs it
+    embed: bool = True
 
     @classmethod
     def of(cls, spec: ModelSpec, tp_size: int = 1, tp_rank: int = 0, pp_size: int = 1, pp_rank: int = 0,
@@ -106,13 +109,14 @@ class Stage:
         rules = ruleset(rules)
         layers = stage_layers(spec.num_hidden_layers, pp_size, rules)[pp_rank]
         edge = (tuple(layers), pp_rank == 0, pp_rank == pp_size - 1)
+        embed = pp_rank == 0 or rules.embed_on_every_stage(spec.arch)
         if layout is not None:
             cuts = Cuts(rules.widths(layout, spec.arch), tp_rank, layout.tp)
             experts = (tuple(rules.expert_placement(spec.num_experts, layout.ep_size)[cuts.ep_rank])
                        if layout.ep_size > 1 else None)
-            return cls(*edge, experts, cuts)
+            return cls(*edge, experts, cuts, embed=embed)
         experts = tuple(rules.expert_placement(spec.num_experts, tp_size, placement)[tp_rank]) if ep else None
-        return cls(*edge, experts)
+        return cls(*edge, experts, embed=embed)
 
     def elsewhere(self, name: str) -> bool:
         """A checkpoint tensor another stage or EP rank holds: this rank skips it without reading it."""
@@ -124,7 +128,7 @@ class Stage:
             return (self.experts is not None and 0 <= k < len(parts) - 1 and parts[k + 1].isdigit()
                     and int(parts[k + 1]) not in self.experts)
         if parts[:2] == ["model", "embed_tokens"]:
-            return not self.first
+            return not self.embed
         return not self.last and (parts[:2] == ["model", "norm"] or parts[0] == "lm_head")
 
 
