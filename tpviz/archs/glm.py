@@ -28,24 +28,26 @@ def silu_only(cfg: dict, model_file: str) -> None:
         raise ConfigError(f"hidden_act={cfg['hidden_act']!r}: vLLM 0.33's {model_file} runs silu alone")
 
 
+def required(cfg: dict, key: str, model_file: str, config_class: str) -> None:
+    """A key vLLM's model file reads that the transformers config class gives no default for."""
+    if cfg.get(key) is None:
+        raise MissingFieldError(f"config is missing {key}, which vLLM 0.33's {model_file} reads "
+                                f"({config_class} gives it no default)", key)
+
+
 def glm4_moe_fields(cfg: dict) -> dict:
-    """The config as vLLM's glm4_moe.py reads it: silu alone, and head_dim given (Glm4MoeAttention reads
-    config.head_dim, which Glm4MoeConfig has no default for; GLM-4.5's 96 heads of 128 are not
-    hidden / heads)."""
+    """The config as vLLM's glm4_moe.py reads it: silu alone, and head_dim given (Glm4MoeAttention reads it;
+    GLM-4.5's 96 heads of 128 are not hidden / heads)."""
     silu_only(cfg, "glm4_moe.py")
-    if cfg.get("head_dim") is None:
-        raise MissingFieldError("config is missing head_dim, which vLLM 0.33's Glm4MoeAttention reads "
-                                "(Glm4MoeConfig gives it no default)", "head_dim")
+    required(cfg, "head_dim", "glm4_moe.py", "Glm4MoeConfig")
     return cfg
 
 
 def glm4_moe_lite_fields(cfg: dict) -> dict:
-    """vLLM's Glm4MoeLiteDecoderLayer reads config.first_k_dense_replace, which Glm4MoeLiteConfig has no
-    default for (its mlp_layer_types is transformers' own reading, not vLLM's); silu alone."""
+    """vLLM's Glm4MoeLiteDecoderLayer reads config.first_k_dense_replace (Glm4MoeLiteConfig's mlp_layer_types
+    is transformers' own reading, not vLLM's); silu alone."""
     silu_only(cfg, "glm4_moe_lite.py")
-    if cfg.get("first_k_dense_replace") is None:
-        raise MissingFieldError("config is missing first_k_dense_replace, which vLLM 0.33's glm4_moe_lite.py "
-                                "reads (Glm4MoeLiteConfig gives it no default)", "first_k_dense_replace")
+    required(cfg, "first_k_dense_replace", "glm4_moe_lite.py", "Glm4MoeLiteConfig")
     return cfg
 
 
