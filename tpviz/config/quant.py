@@ -3,6 +3,7 @@ modules it leaves unquantized. Every malformed field is one ConfigError naming i
 import fnmatch
 import re
 from dataclasses import dataclass, field
+from functools import lru_cache
 
 from tpviz.errors import ConfigError
 
@@ -39,13 +40,18 @@ class Quant:
 
     def quantizes(self, module: str) -> bool:
         """Whether a module (checkpoint name without .weight, layer index as a number) is stored quantized."""
-        return not any(_matches(module, pattern) for pattern in self.ignore)
+        return _kept(module, self.ignore)
 
     def to_dict(self) -> dict:
         return {"method": self.method, "scheme": self.scheme,
                 "block": list(self.block) if self.block else None,
                 "group": self.group, "bits": self.bits, "desc_act": self.desc_act, "label": self.label,
                 "ignore": list(self.ignore), "packing": self.packing, "kv_cache": self.kv_cache}
+
+
+@lru_cache(maxsize=1 << 16)  # a map asks once per layer group and module: thousands of times for Kimi-K2.5
+def _kept(module: str, ignore: tuple[str, ...]) -> bool:
+    return not any(_matches(module, pattern) for pattern in ignore)
 
 
 def _matches(module: str, pattern: str) -> bool:
