@@ -23,15 +23,15 @@ def _plans(spec, m: Mixer, layers, prefix: str, tensors: list) -> list[ParamPlan
     """tensors: (checkpoint suffix, attribute path, full shape, split dim, sections, quantity), or for a
     parameter loaded from several checkpoint tensors, (param suffix, attribute, shape, dim, sources, quantity)
     where sources are (checkpoint suffix, shape, shard id, sections)."""
-    out = []
+    out, built = [], {}  # one mixer per rank serves all its tensors' plans: the tracer refills each one
     for suffix, attr, shape, dim, secs, quantity in tensors:
         if secs and isinstance(secs[0], tuple):  # several checkpoint tensors into one parameter
             srcs = [Source(f"{prefix}{n}", sh, sid, sections=sec) for n, sh, sid, sec in secs]
             out.append(param(f"{prefix}{suffix}", FAMILY[m.kind],
-                             (lambda a: lambda tp, r: _attr(spec, m, tp, r, a))(
+                             (lambda a: lambda tp, r: _attr(spec, m, tp, r, a, built))(
                 attr), shape, srcs, tp_dim=0, layers=layers, quantity=quantity))
             continue
-        build = (lambda a: lambda tp, r: _attr(spec, m, tp, r, a))(attr)
+        build = (lambda a: lambda tp, r: _attr(spec, m, tp, r, a, built))(attr)
         name = f"{prefix}{suffix}"
         src = Source(name, shape, None, split=dim is not None, sections=secs)
         plan = param(name, FAMILY[m.kind], build, shape, [src], tp_dim=dim or 0,
@@ -40,10 +40,12 @@ def _plans(spec, m: Mixer, layers, prefix: str, tensors: list) -> list[ParamPlan
     return out
 
 
-def _attr(spec, m: Mixer, tp: int, r: int, attr: str):
+def _attr(spec, m: Mixer, tp: int, r: int, attr: str, built: dict):
     """(the layer that owns the parameter, the parameter): out_proj's RowParallelLinear, or the mixer
     itself."""
-    owner = build_mixer(spec, m, tp, r)
+    if (tp, r) not in built:
+        built[tp, r] = build_mixer(spec, m, tp, r)
+    owner = built[tp, r]
     *path, last = attr.split(".")
     for part in path:
         owner = getattr(owner, part)
