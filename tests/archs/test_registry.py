@@ -26,6 +26,12 @@ SIBLINGS = {"deepseek_v2": ("deepseek-ai/DeepSeek-V3", {"topk_method": "greedy",
             "olmo3": ("Qwen/Qwen3-0.6B", {}), "starcoder2": ("meta-llama/Llama-3.2-1B",
                                                              {"tie_word_embeddings": True}),
             "qwen3_5_moe_text": ("Qwen/Qwen3-30B-A3B", {"layer_types": None})}
+# the Transformers backend's decoders with no preset (archs/backend.py): a Llama, or Qwen3-MoE's experts at
+# intermediate_size (their transformers classes have no moe_intermediate_size)
+SIBLINGS |= {t: ("meta-llama/Llama-3.2-1B", {}) for t in ("arcee", "hunyuan_v1_dense", "vaultgemma", "cwm",
+                                                          "jais2")}
+SIBLINGS |= {t: ("Qwen/Qwen3-30B-A3B", {"moe_intermediate_size": None, "intermediate_size": 768})
+             for t in ("hunyuan_v1_moe", "flex_olmo")}
 SMALL = dict(num_hidden_layers=3, hidden_size=64, num_attention_heads=4, num_key_value_heads=2, head_dim=16,
              intermediate_size=96, vocab_size=1000)
 

@@ -34,7 +34,7 @@ def test_the_registry_is_vllm_0_33s():
     ("minimax_text_01_x", "MiniMaxText01ForCausalLM", "until 0.23.0"),
     ("granitemoeshared", "GraniteMoeSharedForCausalLM", "models/granitemoeshared.py"),
     ("cohere2_moe", "Cohere2MoeForCausalLM", "own model file (models/cohere2_moe.py)"),
-    ("seed_oss", "SeedOssForCausalLM", "through its Transformers backend"),
+    ("mellum", "MellumForCausalLM", "through its Transformers backend"),
     ("internvl_chat", "InternVLChatModel", "own model file (models/internvl.py)")])
 def test_an_unknown_type_vllm_serves_otherwise_is_refused_never_drawn_as_llama(model_type, cls, said):
     with pytest.raises(ConfigError) as e:

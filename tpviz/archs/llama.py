@@ -17,13 +17,6 @@ COHERE_UNMODELLED = (("use_qk_norm", "per-head q/k LayerNorms (use_qk_norm), whi
 # Llama-4 (models/llama4.py): the MLP, the router and the shared expert under feed_forward; the routed
 # experts fused per layer as Qwen3-VL-MoE's (experts.gate_up_proj [experts, hidden, 2 x intermediate])
 LLAMA4 = replace(LLAMA, mlp="feed_forward.", router="router")
-PHI = replace(LLAMA, final_norm="model.final_layernorm", ffn_norms=(), norm_bias=True, o="dense", up="fc1",
-              down="fc2")
-
-
-def phi_fields(cfg: dict) -> dict:
-    """transformers' PhiModel: fc1 and fc2 always carry biases (no config key turns them off)."""
-    return {**cfg, "mlp_bias": True}
 
 
 def cohere_fields(cfg: dict) -> dict:
@@ -64,18 +57,6 @@ RECORDS = [
     # says, and a biased lm_head that is never tied; its sparsemixer routing is not run live
     Arch("phimoe", "PhiMoEForCausalLM", replace(MIXTRAL, norm_bias=True), qkv_bias=True, o_bias=True,
          extra=("head_bias",), needs_experts=True, window="model_wide", embed_every_stage=True),
-    # vLLM 0.33 serves Phi-1/2 through its Transformers backend (registry: _TRANSFORMERS_SUPPORTED_MODELS):
-    # transformers' base_model_tp_plan cuts q/k/v and fc1 by column, dense and fc2 by row, its QKV fuser
-    # loads q/k/v into one QKVParallelLinear, and the biased lm_head is vocab-parallel
-    # (transformers/causal.py)
-    Arch("phi", "PhiForCausalLM", PHI, qkv_bias=True, o_bias=True, gated_mlp=False, adapt=phi_fields,
-         extra=("head_bias",), unmodelled=(("qk_layernorm", "q/k LayerNorms (qk_layernorm)"),),
-         note="vLLM 0.33 serves PhiForCausalLM through its Transformers backend, which cuts it by "
-              "transformers' own TP plan: q/k/v and fc1 by column, dense and fc2 by row"),
-    # SmolLM3 (Transformers backend too): Llama's names and tp plan; its NoPE layers change no weight
-    Arch("smollm3", "SmolLM3ForCausalLM", tied=True,
-         note="vLLM 0.33 serves SmolLM3ForCausalLM through its Transformers backend, which cuts it by "
-              "transformers' own TP plan (Llama's: q/k/v and gate/up by column, o and down by row)"),
     Arch("phi3", "Phi3ForCausalLM", PHI3, window="model_wide", live="llama", hf_partial_rotary=True,
          # transformers' 32000 may lie past the vocab
          hf_extra=(("pad_token_id", None), ("eos_token_id", None))),
