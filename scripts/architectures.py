@@ -13,7 +13,10 @@ from tpviz.rules.served import registry  # noqa: E402
 
 
 def row(a) -> str:
-    text = f"text decoder of {a.text_model}" if a.text_model else "text decoder"
+    text = (f"text decoder of {a.text_model}" if a.text_model else
+            "text decoder its config gives (MiniCPM-V: by version; DeepSeek-VL2: language_config)"
+            if a.decoder
+            else "text decoder")
     modes = "weights or data" if a.tower in DATA_MODE else "weights only"
     tower = (f"mapped and split as vLLM's `{TOWER_FILES[a.tower]}` (`--mm-encoder-tp-mode` {modes})"
              if a.tower else "left out (named in the map's notes)" if a.text_model else "none")

@@ -68,7 +68,7 @@ def test_old_multimodal_layout_lm_head(tmp_path):
     names = {"language_model." + n for n in NAMES} | {"vision_model.x.weight",
                                                       "multi_modal_projector.linear_1.weight"}
     f = folder(tmp_path, names)
-    assert names_only(shard_map(str(f), 1).checkpoint) == check(f, tensors=23, prefix="language_model.model.")
+    assert names_only(shard_map(str(f), 1).checkpoint) == check(f, tensors=23, prefix="language_model.")
 
 
 def test_sharded_index(tmp_path):

@@ -1,14 +1,69 @@
-"""Multimodal wrappers whose text decoder is another family's record and whose vision tower tpviz leaves out
-(the map's notes name it): GLM-4.5V, whose text_config vLLM 0.33's glm4_1v.py builds as Glm4MoeForCausalLM
-(glm4_moe.py), under the same checkpoint names (model.language_model.*, the tower under model.visual.*)."""
+"""Multimodal wrappers whose text decoder is another family's record: GLM-4.5V, whose text_config vLLM
+0.33's glm4_1v.py builds as Glm4MoeForCausalLM (glm4_moe.py), under the same checkpoint names
+(model.language_model.*, the tower under model.visual.*, left out and named in the notes); MiniCPM-V
+(minicpmv.py), whose flat config is its decoder's, built by version as Llama, Qwen2 or Qwen3 under llm.*;
+DeepSeek-VL2 (deepseek_vl2.py), whose language_config vLLM reads as DeepseekV2Config and builds as
+DeepSeek-V2 under language.*. Their towers: config/tower.py."""
 from dataclasses import replace
 
+from tpviz.archs.base import Arch
 from tpviz.archs.glm import RECORDS as GLM
+from tpviz.errors import ConfigError, MissingFieldError
 
 _GLM4_MOE = next(a for a in GLM if a.model_type == "glm4_moe")
+# minicpmv.py's _SUPPORT_VERSION: the decoder each version's class builds (init_llm)
+MINICPMV_DECODERS = {(2, 5): "llama", (2, 6): "qwen2", (4, 0): "llama", (4, 5): "qwen3"}
+
+
+def minicpmv_version(cfg: dict) -> tuple[int, ...]:
+    """The version minicpmv.py reads (get_version_by_config): the config's, else 2.0 for a 2304-wide decoder
+    with 64 queries (MiniCPMVConfig's query_num default), else 2.5."""
+    version = cfg.get("version")
+    if version is None:
+        return (2, 0) if cfg.get("hidden_size") == 2304 and cfg.get("query_num", 64) == 64 else (2, 5)
+    try:
+        return tuple(int(x) for x in str(version).split("."))
+    except ValueError:
+        raise ConfigError(f"version={version!r} is no MiniCPM-V version vLLM 0.33 reads") from None
+
+
+def minicpmv_decoder(cfg: dict) -> dict:
+    """The flat config as the decoder minicpmv.py builds for its version (the vision keys dropped)."""
+    version = minicpmv_version(cfg)
+    if version == (2, 0):
+        raise ConfigError("MiniCPM-V 2.0 builds its decoder as MiniCPMForCausalLM (minicpm.py) and its "
+                          "vision tower through timm; tpviz does not model them yet")
+    if version not in MINICPMV_DECODERS:
+        raise ConfigError(f"MiniCPM-V version {'.'.join(map(str, version))}: vLLM 0.33's minicpmv.py "
+                          "serves 2.0, 2.5, 2.6, 4.0 and 4.5 alone")
+    drop = ("vision_config", "slice_config", "auto_map")
+    return {**{k: v for k, v in cfg.items() if k not in drop}, "model_type": MINICPMV_DECODERS[version]}
+
+
+def deepseek_vl2_decoder(cfg: dict) -> dict:
+    """language_config as DeepseekVLV2Config reads it (a DeepseekV2Config); DeepSeek-OCR's configs share
+    the model_type and are told apart by architectures, as vLLM's config class does."""
+    if any(str(a).startswith("DeepseekOCR") for a in cfg.get("architectures") or []):
+        raise ConfigError("DeepSeek-OCR (deepseek_ocr.py, deepseek_ocr2.py) encodes images with DeepEncoder "
+                          "(a SAM ViT-B beside a CLIP-L, deepencoder.py), which tpviz does not model yet")
+    text = cfg.get("language_config")
+    if not isinstance(text, dict):
+        raise MissingFieldError("config is missing language_config, DeepSeek-VL2's text decoder",
+                                "language_config")
+    if cfg.get("tile_tag", "tile_tag") != "2D":  # deepseek_vl2.py raises for any other
+        raise ConfigError(f"tile_tag={cfg.get('tile_tag')!r}: vLLM 0.33's deepseek_vl2.py builds 2D alone")
+    for key in ("num_hidden_layers", "num_attention_heads"):  # deepseek-vl2 (the largest) gives neither
+        if text.get(key) is None:
+            raise MissingFieldError(f"language_config is missing {key}; vLLM 0.33 would take "
+                                    "DeepseekV2Config's default, which changes with the transformers release "
+                                    "(32 layers in 5.x, where deepseek-vl2's checkpoint holds 30), so tpviz "
+                                    "does not guess it", key)
+    return {**text, "model_type": "deepseek_v2"}
 
 RECORDS = [
     replace(_GLM4_MOE, model_type="glm4v_moe", hf_class="Glm4vMoeForConditionalGeneration",
             text_model="glm4v_moe_text"),
     replace(_GLM4_MOE, model_type="glm4v_moe_text", hf_class="Glm4vMoeForConditionalGeneration"),
+    Arch("minicpmv", "MiniCPMV", tower="minicpmv", decoder=minicpmv_decoder),
+    Arch("deepseek_vl_v2", "DeepseekVLV2ForCausalLM", tower="deepseek_vl2", decoder=deepseek_vl2_decoder),
 ]

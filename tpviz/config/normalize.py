@@ -56,13 +56,17 @@ def read_spec(cfg: dict, name: str) -> ModelSpec:
     """A config dict (as transformers' class reads it, or as given) into a ModelSpec, as its record says."""
     if "text_config" not in cfg and isinstance(cfg.get("llm_config"), dict):  # InternVL: vLLM 0.33 reads
         cfg = {**cfg, "text_config": cfg["llm_config"]}  # llm_config as text_config (_CONFIG_ATTRS_MAPPING)
+    decoder_note = ""
+    if (wrapper := arch_of(str(cfg.get("model_type", "")))).decoder and "text_config" not in cfg:
+        text, decoder_note = through_transformers(wrapper.decoder(cfg))  # MiniCPM-V, DeepSeek-VL2
+        cfg = {**cfg, "text_config": text}
     outer = cfg
     if isinstance(cfg.get("text_config"), dict):  # multimodal wrappers (Gemma-3, Llama-4, Mistral-3)
         kept = ("torch_dtype", "dtype", "tie_word_embeddings")  # model-wide keys some wrappers keep outside
         cfg = {**{k: v for k, v in outer.items() if k in kept}, **cfg["text_config"]}
     wrapped = cfg is not outer
     model_type = str(pick(cfg, "model_type", default=outer.get("model_type", "unknown")))
-    arch, notes = arch_of(model_type), []
+    arch, notes = arch_of(model_type), [decoder_note] if decoder_note else []
     cls = architecture(outer) or architecture(cfg)
     if not arch.known and not arch.refused and (built := arch_of_class(cls)):  # Kimi-K2: DeepSeek-V3
         notes.append(f"model_type {model_type!r} is built by vLLM 0.33 as {cls} (its architectures "

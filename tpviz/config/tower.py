@@ -11,12 +11,17 @@ from tpviz.errors import ConfigError
 MODES = ("weights", "data")  # --mm-encoder-tp-mode: split the tower's weights, or run it whole per GPU
 TOWER_FILES = {"qwen2_vl": "qwen2_vl.py", "qwen2_5_vl": "qwen2_5_vl.py", "qwen3_vl": "qwen3_vl.py",
                "siglip": "siglip.py and gemma3_mm.py", "pixtral": "pixtral.py and mistral3.py",
-               "llama4": "mllama4.py", "moonvit": "kimi_k25_vit.py and kimi_k25.py"}
+               "llama4": "mllama4.py", "moonvit": "kimi_k25_vit.py and kimi_k25.py",
+               "minicpmv": "idefics2_vision_model.py and minicpmv.py",
+               "deepseek_vl2": "deepseek_vl2.py, timm's vit_so400m_patch14_siglip_384"}
 QWEN_KINDS = ("qwen2_vl", "qwen2_5_vl", "qwen3_vl")  # vision_config names their heads num_heads
 # the towers whose vLLM class supports --mm-encoder-tp-mode data (supports_encoder_tp_data: qwen2_vl.py,
-# qwen2_5_vl.py, qwen3_vl.py, mllama4.py, kimi_k25.py); gemma3_mm.py and mistral3.py do not, so vLLM falls
-# back to weights
-DATA_MODE = (*QWEN_KINDS, "llama4", "moonvit")
+# qwen2_5_vl.py, qwen3_vl.py, mllama4.py, kimi_k25.py, minicpmv.py); gemma3_mm.py, mistral3.py and
+# deepseek_vl2.py do not, so vLLM falls back to weights
+DATA_MODE = (*QWEN_KINDS, "llama4", "moonvit", "minicpmv")
+# timm's vit_so400m_patch14_siglip_384, which deepseek_vl2.py builds whatever vision_config says: width,
+# heads, MLP width (int(1152 x 3.7362)), blocks, patch, image size
+SO400M = dict(hidden=1152, heads=16, intermediate=4304, depth=27, patch=14, image=384)
 
 
 @dataclass(frozen=True)
@@ -42,6 +47,9 @@ class Tower:
     # vision_output_dim)
     adapter: tuple = ()
     grid: tuple = ()  # a 2-D position table's (height, width): MoonViT's pos_emb [height, width, hidden]
+    queries: int = 0  # a perceiver resampler's learned queries (MiniCPM-V's query_num)
+    mlp: tuple = ()  # a projector MLP's widths, input first (DeepSeek-VL2's downsample_mlp_gelu)
+    extras: tuple = ()  # names outside both prefixes (DeepSeek-VL2's image_newline, view_seperator)
 
     @property
     def file(self) -> str:
@@ -59,7 +67,7 @@ class Tower:
     @property
     def prefixes(self) -> tuple[str, ...]:
         """Where its checkpoint names start (the tower's, then a projector's of its own)."""
-        return (self.prefix, self.projector) if self.projector else (self.prefix,)
+        return (self.prefix, self.projector, *self.extras) if self.projector else (self.prefix,)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -67,7 +75,8 @@ class Tower:
     @classmethod
     def from_dict(cls, d: dict | None) -> "Tower | None":
         return cls(**{**d, "patch": tuple(d["patch"]), "adapter": tuple(d.get("adapter", ())),
-                      "grid": tuple(d.get("grid", ()))}) if d else None
+                      "grid": tuple(d.get("grid", ())), "mlp": tuple(d.get("mlp", ())),
+                      "extras": tuple(d.get("extras", ()))}) if d else None
 
 
 def _int(vc: dict, *keys, default=None) -> int:
@@ -96,10 +105,12 @@ def read_tower(outer: dict) -> Tower | None:
         tower = _pixtral(outer, vc)
     elif kind == "llama4":
         tower = _llama4(outer, vc)
-    elif kind == "moonvit":
-        tower = _moonvit(outer, vc)
+    elif kind in ("moonvit", "deepseek_vl2"):  # None: a projector vLLM builds otherwise, left out
+        tower = (_moonvit if kind == "moonvit" else _deepseek_vl2)(outer, vc)
         if tower is None:
             return None
+    elif kind == "minicpmv":
+        tower = _minicpmv(outer, vc)
     else:
         patch = _int(vc, "patch_size", "spatial_patch_size", default=14)
         kernel = (_int(vc, "in_channels", "in_chans", default=3), _int(vc, "temporal_patch_size", default=2),
@@ -185,6 +196,43 @@ def _moonvit(outer: dict, vc: dict) -> Tower | None:
                  _int(vc, "intermediate_size"), _int(vc, "num_hidden_layers"), _int(text, "hidden_size"),
                  merge[0], (_int(vc, "num_channels", default=3), patch, patch), positions=grid[0] * grid[1],
                  block_path="encoder.blocks", projector="mm_projector.", proj_bias=True, grid=grid)
+
+
+def _minicpmv(outer: dict, vc: dict) -> Tower:
+    """minicpmv.py 2.5 to 4.5: Idefics2VisionTransformer under vpm. (SigLIP's names; vision_config read as
+    SiglipVisionConfig, with its defaults), its last layer dropped with drop_vision_last_layer
+    (MiniCPMVConfig's default: true); then the resampler, as wide as the decoder, over query_num queries."""
+    patch = _int(vc, "patch_size", default=16)
+    drop = outer.get("drop_vision_last_layer", True)
+    if not isinstance(drop, bool):
+        raise ConfigError(f"drop_vision_last_layer={drop!r} is not true or false")
+    depth = _int(vc, "num_hidden_layers", default=12) - (1 if drop else 0)
+    return Tower("minicpmv", "vpm.", _int(vc, "hidden_size", default=768),
+                 _int(vc, "num_attention_heads", default=12), _int(vc, "intermediate_size", default=3072),
+                 depth, _int(outer, "hidden_size"), 1,
+                 (_int(vc, "num_channels", default=3), patch, patch),
+                 positions=(_int(vc, "image_size", default=224) // patch) ** 2, block_path="encoder.layers",
+                 projector="resampler.", queries=_int(outer, "query_num", default=64))
+
+
+def _deepseek_vl2(outer: dict, vc: dict) -> Tower | None:
+    """deepseek_vl2.py: timm's so400m (SO400M) under vision., then MlpProjector (projector_config, read as
+    MlpProjectorConfig with its defaults) and two learned vectors of its width. None for a projector_type
+    other than downsample_mlp_gelu (a plain linear: not modelled, left out)."""
+    pc = outer.get("projector_config") or {}
+    if not isinstance(pc, dict) or pc.get("projector_type", "downsample_mlp_gelu") != "downsample_mlp_gelu":
+        return None
+    if pc.get("token_pooling"):
+        raise ConfigError("projector_config: token_pooling, which vLLM 0.33's deepseek_vl2.py refuses")
+    down, n = _int(pc, "downsample_ratio", default=2), _int(pc, "n_embed", default=2048)
+    wide = n * _int(pc, "mlp_ratio", default=1)
+    widths = (_int(pc, "input_dim", default=1152) * down ** 2,
+              *[wide] * (1 + max(_int(pc, "depth", default=2) - 2, 0)), n)  # a GELU between each two
+    p = SO400M["patch"]
+    return Tower("deepseek_vl2", "vision.", SO400M["hidden"], SO400M["heads"], SO400M["intermediate"],
+                 SO400M["depth"], n, down, (3, p, p), positions=(SO400M["image"] // p) ** 2,
+                 projector="projector.", proj_bias=True, mlp=widths,
+                 extras=("image_newline", "view_seperator"))
 
 
 def encoder_mode(tower: Tower | None, mode: str) -> tuple[Tower | None, str]:

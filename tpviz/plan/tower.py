@@ -16,6 +16,8 @@ from tpviz.config.tower import Tower
 from tpviz.errors import TPSizeError
 from tpviz.plan.attention import qkv, qkv_sections
 from tpviz.plan.core import ParamPlan, column, merged, norm, replicated, row
+from tpviz.plan.tower_deepseek import HINT as DEEPSEEK_VL2_HINT, deepseek_vl2
+from tpviz.plan.tower_minicpm import minicpmv
 from tpviz.rules import RuleSet, divide, ruleset
 
 FAMILY = "vision"
@@ -208,7 +210,10 @@ def moonvit(spec, t: Tower, rules: RuleSet) -> tuple[list, list, list]:
 
 
 BUILDERS = {"qwen2_vl": qwen2_vl, "qwen2_5_vl": qwen2_5_vl, "qwen3_vl": qwen3_vl, "siglip": siglip,
-            "pixtral": pixtral, "llama4": llama4, "moonvit": moonvit}
+            "pixtral": pixtral, "llama4": llama4, "moonvit": moonvit, "minicpmv": minicpmv,
+            "deepseek_vl2": deepseek_vl2}
+# towers whose attention is not split (deepseek_vl2.py: timm's, with only its MLPs parallel): no head limit
+WHOLE_ATTENTION = {"deepseek_vl2": DEEPSEEK_VL2_HINT}
 # layers a model file builds without disable_tp: split over tp even in data mode (mllama4.py's projector)
 SPLIT_IN_DATA = {"llama4": ("multi_modal_projector.linear_1.",)}
 
@@ -218,12 +223,14 @@ def _guarded(build, t: Tower, quantity):
     key and the flag that avoids it."""
     def guarded(tp, r):
         try:
-            divide(t.heads, tp, t.heads_key)
+            if t.kind not in WHOLE_ATTENTION:
+                divide(t.heads, tp, t.heads_key)
             return build(tp, r)
         except TPSizeError as e:
             key, value = (quantity if e.generic and quantity else (e.quantity, e.value))
             rule = f"{key}={value} is not divisible by tp_size={tp}" if e.generic and quantity else e.reason
-            hint = AUTO_DATA.get(t.kind) or (DATA_HINT if t.supports_data else NO_DATA_HINT)
+            hint = (AUTO_DATA.get(t.kind) or WHOLE_ATTENTION.get(t.kind)
+                    or (DATA_HINT if t.supports_data else NO_DATA_HINT))
             raise TPSizeError(f"the vision tower: {rule}; {hint}", key, value, tp) from None
     return guarded
 

@@ -102,6 +102,7 @@ def _prefix(map_names: set[str], names: set[str]) -> tuple[str, str]:
     (multimodal wrappers store the decoder under language_model.*, some files drop 'transformer.')."""
     best, best_hits = ("", ""), len(map_names & names)
     drops = {n[:n.index(s)] for n in names for s in ("layers.", "h.", "embed") if s in n}
+    drops |= {n[:n.index(".") + 1] for n in names if "." in n}  # a wrapper's own: llm., language.
     for drop in sorted(drops, key=len)[:32]:
         for add in ("", "model.", "transformer."):
             hits = sum(1 for n in names if n.startswith(drop) and add + n[len(drop):] in map_names)
@@ -148,13 +149,15 @@ def compare(m: ShardMap, names: set[str], source: str, sizes: dict[str, int] | N
     """What the map has that the checkpoint lacks, and the other way round (as '*' patterns with counts);
     with the headers' sizes, also the tensors whose stored bytes differ from the map's."""
     mapped = expand(m)
-    drop, add = _prefix(set(mapped), names)
+    # a modelled tower's names in either layout ("visual." before transformers 4.52, "model.visual." after)
+    towers = m.model.tower.prefixes if m.model.tower else ()
+    # the decoder's prefix, read off the names outside the tower (a tower can outnumber them: MiniCPM-V)
+    drop, add = _prefix(set(mapped), {n for n in names if not any(n.startswith(t) or f".{t}" in n
+                                                                   for t in towers)})
     seen, extra, quant, tied = set(), [], [], []
     layers = m.model.num_hidden_layers
     # tied: vLLM allocates one matrix, and a stored lm_head (Falcon-180B's) loads onto the embedding's
     head = arch_names(m.model).lm_head if m.model.tie_word_embeddings else None
-    # a modelled tower's names in either layout ("visual." before transformers 4.52, "model.visual." after)
-    towers = m.model.tower.prefixes if m.model.tower else ()
     for n in names:
         if tower := next((t for t in towers if n.startswith(t) or f".{t}" in n), None):
             key = n[n.index(tower):]

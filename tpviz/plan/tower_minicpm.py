@@ -1,0 +1,62 @@
+"""MiniCPM-V's vision tower and resampler as vLLM 0.33's minicpmv.py builds them (versions 2.5 to 4.5).
+
+The tower is idefics2_vision_model.py's Idefics2VisionTransformer under SigLIP's names: q/k/v stored apart
+and loaded into one biased QKVParallelLinear over the vision heads (which tp must divide: the attention
+asserts it, with no fallback), out_proj row-parallel, fc1 / fc2 column then row, LayerNorms; the patch kernel,
+the position table and post_layernorm whole. The resampler (resampler.py's BaseResampler) is whole on every
+GPU in either --mm-encoder-tp-mode: its kv_proj is a ReplicatedLinear and the rest plain torch modules
+(learned queries, nn.MultiheadAttention's in_proj and out_proj, three LayerNorms, the output projection)."""
+from dataclasses import replace
+
+from tpviz.archs.names import Names
+from tpviz.config.kinds import Mixer
+from tpviz.config.tower import Tower
+from tpviz.plan.attention import qkv
+from tpviz.plan.core import ParamPlan, column, norm, replicated, row
+from tpviz.rules import RuleSet
+
+FAMILY = "vision"
+
+
+def whole(name: str, shape: tuple) -> ParamPlan:
+    """A plain parameter held whole by every GPU, drawn as [rows, the rest] (leading 1s dropped: timm's
+    pos_embed [1, 729, 1152] is drawn [729, 1152])."""
+    drawn = tuple(shape)
+    while len(drawn) > 1 and drawn[0] == 1:
+        drawn = drawn[1:]
+    rows, rest = drawn[0], 1
+    for d in drawn[1:]:
+        rest *= d
+    plan = replicated(name, rows, rest) if len(drawn) > 1 else replicated(name, rows, 1, bias=True)
+    plan.sources[0].disk = tuple(shape)
+    return plan
+
+
+def idefics2_blocks(spec, t: Tower, rules: RuleSet) -> list[ParamPlan]:
+    """One encoder layer: self_attn q/k/v (QKVParallelLinear) and out_proj, mlp.fc1 / fc2, layer_norm1 / 2."""
+    p, h, d = t.blocks, t.heads, t.hidden // t.heads
+    attn = qkv(replace(spec, hidden_size=t.hidden, quant=None), Names(layer=p, attn="self_attn."), rules,
+               Mixer("attention", h, h, d), None, True)
+    key, mlp = ("vision_config.hidden_size", t.hidden), ("vision_config.intermediate_size", t.intermediate)
+    return (attn + row(f"{p}self_attn.out_proj", t.hidden, t.hidden, FAMILY, None, True, key)
+            + column(f"{p}mlp.fc1", t.hidden, t.intermediate, FAMILY, None, True, mlp)
+            + row(f"{p}mlp.fc2", t.intermediate, t.hidden, FAMILY, None, True, mlp)
+            + [pl for n in ("layer_norm1", "layer_norm2") for pl in norm(f"{p}{n}", t.hidden, bias=True)])
+
+
+def minicpmv(spec, t: Tower, rules: RuleSet) -> tuple[list, list, list]:
+    """(per-block plans, [], once-per-tower plans): the encoder layers, then the embeddings, post_layernorm
+    and the resampler (embed_dim the decoder's width, kv_dim the tower's)."""
+    e, r, wide = f"{t.prefix}embeddings.", t.projector, t.out_hidden
+    once = [whole(f"{e}patch_embedding.weight", (t.hidden, *t.patch)),
+            whole(f"{e}patch_embedding.bias", (t.hidden,)),
+            whole(f"{e}position_embedding.weight", (t.positions, t.hidden)),
+            *norm(f"{t.prefix}post_layernorm", t.hidden, bias=True),
+            whole(f"{r}query", (t.queries, wide)),
+            # kv_proj exists only where the widths differ (an identity otherwise)
+            *([replicated(f"{r}kv_proj.weight", wide, t.hidden)] if wide != t.hidden else []),
+            whole(f"{r}attn.in_proj_weight", (3 * wide, wide)), whole(f"{r}attn.in_proj_bias", (3 * wide,)),
+            whole(f"{r}attn.out_proj.weight", (wide, wide)), whole(f"{r}attn.out_proj.bias", (wide,)),
+            *(pl for n in ("ln_q", "ln_kv", "ln_post") for pl in norm(f"{r}{n}", wide, bias=True)),
+            whole(f"{r}proj", (wide, wide))]
+    return idefics2_blocks(spec, t, rules), [], once
