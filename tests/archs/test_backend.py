@@ -26,6 +26,7 @@ CASES = {
     "Jais2ForCausalLM": dict(model_type="jais2"),
     "HunYuanMoEV1ForCausalLM": dict(model_type="hunyuan_v1_moe", num_experts=4, moe_topk=2),
     "FlexOlmoForCausalLM": dict(model_type="flex_olmo", eos_token_id=None, **MOE),
+    "OlmoForCausalLM": dict(model_type="olmo", clip_qkv=8.0),
 }
 A, F = "model.layers.*.self_attn.", "model.layers.*.mlp."
 
@@ -165,3 +166,21 @@ def test_hunyuan_a13b_stores_its_80b():
     m4 = shard_map(A13B, 4)
     assert rows(m4, F + "experts.*.up_proj.weight", 2) == [(1536, 2304)]
     assert rows(m4, F + "gate.wg.weight", 2) == [(0, 64)]
+
+
+def test_olmo_1b_holds_no_norm_weights_and_stores_its_card_count():
+    """OLMo-1B-hf: LayerNorms without weights (transformers' OlmoLayerNorm), so its 16 layers hold only the
+    projections: 16 x (4 x 2048^2 + 3 x 2048 x 8192) and a tied 50304 x 2048 table, 1,176,764,416 values
+    (the card's 1.18B); clip_qkv changes no weight."""
+    m = shard_map("allenai/OLMo-1B-hf", 1)
+    assert not any("norm" in t.name for t in m.tensors)
+    assert m.total_weight_bytes == 2 * (16 * (4 * 2048 ** 2 + 3 * 2048 * 8192) + 50304 * 2048)
+    assert m.total_weight_bytes == 2 * 1_176_764_416
+    assert shard_map({**load_spec("allenai/OLMo-1B-hf").config, "clip_qkv": 8.0}, 1).total_weight_bytes == (
+        m.total_weight_bytes)
+
+
+def test_glm_is_refused_naming_its_gathered_mlp():
+    """GLM-4-hf's tp plan: gate_up_proj colwise_gather_output (an all-gather tpviz's collectives lack)."""
+    with pytest.raises(ConfigError, match="colwise_gather_output"):
+        shard_map({**TINY, "model_type": "glm", "architectures": ["GlmForCausalLM"]}, 2)

@@ -25,6 +25,8 @@ HUNYUAN_MOE = replace(HUNYUAN, router="gate.wg", shared="shared_mlp.")
 # FlexOlmo: OLMo-2's post-norm block (q/k norms over the whole projection) with routed experts
 FLEX_OLMO = replace(LLAMA, mixer_norms=("post_attention_layernorm",),
                     ffn_norms=("post_feedforward_layernorm",))
+# OLMo-1: LayerNorms without weight or bias (OlmoLayerNorm), so no norm tensor at all
+OLMO = replace(LLAMA, mixer_norms=(), ffn_norms=(), final_norm="")
 # activations the GLU fuser has an ...AndMul kernel for (transformers' class names them so)
 CLA = (("use_cla", "cross-layer KV sharing (use_cla), which transformers' HunYuan classes do not build, so "
                    "vLLM's backend cannot load such a checkpoint"),)
@@ -132,6 +134,16 @@ RECORDS = [
     Arch("jais2", "Jais2ForCausalLM", replace(LLAMA, norm_bias=True), gated_mlp=False,
          note=note("Jais2ForCausalLM", "its tp plan cuts q/k/v (fused into one QKVParallelLinear) and "
                    "up_proj by column, o_proj and down_proj by row")),
+    # OLMo-1 (the -hf checkpoints): Llama's projections and tp plan; clip_qkv clamps q/k/v, no weight
+    Arch("olmo", "OlmoForCausalLM", OLMO,
+         note=note("OlmoForCausalLM", f"Llama's tp plan, {FUSED}; its LayerNorms hold no weights")),
+    # GLM-4 (the -hf checkpoints): its tp plan cuts the fused gate_up_proj colwise_gather_output,
+    # all-gathering the MLP's 2 x intermediate a token before down_proj's rowwise_split_input; the
+    # collectives tpviz draws have no such gather, so it is refused rather than drawn without it
+    Arch("glm", "GlmForCausalLM", known=False,
+         refused="an MLP vLLM 0.33's Transformers backend cuts by its tp plan's colwise_gather_output "
+                 "(gate_up_proj, all-gathered to 2 x intermediate_size a token) and rowwise_split_input "
+                 "(down_proj)"),
     # HunYuan MoE (TransformersMoEForCausalLM): the experts one FusedMoE (external routing: transformers' gate
     # picks them), the shared MLP fused like a dense one and reduced with the experts
     Arch("hunyuan_v1_moe", "HunYuanMoEV1ForCausalLM", HUNYUAN_MOE, qk_norm="head", adapt=hunyuan_moe_fields,

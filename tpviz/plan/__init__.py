@@ -50,7 +50,9 @@ def build_plan(spec: ModelSpec, rules: RuleSet | str = "vllm") -> list[ParamPlan
     rules = ruleset(rules)
     names = arch_names(spec)
     hidden, p, nb = spec.hidden_size, names.layer, names.norm_bias
-    plans = embed(spec, names, rules) + norm(names.final_norm, hidden, bias=nb) + extra_globals(spec, names)
+    # OLMo-1's final norm holds no weight (Names.final_norm "")
+    final = norm(names.final_norm, hidden, bias=nb) if names.final_norm else []
+    plans = embed(spec, names, rules) + final + extra_globals(spec, names)
     every = list(range(spec.num_hidden_layers))
     plans += [pl for n in names.block_norms for pl in norm(f"{p}{n}", hidden, every, bias=nb)]
     # Gemma-4: a saved per-layer output scale (a buffer, in the checkpoint)
