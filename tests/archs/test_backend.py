@@ -107,6 +107,8 @@ def test_hunyuan_refuses_what_its_transformers_classes_cannot_build():
             shard_map({**tiny(cls), "use_cla": True}, 1)
         with pytest.raises(ConfigError, match="hidden_act"):
             shard_map({**tiny(cls), "hidden_act": "relu"}, 1)
+        with pytest.raises(ConfigError, match="use_qk_norm"):
+            shard_map({**tiny(cls), "use_qk_norm": False}, 1)
     moe = tiny("HunYuanMoEV1ForCausalLM")
     with pytest.raises(ConfigError, match="moe_intermediate_size"):
         shard_map({**moe, "moe_intermediate_size": [48, 48]}, 1)

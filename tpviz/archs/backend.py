@@ -56,7 +56,11 @@ def seed_oss_fields(cfg: dict) -> dict:
 
 
 def hunyuan_fields(cfg: dict) -> dict:
-    """No tp plan: an activation the GLU fuser cannot take would leave the MLP whole on every GPU."""
+    """No tp plan: an activation the GLU fuser cannot take would leave the MLP whole on every GPU. The
+    classes always build query_layernorm / key_layernorm, so a checkpoint without them cannot load."""
+    if cfg.get("use_qk_norm") is False:
+        raise ConfigError("use_qk_norm=False: transformers' HunYuan classes build the q/k norms whatever it "
+                          "says, so vLLM's backend would find them missing from the checkpoint")
     if (act := cfg.get("hidden_act", "silu")) not in GLU_ACTS:
         raise ConfigError(f"hidden_act={act!r}: vLLM 0.33's Transformers backend has no fused gate/up for "
                           "it and HunYuan has no tp plan, so its MLP would stay unsplit, which tpviz "
