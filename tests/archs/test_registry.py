@@ -32,6 +32,8 @@ SIBLINGS |= {t: ("meta-llama/Llama-3.2-1B", {}) for t in ("arcee", "hunyuan_v1_d
                                                           "jais2")}
 SIBLINGS |= {t: ("Qwen/Qwen3-30B-A3B", {"moe_intermediate_size": None, "intermediate_size": 768})
              for t in ("hunyuan_v1_moe", "flex_olmo")}
+# GLM-5 (no preset): DeepSeek-V3.2's config under its own class
+SIBLINGS["glm_moe_dsa"] = ("deepseek-ai/DeepSeek-V3.2", {"architectures": ["GlmMoeDsaForCausalLM"]})
 SMALL = dict(num_hidden_layers=3, hidden_size=64, num_attention_heads=4, num_key_value_heads=2, head_dim=16,
              intermediate_size=96, vocab_size=1000)
 

@@ -17,6 +17,8 @@ from tpviz.config.cache import cache_root
 
 # what tpviz reads differently from the class, or the class drops: kept from the JSON as given
 KEPT = ("quantization_config",)
+# model_types vLLM 0.33 reads with another model_type's class (transformers_utils/config.py _CONFIG_REGISTRY)
+READ_AS = {"deepseek_v32": "deepseek_v3"}
 TOWERS = ("vision_config", "audio_config")  # sub-configs read with the class's defaults (config/tower.py)
 # the model's own dimensions, under every name a config gives them: a class default for one (LlamaConfig's
 # hidden_size 4096) would draw another model, so a config without them is refused, naming the field
@@ -49,6 +51,7 @@ def config_class(model_type: object):
     # start-up: transformers (and the torch it imports) loads only when a config is read, not on `import
     # tpviz`
     from transformers.models.auto.configuration_auto import CONFIG_MAPPING, CONFIG_MAPPING_NAMES
+    model_type = READ_AS.get(model_type, model_type)
     return CONFIG_MAPPING[model_type] if model_type in CONFIG_MAPPING_NAMES else None
 
 
@@ -122,7 +125,9 @@ def _read_with_class(text: str) -> tuple[dict, str | None]:
         return cfg, None
     try:
         with quiet():
-            return merged(cfg, as_dict(cls(**cfg))), None
+            read = merged(cfg, as_dict(cls(**cfg)))
+            # a class read in another's stead keeps the config's own model_type
+            return ({**read, "model_type": cfg["model_type"]} if cfg["model_type"] in READ_AS else read), None
     except Exception as e:  # noqa: BLE001 - any refusal of the class is the config's, said in one line below
         words = next((line.strip() for line in str(e).splitlines() if line.strip()), "") or type(e).__name__
         return cfg, f"transformers' {cls.__name__} (which vLLM reads it with) refuses it: {words[:300]}"

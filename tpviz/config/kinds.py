@@ -38,6 +38,12 @@ class Mixer:
     # Gemma-4's last num_kv_shared_layers: q_proj alone, attending over an earlier layer's KV cache; they
     # hold no KV heads (kv_heads 0) and cache nothing
     kv_shared: bool = False
+    # DeepSeek Sparse Attention (DeepSeek-V3.2, GLM-5): a lightning indexer of index_heads heads of index_dim
+    # beside MLA, with a key cache of its own (config/indexer.py); 0: the layer builds none. index_topk: the
+    # tokens each query's sparse MLA attends (every layer of such a model, with an indexer or not)
+    index_heads: int = 0
+    index_dim: int = 0
+    index_topk: int = 0
 
     @property
     def is_attention(self) -> bool:
@@ -56,7 +62,8 @@ class Mixer:
         rope = ("" if self.rope else ", no RoPE") + (", KV shared" if self.kv_shared else "")
         return {"attention": f"full attention{rope}",
                 "sliding_attention": f"sliding attention ({self.window}){rope}",
-                "chunked_attention": f"chunked attention ({self.window}){rope}", "mla": "MLA attention",
+                "chunked_attention": f"chunked attention ({self.window}){rope}",
+                "mla": "MLA attention" + (" + lightning indexer" if self.index_heads else ""),
                 "gated_deltanet": "Gated DeltaNet", "mamba2": "Mamba2", "short_conv": "short conv",
                 "none": "no mixer"}[self.kind]
 

@@ -7,6 +7,7 @@ from dataclasses import replace
 
 from tpviz.archs import Arch
 from tpviz.config.fields import read_int
+from tpviz.config.indexer import with_indexers
 from tpviz.config.kinds import Ffn, LayerSpec, Mixer, index_list, layer_list, per_layer
 from tpviz.config.windows import model_wide_kinds
 from tpviz.errors import ConfigError
@@ -131,6 +132,8 @@ def derive(cfg: dict, arch: Arch, n: int, hidden: int, attn: Mixer, dense: Ffn,
         if cfg.get(key):
             raise ConfigError(f"{key}={cfg[key]!r}: {arch.model_type}'s {part} are not modelled by tpviz yet")
     mixers = _mixers(cfg, arch, n, attn)
+    if "indexer" in arch.extra:  # DeepSeek Sparse Attention: the lightning indexer beside MLA
+        mixers = with_indexers(cfg, mixers)
     has_moe = _moe_layers(cfg, n, moe.experts if moe else 0)
     top_k = per_layer(cfg, "moe_topk_per_layer", n, moe.top_k if moe else 0) if moe else [0] * n
     # Gemma-4's use_double_wide_mlp: the KV-shared layers' MLP is twice intermediate_size

@@ -139,6 +139,11 @@ class ModelSpec:
         if dtype not in SERVE_DTYPES or kv_cache_dtype not in KV_DTYPES:
             raise ConfigError(f"dtype={dtype!r} / kv_cache_dtype={kv_cache_dtype!r}: use dtype one of "
                               f"{', '.join(SERVE_DTYPES)} and kv_cache_dtype one of {', '.join(KV_DTYPES)}")
+        if kv_cache_dtype == "fp8" and any(x.mixer.index_topk for x in self.layers):
+            raise ConfigError("kv_cache_dtype='fp8' with DeepSeek Sparse Attention: vLLM 0.33 stores its "
+                              "sparse MLA cache as fp8_ds_mla (656 bytes a token a layer) or as plain fp8 "
+                              "(576) by the attention backend it picks for the GPU, which tpviz does not "
+                              "model; use 'auto'")
         served = self.config_dtype if dtype == "auto" else dtype
         served = "bfloat16" if dtype == "auto" and served == "float32" else served
         tower, note = encoder_mode(self.tower, mm_encoder) if mm_encoder else (self.tower, "")

@@ -6,6 +6,7 @@ Also the bytes each decoded token sends, and one layout's verdict and room (a La
 import re
 from dataclasses import dataclass, field, replace
 
+from tpviz.config.indexer import indexer_cache_bytes
 from tpviz.config.kinds import Ffn, LayerSpec
 from tpviz.config.spec import ModelSpec
 from tpviz.deploy.parallel import EP_DENSE, stage_layers
@@ -149,11 +150,22 @@ class Sizer:
         kv = self.kv_per_layer(w.attention)
         for i, (size, window) in kv.items():
             if i in layers:
-                c.attention.append((size, window, heads(i) * self.attention_dims(i)))
+                c.attention += self.reads(i, size, window, heads(i))
         for i, source in kv_sources(self.spec).items():
             if i in layers:
                 c.shared_attention.append((*kv[source], heads(i) * self.attention_dims(i)))
         return c
+
+    def reads(self, i: int, size: int, window: int, heads: int) -> list[tuple[int, int, int]]:
+        """What layer i's decode reads per cached token: (bytes, window, multiply-adds). DeepSeek Sparse
+        Attention: its indexer scores every token's index key (every head, whole on each GPU), then MLA
+        attends the index_topk tokens it picks, so MLA reads at most that many."""
+        m = self.spec.layers[i].mixer
+        if not m.index_topk:
+            return [(size, window, heads * self.attention_dims(i))]
+        index = indexer_cache_bytes(m.index_dim)
+        return [(size - index, m.index_topk, heads * self.attention_dims(i))] + (
+            [(index, 0, m.index_heads * m.index_dim)] if index else [])
 
     def attention_dims(self, i: int) -> int:
         """Multiply-adds per query head per cached token of layer i: q.k and p.v over the head (MLA as vLLM

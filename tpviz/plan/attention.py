@@ -10,6 +10,7 @@ from tpviz.layers.norm import ShardedRMSNorm
 from tpviz.plan.core import (DT, PROBE, ParamPlan, Source, column, merged, norm, param, replicated, row,
                              stored)
 from tpviz.plan.quantized import qplan
+from tpviz.plan.indexer import indexer
 from tpviz.archs.names import Names
 from tpviz.config.spec import ModelSpec
 from tpviz.rules import RuleSet
@@ -213,4 +214,6 @@ def mla(spec: ModelSpec, names: Names, rules: RuleSet, m: Mixer, layers) -> list
                     layers, False, heads, heads=h, q=qplan(spec, rules, f"{p}kv_b_proj", layers))
     plans += row(f"{p}o_proj", h * spec.v_head_dim, hidden, "o_proj", layers, False, heads, heads=h,
                  q=qplan(spec, rules, f"{p}o_proj", layers))
+    if m.index_heads:  # DeepSeek Sparse Attention: the lightning indexer beside MLA
+        plans += indexer(spec, names, rules, m, layers)
     return plans

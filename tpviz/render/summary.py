@@ -3,6 +3,7 @@ cases.
 
 Everything here reads the shard map (or the valid-tp rows) only, so the app, the plots and the tests agree.
 """
+from tpviz.config.indexer import indexer_cache_bytes
 from tpviz.render.text import fmt_bytes
 from tpviz.rules import RuleSet
 from tpviz.trace.validity import ValidRow
@@ -66,6 +67,7 @@ def kv_cache_total_per_token(m: ShardMap) -> int:
         kind = g.mixer["kind"]
         if kind == "mla":  # MLA caches one latent + rope key per token, not per head
             total += (spec.kv_lora_rank + spec.qk_rope_head_dim) * len(g.layers) * b
+            total += indexer_cache_bytes(g.mixer.get("index_dim", 0)) * len(g.layers)  # DSA's index keys
         elif kind == "attention":
             total += 2 * g.mixer["kv_heads"] * g.mixer["head_dim"] * len(g.layers) * b
     return total

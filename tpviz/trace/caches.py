@@ -2,6 +2,7 @@
 the KV heads it holds, and the recurrent state of stateful mixers."""
 from tpviz.config.kinds import ATTENTION_KINDS
 from tpviz.config.spec import DTYPE_BYTES, ModelSpec
+from tpviz.config.indexer import indexer_cache_bytes
 from tpviz.plan import mixer_groups, state_plans
 from tpviz.trace.shardmap import TensorMap, numel
 
@@ -41,7 +42,9 @@ def layer_caches(spec: ModelSpec, tensors: list[TensorMap],
     b, out, heads_seen = spec.kv_bytes, {}, None
     for mixer, layers in mixer_groups(spec).items():
         if mixer.kind == "mla":  # the compressed latent and rope key are cached whole on every rank
-            out.update({i: ((spec.kv_lora_rank + spec.qk_rope_head_dim) * b, 0) for i in layers})
+            # with DeepSeek Sparse Attention's own index keys, whole on every rank too
+            latent = (spec.kv_lora_rank + spec.qk_rope_head_dim) * b + indexer_cache_bytes(mixer.index_dim)
+            out.update({i: (latent, 0) for i in layers})
         elif mixer.kind in ATTENTION_KINDS and not mixer.kv_shared:  # a KV-shared layer owns no cache
             q_rows = mixer.heads * mixer.head_dim
             k_rows = (q_rows, q_rows + mixer.kv_heads * mixer.head_dim) if spec.arch.regroups_qkv else None

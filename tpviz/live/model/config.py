@@ -49,9 +49,12 @@ class LiveConfig:
         d["spec"].pop("config")  # the raw config was read into these fields already
         if d["spec"]["tower"] is None:  # Run live runs text decoders (source.py drops a tower)
             del d["spec"]["tower"]
-        for layer in d["spec"]["layers"]:  # no live block runs Gemma-4's KV-shared layers: leave the flag out
-            if not layer["mixer"]["kv_shared"]:
-                del layer["mixer"]["kv_shared"]
+        # no live block runs Gemma-4's KV-shared layers or DeepSeek's sparse attention: their fields are left
+        # out when unset
+        for layer in d["spec"]["layers"]:
+            for key in ("kv_shared", "index_heads", "index_dim", "index_topk"):
+                if not layer["mixer"][key]:
+                    del layer["mixer"][key]
         return d
 
     @classmethod
