@@ -130,7 +130,8 @@ ADDED += ("preset:zai-org/GLM-4.5-Air|", "preset:zai-org/GLM-4.7|", "preset:THUD
 ADDED += ("preset:moonshotai/Kimi-K2.5|",)  # Kimi-K2.5 (issue 25)
 ADDED += ("preset:google/gemma-4-26B-A4B-it|",)  # Gemma-4 MoE (issue 25)
 ADDED += ("preset:deepseek-ai/DeepSeek-V3.2|",)  # DeepSeek Sparse Attention (issue 25)
-ADDED += ("preset:openbmb/MiniCPM-V-2_6|", "preset:openbmb/MiniCPM-V-4_5|")  # MiniCPM-V (issue 25)
+ADDED += ("preset:openbmb/MiniCPM-V-2_6|", "preset:openbmb/MiniCPM-V-4_5|",  # MiniCPM-V (issue 25)
+          "preset:openbmb/MiniCPM-V-4.6|")
 ADDED += ("preset:ByteDance-Seed/Seed-OSS-36B-Instruct|",  # the Transformers backend's (issue 25)
           "preset:allenai/OLMo-1B-hf|")
 

@@ -2,7 +2,7 @@
 version, the Idefics2 tower's names and shapes against what transformers' own class writes, the split of its
 heads and MLP rows at tp 2 by hand, the resampler whole on every GPU, the vision heads' limit on tp and
 --mm-encoder-tp-mode data; the real 2.6 and 4.5 indexes (tests/trace/test_real_indexes.py) check every name
-and their total_size."""
+and their total_size; 4.6 (minicpmv4_6.py) against its release's safetensors header."""
 import gzip
 import json
 from pathlib import Path
@@ -12,10 +12,11 @@ import torch
 import transformers
 
 from tpviz import shard_map
-from tpviz.config.sources import load_spec
+from tpviz.config.sources import load_spec, presets
 from tpviz.errors import ConfigError, TPSizeError
 from tpviz.plan import build_plan
 from tpviz.plan.tensors import tensors
+from tpviz.trace.checkpoint import expand
 from tpviz.trace.shardmap import numel
 from tests.helpers.errors import one_line
 
@@ -117,3 +118,40 @@ def test_vision_heads_limit_tp_unless_the_encoder_runs_data_parallel():
     m = shard_map(load_spec(cfg).served(mm_encoder="data"), 32)
     assert all(t.split_dim is None for t in m.tensors if t.tower)
     assert m.tensor("vpm.encoder.layers.*.mlp.fc2.bias").layer_class.endswith("(disable_tp)")
+
+
+def test_minicpm_v_4_6_against_its_released_header():
+    """MiniCPM-V 4.6 (minicpmv4_6.py): Qwen3.5's decoder (tied), the Idefics2 tower under vision_tower., its
+    window-attention vit_merger and the merger, as the release's safetensors header lists them: 779 tensors
+    (432 encoder, 318 decoder layers, 16 vit_merger, 6 merger, 3 embeddings, 2 post_layernorm, the norm and
+    the embedding) and 2,600,856,032 bytes (its last data offset); the merger's shapes as listed there."""
+    m = shard_map("openbmb/MiniCPM-V-4.6", 1)
+    names = expand(m)
+    families = ("vision_tower.encoder.", "model.layers.", "vision_tower.vit_merger.", "merger.mlp.",
+                "vision_tower.embeddings.", "vision_tower.post_layernorm.")
+    assert [sum(n.startswith(f) for n in names) for f in families] == [432, 318, 16, 6, 3, 2]
+    assert len(names) == 779 and m.total_weight_bytes == 2_600_856_032
+    assert m.tensor("vision_tower.vit_merger.linear_1.weight").shape == [17216, 4608]
+    assert m.tensor("vision_tower.vit_merger.linear_2.weight").shape == [1152, 17216]
+    assert m.tensor("merger.mlp.0.linear_1.weight").shape == [4608, 4608]
+    assert m.tensor("merger.mlp.0.linear_2.weight").shape == [1024, 4608]
+
+
+def test_minicpm_v_4_6_at_tp_2_by_hand():
+    """The vit_merger's attention is split over the 16 vision heads as the blocks' (QKVParallelLinear,
+    out_proj row-parallel); its MLP and the merger are plain nn.Linear, whole on both GPUs; 4.7 keeps every
+    layer whatever drop_vision_last_layer says."""
+    m = shard_map("openbmb/MiniCPM-V-4.6", 2)
+    q = m.tensor("vision_tower.vit_merger.self_attn.q_proj.weight")
+    assert [(p.start, p.stop) for p in q.rank_pieces(1)] == [(576, 1152)]
+    assert m.tensor("vision_tower.vit_merger.self_attn.out_proj.weight").split_dim == 1
+    assert all(m.tensor(n).split_dim is None for n in ("vision_tower.vit_merger.linear_1.weight",
+                                                       "merger.mlp.0.linear_2.weight"))
+    cfg = presets()["openbmb/MiniCPM-V-4.6"]
+    assert load_spec({**cfg, "drop_vision_last_layer": True}).tower.depth == 26
+    seven = {**cfg, "model_type": "minicpmv4_7", "architectures": ["MiniCPMV4_7ForConditionalGeneration"],
+             "drop_vision_last_layer": True}
+    assert load_spec(seven).tower.depth == 27
+    with pytest.raises(ConfigError) as e:
+        load_spec({**cfg, "text_config": {**cfg["text_config"], "model_type": "qwen3_5_moe_text"}})
+    assert one_line(e.value) and "qwen3_5_text" in str(e.value)

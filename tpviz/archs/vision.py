@@ -66,4 +66,8 @@ RECORDS = [
     replace(_GLM4_MOE, model_type="glm4v_moe_text", hf_class="Glm4vMoeForConditionalGeneration"),
     Arch("minicpmv", "MiniCPMV", tower="minicpmv", decoder=minicpmv_decoder),
     Arch("deepseek_vl_v2", "DeepseekVLV2ForCausalLM", tower="deepseek_vl2", decoder=deepseek_vl2_decoder),
+    # minicpmv4_6.py, minicpmv4_7.py: Qwen3.5's decoder from text_config, under model.language_model.*
+    *(Arch(t, c, text_model="qwen3_5_text", tower=t)
+      for t, c in (("minicpmv4_6", "MiniCPMV4_6ForConditionalGeneration"),
+                   ("minicpmv4_7", "MiniCPMV4_7ForConditionalGeneration"))),
 ]

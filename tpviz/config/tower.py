@@ -22,6 +22,10 @@ DATA_MODE = (*QWEN_KINDS, "llama4", "moonvit", "minicpmv")
 # timm's vit_so400m_patch14_siglip_384, which deepseek_vl2.py builds whatever vision_config says: width,
 # heads, MLP width (int(1152 x 3.7362)), blocks, patch, image size
 SO400M = dict(hidden=1152, heads=16, intermediate=4304, depth=27, patch=14, image=384)
+# minicpmv4_6.py (4.7: minicpmv4_7.py, its subclass); supports_encoder_tp_data
+TOWER_FILES |= {"minicpmv4_6": "idefics2_vision_model.py and minicpmv4_6.py",
+                "minicpmv4_7": "idefics2_vision_model.py and minicpmv4_7.py"}
+DATA_MODE += ("minicpmv4_6", "minicpmv4_7")
 
 
 @dataclass(frozen=True)
@@ -111,6 +115,8 @@ def read_tower(outer: dict) -> Tower | None:
             return None
     elif kind == "minicpmv":
         tower = _minicpmv(outer, vc)
+    elif kind in ("minicpmv4_6", "minicpmv4_7"):
+        tower = _minicpmv4_6(outer, vc, kind)
     else:
         patch = _int(vc, "patch_size", "spatial_patch_size", default=14)
         kernel = (_int(vc, "in_channels", "in_chans", default=3), _int(vc, "temporal_patch_size", default=2),
@@ -213,6 +219,27 @@ def _minicpmv(outer: dict, vc: dict) -> Tower:
                  (_int(vc, "num_channels", default=3), patch, patch),
                  positions=(_int(vc, "image_size", default=224) // patch) ** 2, block_path="encoder.layers",
                  projector="resampler.", queries=_int(outer, "query_num", default=64))
+
+
+def _minicpmv4_6(outer: dict, vc: dict, kind: str) -> Tower:
+    """minicpmv4_6.py: the same Idefics2 tower (vision_config read as MiniCPMV4_6VisionConfig), its last
+    layer dropped with drop_vision_last_layer (never in 4.7, whose class keeps every layer), a
+    window-attention merger and the downsample merger; the decoder is Qwen3.5's (Qwen3_5ForCausalLM),
+    whatever text_config says, so a text_config of another model_type cannot load."""
+    text = read_object(outer, "text_config")
+    if text.get("model_type", "qwen3_5_text") != "qwen3_5_text":
+        raise ConfigError(f"text_config: model_type {text.get('model_type')!r}; vLLM 0.33's minicpmv4_6.py "
+                          "builds Qwen3.5's dense decoder (qwen3_5_text) alone")
+    drop = outer.get("drop_vision_last_layer", False) if kind == "minicpmv4_6" else False
+    if not isinstance(drop, bool):
+        raise ConfigError(f"drop_vision_last_layer={drop!r} is not true or false")
+    patch = _int(vc, "patch_size", default=16)
+    return Tower(kind, "vision_tower.", _int(vc, "hidden_size", default=768),
+                 _int(vc, "num_attention_heads", default=12), _int(vc, "intermediate_size", default=3072),
+                 _int(vc, "num_hidden_layers", default=12) - (1 if drop else 0), _int(text, "hidden_size"), 2,
+                 (_int(vc, "num_channels", default=3), patch, patch),
+                 positions=(_int(vc, "image_size", default=224) // patch) ** 2, block_path="encoder.layers",
+                 projector="merger.")
 
 
 def _deepseek_vl2(outer: dict, vc: dict) -> Tower | None:

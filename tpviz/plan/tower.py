@@ -17,7 +17,7 @@ from tpviz.errors import TPSizeError
 from tpviz.plan.attention import qkv, qkv_sections
 from tpviz.plan.core import ParamPlan, column, merged, norm, replicated, row
 from tpviz.plan.tower_deepseek import HINT as DEEPSEEK_VL2_HINT, deepseek_vl2
-from tpviz.plan.tower_minicpm import minicpmv
+from tpviz.plan.tower_minicpm import minicpmv, minicpmv4_6
 from tpviz.rules import RuleSet, divide, ruleset
 
 FAMILY = "vision"
@@ -214,6 +214,7 @@ BUILDERS = {"qwen2_vl": qwen2_vl, "qwen2_5_vl": qwen2_5_vl, "qwen3_vl": qwen3_vl
             "deepseek_vl2": deepseek_vl2}
 # towers whose attention is not split (deepseek_vl2.py: timm's, with only its MLPs parallel): no head limit
 WHOLE_ATTENTION = {"deepseek_vl2": DEEPSEEK_VL2_HINT}
+BUILDERS |= {"minicpmv4_6": minicpmv4_6, "minicpmv4_7": minicpmv4_6}  # tower_minicpm.py
 # layers a model file builds without disable_tp: split over tp even in data mode (mllama4.py's projector)
 SPLIT_IN_DATA = {"llama4": ("multi_modal_projector.linear_1.",)}
 

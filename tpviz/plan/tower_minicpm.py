@@ -60,3 +60,27 @@ def minicpmv(spec, t: Tower, rules: RuleSet) -> tuple[list, list, list]:
             *(pl for n in ("ln_q", "ln_kv", "ln_post") for pl in norm(f"{r}{n}", wide, bias=True)),
             whole(f"{r}proj", (wide, wide))]
     return idefics2_blocks(spec, t, rules), [], once
+
+
+def minicpmv4_6(spec, t: Tower, rules: RuleSet) -> tuple[list, list, list]:
+    """minicpmv4_6.py (4.7 alike): the Idefics2 tower under vision_tower., then its vit_merger (one window
+    attention over the vision heads as the blocks', layer_norm1; 2 × 2 patches concatenated through pre_norm,
+    linear_1 and linear_2, plain nn.Linear whole on every GPU) and the merger's downsample MLP (pre_norm,
+    linear_1, linear_2 to the decoder's width, whole)."""
+    e, v, h = f"{t.prefix}embeddings.", f"{t.prefix}vit_merger.", t.hidden
+    wide, inter = 4 * h, 4 * t.intermediate  # the 2 × 2 window's patches side by side
+    attn = (qkv(replace(spec, hidden_size=h, quant=None), Names(layer=v, attn="self_attn."), rules,
+                Mixer("attention", t.heads, t.heads, h // t.heads), None, True)
+            + row(f"{v}self_attn.out_proj", h, h, FAMILY, None, True, ("vision_config.hidden_size", h)))
+    m = f"{t.projector}mlp.0."
+    once = [whole(f"{e}patch_embedding.weight", (h, *t.patch)), whole(f"{e}patch_embedding.bias", (h,)),
+            whole(f"{e}position_embedding.weight", (t.positions, h)),
+            *norm(f"{t.prefix}post_layernorm", h, bias=True),
+            *attn, *norm(f"{v}layer_norm1", h, bias=True), *norm(f"{v}pre_norm", wide, bias=True),
+            replicated(f"{v}linear_1.weight", inter, wide), whole(f"{v}linear_1.bias", (inter,)),
+            replicated(f"{v}linear_2.weight", h, inter), whole(f"{v}linear_2.bias", (h,)),
+            *norm(f"{m}pre_norm", wide, bias=True),
+            replicated(f"{m}linear_1.weight", wide, wide), whole(f"{m}linear_1.bias", (wide,)),
+            replicated(f"{m}linear_2.weight", t.out_hidden, wide),
+            whole(f"{m}linear_2.bias", (t.out_hidden,))]
+    return idefics2_blocks(spec, t, rules), [], once
