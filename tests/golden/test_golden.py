@@ -134,6 +134,8 @@ ADDED += ("preset:openbmb/MiniCPM-V-2_6|", "preset:openbmb/MiniCPM-V-4_5|",  # M
           "preset:openbmb/MiniCPM-V-4.6|")
 ADDED += ("preset:ByteDance-Seed/Seed-OSS-36B-Instruct|",  # the Transformers backend's (issue 25)
           "preset:allenai/OLMo-1B-hf|")
+ADDED += ("preset:ai21labs/AI21-Jamba-Mini-1.5|",  # Mamba1 and parallel Mamba2 hybrids (issue 25)
+          "preset:tiiuae/Falcon-H1-0.5B-Instruct|")
 
 
 def compare(golden: dict, now: dict) -> None:

@@ -35,7 +35,7 @@ def test_the_registry_is_vllm_0_33s():
     ("granitemoeshared", "GraniteMoeSharedForCausalLM", "models/granitemoeshared.py"),
     ("cohere2_moe", "Cohere2MoeForCausalLM", "own model file (models/cohere2_moe.py)"),
     ("mellum", "MellumForCausalLM", "through its Transformers backend"),
-    ("internvl_chat", "InternVLChatModel", "own model file (models/internvl.py)")])
+    ("h2ovl_chat", "H2OVLChatModel", "own model file (models/h2ovl.py)")])
 def test_an_unknown_type_vllm_serves_otherwise_is_refused_never_drawn_as_llama(model_type, cls, said):
     with pytest.raises(ConfigError) as e:
         shard_map(custom(model_type, cls), 2)
@@ -76,9 +76,10 @@ def test_a_nested_custom_config_says_where_its_decoder_is():
 
 
 def test_llm_config_is_read_as_text_config_and_the_tower_named_as_left_out():
-    """InternVL's llm_config: vLLM 0.33 renames it text_config for every config (_CONFIG_ATTRS_MAPPING), so
-    its decoder maps, and the note names the tower and projector it leaves out."""
-    spec = load_spec({"architectures": ["InternVLChatModel"], "model_type": "internvl_chat",
+    """An InternVL-style llm_config (H2OVL's): vLLM 0.33 renames it text_config for every config
+    (_CONFIG_ATTRS_MAPPING), so its decoder maps, and the note names the tower and projector it leaves out
+    (InternVL's own tower is mapped: tests/plan/test_tower_intern.py)."""
+    spec = load_spec({"architectures": ["H2OVLChatModel"], "model_type": "h2ovl_chat",
                       "llm_config": {**TINY, "model_type": "qwen2"}, "vision_config": {"hidden_size": 32}})
     assert spec.model_type == "qwen2" and spec.tower is None
     assert any("only the text decoder is mapped; the vision tower" in n for n in spec.notes)

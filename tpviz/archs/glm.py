@@ -1,5 +1,5 @@
-"""GLM-4.5 / 4.6 / 4.7 (vLLM 0.33 models/glm4_moe.py), GLM-4.7-Flash (glm4_moe_lite.py) and GLM-4-0414
-(glm4.py).
+"""GLM-4.5 / 4.6 / 4.7 (vLLM 0.33 models/glm4_moe.py), GLM-4.7-Flash (glm4_moe_lite.py), GLM-4-0414
+(glm4.py) and GLM-4.1V's wrapper around it (glm4_1v.py).
 
 glm4_moe is DeepSeek-V3's FFN (the first first_k_dense_replace layers a dense gated MLP, the rest routed
 experts through FusedMoE beside shared_experts of moe_intermediate_size x n_shared_experts, a replicated
@@ -71,4 +71,9 @@ RECORDS = [
     Arch("glm4_moe_lite", "Glm4MoeLiteForCausalLM", DEEPSEEK, adapt=glm4_moe_lite_fields, score_bias="always",
          router_fp32=True, unmodelled=(("index_topk", "sparse-attention indexer layers (index_topk)"),)),
     Arch("glm4", "Glm4ForCausalLM", GLM4, adapt=glm4_fields, o_bias=False),
+    # GLM-4.1V (glm4_1v.py): its text_config built as Glm4ForCausalLM under the same names
+    # (model.language_model.*), its vision tower under model.visual.* (plan/tower_glm.py)
+    Arch("glm4v", "Glm4vForConditionalGeneration", GLM4, adapt=glm4_fields, o_bias=False,
+         text_model="glm4v_text", tower="glm4v"),
+    Arch("glm4v_text", "Glm4vForConditionalGeneration", GLM4, adapt=glm4_fields, o_bias=False),
 ]

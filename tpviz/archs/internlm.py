@@ -1,20 +1,46 @@
-"""InternLM2 (vLLM 0.33 models/internlm2.py; InternLM3 is built as Llama). wqkv lies on disk per KV group,
-[q of the group's heads | k | v] group after group, but loads through QKVParallelLinear as if it were
-[all q | all k | all v]: each GPU holds a tp-th of each of those three row ranges, not its own heads.
-split_qkv all-gathers the whole qkv output every layer and cuts it again by KV group."""
+"""InternLM2 (vLLM 0.33 models/internlm2.py; InternLM3 is built as Llama) and InternVL's tower.
+
+InternLM2's wqkv lies on disk per KV group, [q of the group's heads | k | v] group after group, but loads
+through QKVParallelLinear as if it were [all q | all k | all v]: each GPU holds a tp-th of each of those three
+row ranges, not its own heads. split_qkv all-gathers the whole qkv output every layer and cuts it again by KV
+group.
+
+InternVL (internvl.py's InternVLChatModel) keeps its decoder in llm_config, which vLLM reads as text_config
+and builds by its own model_type (Qwen2, InternLM2, Llama, Qwen3, ...): the decoder maps by that type's
+record, and this one names the tower (InternViT and the mlp1 projector: config/tower_dims.py,
+plan/tower_intern.py); a config of this type without llm_config, or whose decoder no record maps, is
+refused, never drawn as a decoder of its own."""
 from dataclasses import replace
 
 from tpviz.archs.base import Arch
 from tpviz.archs.names import LLAMA
+from tpviz.errors import ConfigError, MissingFieldError
 
 INTERNLM2 = replace(LLAMA, embed="model.tok_embeddings.weight", lm_head="output.weight",
                     mixer_norms=("attention_norm",), ffn_norms=("ffn_norm",), attn="attention.",
                     qkv_fused="wqkv", qkv_order="per_kv_group_as_qkv", o="wo", mlp="feed_forward.",
                     gate="w1", up="w3", down="w2")
 
+
+def internvl_decoder(cfg: dict) -> dict:
+    """llm_config, InternVL's text decoder (read_spec takes it as text_config first, as vLLM 0.33 does)."""
+    if not isinstance(cfg.get("llm_config"), dict):
+        raise MissingFieldError("config is missing llm_config, InternVL's text decoder", "llm_config")
+    return cfg["llm_config"]
+
+
+def unrecorded_decoder(cfg: dict) -> dict:
+    """Reached only by a decoder of a model_type tpviz has no record for under InternVLChatModel (read_spec
+    then asks the record of the class): vLLM builds that type's own model, which tpviz does not draw."""
+    raise ConfigError("InternVL's text decoder (llm_config) is of a model_type tpviz has no record for; "
+                      "vLLM 0.33 builds it by that type's own model file")
+
+
 RECORDS = [
     Arch("internlm2", "InternLM2ForCausalLM", INTERNLM2, qkv_bias=False, o_bias=False, regroups_qkv=True,
          note="InternLM2's wqkv is stored per KV group but split as if it were [q | k | v], so a GPU's rows "
               "are not its heads: vLLM 0.33 all-gathers the whole q/k/v output in every layer "
               "(split_qkv) and cuts it again by KV group", embed_every_stage=True),
+    Arch("internvl_chat", "InternVLChatModel", tower="internvit", decoder=internvl_decoder,
+         adapt=unrecorded_decoder),
 ]

@@ -1,11 +1,11 @@
 """Architectures tpviz does not model, each refused in one line naming the part (never drawn as attention)."""
 from tpviz.archs.base import Arch
 
-UNMODELLED = {"jamba": "Mamba1 layers (Jamba)", "minimax": "lightning attention (MiniMax)",
+UNMODELLED = {"minimax": "lightning attention (MiniMax)",
               "minimax_m1": "lightning attention (MiniMax)",
               "minimax_text_01": "lightning attention (MiniMax)",
               "kimi_linear": "Kimi Delta Attention (Kimi-Linear)",
-              "falcon_h1": "parallel Mamba2 + attention layers (Falcon-H1)", "mamba": "Mamba1 layers",
+              "mamba": "Mamba1 layers",
               "mamba2": "a pure Mamba2 model without attention config", "bamba": "Mamba2 layers (Bamba)",
               "zamba2": "Mamba2 + shared attention blocks (Zamba2)", "rwkv": "RWKV time mixing",
               "recurrent_gemma": "RG-LRU recurrent layers (RecurrentGemma)"}

@@ -1,6 +1,6 @@
 """Multimodal wrappers whose text decoder is another family's record: GLM-4.5V, whose text_config vLLM
 0.33's glm4_1v.py builds as Glm4MoeForCausalLM (glm4_moe.py), under the same checkpoint names
-(model.language_model.*, the tower under model.visual.*, left out and named in the notes); MiniCPM-V
+(model.language_model.*, the tower under model.visual.*: plan/tower_glm.py); MiniCPM-V
 (minicpmv.py), whose flat config is its decoder's, built by version as Llama, Qwen2 or Qwen3 under llm.*;
 DeepSeek-VL2 (deepseek_vl2.py), whose language_config vLLM reads as DeepseekV2Config and builds as
 DeepSeek-V2 under language.*. Their towers: config/tower.py."""
@@ -62,7 +62,7 @@ def deepseek_vl2_decoder(cfg: dict) -> dict:
 
 RECORDS = [
     replace(_GLM4_MOE, model_type="glm4v_moe", hf_class="Glm4vMoeForConditionalGeneration",
-            text_model="glm4v_moe_text"),
+            text_model="glm4v_moe_text", tower="glm4v"),
     replace(_GLM4_MOE, model_type="glm4v_moe_text", hf_class="Glm4vMoeForConditionalGeneration"),
     Arch("minicpmv", "MiniCPMV", tower="minicpmv", decoder=minicpmv_decoder),
     Arch("deepseek_vl_v2", "DeepseekVLV2ForCausalLM", tower="deepseek_vl2", decoder=deepseek_vl2_decoder),

@@ -10,9 +10,10 @@ from tpviz.errors import ConfigError
 from tpviz.config.fields import json_type
 
 ATTENTION_KINDS = ("attention", "sliding_attention", "chunked_attention")
-MIXER_KINDS = ATTENTION_KINDS + ("mla", "gated_deltanet", "mamba2", "short_conv", "none")
+MIXER_KINDS = ATTENTION_KINDS + ("mla", "gated_deltanet", "mamba1", "mamba2", "short_conv", "none")
 FFN_KINDS = ("dense", "moe", "none")
-STATEFUL = ("gated_deltanet", "mamba2", "short_conv")  # a fixed state per sequence instead of a KV cache
+# a fixed state per sequence instead of a KV cache
+STATEFUL = ("gated_deltanet", "mamba1", "mamba2", "short_conv")
 
 
 @dataclass(frozen=True)
@@ -21,7 +22,7 @@ class Mixer:
 
     Attention: heads, kv_heads, head_dim (+ window for sliding / chunked). Gated DeltaNet: heads = value
     heads of head_dim, groups = key heads of key_dim. Mamba2: heads of head_dim, groups = n_groups of
-    state size. Short conv: conv_kernel only.
+    state size. Short conv: conv_kernel only. Mamba1: inner channels, state size, dt_rank, conv_kernel.
     """
     kind: str
     heads: int = 0
@@ -38,6 +39,12 @@ class Mixer:
     # Gemma-4's last num_kv_shared_layers: q_proj alone, attending over an earlier layer's KV cache; they
     # hold no KV heads (kv_heads 0) and cache nothing
     kv_shared: bool = False
+    inner: int = 0  # Mamba1: its channels (mamba_expand x hidden_size), cut over tp
+    dt_rank: int = 0  # Mamba1: the time-step rank x_proj projects to
+    no_norm: bool = False  # Mamba2 without its gated norm's weight (Falcon-H1's mamba_rms_norm false)
+    # a second mixer run on the same input, its output added to this one's (Falcon-H1's Mamba2 beside
+    # attention); it reduces apart
+    beside: "Mixer | None" = None
     # DeepSeek Sparse Attention (DeepSeek-V3.2, GLM-5): a lightning indexer of index_heads heads of index_dim
     # beside MLA, with a key cache of its own (config/indexer.py); 0: the layer builds none. index_topk: the
     # tokens each query's sparse MLA attends (every layer of such a model, with an indexer or not)
@@ -65,10 +72,16 @@ class Mixer:
                 "chunked_attention": f"chunked attention ({self.window}){rope}",
                 "mla": "MLA attention" + (" + lightning indexer" if self.index_heads else ""),
                 "gated_deltanet": "Gated DeltaNet", "mamba2": "Mamba2", "short_conv": "short conv",
-                "none": "no mixer"}[self.kind]
+                "mamba1": "Mamba1",
+                "none": "no mixer"}[self.kind] + (f" ‖ {self.beside.label}" if self.beside else "")
+
+    @property
+    def parts(self) -> tuple["Mixer", ...]:
+        """This mixer and the one beside it, if any."""
+        return (self,) + ((self.beside,) if self.beside else ())
 
     def to_dict(self) -> dict:
-        d = asdict(self)
+        d = {**asdict(self), "beside": self.beside.to_dict() if self.beside else None}
         return {k: v for k, v in d.items()
                 if v or k == "kind" or (k in ("rope", "kv_heads") and self.is_attention)}
 

@@ -15,7 +15,8 @@ from tpviz.errors import ConfigError
 LAYER_TYPES = {"full_attention": "attention", "attention": "attention",
                "sliding_attention": "sliding_attention",
                "chunked_attention": "chunked_attention", "linear_attention": "gated_deltanet",
-               "conv": "short_conv", "mamba": "mamba2"}
+               "conv": "short_conv", "mamba": "mamba2", "mamba1": "mamba1",
+               "parallel_hybrid": "parallel_hybrid"}  # Falcon-H1: attention and Mamba2 side by side
 HYBRID_HINTS = ("ssm_cfg", "mamba_d_state", "mamba_expand", "ssm_state_size", "attn_type_list",
                 "attn_layer_period", "linear_attn_config", "conv_L_cache", "linear_num_key_heads",
                 "hybrid_override_pattern", "block_configs", "layer_types", "mamba_num_heads")
@@ -57,6 +58,8 @@ def _mixers(cfg: dict, arch: Arch, n: int, attn: Mixer) -> list[Mixer]:
             if not sliding:
                 raise ConfigError("layer_types has sliding_attention layers but sliding_window is not set")
             m = sliding
+        elif kind == "parallel_hybrid":
+            m = replace(attn, beside=_linear_mixer(cfg, "mamba2"))
         elif kind in ("attention", "chunked_attention"):  # transformers' Llama-4 names its chunked layers
             m = attn
             # Llama-4: RoPE layers attend within chunks, NoPE layers fully
@@ -94,7 +97,11 @@ def _linear_mixer(cfg: dict, kind: str) -> Mixer:
     if kind == "mamba2":
         return Mixer(kind, heads=read_int(cfg, "mamba_num_heads"), head_dim=read_int(cfg, "mamba_head_dim"),
                      groups=read_int(cfg, "n_groups", default=1), state=read_int(cfg, "ssm_state_size"),
-                     conv_kernel=read_int(cfg, "conv_kernel", default=4))
+                     conv_kernel=read_int(cfg, "conv_kernel", default=4),
+                     no_norm=cfg.get("mamba_rms_norm") is False)
+    if kind == "mamba1":  # Jamba's record reads its mamba_* keys into these
+        return Mixer(kind, inner=read_int(cfg, "mamba_inner"), state=read_int(cfg, "ssm_state_size"),
+                     dt_rank=read_int(cfg, "time_step_rank"), conv_kernel=read_int(cfg, "conv_kernel"))
     if kind == "short_conv":
         return Mixer(kind, conv_kernel=read_int(cfg, "conv_L_cache", default=3))
     raise ConfigError(f"layer kind {kind!r} is not one tpviz models")

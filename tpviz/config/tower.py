@@ -6,12 +6,14 @@ from dataclasses import asdict, dataclass, replace
 
 from tpviz.archs import arch_of
 from tpviz.config.fields import read_int, read_object
+from tpviz.config.tower_dims import glm4v, internvit
 from tpviz.errors import ConfigError
 
 MODES = ("weights", "data")  # --mm-encoder-tp-mode: split the tower's weights, or run it whole per GPU
 TOWER_FILES = {"qwen2_vl": "qwen2_vl.py", "qwen2_5_vl": "qwen2_5_vl.py", "qwen3_vl": "qwen3_vl.py",
                "siglip": "siglip.py and gemma3_mm.py", "pixtral": "pixtral.py and mistral3.py",
                "llama4": "mllama4.py", "moonvit": "kimi_k25_vit.py and kimi_k25.py",
+               "internvit": "intern_vit.py and internvl.py", "glm4v": "glm4_1v.py",
                "minicpmv": "idefics2_vision_model.py and minicpmv.py",
                "deepseek_vl2": "deepseek_vl2.py, timm's vit_so400m_patch14_siglip_384"}
 QWEN_KINDS = ("qwen2_vl", "qwen2_5_vl", "qwen3_vl")  # vision_config names their heads num_heads
@@ -19,6 +21,8 @@ QWEN_KINDS = ("qwen2_vl", "qwen2_5_vl", "qwen3_vl")  # vision_config names their
 # qwen2_5_vl.py, qwen3_vl.py, mllama4.py, kimi_k25.py, minicpmv.py); gemma3_mm.py, mistral3.py and
 # deepseek_vl2.py do not, so vLLM falls back to weights
 DATA_MODE = (*QWEN_KINDS, "llama4", "moonvit", "minicpmv")
+DATA_MODE += ("internvit", "glm4v")  # internvl.py and glm4_1v.py support it too
+OWN_READERS = {"internvit": internvit, "glm4v": glm4v}  # their dims: config/tower_dims.py
 # timm's vit_so400m_patch14_siglip_384, which deepseek_vl2.py builds whatever vision_config says: width,
 # heads, MLP width (int(1152 x 3.7362)), blocks, patch, image size
 SO400M = dict(hidden=1152, heads=16, intermediate=4304, depth=27, patch=14, image=384)
@@ -51,6 +55,7 @@ class Tower:
     # vision_output_dim)
     adapter: tuple = ()
     grid: tuple = ()  # a 2-D position table's (height, width): MoonViT's pos_emb [height, width, hidden]
+    options: tuple = ()  # its builder's switches the config sets (InternViT: qkv_bias, qk_norm, rms_norm)
     queries: int = 0  # a perceiver resampler's learned queries (MiniCPM-V's query_num)
     mlp: tuple = ()  # a projector MLP's widths, input first (DeepSeek-VL2's downsample_mlp_gelu)
     extras: tuple = ()  # names outside both prefixes (DeepSeek-VL2's image_newline, view_seperator)
@@ -66,7 +71,8 @@ class Tower:
     @property
     def heads_key(self) -> str:
         """Its heads as vision_config names them."""
-        return "vision_config." + ("num_heads" if self.kind in QWEN_KINDS else "num_attention_heads")
+        return "vision_config." + ("num_heads" if self.kind in (*QWEN_KINDS, "glm4v")
+                                   else "num_attention_heads")
 
     @property
     def prefixes(self) -> tuple[str, ...]:
@@ -78,6 +84,7 @@ class Tower:
 
     @classmethod
     def from_dict(cls, d: dict | None) -> "Tower | None":
+        d = {**d, "options": tuple(d.get("options", ()))} if d else d
         return cls(**{**d, "patch": tuple(d["patch"]), "adapter": tuple(d.get("adapter", ())),
                       "grid": tuple(d.get("grid", ())), "mlp": tuple(d.get("mlp", ())),
                       "extras": tuple(d.get("extras", ()))}) if d else None
@@ -107,6 +114,10 @@ def read_tower(outer: dict) -> Tower | None:
                       block_path="encoder.layers", projector="multi_modal_projector.")
     elif kind == "pixtral":  # Mistral-3: PixtralHFVisionModel, then the patch merger and a projector
         tower = _pixtral(outer, vc)
+    elif kind in OWN_READERS:  # None: left out (a quantized checkpoint), named in the notes
+        if (dims := OWN_READERS[kind](outer, vc)) is None:
+            return None
+        tower = Tower(**dims)
     elif kind == "llama4":
         tower = _llama4(outer, vc)
     elif kind in ("moonvit", "deepseek_vl2"):  # None: a projector vLLM builds otherwise, left out

@@ -49,7 +49,7 @@ HYBRID_PAGES = ("{engine} sizes a hybrid model's cache pages to its recurrent st
 def sizing_notes(spec, rules: RuleSet | str = "vllm") -> list[str]:
     """What the sequence counts leave out for this model under `rules` (one line each): hybrid models'
     pages."""
-    kinds = {layer.mixer.kind for layer in spec.layers}
+    kinds = {mx.kind for layer in spec.layers for mx in layer.mixer.parts}  # Falcon-H1: Mamba2 beside
     hybrid = kinds & set(STATEFUL) and kinds & {*ATTENTION_KINDS, "mla"}
     rules = ruleset(rules)
     return [HYBRID_PAGES.format(engine=rules.label)] if hybrid and rules.hybrid_pages else []

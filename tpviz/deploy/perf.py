@@ -36,7 +36,7 @@ BOUND_NOTE = "a bound, not a promise: published runs reach about {:.0%} of it"
 def left_out(spec) -> str:
     """What the bound leaves out for this model, as a phrase (each only lowers the bound)."""
     parts = ["kernel launches", "norms", "sampling"]
-    if {layer.mixer.kind for layer in spec.layers} & set(STATEFUL):
+    if {mx.kind for layer in spec.layers for mx in layer.mixer.parts} & set(STATEFUL):
         parts.append("recurrent-state reads")
     if getattr(spec, "tower", None):
         parts.append("the vision tower's time per image")

@@ -5,7 +5,7 @@ from dataclasses import dataclass
 from tpviz.config.spec import ModelSpec
 from tpviz.deploy.parallel import stage_layers
 from tpviz.rules import Layout, RuleSet, ruleset
-from tpviz.trace.collectives import logits_collective, norm_collectives, shared_collectives
+from tpviz.trace.collectives import logits_collective, mixer_collectives, norm_collectives, shared_collectives
 
 # the kinds, as the CLI and the speed bound name them
 COMM_LABELS = {"tp_all_reduce": "TP all-reduces", "moe_all_reduce": "MoE all-reduces",
@@ -66,18 +66,21 @@ def stage_traffic(spec: ModelSpec, layout: Layout, rules: RuleSet | str = "vllm"
         moe = sum(1 for i in layers if i in moe_layers)
         # a shared MLP reduced apart from its experts (Granite-4 hybrids): a second all-reduce in the layer
         reduces = moe + sum(c.count for c in shared_collectives(spec, tp, layers))
-        reduced = sum(1 for x in mine if x.ffn.kind == "dense") + sum(1 for x in mine
+        reduced = sum(1 for x in mine if x.ffn.kind == "dense") + sum(len(x.mixer.parts) for x in mine
                                                                     if x.mixer.kind != "none")
         if spec.joint_reduce:  # one all-reduce of attention + MLP in a layer that has both
             reduced -= sum(1 for x in mine if x.ffn.kind == "dense" and x.mixer.kind != "none")
         norms = norm_collectives(spec, tp, layers)
+        inner = mixer_collectives(spec, tp, layers)  # Mamba1's x_proj
         sent = 2 * hidden / tp if stage < pp - 1 else 0.0  # its slice of hidden state and residual onward
         gathered = 2 * hidden * (tp - 1) / tp if stage > 0 else 0.0  # the slice it received, to its tp peers
         tp_ops, group = tp > 1, layout.dp * tp
         dispatch = 2 * (layout.dp - 1) * hidden if all2all != "deepep" else \
             2 * spec.num_experts_per_tok * hidden * (group - 1) / group
         out.append([t for t in (
-            Traffic("tp_all_reduce", ring(tp) * hidden * reduced, reduced * tp_ops),
+            Traffic("tp_all_reduce",
+                    ring(tp) * hidden * reduced + sum(c.count * c.sent_per_rank for c in inner),
+                    reduced * tp_ops + sum(c.count for c in inner)),
             Traffic("moe_all_reduce", ring(tp) * hidden * reduces, reduces * tp_ops),
             Traffic("moe_dispatch_combine", dispatch * moe, 2 * moe * (layout.dp > 1)),
             Traffic("pp_send_recv", sent + gathered, (stage < pp - 1) + (stage > 0 and tp_ops)),

@@ -1,4 +1,4 @@
-"""Non-attention mixers as vLLM 0.33 shards them: Gated DeltaNet, Mamba2 and LFM2's short convolution.
+"""Non-attention mixers as vLLM 0.33 shards them: Gated DeltaNet, Mamba1, Mamba2 and LFM2's short convolution.
 
 Each class builds one rank's parameters with the loaders vLLM attaches (layers/mamba/*.py) and reports
 the recurrent state it holds per sequence (MambaStateShapeCalculator). Only the shapes and loaders are
@@ -138,6 +138,39 @@ class Mamba2Mixer(nn.Module):
         """Conv state [conv_dim/tp, kernel-1] and SSM state [heads/tp, head_dim, state_size]."""
         return [(self.conv_dim // self.tp_size, self.conv_kernel - 1),
                 (self.num_heads // self.tp_size, self.head_dim, self.state_size)]
+
+
+class MambaMixer(nn.Module):
+    """Mamba1 (Jamba; vLLM 0.33 layers/mamba/mamba_mixer.py): in_proj = [x | gate] (merged column), a
+    depthwise conv1d over the inner channels (column), x_proj row-parallel (each rank projects its channels
+    to dt | B | C, all-reduced: a small collective of its own), dt_proj column-parallel back to the inner
+    channels, A and D by channel, out_proj row-parallel. The dt / B / C norms are replicated (planned apart).
+    """
+
+    def __init__(self, hidden_size: int, inner: int, state_size: int, dt_rank: int, conv_kernel: int,
+                 tp_size: int, tp_rank: int, conv_bias: bool = True, bias: bool = False,
+                 dtype: torch.dtype | None = None):
+        super().__init__()
+        check_tp(tp_size, tp_rank)
+        what = "mamba_expand * hidden_size"
+        divide(inner, tp_size, what)  # vLLM's column layers and mamba1_state_shape divide it
+        self.inner, self.state_size, self.conv_kernel, self.tp_size = inner, state_size, conv_kernel, tp_size
+        self.conv1d = _conv(conv_kernel, inner, tp_size, tp_rank, conv_bias)
+        self.in_proj = MergedColumnParallelLinear(hidden_size, [inner] * 2, tp_size, tp_rank, bias=bias,
+                                                  dtype=dtype)
+        self.x_proj = RowParallelLinear(inner, dt_rank + 2 * state_size, tp_size, tp_rank, dtype=dtype)
+        self.dt_proj = ColumnParallelLinear(dt_rank, inner, tp_size, tp_rank, bias=True, dtype=dtype)
+        # A: [inner/tp, state], float32 in vLLM, loaded as -exp(A_log); rank r takes its block of rows
+        self.A = nn.Parameter(torch.empty(divide(inner, tp_size, what), state_size, dtype=dtype),
+                              requires_grad=False)
+        self.A.weight_loader = sharded_loader(tp_rank)
+        self.D = _vector(inner, tp_size, tp_rank, what)
+        self.out_proj = RowParallelLinear(inner, hidden_size, tp_size, tp_rank, bias=bias, dtype=dtype)
+
+    def state_shapes(self) -> list[tuple[int, ...]]:
+        """Conv state [inner/tp, kernel-1] and SSM state [inner/tp, state] (mamba1_state_shape)."""
+        return [(self.inner // self.tp_size, self.conv_kernel - 1),
+                (self.inner // self.tp_size, self.state_size)]
 
 
 class ShortConv(nn.Module):

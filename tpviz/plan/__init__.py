@@ -17,7 +17,7 @@ from tpviz.rules import RuleSet, ruleset
 __all__ = ["DT", "PROBE", "ParamPlan", "Source", "Names", "build_plan", "mixer_groups",
            "ffn_groups", "state_plans", "arch_names"]
 MIXERS = {"attention": attention.attention, "mla": attention.mla, "gated_deltanet": ssm.gated_deltanet,
-          "mamba2": ssm.mamba2, "short_conv": ssm.short_conv}
+          "mamba2": ssm.mamba2, "short_conv": ssm.short_conv, "mamba1": ssm.mamba1}
 FFNS = {"dense": ffn.dense, "moe": ffn.moe}
 
 
@@ -63,8 +63,8 @@ def build_plan(spec: ModelSpec, rules: RuleSet | str = "vllm") -> list[ParamPlan
     for names_, layers in ((names.mixer_norms, with_mixer), (names.ffn_norms, with_ffn)):
         plans += [pl for n in names_ if layers for pl in norm(f"{p}{n}", hidden, layers, bias=nb)]
     for mixer, layers in mixer_groups(spec).items():
-        if mixer.kind != "none":
-            plans += by_quant(spec, lambda ls, m=mixer: MIXERS[m.kind](spec, names, rules, m, ls), layers)
+        for part in mixer.parts if mixer.kind != "none" else ():  # Falcon-H1: attention, and Mamba2 beside
+            plans += by_quant(spec, lambda ls, m=part: MIXERS[m.kind](spec, names, rules, m, ls), layers)
     for f, layers in ffn_groups(spec).items():
         if f.kind != "none":
             plans += by_quant(spec, lambda ls, f=f: FFNS[f.kind](spec, names, f, ls, rules), layers)

@@ -1,10 +1,12 @@
 """Plans of the non-attention mixers: which checkpoint tensors each loads, and the state it keeps."""
 from tpviz.config.kinds import STATEFUL, Mixer
-from tpviz.layers.ssm import GatedDeltaNet, Mamba2Mixer, ShortConv
-from tpviz.plan.core import DT, PROBE, ParamPlan, Source, param
+from tpviz.layers.linear import RowParallelLinear
+from tpviz.layers.ssm import GatedDeltaNet, Mamba2Mixer, MambaMixer, ShortConv
+from tpviz.plan.core import DT, PROBE, ParamPlan, Source, norm, param
 from tpviz.archs.names import Names
 
-FAMILY = {"gated_deltanet": "linear_attn", "mamba2": "mamba", "short_conv": "conv"}
+FAMILY = {"gated_deltanet": "linear_attn", "mamba1": "mamba1", "mamba2": "mamba", "short_conv": "conv"}
+FP32 = 4  # Mamba1's A: vLLM builds it in float32 (-exp(A_log)) whatever the model's dtype
 
 
 def build_mixer(spec, m: Mixer, tp: int, r: int, kernel: int = PROBE):
@@ -13,6 +15,13 @@ def build_mixer(spec, m: Mixer, tp: int, r: int, kernel: int = PROBE):
     if m.kind == "gated_deltanet":
         return GatedDeltaNet(hidden, m.groups, m.heads, m.key_dim, m.head_dim, kernel, tp, r, dtype=DT,
                              interleaved=not spec.arch.deltanet_split)
+    if m.kind == "mamba1":
+        if kernel != PROBE:
+            return MambaMixer(hidden, m.inner, m.state, m.dt_rank, kernel, tp, r, conv_bias=spec.conv_bias)
+        # probed: x_proj's rows, dt_proj's columns and A's state columns are not cut, so probe-wide
+        mixer = MambaMixer(hidden, m.inner, PROBE, PROBE, kernel, tp, r, conv_bias=spec.conv_bias, dtype=DT)
+        mixer.x_proj = RowParallelLinear(m.inner, PROBE, tp, r, dtype=DT)
+        return mixer
     if m.kind == "mamba2":
         return Mamba2Mixer(hidden, m.heads, m.head_dim, m.groups, m.state, kernel, tp, r,
                            conv_bias=spec.conv_bias, bias=spec.mlp_bias, dtype=DT)
@@ -110,7 +119,33 @@ def mamba2(spec, names: Names, rules, m: Mixer, layers) -> list[ParamPlan]:
                 ("norm.weight", "norm", (inter,), 0, [["heads", 0, inter, d, "head"]], heads),
                 ("out_proj.weight", "out_proj.weight", (hidden, inter), 1,
                  [["heads", 0, inter, d, "head"]], heads)]
+    if m.no_norm:  # Falcon-H1 without mamba_rms_norm: vLLM's gated norm registers no weight
+        tensors = [t for t in tensors if t[0] != "norm.weight"]
     return _plans(spec, m, layers, f"{names.layer}{names.mamba}", tensors)
+
+
+def mamba1(spec, names: Names, rules, m: Mixer, layers) -> list[ParamPlan]:
+    """Mamba1 (Jamba): every inner channel's tensors cut by rank; x_proj row-parallel, its dt | B | C rows
+    whole on every rank; the dt / B / C RMSNorms replicated."""
+    inner, n, rank, hidden, k = m.inner, m.state, m.dt_rank, spec.hidden_size, m.conv_kernel
+    q, p = ("mamba_expand * hidden_size", inner), f"{names.layer}{names.mamba}"
+    tensors = [("in_proj.weight", "in_proj.weight", (2 * inner, hidden), 0,
+                [["x", 0, inner, 0, ""], ["gate", inner, 2 * inner, 0, ""]], q),
+               ("conv1d.weight", "conv1d.weight", (inner, 1, k), 0, [], q)]
+    if spec.conv_bias:
+        tensors.append(("conv1d.bias", "conv1d.bias", (inner,), 0, [], q))
+    tensors += [("x_proj.weight", "x_proj.weight", (rank + 2 * n, inner), 1, [], q),
+                ("dt_proj.weight", "dt_proj.weight", (inner, rank), 0, [], q),
+                ("dt_proj.bias", "dt_proj.bias", (inner,), 0, [], q),
+                ("A_log", "A", (inner, n), 0, [], q), ("D", "D", (inner,), 0, [], q),
+                ("out_proj.weight", "out_proj.weight", (hidden, inner), 1, [], q)]
+    plans = _plans(spec, m, layers, p, tensors)
+    for plan in plans:
+        if plan.name.endswith("A_log"):
+            plan.element_bytes = FP32
+            plan.note = "loaded as A = -exp(A_log), float32 on the GPU (the checkpoint may store bf16)"
+    return plans + [pl for name, size in (("dt_layernorm", rank), ("b_layernorm", n), ("c_layernorm", n))
+                    for pl in norm(f"{p}{name}", size, layers)]
 
 
 def short_conv(spec, names: Names, rules, m: Mixer, layers) -> list[ParamPlan]:
@@ -131,7 +166,8 @@ def state_plans(spec) -> list[tuple[list[int], object]]:
     """(layers, build(tp, rank) -> module with state_shapes()) for every stateful mixer group."""
     groups: dict = {}
     for i, layer in enumerate(spec.layers):
-        if layer.mixer.kind in STATEFUL:
-            groups.setdefault(layer.mixer, []).append(i)
+        for m in layer.mixer.parts:  # Falcon-H1's Mamba2 sits beside its attention
+            if m.kind in STATEFUL:
+                groups.setdefault(m, []).append(i)
     return [(layers, (lambda m: lambda tp, r: build_mixer(spec, m, tp, r, m.conv_kernel))(m))
             for m, layers in groups.items()]

@@ -11,7 +11,7 @@ from tpviz.trace.shardmap import FAMILIES, ShardMap, in_group
 
 MAX_TP = 64  # the explorer offers tp 1..64
 FAMILY_LABELS = {"qkv": "q/k/v", "o_proj": "o_proj", "gate_up": "gate/up", "down_proj": "down_proj",
-                 "linear_attn": "Gated DeltaNet", "mamba": "Mamba2", "conv": "short conv",
+                 "linear_attn": "Gated DeltaNet", "mamba": "Mamba2", "mamba1": "Mamba1", "conv": "short conv",
                  "experts": "MoE experts", "vision": "vision tower", "embed": "embed_tokens",
                  "lm_head": "lm_head",
                  "replicated": "replicated (norms, biases, routers)"}
@@ -84,9 +84,11 @@ def cache_sentences(m: ShardMap) -> list[str]:
                    f"{fmt_bytes(w['bytes_per_token'])} per token per GPU up to the window, capped at "
                    f"{fmt_bytes(w['bytes_per_token'] * w['window'])} per sequence per GPU.")
     if r.state_bytes_per_sequence:
-        kinds = sorted({g.label.split(" + ")[0] for g in m.groups
-                        if g.mixer["kind"] in ("gated_deltanet", "mamba2",
-                                                                                        "short_conv")})
+        stateful = ("gated_deltanet", "mamba1", "mamba2", "short_conv")
+        # a Mamba2 beside attention (Falcon-H1) is named alone: "full attention ‖ Mamba2" -> "Mamba2"
+        kinds = sorted({g.label.split(" + ")[0].split(" ‖ ")[-1] for g in m.groups
+                        if g.mixer["kind"] in stateful
+                        or (g.mixer.get("beside") or {}).get("kind") in stateful})
         out.append(f"{' and '.join(kinds)} layers keep a fixed state instead of a KV cache: "
                    f"{fmt_bytes(r.state_bytes_per_sequence)} per sequence per GPU (conv and recurrent state, "
                    "split by heads as vLLM splits it), whatever the context length.")

@@ -189,8 +189,9 @@ class RuleSet:
         return large if gpu.mem_gib >= 70 and not gpu.name.startswith("a100") else small
 
     def head_on_every_stage(self, arch) -> bool:
-        """Whether every pipeline stage allocates the lm_head (vLLM: the last alone)."""
-        return False
+        """Whether every pipeline stage allocates the lm_head (vLLM: the last alone, unless the model file
+        builds it unguarded: Arch.head_every_stage)."""
+        return arch.head_every_stage
 
     def embed_on_every_stage(self, arch) -> bool:
         """Whether every pipeline stage allocates embed_tokens (vLLM: as the model file builds it, see
@@ -200,6 +201,9 @@ class RuleSet:
     def layout_notes(self, layout: Layout, spec) -> list[str]:
         """What the engine does differently in this layout that the map draws the same (one line each)."""
         if layout.pp > 1 and self.embed_on_every_stage(spec.arch):
+            if self.head_on_every_stage(spec.arch):  # Jamba
+                return [f"{self.label} builds embed_tokens and lm_head on every pipeline stage for this "
+                        "model (its model file guards neither by stage): each stage holds its slices of both"]
             return [f"{self.label} builds embed_tokens on every pipeline stage for this model (its model "
                     "file has no first-stage guard), so each stage holds its slice of the embedding table"]
         return []

@@ -43,10 +43,12 @@ def collectives(m: ShardMap) -> list[Collective]:
     hidden = m.model.hidden_size * b
     ring = 2 * (tp - 1) / tp  # a ring all-reduce sends this fraction of the tensor from every GPU
     # every mixer's out-projection reduces
-    mixers = _layers_of(m, ("o_proj", "linear_attn", "mamba", "conv"))
+    mixers = _layers_of(m, ("o_proj", "linear_attn", "mamba1", "mamba", "conv"))
     mlps = _layers_of(m, ("down_proj", "experts"))  # a MoE layer reduces routed + shared experts once
     joint = m.model.joint_reduce  # Falcon, Cohere: attention + MLP summed, reduced once per layer
-    attn, mlp = len(mixers), len(mlps - mixers if joint else mlps)
+    # Falcon-H1: the Mamba2 beside each layer's attention reduces its out_proj apart
+    beside = sum(1 for i in mixers if m.model.layers[i].mixer.beside)
+    attn, mlp = len(mixers) + beside, len(mlps - mixers if joint else mlps)
     vocab_param = next((p for p in m.params if p.family == "lm_head"), None) or next(
         p for p in m.params if p.family == "embed")
     padded_vocab = vocab_param.local_shapes[0][0] * tp
@@ -58,6 +60,7 @@ def collectives(m: ShardMap) -> list[Collective]:
         Collective("all-reduce", "after down_proj (MLP / MoE output, row-parallel)", mlp,
                    hidden, ring * hidden),
         *norm_collectives(m.model, tp),
+        *mixer_collectives(m.model, tp),
         *shared_collectives(m.model, tp),
         Collective("all-reduce", "after embed_tokens (each GPU looks up only its vocab rows)", 1,
                    hidden, ring * hidden),
@@ -91,6 +94,21 @@ def shared_collectives(spec, tp: int, layers=None) -> list[Collective]:
                        count, hidden, 2 * (tp - 1) / tp * hidden)]
 
 
+def mixer_collectives(spec, tp: int, layers=None) -> list[Collective]:
+    """All-reduces inside a mixer, over `layers` (every layer by default): Mamba1's x_proj is row-parallel
+    (vLLM 0.33 MambaMixer), so each layer sums every GPU's dt | B | C (dt_rank + 2 x state values a token)
+    before dt_proj."""
+    if tp == 1:
+        return []
+    picked = [spec.layers[i] for i in (range(spec.num_hidden_layers) if layers is None else layers)]
+    sizes: dict[int, int] = {}
+    for mx in (mx for layer in picked for mx in layer.mixer.parts if mx.kind == "mamba1"):
+        size = (mx.dt_rank + 2 * mx.state) * spec.dtype_bytes
+        sizes[size] = sizes.get(size, 0) + 1
+    return [Collective("all-reduce", "after Mamba1's x_proj (dt, B and C of every GPU's channels summed)",
+                       count, size, 2 * (tp - 1) / tp * size) for size, count in sizes.items()]
+
+
 def norm_collectives(spec, tp: int, layers=None) -> list[Collective]:
     """The collectives of norms whose span crosses the tp cut, over `layers` (indices; every layer by
     default). OLMo-2/3 norm q and k over all heads, so each attention layer all-gathers both first (vLLM
@@ -101,7 +119,8 @@ def norm_collectives(spec, tp: int, layers=None) -> list[Collective]:
         return []
     picked = [spec.layers[i] for i in (range(spec.num_hidden_layers) if layers is None else layers)]
     attention = sum(1 for layer in picked if layer.mixer.is_attention)
-    mamba = sum(1 for layer in picked if layer.mixer.kind == "mamba2" and layer.mixer.groups == 1)
+    mamba = sum(1 for layer in picked for mx in layer.mixer.parts  # none without its weight (Falcon-H1)
+                if mx.kind == "mamba2" and mx.groups == 1 and not mx.no_norm)
     share, b = (tp - 1) / tp, spec.dtype_bytes
     out = [Collective("all-gather",
                       f"{what} before its norm over all heads (OLMo: each GPU holds its heads' slice)",

@@ -52,7 +52,8 @@ class LiveConfig:
         # no live block runs Gemma-4's KV-shared layers or DeepSeek's sparse attention: their fields are left
         # out when unset
         for layer in d["spec"]["layers"]:
-            for key in ("kv_shared", "index_heads", "index_dim", "index_topk"):
+            for key in ("kv_shared", "index_heads", "index_dim", "index_topk", "inner", "dt_rank", "no_norm",
+                        "beside"):  # ... nor Mamba1 or Falcon-H1's Mamba2 beside attention
                 if not layer["mixer"][key]:
                     del layer["mixer"][key]
         return d

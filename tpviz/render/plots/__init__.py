@@ -36,6 +36,10 @@ FAMILY_INFO = {
               "in_proj = [z | x | B | C | dt] and conv1d = [x | B | C] are cut part by part; "
               "with one group, B and C are replicated to every GPU; A_log, D, dt_bias and the gated "
               "norm follow the heads; out_proj is row-parallel."),
+    "mamba1": ("Mamba1 · split by inner channels",
+               "in_proj = [x | gate], conv1d, dt_proj, A (from A_log) and D follow each GPU's channels; "
+               "x_proj is row-parallel, so dt, B and C are all-reduced; the dt / B / C norms are whole on "
+               "every GPU; out_proj is row-parallel."),
     "conv": ("Short convolution · column then row",
              "in_proj = [B | C | x] is a merged column-parallel table, the depthwise conv "
              "follows the channels, out_proj is row-parallel."),

@@ -1,0 +1,71 @@
+"""The dims of InternVL's InternViT and GLM-4.1V / 4.5V's vision tower as vLLM 0.33 builds them, read into the
+fields of config/tower.py's Tower (which builds the record: this module stays below it)."""
+from tpviz.config.fields import read_int, read_object
+from tpviz.errors import ConfigError, MissingFieldError
+
+NORMS = ("rms_norm", "layer_norm")  # intern_vit.py's NORM2FN
+
+
+def _int(vc: dict, key: str) -> int:
+    try:
+        return read_int(vc, key)
+    except ConfigError as e:  # the key as the user finds it in config.json
+        raise type(e)(f"vision_config: {e}") from None
+
+
+def _given(vc: dict, key: str, kinds: tuple) -> object:
+    """A key intern_vit.py reads that only the checkpoint's remote-code InternVisionConfig would default
+    (tpviz never runs it): given in config.json, or refused."""
+    if vc.get(key) is None:
+        raise MissingFieldError(f"vision_config is missing {key}, which vLLM 0.33's intern_vit.py reads (the "
+                                "checkpoint's own remote-code config class would default it)", key)
+    if not isinstance(vc[key], kinds) or (kinds == (str,) and vc[key] not in NORMS):
+        raise ConfigError(f"vision_config: {key}={vc[key]!r} is not one intern_vit.py reads")
+    return vc[key]
+
+
+def internvit(outer: dict, vc: dict) -> dict | None:
+    """internvl.py's InternVisionModel, built up to select_layer, and its mlp1 projector (pixel shuffle by
+    downsample_ratio, then LayerNorm, Linear, GELU, Linear). None (left out, named) when the checkpoint is
+    quantized: internvl.py hands the quantization to the tower, which tpviz does not draw."""
+    if outer.get("quantization_config"):
+        return None
+    depth, select = _int(vc, "num_hidden_layers"), outer.get("select_layer", -1)
+    if not isinstance(select, int) or isinstance(select, bool) or not -depth <= select < depth:
+        raise ConfigError(f"select_layer={select!r} is no layer of the {depth}-layer vision tower")
+    ratio = outer.get("downsample_ratio", 0.5)
+    if isinstance(ratio, bool) or not isinstance(ratio, (int, float)) or not 0 < ratio <= 1:
+        raise ConfigError(f"downsample_ratio={ratio!r} is not a number in (0, 1]")
+    if vc.get("use_moe"):
+        raise ConfigError("vision_config: use_moe=true, but vLLM 0.33's intern_vit.py builds dense MLPs "
+                          "alone")
+    qkv_bias, qk_norm = _given(vc, "qkv_bias", (bool,)), _given(vc, "qk_normalization", (bool,))
+    norm_type = _given(vc, "norm_type", (str,))
+    patch, image = _int(vc, "patch_size"), _int(vc, "image_size")
+    return dict(kind="internvit", prefix="vision_model.", hidden=_int(vc, "hidden_size"),
+                heads=_int(vc, "num_attention_heads"), intermediate=_int(vc, "intermediate_size"),
+                depth=depth + select + 1 if select < 0 else select + 1,  # internvl.py's _init_vision_model
+                out_hidden=read_int(read_object(outer, "text_config"), "hidden_size"),
+                merge=int(1 / ratio),  # mlp1 takes int(1 / downsample_ratio)² patches at once
+                patch=(3, patch, patch),  # InternVisionEmbeddings' Conv2d: 3 input channels, always
+                positions=(image // patch) ** 2 + 1,  # the patches and the class token
+                block_path="encoder.layers", projector="mlp1.", proj_bias=True,
+                options=tuple(name for name, on in (("qkv_bias", qkv_bias), ("qk_norm", qk_norm),
+                                                    ("rms_norm", norm_type == "rms_norm")) if on))
+
+
+def glm4v(outer: dict, vc: dict) -> dict | None:
+    """glm4_1v.py's Glm4vVisionTransformer (vision_config read through transformers' Glm4vVisionConfig, so its
+    defaults hold). None (left out, named) when the checkpoint is quantized: glm4_1v.py hands the quantization
+    to the tower."""
+    if outer.get("quantization_config"):
+        return None
+    if vc.get("attention_bias"):  # Glm4vVisionAttention builds qkv without a bias, so vLLM could not load one
+        raise ConfigError("vision_config: attention_bias=true, but vLLM 0.33's glm4_1v.py builds the vision "
+                          "attention without biases and cannot load them")
+    patch = _int(vc, "patch_size")
+    return dict(kind="glm4v", prefix="visual.", hidden=_int(vc, "hidden_size"), heads=_int(vc, "num_heads"),
+                intermediate=_int(vc, "intermediate_size"), depth=_int(vc, "depth"),
+                out_hidden=_int(vc, "out_hidden_size"), merge=_int(vc, "spatial_merge_size"),
+                patch=(_int(vc, "in_channels"), _int(vc, "temporal_patch_size"), patch, patch),
+                positions=(_int(vc, "image_size") // patch) ** 2)

@@ -1,0 +1,58 @@
+"""InternVL's vision tower and projector as vLLM 0.33's intern_vit.py and internvl.py build them.
+
+Each encoder layer: attn.qkv, fused on disk as [q | k | v], one QKVParallelLinear over the vision heads
+(biased when qkv_bias), attn.proj row-parallel (biased); with qk_normalization, q_norm and k_norm are RMSNorms
+over all heads, whole on every GPU (the forward all-gathers q and k over tp to norm them, then cuts them
+again); mlp.fc1 column- and mlp.fc2 row-parallel (biased); norm1 / norm2 (RMSNorm or LayerNorm by norm_type)
+and the layer scales ls1 / ls2 whole. internvl.py pads no dummy heads (num_dummy_heads stays 0), so where the
+vision heads do not divide tp, InternParallelAttention builds qkv and proj with disable_tp: the attention is
+whole on every GPU while the MLP stays split. The embeddings (class token, Conv2d patch kernel, position
+table) and mlp1 (LayerNorm, Linear, GELU, Linear: plain torch modules) are whole on every GPU."""
+from dataclasses import replace
+
+from tpviz.archs.names import Names
+from tpviz.config.kinds import Mixer
+from tpviz.config.tower import Tower
+from tpviz.plan.attention import qkv
+from tpviz.plan.core import ParamPlan, column, norm, replicated, row
+from tpviz.plan.tower_minicpm import whole
+from tpviz.rules import RuleSet
+
+FAMILY = "vision"
+WHOLE_NOTE = "whole on every GPU (disable_tp) where tp does not divide the vision heads"
+
+
+def _whole_unless_heads_divide(plan: ParamPlan, heads: int) -> ParamPlan:
+    """InternParallelAttention: tp_size 1 (disable_tp) when heads % tp; split over the heads otherwise."""
+    build = plan.build
+    plan.build = lambda tp, r: build(tp, r) if heads % tp == 0 else build(1, 0)
+    plan.note = " · ".join(filter(None, [plan.note, WHOLE_NOTE]))
+    return plan
+
+
+def internvit(spec, t: Tower, rules: RuleSet) -> tuple[list, list, list]:
+    """(per-layer plans, [], once-per-tower plans)."""
+    p, h, d, hidden = t.blocks, t.heads, t.hidden // t.heads, t.hidden
+    bias, key = "qkv_bias" in t.options, ("vision_config.hidden_size", hidden)
+    attn = (qkv(replace(spec, hidden_size=hidden, quant=None), Names(layer=p, attn="attn.", qkv_fused="qkv"),
+                rules, Mixer("attention", h, h, d), None, bias)
+            + row(f"{p}attn.proj", hidden, hidden, FAMILY, None, True, key))
+    attn = [_whole_unless_heads_divide(plan, h) for plan in attn]
+    qk = [pl for n in ("q_norm", "k_norm") for pl in norm(f"{p}attn.{n}", hidden)] if "qk_norm" in t.options \
+        else []
+    mlp_key = ("vision_config.intermediate_size", t.intermediate)
+    layer_norm = "rms_norm" not in t.options
+    blocks = (attn + qk + column(f"{p}mlp.fc1", hidden, t.intermediate, FAMILY, None, True, mlp_key)
+              + row(f"{p}mlp.fc2", t.intermediate, hidden, FAMILY, None, True, mlp_key)
+              + [pl for n in ("norm1", "norm2") for pl in norm(f"{p}{n}", hidden, bias=layer_norm)]
+              + [whole(f"{p}{n}", (hidden,)) for n in ("ls1", "ls2")])
+    e, pr, wide = f"{t.prefix}embeddings.", t.projector, hidden * t.merge ** 2
+    once = [whole(f"{e}class_embedding", (1, 1, hidden)),
+            whole(f"{e}patch_embedding.weight", (hidden, *t.patch)),
+            whole(f"{e}patch_embedding.bias", (hidden,)),
+            whole(f"{e}position_embedding", (1, t.positions, hidden)), *norm(f"{pr}0", wide, bias=True),
+            replicated(f"{pr}1.weight", t.out_hidden, wide),
+            replicated(f"{pr}1.bias", t.out_hidden, 1, bias=True),
+            replicated(f"{pr}3.weight", t.out_hidden, t.out_hidden),
+            replicated(f"{pr}3.bias", t.out_hidden, 1, bias=True)]
+    return blocks, [], once
