@@ -17,6 +17,7 @@ from tpviz.plan import build_plan
 from tpviz.plan.tensors import tensors
 from tpviz.rules import Layout
 from tpviz.trace.caches import kv_sources
+from tpviz.trace.checkpoint import checkpoint_sentence
 from tpviz.trace.collectives import collectives
 
 MOE = "google/gemma-4-26B-A4B-it"
@@ -92,7 +93,7 @@ def test_moe_refusals_name_the_part():
 
 def shared_text(**over) -> dict:
     """E2B's attention layout (35 layers, 4 sliding of 256 then 1 full of 512, one KV head, the last 20
-    layers KV-shared, double-wide MLPs there) without its per-layer input embeddings, which tpviz refuses."""
+    layers KV-shared, double-wide MLPs there), without its per-layer input embeddings unless asked."""
     types = (["sliding_attention"] * 4 + ["full_attention"]) * 7
     return {"model_type": "gemma4_text", "architectures": ["Gemma4ForCausalLM"], "hidden_size": 1536,
             "intermediate_size": 6144, "num_attention_heads": 8, "num_key_value_heads": 1, "head_dim": 256,
@@ -142,5 +143,85 @@ def test_kv_shared_layers_read_their_source_cache_in_the_speed_bound():
 def test_kv_sharing_refusals_name_the_part():
     with pytest.raises(ConfigError, match="num_kv_shared_layers"):
         shard_map(shared_text(num_kv_shared_layers=35), 1)
-    with pytest.raises(ConfigError, match="hidden_size_per_layer_input"):  # E2B / E4B: per-layer inputs
-        shard_map(shared_text(hidden_size_per_layer_input=256), 1)
+
+
+# google/gemma-4-E2B-it's text_config, as two engines' copies of its fields give it (no complete copy of the
+# release's config.json was found, so no preset): 256 per-layer input values a layer, a 262144-row table
+E2B = shared_text(hidden_size_per_layer_input=256, vocab_size_per_layer_input=262144)
+
+
+def test_per_layer_inputs_names_and_shapes_are_what_transformers_saves(tmp_path):
+    text = {**presets()[MOE]["text_config"], **TINY, "num_global_key_value_heads": None, "num_experts": None,
+            "attention_k_eq_v": False, "enable_moe_block": False, "num_kv_shared_layers": 2,
+            "use_double_wide_mlp": True, "hidden_size_per_layer_input": 8, "vocab_size_per_layer_input": 300}
+    assert_maps_what_transformers_saves(text, tmp_path)
+
+
+def test_e2b_per_layer_inputs_at_tp2_by_hand():
+    """embed_tokens_per_layer [262144, 35 x 256] vocab-parallel (131072 rows a GPU),
+    per_layer_model_projection [8960, 1536] column-parallel (4480 rows a GPU), the per-layer gate
+    [256, 1536] and projection [1536, 256] and the norms whole."""
+    m = shard_map(E2B, 2)
+    by_name = {t.name: t for t in m.tensors}
+    for name, rows, split in (("model.embed_tokens_per_layer.weight", 262144, True),
+                              ("model.per_layer_model_projection.weight", 8960, True),
+                              ("model.per_layer_projection_norm.weight", 256, False),
+                              ("model.layers.*.per_layer_input_gate.weight", 256, False),
+                              ("model.layers.*.per_layer_projection.weight", 1536, False),
+                              ("model.layers.*.post_per_layer_input_norm.weight", 1536, False)):
+        t = by_name[name]
+        assert (t.split_dim == 0) if split else (t.split_dim is None), name
+        held = [sum(p.stop - p.start for p in t.rank_pieces(r)) for r in (0, 1)]
+        assert held == ([rows // 2] * 2 if split else [rows] * 2), name
+    assert by_name["model.embed_tokens_per_layer.weight"].shape == [262144, 8960]
+
+
+def test_e2b_stores_its_card_count_and_the_table_its_published_size():
+    """35 layers (12 sliding and 3 full owning a cache, 16 and 4 KV-shared with double-wide MLPs), each with
+    5 norms, layer_scalar and the per-layer gate and projection; the tables and the projection once. Less the
+    per-layer table that is the card's 2.3B effective; the table is the 4.38 GiB published for it."""
+    h, ple, layers = 1536, 256, 35
+    sliding, full = 8 * 256 * h * 2 + 2 * 256 * h + 512, 8 * 512 * h * 2 + 2 * 512 * h + 1024
+    shared_sliding, shared_full = 8 * 256 * h * 2 + 256, 8 * 512 * h * 2 + 512
+    mlp, wide = 3 * 6144 * h, 3 * 12288 * h
+    table = 262144 * layers * ple
+    total = (262144 * h + table + layers * ple * h + ple + h + layers * (5 * h + 1 + 2 * ple * h)
+             + 12 * (sliding + mlp) + 3 * (full + mlp) + 16 * (shared_sliding + wide)
+             + 4 * (shared_full + wide))
+    m = shard_map(E2B, 1)
+    assert m.total_weight_bytes == 2 * total == 2 * 4_628_569_379
+    assert abs((total - table) / 2.3e9 - 1) < 0.01
+    assert round(2 * table / 2 ** 30, 2) == 4.38
+
+
+def test_e2b_per_layer_collectives_and_reads():
+    """At tp 2 the first stage all-reduces each token's 35 x 256 looked-up values and all-gathers the
+    projection's; a decode step reads a row of the table per token (not all of it, though the embedding is
+    tied to lm_head)."""
+    m = shard_map(E2B, 2)
+    size = 35 * 256 * 2
+    ple = {c.op: c for c in collectives(m) if "per_layer" in c.where}
+    assert ple["all-reduce"].bytes_per_token == size and ple["all-reduce"].sent_per_rank == size
+    assert ple["all-gather"].bytes_per_token == size and ple["all-gather"].sent_per_rank == size / 2
+    sizer = Sizer(normalize(E2B))
+    heads = {p.name: sizer.head_table(p) for p in sizer.plans if p.family == "embed"}
+    assert heads == {"model.embed_tokens.weight": True, "model.embed_tokens_per_layer.weight": False}
+
+
+def test_kv_shared_k_v_and_k_norm_a_checkpoint_ships_are_dropped_at_load(tmp_path):
+    """A real Gemma-4 checkpoint still ships k_proj, v_proj and k_norm for its KV-shared layers, which vLLM
+    0.33's weights mapper drops: named so in one line, not as tensors the map lacks."""
+    text = {**presets()[MOE]["text_config"], **TINY, "num_global_key_value_heads": None, "num_experts": None,
+            "attention_k_eq_v": False, "enable_moe_block": False, "num_kv_shared_layers": 2,
+            "hidden_size_per_layer_input": 8, "vocab_size_per_layer_input": 300}
+    written = set(saved(text, tmp_path))
+    shipped = {f"model.layers.{i}.self_attn.{n}.weight" for i in (4, 5)
+               for n in ("k_proj", "v_proj", "k_norm")}
+    assert not shipped & written
+    m = shard_map({**text, "architectures": ["Gemma4ForCausalLM"]}, 2, tensor_names=written | shipped,
+                  checkpoint_source="release")
+    assert m.checkpoint["verified"] and m.checkpoint["dropped"] == 6, m.checkpoint
+    sentence = checkpoint_sentence(m.checkpoint)
+    assert "6 more are dropped by vLLM at load (" in sentence and "KV-shared layers" in sentence
+    assert all(f"model.layers.*.self_attn.{n}.weight (2)" in sentence for n in ("k_proj", "v_proj", "k_norm"))
+    assert "\n" not in sentence

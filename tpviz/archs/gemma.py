@@ -11,7 +11,12 @@ all-reduce.
 Gemma-4's KV-shared layers (E2B, E4B; Gemma4Attention): the last num_kv_shared_layers attend over the KV
 cache of the last earlier layer of their kind, so they build q_proj (column-parallel), q_norm and o_proj
 alone, cache nothing, and with use_double_wide_mlp run an MLP twice intermediate_size (config/readers.py).
-Checkpoints that still ship their k_proj / v_proj / k_norm have them dropped by vLLM's loader."""
+Checkpoints that still ship their k_proj / v_proj / k_norm have them dropped by vLLM's loader (the checkpoint
+check names them so).
+
+Gemma-4's per-layer input embeddings (E2B, E4B; plan/per_layer.py): embed_tokens_per_layer vocab-parallel,
+per_layer_model_projection column-parallel and gathered, per_layer_projection_norm, and in every layer the
+replicated per_layer_input_gate and per_layer_projection with post_per_layer_input_norm."""
 from dataclasses import replace
 
 from tpviz.archs.base import Arch
@@ -28,9 +33,6 @@ GEMMA4_MOE = replace(GEMMA2, mlp="", router="router.proj", expert_gate_up=("expe
                                                    "post_feedforward_layernorm_1",
                                                    "post_feedforward_layernorm_2"))
 GEMMA4_NAMES = {"": GEMMA2, "moe": GEMMA4_MOE}
-# parts of Gemma-4 tpviz does not model, by the config field that reveals them: refused, never drawn as
-# attention
-GEMMA4_UNMODELLED = (("hidden_size_per_layer_input", "per-layer input embeddings"),)
 
 
 def gemma4_fields(cfg: dict) -> dict:
@@ -59,8 +61,8 @@ _GEMMA3 = dict(names=GEMMA2, tied=True, embed_every_stage=True, qk_norm="head", 
                length_counts_rope=False, live="gemma3",
                sglang=Groups("gemma3_causal.py", embed="replicated", pp=False))
 _GEMMA4 = dict(names=GEMMA2, tied=True, embed_every_stage=True, qk_norm="head", global_attention=True,
-               unmodelled=GEMMA4_UNMODELLED,
-               extra=("layer_scalar", "router_scales"), adapt=gemma4_fields, variant=gemma4_variant,
+               extra=("layer_scalar", "router_scales", "per_layer_inputs"), adapt=gemma4_fields,
+               variant=gemma4_variant,
                names_for=lambda variant, _kv: GEMMA4_NAMES[variant], experts="fused", shared_reduce=True)
 
 RECORDS = [

@@ -176,6 +176,14 @@ def read_spec(cfg: dict, name: str) -> ModelSpec:
         notes=notes,
     )
     spec.tower = read_tower(outer)
+    if "per_layer_inputs" in arch.extra:  # Gemma-4 E2B / E4B, as vLLM 0.33 gemma4.py reads them
+        spec.per_layer_input = read_int(cfg, "hidden_size_per_layer_input", default=0, minimum=0)
+        spec.per_layer_vocab = read_int(cfg, "vocab_size_per_layer_input", default=spec.vocab_size,
+                                        maximum=LIMITS["vocab_size"]) if spec.per_layer_input else 0
+        if spec.per_layer_input:
+            spec.notes.append(f"per-layer inputs: with pp > 1 vLLM 0.33 also hands each token's {num_layers} x "
+                              f"{spec.per_layer_input} per-layer input values to the next stage, which the PP "
+                              "hand-off traffic here leaves out")
     if spec.tower:
         spec.notes.append(f"multimodal checkpoint: its vision tower ({spec.tower.depth} blocks, "
                           f"{spec.tower.heads} heads) is mapped as vLLM 0.33 splits it ({spec.tower.file}), "

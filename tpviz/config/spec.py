@@ -63,6 +63,10 @@ class ModelSpec:
     state_dtype: str = ""
     variant: str = ""  # a decoder variant that changes checkpoint names (Falcon)
     gated_mlp: bool = True  # SwiGLU gate/up; False: one up projection (GPT-2 c_fc, NeoX dense_h_to_4h)
+    # Gemma-4's per-layer input embeddings (E2B, E4B): hidden_size_per_layer_input values a layer, looked up
+    # in a table of vocab_size_per_layer_input rows; 0: none (in the JSON only when set)
+    per_layer_input: int = 0
+    per_layer_vocab: int = 0
     layers: list[LayerSpec] = field(default_factory=list)
     tower: Tower | None = None  # a multimodal checkpoint's vision tower, when tpviz models it
     notes: list[str] = field(default_factory=list)
@@ -151,7 +155,8 @@ class ModelSpec:
                        notes=self.notes + [note] if note else self.notes)
 
     def to_dict(self) -> dict:
-        d = {k: v for k, v in asdict(self).items() if k not in ("layers", "quant", "config", "tower")}
+        d = {k: v for k, v in asdict(self).items() if k not in ("layers", "quant", "config", "tower")
+             and (v or k not in ("per_layer_input", "per_layer_vocab"))}
         if self.tower:
             d["tower"] = self.tower.to_dict()
         d["moe_layers"] = self.moe_layers

@@ -12,7 +12,7 @@ from tpviz.config.spec import ModelSpec
 from tpviz.deploy.parallel import EP_DENSE, stage_layers
 from tpviz.deploy.traffic import comm_per_token
 from tpviz.errors import LayoutError
-from tpviz.plan import ParamPlan, build_plan
+from tpviz.plan import ParamPlan, arch_names, build_plan
 from tpviz.rules import Layout, RuleSet, ruleset
 from tpviz.trace.caches import kv_sources, layer_caches
 from tpviz.trace.probe import single_thread
@@ -89,9 +89,14 @@ class Sizer:
         if plan.tower:  # only the first stage builds a tower (vLLM 0.33 _mark_tower_model, Model Runner V2)
             return first
         return ((plan.family in FIRST_STAGE and first) or (plan.family not in FIRST_STAGE and last)
-                or (plan.family == "embed" and (last and self.spec.tie_word_embeddings
+                or (plan.family == "embed" and (last and self.head_table(plan)
                                                 or self.rules.embed_on_every_stage(self.spec.arch)))
                 or (plan.family == "lm_head" and self.rules.head_on_every_stage(self.spec.arch)))
+
+    def head_table(self, plan: ParamPlan) -> bool:
+        """Whether a vocab-parallel table is the one a tied lm_head multiplies (not Gemma-4's per-layer
+        inputs)."""
+        return self.spec.tie_word_embeddings and plan.name == arch_names(self.spec).embed
 
     def gpu_bytes(self, layout: Layout, layers: set[int], first: bool, last: bool, flat: int,
                   experts: list[int] | None) -> int:
@@ -133,7 +138,7 @@ class Sizer:
             full = max(self.rank_bytes(plan, w.of(plan.role)))
             count = (1 if self.held(plan, first, last) else 0) if plan.layers is None \
                 else len(layers & set(plan.layers))
-            read = not plan.tower and (plan.family != "embed" or last and self.spec.tie_word_embeddings)
+            read = not plan.tower and (plan.family != "embed" or last and self.head_table(plan))
             if not count or not read:
                 continue
             if plan.role == "experts":
@@ -177,7 +182,7 @@ class Sizer:
     def macs_per_byte(self, plan: ParamPlan) -> float:
         """Multiply-adds per token per stored byte of a matmul weight (0 for norms, biases, scales and the
         embedding): one per logical element, which packed 4-bit storage holds two to a byte."""
-        if plan.family == "embed" and not self.spec.tie_word_embeddings or len(plan.shape) < 2 \
+        if plan.family == "embed" and not self.head_table(plan) or len(plan.shape) < 2 \
                 or NOT_MATMUL.search(plan.name.rsplit(".", 1)[-1]):
             return 0.0
         stored = plan.element_bytes or self.spec.dtype_bytes

@@ -5,7 +5,8 @@ from dataclasses import dataclass
 from tpviz.config.spec import ModelSpec
 from tpviz.deploy.parallel import stage_layers
 from tpviz.rules import Layout, RuleSet, ruleset
-from tpviz.trace.collectives import logits_collective, mixer_collectives, norm_collectives, shared_collectives
+from tpviz.trace.collectives import (logits_collective, mixer_collectives, norm_collectives,
+                                     per_layer_collectives, shared_collectives)
 
 # the kinds, as the CLI and the speed bound name them
 COMM_LABELS = {"tp_all_reduce": "TP all-reduces", "moe_all_reduce": "MoE all-reduces",
@@ -60,6 +61,7 @@ def stage_traffic(spec: ModelSpec, layout: Layout, rules: RuleSet | str = "vllm"
     moe_layers, tp, pp = set(spec.moe_layers), layout.tp, layout.pp
     logits = rules.padded_vocab(spec.vocab_size, tp) * spec.dtype_bytes
     logits_sent = logits_collective(logits, tp, rules).sent_per_rank if tp > 1 else 0.0
+    per_layer = per_layer_collectives(spec, tp)  # Gemma-4's per-layer inputs, beside the embedding's
     out = []
     for stage, layers in enumerate(stage_layers(spec.num_hidden_layers, pp, rules)):
         mine = [spec.layers[i] for i in layers]
@@ -86,7 +88,8 @@ def stage_traffic(spec: ModelSpec, layout: Layout, rules: RuleSet | str = "vllm"
             Traffic("pp_send_recv", sent + gathered, (stage < pp - 1) + (stage > 0 and tp_ops)),
             Traffic("norm_collectives", sum(c.count * c.sent_per_rank for c in norms),
                     sum(c.count for c in norms)),
-            Traffic("embed_all_reduce", ring(tp) * hidden if stage == 0 else 0.0, int(stage == 0 and tp_ops)),
+            Traffic("embed_all_reduce", ring(tp) * hidden + sum(c.sent_per_rank for c in per_layer)
+                    if stage == 0 else 0.0, (1 + len(per_layer)) * int(stage == 0 and tp_ops)),
             Traffic("logits_gather", logits_sent if stage == pp - 1 else 0.0,
                     int(stage == pp - 1 and tp_ops)))
             if t.count])

@@ -145,6 +145,15 @@ def expected_bytes(m: ShardMap) -> dict[str, int]:
     return out
 
 
+def dropped_at_load(m: ShardMap) -> set[str]:
+    """Checkpoint tensors vLLM 0.33 reads and drops: the k_proj, v_proj and k_norm a Gemma-4 checkpoint still
+    ships for its KV-shared layers (gemma4.py's weights mapper maps them to nothing)."""
+    names = arch_names(m.model)
+    return {f"{names.layer.replace('*', str(i))}{names.attn}{part}{suffix}"
+            for i, layer in enumerate(m.model.layers) if layer.mixer.kv_shared
+            for part, suffix in ((names.k, ".weight"), (names.v, ".weight"), (names.k_norm, ".weight"))}
+
+
 def compare(m: ShardMap, names: set[str], source: str, sizes: dict[str, int] | None = None) -> dict:
     """What the map has that the checkpoint lacks, and the other way round (as '*' patterns with counts);
     with the headers' sizes, also the tensors whose stored bytes differ from the map's."""
@@ -154,7 +163,8 @@ def compare(m: ShardMap, names: set[str], source: str, sizes: dict[str, int] | N
     # the decoder's prefix, read off the names outside the tower (a tower can outnumber them: MiniCPM-V)
     drop, add = _prefix(set(mapped), {n for n in names if not any(n.startswith(t) or f".{t}" in n
                                                                    for t in towers)})
-    seen, extra, quant, tied = set(), [], [], []
+    seen, extra, quant, tied, dropped = set(), [], [], [], []
+    unloaded = dropped_at_load(m)
     layers = m.model.num_hidden_layers
     # tied: vLLM allocates one matrix, and a stored lm_head (Falcon-180B's) loads onto the embedding's
     head = arch_names(m.model).lm_head if m.model.tie_word_embeddings else None
@@ -174,6 +184,8 @@ def compare(m: ShardMap, names: set[str], source: str, sizes: dict[str, int] | N
             key = next((k for k in (n.split("language_model.", 1)[-1], key) if k in mapped), key)
         if key in mapped:
             seen.add(key)
+        elif key in unloaded:
+            dropped.append(n)
         elif key.endswith(QUANT_SUFFIXES):
             quant.append(n)
             base = re.sub(r"(_blocks|_scales|\.qweight|\.weight_packed)$", lambda mm: ".weight" if mm.group(1)
@@ -195,9 +207,15 @@ def compare(m: ShardMap, names: set[str], source: str, sizes: dict[str, int] | N
             "missing_in_checkpoint": _patterns(missing), "missing_in_map": _patterns(extra),
             "quantization_tensors": len(quant), "verified": not missing and not extra,
             **({"tied_lm_head": True} if tied else {}),
+            **({"dropped_at_load": _patterns(dropped), "dropped": len(dropped)} if dropped else {}),
             # stored bytes (from the headers) against the map's: a float32 file of a model served in bf16
             # differs
             "bytes": {"checked": sizes is not None, "differ": sorted(differ)[:6], "count": len(differ)}}
+
+
+def dropped_sentence(check: dict) -> str:
+    return (f"{check['dropped']} more are dropped by vLLM at load ({', '.join(check['dropped_at_load'])}): "
+            "KV-shared layers attend over an earlier layer's cache")
 
 
 def checkpoint_sentence(check: dict) -> str:
@@ -211,7 +229,7 @@ def checkpoint_sentence(check: dict) -> str:
                    if check["quantization_tensors"] else "")
                 + ("; its lm_head.weight is stored, but the embeddings are tied, so it loads onto the "
                    "embedding's one matrix" if check.get("tied_lm_head") else "")
-                + ".")
+                + (f"; {dropped_sentence(check)}" if check.get("dropped") else "") + ".")
     parts = []
     if sizes.get("count"):
         parts.append(f"{sizes['count']} tensors are stored in other sizes than the map counts, e.g. "
@@ -220,4 +238,6 @@ def checkpoint_sentence(check: dict) -> str:
         parts.append("the checkpoint lacks " + ", ".join(check["missing_in_checkpoint"]))
     if check["missing_in_map"]:
         parts.append("the map lacks " + ", ".join(check["missing_in_map"]))
+    if check.get("dropped"):
+        parts.append(dropped_sentence(check))
     return f"Checkpoint check against {check['source']}: " + "; ".join(parts) + "."

@@ -64,6 +64,7 @@ def collectives(m: ShardMap) -> list[Collective]:
         *shared_collectives(m.model, tp),
         Collective("all-reduce", "after embed_tokens (each GPU looks up only its vocab rows)", 1,
                    hidden, ring * hidden),
+        *per_layer_collectives(m.model, tp),
         logits_collective(logits, tp, m.rules),
     ]
 
@@ -78,6 +79,19 @@ def logits_collective(logits: int, tp: int, rules: RuleSet) -> Collective:
     return Collective("all-gather",
                       "lm_head logits to every GPU (each GPU has its vocab block; per sampled token)",
                       1, logits, logits * (tp - 1) / tp)
+
+
+def per_layer_collectives(spec, tp: int) -> list[Collective]:
+    """Gemma-4's per-layer inputs, on the first stage: embed_tokens_per_layer all-reduces each token's
+    lookup (VocabParallelEmbedding) and per_layer_model_projection all-gathers its rows (gather_output), both
+    layers x hidden_size_per_layer_input values a token."""
+    if tp == 1 or not spec.per_layer_input:
+        return []
+    size = spec.num_hidden_layers * spec.per_layer_input * spec.dtype_bytes
+    return [Collective("all-reduce", "after embed_tokens_per_layer (each GPU looks up only its vocab rows)",
+                       1, size, 2 * (tp - 1) / tp * size),
+            Collective("all-gather", "after per_layer_model_projection (gather_output: every GPU needs every "
+                       "layer's input)", 1, size, (tp - 1) / tp * size)]
 
 
 def shared_collectives(spec, tp: int, layers=None) -> list[Collective]:

@@ -49,13 +49,16 @@ class LiveConfig:
         d["spec"].pop("config")  # the raw config was read into these fields already
         if d["spec"]["tower"] is None:  # Run live runs text decoders (source.py drops a tower)
             del d["spec"]["tower"]
-        # no live block runs Gemma-4's KV-shared layers or DeepSeek's sparse attention: their fields are left
-        # out when unset
+        # no live block runs Gemma-4's KV-shared layers or per-layer inputs, nor DeepSeek's sparse attention:
+        # their fields are left out when unset
         for layer in d["spec"]["layers"]:
             for key in ("kv_shared", "index_heads", "index_dim", "index_topk", "inner", "dt_rank", "no_norm",
                         "beside"):  # ... nor Mamba1 or Falcon-H1's Mamba2 beside attention
                 if not layer["mixer"][key]:
                     del layer["mixer"][key]
+        for key in ("per_layer_input", "per_layer_vocab"):
+            if not d["spec"][key]:
+                del d["spec"][key]
         return d
 
     @classmethod
