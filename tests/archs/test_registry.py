@@ -35,6 +35,7 @@ SIBLINGS |= {t: ("Qwen/Qwen3-30B-A3B", {"moe_intermediate_size": None, "intermed
              for t in ("hunyuan_v1_moe", "flex_olmo")}
 # GLM-5 (no preset): DeepSeek-V3.2's config under its own class
 SIBLINGS["glm_moe_dsa"] = ("deepseek-ai/DeepSeek-V3.2", {"architectures": ["GlmMoeDsaForCausalLM"]})
+SIBLINGS["minicpmv_2_5_text"] = ("meta-llama/Llama-3.2-1B", {})  # MiniCPM-V 2.5's decoder (archs/vision.py)
 SMALL = dict(num_hidden_layers=3, hidden_size=64, num_attention_heads=4, num_key_value_heads=2, head_dim=16,
              intermediate_size=96, vocab_size=1000)
 

@@ -33,13 +33,22 @@ def real(name: str) -> dict:
     return json.loads(gzip.decompress((INDEXES / f"{name}.json.gz").read_bytes()))["config"]
 
 
-@pytest.mark.parametrize("version, decoder", [(2.5, "llama"), (2.6, "qwen2"), (4.0, "llama"), (4.5, "qwen3")])
+@pytest.mark.parametrize("version, decoder", [(2.5, "minicpmv_2_5_text"), (2.6, "qwen2"), (4.0, "llama"),
+                                              (4.5, "qwen3")])
 def test_each_version_builds_its_own_decoder(version, decoder):
     """minicpmv.py's _SUPPORT_VERSION: 2.5 and 4.0 LlamaForCausalLM, 2.6 Qwen2, 4.5 Qwen3 (q/k norms);
-    the decoder's names sit under llm., which the checkpoint check strips."""
+    the decoder's names sit under llm., which the checkpoint check strips. SGLang 0.5.23's minicpmv.py builds
+    2.6, 4.0 and 4.5 alike but no 2.5: refused under its rules."""
     spec = load_spec({**TINY, "version": version})
     assert spec.model_type == decoder and spec.tower.kind == "minicpmv"
     assert spec.attention_bias == (decoder == "qwen2") and spec.qk_norm == (decoder == "qwen3")
+    if version == 2.5:
+        with pytest.raises(TPSizeError) as e:
+            shard_map(spec, 2, rules="sglang")
+        assert one_line(e.value) and "minicpmv_2_5_text" in str(e.value)
+    else:  # the decoder by SGLang's own groups, the tower left out and named
+        m = shard_map(spec, 2, rules="sglang")
+        assert not any(t.tower for t in m.tensors) and any("vision tower" in w for w in m.warnings)
 
 
 def test_versions_vllm_does_not_build_are_refused():
@@ -48,7 +57,7 @@ def test_versions_vllm_does_not_build_are_refused():
     with pytest.raises(ConfigError) as e:
         load_spec({k: v for k, v in {**TINY, "hidden_size": 2304, "query_num": 64}.items() if k != "version"})
     assert one_line(e.value) and "MiniCPM-V 2.0" in str(e.value) and "minicpm.py" in str(e.value)
-    assert load_spec({k: v for k, v in TINY.items() if k != "version"}).model_type == "llama"  # 2.5
+    assert load_spec({k: v for k, v in TINY.items() if k != "version"}).model_type == "minicpmv_2_5_text"
     for version in (3.0, 4, "4.6"):
         with pytest.raises(ConfigError) as e:
             load_spec({**TINY, "version": version})

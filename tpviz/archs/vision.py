@@ -8,11 +8,12 @@ from dataclasses import replace
 
 from tpviz.archs.base import Arch
 from tpviz.archs.glm import RECORDS as GLM
+from tpviz.archs.llama import RECORDS as LLAMAS
 from tpviz.errors import ConfigError, MissingFieldError
 
 _GLM4_MOE = next(a for a in GLM if a.model_type == "glm4_moe")
 # minicpmv.py's _SUPPORT_VERSION: the decoder each version's class builds (init_llm)
-MINICPMV_DECODERS = {(2, 5): "llama", (2, 6): "qwen2", (4, 0): "llama", (4, 5): "qwen3"}
+MINICPMV_DECODERS = {(2, 5): "minicpmv_2_5_text", (2, 6): "qwen2", (4, 0): "llama", (4, 5): "qwen3"}
 
 
 def minicpmv_version(cfg: dict) -> tuple[int, ...]:
@@ -65,6 +66,10 @@ RECORDS = [
             text_model="glm4v_moe_text", tower="glm4v"),
     replace(_GLM4_MOE, model_type="glm4v_moe_text", hf_class="Glm4vMoeForConditionalGeneration"),
     Arch("minicpmv", "MiniCPMV", tower="minicpmv", decoder=minicpmv_decoder),
+    # 2.5's decoder is a Llama; SGLang 0.5.23's minicpmv.py serves no 2.5 (a config without version it reads
+    # as 2.6, a Qwen2), so it has a record of its own without SGLang groups: SGLang rules refuse it
+    replace(next(a for a in LLAMAS if a.model_type == "llama"), model_type="minicpmv_2_5_text",
+            hf_class="MiniCPMV", sglang=None, live=""),
     Arch("deepseek_vl_v2", "DeepseekVLV2ForCausalLM", tower="deepseek_vl2", decoder=deepseek_vl2_decoder),
     # minicpmv4_6.py, minicpmv4_7.py: Qwen3.5's decoder from text_config, under model.language_model.*
     *(Arch(t, c, text_model="qwen3_5_text", tower=t)
