@@ -71,7 +71,7 @@ def _expected_cover(t, tp: int, replicas: int, q_rows: int, d: int, model) -> to
     n_kv = len(fused_kv) // 2  # per-head / per-KV-group fused q/k/v: one k and one v section per KV head
     for _, a, b, _, _ in fused_kv:
         expected[a:b] = tp // n_kv if tp > n_kv else 1
-    for label, a, b, size, word in t.sections if t.family in ("qkv", "mamba") else []:
+    for label, a, b, size, word in t.sections if t.family in ("qkv", "mamba", "kda") else []:
         if not size:
             continue
         blocks = (b - a) // size
@@ -82,6 +82,8 @@ def _expected_cover(t, tp: int, replicas: int, q_rows: int, d: int, model) -> to
                 expected[a + (blk + 1) * size - 2 * d:a + (blk + 1) * size] = (tp // blocks
                                                                                if tp > blocks else 1)
         elif word == "group" and blocks % tp:  # Mamba2 with one group: B and C go to every rank
+            expected[a:b] = tp
+        elif word == "whole":  # a part every rank loads whole (Kimi-Linear's f_a_proj in in_proj_qkvgfab)
             expected[a:b] = tp
     if t.layer_class == "QKVParallelLinear" and not t.sections:
         if t.shard_id in ("k", "v"):
@@ -186,6 +188,11 @@ def check_shard_map(m) -> None:
             assert all(s[0] * tp == padded for s in p.local_shapes), (p.name, p.local_shapes)
             for r in range(tp):  # real rows first, padding after them
                 assert min(a for a, _ in by_param_rank.get((p.name, (), r), [(0, 0)])) == 0, (p.name, r)
+        elif p.layer_class in ("PaddedExpertsGateUp", "PaddedExpertsDown"):
+            # KimiMoE: each GPU's I/tp rows of an expert padded to 256 when fewer (vLLM 0.33 kimi_k3)
+            per = model.moe_intermediate_size // tp
+            pad = (256 - per if tp > 1 and per < 256 else 0) * (2 if "GateUp" in p.layer_class else 1)
+            assert p.padding == [pad] * tp, (p.name, p.padding)
         elif p.layer_class == "Mxfp4Down" and p.name.endswith("bias"):  # loaded by GPU 0 only
             assert p.padding == [0] + [p.shape[0]] * (tp - 1), (p.name, p.padding)
         elif "_blocks" in p.name or "_scales" in p.name or p.name.endswith("gate_up_proj_bias"):

@@ -232,7 +232,6 @@ def test_unknown_llama_like_type_maps_with_a_note():
 
 
 @pytest.mark.parametrize("model_type, part", [("mamba", "Mamba1"), ("minimax_m1", "lightning attention"),
-                                              ("kimi_linear", "Kimi Delta Attention"),
                                               ("bamba", "Bamba")])
 def test_unmodelled_types_are_refused(model_type, part):
     refused(dict(BASE, model_type=model_type), model_type, part)

@@ -129,6 +129,7 @@ ADDED += ("preset:zai-org/GLM-4.5-Air|", "preset:zai-org/GLM-4.7|", "preset:THUD
           "preset:zai-org/GLM-4.7-Flash|")
 ADDED += ("preset:moonshotai/Kimi-K2.5|",)  # Kimi-K2.5 (issue 25)
 ADDED += ("preset:google/gemma-4-26B-A4B-it|",)  # Gemma-4 MoE (issue 25)
+ADDED += ("preset:moonshotai/Kimi-Linear-48B-A3B-Instruct|",)  # Kimi-Linear (issue 25)
 ADDED += ("preset:OpenGVLab/InternVL3-1B|",)  # InternVL's tower (issue 25)
 ADDED += ("preset:deepseek-ai/DeepSeek-V3.2|",)  # DeepSeek Sparse Attention (issue 25)
 ADDED += ("preset:openbmb/MiniCPM-V-2_6|", "preset:openbmb/MiniCPM-V-4_5|",  # MiniCPM-V (issue 25)

@@ -29,6 +29,9 @@ class Arch:
     # language_config); read through transformers' class for that model_type, as vLLM's config class does
     decoder: Callable[[dict], dict] | None = None
     # --- reading the config (what vLLM reads through transformers' config class, and the quirks it adds)
+    # vLLM reads the config with its own class (transformers_utils/configs/), not transformers': read as
+    # given, and adapt applies that class's defaults (Kimi-Linear)
+    own_config: str = ""
     adapt: Callable[[dict], dict] | None = None  # the family's own config fields onto the common ones
     # (config, heads, KV heads read) -> the KV heads it runs
     kv_heads: Callable[[dict, int, int], int] | None = None
@@ -89,6 +92,11 @@ class Arch:
     # vLLM's model file builds embed_tokens with no is_first_rank guard (qwen3_moe.py, mixtral.py, gemma*.py,
     # ...): every pipeline stage allocates and loads its slice of the table (checked in vLLM 0.28 and 0.33)
     embed_every_stage: bool = False
+    # KimiMoE (Kimi-Linear): each GPU's share of moe_intermediate_size is padded up to this when tp cuts it
+    # finer (without expert parallelism); the padding is zeros
+    moe_min_partition: int = 0
+    # (layout, spec) -> why vLLM's model file runs this layout otherwise than the map draws it, or None
+    layout_problem: Callable | None = None
     # ... and its lm_head with no is_last_rank guard (jamba.py, in vLLM 0.28 and 0.33): every stage holds its
     # slice of the head too
     head_every_stage: bool = False

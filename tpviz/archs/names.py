@@ -26,6 +26,7 @@ class Names:
     q_norm: str = "q_norm"
     k_norm: str = "k_norm"
     mlp: str = "mlp."
+    moe: str = ""  # the MoE block's prefix where it is not mlp's (Kimi-Linear: block_sparse_moe.)
     gate: str = "gate_proj"
     up: str = "up_proj"  # the single up projection of an ungated MLP too
     down: str = "down_proj"

@@ -4,7 +4,6 @@ from tpviz.archs.base import Arch
 UNMODELLED = {"minimax": "lightning attention (MiniMax)",
               "minimax_m1": "lightning attention (MiniMax)",
               "minimax_text_01": "lightning attention (MiniMax)",
-              "kimi_linear": "Kimi Delta Attention (Kimi-Linear)",
               "mamba": "Mamba1 layers",
               "mamba2": "a pure Mamba2 model without attention config", "bamba": "Mamba2 layers (Bamba)",
               "zamba2": "Mamba2 + shared attention blocks (Zamba2)", "rwkv": "RWKV time mixing",

@@ -10,10 +10,10 @@ from tpviz.errors import ConfigError
 from tpviz.config.fields import json_type
 
 ATTENTION_KINDS = ("attention", "sliding_attention", "chunked_attention")
-MIXER_KINDS = ATTENTION_KINDS + ("mla", "gated_deltanet", "mamba1", "mamba2", "short_conv", "none")
+MIXER_KINDS = ATTENTION_KINDS + ("mla", "gated_deltanet", "mamba1", "mamba2", "short_conv", "kda", "none")
 FFN_KINDS = ("dense", "moe", "none")
 # a fixed state per sequence instead of a KV cache
-STATEFUL = ("gated_deltanet", "mamba1", "mamba2", "short_conv")
+STATEFUL = ("gated_deltanet", "mamba1", "mamba2", "short_conv", "kda")
 
 
 @dataclass(frozen=True)
@@ -23,6 +23,7 @@ class Mixer:
     Attention: heads, kv_heads, head_dim (+ window for sliding / chunked). Gated DeltaNet: heads = value
     heads of head_dim, groups = key heads of key_dim. Mamba2: heads of head_dim, groups = n_groups of
     state size. Short conv: conv_kernel only. Mamba1: inner channels, state size, dt_rank, conv_kernel.
+    Kimi Delta Attention (kda): heads of head_dim for q, k and v alike, conv_kernel.
     """
     kind: str
     heads: int = 0
@@ -72,6 +73,7 @@ class Mixer:
                 "chunked_attention": f"chunked attention ({self.window}){rope}",
                 "mla": "MLA attention" + (" + lightning indexer" if self.index_heads else ""),
                 "gated_deltanet": "Gated DeltaNet", "mamba2": "Mamba2", "short_conv": "short conv",
+                "kda": "Kimi Delta Attention",
                 "mamba1": "Mamba1",
                 "none": "no mixer"}[self.kind] + (f" ‖ {self.beside.label}" if self.beside else "")
 

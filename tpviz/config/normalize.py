@@ -20,7 +20,9 @@ def normalize(cfg: dict, name: str = "model") -> ModelSpec:
     if not isinstance(cfg, dict):
         raise ConfigError(f"config must be a JSON object, got {json_type(cfg)}")
     check_plausible(cfg)  # before transformers' class, which builds per-layer lists of any length
-    read, refusal = through_transformers(cfg)
+    # vLLM reads some model_types with its own config class (Kimi-Linear): as given, by the record's adapt
+    own = arch_of(str(cfg.get("model_type", ""))).own_config
+    read, refusal = (cfg, None) if own else through_transformers(cfg)
     # as given when the class refuses it: tpviz's own reading names a faulty field
     spec = read_spec(read, name)
     spec.config = cfg

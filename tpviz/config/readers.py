@@ -15,7 +15,7 @@ from tpviz.errors import ConfigError
 LAYER_TYPES = {"full_attention": "attention", "attention": "attention",
                "sliding_attention": "sliding_attention",
                "chunked_attention": "chunked_attention", "linear_attention": "gated_deltanet",
-               "conv": "short_conv", "mamba": "mamba2", "mamba1": "mamba1",
+               "conv": "short_conv", "mamba": "mamba2", "kda": "kda", "mamba1": "mamba1",
                "parallel_hybrid": "parallel_hybrid"}  # Falcon-H1: attention and Mamba2 side by side
 HYBRID_HINTS = ("ssm_cfg", "mamba_d_state", "mamba_expand", "ssm_state_size", "attn_type_list",
                 "attn_layer_period", "linear_attn_config", "conv_L_cache", "linear_num_key_heads",
@@ -104,6 +104,9 @@ def _linear_mixer(cfg: dict, kind: str) -> Mixer:
                      dt_rank=read_int(cfg, "time_step_rank"), conv_kernel=read_int(cfg, "conv_kernel"))
     if kind == "short_conv":
         return Mixer(kind, conv_kernel=read_int(cfg, "conv_L_cache", default=3))
+    if kind == "kda":  # Kimi-Linear: its record reads linear_attn_config into these keys
+        return Mixer(kind, heads=read_int(cfg, "kda_num_heads"), head_dim=read_int(cfg, "kda_head_dim"),
+                     conv_kernel=read_int(cfg, "kda_conv_kernel"))
     raise ConfigError(f"layer kind {kind!r} is not one tpviz models")
 
 

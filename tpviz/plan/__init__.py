@@ -5,11 +5,11 @@ and every distinct FFN is planned once, for the layers that share it. Everything
 tensors does this architecture have" (the tracer, the checkpoint comparison) reads the plan.
 """
 from tpviz.config.kinds import Ffn, Mixer
-from tpviz.plan import attention, ffn, ssm
+from tpviz.plan import attention, ffn, kda, ssm
 from tpviz.plan.classic import extra_globals
 from tpviz.plan.core import DT, PROBE, ParamPlan, Source, embed, norm, replicated
 from tpviz.archs import Names
-from tpviz.plan.ssm import state_plans
+from tpviz.plan.kda import state_plans  # plan/ssm.py's stateful groups and KDA's
 from tpviz.plan.per_layer import per_layer_inputs
 from tpviz.plan.tower import tower_plans
 from tpviz.config.spec import ModelSpec
@@ -18,7 +18,7 @@ from tpviz.rules import RuleSet, ruleset
 __all__ = ["DT", "PROBE", "ParamPlan", "Source", "Names", "build_plan", "mixer_groups",
            "ffn_groups", "state_plans", "arch_names"]
 MIXERS = {"attention": attention.attention, "mla": attention.mla, "gated_deltanet": ssm.gated_deltanet,
-          "mamba2": ssm.mamba2, "short_conv": ssm.short_conv, "mamba1": ssm.mamba1}
+          "mamba2": ssm.mamba2, "short_conv": ssm.short_conv, "kda": kda.kda, "mamba1": ssm.mamba1}
 FFNS = {"dense": ffn.dense, "moe": ffn.moe}
 
 

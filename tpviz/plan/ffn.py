@@ -6,6 +6,7 @@ from tpviz.config.kinds import Ffn
 from tpviz.errors import TPSizeError
 from tpviz.layers.mxfp4 import Mxfp4Down, Mxfp4GateUp
 from tpviz.plan.core import PROBE, ParamPlan, Source, column, merged, param, replicated, row
+from tpviz.plan.kda import pad_experts
 from tpviz.archs.names import Names
 from tpviz.plan.quantized import qplan
 from tpviz.rules import RuleSet
@@ -37,7 +38,7 @@ def dense(spec: ModelSpec, names: Names, f: Ffn, layers, rules: RuleSet) -> list
 
 def moe(spec: ModelSpec, names: Names, f: Ffn, layers, rules: RuleSet) -> list[ParamPlan]:
     """Experts: gate/up column-split and down row-split over moe_intermediate_size; router replicated."""
-    p, hidden, e, inter = f"{names.layer}{names.mlp}", spec.hidden_size, f.experts, f.size
+    p, hidden, e, inter = f"{names.layer}{names.moe or names.mlp}", spec.hidden_size, f.experts, f.size
     quantity, ex = ("moe_intermediate_size", inter), f"{p}{names.experts}"
     # gpt-oss: all experts in one tensor, gate/up interleaved, biases
     stacked = spec.arch.experts == "stacked"
@@ -110,6 +111,8 @@ def moe(spec: ModelSpec, names: Names, f: Ffn, layers, rules: RuleSet) -> list[P
                         layers, quantity, e, q=q_e)
         plans += row(f"{ex}{names.expert_down}", inter, hidden, "experts", layers, False, quantity, e,
                      q=qplan(spec, rules, f"{ex}{names.expert_down}", layers, role="moe"))
+        if spec.arch.moe_min_partition:  # Kimi-Linear: each GPU's share padded up to a floor
+            pad_experts(plans[-2:], hidden, inter, spec.arch.moe_min_partition)
     if f.shared:
         sh = f"{names.layer if names.shared_outside else p}{names.shared}"
         qty, fused = (names.shared_size_key, f.shared), names.shared_fused

@@ -12,6 +12,7 @@ from tpviz.trace.shardmap import FAMILIES, ShardMap, in_group
 MAX_TP = 64  # the explorer offers tp 1..64
 FAMILY_LABELS = {"qkv": "q/k/v", "o_proj": "o_proj", "gate_up": "gate/up", "down_proj": "down_proj",
                  "linear_attn": "Gated DeltaNet", "mamba": "Mamba2", "mamba1": "Mamba1", "conv": "short conv",
+                 "kda": "Kimi Delta Attention",
                  "experts": "MoE experts", "vision": "vision tower", "embed": "embed_tokens",
                  "lm_head": "lm_head",
                  "replicated": "replicated (norms, biases, routers)"}
@@ -84,7 +85,7 @@ def cache_sentences(m: ShardMap) -> list[str]:
                    f"{fmt_bytes(w['bytes_per_token'])} per token per GPU up to the window, capped at "
                    f"{fmt_bytes(w['bytes_per_token'] * w['window'])} per sequence per GPU.")
     if r.state_bytes_per_sequence:
-        stateful = ("gated_deltanet", "mamba1", "mamba2", "short_conv")
+        stateful = ("gated_deltanet", "mamba1", "mamba2", "short_conv", "kda")
         # a Mamba2 beside attention (Falcon-H1) is named alone: "full attention ‖ Mamba2" -> "Mamba2"
         kinds = sorted({g.label.split(" + ")[0].split(" ‖ ")[-1] for g in m.groups
                         if g.mixer["kind"] in stateful

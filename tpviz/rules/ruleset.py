@@ -164,7 +164,8 @@ class RuleSet:
         cls = architecture(getattr(spec, "config", None) or {})
         if self.registry and (last := retired_in(cls, self.registry)):
             return f"vLLM served {cls} until {last}; {self.label} refuses it (\"not supported anymore\")"
-        return None
+        arch = getattr(spec, "arch", None)  # the model file's own layout rules (Kimi-Linear's)
+        return arch.layout_problem(layout, spec) if arch is not None and arch.layout_problem else None
 
     def widths(self, layout: Layout, arch=None) -> Widths:
         """vLLM: every layer is cut over the replica's tp GPUs; the routed experts over tp x dp, or kept whole

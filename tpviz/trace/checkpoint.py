@@ -86,15 +86,15 @@ def local_tensor_names(folder: Path) -> set[str] | None:
 def expand(m: ShardMap) -> dict[str, str]:
     """Every concrete checkpoint name the map has ('*' filled with layer and expert indices) -> its map
     name."""
-    out = {}
-    for t in m.tensors:
-        layers = t.layers if t.layers is not None else range(t.blocks) if t.blocks else [None]
-        experts = t.experts if t.experts and t.name.count("*") > 1 else [None]
-        for i in layers:
-            for e in experts:
-                name = t.name if i is None else t.name.replace("*", str(i), 1)
-                out[name if e is None else name.replace("*", str(e), 1)] = t.name
-    return out
+    return {name: t.name for t in m.tensors for name in _concrete(t)}
+
+
+def _concrete(t) -> list[str]:
+    """A tensor map's concrete checkpoint names: '*' filled with its layers (or blocks), then its experts."""
+    layers = t.layers if t.layers is not None else range(t.blocks) if t.blocks else [None]
+    experts = t.experts if t.experts and t.name.count("*") > 1 else [None]
+    names = [t.name if i is None else t.name.replace("*", str(i), 1) for i in layers]
+    return [name if e is None else name.replace("*", str(e), 1) for name in names for e in experts]
 
 
 def _prefix(map_names: set[str], names: set[str]) -> tuple[str, str]:
@@ -131,7 +131,8 @@ def _patterns(names: list[str], most: int = 6) -> list[str]:
 
 
 def expected_bytes(m: ShardMap) -> dict[str, int]:
-    """Map name (with '*') -> the bytes one concrete checkpoint tensor of it stores, as the map sizes it."""
+    """Concrete checkpoint name -> the bytes it stores, as the map sizes it (one '*' name may hold two shapes
+    in different layers: Kimi-Linear's self_attn.q_proj in its KDA and its MLA layers)."""
     params = {(p.name, tuple(p.layers or ())): p for p in m.params}
     out = {}
     for t in m.tensors:
@@ -141,7 +142,7 @@ def expected_bytes(m: ShardMap) -> dict[str, int]:
             n *= d
         # gpt-oss: all experts in one tensor
         stacked = len(t.experts) if t.experts and t.name.count("*") < 2 else 1
-        out[t.name] = n * stacked * (p.element_bytes or m.model_dtype_bytes)
+        out.update(dict.fromkeys(_concrete(t), n * stacked * (p.element_bytes or m.model_dtype_bytes)))
     return out
 
 
@@ -201,8 +202,8 @@ def compare(m: ShardMap, names: set[str], source: str, sizes: dict[str, int] | N
         for n, size in sizes.items():
             tower = next((t for t in towers if n.startswith(t) or f".{t}" in n), None)
             key = n[n.index(tower):] if tower else add + n[len(drop):] if n.startswith(drop) else n
-            if key in mapped and key in seen and size != want[mapped[key]]:
-                differ.append(f"{n} (checkpoint {size} bytes, map {want[mapped[key]]})")
+            if key in mapped and key in seen and size != want[key]:
+                differ.append(f"{n} (checkpoint {size} bytes, map {want[key]})")
     return {"source": source, "tensors": len(names), "matched": len(seen), "prefix": drop,
             "missing_in_checkpoint": _patterns(missing), "missing_in_map": _patterns(extra),
             "quantization_tensors": len(quant), "verified": not missing and not extra,

@@ -7,7 +7,7 @@ from tpviz.errors import SourceError
 from tpviz.rules import Layout, RuleSet, ruleset
 
 SCHEMA = "tpviz.shardmap/4"
-FAMILIES = ("qkv", "o_proj", "linear_attn", "mamba1", "mamba", "conv", "gate_up", "down_proj",
+FAMILIES = ("qkv", "o_proj", "linear_attn", "mamba1", "mamba", "conv", "kda", "gate_up", "down_proj",
             "experts", "vision", "embed", "lm_head", "replicated")
 
 

@@ -43,6 +43,10 @@ FAMILY_INFO = {
     "conv": ("Short convolution · column then row",
              "in_proj = [B | C | x] is a merged column-parallel table, the depthwise conv "
              "follows the channels, out_proj is row-parallel."),
+    "kda": ("Kimi Delta Attention · split by heads",
+            "q, k, v and b (in_proj_qkvgfab), the float32 conv1d, f_b_proj, g_b_proj, A_log and dt_bias "
+            "follow the heads; f_a_proj and g_a_proj (the gates' low-rank inputs) and o_norm are whole on "
+            "every GPU; o_proj is row-parallel."),
     "experts": ("MoE experts · gate/up column-parallel, down row-parallel",
                 "Every expert is split like a dense MLP over moe_intermediate_size: each GPU holds a "
                 "slice of all experts."),
