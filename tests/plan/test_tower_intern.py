@@ -1,10 +1,13 @@
 """InternVL's InternViT and mlp1 projector (plan/tower_intern.py) as vLLM 0.33's intern_vit.py and internvl.py
 build them: the names a released checkpoint's index lists, the shapes its printed modules give, the bytes by
 hand, the tp 2 slices, the attention InternViT-6B's 25 heads leave whole, and the keys it refuses to guess."""
+import json
+
 import pytest
 import torch
 import transformers
 
+from tests.helpers.checkpoint import written_shapes
 from tests.helpers.errors import one_line
 from tpviz import load_spec, shard_map
 from tpviz.config.sources import presets
@@ -209,3 +212,31 @@ def test_the_record_names_the_tower_and_never_draws_a_decoder_of_its_own():
     with pytest.raises(ConfigError) as e:
         load_spec({**cfg, "llm_config": {**cfg["llm_config"], "model_type": "no_such_decoder"}})
     assert one_line(e.value) and "no record for" in str(e.value)
+
+
+@pytest.mark.parametrize("six_b_options", [False, True])
+def test_the_transformers_format_maps_as_interns1_builds_it(six_b_options, tmp_path):
+    """InternVLForConditionalGeneration checkpoints (OpenGVLab's *-hf) are built by interns1.py: every tensor
+    transformers saves is the map's with its shape; q_proj / k_proj / v_proj and projection_layer are plain
+    nn.Linear, whole on every GPU, so 5 heads do not limit tp 2, while fc1 / fc2 split; no data mode."""
+    text = dict(model_type="qwen2", hidden_size=64, num_hidden_layers=1, num_attention_heads=4,
+                num_key_value_heads=2, intermediate_size=96, vocab_size=256)
+    config = transformers.InternVLConfig(text_config=text, downsample_ratio=0.5, tie_word_embeddings=False,
+                                         vision_config=dict(
+        hidden_size=40, num_attention_heads=5, intermediate_size=64, num_hidden_layers=2, image_size=[28, 28],
+        patch_size=[14, 14], use_qk_norm=six_b_options, attention_bias=not six_b_options,
+        norm_type="rms_norm" if six_b_options else "layer_norm"))
+    shapes = written_shapes(transformers.InternVLForConditionalGeneration(config), tmp_path)
+    cfg = json.loads((tmp_path / "config.json").read_text())
+    m = shard_map(cfg, 2, tensor_names=set(shapes), checkpoint_source="tiny")
+    assert m.checkpoint["verified"], m.checkpoint
+    assert m.model.tower.kind == "interns1"
+    planned = {t.name: t.shape for t in tensors(build_plan(m.model)) if t.plan.tower}
+    prefixes = m.model.tower.prefixes  # saved as the released -hf checkpoints lay them out
+    assert planned == {n[n.index(p):]: s for n, s in shapes.items() for p in prefixes if p in n}
+    q = m.tensor("vision_tower.encoder.layer.*.attention.q_proj.weight")
+    assert q.split_dim is None and q.layer_class == "ReplicatedLinear"
+    assert [(p.start, p.stop) for p in m.tensor("vision_tower.encoder.layer.*.mlp.fc1.weight")
+            .rank_pieces(1)] == [(32, 64)]
+    spec = load_spec(cfg).served(mm_encoder="data")
+    assert not spec.tower.data_parallel and any("falls back to weights" in n for n in spec.notes)

@@ -9,7 +9,8 @@ InternVL (internvl.py's InternVLChatModel) keeps its decoder in llm_config, whic
 and builds by its own model_type (Qwen2, InternLM2, Llama, Qwen3, ...): the decoder maps by that type's
 record, and this one names the tower (InternViT and the mlp1 projector: config/tower_dims.py,
 plan/tower_intern.py); a config of this type without llm_config, or whose decoder no record maps, is
-refused, never drawn as a decoder of its own."""
+refused, never drawn as a decoder of its own. InternVL's transformers-format checkpoints (model_type internvl,
+text_config) vLLM builds with interns1.py, whose tower (interns1_vit.py) holds the attention whole."""
 from dataclasses import replace
 
 from tpviz.archs.base import Arch
@@ -22,11 +23,14 @@ INTERNLM2 = replace(LLAMA, embed="model.tok_embeddings.weight", lm_head="output.
                     gate="w1", up="w3", down="w2")
 
 
-def internvl_decoder(cfg: dict) -> dict:
-    """llm_config, InternVL's text decoder (read_spec takes it as text_config first, as vLLM 0.33 does)."""
-    if not isinstance(cfg.get("llm_config"), dict):
-        raise MissingFieldError("config is missing llm_config, InternVL's text decoder", "llm_config")
-    return cfg["llm_config"]
+def decoder_in(key: str):
+    """The decoder config InternVL keeps under key (llm_config; text_config in transformers' format), which
+    read_spec takes as text_config before it asks a record's decoder: reached only without one."""
+    def decoder(cfg: dict) -> dict:
+        if not isinstance(cfg.get(key), dict):
+            raise MissingFieldError(f"config is missing {key}, InternVL's text decoder", key)
+        return cfg[key]
+    return decoder
 
 
 def unrecorded_decoder(cfg: dict) -> dict:
@@ -41,6 +45,9 @@ RECORDS = [
          note="InternLM2's wqkv is stored per KV group but split as if it were [q | k | v], so a GPU's rows "
               "are not its heads: vLLM 0.33 all-gathers the whole q/k/v output in every layer "
               "(split_qkv) and cuts it again by KV group", embed_every_stage=True),
-    Arch("internvl_chat", "InternVLChatModel", tower="internvit", decoder=internvl_decoder,
+    Arch("internvl_chat", "InternVLChatModel", tower="internvit", decoder=decoder_in("llm_config"),
+         adapt=unrecorded_decoder),
+    # transformers' format (OpenGVLab's *-hf releases): vLLM 0.33 builds InternS1ForConditionalGeneration
+    Arch("internvl", "InternVLForConditionalGeneration", tower="interns1", decoder=decoder_in("text_config"),
          adapt=unrecorded_decoder),
 ]

@@ -6,7 +6,7 @@ from dataclasses import asdict, dataclass, replace
 
 from tpviz.archs import arch_of
 from tpviz.config.fields import read_int, read_object
-from tpviz.config.tower_dims import glm4v, internvit
+from tpviz.config.tower_dims import glm4v, interns1, internvit
 from tpviz.errors import ConfigError
 
 MODES = ("weights", "data")  # --mm-encoder-tp-mode: split the tower's weights, or run it whole per GPU
@@ -14,6 +14,7 @@ TOWER_FILES = {"qwen2_vl": "qwen2_vl.py", "qwen2_5_vl": "qwen2_5_vl.py", "qwen3_
                "siglip": "siglip.py and gemma3_mm.py", "pixtral": "pixtral.py and mistral3.py",
                "llama4": "mllama4.py", "moonvit": "kimi_k25_vit.py and kimi_k25.py",
                "internvit": "intern_vit.py and internvl.py", "glm4v": "glm4_1v.py",
+               "interns1": "interns1_vit.py and interns1.py",
                "minicpmv": "idefics2_vision_model.py and minicpmv.py",
                "deepseek_vl2": "deepseek_vl2.py, timm's vit_so400m_patch14_siglip_384"}
 QWEN_KINDS = ("qwen2_vl", "qwen2_5_vl", "qwen3_vl")  # vision_config names their heads num_heads
@@ -22,7 +23,7 @@ QWEN_KINDS = ("qwen2_vl", "qwen2_5_vl", "qwen3_vl")  # vision_config names their
 # deepseek_vl2.py do not, so vLLM falls back to weights
 DATA_MODE = (*QWEN_KINDS, "llama4", "moonvit", "minicpmv")
 DATA_MODE += ("internvit", "glm4v")  # internvl.py and glm4_1v.py support it too
-OWN_READERS = {"internvit": internvit, "glm4v": glm4v}  # their dims: config/tower_dims.py
+OWN_READERS = {"internvit": internvit, "glm4v": glm4v, "interns1": interns1}  # config/tower_dims.py
 # timm's vit_so400m_patch14_siglip_384, which deepseek_vl2.py builds whatever vision_config says: width,
 # heads, MLP width (int(1152 x 3.7362)), blocks, patch, image size
 SO400M = dict(hidden=1152, heads=16, intermediate=4304, depth=27, patch=14, image=384)

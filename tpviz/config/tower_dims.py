@@ -69,3 +69,37 @@ def glm4v(outer: dict, vc: dict) -> dict | None:
                 out_hidden=_int(vc, "out_hidden_size"), merge=_int(vc, "spatial_merge_size"),
                 patch=(_int(vc, "in_channels"), _int(vc, "temporal_patch_size"), patch, patch),
                 positions=(_int(vc, "image_size") // patch) ** 2)
+
+
+def _pair(vc: dict, key: str) -> tuple[int, int]:
+    """An image or patch size InternVLVisionConfig gives as [height, width] (or one number)."""
+    value = vc.get(key)
+    values = value if isinstance(value, list) and len(value) == 2 else [value, value]
+    return tuple(_int({key: v}, key) for v in values)
+
+
+def interns1(outer: dict, vc: dict) -> dict | None:
+    """interns1_vit.py's InternS1VisionModel and interns1.py's projector, as vLLM 0.33 builds InternVL's
+    transformers-format checkpoints (InternVLForConditionalGeneration; vision_config read through
+    transformers' InternVLVisionConfig, so its defaults hold). None (left out, named) when the checkpoint is
+    quantized: interns1.py hands the quantization to the tower."""
+    if outer.get("quantization_config"):
+        return None
+    ratio = outer.get("downsample_ratio", 0.5)
+    if isinstance(ratio, bool) or not isinstance(ratio, (int, float)) or not 0 < ratio <= 1:
+        raise ConfigError(f"downsample_ratio={ratio!r} is not a number in (0, 1]")
+    (ih, iw), (ph, pw) = _pair(vc, "image_size"), _pair(vc, "patch_size")
+    flags = (("qkv_bias", "attention_bias"), ("qk_norm", "use_qk_norm"), ("mask_token", "use_mask_token"),
+             ("positions", "use_absolute_position_embeddings"))
+    norm_type = vc.get("norm_type", "layer_norm")
+    if norm_type not in NORMS:
+        raise ConfigError(f"vision_config: norm_type={norm_type!r} is not one interns1_vit.py reads")
+    return dict(kind="interns1", prefix="vision_tower.", hidden=_int(vc, "hidden_size"),
+                heads=_int(vc, "num_attention_heads"), intermediate=_int(vc, "intermediate_size"),
+                depth=_int(vc, "num_hidden_layers"),
+                out_hidden=read_int(read_object(outer, "text_config"), "hidden_size"), merge=int(1 / ratio),
+                patch=(_int(vc, "num_channels"), ph, pw), positions=(ih // ph) * (iw // pw) + 1,
+                block_path="encoder.layer", projector="multi_modal_projector.", proj_bias=True,
+                options=tuple(name for name, key in flags if vc.get(key))
+                + (("rms_norm",) if norm_type == "rms_norm" else ())
+                + (() if vc.get("use_mean_pooling", True) else ("final_norm",)))

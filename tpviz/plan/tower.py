@@ -17,7 +17,7 @@ from tpviz.errors import TPSizeError
 from tpviz.plan.attention import qkv, qkv_sections
 from tpviz.plan.core import ParamPlan, column, merged, norm, replicated, row
 from tpviz.plan.tower_glm import glm4v
-from tpviz.plan.tower_intern import internvit
+from tpviz.plan.tower_intern import interns1, internvit
 from tpviz.plan.tower_deepseek import HINT as DEEPSEEK_VL2_HINT, deepseek_vl2
 from tpviz.plan.tower_minicpm import minicpmv, minicpmv4_6
 from tpviz.rules import RuleSet, divide, ruleset
@@ -217,10 +217,12 @@ BUILDERS = {"qwen2_vl": qwen2_vl, "qwen2_5_vl": qwen2_5_vl, "qwen3_vl": qwen3_vl
 # towers whose attention is not split (deepseek_vl2.py: timm's, with only its MLPs parallel): no head limit
 WHOLE_ATTENTION = {"deepseek_vl2": DEEPSEEK_VL2_HINT}
 BUILDERS |= {"minicpmv4_6": minicpmv4_6, "minicpmv4_7": minicpmv4_6}  # tower_minicpm.py
-BUILDERS |= {"internvit": internvit, "glm4v": glm4v}  # tower_intern.py, tower_glm.py
+BUILDERS |= {"internvit": internvit, "glm4v": glm4v, "interns1": interns1}  # tower_intern.py, tower_glm.py
 # InternViT builds its attention whole by itself where the heads do not divide tp (tower_intern.py): no head
 # limit, and a split MLP that tp breaks is avoided by --mm-encoder-tp-mode data
 WHOLE_ATTENTION["internvit"] = DATA_HINT
+WHOLE_ATTENTION["interns1"] = ("vLLM 0.33's interns1_vit.py splits only this tower's MLP and interns1.py "
+                               "has no --mm-encoder-tp-mode data")
 # layers a model file builds without disable_tp: split over tp even in data mode (mllama4.py's projector)
 SPLIT_IN_DATA = {"llama4": ("multi_modal_projector.linear_1.",)}
 
