@@ -1,0 +1,126 @@
+"""One rank of bench/vllm_oracle.py: vLLM 0.33 builds each case's model class at this rank and reports its
+parameters and what its load_weights makes of the checkpoint tensors tpviz names. Imports vLLM, never tpviz.
+
+Run by the oracle (VLLM_TARGET_DEVICE=cpu, one process per rank), not by hand:
+    python bench/oracle/vllm_rank.py --rank R --tp N --port P --job JOB.json   (writes rankR.json beside it)
+"""
+import argparse
+import json
+from pathlib import Path
+
+import torch
+
+# vLLM's CUDA wheel has no CPU `_C` library; its activation layers only look these ops up when built (they
+# never run here), so they are declared, without a kernel, where vLLM lacks them
+ACTIVATION_OPS = ("gelu_new", "gelu_fast", "gelu_quick", "gelu_tanh", "gelu_and_mul", "gelu_tanh_and_mul",
+                  "silu_and_mul", "mul_and_silu", "fatrelu_and_mul", "swigluoai_and_mul", "relu_squared",
+                  "relu2_no_mul", "swiglustep_and_mul", "silu_and_mul_with_clamp", "situ_and_mul")
+META_FAILURE = "Cannot copy out of meta tensor"
+
+
+def declare_missing_ops() -> object:
+    """Declare the activation ops vLLM's `_C` lacks on this machine; the library must stay alive."""
+    lib = torch.library.Library("_C", "FRAGMENT")
+    for op in ACTIVATION_OPS:
+        if not hasattr(torch.ops._C, op):
+            lib.define(f"{op}(Tensor(a!) out, Tensor input) -> ()")
+    return lib
+
+
+def why(e: Exception) -> str:
+    """An exception in one line."""
+    return f"{type(e).__name__}: {' | '.join(str(e).split(chr(10)))[:400]}"
+
+
+def build(case_dir: Path, config: dict, tp: int):
+    """vLLM's model class for this config, built as its default loader builds it, on the meta device (no
+    memory); a class that reads its own tensors while built (Bloom's ALiBi slopes, Kimi-K2.5's tower moved to
+    its device) is built on the CPU instead."""
+    from vllm.config import LoadConfig, ModelConfig, ParallelConfig, VllmConfig, set_current_vllm_config
+    from vllm.model_executor.model_loader.utils import initialize_model
+    from vllm.utils.torch_utils import set_default_torch_dtype
+
+    case_dir.mkdir(parents=True)
+    (case_dir / "config.json").write_text(json.dumps(config))
+    mc = ModelConfig(model=str(case_dir), skip_tokenizer_init=True, dtype="bfloat16")
+    vc = VllmConfig(model_config=mc, load_config=LoadConfig(load_format="dummy"),
+                    parallel_config=ParallelConfig(tensor_parallel_size=tp))
+    try:
+        with set_current_vllm_config(vc), set_default_torch_dtype(mc.dtype), torch.device("meta"):
+            return initialize_model(vllm_config=vc), vc
+    except NotImplementedError as e:
+        if META_FAILURE not in str(e):
+            raise
+    with set_current_vllm_config(vc), set_default_torch_dtype(mc.dtype), torch.device("cpu"):
+        return initialize_model(vllm_config=vc), vc
+
+
+def report(model, vc, ckpt: list) -> dict:
+    """The model's parameters and buffers, then what its load_weights makes of the checkpoint tensors tpviz
+    names: in one pass (the loader's own path), then one by one (which parameters each loads into, which it
+    rejects, which it takes nothing from)."""
+    from vllm.config import set_current_vllm_config
+    wrapped = any(n.startswith("language_model.") for n, _ in model.named_parameters())
+
+    def vllm_name(n: str) -> str:  # the old multimodal layout, which every wrapper's mapper keeps as is
+        return f"language_model.{n}" if wrapped and n.startswith(("model.", "lm_head.")) else n
+
+    def weights(only=None):
+        # untouched CPU memory: a loader may copy into a parameter built on the CPU (norms, GDN's), and
+        # copying into a meta parameter reads nothing
+        for n, shape, dt, _ in ckpt if only is None else [only]:
+            yield vllm_name(n), torch.empty(shape, dtype=getattr(torch, dt))
+
+    params = {n: [list(p.shape), p.element_size()] for n, p in model.named_parameters()}
+    result = {"params": params, "buffers": {n: [list(b.shape), b.element_size()] for n, b in
+                                            model.named_buffers()},
+              "loads": {}, "load_error": "", "rejected": [], "unloaded": [], "ignored": []}
+    done: set[str] = set()
+    with set_current_vllm_config(vc):
+        try:
+            done = set(model.load_weights(weights()))
+        except Exception as e:
+            result["load_error"] = why(e)
+        for one in ckpt:
+            try:
+                got = model.load_weights(weights(one))
+            except Exception as e:
+                result["rejected"].append(f"{vllm_name(one[0])}: {why(e)}")
+                continue
+            done |= set(got)
+            result["loads"][one[0]] = sorted(got)
+            if not got:
+                result["ignored"].append(vllm_name(one[0]))
+    result["unloaded"] = sorted(set(params) - done)
+    return result
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    for flag in ("--rank", "--tp", "--port"):
+        ap.add_argument(flag, type=int, required=True)
+    ap.add_argument("--job", type=Path, required=True)
+    args = ap.parse_args()
+    # vLLM is imported where it is used, so that --help answers without its start-up
+    from vllm.config import VllmConfig, set_current_vllm_config
+    from vllm.distributed import init_distributed_environment, initialize_model_parallel
+    ops = declare_missing_ops()
+    with set_current_vllm_config(VllmConfig()):
+        init_distributed_environment(args.tp, args.rank, f"tcp://127.0.0.1:{args.port}", args.rank,
+                                     backend="gloo")
+        initialize_model_parallel(args.tp)
+    out = {}
+    for case, c in json.loads(args.job.read_text()).items():
+        try:
+            model, vc = build(args.job.parent / f"{case}-rank{args.rank}", c["config"], args.tp)
+        except Exception as e:  # vLLM refuses this config at this tp: the oracle's answer
+            out[case] = {"refused": why(e)}
+            continue
+        out[case] = report(model, vc, c["tensors"])
+        del model
+    (args.job.parent / f"rank{args.rank}.json").write_text(json.dumps(out))
+    del ops
+
+
+if __name__ == "__main__":
+    main()
