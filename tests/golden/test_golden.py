@@ -138,6 +138,7 @@ ADDED += ("preset:ByteDance-Seed/Seed-OSS-36B-Instruct|",  # the Transformers ba
           "preset:allenai/OLMo-1B-hf|")
 ADDED += ("preset:ai21labs/AI21-Jamba-Mini-1.5|",  # Mamba1 and parallel Mamba2 hybrids (issue 25)
           "preset:tiiuae/Falcon-H1-0.5B-Instruct|")
+ADDED += ("preset:openbmb/MiniCPM-2B-sft-bf16|",)  # MiniCPM (issue 25)
 
 
 def compare(golden: dict, now: dict) -> None:

@@ -4,12 +4,13 @@ To add an architecture, add its record to a family module (or a new one listed i
 every stage reads it from here through arch_of.
 """
 from tpviz.archs import (backend, classic, deepseek, ernie, falcon_h1, gemma, glm, gpt_oss, granite, hybrid,
-                         internlm, jamba, kimi_linear, llama, minimax, olmo, qwen, refused, vision)
+                         internlm, jamba, kimi_linear, llama, minicpm, minimax, olmo, qwen, refused, step3,
+                         vision)
 from tpviz.archs.base import Arch
 from tpviz.archs.names import LLAMA, Names
 
 MODULES = (llama, qwen, gemma, deepseek, gpt_oss, olmo, classic, hybrid, internlm, granite, minimax, ernie,
-           glm, vision, jamba, falcon_h1, kimi_linear, backend, refused)
+           glm, minicpm, step3, vision, jamba, falcon_h1, kimi_linear, backend, refused)
 REGISTRY: dict[str, Arch] = {}
 for _module in MODULES:
     for _record in _module.RECORDS:

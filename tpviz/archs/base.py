@@ -48,6 +48,13 @@ class Arch:
     # projection, cut over tp with it (MiniMax-M2); a config key ("use_qk_norm"): per head when it is set
     # (GLM-4.5)
     qk_norm: str = ""
+    # the config key of a low-rank query's width (Step3's share_q_dim): q_proj to that width, then a norm and
+    # a per-head wq, with q/k/v one replicated table and one KV head (plan/attention.py low_rank_q)
+    low_rank_q: str = ""
+    # MLA's weights run as plain attention (MiniCPM3: minicpm3.py, not in vLLM's is_deepseek_mla): q_a_proj
+    # and kv_a_proj_with_mqa two replicated tables, and every head's K and V cached, qk_nope + qk_rope wide
+    # (V padded to it), not the latent
+    mla_as_attention: bool = False
     # SwiGLU gate/up; False: one up projection (GPT-2 c_fc, NeoX dense_h_to_4h, Nemotron-H)
     gated_mlp: bool = True
     ffn_ratio: int = 0  # an MLP size the config may leave out: this many times hidden (classic decoders: 4)

@@ -40,6 +40,8 @@ class Mixer:
     # Gemma-4's last num_kv_shared_layers: q_proj alone, attending over an earlier layer's KV cache; they
     # hold no KV heads (kv_heads 0) and cache nothing
     kv_shared: bool = False
+    # Step3: q_proj projects to this low-rank width, replicated with k and v; wq then makes the heads
+    q_rank: int = 0
     inner: int = 0  # Mamba1: its channels (mamba_expand x hidden_size), cut over tp
     dt_rank: int = 0  # Mamba1: the time-step rank x_proj projects to
     no_norm: bool = False  # Mamba2 without its gated norm's weight (Falcon-H1's mamba_rms_norm false)

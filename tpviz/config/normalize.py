@@ -208,6 +208,10 @@ def read_spec(cfg: dict, name: str) -> ModelSpec:
     if spec.quant is not None and arch.experts in ("transposed", "fused"):  # nor these (gate_up_proj_scale_inv)
         raise ConfigError(f"{spec.quant.label} on {model_type}'s fused experts (experts.gate_up_proj, "
                           "experts.down_proj) is not modelled yet; the unquantized checkpoint maps")
+    # packed INT4/INT8 in a table every GPU holds whole is not traced (MiniCPM3's latents, Step3's qkv_proj)
+    if spec.quant is not None and spec.quant.packing and (arch.mla_as_attention or arch.low_rank_q):
+        raise ConfigError(f"{spec.quant.label} on {model_type}'s replicated attention tables is not modelled "
+                          "yet; the unquantized or FP8 checkpoint maps")
     if note:
         spec.notes.append(note)
     check_dims(spec)
@@ -217,7 +221,8 @@ def read_spec(cfg: dict, name: str) -> ModelSpec:
     if arch.bias_switch:  # one switch for every bias: Falcon's "bias" (off by default), the others' use_bias
         spec.attention_bias = spec.o_proj_bias = spec.mlp_bias = read_bool(cfg, *arch.bias_switch)
     attn = Mixer("mla" if spec.kv_lora_rank else "attention", heads, kv_heads, head_dim,
-                 output_gate=read_bool(cfg, "attn_output_gate", arch.output_gate))
+                 output_gate=read_bool(cfg, "attn_output_gate", arch.output_gate),
+                 q_rank=read_int(cfg, arch.low_rank_q, minimum=1) if arch.low_rank_q else 0)
     if experts and spec.num_experts_per_tok > experts:
         raise ConfigError(f"num_experts_per_tok={spec.num_experts_per_tok} is more than "
                           f"the {experts} experts")

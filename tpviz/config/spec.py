@@ -123,6 +123,11 @@ class ModelSpec:
         return self.kv_lora_rank > 0
 
     @property
+    def latent_cache(self) -> bool:
+        """MLA run as MLA: the KV cache holds the latent, whole on every GPU (not MiniCPM3's per-head K/V)."""
+        return self.is_mla and not self.arch.mla_as_attention
+
+    @property
     def dense_layers(self) -> list[int]:
         return [i for i, layer in enumerate(self.layers) if layer.ffn.kind == "dense"]
 

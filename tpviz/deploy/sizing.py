@@ -175,7 +175,7 @@ class Sizer:
     def attention_dims(self, i: int) -> int:
         """Multiply-adds per query head per cached token of layer i: q.k and p.v over the head (MLA as vLLM
         decodes it, absorbed: over the latent and its rope key, then the latent)."""
-        if self.spec.layers[i].mixer.kind == "mla":
+        if self.spec.layers[i].mixer.kind == "mla" and self.spec.latent_cache:
             return 2 * self.spec.kv_lora_rank + self.spec.qk_rope_head_dim
         return 2 * (self.spec.layers[i].mixer.head_dim or self.spec.head_dim)
 

@@ -108,6 +108,8 @@ def qkv(spec: ModelSpec, names: Names, rules: RuleSet, m: Mixer, layers, bias: b
 def attention(spec: ModelSpec, names: Names, rules: RuleSet, m: Mixer, layers) -> list[ParamPlan]:
     """A softmax-attention mixer: q/k/v, optional q/k norms, o_proj, gpt-oss sinks."""
     p = f"{names.layer}{names.attn}"
+    if m.q_rank:
+        return low_rank_q(spec, names, rules, m, layers)
     if m.kv_shared:  # Gemma-4: q_proj alone (column-parallel); K and V come from an earlier layer's cache
         plans = column(f"{p}{names.q}", spec.hidden_size, m.heads * m.head_dim, "qkv", layers,
                        spec.attention_bias, ("num_attention_heads", m.heads), heads=m.heads,
@@ -188,16 +190,19 @@ def mla(spec: ModelSpec, names: Names, rules: RuleSet, m: Mixer, layers) -> list
     qk, heads = spec.qk_nope_head_dim + spec.qk_rope_head_dim, ("num_attention_heads", h)
     plans, latent = [], spec.kv_lora_rank + spec.qk_rope_head_dim
     kv_note = "MLA latent: every rank computes and caches the compressed KV"
+    if spec.arch.mla_as_attention:
+        kv_note = "MLA latent: every rank computes it whole; the cache holds each head's K and V instead"
     fused = rules.param_name(spec.arch, "fused_qkv_a_proj")
-    if spec.q_lora_rank and fused == "fused_qkv_a_proj":
+    if spec.q_lora_rank and fused == "fused_qkv_a_proj" and not spec.arch.mla_as_attention:
         # vLLM loads both latents into one merged table built as tp 1, kv from row q_lora_rank
         plans += merged(f"{p}{fused}", [f"{p}q_a_proj", f"{p}kv_a_proj_with_mqa"], None, hidden,
                         [spec.q_lora_rank, latent], "replicated", layers, None, whole=True,
                         note=kv_note + " (q_a_proj and kv_a_proj_with_mqa in one table)",
                         q=qplan(spec, rules, f"{p}q_a_proj", layers))
     else:
-        if spec.q_lora_rank:  # SGLang concatenates both in load_weights and loads one ReplicatedLinear
+        if spec.q_lora_rank and fused != "fused_qkv_a_proj":  # SGLang loads both into one ReplicatedLinear
             kv_note += f"; loaded after q_a_proj's {spec.q_lora_rank} rows into one ReplicatedLinear, {fused}"
+        if spec.q_lora_rank:  # SGLang, or two ReplicatedLinears (MiniCPM3)
             plans += _list(replicated(f"{p}q_a_proj.weight", spec.q_lora_rank, hidden, layers,
                                       q=qplan(spec, rules, f"{p}q_a_proj", layers)))
         plans += _list(replicated(f"{p}kv_a_proj_with_mqa.weight", latent, hidden, layers, note=kv_note,
@@ -216,4 +221,22 @@ def mla(spec: ModelSpec, names: Names, rules: RuleSet, m: Mixer, layers) -> list
                  q=qplan(spec, rules, f"{p}o_proj", layers))
     if m.index_heads:  # DeepSeek Sparse Attention: the lightning indexer beside MLA
         plans += indexer(spec, names, rules, m, layers)
+    return plans
+
+
+def low_rank_q(spec: ModelSpec, names: Names, rules: RuleSet, m: Mixer, layers) -> list[ParamPlan]:
+    """Step3's attention (vLLM 0.33 step3_text.py): q_proj (to the low-rank width), k_proj and v_proj (one
+    head each) load into one ReplicatedLinear, qkv_proj, whole on every GPU; inter_norm over the low-rank q,
+    whole; wq makes the heads from it (column-parallel) and o_proj takes them back (row-parallel)."""
+    p, hidden, d, heads = f"{names.layer}{names.attn}", spec.hidden_size, m.head_dim, ("num_attention_heads",
+                                                                                       m.heads)
+    plans = merged(f"{p}qkv_proj", [f"{p}{n}" for n in (names.q, names.k, names.v)], None, hidden,
+                   [m.q_rank, m.kv_heads * d, m.kv_heads * d], "replicated", layers, None, whole=True,
+                   labels=("q", "k", "v"), q=qplan(spec, rules, f"{p}{names.q}", layers),
+                   note="one K/V head: every GPU computes and caches it")
+    plans += norm(f"{p}inter_norm", m.q_rank, layers)
+    plans += column(f"{p}wq", m.q_rank, m.heads * d, "qkv", layers, False, heads, heads=m.heads,
+                    q=qplan(spec, rules, f"{p}wq", layers))
+    plans += row(f"{p}{names.o}", m.heads * d, hidden, "o_proj", layers, False, heads,
+                 q=qplan(spec, rules, f"{p}{names.o}", layers))
     return plans

@@ -66,9 +66,11 @@ def kv_cache_total_per_token(m: ShardMap) -> int:
     spec, b, total = m.model, m.kv_bytes, 0
     for g in m.groups:
         kind = g.mixer["kind"]
-        if kind == "mla":  # MLA caches one latent + rope key per token, not per head
+        if kind == "mla" and spec.latent_cache:  # MLA caches one latent + rope key per token, not per head
             total += (spec.kv_lora_rank + spec.qk_rope_head_dim) * len(g.layers) * b
             total += indexer_cache_bytes(g.mixer.get("index_dim", 0)) * len(g.layers)  # DSA's index keys
+        elif kind == "mla":  # MiniCPM3: every head's K and V (V padded to the q/k head)
+            total += 2 * g.mixer["heads"] * g.mixer["head_dim"] * len(g.layers) * b
         elif kind == "attention":
             total += 2 * g.mixer["kv_heads"] * g.mixer["head_dim"] * len(g.layers) * b
     return total
@@ -212,7 +214,7 @@ def bias_sentence(m: ShardMap) -> str | None:
 def mla_kv_sentence(m: ShardMap) -> str | None:
     """One sentence on why an MLA model's KV cache does not shrink with tp, or None (not MLA, or tp=1)."""
     spec = m.model
-    if not spec.is_mla or m.tp_size == 1:
+    if not spec.latent_cache or m.tp_size == 1:
         return None
     per_gpu = max(r.kv_cache_bytes_per_token for r in m.ranks)
     return (f"MLA KV cache: each token caches one latent of {spec.kv_lora_rank} + {spec.qk_rope_head_dim} "
@@ -232,7 +234,7 @@ def absent_cases(m: ShardMap) -> list[str]:
     """Short reasons why a special case does not occur here (teaches when it would)."""
     cases, out = special_cases(m), []
     if cases["kv"] is None:
-        out.append("no replicated KV heads (MLA caches a shared latent)" if m.model.is_mla else
+        out.append("no replicated KV heads (MLA caches a shared latent)" if m.model.latent_cache else
                    f"no replicated KV heads (tp={m.tp_size} ≤ {m.model.num_key_value_heads} KV heads)")
     if cases["padding"] is None:
         vocab = m.model.vocab_size

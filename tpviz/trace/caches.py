@@ -31,6 +31,14 @@ def kv_heads_held(tensors: list[TensorMap], layers: list[int], d: int, rank: int
     return [i for i, s in enumerate(ks) if any(p.start < s[2] and s[1] < p.stop for p in pieces)]
 
 
+def heads_held(tensors: list[TensorMap], layers: list[int], rank: int, heads: int) -> int:
+    """How many of an MLA group's heads a rank holds, read off its share of kv_b_proj's head rows."""
+    kv_b = max((t for t in tensors if t.name.endswith("kv_b_proj.weight") and t.split_dim is not None
+                and set(t.layers or ()) & set(layers)), key=lambda t: t.shape[t.split_dim])
+    rows = sum(p.stop - p.start for p in kv_b.rank_pieces(rank))
+    return heads * rows // kv_b.shape[kv_b.split_dim]
+
+
 def _kv_in(k: TensorMap, rank: int, first: int, last: int, d: int) -> list[int]:
     rows = [(max(p.start, first), min(p.stop, last)) for p in k.rank_pieces(rank)]
     return sorted({(row - first) // d for a, b in rows if a < b for row in range(a, b, d)})
@@ -41,10 +49,17 @@ def layer_caches(spec: ModelSpec, tensors: list[TensorMap],
     """Per attention layer on this rank: (KV bytes per token, window or 0), and the first group's KV heads."""
     b, out, heads_seen = spec.kv_bytes, {}, None
     for mixer, layers in mixer_groups(spec).items():
-        if mixer.kind == "mla":  # the compressed latent and rope key are cached whole on every rank
+        if mixer.kind == "mla" and spec.arch.mla_as_attention:  # MiniCPM3: its heads' K and V, V padded
+            held = heads_held(tensors, layers, rank, mixer.heads)
+            out.update({i: (2 * held * mixer.head_dim * b, 0) for i in layers})
+        elif mixer.kind == "mla":  # the compressed latent and rope key are cached whole on every rank
             # with DeepSeek Sparse Attention's own index keys, whole on every rank too
             latent = (spec.kv_lora_rank + spec.qk_rope_head_dim) * b + indexer_cache_bytes(mixer.index_dim)
             out.update({i: (latent, 0) for i in layers})
+        elif mixer.q_rank:  # Step3: k and v lie in the replicated qkv_proj, so every GPU caches them all
+            heads_seen = list(range(mixer.kv_heads)) if heads_seen is None else heads_seen
+            out.update({i: (2 * mixer.kv_heads * mixer.head_dim * b, spec.layers[i].mixer.window)
+                        for i in layers})
         elif mixer.kind in ATTENTION_KINDS and not mixer.kv_shared:  # a KV-shared layer owns no cache
             q_rows = mixer.heads * mixer.head_dim
             k_rows = (q_rows, q_rows + mixer.kv_heads * mixer.head_dim) if spec.arch.regroups_qkv else None

@@ -53,7 +53,7 @@ class LiveConfig:
         # their fields are left out when unset
         for layer in d["spec"]["layers"]:
             for key in ("kv_shared", "index_heads", "index_dim", "index_topk", "inner", "dt_rank", "no_norm",
-                        "beside"):  # ... nor Mamba1 or Falcon-H1's Mamba2 beside attention
+                        "beside", "q_rank"):  # ... nor Mamba1, Falcon-H1's Mamba2 beside attention or Step3
                 if not layer["mixer"][key]:
                     del layer["mixer"][key]
         for key in ("per_layer_input", "per_layer_vocab"):
