@@ -52,11 +52,11 @@ def test_each_version_builds_its_own_decoder(version, decoder):
 
 
 def test_versions_vllm_does_not_build_are_refused():
-    """No version: 2.0 for a 2304-wide decoder with 64 queries (MiniCPM's decoder, a timm tower: not
-    modelled), else 2.5; a version minicpmv.py has no class for raises there, so here."""
-    with pytest.raises(ConfigError) as e:
-        load_spec({k: v for k, v in {**TINY, "hidden_size": 2304, "query_num": 64}.items() if k != "version"})
-    assert one_line(e.value) and "MiniCPM-V 2.0" in str(e.value) and "minicpm.py" in str(e.value)
+    """No version: 2.0 for a 2304-wide decoder with 64 queries (MiniCPM's decoder), else 2.5; a version
+    minicpmv.py has no class for raises there, so here."""
+    two = load_spec({k: v for k, v in {**TINY, "hidden_size": 2304, "query_num": 64}.items()
+                     if k != "version"})
+    assert two.model_type == "minicpm" and two.tower.kind == "minicpmv2_0"
     assert load_spec({k: v for k, v in TINY.items() if k != "version"}).model_type == "minicpmv_2_5_text"
     for version in (3.0, 4, "4.6"):
         with pytest.raises(ConfigError) as e:
@@ -164,3 +164,22 @@ def test_minicpm_v_4_6_at_tp_2_by_hand():
     with pytest.raises(ConfigError) as e:
         load_spec({**cfg, "text_config": {**cfg["text_config"], "model_type": "qwen3_5_moe_text"}})
     assert one_line(e.value) and "qwen3_5_text" in str(e.value)
+
+
+def test_minicpm_v_2_0_by_hand():
+    """MiniCPMV2_0: MiniCPM's decoder; timm's so400m (its last of 27 blocks dropped) and Resampler2 with its
+    [64, 2304] position table, none of it split at tp 2; the released index (tests/trace/
+    test_real_indexes.py) matches every name and total_size."""
+    cfg = json.loads(gzip.decompress((INDEXES / "openbmb__MiniCPM-V-2.json.gz").read_bytes()))["config"]
+    m = shard_map(cfg, 2)
+    assert m.model.model_type == "minicpm" and m.model.tower.depth == 26
+    tower = [t for t in m.tensors if t.tower]
+    assert tower and all(t.split_dim is None for t in tower)
+    assert m.tensor("vpm.blocks.*.attn.qkv.weight").shape == [3456, 1152]
+    assert m.tensor("resampler.pos_embed").shape == [64, 2304]
+    assert m.tensor("resampler.kv_proj.weight").shape == [2304, 1152]
+    d, i, r = 1152, 4304, 2304
+    block = 3 * d * d + 3 * d + d * d + d + 2 * i * d + i + d + 4 * d
+    once = d * 3 * 14 * 14 + d + 729 * d + 2 * d
+    resampled = 2 * 64 * r + r * d + 3 * r * r + 3 * r + r * r + r + 6 * r + r * r
+    assert sum(p.count * numel(p.shape) for p in m.params if p.tower) == 26 * block + once + resampled

@@ -19,7 +19,6 @@ FILES = sorted(DATA.glob("*.json.gz"))
 REFUSED = {
     "Qwen/Qwen-VL-Chat-Int4": "vLLM served QWenLMHeadModel until 0.23.0",
     "delsakov/mcp_tests": "own model file (models/mistral3.py)",
-    "openbmb/MiniCPM-V-2": "MiniCPM-V 2.0 builds its decoder as MiniCPMForCausalLM",
     # its language_config leaves out the layer and head counts (the checkpoint holds 30 layers):
     # tests/archs/test_multimodal_wrappers.py maps it with them given
     "deepseek-ai/deepseek-vl2": "language_config is missing num_hidden_layers",
@@ -30,7 +29,8 @@ REFUSED = {
 TOWERS = {"Qwen/Qwen2.5-VL-7B-Instruct": "qwen2_5_vl", "allenai/olmOCR-7B-0225-preview": "qwen2_vl",
           "Qwen/Qwen3-VL-Embedding-8B": "qwen3_vl", "nvidia/Cosmos-Reason2-8B": "qwen3_vl",
           "google/medgemma-27b-it": "siglip", "InJuly7/Qwen3-VL-MoE": "qwen3_vl",
-          "openbmb/MiniCPM-V-2_6": "minicpmv", "openbmb/MiniCPM-V-4_5": "minicpmv"}
+          "openbmb/MiniCPM-V-2_6": "minicpmv", "openbmb/MiniCPM-V-4_5": "minicpmv",
+          "openbmb/MiniCPM-V-2": "minicpmv2_0"}
 # an embedding checkpoint that names the generation class: vLLM serves it with --runner pooling, which
 # builds no lm_head, so the map's lm_head is what the checkpoint lacks
 LACKS = {"Qwen/Qwen3-VL-Embedding-8B": ["lm_head.weight"]}

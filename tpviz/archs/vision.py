@@ -13,7 +13,8 @@ from tpviz.errors import ConfigError, MissingFieldError
 
 _GLM4_MOE = next(a for a in GLM if a.model_type == "glm4_moe")
 # minicpmv.py's _SUPPORT_VERSION: the decoder each version's class builds (init_llm)
-MINICPMV_DECODERS = {(2, 5): "minicpmv_2_5_text", (2, 6): "qwen2", (4, 0): "llama", (4, 5): "qwen3"}
+MINICPMV_DECODERS = {(2, 0): "minicpm", (2, 5): "minicpmv_2_5_text", (2, 6): "qwen2", (4, 0): "llama",
+                     (4, 5): "qwen3"}
 
 
 def minicpmv_version(cfg: dict) -> tuple[int, ...]:
@@ -31,9 +32,6 @@ def minicpmv_version(cfg: dict) -> tuple[int, ...]:
 def minicpmv_decoder(cfg: dict) -> dict:
     """The flat config as the decoder minicpmv.py builds for its version (the vision keys dropped)."""
     version = minicpmv_version(cfg)
-    if version == (2, 0):
-        raise ConfigError("MiniCPM-V 2.0 builds its decoder as MiniCPMForCausalLM (minicpm.py) and its "
-                          "vision tower through timm; tpviz does not model them yet")
     if version not in MINICPMV_DECODERS:
         raise ConfigError(f"MiniCPM-V version {'.'.join(map(str, version))}: vLLM 0.33's minicpmv.py "
                           "serves 2.0, 2.5, 2.6, 4.0 and 4.5 alone")

@@ -3,8 +3,10 @@ decoder. Which tower a model has is its wrapper record's `tower` (tpviz.archs); 
 tensors. vLLM reads vision_config through transformers' class, so the class's defaults hold (olmOCR's
 config gives two keys and gets Qwen2-VL's whole tower)."""
 from dataclasses import asdict, dataclass, replace
+from math import isqrt
 
 from tpviz.archs import arch_of
+from tpviz.archs.vision import minicpmv_version
 from tpviz.config.fields import read_int, read_object
 from tpviz.config.tower_dims import glm4v, interns1, internvit
 from tpviz.errors import ConfigError
@@ -31,6 +33,10 @@ SO400M = dict(hidden=1152, heads=16, intermediate=4304, depth=27, patch=14, imag
 TOWER_FILES |= {"minicpmv4_6": "idefics2_vision_model.py and minicpmv4_6.py",
                 "minicpmv4_7": "idefics2_vision_model.py and minicpmv4_7.py"}
 DATA_MODE += ("minicpmv4_6", "minicpmv4_7")
+# MiniCPM-V 2.0 (minicpmv.py's MiniCPMV2_0): timm's so400m, none of it split (its registry class takes the
+# data flag, which changes nothing there)
+TOWER_FILES |= {"minicpmv2_0": "minicpmv.py, timm's vit_so400m_patch14_siglip_384"}
+DATA_MODE += ("minicpmv2_0",)
 
 
 @dataclass(frozen=True)
@@ -103,7 +109,7 @@ def read_tower(outer: dict) -> Tower | None:
     it."""
     kind = arch_of(str(outer.get("model_type", ""))).tower
     vc = read_object(outer, "vision_config")
-    if not kind or not vc:
+    if not kind or not (vc or kind == "minicpmv"):  # MiniCPM-V 2.0 names timm's model, not a vision_config
         return None
     if kind == "siglip":  # Gemma-3: SigLIP (vision_tower.vision_model), then a replicated projector
         patch, text = _int(vc, "patch_size", default=14), read_object(outer, "text_config")
@@ -126,7 +132,8 @@ def read_tower(outer: dict) -> Tower | None:
         if tower is None:
             return None
     elif kind == "minicpmv":
-        tower = _minicpmv(outer, vc)
+        if (tower := _minicpmv(outer, vc)) is None:  # 2.5 on without vision_config: left out
+            return None
     elif kind in ("minicpmv4_6", "minicpmv4_7"):
         tower = _minicpmv4_6(outer, vc, kind)
     else:
@@ -216,21 +223,31 @@ def _moonvit(outer: dict, vc: dict) -> Tower | None:
                  block_path="encoder.blocks", projector="mm_projector.", proj_bias=True, grid=grid)
 
 
-def _minicpmv(outer: dict, vc: dict) -> Tower:
+def _minicpmv(outer: dict, vc: dict) -> Tower | None:
     """minicpmv.py 2.5 to 4.5: Idefics2VisionTransformer under vpm. (SigLIP's names; vision_config read as
     SiglipVisionConfig, with its defaults), its last layer dropped with drop_vision_last_layer
-    (MiniCPMVConfig's default: true); then the resampler, as wide as the decoder, over query_num queries."""
-    patch = _int(vc, "patch_size", default=16)
+    (MiniCPMVConfig's default: true); then the resampler, as wide as the decoder, over query_num queries.
+    2.0: timm's so400m (its model name, not a vision_config) and Resampler2 over int(sqrt(query_num))²."""
     drop = outer.get("drop_vision_last_layer", True)
     if not isinstance(drop, bool):
         raise ConfigError(f"drop_vision_last_layer={drop!r} is not true or false")
+    queries, text = _int(outer, "query_num", default=64), _int(outer, "hidden_size")
+    if minicpmv_version(outer) == (2, 0):  # timm's so400m whatever vision_config says; Resampler2
+        p = SO400M["patch"]
+        return Tower("minicpmv2_0", "vpm.", SO400M["hidden"], SO400M["heads"], SO400M["intermediate"],
+                     SO400M["depth"] - (1 if drop else 0), text, 1, (3, p, p),
+                     positions=(SO400M["image"] // p) ** 2, projector="resampler.",
+                     queries=isqrt(queries) ** 2)
+    if not vc:  # MiniCPMVConfig's own default tower then, which tpviz does not assume
+        return None
+    patch = _int(vc, "patch_size", default=16)
     depth = _int(vc, "num_hidden_layers", default=12) - (1 if drop else 0)
     return Tower("minicpmv", "vpm.", _int(vc, "hidden_size", default=768),
                  _int(vc, "num_attention_heads", default=12), _int(vc, "intermediate_size", default=3072),
-                 depth, _int(outer, "hidden_size"), 1,
+                 depth, text, 1,
                  (_int(vc, "num_channels", default=3), patch, patch),
                  positions=(_int(vc, "image_size", default=224) // patch) ** 2, block_path="encoder.layers",
-                 projector="resampler.", queries=_int(outer, "query_num", default=64))
+                 projector="resampler.", queries=queries)
 
 
 def _minicpmv4_6(outer: dict, vc: dict, kind: str) -> Tower:

@@ -19,7 +19,7 @@ from tpviz.plan.core import ParamPlan, column, merged, norm, replicated, row
 from tpviz.plan.tower_glm import glm4v
 from tpviz.plan.tower_intern import interns1, internvit
 from tpviz.plan.tower_deepseek import HINT as DEEPSEEK_VL2_HINT, deepseek_vl2
-from tpviz.plan.tower_minicpm import minicpmv, minicpmv4_6
+from tpviz.plan.tower_minicpm import minicpmv, minicpmv2_0, minicpmv4_6
 from tpviz.rules import RuleSet, divide, ruleset
 
 FAMILY = "vision"
@@ -217,6 +217,7 @@ BUILDERS = {"qwen2_vl": qwen2_vl, "qwen2_5_vl": qwen2_5_vl, "qwen3_vl": qwen3_vl
 # towers whose attention is not split (deepseek_vl2.py: timm's, with only its MLPs parallel): no head limit
 WHOLE_ATTENTION = {"deepseek_vl2": DEEPSEEK_VL2_HINT}
 BUILDERS |= {"minicpmv4_6": minicpmv4_6, "minicpmv4_7": minicpmv4_6}  # tower_minicpm.py
+BUILDERS |= {"minicpmv2_0": minicpmv2_0}
 BUILDERS |= {"internvit": internvit, "glm4v": glm4v, "interns1": interns1}  # tower_intern.py, tower_glm.py
 # InternViT builds its attention whole by itself where the heads do not divide tp (tower_intern.py): no head
 # limit, and a split MLP that tp breaks is avoided by --mm-encoder-tp-mode data

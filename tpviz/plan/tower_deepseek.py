@@ -9,17 +9,12 @@ The projector (MlpProjector, downsample_mlp_gelu: nn.Linear layers with a GELU b
 learned vectors (image_newline, view_seperator, the original's spelling) are whole too. deepseek_vl2.py has
 no --mm-encoder-tp-mode data."""
 from tpviz.config.tower import Tower
-from tpviz.plan.core import ParamPlan, column, norm, replicated, row
-from tpviz.plan.tower_minicpm import whole
+from tpviz.plan.core import ParamPlan, column, norm, row
+from tpviz.plan.tower_minicpm import whole, whole_linear
 from tpviz.rules import RuleSet
 
 FAMILY = "vision"
 HINT = "vLLM 0.33's deepseek_vl2.py splits only this tower's MLPs and has no --mm-encoder-tp-mode data"
-
-
-def _linear(prefix: str, out: int, inp: int) -> list[ParamPlan]:
-    """A biased torch nn.Linear: whole on every GPU."""
-    return [replicated(f"{prefix}.weight", out, inp), replicated(f"{prefix}.bias", out, 1, bias=True)]
 
 
 def _mlp(prefix: str, t: Tower) -> list[ParamPlan]:
@@ -32,16 +27,18 @@ def _mlp(prefix: str, t: Tower) -> list[ParamPlan]:
 def deepseek_vl2(spec, t: Tower, rules: RuleSet) -> tuple[list, list, list]:
     """(per-block plans, [], once-per-tower plans)."""
     p, d = t.blocks, t.hidden
-    blocks = (_linear(f"{p}attn.qkv", 3 * d, d) + _linear(f"{p}attn.proj", d, d) + _mlp(f"{p}mlp.", t)
+    blocks = (whole_linear(f"{p}attn.qkv", 3 * d, d) + whole_linear(f"{p}attn.proj", d, d)
+              + _mlp(f"{p}mlp.", t)
               + [pl for n in ("norm1", "norm2") for pl in norm(f"{p}{n}", d, bias=True)])
     pool = f"{t.prefix}attn_pool."
     once = [whole(f"{t.prefix}patch_embed.proj.weight", (d, *t.patch)),
             whole(f"{t.prefix}patch_embed.proj.bias", (d,)),
             whole(f"{t.prefix}pos_embed", (1, t.positions, d)), *norm(f"{t.prefix}norm", d, bias=True),
-            whole(f"{pool}latent", (1, 1, d)), *_linear(f"{pool}q", d, d), *_linear(f"{pool}kv", 2 * d, d),
-            *_linear(f"{pool}proj", d, d), *norm(f"{pool}norm", d, bias=True), *_mlp(f"{pool}mlp.", t)]
+            whole(f"{pool}latent", (1, 1, d)), *whole_linear(f"{pool}q", d, d),
+            *whole_linear(f"{pool}kv", 2 * d, d), *whole_linear(f"{pool}proj", d, d),
+            *norm(f"{pool}norm", d, bias=True), *_mlp(f"{pool}mlp.", t)]
     widths = t.mlp
     for i, (inp, out) in enumerate(zip(widths, widths[1:])):  # nn.Sequential: a GELU at every odd index
-        once += _linear(f"{t.projector}layers.{2 * i}", out, inp)
+        once += whole_linear(f"{t.projector}layers.{2 * i}", out, inp)
     once += [whole(name, (t.out_hidden,)) for name in t.extras]
     return blocks, [], once

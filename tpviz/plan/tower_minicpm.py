@@ -32,6 +32,24 @@ def whole(name: str, shape: tuple) -> ParamPlan:
     return plan
 
 
+def whole_linear(prefix: str, out: int, inp: int) -> list[ParamPlan]:
+    """A biased torch nn.Linear (timm's): whole on every GPU."""
+    return [replicated(f"{prefix}.weight", out, inp), replicated(f"{prefix}.bias", out, 1, bias=True)]
+
+
+def _resampler(t: Tower, positions: bool) -> list[ParamPlan]:
+    """BaseResampler's parameters, all whole; positions: Resampler2's (2.0) learned 2-D table as well."""
+    r, wide = t.projector, t.out_hidden
+    return [whole(f"{r}query", (t.queries, wide)),
+            *([whole(f"{r}pos_embed", (t.queries, wide))] if positions else []),
+            # kv_proj exists only where the widths differ (an identity otherwise)
+            *([replicated(f"{r}kv_proj.weight", wide, t.hidden)] if wide != t.hidden else []),
+            whole(f"{r}attn.in_proj_weight", (3 * wide, wide)), whole(f"{r}attn.in_proj_bias", (3 * wide,)),
+            whole(f"{r}attn.out_proj.weight", (wide, wide)), whole(f"{r}attn.out_proj.bias", (wide,)),
+            *(pl for n in ("ln_q", "ln_kv", "ln_post") for pl in norm(f"{r}{n}", wide, bias=True)),
+            whole(f"{r}proj", (wide, wide))]
+
+
 def idefics2_blocks(spec, t: Tower, rules: RuleSet) -> list[ParamPlan]:
     """One encoder layer: self_attn q/k/v (QKVParallelLinear) and out_proj, mlp.fc1 / fc2, layer_norm1 / 2."""
     p, h, d = t.blocks, t.heads, t.hidden // t.heads
@@ -47,19 +65,27 @@ def idefics2_blocks(spec, t: Tower, rules: RuleSet) -> list[ParamPlan]:
 def minicpmv(spec, t: Tower, rules: RuleSet) -> tuple[list, list, list]:
     """(per-block plans, [], once-per-tower plans): the encoder layers, then the embeddings, post_layernorm
     and the resampler (embed_dim the decoder's width, kv_dim the tower's)."""
-    e, r, wide = f"{t.prefix}embeddings.", t.projector, t.out_hidden
+    e = f"{t.prefix}embeddings."
     once = [whole(f"{e}patch_embedding.weight", (t.hidden, *t.patch)),
             whole(f"{e}patch_embedding.bias", (t.hidden,)),
             whole(f"{e}position_embedding.weight", (t.positions, t.hidden)),
-            *norm(f"{t.prefix}post_layernorm", t.hidden, bias=True),
-            whole(f"{r}query", (t.queries, wide)),
-            # kv_proj exists only where the widths differ (an identity otherwise)
-            *([replicated(f"{r}kv_proj.weight", wide, t.hidden)] if wide != t.hidden else []),
-            whole(f"{r}attn.in_proj_weight", (3 * wide, wide)), whole(f"{r}attn.in_proj_bias", (3 * wide,)),
-            whole(f"{r}attn.out_proj.weight", (wide, wide)), whole(f"{r}attn.out_proj.bias", (wide,)),
-            *(pl for n in ("ln_q", "ln_kv", "ln_post") for pl in norm(f"{r}{n}", wide, bias=True)),
-            whole(f"{r}proj", (wide, wide))]
+            *norm(f"{t.prefix}post_layernorm", t.hidden, bias=True), *_resampler(t, False)]
     return idefics2_blocks(spec, t, rules), [], once
+
+
+def minicpmv2_0(spec, t: Tower, rules: RuleSet) -> tuple[list, list, list]:
+    """MiniCPMV2_0: timm's so400m under vpm. with none of its linears swapped (attention pooling replaced by
+    an identity, so not built), then Resampler2 (the resampler and its learned 2-D position table): all
+    whole on every GPU."""
+    p, d, i = t.blocks, t.hidden, t.intermediate
+    blocks = (whole_linear(f"{p}attn.qkv", 3 * d, d) + whole_linear(f"{p}attn.proj", d, d)
+              + whole_linear(f"{p}mlp.fc1", i, d) + whole_linear(f"{p}mlp.fc2", d, i)
+              + [pl for n in ("norm1", "norm2") for pl in norm(f"{p}{n}", d, bias=True)])
+    once = [whole(f"{t.prefix}patch_embed.proj.weight", (d, *t.patch)),
+            whole(f"{t.prefix}patch_embed.proj.bias", (d,)),
+            whole(f"{t.prefix}pos_embed", (1, t.positions, d)),
+            *norm(f"{t.prefix}norm", d, bias=True), *_resampler(t, True)]
+    return blocks, [], once
 
 
 def minicpmv4_6(spec, t: Tower, rules: RuleSet) -> tuple[list, list, list]:
