@@ -82,6 +82,12 @@ REWORDED += [("deepseek_v3, deepseek_v2, gpt_oss", "deepseek_v3, deepseek_v2, ki
              ("deepseek_v3, deepseek_v2 only (shared experts: qwen2_moe, deepseek_v3, deepseek_v2)",
               "deepseek_v3, deepseek_v2, kimi_k25 only (shared experts: qwen2_moe, deepseek_v3, deepseek_v2, "
               "kimi_k25)", KIMI_LIVE)]
+KIMI_VL_LIVE = "Kimi-VL's decoder runs live as DeepSeek-V3's, as Kimi-K2.5's: the list names it (issue 25)"
+REWORDED += [("deepseek_v2, kimi_k25, gpt_oss", "deepseek_v2, kimi_k25, kimi_vl, gpt_oss", KIMI_VL_LIVE),
+             ("kimi_k25 only (shared experts: qwen2_moe, deepseek_v3, deepseek_v2, kimi_k25)",
+              "kimi_k25, kimi_vl only (shared experts: qwen2_moe, deepseek_v3, deepseek_v2, kimi_k25, "
+              "kimi_vl)",
+              KIMI_VL_LIVE)]
 
 
 def load(path) -> dict:
@@ -128,6 +134,7 @@ ADDED += ("preset:mistralai/Mistral-Small-3.1-24B-Instruct-2503|",  # vision tow
 ADDED += ("preset:zai-org/GLM-4.5-Air|", "preset:zai-org/GLM-4.7|", "preset:THUDM/GLM-4-9B-0414|",  # GLM
           "preset:zai-org/GLM-4.7-Flash|")
 ADDED += ("preset:moonshotai/Kimi-K2.5|",)  # Kimi-K2.5 (issue 25)
+ADDED += ("preset:moonshotai/Kimi-VL-A3B-Instruct|",)  # Kimi-VL (issue 25)
 ADDED += ("preset:google/gemma-4-26B-A4B-it|",)  # Gemma-4 MoE (issue 25)
 ADDED += ("preset:moonshotai/Kimi-Linear-48B-A3B-Instruct|",)  # Kimi-Linear (issue 25)
 ADDED += ("preset:OpenGVLab/InternVL3-1B|",)  # InternVL's tower (issue 25)

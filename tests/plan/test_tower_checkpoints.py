@@ -150,16 +150,20 @@ def test_glm45v_maps_its_text_decoder_beside_its_tower():
     assert m.model.tower.kind == "glm4v"
 
 
-def test_kimi_vl_maps_its_deepseek_decoder_and_names_the_tower_it_leaves_out():
+def test_kimi_vl_maps_its_deepseek_decoder_and_its_tower():
     """kimi_vl.py builds text_config as DeepseekV2ForCausalLM (deepseek_v2.py, DeepSeek-V3's file too): the
-    decoder maps by its own model_type; MoonViT and the projector are left out, and the notes say so."""
+    decoder maps as DeepSeek-V3's; MoonViT (moonvit.py, MoonViTConfig's defaults where vision_config is
+    silent) and the projector beside it (tests/archs/test_kimi_vl.py)."""
     text = dict(model_type="deepseek_v3", hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
                 num_key_value_heads=4, qk_rope_head_dim=8, qk_nope_head_dim=16, v_head_dim=16,
                 kv_lora_rank=32,
                 q_lora_rank=None, intermediate_size=128, moe_intermediate_size=32, n_routed_experts=4,
-                n_shared_experts=1, num_experts_per_tok=2, first_k_dense_replace=1, vocab_size=512)
+                n_shared_experts=1, num_experts_per_tok=2, first_k_dense_replace=1, vocab_size=512,
+                topk_method="noaux_tc")
     m = shard_map({"architectures": ["KimiVLForConditionalGeneration"], "model_type": "kimi_vl",
                    "text_config": text, "vision_config": {"model_type": "moonvit", "hidden_size": 32}}, 2)
-    assert m.model.model_type == "deepseek_v3" and not m.model.tower
+    assert m.model.model_type == "deepseek_v3" and m.model.tower.kind == "moonvit_vl"
     assert m.tensor("model.layers.*.self_attn.kv_b_proj.weight").split_dim == 0
-    assert any("only the text decoder is mapped; the vision tower" in n for n in m.model.notes)
+    assert (m.model.tower.hidden, m.model.tower.heads, m.model.tower.depth, m.model.tower.grid) == (
+        32, 16, 27, (64, 64))
+    assert m.tensor("multi_modal_projector.linear_2.weight").shape == [64, 128]

@@ -45,6 +45,9 @@ RECORDS = [
     # tensors in config/tower.py and plan/tower.py); vLLM builds the decoder as DeepSeek-V3's whatever
     # text_config's model_type says (kimi_k2 in some copies)
     Arch("kimi_k25", "KimiK25ForConditionalGeneration", text_model="deepseek_v3", tower="moonvit", **_V3),
+    # kimi_vl.py: Kimi-VL's MoonViT (moonvit.py) and multi_modal_projector beside the same decoder, which it
+    # builds from text_config as DeepseekV2ForCausalLM under language_model. (deepseek_v3 in the releases)
+    Arch("kimi_vl", "KimiVLForConditionalGeneration", text_model="deepseek_v3", tower="moonvit_vl", **_V3),
     # DeepseekV32ForCausalLM (deepseek_v32/nvidia/model.py): V3's layers, MoE and head, DeepseekV32Attention's
     # indexer beside MLA; vLLM reads its config through DeepseekV3Config (config/hf.py); not run live
     Arch("deepseek_v32", "DeepseekV32ForCausalLM", **{**_V3, **_DSA}),

@@ -15,6 +15,7 @@ MODES = ("weights", "data")  # --mm-encoder-tp-mode: split the tower's weights, 
 TOWER_FILES = {"qwen2_vl": "qwen2_vl.py", "qwen2_5_vl": "qwen2_5_vl.py", "qwen3_vl": "qwen3_vl.py",
                "siglip": "siglip.py and gemma3_mm.py", "pixtral": "pixtral.py and mistral3.py",
                "llama4": "mllama4.py", "moonvit": "kimi_k25_vit.py and kimi_k25.py",
+               "moonvit_vl": "moonvit.py and kimi_vl.py",
                "internvit": "intern_vit.py and internvl.py", "glm4v": "glm4_1v.py",
                "interns1": "interns1_vit.py and interns1.py",
                "minicpmv": "idefics2_vision_model.py and minicpmv.py",
@@ -23,7 +24,7 @@ QWEN_KINDS = ("qwen2_vl", "qwen2_5_vl", "qwen3_vl")  # vision_config names their
 # the towers whose vLLM class supports --mm-encoder-tp-mode data (supports_encoder_tp_data: qwen2_vl.py,
 # qwen2_5_vl.py, qwen3_vl.py, mllama4.py, kimi_k25.py, minicpmv.py); gemma3_mm.py, mistral3.py and
 # deepseek_vl2.py do not, so vLLM falls back to weights
-DATA_MODE = (*QWEN_KINDS, "llama4", "moonvit", "minicpmv")
+DATA_MODE = (*QWEN_KINDS, "llama4", "moonvit", "moonvit_vl", "minicpmv")  # kimi_vl.py too
 DATA_MODE += ("internvit", "glm4v")  # internvl.py and glm4_1v.py support it too
 OWN_READERS = {"internvit": internvit, "glm4v": glm4v, "interns1": interns1}  # config/tower_dims.py
 # timm's vit_so400m_patch14_siglip_384, which deepseek_vl2.py builds whatever vision_config says: width,
@@ -37,6 +38,11 @@ DATA_MODE += ("minicpmv4_6", "minicpmv4_7")
 # data flag, which changes nothing there)
 TOWER_FILES |= {"minicpmv2_0": "minicpmv.py, timm's vit_so400m_patch14_siglip_384"}
 DATA_MODE += ("minicpmv2_0",)
+# the text_config keys that shape Kimi-VL's decoder weights (or its router's score bias) and that vLLM's
+# KimiVLConfig fills from DeepseekV2Config's defaults when absent (q_lora_rank 1536, topk_method greedy, ...)
+KIMI_VL_TEXT_KEYS = ("q_lora_rank", "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim",
+                     "n_routed_experts", "n_shared_experts", "moe_intermediate_size", "intermediate_size",
+                     "first_k_dense_replace", "topk_method")
 
 
 @dataclass(frozen=True)
@@ -127,8 +133,8 @@ def read_tower(outer: dict) -> Tower | None:
         tower = Tower(**dims)
     elif kind == "llama4":
         tower = _llama4(outer, vc)
-    elif kind in ("moonvit", "deepseek_vl2"):  # None: a projector vLLM builds otherwise, left out
-        tower = (_moonvit if kind == "moonvit" else _deepseek_vl2)(outer, vc)
+    elif kind in ("moonvit", "moonvit_vl", "deepseek_vl2"):  # None: a projector built otherwise, left out
+        tower = _deepseek_vl2(outer, vc) if kind == "deepseek_vl2" else _moonvit(outer, vc, kind)
         if tower is None:
             return None
     elif kind == "minicpmv":
@@ -201,15 +207,25 @@ def _llama4(outer: dict, vc: dict) -> Tower:
                  adapter=(mid, out, _int(vc, "vision_output_dim", default=7680)))
 
 
-def _moonvit(outer: dict, vc: dict) -> Tower | None:
+def _moonvit(outer: dict, vc: dict, kind: str) -> Tower | None:
     """kimi_k25_vit.py's MoonViT (its vision_config read through transformers' Kimi_K25VisionConfig, which
     names the vt_* keys as usual) and kimi_k25.py's patchmerger projector. None, so left out and named, for
     what vLLM 0.33 builds otherwise: another projector type, or a quantization other than compressed-tensors,
-    which kimi_k25.py passes to the tower (compressed-tensors it drops there)."""
+    which kimi_k25.py passes to the tower (compressed-tensors it drops there).
+    moonvit_vl: Kimi-VL's (moonvit.py, vision_config read as vLLM's MoonViTConfig with its defaults) and
+    kimi_vl.py's projector under multi_modal_projector.; neither is ever given the quantization."""
     quant = outer.get("quantization_config")
-    if vc.get("mm_projector_type", "patchmerger") != "patchmerger" or (
-            quant and not (isinstance(quant, dict) and quant.get("quant_method") == "compressed-tensors")):
+    if kind == "moonvit" and (vc.get("mm_projector_type", "patchmerger") != "patchmerger" or (
+            quant and not (isinstance(quant, dict) and quant.get("quant_method") == "compressed-tensors"))):
         return None
+    if kind == "moonvit_vl":  # MoonViTConfig's defaults: SigLIP-so400m's shape, a 64 x 64 position table
+        text = read_object(outer, "text_config")
+        if missing := [k for k in KIMI_VL_TEXT_KEYS if k not in text]:
+            raise ConfigError(f"text_config is missing {', '.join(missing)}: vLLM 0.33 reads Kimi-VL's "
+                              "text_config as DeepseekV2Config, whose defaults (not DeepSeek-V3's) tpviz does "
+                              "not assume")
+        vc = {"hidden_size": 1152, "num_attention_heads": 16, "intermediate_size": 4304,
+              "num_hidden_layers": 27, "init_pos_emb_height": 64, "init_pos_emb_width": 64, **vc}
     patch, text = _int(vc, "patch_size", default=14), read_object(outer, "text_config")
     merge = vc.get("merge_kernel_size", [2, 2])
     if not (isinstance(merge, list) and len(merge) == 2 and merge[0] == merge[1] and isinstance(merge[0], int)
@@ -217,10 +233,12 @@ def _moonvit(outer: dict, vc: dict) -> Tower | None:
         raise ConfigError(f"vision_config: merge_kernel_size={merge!r} is not two equal positive integers")
     grid = (_int(vc, "pos_emb_height", "init_pos_emb_height"),
             _int(vc, "pos_emb_width", "init_pos_emb_width"))
-    return Tower("moonvit", "vision_tower.", _int(vc, "hidden_size"), _int(vc, "num_attention_heads"),
+    return Tower(kind, "vision_tower.", _int(vc, "hidden_size"), _int(vc, "num_attention_heads"),
                  _int(vc, "intermediate_size"), _int(vc, "num_hidden_layers"), _int(text, "hidden_size"),
-                 merge[0], (_int(vc, "num_channels", default=3), patch, patch), positions=grid[0] * grid[1],
-                 block_path="encoder.blocks", projector="mm_projector.", proj_bias=True, grid=grid)
+                 merge[0], (3 if kind == "moonvit_vl" else _int(vc, "num_channels", default=3), patch, patch),
+                 positions=grid[0] * grid[1], block_path="encoder.blocks",
+                 projector="multi_modal_projector." if kind == "moonvit_vl" else "mm_projector.",
+                 proj_bias=True, grid=grid)
 
 
 def _minicpmv(outer: dict, vc: dict) -> Tower | None:

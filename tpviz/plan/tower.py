@@ -201,13 +201,14 @@ def moonvit(spec, t: Tower, rules: RuleSet) -> tuple[list, list, list]:
     pos = replicated(f"{t.prefix}patch_embed.pos_emb.weight", t.positions, t.hidden)
     pos.sources[0].disk = (*t.grid, t.hidden)  # [height, width, hidden], drawn as [height·width, hidden]
     pr, wide = t.projector, t.hidden * t.merge ** 2
+    one, two = ("linear_1", "linear_2") if t.kind == "moonvit_vl" else ("proj.0", "proj.2")  # kimi_vl.py's
     once = [_conv(f"{t.prefix}patch_embed.proj.weight", t),
             replicated(f"{t.prefix}patch_embed.proj.bias", t.hidden, 1, bias=True), pos,
             *norm(f"{t.prefix}encoder.final_layernorm", t.hidden, bias=True),
             *norm(f"{pr}pre_norm", t.hidden, bias=True),
-            replicated(f"{pr}proj.0.weight", wide, wide), replicated(f"{pr}proj.0.bias", wide, 1, bias=True),
-            replicated(f"{pr}proj.2.weight", t.out_hidden, wide),
-            replicated(f"{pr}proj.2.bias", t.out_hidden, 1, bias=True)]
+            replicated(f"{pr}{one}.weight", wide, wide), replicated(f"{pr}{one}.bias", wide, 1, bias=True),
+            replicated(f"{pr}{two}.weight", t.out_hidden, wide),
+            replicated(f"{pr}{two}.bias", t.out_hidden, 1, bias=True)]
     return blocks, [], once
 
 
@@ -218,6 +219,9 @@ BUILDERS = {"qwen2_vl": qwen2_vl, "qwen2_5_vl": qwen2_5_vl, "qwen3_vl": qwen3_vl
 WHOLE_ATTENTION = {"deepseek_vl2": DEEPSEEK_VL2_HINT}
 BUILDERS |= {"minicpmv4_6": minicpmv4_6, "minicpmv4_7": minicpmv4_6}  # tower_minicpm.py
 BUILDERS |= {"minicpmv2_0": minicpmv2_0}
+# Kimi-VL's MoonViT (moonvit.py): the same blocks, but is_vit_use_data_parallel() asked without the heads, so
+# no fallback by itself: a tp the 16 vision heads do not divide needs --mm-encoder-tp-mode data
+BUILDERS["moonvit_vl"] = moonvit
 BUILDERS |= {"internvit": internvit, "glm4v": glm4v, "interns1": interns1}  # tower_intern.py, tower_glm.py
 # InternViT builds its attention whole by itself where the heads do not divide tp (tower_intern.py): no head
 # limit, and a split MLP that tp breaks is avoided by --mm-encoder-tp-mode data

@@ -24,7 +24,8 @@ PRESET = {"llama": "meta-llama/Llama-3.1-8B", "mistral": "mistralai/Mistral-7B-I
           "mixtral": "mistralai/Mixtral-8x7B-v0.1", "qwen3_moe": "Qwen/Qwen3-30B-A3B",
           "qwen2_moe": "Qwen/Qwen1.5-MoE-A2.7B", "deepseek_v3": "deepseek-ai/DeepSeek-V3",
           "gemma2": "google/gemma-2-9b-it", "gemma3": "google/gemma-3-27b-it",
-          "gpt_oss": "openai/gpt-oss-20b", "kimi_k25": "moonshotai/Kimi-K2.5"}
+          "gpt_oss": "openai/gpt-oss-20b", "kimi_k25": "moonshotai/Kimi-K2.5",
+          "kimi_vl": "moonshotai/Kimi-VL-A3B-Instruct"}
 
 
 def small_config(family: str) -> dict:
@@ -33,7 +34,7 @@ def small_config(family: str) -> dict:
                                   "deepseek_v2": "deepseek-ai/DeepSeek-V3",
                                   "gemma3_text": "google/gemma-3-27b-it"}[family]
     cfg = presets()[name]
-    if family == "kimi_k25":  # Kimi_K25Config reads its decoder from text_config alone: DeepSeek-V3's, shrunk
+    if family in ("kimi_k25", "kimi_vl"):  # their decoder is text_config's alone: DeepSeek-V3's, shrunk
         return {**{k: v for k, v in cfg.items() if k not in ("text_config", "quantization_config")},
                 "text_config": small_config("deepseek_v3")}
     cfg = {**cfg.get("text_config", {}), **{k: v for k, v in cfg.items() if k != "text_config"},
