@@ -40,14 +40,19 @@ from tpviz.plan.tensors import tensors  # noqa: E402
 
 INDEXES = Path(__file__).resolve().parents[1] / "tests" / "data" / "indexes"
 RANK = Path(__file__).resolve().parent / "oracle" / "vllm_rank.py"  # imports vLLM, never tpviz
-EDITS: dict[str, dict] = {"deepseek_v3": {"first_k_dense_replace": 1}}  # keep a routed-expert layer
+# keep a routed-expert layer among the two
+EDITS: dict[str, dict] = {"deepseek_v3": {"first_k_dense_replace": 1}, "lfm2_moe": {"num_dense_layers": 1}}
 # where this oracle cannot stand in for vLLM on a GPU (the case is listed as skipped, with the reason)
-SKIP = {"nemotron-nas": "vLLM reads DeciLM's config through the checkpoint's remote code"}
+REMOTE = "vLLM reads its config through the checkpoint's remote code (transformers has no class for it)"
+SKIP = {"nemotron-nas": REMOTE, "internlm2": REMOTE, "internvl_chat": REMOTE, "minicpmv": REMOTE,
+        "kimi_linear": "vLLM 0.33's Kimi-Linear calls a CUDA kernel while it is built"}
 # refusals of vLLM's CPU platform alone: the case is not compared at that tp (on a GPU vLLM builds it)
 CPU_REFUSALS = {"No Unquantized MoE backend supports": "vLLM's CPU MoE kernels need each rank's "
                 "intermediate size a multiple of 32 (fused_moe/experts/cpu_moe.py)",
                 "Sparse Attention is not supported on CPU": "vLLM's CPU platform has no sparse attention "
-                "(DeepSeek-V3.2's indexer; platforms/cpu.py)"}
+                "(DeepSeek-V3.2's indexer; platforms/cpu.py)",
+                "is_act_and_mul=False is supported only for": "vLLM's CPU MoE has no ungated experts "
+                "(Nemotron-H's relu2)"}
 EXPERT_KEYS = ("num_experts", "num_local_experts", "n_routed_experts", "moe_num_experts")
 DTYPES = {1: "uint8", 2: "bfloat16", 4: "float32"}
 LEFT_OUT = ("vision_tower.", "visual.", "vision_model.", "multi_modal_projector.", "audio_tower.",
@@ -64,8 +69,8 @@ def shrink(cfg: dict, layers: int = 2, experts: int = 8) -> dict:
         for key in ("num_hidden_layers", "depth", "num_layers", "n_layer"):
             if isinstance(part.get(key), int):
                 part[key] = layers
-        for key in ("layer_types", "block_configs"):
-            if isinstance(part.get(key), list):
+        for key in ("layer_types", "block_configs", "hybrid_override_pattern"):
+            if isinstance(part.get(key), (list, str)):
                 part[key] = part[key][:layers]
         for key in EXPERT_KEYS:
             if isinstance(part.get(key), int) and part[key] > experts:
