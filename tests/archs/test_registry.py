@@ -35,13 +35,13 @@ SIBLINGS |= {t: ("Qwen/Qwen3-30B-A3B", {"moe_intermediate_size": None, "intermed
              for t in ("hunyuan_v1_moe", "flex_olmo")}
 # GLM-5 (no preset): DeepSeek-V3.2's config under its own class
 SIBLINGS["glm_moe_dsa"] = ("deepseek-ai/DeepSeek-V3.2", {"architectures": ["GlmMoeDsaForCausalLM"]})
-SIBLINGS["minicpmv_2_5_text"] = ("meta-llama/Llama-3.2-1B", {})  # MiniCPM-V 2.5's decoder (archs/vision.py)
 # MiniCPM3 (DeepSeek-V3's MLA ranks, its experts unread) and Step-3's decoder (no preset: no release config
 # found), retyped
 SIBLINGS["minicpm3"] = ("deepseek-ai/DeepSeek-V3", {"architectures": ["MiniCPM3ForCausalLM"],
                                                    "quantization_config": None})
 SIBLINGS["step3_text"] = ("Qwen/Qwen3-30B-A3B", {"architectures": ["Step3TextForCausalLM"],
                                                  "moe_layers_enum": "1,2"})
+SIBLINGS["minicpmv_2_5_text"] = ("meta-llama/Llama-3.2-1B", {})  # MiniCPM-V 2.5's decoder (archs/vision.py)
 SMALL = dict(num_hidden_layers=3, hidden_size=64, num_attention_heads=4, num_key_value_heads=2, head_dim=16,
              intermediate_size=96, vocab_size=1000)
 

@@ -10,7 +10,7 @@ from tpviz.archs.base import Arch
 from tpviz.archs.names import LLAMA, Names
 
 MODULES = (llama, qwen, gemma, deepseek, gpt_oss, olmo, classic, hybrid, internlm, granite, minimax, ernie,
-           glm, minicpm, step3, vision, jamba, falcon_h1, kimi_linear, backend, refused)
+           glm, minicpm, step3, vision, kimi_linear, jamba, falcon_h1, backend, refused)
 REGISTRY: dict[str, Arch] = {}
 for _module in MODULES:
     for _record in _module.RECORDS:

@@ -99,14 +99,14 @@ class Arch:
     # vLLM's model file builds embed_tokens with no is_first_rank guard (qwen3_moe.py, mixtral.py, gemma*.py,
     # ...): every pipeline stage allocates and loads its slice of the table (checked in vLLM 0.28 and 0.33)
     embed_every_stage: bool = False
+    # ... and its lm_head with no is_last_rank guard (jamba.py, in vLLM 0.28 and 0.33): every stage holds its
+    # slice of the head too
+    head_every_stage: bool = False
     # KimiMoE (Kimi-Linear): each GPU's share of moe_intermediate_size is padded up to this when tp cuts it
     # finer (without expert parallelism); the padding is zeros
     moe_min_partition: int = 0
     # (layout, spec) -> why vLLM's model file runs this layout otherwise than the map draws it, or None
     layout_problem: Callable | None = None
-    # ... and its lm_head with no is_last_rank guard (jamba.py, in vLLM 0.28 and 0.33): every stage holds its
-    # slice of the head too
-    head_every_stage: bool = False
     # --- Run live
     live: str = ""  # the live block that runs it: llama, olmo, gemma2, gemma3, gpt_oss, mla ("" does not run)
     live_moe: bool = False  # the live MoE block runs its routed experts

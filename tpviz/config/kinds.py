@@ -22,8 +22,8 @@ class Mixer:
 
     Attention: heads, kv_heads, head_dim (+ window for sliding / chunked). Gated DeltaNet: heads = value
     heads of head_dim, groups = key heads of key_dim. Mamba2: heads of head_dim, groups = n_groups of
-    state size. Short conv: conv_kernel only. Mamba1: inner channels, state size, dt_rank, conv_kernel.
-    Kimi Delta Attention (kda): heads of head_dim for q, k and v alike, conv_kernel.
+    state size. Short conv: conv_kernel only. Kimi Delta Attention (kda): heads of head_dim for q, k and v
+    alike, conv_kernel. Mamba1: inner channels, state size, dt_rank, conv_kernel.
     """
     kind: str
     heads: int = 0
@@ -75,8 +75,7 @@ class Mixer:
                 "chunked_attention": f"chunked attention ({self.window}){rope}",
                 "mla": "MLA attention" + (" + lightning indexer" if self.index_heads else ""),
                 "gated_deltanet": "Gated DeltaNet", "mamba2": "Mamba2", "short_conv": "short conv",
-                "kda": "Kimi Delta Attention",
-                "mamba1": "Mamba1",
+                "kda": "Kimi Delta Attention", "mamba1": "Mamba1",
                 "none": "no mixer"}[self.kind] + (f" ‖ {self.beside.label}" if self.beside else "")
 
     @property

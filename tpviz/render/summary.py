@@ -87,7 +87,7 @@ def cache_sentences(m: ShardMap) -> list[str]:
                    f"{fmt_bytes(w['bytes_per_token'])} per token per GPU up to the window, capped at "
                    f"{fmt_bytes(w['bytes_per_token'] * w['window'])} per sequence per GPU.")
     if r.state_bytes_per_sequence:
-        stateful = ("gated_deltanet", "mamba1", "mamba2", "short_conv", "kda")
+        stateful = ("gated_deltanet", "mamba1", "mamba2", "kda", "short_conv")
         # a Mamba2 beside attention (Falcon-H1) is named alone: "full attention ‖ Mamba2" -> "Mamba2"
         kinds = sorted({g.label.split(" + ")[0].split(" ‖ ")[-1] for g in m.groups
                         if g.mixer["kind"] in stateful

@@ -33,16 +33,27 @@ QUANT_PARTS = ("weight_scale_inv", "weight_scale", "weight_scale_2", "input_scal
                "qweight")
 
 
+# modules outside the encoder blocks keep their name as a prefix: Llama-4's adapter and MiniCPM-V's resampler
+# have an mlp.fc1 / attn.out_proj of their own, MiniCPM-V 4.6's vit_merger a whole attention block
+OUTSIDE = {"merger": "merger.", "deepstack_merger_list": "deepstack.", "vision_adapter": "adapter.",
+           "vit_merger": "vit_merger.", "resampler": "resampler.", "mlp1": "mlp1."}
+
+
 def tower_label(name: str) -> str:
     """A tower tensor's or parameter's short name, its part kept: 'visual.blocks.*.attn.proj.weight' ->
     'attn.proj', 'visual.merger.mlp.0.bias' -> 'merger.mlp.0 bias'."""
     skip = ("weight", "*", "blocks", "vision_model", "encoder", "layers", "embeddings", "self_attn")
-    parts = [p for p in name.split(".", 1)[-1].split(".") if p not in skip]
-    # parts outside the blocks keep their name: Llama-4's adapter has an mlp.fc1 / fc2 of its own
-    part = {"merger": "merger.", "deepstack_merger_list": "deepstack.",
-            "vision_adapter": "adapter."}.get(parts[0], "")
-    parts = parts[1:] if part else [p for p in parts if p != "mlp"]
+    names = name.split(".")
+    at = next((i for i, p in enumerate(names) if p in OUTSIDE), None)
+    if at is None:
+        part, parts = "", [p for p in names[1:] if p not in skip and p != "mlp"]
+    else:
+        part, parts = OUTSIDE[names[at]], [p for p in names[at + 1:] if p not in skip]
+    if not parts:  # 'merger.weight': the module is the tensor
+        return part.rstrip(".") or name
     tail = parts[:-1] if parts[-1] == "bias" else parts
+    if not tail:
+        return f"{part.rstrip('.')} bias"
     label = part + (".".join(tail[-2:]) if tail[-1] == "proj" or part else tail[-1])
     return f"{label} bias" if parts[-1] == "bias" else label
 
