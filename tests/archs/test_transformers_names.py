@@ -175,7 +175,8 @@ def test_granite4_hybrid_reduces_its_shared_mlp_apart_and_keeps_mamba_state():
     assert reduces["after the shared MLP's output_linear"] == 40 and reduces["after down_proj"] == 40
     moe = [t for t in stage_traffic(m.model, Layout(tp=4))[0] if t.kind == "moe_all_reduce"]
     assert moe[0].count == 80  # the experts' and the shared MLP's, 40 layers each
-    assert m.total_weight_bytes == 13_878_074_496  # 6.94B in bf16: the card's 7B
+    # 6.94B in bf16 (the card's 7B), the 36 mixers' A (48 heads) in float32 as vLLM holds it
+    assert m.total_weight_bytes == 13_878_074_496 + 36 * 48 * 2
     dense = shard_map({**cfg, "num_local_experts": 0, "num_experts_per_tok": 0}, 2)
     assert {layer.ffn.kind for layer in dense.model.layers} == {"dense"}
     assert dense.model.layers[0].ffn.size == 1024

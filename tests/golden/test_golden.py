@@ -119,6 +119,20 @@ def first_difference(a, b, path: str = "") -> str | None:
     return None if a == b else f"{path}: {str(a)[:300]} != {str(b)[:300]}"
 
 
+# vLLM 0.33 (and 0.28) builds a Mamba2 mixer's A and Gated DeltaNet's A_log in float32 (mamba_mixer2.py,
+# qwen_gdn_linear_attn.py), as the oracle found (bench/vllm_oracle.py): 2 bytes more per head per layer
+FP32_A = "A_log held in float32 (issue 25)"
+_A_TPS = {  # (vllm, vllm-0.28, nano-vllm): the tps where the plan is valid, so its bytes changed
+    "Qwen/Qwen3-Next-80B-A3B-Thinking": ((1, 2, 8, 16), (1, 2, 8, 16), (1, 2)),
+    "nvidia/NVIDIA-Nemotron-3-Nano-30B-A3B-BF16": ((1, 2, 8), (1, 2, 8), (1, 2)),
+    "nvidia/Nemotron-H-56B-Base-8K": ((1, 2, 8), (1, 2, 8), (1, 2, 8))}
+for _m, _tps in _A_TPS.items():
+    CHANGED.update({f"preset:{_m}|{r}|{tp}": FP32_A for r, ts in zip(("vllm", "vllm-0.28", "nano-vllm"), _tps)
+                    for tp in ts})
+    CHANGED.update({f"preset:{_m}|layout {lay}": FP32_A for lay in ("2,1,2,False", "4,1,2,True")
+                    if not (_m.endswith("56B-Base-8K") and lay.startswith("4"))})
+
+
 # presets added after the dump (each tested against its real checkpoint index instead)
 ADDED = ("preset:internlm/internlm2-chat-7b|", "preset:ibm-granite/granite-3.1-1b-a400m-instruct|",
          "preset:microsoft/Phi-tiny-MoE-instruct|", "preset:baidu/ERNIE-4.5-0.3B-PT|",

@@ -133,13 +133,14 @@ def test_minicpm_v_4_6_against_its_released_header():
     """MiniCPM-V 4.6 (minicpmv4_6.py): Qwen3.5's decoder (tied), the Idefics2 tower under vision_tower., its
     window-attention vit_merger and the merger, as the release's safetensors header lists them: 779 tensors
     (432 encoder, 318 decoder layers, 16 vit_merger, 6 merger, 3 embeddings, 2 post_layernorm, the norm and
-    the embedding) and 2,600,856,032 bytes (its last data offset); the merger's shapes as listed there."""
+    the embedding) and 2,600,856,032 bytes (its last data offset) plus 576: vLLM holds the 18 DeltaNet layers'
+    A_log (16 heads each) in float32 where the header stores bf16; the merger's shapes as listed there."""
     m = shard_map("openbmb/MiniCPM-V-4.6", 1)
     names = expand(m)
     families = ("vision_tower.encoder.", "model.layers.", "vision_tower.vit_merger.", "merger.mlp.",
                 "vision_tower.embeddings.", "vision_tower.post_layernorm.")
     assert [sum(n.startswith(f) for n in names) for f in families] == [432, 318, 16, 6, 3, 2]
-    assert len(names) == 779 and m.total_weight_bytes == 2_600_856_032
+    assert len(names) == 779 and m.total_weight_bytes == 2_600_856_032 + 18 * 16 * 2
     assert m.tensor("vision_tower.vit_merger.linear_1.weight").shape == [17216, 4608]
     assert m.tensor("vision_tower.vit_merger.linear_2.weight").shape == [1152, 17216]
     assert m.tensor("merger.mlp.0.linear_1.weight").shape == [4608, 4608]

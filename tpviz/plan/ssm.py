@@ -6,7 +6,9 @@ from tpviz.plan.core import DT, PROBE, ParamPlan, Source, norm, param
 from tpviz.archs.names import Names
 
 FAMILY = {"gated_deltanet": "linear_attn", "mamba1": "mamba1", "mamba2": "mamba", "short_conv": "conv"}
-FP32 = 4  # Mamba1's A: vLLM builds it in float32 (-exp(A_log)) whatever the model's dtype
+FP32 = 4  # A / A_log: vLLM 0.33 builds it in float32 whatever the model's dtype (mamba_mixer.py,
+# mamba_mixer2.py, qwen_gdn_linear_attn.py)
+A_NOTE = "loaded as A = -exp(A_log), float32 on the GPU (the checkpoint may store bf16)"
 
 
 def build_mixer(spec, m: Mixer, tp: int, r: int, kernel: int = PROBE):
@@ -87,7 +89,7 @@ def gated_deltanet(spec, names: Names, rules, m: Mixer, layers) -> list[ParamPla
          [["q|k|v|z", 0, nk * group, group, "key-head group"]], ("linear_num_key_heads", nk)),
         ("in_proj_ba.weight", "in_proj_ba.weight", (2 * nv, hidden), 0,
          [["b|a", 0, 2 * nv, 2 * per, "key-head group"]], ("linear_num_key_heads", nk))]
-    return _plans(spec, m, layers, f"{names.layer}{names.linear_attn}", projections + [
+    plans = _plans(spec, m, layers, f"{names.layer}{names.linear_attn}", projections + [
         ("conv1d.weight", "conv1d.weight", (2 * kd + vd, 1, k), 0,
          [["q", 0, kd, dk, "key head"], ["k", kd, 2 * kd, dk, "key head"],
           ["v", 2 * kd, 2 * kd + vd, dv, "value head"]],
@@ -98,6 +100,7 @@ def gated_deltanet(spec, names: Names, rules, m: Mixer, layers) -> list[ParamPla
         ("out_proj.weight", "out_proj.weight", (hidden, vd), 1,
          [["value heads", 0, vd, dv, "value head"]], heads),
     ])
+    return _fp32_a(plans, "float32 on the GPU, as vLLM builds it (the checkpoint may store bf16)")
 
 
 def mamba2(spec, names: Names, rules, m: Mixer, layers) -> list[ParamPlan]:
@@ -121,7 +124,7 @@ def mamba2(spec, names: Names, rules, m: Mixer, layers) -> list[ParamPlan]:
                  [["heads", 0, inter, d, "head"]], heads)]
     if m.no_norm:  # Falcon-H1 without mamba_rms_norm: vLLM's gated norm registers no weight
         tensors = [t for t in tensors if t[0] != "norm.weight"]
-    return _plans(spec, m, layers, f"{names.layer}{names.mamba}", tensors)
+    return _fp32_a(_plans(spec, m, layers, f"{names.layer}{names.mamba}", tensors), A_NOTE)
 
 
 def mamba1(spec, names: Names, rules, m: Mixer, layers) -> list[ParamPlan]:
@@ -139,13 +142,16 @@ def mamba1(spec, names: Names, rules, m: Mixer, layers) -> list[ParamPlan]:
                 ("dt_proj.bias", "dt_proj.bias", (inner,), 0, [], q),
                 ("A_log", "A", (inner, n), 0, [], q), ("D", "D", (inner,), 0, [], q),
                 ("out_proj.weight", "out_proj.weight", (hidden, inner), 1, [], q)]
-    plans = _plans(spec, m, layers, p, tensors)
-    for plan in plans:
-        if plan.name.endswith("A_log"):
-            plan.element_bytes = FP32
-            plan.note = "loaded as A = -exp(A_log), float32 on the GPU (the checkpoint may store bf16)"
+    plans = _fp32_a(_plans(spec, m, layers, p, tensors), A_NOTE)
     return plans + [pl for name, size in (("dt_layernorm", rank), ("b_layernorm", n), ("c_layernorm", n))
                     for pl in norm(f"{p}{name}", size, layers)]
+
+
+def _fp32_a(plans: list[ParamPlan], note: str) -> list[ParamPlan]:
+    for plan in plans:
+        if plan.name.endswith("A_log"):
+            plan.element_bytes, plan.note = FP32, note
+    return plans
 
 
 def short_conv(spec, names: Names, rules, m: Mixer, layers) -> list[ParamPlan]:
