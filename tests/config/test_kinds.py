@@ -235,3 +235,15 @@ def test_unknown_llama_like_type_maps_with_a_note():
                                               ("bamba", "Bamba")])
 def test_unmodelled_types_are_refused(model_type, part):
     refused(dict(BASE, model_type=model_type), model_type, part)
+
+
+@pytest.mark.parametrize("cls, part", [("BambaForCausalLM", "Bamba"),
+                                       ("MiniMaxText01ForCausalLM", "lightning attention")])
+def test_an_unmodelled_class_vllm_retired_says_both(cls, part):
+    """Bamba and MiniMax-Text-01 are also in vLLM 0.33's _PREVIOUSLY_SUPPORTED_MODELS (last served by 0.23.0):
+    the one line names the part and the release."""
+    model_type = {"BambaForCausalLM": "bamba"}.get(cls, "minimax_text_01")
+    with pytest.raises(ConfigError) as e:
+        normalize(dict(BASE, model_type=model_type, architectures=[cls]))
+    assert part in str(e.value) and f"vLLM served {cls} until 0.23.0" in str(e.value)
+    assert "\n" not in str(e.value)

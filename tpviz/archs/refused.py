@@ -4,9 +4,10 @@ from tpviz.archs.base import Arch
 UNMODELLED = {"minimax": "lightning attention (MiniMax)",
               "minimax_m1": "lightning attention (MiniMax)",
               "minimax_text_01": "lightning attention (MiniMax)",
-              "mamba": "Mamba1 layers",
-              "mamba2": "a pure Mamba2 model without attention config", "bamba": "Mamba2 layers (Bamba)",
-              "zamba2": "Mamba2 + shared attention blocks (Zamba2)", "rwkv": "RWKV time mixing",
-              "recurrent_gemma": "RG-LRU recurrent layers (RecurrentGemma)"}
+              # plan/ssm.py's Mamba mixers are modelled beside attention; a stack of them alone is not
+              "mamba": "a pure Mamba1 stack (mamba.py: no attention layers)",
+              "mamba2": "a pure Mamba2 stack (mamba2.py: no attention layers)",
+              "bamba": "Bamba's Mamba2 + attention layers", "zamba2": "Mamba2 + shared attention blocks (Zamba2)",
+              "rwkv": "RWKV time mixing", "recurrent_gemma": "RG-LRU recurrent layers (RecurrentGemma)"}
 
 RECORDS = [Arch(model_type, known=False, refused=part) for model_type, part in UNMODELLED.items()]

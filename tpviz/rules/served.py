@@ -30,11 +30,16 @@ def retired_in(cls: str, version: str) -> str | None:
     return last if last and version_tuple(last) < version_tuple(version) else None
 
 
+def retired(cls: str) -> str | None:
+    """The last vLLM version that served cls, where vLLM 0.33's registry lists it as no longer served."""
+    return registry()["retired"].get(cls)
+
+
 def unserved(cls: str) -> str | None:
     """Why tpviz cannot read cls as a Llama decoder, or None when vLLM 0.33 builds it as one (or cls is not in
     its registry, where vLLM would try its Transformers backend)."""
     reg = registry()
-    if last := reg["retired"].get(cls):
+    if last := retired(cls):
         return (f"vLLM served {cls} until {last} and {reg['version']} refuses it "
                 "(\"not supported anymore\"); tpviz follows the architectures vLLM 0.33 serves")
     module, _ = reg["models"].get(cls, ("", ""))
