@@ -120,19 +120,24 @@ def tpviz_side(cfg: dict, tp: int) -> dict:
     except TpvizError as e:
         return {"refused": str(e)}
     ranks: list[dict] = [{} for _ in range(tp)]
+    plans = build_plan(m.model, m.rules)
+    # a whole tensor tpviz draws flattened (a patch conv kernel [out, in·p·p], a 2-D position table as rows):
+    # vLLM holds it as stored
+    disk = {pl.name: [pl.sources[0].disk] for pl in plans
+            if len(pl.sources) == 1 and pl.sources[0].disk and not pl.sources[0].split}
     for p in m.params:
         size = p.element_bytes or m.model_dtype_bytes
         copies, experts = copies_of(p)
         for i in copies:
             name = p.name if i is None else p.name.replace("*", str(i), 1)
-            for rank, shape in enumerate(p.local_shapes):
+            for rank, shape in enumerate(p.local_shapes if p.name not in disk else disk[p.name] * tp):
                 if experts > 1:
                     ranks[rank][expert_stack(name, p.layer_class)] = [[experts, *shape], size]
                 else:
                     ranks[rank][name] = [list(shape), size]
     by_name = {p.name: p for p in m.params}
     ckpt = []  # name, full shape, dtype, and the parameter (as keyed above) tpviz loads it into
-    for t in tensors(build_plan(m.model, m.rules)):
+    for t in tensors(plans):
         p = by_name[t.plan.name]
         key = expert_stack(t.param, p.layer_class) if copies_of(p)[1] > 1 else t.param
         ckpt.append([t.name, list(t.shape), DTYPES[p.element_bytes or m.model_dtype_bytes], key])

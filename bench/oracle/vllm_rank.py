@@ -32,10 +32,12 @@ def why(e: Exception) -> str:
     return f"{type(e).__name__}: {' | '.join(str(e).split(chr(10)))[:400]}"
 
 
-def build(case_dir: Path, config: dict, tp: int):
+def build(case_dir: Path, config: dict, tp: int, ckpt: list):
     """vLLM's model class for this config, built as its default loader builds it, on the meta device (no
     memory); a class that reads its own tensors while built (Bloom's ALiBi slopes, Kimi-K2.5's tower moved to
-    its device) is built on the CPU instead."""
+    its device) is built on the CPU instead. A config that says tied beside a checkpoint with an lm_head is
+    untied first, as ModelConfig.maybe_untie_word_embeddings does for a real checkpoint (the dummy format
+    skips it)."""
     from vllm.config import LoadConfig, ModelConfig, ParallelConfig, VllmConfig, set_current_vllm_config
     from vllm.model_executor.model_loader.utils import initialize_model
     from vllm.utils.torch_utils import set_default_torch_dtype
@@ -45,6 +47,9 @@ def build(case_dir: Path, config: dict, tp: int):
     mc = ModelConfig(model=str(case_dir), skip_tokenizer_init=True, dtype="bfloat16")
     vc = VllmConfig(model_config=mc, load_config=LoadConfig(load_format="dummy"),
                     parallel_config=ParallelConfig(tensor_parallel_size=tp))
+    if getattr(mc.hf_config, "tie_word_embeddings", False) and any(n.endswith("lm_head.weight")
+                                                                   for n, *_ in ckpt):
+        mc.hf_config.tie_word_embeddings = mc.hf_config.get_text_config().tie_word_embeddings = False
     try:
         with set_current_vllm_config(vc), set_default_torch_dtype(mc.dtype), torch.device("meta"):
             return initialize_model(vllm_config=vc), vc
@@ -91,6 +96,8 @@ def report(model, vc, ckpt: list) -> dict:
             result["loads"][one[0]] = sorted(got)
             if not got:
                 result["ignored"].append(vllm_name(one[0]))
+    # a parameter load_weights registers when the checkpoint has it (the Transformers backend's lm_head bias)
+    result["params"] = {n: [list(p.shape), p.element_size()] for n, p in model.named_parameters()}
     result["unloaded"] = sorted(set(params) - done)
     return result
 
@@ -112,7 +119,8 @@ def main() -> None:
     out = {}
     for case, c in json.loads(args.job.read_text()).items():
         try:
-            model, vc = build(args.job.parent / f"{case}-rank{args.rank}", c["config"], args.tp)
+            model, vc = build(args.job.parent / f"{case}-rank{args.rank}", c["config"], args.tp,
+                              c["tensors"])
         except Exception as e:  # vLLM refuses this config at this tp: the oracle's answer
             out[case] = {"refused": why(e)}
             continue
