@@ -5,6 +5,7 @@ block_configs, interleave steps, ...) into layer kinds. A combination tpviz does
 with one line naming the part, never guessed.
 """
 from dataclasses import asdict, dataclass, replace
+from functools import cached_property
 
 from tpviz.errors import ConfigError
 from tpviz.config.fields import json_type
@@ -59,7 +60,7 @@ class Mixer:
     def is_attention(self) -> bool:
         return self.kind in ATTENTION_KINDS
 
-    @property
+    @cached_property  # asked per layer by every group walk (the plan's, each rank's KV cache)
     def weights(self) -> "Mixer":
         """The part that decides the tensors: a sliding and a full attention layer of equal dims hold the
         same."""

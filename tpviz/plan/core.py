@@ -37,6 +37,23 @@ class Source:
     disk: tuple | None = None
 
 
+class LazyClass:
+    """A plan's layer class, read off the module it builds at tp 1 the first time it is asked for; the trace
+    sets it from the module it builds anyway (the class does not depend on tp), saving one build a plan."""
+    def __set_name__(self, owner, name):
+        self.key = f"_{name}"
+
+    def __get__(self, plan, owner=None) -> str:
+        if plan is None:
+            return ""  # the dataclass's default
+        if not plan.__dict__.get(self.key):
+            plan.__dict__[self.key] = class_name(plan.build)
+        return plan.__dict__[self.key]
+
+    def __set__(self, plan, value: str) -> None:
+        plan.__dict__[self.key] = value
+
+
 @dataclass
 class ParamPlan:
     """One local parameter: how to build it on a rank, and which checkpoint tensors load into it."""
@@ -50,7 +67,7 @@ class ParamPlan:
     experts: int = 0
     quantity: tuple | None = None  # (config key, value) named when tp does not divide it
     note: str = ""
-    layer_class: str = ""
+    layer_class: str = LazyClass()  # type: ignore[assignment]
     split: bool = True
     element_bytes: int = 0  # bytes per stored element (0: the model dtype); quantized tensors set their own
     tower: str = ""  # "vision": a part of the vision tower (plan/tower.py), held by the first stage alone
@@ -64,6 +81,11 @@ class ParamPlan:
         if self.family in ("experts", "embed", "lm_head", "replicated"):
             return self.family
         return "attention"  # q/k/v, o_proj and the mixers
+
+    def read_class(self, module) -> None:
+        """The layer class from a module built anyway, where no one has asked for it yet."""
+        if not self.__dict__.get("_layer_class"):
+            self.layer_class = type(module).__name__
 
     @property
     def count(self) -> int:
@@ -80,8 +102,7 @@ def param(name, family, build, shape, sources, tp_dim=0, heads=0, **kw) -> Param
     """A ParamPlan whose layer class is read off the module it builds."""
     if heads:  # layers that split h*size as a whole must still not cut a head in two
         build = (lambda b: lambda tp, r: (divide(heads, tp, "num_attention_heads"), b(tp, r))[1])(build)
-    plan = ParamPlan(name, family, build, tuple(shape), tp_dim, sources, **kw)
-    plan.layer_class = class_name(build)
+    plan = ParamPlan(name, family, build, tuple(shape), tp_dim, sources, **kw)  # its layer class read lazily
     plan.split = all(src.split for src in sources)
     return plan
 

@@ -63,6 +63,7 @@ def trace_plan(plan: ParamPlan, tp_size: int) -> tuple[list[TensorMap], ParamMap
         tags[src.name] = src.prepare(tag) if src.prepare else tag
     for rank in range(tp_size):
         _, param = build_rank(plan, tp_size, rank)  # _: the layer (a refined MoE scale grid reads its factor)
+        plan.read_class(_)
         covered = torch.zeros(param.size(plan.tp_dim), dtype=torch.bool)
         for src in plan.sources:
             param.data.fill_(float("nan"))
