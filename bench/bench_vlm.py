@@ -4,8 +4,8 @@ than 3x Qwen3-0.6B. The tower adds one traced plan per distinct tower tensor (ab
 
     python bench/bench_vlm.py [--n 10] [--strict]
 
-The largest VLMs people serve (Llama-4-Maverick, Qwen3-VL-235B) have no preset; their families' Llama-4-Scout
-and Qwen3-VL-30B-A3B stand in for them (the same tower, fewer experts or layers).
+Every preset with a tower is timed, the largest VLMs people serve among them (Llama-4-Maverick-17B-128E,
+Qwen3-VL-235B-A22B).
 """
 import argparse
 import statistics

@@ -42,6 +42,9 @@ SIBLINGS["minicpm3"] = ("deepseek-ai/DeepSeek-V3", {"architectures": ["MiniCPM3F
 SIBLINGS["step3_text"] = ("Qwen/Qwen3-30B-A3B", {"architectures": ["Step3TextForCausalLM"],
                                                  "moe_layers_enum": "1,2"})
 SIBLINGS["minicpmv_2_5_text"] = ("meta-llama/Llama-3.2-1B", {})  # MiniCPM-V 2.5's decoder (archs/vision.py)
+# DeepSeek-OCR's preset reads as a deepseek_v2 decoder of plain attention, which the live model refuses (it
+# runs DeepSeek with MLA alone): the retyped DeepSeek-V3 stands for deepseek_v2 still
+OVER_PRESETS = ("deepseek_v2",)
 SMALL = dict(num_hidden_layers=3, hidden_size=64, num_attention_heads=4, num_key_value_heads=2, head_dim=16,
              intermediate_size=96, vocab_size=1000)
 
@@ -55,7 +58,7 @@ def configs() -> dict[str, dict]:
     for cfg in sources:
         out.setdefault(load_spec(cfg).model_type, cfg)
     for model_type, (sibling, extra) in SIBLINGS.items():
-        if model_type not in out:
+        if model_type not in out or model_type in OVER_PRESETS:
             raw = presets()[sibling]
             raw = {**raw.get("text_config", {}), **{k: v for k, v in raw.items() if k != "text_config"}}
             out[model_type] = {**raw, **extra, "model_type": model_type}

@@ -55,12 +55,67 @@ def params_neox(c):
     return 2 * V * h + 2 * h + n * (4 * h + 3 * h * h + 3 * h + h * h + h + 2 * h * i + i + h)
 
 
+def params_glm_moe_dsa(c, mtp=0):
+    """MLA with its lightning indexer (wq_b, wk, k_norm weight and bias, weights_proj) on every layer; `mtp`
+    adds the next-token layer the checkpoint also holds (one more MoE layer, eh_proj and three norms)."""
+    h, V, n, H = c["hidden_size"], c["vocab_size"], c["num_hidden_layers"], c["num_attention_heads"]
+    ql, kvr, nope, rope = c["q_lora_rank"], c["kv_lora_rank"], c["qk_nope_head_dim"], c["qk_rope_head_dim"]
+    v, ni, nd = c["v_head_dim"], c["index_n_heads"], c["index_head_dim"]
+    E, mi = c["n_routed_experts"], c["moe_intermediate_size"]
+    attn = (h * ql + ql + ql * H * (nope + rope) + h * (kvr + rope) + kvr + kvr * H * (nope + v) + H * v * h
+            + ql * ni * nd + h * nd + 2 * nd + h * ni + 2 * h)
+    moe = h * E + E + (E + c["n_shared_experts"]) * 3 * h * mi  # router, its bias, experts and shared experts
+    k = c["first_k_dense_replace"]
+    return (2 * V * h + h + n * attn + k * 3 * h * c["intermediate_size"] + (n - k) * moe
+            + mtp * (attn + moe + 2 * h * h + 3 * h))
+
+
+def tower_block(w, m):
+    """One ViT block with biases everywhere: q/k/v/o, fc1/fc2 and two LayerNorms."""
+    return 4 * w * w + 4 * w + 2 * w * m + m + w + 4 * w
+
+
+def params_llama4(c):
+    t, v = c["text_config"], c["vision_config"]
+    h, V, n, d = t["hidden_size"], t["vocab_size"], t["num_hidden_layers"], t["head_dim"]
+    E = t["num_local_experts"]
+    # q/k/v/o and two norms (the q/k norm, where use_qk_norm, has no weight)
+    attn = 2 * h * t["num_attention_heads"] * d + 2 * h * t["num_key_value_heads"] * d + 2 * h
+    moe = h * E + (E + 1) * 3 * h * t["intermediate_size"]  # router, experts and the shared expert
+    n_moe = sum((i + 1) % t["interleave_moe_layer_step"] == 0 for i in range(n))
+    text = 2 * V * h + h + n * attn + n_moe * moe + (n - n_moe) * 3 * h * t["intermediate_size_mlp"]
+    w, p, i = v["hidden_size"], v["patch_size"], v["projector_input_dim"]
+    adapter = int(w / v["pixel_shuffle_ratio"] ** 2) * i + i * v["projector_output_dim"]
+    tower = (v["num_hidden_layers"] * tower_block(w, v["intermediate_size"]) + w * v["num_channels"] * p * p
+             + w + ((v["image_size"] // p) ** 2 + 1) * w + 4 * w + adapter)  # class token, positions, 2 norms
+    return text + tower + v["vision_output_dim"] * h
+
+
+def params_qwen3_vl_moe(c):
+    t, v = c["text_config"], c["vision_config"]
+    h, V, n, d = t["hidden_size"], t["vocab_size"], t["num_hidden_layers"], t["head_dim"]
+    E = t["num_experts"]
+    attn = 2 * h * t["num_attention_heads"] * d + 2 * h * t["num_key_value_heads"] * d + 2 * d + 2 * h
+    text = 2 * V * h + h + n * (attn + h * E + E * 3 * h * t["moe_intermediate_size"])
+    w, p, out = v["hidden_size"], v["patch_size"], v["out_hidden_size"]
+    wide = w * v["spatial_merge_size"] ** 2
+    merger = wide * wide + wide + wide * out + out
+    tower = (v["depth"] * tower_block(w, v["intermediate_size"])
+             + w * v["in_channels"] * v["temporal_patch_size"] * p * p + w + v["num_position_embeddings"] * w
+             + 2 * w + merger + len(v["deepstack_visual_indexes"]) * (2 * wide + merger))
+    return text + tower
+
+
 @pytest.mark.parametrize("key, count, nominal", [
     ("Qwen/Qwen3-Next-80B-A3B-Thinking", params_qwen3_next, 80e9),
     ("nvidia/Nemotron-H-56B-Base-8K", params_nemotron_h, 56e9),
     ("nvidia/Llama-3_3-Nemotron-Super-49B-v1", params_nemotron_nas, 49.9e9),
     ("openai-community/gpt2", params_gpt2, 124.4e6),
-    ("EleutherAI/pythia-1.4b", params_neox, 1.41e9)])
+    ("EleutherAI/pythia-1.4b", params_neox, 1.41e9),
+    ("meta-llama/Llama-4-Scout-17B-16E-Instruct", params_llama4, 109e9),
+    ("meta-llama/Llama-4-Maverick-17B-128E-Instruct", params_llama4, 400e9),
+    ("Qwen/Qwen3-VL-235B-A22B-Instruct", params_qwen3_vl_moe, 235e9),
+    ("zai-org/GLM-5", params_glm_moe_dsa, 744e9)])
 def test_total_weight_bytes(key, count, nominal):
     n = count(P[key])
     assert n == pytest.approx(nominal, rel=0.01)  # the independent count is itself the advertised size
@@ -68,3 +123,22 @@ def test_total_weight_bytes(key, count, nominal):
     assert m.total_weight_bytes == pytest.approx(n * nbytes(text(P[key])), rel=0.01)
     # plus vocab padding only
     assert m.ranks[0].weight_bytes == pytest.approx(n * nbytes(text(P[key])), rel=0.01)
+
+
+# The published checkpoints' own counts: Scout's and Maverick's tensors on the hub (108,641,793,536 and
+# 401,583,781,376, the figures a published parameter inventory and a provider's billing export give),
+# Qwen3-VL-235B-A22B-Instruct's 1,388 tensors in a model report of the release, and Qwen3-VL-30B-A3B's
+# index total_size (62,141,508,064 bytes of bf16, tests/data/indexes).
+@pytest.mark.parametrize("key, count, published", [
+    ("meta-llama/Llama-4-Scout-17B-16E-Instruct", params_llama4, 108_641_793_536),
+    ("meta-llama/Llama-4-Maverick-17B-128E-Instruct", params_llama4, 401_583_781_376),
+    ("Qwen/Qwen3-VL-235B-A22B-Instruct", params_qwen3_vl_moe, 235_670_022_896),
+    ("Qwen/Qwen3-VL-30B-A3B-Instruct", params_qwen3_vl_moe, 62_141_508_064 // 2)])
+def test_published_vlm_totals(key, count, published):
+    assert count(P[key]) == published
+    assert shard_map(key, 1).total_weight_bytes == published * 2  # bf16, vocabularies multiples of 64: no pad
+
+
+def test_glm5_with_its_mtp_layer_is_glm51s_checkpoint():
+    # GLM-5.1's config.json has GLM-5's numbers; a model report of its checkpoint lists 753,864,139,008 values
+    assert params_glm_moe_dsa(P["zai-org/GLM-5"], mtp=1) == 753_864_139_008

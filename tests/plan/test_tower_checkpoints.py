@@ -24,6 +24,11 @@ SAVED = {  # towers checked against the checkpoint transformers writes (its on-d
         text_config=dict(model_type="mistral", head_dim=16, **TEXT_ONLY),
         vision_config=dict(model_type="pixtral", hidden_size=32, num_attention_heads=4, intermediate_size=48,
                            num_hidden_layers=2, patch_size=4, image_size=32, head_dim=8)),
+    "LlavaForConditionalGeneration": dict(  # Pixtral-12B's HF format: llava.py around a Pixtral tower
+        model_type="llava", tie_word_embeddings=False, vision_feature_layer=-1,
+        text_config=dict(model_type="mistral", head_dim=16, **TEXT_ONLY),
+        vision_config=dict(model_type="pixtral", hidden_size=32, num_attention_heads=4, intermediate_size=48,
+                           num_hidden_layers=2, patch_size=4, image_size=32, head_dim=8)),
     "Qwen3VLMoeForConditionalGeneration": dict(
         model_type="qwen3_vl_moe", tie_word_embeddings=False,
         text_config=dict(model_type="qwen3_vl_moe_text", head_dim=16, num_experts=4, num_experts_per_tok=2,

@@ -76,12 +76,14 @@ def test_no_head_limit_but_the_mlp_width_and_no_data_mode():
 
 
 def test_what_vllm_builds_otherwise_is_refused_or_left_out():
-    """DeepSeek-OCR shares the model_type (told apart by architectures): its DeepEncoder is refused by name;
-    a tile_tag deepseek_vl2.py raises for too; a projector other than downsample_mlp_gelu leaves the tower
-    out, named in the notes, and the decoder maps."""
+    """DeepSeek-OCR shares the model_type (told apart by architectures): its DeepEncoder is mapped instead
+    (tests/plan/test_tower_ocr.py), DeepSeek-OCR-2 refused by name; a tile_tag deepseek_vl2.py raises for
+    too; a projector other than downsample_mlp_gelu leaves the tower out, named in the notes, and the
+    decoder maps."""
+    assert load_spec({**GIVEN, "architectures": ["DeepseekOCRForCausalLM"]}).tower.kind == "deepseek_ocr"
     with pytest.raises(ConfigError) as e:
-        load_spec({**GIVEN, "architectures": ["DeepseekOCRForCausalLM"]})
-    assert one_line(e.value) and "DeepEncoder" in str(e.value)
+        load_spec({**GIVEN, "architectures": ["DeepseekOCR2ForCausalLM"]})
+    assert one_line(e.value) and "DeepSeek-OCR-2 (deepseek_ocr2.py" in str(e.value)
     with pytest.raises(ConfigError) as e:
         load_spec({**GIVEN, "tile_tag": "1D"})
     assert one_line(e.value) and "tile_tag='1D'" in str(e.value)

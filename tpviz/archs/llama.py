@@ -85,5 +85,8 @@ RECORDS = [
     # class says nothing about it (Mistral-Small-4's text_config is no Mistral)
     Arch("mistral3", "", text_model="mistral", tower="pixtral", qkv_bias=False, o_bias=False,
          window="model_wide"),
+    # llava.py: LLaVA around the decoder its text_config names (LlavaConfig's default: Llama); its Pixtral tower
+    # (Pixtral-12B in HF format) is mapped, a CLIP or SigLIP one left out and named
+    Arch("llava", "", text_model="llama", tower="llava"),
     Arch("nemotron-nas", "DeciLMForCausalLM"),  # its block_configs give each layer's attention and FFN
 ]

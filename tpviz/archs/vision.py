@@ -3,7 +3,8 @@
 (model.language_model.*, the tower under model.visual.*: plan/tower_glm.py); MiniCPM-V
 (minicpmv.py), whose flat config is its decoder's, built by version as Llama, Qwen2 or Qwen3 under llm.*;
 DeepSeek-VL2 (deepseek_vl2.py), whose language_config vLLM reads as DeepseekV2Config and builds as
-DeepSeek-V2 under language.*. Their towers: config/tower.py."""
+DeepSeek-V2 under language.*, and DeepSeek-OCR (deepseek_ocr.py: the same model_type, told apart by
+architectures), whose decoder sits under model.*. Their towers: config/tower.py."""
 from dataclasses import replace
 
 from tpviz.archs.base import Arch
@@ -39,12 +40,18 @@ def minicpmv_decoder(cfg: dict) -> dict:
     return {**{k: v for k, v in cfg.items() if k not in drop}, "model_type": MINICPMV_DECODERS[version]}
 
 
+def deepseek_ocr(cfg: dict) -> bool:
+    """Whether a deepseek_vl_v2 config is DeepSeek-OCR's, which vLLM's DeepseekVLV2Config tells apart by
+    architectures (and builds with deepseek_ocr.py)."""
+    return "DeepseekOCRForCausalLM" in (cfg.get("architectures") or [])
+
+
 def deepseek_vl2_decoder(cfg: dict) -> dict:
     """language_config as DeepseekVLV2Config reads it (a DeepseekV2Config); DeepSeek-OCR's configs share
     the model_type and are told apart by architectures, as vLLM's config class does."""
-    if any(str(a).startswith("DeepseekOCR") for a in cfg.get("architectures") or []):
-        raise ConfigError("DeepSeek-OCR (deepseek_ocr.py, deepseek_ocr2.py) encodes images with DeepEncoder "
-                          "(a SAM ViT-B beside a CLIP-L, deepencoder.py), which tpviz does not model yet")
+    if "DeepseekOCR2ForCausalLM" in (cfg.get("architectures") or []):
+        raise ConfigError("DeepSeek-OCR-2 (deepseek_ocr2.py: a Qwen2 encoder over SAM's features) is not "
+                          "modelled; tpviz maps DeepSeek-OCR (DeepseekOCRForCausalLM) alone")
     text = cfg.get("language_config")
     if not isinstance(text, dict):
         raise MissingFieldError("config is missing language_config, DeepSeek-VL2's text decoder",

@@ -6,14 +6,15 @@ from dataclasses import asdict, dataclass, replace
 from math import isqrt
 
 from tpviz.archs import arch_of
-from tpviz.archs.vision import minicpmv_version
+from tpviz.archs.vision import deepseek_ocr, minicpmv_version
 from tpviz.config.fields import read_int, read_object
-from tpviz.config.tower_dims import glm4v, interns1, internvit
+from tpviz.config.tower_dims import deepseek_ocr as deepencoder, glm4v, interns1, internvit
 from tpviz.errors import ConfigError
 
 MODES = ("weights", "data")  # --mm-encoder-tp-mode: split the tower's weights, or run it whole per GPU
 TOWER_FILES = {"qwen2_vl": "qwen2_vl.py", "qwen2_5_vl": "qwen2_5_vl.py", "qwen3_vl": "qwen3_vl.py",
                "siglip": "siglip.py and gemma3_mm.py", "pixtral": "pixtral.py and mistral3.py",
+               "llava": "pixtral.py and llava.py",
                "llama4": "mllama4.py", "moonvit": "kimi_k25_vit.py and kimi_k25.py",
                "moonvit_vl": "moonvit.py and kimi_vl.py",
                "internvit": "intern_vit.py and internvl.py", "glm4v": "glm4_1v.py",
@@ -27,6 +28,9 @@ QWEN_KINDS = ("qwen2_vl", "qwen2_5_vl", "qwen3_vl")  # vision_config names their
 DATA_MODE = (*QWEN_KINDS, "llama4", "moonvit", "moonvit_vl", "minicpmv")  # kimi_vl.py too
 DATA_MODE += ("internvit", "glm4v")  # internvl.py and glm4_1v.py support it too
 OWN_READERS = {"internvit": internvit, "glm4v": glm4v, "interns1": interns1}  # config/tower_dims.py
+# DeepSeek-OCR: deepseek_vl2's model_type, told apart by architectures; no supports_encoder_tp_data
+TOWER_FILES["deepseek_ocr"] = "deepseek_ocr.py and deepencoder.py (SAM ViT-B, CLIP-L)"
+OWN_READERS["deepseek_ocr"] = deepencoder
 # timm's vit_so400m_patch14_siglip_384, which deepseek_vl2.py builds whatever vision_config says: width,
 # heads, MLP width (int(1152 x 3.7362)), blocks, patch, image size
 SO400M = dict(hidden=1152, heads=16, intermediate=4304, depth=27, patch=14, image=384)
@@ -84,6 +88,8 @@ class Tower:
     @property
     def heads_key(self) -> str:
         """Its heads as vision_config names them."""
+        if self.kind == "deepseek_ocr":  # set in deepseek_ocr.py, not read from the config
+            return "deepseek_ocr.py's CLIP-L num_attention_heads"
         return "vision_config." + ("num_heads" if self.kind in (*QWEN_KINDS, "glm4v")
                                    else "num_attention_heads")
 
@@ -114,6 +120,7 @@ def read_tower(outer: dict) -> Tower | None:
     """The tower of a multimodal config as its wrapper's record names it; None where tpviz does not model
     it."""
     kind = arch_of(str(outer.get("model_type", ""))).tower
+    kind = "deepseek_ocr" if kind == "deepseek_vl2" and deepseek_ocr(outer) else kind
     vc = read_object(outer, "vision_config")
     if not kind or not (vc or kind == "minicpmv"):  # MiniCPM-V 2.0 names timm's model, not a vision_config
         return None
@@ -125,8 +132,10 @@ def read_tower(outer: dict) -> Tower | None:
                       (_int(vc, "num_channels", default=3), patch, patch),
                       positions=(_int(vc, "image_size", default=224) // patch) ** 2,
                       block_path="encoder.layers", projector="multi_modal_projector.")
-    elif kind == "pixtral":  # Mistral-3: PixtralHFVisionModel, then the patch merger and a projector
-        tower = _pixtral(outer, vc)
+    elif kind in ("pixtral", "llava"):  # PixtralHFVisionModel, then Mistral-3's or LLaVA's projector
+        if kind == "llava" and vc.get("model_type") != "pixtral":  # llava.py's CLIP or SigLIP: left out
+            return None
+        tower = _pixtral(outer, vc, kind)
     elif kind in OWN_READERS:  # None: left out (a quantized checkpoint), named in the notes
         if (dims := OWN_READERS[kind](outer, vc)) is None:
             return None
@@ -165,20 +174,22 @@ def read_tower(outer: dict) -> Tower | None:
     return tower
 
 
-def _pixtral(outer: dict, vc: dict) -> Tower:
-    """mistral3.py builds the tower's blocks only up to vision_feature_layer (the loader skips the rest);
-    Mistral3ForConditionalGeneration has no data mode."""
+def _pixtral(outer: dict, vc: dict, kind: str) -> Tower:
+    """mistral3.py and llava.py build the tower's blocks only up to vision_feature_layer (the loader skips the
+    rest); neither class has a data mode. LlavaConfig's defaults differ from Mistral3Config's: the feature
+    layer -2 and a biased projector."""
     patch, text, depth = _int(vc, "patch_size", default=16), read_object(outer, "text_config"), \
         _int(vc, "num_hidden_layers", default=24)
-    feature = outer.get("vision_feature_layer", -1)
+    llava = kind == "llava"
+    feature = outer.get("vision_feature_layer", -2 if llava else -1)
     layers = feature if isinstance(feature, list) and feature else [feature]
     if not all(isinstance(i, int) and not isinstance(i, bool) and -depth <= i < depth for i in layers):
         raise ConfigError(f"vision_feature_layer={feature!r} is no layer of the {depth}-layer vision tower")
     built = max(depth + i + 1 if i < 0 else i for i in layers)  # vLLM's get_layer_index
-    bias = outer.get("multimodal_projector_bias", False)
+    bias = outer.get("multimodal_projector_bias", llava)
     if not isinstance(bias, bool):
         raise ConfigError(f"multimodal_projector_bias={bias!r} is not true or false")
-    return Tower("pixtral", "vision_tower.", _int(vc, "hidden_size", default=1024),
+    return Tower(kind, "vision_tower.", _int(vc, "hidden_size", default=1024),
                  _int(vc, "num_attention_heads", default=16), _int(vc, "intermediate_size", default=4096),
                  built, _int(text, "hidden_size"), _int(outer, "spatial_merge_size", default=2),
                  (_int(vc, "num_channels", default=3), patch, patch), block_path="transformer.layers",
@@ -222,8 +233,8 @@ def _moonvit(outer: dict, vc: dict, kind: str) -> Tower | None:
         text = read_object(outer, "text_config")
         if missing := [k for k in KIMI_VL_TEXT_KEYS if k not in text]:
             raise ConfigError(f"text_config is missing {', '.join(missing)}: vLLM 0.33 reads Kimi-VL's "
-                              "text_config as DeepseekV2Config, whose defaults (not DeepSeek-V3's) tpviz does "
-                              "not assume")
+                              "text_config as DeepseekV2Config, whose defaults (not DeepSeek-V3's) tpviz "
+                              "does not assume")
         vc = {"hidden_size": 1152, "num_attention_heads": 16, "intermediate_size": 4304,
               "num_hidden_layers": 27, "init_pos_emb_height": 64, "init_pos_emb_width": 64, **vc}
     patch, text = _int(vc, "patch_size", default=14), read_object(outer, "text_config")

@@ -1,5 +1,6 @@
-"""The dims of InternVL's InternViT and GLM-4.1V / 4.5V's vision tower as vLLM 0.33 builds them, read into the
-fields of config/tower.py's Tower (which builds the record: this module stays below it)."""
+"""The dims of InternVL's InternViT, GLM-4.1V / 4.5V's vision tower and DeepSeek-OCR's DeepEncoder as vLLM
+0.33 builds them, read into the fields of config/tower.py's Tower (which builds the record: this module stays
+below it)."""
 from tpviz.config.fields import read_int, read_object
 from tpviz.errors import ConfigError, MissingFieldError
 
@@ -103,3 +104,53 @@ def interns1(outer: dict, vc: dict) -> dict | None:
                 options=tuple(name for name, key in flags if vc.get(key))
                 + (("rms_norm",) if norm_type == "rms_norm" else ())
                 + (() if vc.get("use_mean_pooling", True) else ("final_norm",)))
+
+
+# deepencoder.py's build_sam_vit_b (what deepseek_ocr.py builds, whatever vision_config says): width, heads,
+# blocks, MLP width (mlp_ratio 4), patch, image size, the window of the windowed blocks and the global ones,
+# the neck's channels and the two stride-2 convolutions after it (net_2, net_3)
+SAM_VIT_B = dict(hidden=768, heads=12, depth=12, intermediate=3072, patch=16, image=1024, window=14,
+                 global_blocks=(2, 5, 8, 11), neck=256, downsample=(512, 1024))
+# deepseek_ocr.py's CLIPVisionConfig, given in the file: CLIP-L/14 at 224 (its input is SAM's features, so the
+# patch embedding is loaded but unused)
+CLIP_L = dict(hidden=1024, heads=16, intermediate=4096, depth=24, patch=14, image=224)
+OCR_PROJECTORS = ("linear", "downsample_mlp_gelu")  # deepseek_vl2.py's MlpProjector raises for any other
+
+
+def _projector(pc: dict, key: str, default: int) -> int:
+    """A projector_config size, MlpProjectorConfig's default where it is not given."""
+    try:
+        return read_int(pc, key, default=default)
+    except ConfigError as e:
+        raise type(e)(f"projector_config: {e}") from None
+
+
+def deepseek_ocr(outer: dict, vc: dict) -> dict | None:
+    """deepseek_ocr.py's DeepEncoder: SAM ViT-B (SAM_VIT_B) under model.sam_model., CLIP-L (CLIP_L, clip.py's
+    encoder layers) under model.vision_model., then MlpProjector (projector_config, read as
+    MlpProjectorConfig with its defaults) and two learned vectors of its width. None (left out, named) when
+    the checkpoint is quantized: deepseek_ocr.py hands the quantization to CLIP's layers."""
+    if outer.get("quantization_config"):
+        return None
+    pc = outer.get("projector_config") or {}
+    if not isinstance(pc, dict):
+        raise ConfigError(f"projector_config={pc!r} is not an object")
+    kind = pc.get("projector_type", "downsample_mlp_gelu")
+    if kind not in OCR_PROJECTORS:
+        raise ConfigError(f"projector_config: projector_type={kind!r}, which vLLM 0.33's MlpProjector "
+                          f"(deepseek_vl2.py) does not build: it builds {' or '.join(OCR_PROJECTORS)}")
+    if pc.get("token_pooling"):
+        raise ConfigError("projector_config: token_pooling, which vLLM 0.33's MlpProjector refuses")
+    n, inp = _projector(pc, "n_embed", 2048), _projector(pc, "input_dim", 1152)
+    if kind == "linear":  # one nn.Linear in the Sequential's place: layers.weight
+        widths = (inp, n)
+    else:  # a GELU between each two: layers.0, layers.2, ...
+        down, wide = _projector(pc, "downsample_ratio", 2), n * _projector(pc, "mlp_ratio", 1)
+        widths = (inp * down ** 2, *[wide] * (1 + max(_projector(pc, "depth", 2) - 2, 0)), n)
+    c = CLIP_L
+    return dict(kind="deepseek_ocr", prefix="model.vision_model.", hidden=c["hidden"], heads=c["heads"],
+                intermediate=c["intermediate"], depth=c["depth"], out_hidden=n, merge=1,
+                patch=(3, c["patch"], c["patch"]), positions=(c["image"] // c["patch"]) ** 2 + 1,
+                block_path="transformer.layers", projector="model.projector.", proj_bias=True, mlp=widths,
+                options=("linear_projector",) if kind == "linear" else (),
+                extras=("model.sam_model.", "model.image_newline", "model.view_seperator"))

@@ -20,6 +20,7 @@ from tpviz.plan.tower_glm import glm4v
 from tpviz.plan.tower_intern import interns1, internvit
 from tpviz.plan.tower_deepseek import HINT as DEEPSEEK_VL2_HINT, deepseek_vl2
 from tpviz.plan.tower_minicpm import minicpmv, minicpmv2_0, minicpmv4_6
+from tpviz.plan.tower_ocr import deepseek_ocr
 from tpviz.rules import RuleSet, divide, ruleset
 
 FAMILY = "vision"
@@ -140,7 +141,7 @@ def siglip(spec, t: Tower, rules: RuleSet) -> tuple[list, list, list]:
 def pixtral(spec, t: Tower, rules: RuleSet) -> tuple[list, list, list]:
     """pixtral.py's PixtralHFVisionModel (RMSNorms, gate/up merged, no biases) and mistral3.py's projector:
     an RMSNorm, the patch merger (a plain nn.Linear, whole on every GPU), linear_1 column- and linear_2
-    row-parallel."""
+    row-parallel; llava.py's (Pixtral-12B) is those two linears alone."""
     p, i, key = t.blocks, t.intermediate, ("vision_config.intermediate_size", t.intermediate)
     ff = f"{p}feed_forward."
     blocks = (_stored_qkv(spec, t, rules, "attention.", "o_proj", False)
@@ -149,11 +150,12 @@ def pixtral(spec, t: Tower, rules: RuleSet) -> tuple[list, list, list]:
               + row(f"{ff}down_proj", i, t.hidden, FAMILY, None, False, key)
               + [pl for n in ("attention_norm", "ffn_norm") for pl in norm(f"{p}{n}", t.hidden)])
     pr, text = t.projector, ("text_config.hidden_size", t.out_hidden)
-    once = [_conv(f"{t.prefix}patch_conv.weight", t), *norm(f"{t.prefix}ln_pre", t.hidden),
-            *norm(f"{pr}norm", t.hidden),
-            replicated(f"{pr}patch_merger.merging_layer.weight", t.hidden, t.hidden * t.merge ** 2),
-            *column(f"{pr}linear_1", t.hidden, t.out_hidden, FAMILY, None, t.proj_bias, text),
-            *row(f"{pr}linear_2", t.out_hidden, t.out_hidden, FAMILY, None, t.proj_bias, text)]
+    once = [_conv(f"{t.prefix}patch_conv.weight", t), *norm(f"{t.prefix}ln_pre", t.hidden)]
+    if t.kind == "pixtral":  # llava.py's projector has neither the norm nor the patch merger
+        once += [*norm(f"{pr}norm", t.hidden),
+                 replicated(f"{pr}patch_merger.merging_layer.weight", t.hidden, t.hidden * t.merge ** 2)]
+    once += [*column(f"{pr}linear_1", t.hidden, t.out_hidden, FAMILY, None, t.proj_bias, text),
+             *row(f"{pr}linear_2", t.out_hidden, t.out_hidden, FAMILY, None, t.proj_bias, text)]
     return blocks, [], once
 
 
@@ -213,7 +215,7 @@ def moonvit(spec, t: Tower, rules: RuleSet) -> tuple[list, list, list]:
 
 
 BUILDERS = {"qwen2_vl": qwen2_vl, "qwen2_5_vl": qwen2_5_vl, "qwen3_vl": qwen3_vl, "siglip": siglip,
-            "pixtral": pixtral, "llama4": llama4, "moonvit": moonvit, "minicpmv": minicpmv,
+            "pixtral": pixtral, "llava": pixtral, "llama4": llama4, "moonvit": moonvit, "minicpmv": minicpmv,
             "deepseek_vl2": deepseek_vl2}
 # towers whose attention is not split (deepseek_vl2.py: timm's, with only its MLPs parallel): no head limit
 WHOLE_ATTENTION = {"deepseek_vl2": DEEPSEEK_VL2_HINT}
@@ -228,6 +230,7 @@ BUILDERS |= {"internvit": internvit, "glm4v": glm4v, "interns1": interns1}  # to
 WHOLE_ATTENTION["internvit"] = DATA_HINT
 WHOLE_ATTENTION["interns1"] = ("vLLM 0.33's interns1_vit.py splits only this tower's MLP and interns1.py "
                                "has no --mm-encoder-tp-mode data")
+BUILDERS["deepseek_ocr"] = deepseek_ocr  # tower_ocr.py: CLIP-L's layers split, SAM's whole
 # layers a model file builds without disable_tp: split over tp even in data mode (mllama4.py's projector)
 SPLIT_IN_DATA = {"llama4": ("multi_modal_projector.linear_1.",)}
 
@@ -273,8 +276,8 @@ def tower_plans(spec, rules: RuleSet | str) -> list[ParamPlan]:
         return []
     blocks, deep, once = BUILDERS[t.kind](spec, t, rules)
     for group, count in ((blocks, t.depth), (deep, t.deepstack), (once, 0)):
-        for plan in group:
-            plan.family, plan.tower, plan.blocks = FAMILY, "vision", count
+        for plan in group:  # a once-per-tower part keeps the blocks its builder gave (DeepSeek-OCR's SAM)
+            plan.family, plan.tower, plan.blocks = FAMILY, "vision", count or plan.blocks
             if t.data_parallel:
                 if not plan.name.startswith(SPLIT_IN_DATA.get(t.kind, ())):
                     _whole(plan)

@@ -36,7 +36,7 @@ QUANT_PARTS = ("weight_scale_inv", "weight_scale", "weight_scale_2", "input_scal
 # modules outside the encoder blocks keep their name as a prefix: Llama-4's adapter and MiniCPM-V's resampler
 # have an mlp.fc1 / attn.out_proj of their own, MiniCPM-V 4.6's vit_merger a whole attention block
 OUTSIDE = {"merger": "merger.", "deepstack_merger_list": "deepstack.", "vision_adapter": "adapter.",
-           "vit_merger": "vit_merger.", "resampler": "resampler.", "mlp1": "mlp1."}
+           "vit_merger": "vit_merger.", "resampler": "resampler.", "mlp1": "mlp1.", "neck": "neck."}
 
 
 def tower_label(name: str) -> str:
@@ -55,7 +55,10 @@ def tower_label(name: str) -> str:
     if not tail:
         return f"{part.rstrip('.')} bias"
     label = part + (".".join(tail[-2:]) if tail[-1] == "proj" or part else tail[-1])
-    return f"{label} bias" if parts[-1] == "bias" else label
+    label = f"{label} bias" if parts[-1] == "bias" else label
+    # one tensor per block where blocks differ (SAM's relative-position tables, two sizes)
+    block = next((b for a, b in zip(names, names[1:]) if a == "blocks" and b.isdigit()), None)
+    return f"{label} (block {block})" if block is not None else label
 
 
 def tensor_label(t: TensorMap) -> str:
