@@ -1,13 +1,21 @@
-"""LLaVA (vLLM 0.33 llava.py): a Pixtral tower (Pixtral-12B in HF format) mapped as PixtralHFVisionModel with
-llava.py's two-linear projector; a CLIP or SigLIP tower left out and named. Names and shapes against what
-transformers saves are in test_tower_checkpoints.py."""
+"""LLaVA (vLLM 0.33 llava.py, llava_next.py): a Pixtral tower (Pixtral-12B in HF format) mapped as
+PixtralHFVisionModel, a CLIP one as clip.py's CLIPVisionModel, each with llava.py's two-linear projector; a
+SigLIP tower left out and named. The Pixtral names against what transformers saves are in
+test_tower_checkpoints.py; the CLIP ones here."""
+import json
+
 import pytest
+import transformers
 
 from tpviz import shard_map
 from tpviz.config.sources import load_spec
-from tpviz.errors import TPSizeError
+from tpviz.errors import ConfigError, TPSizeError
+from tpviz.plan import build_plan
+from tpviz.plan.tensors import tensors
 from tpviz.trace.shardmap import numel
+from tests.helpers.checkpoint import written_shapes
 from tests.helpers.errors import one_line
+from tests.plan.test_tower import TEXT
 
 # Pixtral-12B's dimensions: Mistral-NeMo's decoder (40 layers of 5120, 32 / 8 heads of 128, MLP 14336, 131072
 # vocab, untied) and PixtralVisionConfig's defaults (24 blocks of 1024, 16 heads, MLP 4096, patch 16)
@@ -57,11 +65,88 @@ def test_llava_config_defaults_and_the_heads_limit():
     assert not load_spec(PIXTRAL_12B).tower.supports_data
 
 
-def test_a_clip_llava_maps_its_decoder_and_names_the_tower_left_out():
-    """llava-1.5 (CLIP ViT-L): llava.py's CLIPVisionModel is not modelled: the decoder maps, the note says
-    the tower and projector are left out."""
-    cfg = {**PIXTRAL_12B, "vision_config": {"model_type": "clip_vision_model", "hidden_size": 1024,
-                                            "num_attention_heads": 16, "num_hidden_layers": 24}}
+# LLaVA-1.5-7B's and LLaVA-NeXT's tower: CLIP ViT-L/14 at 336 (24 layers of 1024, 16 heads, MLP 4096), the
+# second-to-last layer's features; a Vicuna-7B (Llama-2-7B) decoder given in full
+LLAVA_15 = {"architectures": ["LlavaForConditionalGeneration"], "model_type": "llava",
+            "projector_hidden_act": "gelu", "vision_feature_layer": -2, "tie_word_embeddings": False,
+            "text_config": {"model_type": "llama", "hidden_size": 4096, "intermediate_size": 11008,
+                            "num_attention_heads": 32, "num_hidden_layers": 32, "num_key_value_heads": 32,
+                            "vocab_size": 32064, "rms_norm_eps": 1e-05},
+            "vision_config": {"model_type": "clip_vision_model", "hidden_size": 1024, "image_size": 336,
+                              "intermediate_size": 4096, "num_attention_heads": 16, "num_hidden_layers": 24,
+                              "patch_size": 14, "projection_dim": 768}}
+
+
+def test_llava_15_clip_tower_by_hand():
+    """clip.py as llava.py builds it: 23 of 24 layers (vision_feature_layer -2), each q/k/v (biased, one
+    QKVParallelLinear over 16 heads), out_proj, fc1 / fc2 and two LayerNorms; the class token, the 14 x 14
+    patch kernel without bias, 577 positions and pre_layrnorm whole; no post_layernorm; the projector
+    1024 -> 4096 -> 4096 with biases: 290,909,184 tower values (with the skipped layer and post_layernorm,
+    303,507,456: CLIP ViT-L/14-336's vision model) and 20,979,712 projector values."""
+    m = shard_map(LLAVA_15, 2)
+    layer = 4 * (1024 * 1024 + 1024) + 2 * 4096 * 1024 + 4096 + 1024 + 4 * 1024
+    once = 1024 + 1024 * 3 * 14 * 14 + 577 * 1024 + 2 * 1024
+    projector = 1024 * 4096 + 4096 + 4096 * 4096 + 4096
+    assert sum(p.count * numel(p.shape) for p in m.params if p.tower) == 23 * layer + once + projector
+    assert 23 * layer + once == 290_909_184 and 24 * layer + once + 2 * 1024 == 303_507_456
+    k = m.tensor("vision_tower.vision_model.encoder.layers.*.self_attn.k_proj.weight")
+    assert k.blocks == 23 and [(p.start, p.stop) for p in k.rank_pieces(1)] == [(512, 1024)]
+    assert m.tensor("vision_tower.vision_model.encoder.layers.*.mlp.fc2.weight").split_dim == 1
+    assert m.tensor("vision_tower.vision_model.embeddings.position_embedding.weight").split_dim is None
+    assert not any("post_layernorm" in t.name for t in m.tensors)
+    assert any("clip.py and llava.py" in n for n in m.model.notes)
+    with pytest.raises(TPSizeError) as e:  # 16 heads, no data mode in llava.py
+        shard_map(LLAVA_15, 32)
+    assert one_line(e.value) and "vision_config.num_attention_heads=16" in str(e.value)
+
+
+def saved(hf_class: str, model_type: str, tmp_path) -> tuple[dict, dict]:
+    """A tiny LLaVA (or LLaVA-NeXT) with a 3-layer CLIP tower as transformers saves it, its tower renamed to
+    the layout of every released llava-hf checkpoint (vision_tower.vision_model.*: transformers 5 drops
+    'vision_model.', which vLLM 0.33's CLIPVisionModel keeps)."""
+    cfg = dict(model_type=model_type, tie_word_embeddings=False,
+               text_config=dict(model_type="llama", head_dim=16, tie_word_embeddings=False, **TEXT),
+               vision_config=dict(model_type="clip_vision_model", hidden_size=32, num_attention_heads=4,
+                                  intermediate_size=48, num_hidden_layers=3, patch_size=4, image_size=16))
+    if model_type == "llava_next":
+        cfg["image_grid_pinpoints"] = [[16, 16]]
+    model = getattr(transformers, hf_class)(transformers.AutoConfig.for_model(**cfg))
+    shapes = written_shapes(model, tmp_path)
+    shapes = {n.replace("vision_tower.", "vision_tower.vision_model.", 1): s for n, s in shapes.items()}
+    return json.loads((tmp_path / "config.json").read_text()), shapes
+
+
+@pytest.mark.parametrize("hf_class, model_type", [("LlavaForConditionalGeneration", "llava"),
+                                                  ("LlavaNextForConditionalGeneration", "llava_next")])
+def test_the_clip_tower_names_and_shapes_what_transformers_saves(hf_class, model_type, tmp_path):
+    """Every tower, projector (and LLaVA-NeXT image_newline) tensor saved is in the map with its shape, but
+    the last layer (vision_feature_layer -2) and post_layernorm, which vLLM's loader skips: the checkpoint
+    check counts them as dropped at load, not as a mismatch."""
+    cfg, shapes = saved(hf_class, model_type, tmp_path)
+    m = shard_map(cfg, 2, tensor_names=set(shapes), checkpoint_source="tiny")
+    planned = {t.name: t.shape for t in tensors(build_plan(m.model)) if t.plan.tower}
+    tower = {n: s for n, s in shapes.items() if n.startswith(m.model.tower.prefixes)}
+    skipped = {n for n in tower if ".layers.2." in n or "post_layernorm" in n}
+    assert len(skipped) == 18 and {n: s for n, s in tower.items() if n not in skipped} == planned
+    assert ("image_newline" in planned) == (model_type == "llava_next")
+    assert m.checkpoint["verified"] and m.checkpoint["dropped"] == 18, m.checkpoint
+
+
+def test_a_siglip_llava_maps_its_decoder_and_names_the_tower_left_out():
+    """A SigLIP tower in llava.py (SiglipVisionModel) is not modelled: the decoder maps, the note says the
+    tower and projector are left out."""
+    cfg = {**PIXTRAL_12B, "vision_config": {"model_type": "siglip_vision_model", "hidden_size": 1152,
+                                            "num_attention_heads": 16, "num_hidden_layers": 27}}
     m = shard_map(cfg, 2)
     assert not any(t.tower for t in m.tensors)
     assert any("left out" in n and "vision tower" in n for n in m.model.notes)
+
+
+def test_a_bad_clip_config_is_one_line():
+    for bad, key in (({"image_size": 335}, "image_size"), ({"num_hidden_layers": "24"}, "num_hidden_layers")):
+        with pytest.raises(ConfigError) as e:
+            load_spec({**LLAVA_15, "vision_config": {**LLAVA_15["vision_config"], **bad}})
+        assert one_line(e.value) and key in str(e.value)
+    with pytest.raises(ConfigError) as e:
+        load_spec({**LLAVA_15, "vision_feature_layer": 24})
+    assert one_line(e.value) and "vision_feature_layer=24" in str(e.value)

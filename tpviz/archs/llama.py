@@ -85,8 +85,9 @@ RECORDS = [
     # class says nothing about it (Mistral-Small-4's text_config is no Mistral)
     Arch("mistral3", "", text_model="mistral", tower="pixtral", qkv_bias=False, o_bias=False,
          window="model_wide"),
-    # llava.py: LLaVA around the decoder its text_config names (LlavaConfig's default: Llama); its Pixtral tower
-    # (Pixtral-12B in HF format) is mapped, a CLIP or SigLIP one left out and named
+    # llava.py, llava_next.py: LLaVA around the decoder its text_config names (LlavaConfig's default: Llama); a
+    # Pixtral (Pixtral-12B in HF format) or CLIP tower mapped, a SigLIP one left out and named
     Arch("llava", "", text_model="llama", tower="llava"),
+    Arch("llava_next", "", text_model="llama", tower="llava_next"),
     Arch("nemotron-nas", "DeciLMForCausalLM"),  # its block_configs give each layer's attention and FFN
 ]

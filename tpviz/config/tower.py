@@ -9,12 +9,16 @@ from tpviz.archs import arch_of
 from tpviz.archs.vision import deepseek_ocr, minicpmv_version
 from tpviz.config.fields import read_int, read_object
 from tpviz.config.tower_dims import deepseek_ocr as deepencoder, glm4v, interns1, internvit
+from tpviz.config.tower_llava import LLAVA, clip, pixtral
 from tpviz.errors import ConfigError
 
 MODES = ("weights", "data")  # --mm-encoder-tp-mode: split the tower's weights, or run it whole per GPU
 TOWER_FILES = {"qwen2_vl": "qwen2_vl.py", "qwen2_5_vl": "qwen2_5_vl.py", "qwen3_vl": "qwen3_vl.py",
                "siglip": "siglip.py and gemma3_mm.py", "pixtral": "pixtral.py and mistral3.py",
-               "llava": "pixtral.py and llava.py",
+               # llava.py, llava_next.py: the record's kind, then the tower each builds
+               "llava": "llava.py with pixtral.py or clip.py", "llava_next": "llava_next.py with clip.py",
+               "llava_pixtral": "pixtral.py and llava.py", "llava_clip": "clip.py and llava.py",
+               "llava_next_clip": "clip.py and llava_next.py",
                "llama4": "mllama4.py", "moonvit": "kimi_k25_vit.py and kimi_k25.py",
                "moonvit_vl": "moonvit.py and kimi_vl.py",
                "internvit": "intern_vit.py and internvl.py", "glm4v": "glm4_1v.py",
@@ -76,6 +80,8 @@ class Tower:
     queries: int = 0  # a perceiver resampler's learned queries (MiniCPM-V's query_num)
     mlp: tuple = ()  # a projector MLP's widths, input first (DeepSeek-VL2's downsample_mlp_gelu)
     extras: tuple = ()  # names outside both prefixes (DeepSeek-VL2's image_newline, view_seperator)
+    stored: int = 0  # the checkpoint's blocks where vLLM builds fewer (vision_feature_layer) and skips some
+    dropped: tuple = ()  # checkpoint names its loader drops (CLIP's post_layernorm without require_post_norm)
 
     @property
     def file(self) -> str:
@@ -106,7 +112,8 @@ class Tower:
         d = {**d, "options": tuple(d.get("options", ()))} if d else d
         return cls(**{**d, "patch": tuple(d["patch"]), "adapter": tuple(d.get("adapter", ())),
                       "grid": tuple(d.get("grid", ())), "mlp": tuple(d.get("mlp", ())),
-                      "extras": tuple(d.get("extras", ()))}) if d else None
+                      "extras": tuple(d.get("extras", ())),
+                      "dropped": tuple(d.get("dropped", ()))}) if d else None
 
 
 def _int(vc: dict, *keys, default=None) -> int:
@@ -132,10 +139,11 @@ def read_tower(outer: dict) -> Tower | None:
                       (_int(vc, "num_channels", default=3), patch, patch),
                       positions=(_int(vc, "image_size", default=224) // patch) ** 2,
                       block_path="encoder.layers", projector="multi_modal_projector.")
-    elif kind in ("pixtral", "llava"):  # PixtralHFVisionModel, then Mistral-3's or LLaVA's projector
-        if kind == "llava" and vc.get("model_type") != "pixtral":  # llava.py's CLIP or SigLIP: left out
-            return None
-        tower = _pixtral(outer, vc, kind)
+    elif kind == "pixtral" or kind in LLAVA:  # Pixtral or CLIP, then Mistral-3's or LLaVA's projector
+        vision = "pixtral" if kind == "pixtral" else vc.get("model_type")
+        if vision not in (("clip_vision_model",) if kind == "llava_next" else ("pixtral", "clip_vision_model")):
+            return None  # a SigLIP tower (or LLaVA-NeXT's rare Pixtral one): left out, named
+        tower = Tower(**(pixtral(outer, vc, kind) if vision == "pixtral" else clip(outer, vc, kind)))
     elif kind in OWN_READERS:  # None: left out (a quantized checkpoint), named in the notes
         if (dims := OWN_READERS[kind](outer, vc)) is None:
             return None
@@ -172,28 +180,6 @@ def read_tower(outer: dict) -> Tower | None:
         raise ConfigError(f"vision_config: hidden size {tower.hidden} is not divisible by "
                           f"{tower.heads} heads")
     return tower
-
-
-def _pixtral(outer: dict, vc: dict, kind: str) -> Tower:
-    """mistral3.py and llava.py build the tower's blocks only up to vision_feature_layer (the loader skips the
-    rest); neither class has a data mode. LlavaConfig's defaults differ from Mistral3Config's: the feature
-    layer -2 and a biased projector."""
-    patch, text, depth = _int(vc, "patch_size", default=16), read_object(outer, "text_config"), \
-        _int(vc, "num_hidden_layers", default=24)
-    llava = kind == "llava"
-    feature = outer.get("vision_feature_layer", -2 if llava else -1)
-    layers = feature if isinstance(feature, list) and feature else [feature]
-    if not all(isinstance(i, int) and not isinstance(i, bool) and -depth <= i < depth for i in layers):
-        raise ConfigError(f"vision_feature_layer={feature!r} is no layer of the {depth}-layer vision tower")
-    built = max(depth + i + 1 if i < 0 else i for i in layers)  # vLLM's get_layer_index
-    bias = outer.get("multimodal_projector_bias", llava)
-    if not isinstance(bias, bool):
-        raise ConfigError(f"multimodal_projector_bias={bias!r} is not true or false")
-    return Tower(kind, "vision_tower.", _int(vc, "hidden_size", default=1024),
-                 _int(vc, "num_attention_heads", default=16), _int(vc, "intermediate_size", default=4096),
-                 built, _int(text, "hidden_size"), _int(outer, "spatial_merge_size", default=2),
-                 (_int(vc, "num_channels", default=3), patch, patch), block_path="transformer.layers",
-                 projector="multi_modal_projector.", proj_bias=bias)
 
 
 def _llama4(outer: dict, vc: dict) -> Tower:

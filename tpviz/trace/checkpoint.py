@@ -148,11 +148,18 @@ def expected_bytes(m: ShardMap) -> dict[str, int]:
 
 def dropped_at_load(m: ShardMap) -> set[str]:
     """Checkpoint tensors vLLM 0.33 reads and drops: the k_proj, v_proj and k_norm a Gemma-4 checkpoint still
-    ships for its KV-shared layers (gemma4.py's weights mapper maps them to nothing)."""
-    names = arch_names(m.model)
-    return {f"{names.layer.replace('*', str(i))}{names.attn}{part}{suffix}"
-            for i, layer in enumerate(m.model.layers) if layer.mixer.kv_shared
-            for part, suffix in ((names.k, ".weight"), (names.v, ".weight"), (names.k_norm, ".weight"))}
+    ships for its KV-shared layers (gemma4.py's weights mapper maps them to nothing), a vision tower's blocks
+    past vision_feature_layer and CLIP's post_layernorm in LLaVA (llava.py builds neither)."""
+    names, t = arch_names(m.model), m.model.tower
+    shared = {f"{names.layer.replace('*', str(i))}{names.attn}{part}{suffix}"
+              for i, layer in enumerate(m.model.layers) if layer.mixer.kv_shared
+              for part, suffix in ((names.k, ".weight"), (names.v, ".weight"), (names.k_norm, ".weight"))}
+    if t is None:
+        return shared
+    # a tower's blocks past vision_feature_layer, which its loader skips, and the names its mapper drops
+    skipped = {x.name.replace("*", str(i), 1) for x in m.tensors if x.tower and x.name.startswith(t.blocks)
+               for i in range(t.depth, t.stored)}
+    return shared | skipped | set(t.dropped)
 
 
 def compare(m: ShardMap, names: set[str], source: str, sizes: dict[str, int] | None = None) -> dict:
@@ -172,7 +179,7 @@ def compare(m: ShardMap, names: set[str], source: str, sizes: dict[str, int] | N
     for n in names:
         if tower := next((t for t in towers if n.startswith(t) or f".{t}" in n), None):
             key = n[n.index(tower):]
-            (seen.add(key) if key in mapped else extra.append(n))
+            (seen.add(key) if key in mapped else dropped.append(n) if key in unloaded else extra.append(n))
             continue
         if (IGNORED.search(n) or n.startswith(VISION) or any(f".{v}" in n for v in VISION)
             or _beyond(n, layers)): continue

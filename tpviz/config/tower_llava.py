@@ -1,0 +1,70 @@
+"""The dims of the towers llava.py, llava_next.py and mistral3.py build, as vLLM 0.33 does: Pixtral's
+(PixtralHFVisionModel) or CLIP's (clip.py), each only up to vision_feature_layer, then the wrapper's
+projector. Read into the fields of config/tower.py's Tower (which builds the record: this module stays below
+it)."""
+from tpviz.config.fields import read_int, read_object
+from tpviz.errors import ConfigError
+
+# the wrappers whose config class defaults vision_feature_layer to -2 and a biased projector (LlavaConfig,
+# LlavaNextConfig); Mistral3Config's are -1 and unbiased
+LLAVA = ("llava", "llava_next")
+
+
+def _int(vc: dict, *keys, default=None) -> int:
+    try:
+        return read_int(vc, *keys, default=default)
+    except ConfigError as e:  # the key as the user finds it in config.json
+        raise type(e)(f"vision_config: {e}") from None
+
+
+def built_blocks(outer: dict, depth: int, llava: bool) -> int:
+    """The blocks vLLM builds: up to the deepest vision_feature_layer (llava.py's get_layer_index); its loader
+    skips the checkpoint's others."""
+    feature = outer.get("vision_feature_layer", -2 if llava else -1)
+    layers = feature if isinstance(feature, list) and feature else [feature]
+    if not all(isinstance(i, int) and not isinstance(i, bool) and -depth <= i < depth for i in layers):
+        raise ConfigError(f"vision_feature_layer={feature!r} is no layer of the {depth}-layer vision tower")
+    return max(depth + i + 1 if i < 0 else i for i in layers)
+
+
+def _projector_bias(outer: dict, llava: bool) -> bool:
+    bias = outer.get("multimodal_projector_bias", llava)
+    if not isinstance(bias, bool):
+        raise ConfigError(f"multimodal_projector_bias={bias!r} is not true or false")
+    return bias
+
+
+def pixtral(outer: dict, vc: dict, kind: str) -> dict:
+    """PixtralHFVisionModel (mistral3.py, or llava.py for Pixtral-12B); neither class has a data mode."""
+    patch, text, depth = _int(vc, "patch_size", default=16), read_object(outer, "text_config"), \
+        _int(vc, "num_hidden_layers", default=24)
+    llava = kind == "llava"
+    return dict(kind="llava_pixtral" if llava else kind, prefix="vision_tower.", hidden=_int(vc, "hidden_size", default=1024),
+                heads=_int(vc, "num_attention_heads", default=16),
+                intermediate=_int(vc, "intermediate_size", default=4096),
+                depth=built_blocks(outer, depth, llava), out_hidden=_int(text, "hidden_size"),
+                merge=_int(outer, "spatial_merge_size", default=2),
+                patch=(_int(vc, "num_channels", default=3), patch, patch), block_path="transformer.layers",
+                projector="multi_modal_projector.", proj_bias=_projector_bias(outer, llava), stored=depth)
+
+
+def clip(outer: dict, vc: dict, kind: str) -> dict:
+    """clip.py's CLIPVisionModel as llava.py / llava_next.py build it (require_post_norm=False: no
+    post_layernorm), CLIPVisionConfig's defaults where vision_config leaves a size out; LLaVA-NeXT adds its
+    image_newline, whole."""
+    patch, text, depth = _int(vc, "patch_size", default=32), read_object(outer, "text_config"), \
+        _int(vc, "num_hidden_layers", default=12)
+    image = _int(vc, "image_size", default=224)
+    if image % patch:  # clip.py asserts it
+        raise ConfigError(f"vision_config: image_size={image} is not a multiple of patch_size={patch}")
+    return dict(kind=f"{kind}_clip", prefix="vision_tower.vision_model.",
+                hidden=_int(vc, "hidden_size", default=768),
+                heads=_int(vc, "num_attention_heads", default=12),
+                intermediate=_int(vc, "intermediate_size", default=3072),
+                depth=built_blocks(outer, depth, True), out_hidden=_int(text, "hidden_size"), merge=1,
+                patch=(_int(vc, "num_channels", default=3), patch, patch),
+                positions=(image // patch) ** 2 + 1,
+                block_path="encoder.layers", projector="multi_modal_projector.",
+                proj_bias=_projector_bias(outer, True), stored=depth,
+                extras=("image_newline",) if kind == "llava_next" else (),
+                dropped=tuple(f"vision_tower.vision_model.post_layernorm.{w}" for w in ("weight", "bias")))
