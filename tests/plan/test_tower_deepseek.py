@@ -86,6 +86,9 @@ def test_what_vllm_builds_otherwise_is_refused_or_left_out():
     assert one_line(e.value) and "DeepSeek-OCR-2 (deepseek_ocr2.py" in str(e.value)
     with pytest.raises(ConfigError) as e:
         load_spec({**GIVEN, "tile_tag": "1D"})
-    assert one_line(e.value) and "tile_tag='1D'" in str(e.value)
+    assert one_line(e.value) and "tile_tag='1D'" in str(e.value) and "deepseek_vl2.py" in str(e.value)
+    with pytest.raises(ConfigError) as e:  # DeepSeek-OCR's own file raises alike
+        load_spec({**GIVEN, "tile_tag": "1D", "architectures": ["DeepseekOCRForCausalLM"]})
+    assert one_line(e.value) and "deepseek_ocr.py builds 2D alone" in str(e.value)
     spec = load_spec({**GIVEN, "projector_config": {"projector_type": "linear", "n_embed": 2560}})
     assert spec.tower is None and any("vision tower" in n and "left out" in n for n in spec.notes)

@@ -56,8 +56,9 @@ def deepseek_vl2_decoder(cfg: dict) -> dict:
     if not isinstance(text, dict):
         raise MissingFieldError("config is missing language_config, DeepSeek-VL2's text decoder",
                                 "language_config")
-    if cfg.get("tile_tag", "tile_tag") != "2D":  # deepseek_vl2.py raises for any other
-        raise ConfigError(f"tile_tag={cfg.get('tile_tag')!r}: vLLM 0.33's deepseek_vl2.py builds 2D alone")
+    if cfg.get("tile_tag", "tile_tag") != "2D":  # deepseek_vl2.py and deepseek_ocr.py raise for any other
+        raise ConfigError(f"tile_tag={cfg.get('tile_tag')!r}: vLLM 0.33's "
+                          f"{'deepseek_ocr' if deepseek_ocr(cfg) else 'deepseek_vl2'}.py builds 2D alone")
     for key in ("num_hidden_layers", "num_attention_heads"):  # deepseek-vl2 (the largest) gives neither
         if text.get(key) is None:
             raise MissingFieldError(f"language_config is missing {key}; vLLM 0.33 would take "
