@@ -8,6 +8,7 @@ import pytest
 
 from tpviz import ConfigError, shard_map
 from tpviz.config.normalize import normalize
+from tpviz.errors import MissingFieldError
 from tests.paths import ROOT
 
 LLAMA = {"model_type": "llama", "hidden_size": 4096, "num_attention_heads": 32, "num_key_value_heads": 8,
@@ -33,6 +34,29 @@ def test_plain_llama():
     assert not s.is_moe and not s.is_mla
     assert s.dtype == "bfloat16" and s.dtype_bytes == 2 and s.notes == []
     assert s.to_dict()["name"] == "x"
+
+
+def test_a_text_config_that_leaves_a_size_to_its_class_names_the_key():
+    """LLaVA-1.5's released text_config gives no hidden_size, heads or layers (vLLM 0.33 would take LlamaConfig's
+    4096 / 32 / 32): one line naming the nested key and the missing size, never a guess; InternVL's llm_config by
+    its own name."""
+    llava = {"model_type": "llava", "architectures": ["LlavaForConditionalGeneration"],
+             "text_config": {"model_type": "llama", "vocab_size": 32064, "max_position_embeddings": 4096},
+             "vision_config": {"model_type": "clip_vision_model", "hidden_size": 1024, "num_attention_heads": 16,
+                               "num_hidden_layers": 24, "patch_size": 14, "image_size": 336}}
+    with pytest.raises(MissingFieldError) as e:
+        normalize(llava)
+    assert "\n" not in str(e.value) and str(e.value).startswith("text_config is missing hidden_size: ")
+    assert e.value.field == "hidden_size" and "does not assume" in str(e.value)
+    text = {**llava["text_config"], "hidden_size": 4096, "num_attention_heads": 32}
+    with pytest.raises(MissingFieldError) as e:
+        normalize({**llava, "text_config": text})
+    assert str(e.value).startswith("text_config is missing num_hidden_layers")
+    intern = {"model_type": "internvl_chat", "architectures": ["InternVLChatModel"],
+              "llm_config": {"model_type": "qwen2", "vocab_size": 151674}}
+    with pytest.raises(MissingFieldError) as e:
+        normalize(intern)
+    assert str(e.value).startswith("llm_config is missing hidden_size")
 
 
 def test_nested_text_config():

@@ -56,6 +56,7 @@ def nested_decoder(cfg: dict) -> str | None:
 
 def read_spec(cfg: dict, name: str) -> ModelSpec:
     """A config dict (as transformers' class reads it, or as given) into a ModelSpec, as its record says."""
+    nest = next((k for k in ("text_config", "llm_config", "language_config") if k in cfg), "text_config")
     if "text_config" not in cfg and isinstance(cfg.get("llm_config"), dict):  # InternVL: vLLM 0.33 reads
         cfg = {**cfg, "text_config": cfg["llm_config"]}  # llm_config as text_config (_CONFIG_ATTRS_MAPPING)
     decoder_note = ""
@@ -94,6 +95,11 @@ def read_spec(cfg: dict, name: str) -> ModelSpec:
     if inner := nested_decoder(cfg):
         raise ConfigError(f"model_type {model_type!r} is a custom multimodal config: its text decoder is in "
                           f"'{inner}', not text_config, and tpviz reads text_config alone")
+    if wrapped and (gone := [k for k in ("hidden_size", "num_attention_heads", "num_hidden_layers")
+                             if pick(cfg, *DIMENSIONS[k]) is None]):  # LLaVA-1.5 leaves them to LlamaConfig
+        raise MissingFieldError(f"{nest} is missing {gone[0]}: vLLM 0.33 would take its {model_type} config "
+                                "class's default, which tpviz does not assume (it may be another model's size)",
+                                gone[0])
     hidden = read_int(cfg, "hidden_size", "n_embd", "n_embed", "d_model", "model_dim",
                       maximum=LIMITS["hidden_size"])
     heads = read_int(cfg, "num_attention_heads", "n_head", "num_heads", "n_heads")
