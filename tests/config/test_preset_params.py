@@ -106,7 +106,18 @@ def params_qwen3_vl_moe(c):
     return text + tower
 
 
+def params_hunyuan_moe(c):
+    """HunYuan-MoE: q/k/v/o with per-head q/k norms, in every layer a router, num_experts experts and one
+    shared MLP, all intermediate_size wide (the per-layer lists name one size and one shared expert); tied."""
+    h, V, n, d = c["hidden_size"], c["vocab_size"], c["num_hidden_layers"], c["attention_head_dim"]
+    E, i = c["num_experts"], c["intermediate_size"]
+    assert set(c["moe_intermediate_size"]) == {i} and set(c["num_shared_expert"]) == {1}
+    attn = 2 * h * c["num_attention_heads"] * d + 2 * h * c["num_key_value_heads"] * d + 2 * d + 2 * h
+    return V * h + h + n * (attn + h * E + (E + 1) * 3 * h * i)
+
+
 @pytest.mark.parametrize("key, count, nominal", [
+    ("tencent/Hunyuan-A13B-Instruct", params_hunyuan_moe, 80e9),  # the card's 80B total parameters
     ("Qwen/Qwen3-Next-80B-A3B-Thinking", params_qwen3_next, 80e9),
     ("nvidia/Nemotron-H-56B-Base-8K", params_nemotron_h, 56e9),
     ("nvidia/Llama-3_3-Nemotron-Super-49B-v1", params_nemotron_nas, 49.9e9),
