@@ -95,6 +95,8 @@ class Arch:
     # the forward all-gathers q/k/v and cuts it again by KV group (InternLM2): no KV-head replicas
     regroups_qkv: bool = False
     note: str = ""  # what the engine does with this architecture that the map alone does not show
+    # the config's own name of a key its adapt renames (Falcon-H1's mamba_n_heads): errors say it
+    config_keys: tuple[tuple[str, str], ...] = ()
     dense_replicated: str = ""  # the dense MLP is not split (GPTBigCode on vLLM's Transformers backend): why
     # vLLM's model file builds embed_tokens with no is_first_rank guard (qwen3_moe.py, mixtral.py, gemma*.py,
     # ...): every pipeline stage allocates and loads its slice of the table (checked in vLLM 0.28 and 0.33)

@@ -40,5 +40,6 @@ def falcon_h1_fields(cfg: dict) -> dict:
 RECORDS = [
     Arch("falcon_h1", "FalconH1ForCausalLM", FALCON_H1, adapt=falcon_h1_fields, qkv_bias=False, o_bias=False,
          unmodelled=(("mamba_proj_bias", "Mamba2 in_proj/out_proj biases"),),
+         config_keys=(("mamba_num_heads", "mamba_n_heads"),),
          note="Falcon-H1's muP multipliers scale activations and logits only; they change no weight"),
 ]

@@ -1,5 +1,5 @@
 """Hybrid and heterogeneous decoders: Nemotron-H (Mamba2, attention and MoE layers by pattern; vLLM 0.33
-models/nemotron_h.py), LFM2 (short convolutions and attention; models/lfm2.py) and its MoE
+models/nemotron_h.py) and pure Mamba2 as its pattern of 'M' (models/mamba2.py), LFM2 (short convolutions and attention; models/lfm2.py) and its MoE
 (models/lfm2_moe.py), and ChatGLM (fused q/k/v with
 multi-query groups; models/chatglm.py)."""
 from dataclasses import replace
@@ -41,6 +41,23 @@ def nemotron_h_fields(cfg: dict) -> dict:
     return cfg
 
 
+def mamba2_fields(cfg: dict) -> dict:
+    """Mamba2ForCausalLM (vLLM 0.33 models/mamba2.py): every layer is Nemotron-H's 'M' (the same MambaMixer2
+    and backbone. names); Mamba2Config's num_heads and head_dim are the mixer's, whose width is expand x
+    hidden_size. No layer attends: the attention counts every config gives are set to the mixer's heads, and
+    no plan reads them."""
+    n, hidden = read_int(cfg, "num_hidden_layers"), read_int(cfg, "hidden_size")
+    heads, head = read_int(cfg, "num_heads"), read_int(cfg, "head_dim", default=64)
+    width = read_int(cfg, "intermediate_size", default=read_int(cfg, "expand", default=2) * hidden)
+    if heads * head != width:
+        raise ConfigError(f"num_heads={heads} x head_dim={head} is not expand x hidden_size={width}, the width "
+                          "vLLM 0.33's MambaMixer2 splits into heads")
+    out = {k: v for k, v in cfg.items() if k not in ("num_heads", "head_dim", "num_key_value_heads")}
+    return {**out, "hybrid_override_pattern": "M" * n, "mamba_num_heads": heads, "mamba_head_dim": head,
+            "ssm_state_size": read_int(cfg, "state_size", default=128), "num_attention_heads": heads,
+            "mamba_rms_norm": True}  # mamba2.py builds the gated norm with its weight whatever rms_norm says
+
+
 def lfm2_fields(cfg: dict) -> dict:
     """LFM2's MLP size: block_ff_dim, adjusted to 2/3, times the multiplier, rounded up to
     block_multiple_of."""
@@ -77,7 +94,12 @@ def chatglm_kv(cfg: dict, heads: int, kv: int) -> int:
 
 RECORDS = [
     Arch("nemotron_h", "NemotronHForCausalLM", NEMOTRON_H, adapt=nemotron_h_fields, gated_mlp=False,
-         score_bias="always", state_dtype="float32", experts="ungated", embed_every_stage=True),
+         score_bias="always", state_dtype="float32", experts="ungated", embed_every_stage=True,
+         unmodelled=(("use_bias", "Mamba2 in_proj / out_proj biases (nemotron_h.py passes use_bias)"),)),
+    # mamba2.py: a pure Mamba2 stack (Mamba-Codestral); embeddings, lm_head and norm_f unguarded by stage
+    Arch("mamba2", "Mamba2ForCausalLM", NEMOTRON_H, adapt=mamba2_fields, gated_mlp=False,
+         unmodelled=(("use_bias", "Mamba2 in_proj / out_proj biases"),), embed_every_stage=True,
+         head_every_stage=True, config_keys=(("mamba_num_heads", "num_heads"),)),
     Arch("lfm2", "Lfm2ForCausalLM", LFM2, adapt=lfm2_fields, tied=True, qk_norm="head",
          embed_every_stage=True),
     # the router is in the model's dtype, its correction bias float32; tp above num_experts is refused

@@ -132,15 +132,15 @@ def _moe_layers(cfg: dict, n: int, experts: int) -> list[bool]:
 def derive(cfg: dict, arch: Arch, n: int, hidden: int, attn: Mixer, dense: Ffn,
            moe: Ffn | None) -> list[LayerSpec]:
     """Every layer's LayerSpec from the config's per-layer fields."""
+    for key, part in arch.unmodelled:  # before any layer reader: a pattern model's keys too (Mamba2's use_bias)
+        if cfg.get(key):
+            raise ConfigError(f"{key}={cfg[key]!r}: {arch.model_type}'s {part} are not modelled by tpviz yet")
     if "block_configs" in cfg:
         return _block_configs(cfg, n, hidden, attn, dense)
     if "hybrid_override_pattern" in cfg:
         return _hybrid_pattern(cfg, n, attn, dense, moe)
     if arch.refused:
         raise ConfigError(f"{arch.model_type} uses {arch.refused}, which tpviz does not model yet")
-    for key, part in arch.unmodelled:
-        if cfg.get(key):
-            raise ConfigError(f"{key}={cfg[key]!r}: {arch.model_type}'s {part} are not modelled by tpviz yet")
     mixers = _mixers(cfg, arch, n, attn)
     if "indexer" in arch.extra:  # DeepSeek Sparse Attention: the lightning indexer beside MLA
         mixers = with_indexers(cfg, mixers)

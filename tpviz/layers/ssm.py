@@ -102,7 +102,7 @@ class Mamba2Mixer(nn.Module):
                  dtype: torch.dtype | None = None):
         super().__init__()
         check_tp(tp_size, tp_rank)
-        divide(num_heads, tp_size, "mamba_num_heads")
+        divide(num_heads, tp_size, "mamba_num_heads", generic=True)  # named as the config names it
         if n_groups % tp_size and n_groups != 1:
             divide(n_groups, tp_size, "n_groups")  # vLLM replicates a single group only
         self.num_heads, self.head_dim, self.state_size, self.tp_size = (num_heads, head_dim,

@@ -106,7 +106,7 @@ def gated_deltanet(spec, names: Names, rules, m: Mixer, layers) -> list[ParamPla
 def mamba2(spec, names: Names, rules, m: Mixer, layers) -> list[ParamPlan]:
     h, d, g, n, hidden, k = m.heads, m.head_dim, m.groups, m.state, spec.hidden_size, m.conv_kernel
     inter, gs = h * d, g * n
-    heads = ("mamba_num_heads", h)
+    heads = (dict(spec.arch.config_keys).get("mamba_num_heads", "mamba_num_heads"), h)
     secs = [["z", 0, inter, d, "head"], ["x", inter, 2 * inter, d, "head"],
             ["B", 2 * inter, 2 * inter + gs, n, "group"],
             ["C", 2 * inter + gs, 2 * inter + 2 * gs, n, "group"],
