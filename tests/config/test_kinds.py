@@ -231,7 +231,7 @@ def test_unknown_llama_like_type_maps_with_a_note():
     assert any("my_llama" in n and "Llama" in n for n in s.notes)
 
 
-@pytest.mark.parametrize("model_type, part", [("mamba", "Mamba1"), ("minimax_m1", "lightning attention"),
+@pytest.mark.parametrize("model_type, part", [("rwkv", "RWKV"), ("minimax_m1", "lightning attention"),
                                               ("bamba", "Bamba")])
 def test_unmodelled_types_are_refused(model_type, part):
     refused(dict(BASE, model_type=model_type), model_type, part)

@@ -165,7 +165,8 @@ ADDED += ("preset:meta-llama/Llama-4-Maverick-17B-128E-Instruct|",  # the larges
 ADDED += ("preset:zai-org/GLM-5|",)  # GLM-MoE-DSA (issue 25)
 ADDED += ("preset:deepseek-ai/DeepSeek-OCR|",)  # DeepSeek-OCR's DeepEncoder (issue 25)
 ADDED += ("preset:tencent/Hunyuan-A13B-Instruct|",)
-ADDED += ("preset:mistralai/Mamba-Codestral-7B-v0.1|",)  # pure Mamba2 (issue 25)  # HunYuan-MoE, a complete copy found (issue 25)
+ADDED += ("preset:mistralai/Mamba-Codestral-7B-v0.1|",)  # pure Mamba2 (issue 25)
+ADDED += ("preset:tiiuae/falcon-mamba-7b|", "preset:state-spaces/mamba-2.8b-hf|")  # pure Mamba1 (issue 25)  # HunYuan-MoE, a complete copy found (issue 25)
 
 
 def compare(golden: dict, now: dict) -> None:

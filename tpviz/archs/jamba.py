@@ -7,6 +7,7 @@ file builds embed_tokens on every pipeline stage and its own lm_head, never tied
 from dataclasses import replace
 
 from tpviz.archs.base import Arch
+from tpviz.archs.hybrid import NEMOTRON_H
 from tpviz.archs.names import LLAMA
 from tpviz.config.fields import read_int
 from tpviz.errors import ConfigError
@@ -46,7 +47,28 @@ def jamba_fields(cfg: dict) -> dict:
     return out
 
 
+def mamba_fields(cfg: dict) -> dict:
+    """MambaForCausalLM / FalconMambaForCausalLM (vLLM 0.33 models/mamba.py): every layer a Mamba1 mixer alone
+    under backbone.layers.*.mixer, with no dt / B / C norm weights; MambaConfig's keys under the names the
+    readers know. No layer attends: the attention counts normalize asks for are one head of hidden_size, which
+    no plan reads."""
+    n, hidden = read_int(cfg, "num_hidden_layers"), read_int(cfg, "hidden_size")
+    rank = cfg.get("time_step_rank", "auto")
+    inner = read_int(cfg, "intermediate_size", default=read_int(cfg, "expand", default=2) * hidden)
+    return {**{k: v for k, v in cfg.items() if k not in ("head_dim", "num_key_value_heads")},
+            "layer_types": ["mamba1"] * n, "mixer_only": True, "mamba_dt_norms": False, "mamba_inner": inner,
+            "ssm_state_size": read_int(cfg, "state_size", default=16),
+            "time_step_rank": -(-hidden // 16) if rank == "auto" else read_int(cfg, "time_step_rank"),
+            "conv_kernel": read_int(cfg, "conv_kernel", default=4), "num_attention_heads": 1}
+
+
+# mamba.py: embeddings, lm_head and norm_f on every pipeline stage (no is_first_rank / is_last_rank guard)
+MAMBA = dict(adapt=mamba_fields, unmodelled=(("use_bias", "Mamba1 in_proj / out_proj biases"),),
+             embed_every_stage=True, head_every_stage=True, config_keys=(("mamba_inner", "intermediate_size"),))
+
 RECORDS = [
+    Arch("mamba", "MambaForCausalLM", NEMOTRON_H, **MAMBA),
+    Arch("falcon_mamba", "FalconMambaForCausalLM", NEMOTRON_H, **MAMBA),
     Arch("jamba", "JambaForCausalLM", JAMBA, adapt=jamba_fields, qkv_bias=False, o_bias=False,
          unmodelled=(("mamba_proj_bias", "Mamba1 in_proj/out_proj biases"),), embed_every_stage=True,
          head_every_stage=True),

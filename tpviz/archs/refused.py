@@ -5,7 +5,6 @@ UNMODELLED = {"minimax": "lightning attention (MiniMax)",
               "minimax_m1": "lightning attention (MiniMax)",
               "minimax_text_01": "lightning attention (MiniMax)",
               # plan/ssm.py's Mamba mixers are modelled beside attention; a stack of them alone is not
-              "mamba": "a pure Mamba1 stack (mamba.py: no attention layers)",
               "bamba": "Bamba's Mamba2 + attention layers", "zamba2": "Mamba2 + shared attention blocks (Zamba2)",
               "rwkv": "RWKV time mixing", "recurrent_gemma": "RG-LRU recurrent layers (RecurrentGemma)"}
 

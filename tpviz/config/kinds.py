@@ -45,7 +45,9 @@ class Mixer:
     q_rank: int = 0
     inner: int = 0  # Mamba1: its channels (mamba_expand x hidden_size), cut over tp
     dt_rank: int = 0  # Mamba1: the time-step rank x_proj projects to
-    no_norm: bool = False  # Mamba2 without its gated norm's weight (Falcon-H1's mamba_rms_norm false)
+    # Mamba2 without its gated norm's weight (Falcon-H1's mamba_rms_norm false), Mamba1 without dt / B / C
+    # norm weights (mamba.py)
+    no_norm: bool = False
     # a second mixer run on the same input, its output added to this one's (Falcon-H1's Mamba2 beside
     # attention); it reduces apart
     beside: "Mixer | None" = None

@@ -99,9 +99,10 @@ def _linear_mixer(cfg: dict, kind: str) -> Mixer:
                      groups=read_int(cfg, "n_groups", default=1), state=read_int(cfg, "ssm_state_size"),
                      conv_kernel=read_int(cfg, "conv_kernel", default=4),
                      no_norm=cfg.get("mamba_rms_norm") is False)
-    if kind == "mamba1":  # Jamba's record reads its mamba_* keys into these
+    if kind == "mamba1":  # Jamba's and Mamba's records read their keys into these
         return Mixer(kind, inner=read_int(cfg, "mamba_inner"), state=read_int(cfg, "ssm_state_size"),
-                     dt_rank=read_int(cfg, "time_step_rank"), conv_kernel=read_int(cfg, "conv_kernel"))
+                     dt_rank=read_int(cfg, "time_step_rank"), conv_kernel=read_int(cfg, "conv_kernel"),
+                     no_norm=cfg.get("mamba_dt_norms") is False)
     if kind == "short_conv":
         return Mixer(kind, conv_kernel=read_int(cfg, "conv_L_cache", default=3))
     if kind == "kda":  # Kimi-Linear: its record reads linear_attn_config into these keys
@@ -132,7 +133,7 @@ def _moe_layers(cfg: dict, n: int, experts: int) -> list[bool]:
 def derive(cfg: dict, arch: Arch, n: int, hidden: int, attn: Mixer, dense: Ffn,
            moe: Ffn | None) -> list[LayerSpec]:
     """Every layer's LayerSpec from the config's per-layer fields."""
-    for key, part in arch.unmodelled:  # before any layer reader: a pattern model's keys too (Mamba2's use_bias)
+    for key, part in arch.unmodelled:  # before any layer reader: a pattern's keys too (Mamba2's use_bias)
         if cfg.get(key):
             raise ConfigError(f"{key}={cfg[key]!r}: {arch.model_type}'s {part} are not modelled by tpviz yet")
     if "block_configs" in cfg:
@@ -142,6 +143,8 @@ def derive(cfg: dict, arch: Arch, n: int, hidden: int, attn: Mixer, dense: Ffn,
     if arch.refused:
         raise ConfigError(f"{arch.model_type} uses {arch.refused}, which tpviz does not model yet")
     mixers = _mixers(cfg, arch, n, attn)
+    if cfg.get("mixer_only") is True:  # a pure SSM stack (Mamba): no layer has an FFN
+        return [LayerSpec(m, Ffn("none")) for m in mixers]
     if "indexer" in arch.extra:  # DeepSeek Sparse Attention: the lightning indexer beside MLA
         mixers = with_indexers(cfg, mixers)
     has_moe = _moe_layers(cfg, n, moe.experts if moe else 0)

@@ -153,7 +153,8 @@ class MambaMixer(nn.Module):
         super().__init__()
         check_tp(tp_size, tp_rank)
         what = "mamba_expand * hidden_size"
-        divide(inner, tp_size, what)  # vLLM's column layers and mamba1_state_shape divide it
+        divide(inner, tp_size, what, generic=True)  # vLLM's column layers and state divide it; named as the
+        # config names it (Jamba's mamba_expand, Mamba's intermediate_size)
         self.inner, self.state_size, self.conv_kernel, self.tp_size = inner, state_size, conv_kernel, tp_size
         self.conv1d = _conv(conv_kernel, inner, tp_size, tp_rank, conv_bias)
         self.in_proj = MergedColumnParallelLinear(hidden_size, [inner] * 2, tp_size, tp_rank, bias=bias,

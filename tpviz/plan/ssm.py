@@ -128,10 +128,11 @@ def mamba2(spec, names: Names, rules, m: Mixer, layers) -> list[ParamPlan]:
 
 
 def mamba1(spec, names: Names, rules, m: Mixer, layers) -> list[ParamPlan]:
-    """Mamba1 (Jamba): every inner channel's tensors cut by rank; x_proj row-parallel, its dt | B | C rows
-    whole on every rank; the dt / B / C RMSNorms replicated."""
+    """Mamba1 (Jamba, Mamba): every inner channel's tensors cut by rank; x_proj row-parallel, its dt | B | C
+    rows whole on every rank; Jamba's dt / B / C RMSNorms replicated."""
     inner, n, rank, hidden, k = m.inner, m.state, m.dt_rank, spec.hidden_size, m.conv_kernel
-    q, p = ("mamba_expand * hidden_size", inner), f"{names.layer}{names.mamba}"
+    q = (dict(spec.arch.config_keys).get("mamba_inner", "mamba_expand * hidden_size"), inner)
+    p = f"{names.layer}{names.mamba}"
     tensors = [("in_proj.weight", "in_proj.weight", (2 * inner, hidden), 0,
                 [["x", 0, inner, 0, ""], ["gate", inner, 2 * inner, 0, ""]], q),
                ("conv1d.weight", "conv1d.weight", (inner, 1, k), 0, [], q)]
@@ -143,6 +144,8 @@ def mamba1(spec, names: Names, rules, m: Mixer, layers) -> list[ParamPlan]:
                 ("A_log", "A", (inner, n), 0, [], q), ("D", "D", (inner,), 0, [], q),
                 ("out_proj.weight", "out_proj.weight", (hidden, inner), 1, [], q)]
     plans = _fp32_a(_plans(spec, m, layers, p, tensors), A_NOTE)
+    if m.no_norm:  # mamba.py: no dt / B / C norms (Mamba), or ones without a weight (Falcon-Mamba)
+        return plans
     return plans + [pl for name, size in (("dt_layernorm", rank), ("b_layernorm", n), ("c_layernorm", n))
                     for pl in norm(f"{p}{name}", size, layers)]
 
