@@ -247,3 +247,13 @@ def test_an_unmodelled_class_vllm_retired_says_both(cls, part):
         normalize(dict(BASE, model_type=model_type, architectures=[cls]))
     assert part in str(e.value) and f"vLLM served {cls} until 0.23.0" in str(e.value)
     assert "\n" not in str(e.value)
+
+
+def test_an_unmodelled_class_vllm_does_not_serve_says_so():
+    """RWKV and RecurrentGemma are in no vLLM 0.33 registry; Zamba2 is (zamba2.py): only tpviz lacks it."""
+    for model_type, cls, served in (("rwkv", "RwkvForCausalLM", False),
+                                    ("recurrent_gemma", "RecurrentGemmaForCausalLM", False),
+                                    ("zamba2", "Zamba2ForCausalLM", True)):
+        with pytest.raises(ConfigError) as e:
+            normalize(dict(BASE, model_type=model_type, architectures=[cls]))
+        assert (f"nor does vLLM 0.33 serve {cls}" in str(e.value)) is not served, str(e.value)

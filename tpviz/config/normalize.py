@@ -10,7 +10,7 @@ from tpviz.config.spec import DTYPE_BYTES, LIMITS, ModelSpec
 from tpviz.config.tower import read_tower
 from tpviz.config.windows import ignored_window
 from tpviz.errors import ConfigError, MissingFieldError
-from tpviz.rules.served import architecture, retired, unserved
+from tpviz.rules.served import architecture, retired, serves, unserved
 
 
 def normalize(cfg: dict, name: str = "model") -> ModelSpec:
@@ -76,10 +76,11 @@ def read_spec(cfg: dict, name: str) -> ModelSpec:
                      f"entry), so it is mapped as {built.model_type}")
         model_type, arch = built.model_type, built
         cfg = {**cfg, "model_type": model_type}
-    if arch.refused:  # and where vLLM itself no longer serves the class (Bamba, MiniMax-Text-01), it says so
+    if arch.refused:  # and where vLLM itself does not serve the class (Bamba, RWKV), it says so
         last = retired(cls)
-        raise ConfigError(f"{model_type} uses {arch.refused}, which tpviz does not model yet" + (
-            f"; vLLM served {cls} until {last}" if last else ""))
+        why = (f"; vLLM served {cls} until {last}" if last else
+               f"; nor does vLLM 0.33 serve {cls}" if cls and not serves(cls) else "")
+        raise ConfigError(f"{model_type} uses {arch.refused}, which tpviz does not model yet{why}")
     if not arch.known:
         if why := unserved(cls):  # vLLM builds by architectures: a class it serves otherwise is no Llama
             raise ConfigError(f"model_type {outer.get('model_type') or model_type!r}: {why}")

@@ -30,6 +30,11 @@ def retired_in(cls: str, version: str) -> str | None:
     return last if last and version_tuple(last) < version_tuple(version) else None
 
 
+def serves(cls: str) -> bool:
+    """Whether vLLM 0.33's registry builds cls at all."""
+    return cls in registry()["models"]
+
+
 def retired(cls: str) -> str | None:
     """The last vLLM version that served cls, where vLLM 0.33's registry lists it as no longer served."""
     return registry()["retired"].get(cls)
