@@ -1,7 +1,7 @@
 """LLaVA (vLLM 0.33 llava.py, llava_next.py): a Pixtral tower (Pixtral-12B in HF format) mapped as
-PixtralHFVisionModel, a CLIP one as clip.py's CLIPVisionModel, each with llava.py's two-linear projector; a
-SigLIP tower left out and named. The Pixtral names against what transformers saves are in
-test_tower_checkpoints.py; the CLIP ones here."""
+PixtralHFVisionModel, a CLIP or SigLIP one as clip.py's / siglip.py's vision model, each with llava.py's
+two-linear projector; another tower left out and named. The Pixtral names against what transformers saves
+are in test_tower_checkpoints.py; the CLIP and SigLIP ones here."""
 import json
 
 import pytest
@@ -100,13 +100,13 @@ def test_llava_15_clip_tower_by_hand():
     assert one_line(e.value) and "vision_config.num_attention_heads=16" in str(e.value)
 
 
-def saved(hf_class: str, model_type: str, tmp_path) -> tuple[dict, dict]:
-    """A tiny LLaVA (or LLaVA-NeXT) with a 3-layer CLIP tower as transformers saves it, its tower renamed to
-    the layout of every released llava-hf checkpoint (vision_tower.vision_model.*: transformers 5 drops
-    'vision_model.', which vLLM 0.33's CLIPVisionModel keeps)."""
+def saved(hf_class: str, model_type: str, tmp_path, vision: str = "clip_vision_model") -> tuple[dict, dict]:
+    """A tiny LLaVA (or LLaVA-NeXT) with a 3-layer CLIP (or SigLIP) tower as transformers saves it, its tower
+    renamed to the layout of every released llava-hf checkpoint (vision_tower.vision_model.*: transformers 5
+    drops 'vision_model.', which vLLM 0.33's CLIPVisionModel and SiglipVisionModel keep)."""
     cfg = dict(model_type=model_type, tie_word_embeddings=False,
                text_config=dict(model_type="llama", head_dim=16, tie_word_embeddings=False, **TEXT),
-               vision_config=dict(model_type="clip_vision_model", hidden_size=32, num_attention_heads=4,
+               vision_config=dict(model_type=vision, hidden_size=32, num_attention_heads=4,
                                   intermediate_size=48, num_hidden_layers=3, patch_size=4, image_size=16))
     if model_type == "llava_next":
         cfg["image_grid_pinpoints"] = [[16, 16]]
@@ -116,28 +116,37 @@ def saved(hf_class: str, model_type: str, tmp_path) -> tuple[dict, dict]:
     return json.loads((tmp_path / "config.json").read_text()), shapes
 
 
+@pytest.mark.parametrize("vision", ["clip_vision_model", "siglip_vision_model"])
 @pytest.mark.parametrize("hf_class, model_type", [("LlavaForConditionalGeneration", "llava"),
                                                   ("LlavaNextForConditionalGeneration", "llava_next")])
-def test_the_clip_tower_names_and_shapes_what_transformers_saves(hf_class, model_type, tmp_path):
+def test_the_tower_names_and_shapes_what_transformers_saves(hf_class, model_type, vision, tmp_path):
     """Every tower, projector (and LLaVA-NeXT image_newline) tensor saved is in the map with its shape, but
-    the last layer (vision_feature_layer -2) and post_layernorm, which vLLM's loader skips: the checkpoint
-    check counts them as dropped at load, not as a mismatch."""
-    cfg, shapes = saved(hf_class, model_type, tmp_path)
+    the last layer (vision_feature_layer -2), post_layernorm and SigLIP's pooling head, which vLLM's loader
+    skips: the checkpoint check counts them as dropped at load, not as a mismatch."""
+    cfg, shapes = saved(hf_class, model_type, tmp_path, vision)
     m = shard_map(cfg, 2, tensor_names=set(shapes), checkpoint_source="tiny")
     planned = {t.name: t.shape for t in tensors(build_plan(m.model)) if t.plan.tower}
     tower = {n: s for n, s in shapes.items() if n.startswith(m.model.tower.prefixes)}
-    skipped = {n for n in tower if ".layers.2." in n or "post_layernorm" in n}
-    assert len(skipped) == 18 and {n: s for n, s in tower.items() if n not in skipped} == planned
+    skipped = {n for n in tower if ".layers.2." in n or "post_layernorm" in n or ".head." in n}
+    count = 18 + 11 * (vision == "siglip_vision_model")  # the head: probe, attention, layernorm, mlp
+    assert len(skipped) == count and {n: s for n, s in tower.items() if n not in skipped} == planned
     assert ("image_newline" in planned) == (model_type == "llava_next")
-    assert m.checkpoint["verified"] and m.checkpoint["dropped"] == 18, m.checkpoint
+    assert m.checkpoint["verified"] and m.checkpoint["dropped"] == count, m.checkpoint
 
 
-def test_a_siglip_llava_maps_its_decoder_and_names_the_tower_left_out():
-    """A SigLIP tower in llava.py (SiglipVisionModel) is not modelled: the decoder maps, the note says the
-    tower and projector are left out."""
-    cfg = {**PIXTRAL_12B, "vision_config": {"model_type": "siglip_vision_model", "hidden_size": 1152,
-                                            "num_attention_heads": 16, "num_hidden_layers": 27}}
+def test_a_siglip_tower_floors_its_patch_grid():
+    """SigLIP-SO400M at 384 with patch 14 (siglip.py floors: 27 x 27 = 729 positions, no class token), where
+    CLIP's clip.py asserts the division; 27 layers of 1152, 16 heads, MLP 4304; a biased patch kernel."""
+    cfg = {**PIXTRAL_12B, "vision_feature_layer": -1,
+           "vision_config": {"model_type": "siglip_vision_model", "hidden_size": 1152, "image_size": 384,
+                             "intermediate_size": 4304, "num_attention_heads": 16, "num_hidden_layers": 27,
+                             "patch_size": 14}}
     m = shard_map(cfg, 2)
+    assert m.tensor("vision_tower.vision_model.embeddings.position_embedding.weight").shape == [729, 1152]
+    assert m.tensor("vision_tower.vision_model.embeddings.patch_embedding.bias").shape == [1152]
+    assert m.model.tower.depth == 27 and any("siglip.py and llava.py" in n for n in m.model.notes)
+    cfg["vision_config"] = {**cfg["vision_config"], "model_type": "idefics2_vision"}
+    m = shard_map(cfg, 2)  # a tower llava.py does not build: the decoder maps, the tower is named left out
     assert not any(t.tower for t in m.tensors)
     assert any("left out" in n and "vision tower" in n for n in m.model.notes)
 

@@ -16,9 +16,11 @@ MODES = ("weights", "data")  # --mm-encoder-tp-mode: split the tower's weights, 
 TOWER_FILES = {"qwen2_vl": "qwen2_vl.py", "qwen2_5_vl": "qwen2_5_vl.py", "qwen3_vl": "qwen3_vl.py",
                "siglip": "siglip.py and gemma3_mm.py", "pixtral": "pixtral.py and mistral3.py",
                # llava.py, llava_next.py: the record's kind, then the tower each builds
-               "llava": "llava.py with pixtral.py or clip.py", "llava_next": "llava_next.py with clip.py",
+               "llava": "llava.py with pixtral.py, clip.py or siglip.py",
+               "llava_next": "llava_next.py with clip.py or siglip.py",
                "llava_pixtral": "pixtral.py and llava.py", "llava_clip": "clip.py and llava.py",
-               "llava_next_clip": "clip.py and llava_next.py",
+               "llava_next_clip": "clip.py and llava_next.py", "llava_siglip": "siglip.py and llava.py",
+               "llava_next_siglip": "siglip.py and llava_next.py",
                "llama4": "mllama4.py", "moonvit": "kimi_k25_vit.py and kimi_k25.py",
                "moonvit_vl": "moonvit.py and kimi_vl.py",
                "internvit": "intern_vit.py and internvl.py", "glm4v": "glm4_1v.py",
@@ -141,9 +143,11 @@ def read_tower(outer: dict) -> Tower | None:
                       block_path="encoder.layers", projector="multi_modal_projector.")
     elif kind == "pixtral" or kind in LLAVA:  # Pixtral or CLIP, then Mistral-3's or LLaVA's projector
         vision = "pixtral" if kind == "pixtral" else vc.get("model_type")
-        if vision not in (("clip_vision_model",) if kind == "llava_next" else ("pixtral", "clip_vision_model")):
-            return None  # a SigLIP tower (or LLaVA-NeXT's rare Pixtral one): left out, named
-        tower = Tower(**(pixtral(outer, vc, kind) if vision == "pixtral" else clip(outer, vc, kind)))
+        towers = ("clip_vision_model", "siglip_vision_model") + (("pixtral",) if kind != "llava_next" else ())
+        if vision not in towers:
+            return None  # another tower (or LLaVA-NeXT's rare Pixtral one): left out, named
+        tower = Tower(**(pixtral(outer, vc, kind) if vision == "pixtral" else
+                         clip(outer, vc, kind, siglip=vision == "siglip_vision_model")))
     elif kind in OWN_READERS:  # None: left out (a quantized checkpoint), named in the notes
         if (dims := OWN_READERS[kind](outer, vc)) is None:
             return None

@@ -39,7 +39,8 @@ def pixtral(outer: dict, vc: dict, kind: str) -> dict:
     patch, text, depth = _int(vc, "patch_size", default=16), read_object(outer, "text_config"), \
         _int(vc, "num_hidden_layers", default=24)
     llava = kind == "llava"
-    return dict(kind="llava_pixtral" if llava else kind, prefix="vision_tower.", hidden=_int(vc, "hidden_size", default=1024),
+    return dict(kind="llava_pixtral" if llava else kind, prefix="vision_tower.",
+                hidden=_int(vc, "hidden_size", default=1024),
                 heads=_int(vc, "num_attention_heads", default=16),
                 intermediate=_int(vc, "intermediate_size", default=4096),
                 depth=built_blocks(outer, depth, llava), out_hidden=_int(text, "hidden_size"),
@@ -48,23 +49,28 @@ def pixtral(outer: dict, vc: dict, kind: str) -> dict:
                 projector="multi_modal_projector.", proj_bias=_projector_bias(outer, llava), stored=depth)
 
 
-def clip(outer: dict, vc: dict, kind: str) -> dict:
-    """clip.py's CLIPVisionModel as llava.py / llava_next.py build it (require_post_norm=False: no
-    post_layernorm), CLIPVisionConfig's defaults where vision_config leaves a size out; LLaVA-NeXT adds its
-    image_newline, whole."""
-    patch, text, depth = _int(vc, "patch_size", default=32), read_object(outer, "text_config"), \
-        _int(vc, "num_hidden_layers", default=12)
+def clip(outer: dict, vc: dict, kind: str, siglip: bool = False) -> dict:
+    """clip.py's CLIPVisionModel (or siglip.py's SiglipVisionModel) as llava.py / llava_next.py build it
+    (require_post_norm=False: no post_layernorm; SigLIP without its pooling head), the config class's defaults
+    where vision_config leaves a size out; LLaVA-NeXT adds its image_newline, whole."""
+    patch, text, depth = _int(vc, "patch_size", default=16 if siglip else 32), \
+        read_object(outer, "text_config"), _int(vc, "num_hidden_layers", default=12)
     image = _int(vc, "image_size", default=224)
-    if image % patch:  # clip.py asserts it
+    if image % patch and not siglip:  # clip.py asserts it; siglip.py floors (SO400M: 384 / 14 -> 27 x 27)
         raise ConfigError(f"vision_config: image_size={image} is not a multiple of patch_size={patch}")
-    return dict(kind=f"{kind}_clip", prefix="vision_tower.vision_model.",
+    dropped = ("post_layernorm.weight", "post_layernorm.bias") + (
+        ("head.probe", "head.attention.in_proj_weight", "head.attention.in_proj_bias",
+         "head.attention.out_proj.weight", "head.attention.out_proj.bias", "head.layernorm.weight",
+         "head.layernorm.bias", "head.mlp.fc1.weight", "head.mlp.fc1.bias", "head.mlp.fc2.weight",
+         "head.mlp.fc2.bias") if siglip else ())
+    return dict(kind=f"{kind}_{'siglip' if siglip else 'clip'}", prefix="vision_tower.vision_model.",
                 hidden=_int(vc, "hidden_size", default=768),
                 heads=_int(vc, "num_attention_heads", default=12),
                 intermediate=_int(vc, "intermediate_size", default=3072),
                 depth=built_blocks(outer, depth, True), out_hidden=_int(text, "hidden_size"), merge=1,
                 patch=(_int(vc, "num_channels", default=3), patch, patch),
-                positions=(image // patch) ** 2 + 1,
+                positions=(image // patch) ** 2 + (0 if siglip else 1),  # CLIP's class token has one
                 block_path="encoder.layers", projector="multi_modal_projector.",
                 proj_bias=_projector_bias(outer, True), stored=depth,
                 extras=("image_newline",) if kind == "llava_next" else (),
-                dropped=tuple(f"vision_tower.vision_model.post_layernorm.{w}" for w in ("weight", "bias")))
+                dropped=tuple(f"vision_tower.vision_model.{name}" for name in dropped))

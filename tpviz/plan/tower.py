@@ -160,14 +160,16 @@ def pixtral(spec, t: Tower, rules: RuleSet) -> tuple[list, list, list]:
 
 
 def llava_clip(spec, t: Tower, rules: RuleSet) -> tuple[list, list, list]:
-    """clip.py's CLIPVisionModel as llava.py builds it: SigLIP's encoder layers (q/k/v stored apart, out_proj,
-    fc1 / fc2, two LayerNorms); a class token, an unbiased patch kernel, the position table and pre_layrnorm
-    whole, no post_layernorm; llava.py's projector (linear_1 column-, linear_2 row-parallel); LLaVA-NeXT's
-    image_newline whole."""
+    """clip.py's CLIPVisionModel (or siglip.py's) as llava.py builds it: SigLIP's encoder layers (q/k/v
+    stored apart, out_proj, fc1 / fc2, two LayerNorms); CLIP's class token, unbiased patch kernel and
+    pre_layrnorm, or SigLIP's biased kernel, and the position table, whole; no post_layernorm; llava.py's
+    projector (linear_1 column-, linear_2 row-parallel); LLaVA-NeXT's image_newline whole."""
     e, pr, text = f"{t.prefix}embeddings.", t.projector, ("text_config.hidden_size", t.out_hidden)
-    once = [replicated(f"{e}class_embedding", t.hidden, 1, bias=True), _conv(f"{e}patch_embedding.weight", t),
+    siglip_tower = t.kind.endswith("siglip")  # a biased patch kernel, no class token nor pre_layrnorm
+    first = (f"{e}patch_embedding.bias" if siglip_tower else f"{e}class_embedding")
+    once = [replicated(first, t.hidden, 1, bias=True), _conv(f"{e}patch_embedding.weight", t),
             replicated(f"{e}position_embedding.weight", t.positions, t.hidden),
-            *norm(f"{t.prefix}pre_layrnorm", t.hidden, bias=True),
+            *([] if siglip_tower else norm(f"{t.prefix}pre_layrnorm", t.hidden, bias=True)),
             *column(f"{pr}linear_1", t.hidden, t.out_hidden, FAMILY, None, t.proj_bias, text),
             *row(f"{pr}linear_2", t.out_hidden, t.out_hidden, FAMILY, None, t.proj_bias, text),
             *(replicated(name, t.out_hidden, 1, bias=True) for name in t.extras)]
@@ -231,7 +233,8 @@ def moonvit(spec, t: Tower, rules: RuleSet) -> tuple[list, list, list]:
 
 BUILDERS = {"qwen2_vl": qwen2_vl, "qwen2_5_vl": qwen2_5_vl, "qwen3_vl": qwen3_vl, "siglip": siglip,
             "pixtral": pixtral, "llava_pixtral": pixtral, "llava_clip": llava_clip,
-            "llava_next_clip": llava_clip, "llama4": llama4, "moonvit": moonvit, "minicpmv": minicpmv,
+            "llava_next_clip": llava_clip, "llava_siglip": llava_clip, "llava_next_siglip": llava_clip,
+            "llama4": llama4, "moonvit": moonvit, "minicpmv": minicpmv,
             "deepseek_vl2": deepseek_vl2}
 # towers whose attention is not split (deepseek_vl2.py: timm's, with only its MLPs parallel): no head limit
 WHOLE_ATTENTION = {"deepseek_vl2": DEEPSEEK_VL2_HINT}
