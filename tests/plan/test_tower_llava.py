@@ -108,7 +108,7 @@ def saved(hf_class: str, model_type: str, tmp_path, vision: str = "clip_vision_m
                text_config=dict(model_type="llama", head_dim=16, tie_word_embeddings=False, **TEXT),
                vision_config=dict(model_type=vision, hidden_size=32, num_attention_heads=4,
                                   intermediate_size=48, num_hidden_layers=3, patch_size=4, image_size=16))
-    if model_type == "llava_next":
+    if model_type != "llava":
         cfg["image_grid_pinpoints"] = [[16, 16]]
     model = getattr(transformers, hf_class)(transformers.AutoConfig.for_model(**cfg))
     shapes = written_shapes(model, tmp_path)
@@ -132,6 +132,23 @@ def test_the_tower_names_and_shapes_what_transformers_saves(hf_class, model_type
     assert len(skipped) == count and {n: s for n, s in tower.items() if n not in skipped} == planned
     assert ("image_newline" in planned) == (model_type == "llava_next")
     assert m.checkpoint["verified"] and m.checkpoint["dropped"] == count, m.checkpoint
+
+
+def test_llava_onevision_keeps_every_layer_and_its_projector_whole(tmp_path):
+    """llava_onevision.py: SigLIP built to LlavaOnevisionConfig's vision_feature_layer -1 (every layer), its
+    projector plain nn.Linears (whole on every GPU), image_newline whole; post_layernorm and the pooling head
+    dropped at load (13 tensors)."""
+    cfg, shapes = saved("LlavaOnevisionForConditionalGeneration", "llava_onevision", tmp_path,
+                        "siglip_vision_model")
+    m = shard_map(cfg, 2, tensor_names=set(shapes), checkpoint_source="tiny")
+    planned = {t.name: t.shape for t in tensors(build_plan(m.model)) if t.plan.tower}
+    tower = {n: s for n, s in shapes.items() if n.startswith(m.model.tower.prefixes)}
+    assert m.model.tower.depth == 3 and "image_newline" in planned
+    assert {n: s for n, s in tower.items() if "post_layernorm" not in n and ".head." not in n} == planned
+    assert m.checkpoint["verified"] and m.checkpoint["dropped"] == 13, m.checkpoint
+    projector = [t for t in m.tensors if t.name.startswith("multi_modal_projector.")]
+    assert len(projector) == 4 and all(t.split_dim is None for t in projector)
+    assert any("siglip.py and llava_onevision.py" in n for n in m.model.notes)
 
 
 def test_a_siglip_tower_floors_its_patch_grid():

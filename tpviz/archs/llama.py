@@ -85,9 +85,11 @@ RECORDS = [
     # class says nothing about it (Mistral-Small-4's text_config is no Mistral)
     Arch("mistral3", "", text_model="mistral", tower="pixtral", qkv_bias=False, o_bias=False,
          window="model_wide"),
-    # llava.py, llava_next.py: LLaVA around the decoder its text_config names (LlavaConfig's default: Llama); a
-    # Pixtral (Pixtral-12B in HF format) or CLIP tower mapped, a SigLIP one left out and named
+    # llava.py, llava_next.py: LLaVA around the decoder its text_config names (LlavaConfig's default:
+    # Llama); a Pixtral (Pixtral-12B in HF format), CLIP or SigLIP tower mapped, another left out and named
     Arch("llava", "", text_model="llama", tower="llava"),
     Arch("llava_next", "", text_model="llama", tower="llava_next"),
+    # llava_onevision.py: SigLIP (or CLIP) as in llava.py, a projector of plain nn.Linears; its decoder Qwen2
+    Arch("llava_onevision", "", text_model="qwen2", tower="llava_onevision"),
     Arch("nemotron-nas", "DeciLMForCausalLM"),  # its block_configs give each layer's attention and FFN
 ]

@@ -97,10 +97,10 @@ def read_spec(cfg: dict, name: str) -> ModelSpec:
         raise ConfigError(f"model_type {model_type!r} is a custom multimodal config: its text decoder is in "
                           f"'{inner}', not text_config, and tpviz reads text_config alone")
     if wrapped and (gone := [k for k in ("hidden_size", "num_attention_heads", "num_hidden_layers")
-                             if pick(cfg, *DIMENSIONS[k]) is None]):  # LLaVA-1.5 leaves them to LlamaConfig
-        raise MissingFieldError(f"{nest} is missing {gone[0]}: vLLM 0.33 would take its {model_type} config "
-                                "class's default, which tpviz does not assume (it may be another model's size)",
-                                gone[0])
+                             if pick(cfg, *DIMENSIONS[k]) is None]):  # LLaVA-1.5 leaves them to its class
+        raise MissingFieldError(f"{nest} is missing {gone[0]}: vLLM 0.33 would take its {model_type} "
+                                "config class's default, which tpviz does not assume (it may be another "
+                                "model's size)", gone[0])
     hidden = read_int(cfg, "hidden_size", "n_embd", "n_embed", "d_model", "model_dim",
                       maximum=LIMITS["hidden_size"])
     heads = read_int(cfg, "num_attention_heads", "n_head", "num_heads", "n_heads")

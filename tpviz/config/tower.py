@@ -21,6 +21,9 @@ TOWER_FILES = {"qwen2_vl": "qwen2_vl.py", "qwen2_5_vl": "qwen2_5_vl.py", "qwen3_
                "llava_pixtral": "pixtral.py and llava.py", "llava_clip": "clip.py and llava.py",
                "llava_next_clip": "clip.py and llava_next.py", "llava_siglip": "siglip.py and llava.py",
                "llava_next_siglip": "siglip.py and llava_next.py",
+               "llava_onevision": "llava_onevision.py with siglip.py or clip.py",
+               "llava_onevision_siglip": "siglip.py and llava_onevision.py",
+               "llava_onevision_clip": "clip.py and llava_onevision.py",
                "llama4": "mllama4.py", "moonvit": "kimi_k25_vit.py and kimi_k25.py",
                "moonvit_vl": "moonvit.py and kimi_vl.py",
                "internvit": "intern_vit.py and internvl.py", "glm4v": "glm4_1v.py",
@@ -143,7 +146,8 @@ def read_tower(outer: dict) -> Tower | None:
                       block_path="encoder.layers", projector="multi_modal_projector.")
     elif kind == "pixtral" or kind in LLAVA:  # Pixtral or CLIP, then Mistral-3's or LLaVA's projector
         vision = "pixtral" if kind == "pixtral" else vc.get("model_type")
-        towers = ("clip_vision_model", "siglip_vision_model") + (("pixtral",) if kind != "llava_next" else ())
+        towers = ("clip_vision_model", "siglip_vision_model") + (("pixtral",) if kind in ("llava", "pixtral")
+                                                                 else ())
         if vision not in towers:
             return None  # another tower (or LLaVA-NeXT's rare Pixtral one): left out, named
         tower = Tower(**(pixtral(outer, vc, kind) if vision == "pixtral" else

@@ -5,9 +5,10 @@ it)."""
 from tpviz.config.fields import read_int, read_object
 from tpviz.errors import ConfigError
 
-# the wrappers whose config class defaults vision_feature_layer to -2 and a biased projector (LlavaConfig,
-# LlavaNextConfig); Mistral3Config's are -1 and unbiased
-LLAVA = ("llava", "llava_next")
+# the wrappers whose config class defaults to a biased projector (LlavaConfig, LlavaNextConfig and
+# LlavaOnevisionConfig; Mistral3Config's is unbiased), and the feature layer each defaults to (Mistral3's: -1)
+LLAVA = ("llava", "llava_next", "llava_onevision")
+FEATURE_LAYER = {"llava": -2, "llava_next": -2, "llava_onevision": -1}
 
 
 def _int(vc: dict, *keys, default=None) -> int:
@@ -17,10 +18,10 @@ def _int(vc: dict, *keys, default=None) -> int:
         raise type(e)(f"vision_config: {e}") from None
 
 
-def built_blocks(outer: dict, depth: int, llava: bool) -> int:
+def built_blocks(outer: dict, depth: int, kind: str) -> int:
     """The blocks vLLM builds: up to the deepest vision_feature_layer (llava.py's get_layer_index); its loader
     skips the checkpoint's others."""
-    feature = outer.get("vision_feature_layer", -2 if llava else -1)
+    feature = outer.get("vision_feature_layer", FEATURE_LAYER.get(kind, -1))
     layers = feature if isinstance(feature, list) and feature else [feature]
     if not all(isinstance(i, int) and not isinstance(i, bool) and -depth <= i < depth for i in layers):
         raise ConfigError(f"vision_feature_layer={feature!r} is no layer of the {depth}-layer vision tower")
@@ -43,7 +44,7 @@ def pixtral(outer: dict, vc: dict, kind: str) -> dict:
                 hidden=_int(vc, "hidden_size", default=1024),
                 heads=_int(vc, "num_attention_heads", default=16),
                 intermediate=_int(vc, "intermediate_size", default=4096),
-                depth=built_blocks(outer, depth, llava), out_hidden=_int(text, "hidden_size"),
+                depth=built_blocks(outer, depth, kind), out_hidden=_int(text, "hidden_size"),
                 merge=_int(outer, "spatial_merge_size", default=2),
                 patch=(_int(vc, "num_channels", default=3), patch, patch), block_path="transformer.layers",
                 projector="multi_modal_projector.", proj_bias=_projector_bias(outer, llava), stored=depth)
@@ -52,7 +53,7 @@ def pixtral(outer: dict, vc: dict, kind: str) -> dict:
 def clip(outer: dict, vc: dict, kind: str, siglip: bool = False) -> dict:
     """clip.py's CLIPVisionModel (or siglip.py's SiglipVisionModel) as llava.py / llava_next.py build it
     (require_post_norm=False: no post_layernorm; SigLIP without its pooling head), the config class's defaults
-    where vision_config leaves a size out; LLaVA-NeXT adds its image_newline, whole."""
+    where vision_config leaves a size out; LLaVA-NeXT and LLaVA-OneVision add their image_newline, whole."""
     patch, text, depth = _int(vc, "patch_size", default=16 if siglip else 32), \
         read_object(outer, "text_config"), _int(vc, "num_hidden_layers", default=12)
     image = _int(vc, "image_size", default=224)
@@ -67,10 +68,10 @@ def clip(outer: dict, vc: dict, kind: str, siglip: bool = False) -> dict:
                 hidden=_int(vc, "hidden_size", default=768),
                 heads=_int(vc, "num_attention_heads", default=12),
                 intermediate=_int(vc, "intermediate_size", default=3072),
-                depth=built_blocks(outer, depth, True), out_hidden=_int(text, "hidden_size"), merge=1,
+                depth=built_blocks(outer, depth, kind), out_hidden=_int(text, "hidden_size"), merge=1,
                 patch=(_int(vc, "num_channels", default=3), patch, patch),
                 positions=(image // patch) ** 2 + (0 if siglip else 1),  # CLIP's class token has one
                 block_path="encoder.layers", projector="multi_modal_projector.",
                 proj_bias=_projector_bias(outer, True), stored=depth,
-                extras=("image_newline",) if kind == "llava_next" else (),
+                extras=("image_newline",) if kind != "llava" else (),
                 dropped=tuple(f"vision_tower.vision_model.{name}" for name in dropped))

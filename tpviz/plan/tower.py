@@ -162,18 +162,28 @@ def pixtral(spec, t: Tower, rules: RuleSet) -> tuple[list, list, list]:
 def llava_clip(spec, t: Tower, rules: RuleSet) -> tuple[list, list, list]:
     """clip.py's CLIPVisionModel (or siglip.py's) as llava.py builds it: SigLIP's encoder layers (q/k/v
     stored apart, out_proj, fc1 / fc2, two LayerNorms); CLIP's class token, unbiased patch kernel and
-    pre_layrnorm, or SigLIP's biased kernel, and the position table, whole; no post_layernorm; llava.py's
-    projector (linear_1 column-, linear_2 row-parallel); LLaVA-NeXT's image_newline whole."""
-    e, pr, text = f"{t.prefix}embeddings.", t.projector, ("text_config.hidden_size", t.out_hidden)
+    pre_layrnorm, or SigLIP's biased kernel, and the position table, whole; no post_layernorm; the wrapper's
+    projector; LLaVA-NeXT's and LLaVA-OneVision's image_newline whole."""
+    e, text = f"{t.prefix}embeddings.", ("text_config.hidden_size", t.out_hidden)
     siglip_tower = t.kind.endswith("siglip")  # a biased patch kernel, no class token nor pre_layrnorm
     first = (f"{e}patch_embedding.bias" if siglip_tower else f"{e}class_embedding")
     once = [replicated(first, t.hidden, 1, bias=True), _conv(f"{e}patch_embedding.weight", t),
             replicated(f"{e}position_embedding.weight", t.positions, t.hidden),
             *([] if siglip_tower else norm(f"{t.prefix}pre_layrnorm", t.hidden, bias=True)),
-            *column(f"{pr}linear_1", t.hidden, t.out_hidden, FAMILY, None, t.proj_bias, text),
-            *row(f"{pr}linear_2", t.out_hidden, t.out_hidden, FAMILY, None, t.proj_bias, text),
+            *_llava_projector(t, text),
             *(replicated(name, t.out_hidden, 1, bias=True) for name in t.extras)]
     return siglip(spec, t, rules)[0], [], once
+
+
+def _llava_projector(t: Tower, text: tuple) -> list:
+    """llava.py's linear_1 column- and linear_2 row-parallel; llava_onevision.py's plain nn.Linears, whole."""
+    pr = t.projector
+    if not t.kind.startswith("llava_onevision"):
+        return [*column(f"{pr}linear_1", t.hidden, t.out_hidden, FAMILY, None, t.proj_bias, text),
+                *row(f"{pr}linear_2", t.out_hidden, t.out_hidden, FAMILY, None, t.proj_bias, text)]
+    return [pl for name, inp in (("linear_1", t.hidden), ("linear_2", t.out_hidden))
+            for pl in [replicated(f"{pr}{name}.weight", t.out_hidden, inp)]
+            + ([replicated(f"{pr}{name}.bias", t.out_hidden, 1, bias=True)] if t.proj_bias else [])]
 
 
 def llama4(spec, t: Tower, rules: RuleSet) -> tuple[list, list, list]:
@@ -234,6 +244,7 @@ def moonvit(spec, t: Tower, rules: RuleSet) -> tuple[list, list, list]:
 BUILDERS = {"qwen2_vl": qwen2_vl, "qwen2_5_vl": qwen2_5_vl, "qwen3_vl": qwen3_vl, "siglip": siglip,
             "pixtral": pixtral, "llava_pixtral": pixtral, "llava_clip": llava_clip,
             "llava_next_clip": llava_clip, "llava_siglip": llava_clip, "llava_next_siglip": llava_clip,
+            "llava_onevision_siglip": llava_clip, "llava_onevision_clip": llava_clip,
             "llama4": llama4, "moonvit": moonvit, "minicpmv": minicpmv,
             "deepseek_vl2": deepseek_vl2}
 # towers whose attention is not split (deepseek_vl2.py: timm's, with only its MLPs parallel): no head limit
