@@ -32,7 +32,8 @@ def jamba_fields(cfg: dict) -> dict:
     moe = _period(cfg, "expert_layer_period", 2, "expert_layer_offset", 1)
     experts = read_int(cfg, "num_experts", default=16, minimum=0)
     rank = cfg.get("mamba_dt_rank", "auto")
-    out = {k: v for k, v in cfg.items() if k != "head_dim"}  # vLLM: hidden_size / num_attention_heads
+    # vLLM: hidden_size / num_attention_heads; mamba_dt_norms is the Mamba record's reading, never Jamba's
+    out = {k: v for k, v in cfg.items() if k not in ("head_dim", "mamba_dt_norms")}
     out.update(
         layer_types=["attention" if i % attn[0] == attn[1] else "mamba1" for i in range(n)],
         moe_layers=[i for i in range(n) if i % moe[0] == moe[1]] if experts > 1 else [],
@@ -56,15 +57,16 @@ def mamba_fields(cfg: dict) -> dict:
     rank = cfg.get("time_step_rank", "auto")
     inner = read_int(cfg, "intermediate_size", default=read_int(cfg, "expand", default=2) * hidden)
     return {**{k: v for k, v in cfg.items() if k not in ("head_dim", "num_key_value_heads")},
-            "layer_types": ["mamba1"] * n, "mixer_only": True, "mamba_dt_norms": False, "mamba_inner": inner,
+            "layer_types": ["mamba1"] * n, "mamba_dt_norms": False, "mamba_inner": inner,
             "ssm_state_size": read_int(cfg, "state_size", default=16),
             "time_step_rank": -(-hidden // 16) if rank == "auto" else read_int(cfg, "time_step_rank"),
             "conv_kernel": read_int(cfg, "conv_kernel", default=4), "num_attention_heads": 1}
 
 
 # mamba.py: embeddings, lm_head and norm_f on every pipeline stage (no is_first_rank / is_last_rank guard)
-MAMBA = dict(adapt=mamba_fields, unmodelled=(("use_bias", "Mamba1 in_proj / out_proj biases"),),
-             embed_every_stage=True, head_every_stage=True, config_keys=(("mamba_inner", "intermediate_size"),))
+MAMBA = dict(adapt=mamba_fields, mixer_only=True,
+             unmodelled=(("use_bias", "Mamba1 in_proj / out_proj biases"),), embed_every_stage=True,
+             head_every_stage=True, config_keys=(("mamba_inner", "intermediate_size"),))
 
 RECORDS = [
     Arch("mamba", "MambaForCausalLM", NEMOTRON_H, **MAMBA),

@@ -143,7 +143,7 @@ def derive(cfg: dict, arch: Arch, n: int, hidden: int, attn: Mixer, dense: Ffn,
     if arch.refused:
         raise ConfigError(f"{arch.model_type} uses {arch.refused}, which tpviz does not model yet")
     mixers = _mixers(cfg, arch, n, attn)
-    if cfg.get("mixer_only") is True:  # a pure SSM stack (Mamba): no layer has an FFN
+    if arch.mixer_only:  # a pure SSM stack (Mamba): no layer has an FFN
         return [LayerSpec(m, Ffn("none")) for m in mixers]
     if "indexer" in arch.extra:  # DeepSeek Sparse Attention: the lightning indexer beside MLA
         mixers = with_indexers(cfg, mixers)
