@@ -8,7 +8,7 @@ from tpviz.errors import TPSizeError
 from tpviz.layers import ColumnParallelLinear, QKVParallelLinear
 from tpviz.layers.norm import ShardedRMSNorm
 from tpviz.plan.core import (DT, PROBE, ParamPlan, Source, column, merged, norm, param, replicated, row,
-                             stored)
+                             shared, stored)
 from tpviz.plan.quantized import qplan
 from tpviz.plan.indexer import indexer
 from tpviz.archs.names import Names
@@ -72,10 +72,11 @@ def qkv(spec: ModelSpec, names: Names, rules: RuleSet, m: Mixer, layers, bias: b
     plans = []
     # Transformers backend (GPT-NeoX): a plain row split, no reorder
     plain = names.qkv_order == "per_head_plain"
+    layer = shared(lambda tp, r: ColumnParallelLinear(PROBE, 3 * h * d, tp, r, bias=bias, dtype=DT) if plain
+                   else QKVParallelLinear(PROBE, d, qh, kv, tp, r, bias=bias, rules=rules, dtype=DT))
     for suffix in ("weight", "bias") if bias else ("weight",):
         def build(tp, r, s=suffix):
-            mod = (ColumnParallelLinear(PROBE, 3 * h * d, tp, r, bias=bias, dtype=DT) if plain else
-                   QKVParallelLinear(PROBE, d, qh, kv, tp, r, bias=bias, rules=rules, dtype=DT))
+            mod = layer(tp, r)
             return mod, getattr(mod, s)
         tail = (hidden,) if suffix == "weight" else ()
         rows = (qh + 2 * kv) * d

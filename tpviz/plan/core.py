@@ -93,6 +93,21 @@ class ParamPlan:
         return (len(self.layers) if self.layers is not None else max(self.blocks, 1)) * max(self.experts, 1)
 
 
+def shared(make: Callable[[int, int], object]) -> Callable[[int, int], object]:
+    """One module per rank for a layer's weight and bias plans (the tracer refills each parameter it reads, so
+    the two need not build it twice); kept for the tp last asked."""
+    built: dict = {}
+
+    def get(tp: int, r: int):
+        if built.get("tp") != tp:
+            built.clear()
+            built["tp"] = tp
+        if r not in built:
+            built[r] = make(tp, r)
+        return built[r]
+    return get
+
+
 def class_name(build) -> str:
     module, _ = build(1, 0)
     return type(module).__name__
@@ -207,11 +222,10 @@ def column(prefix, inp, out, family, layers, bias, quantity, experts=0, note="",
                        experts=experts, quantity=quantity, note=note, heads=heads)
         return plans + (column(prefix, inp, out, family, layers, bias, quantity, experts, note, heads)[1:]
                         if bias else [])
-    plans = []
+    plans, layer = [], shared(lambda tp, r: ColumnParallelLinear(PROBE, out, tp, r, bias=bias, dtype=DT))
     for suffix, shape in (("weight", (out, inp)),) + ((("bias", (out,)),) if bias else ()):
         name = f"{prefix}.{suffix}"
-        build = lambda tp, r, s=suffix: (lambda m: (m, getattr(m, s)))(
-            ColumnParallelLinear(PROBE, out, tp, r, bias=bias, dtype=DT))
+        build = lambda tp, r, s=suffix: (lambda m: (m, getattr(m, s)))(layer(tp, r))
         src = (Source(name, (inp, out), dim=1, prepare=torch.t) if disk_t and suffix == "weight"
                else Source(name, shape))
         plans.append(param(name, family, build, shape, [src], layers=layers, experts=experts,
@@ -234,9 +248,10 @@ def merged(name, parts, fused, inp, sizes, family, layers, quantity, experts=0, 
         return plans + (merged(name, parts, fused, inp, sizes, family, layers, quantity, experts, bias, note,
                                labels, whole=whole)[1:] if bias else [])
     plans = []
+    layer = shared(lambda tp, r: MergedColumnParallelLinear(PROBE, sizes, *cut(tp, r), bias=bias, dtype=DT))
     for suffix in ("weight", "bias") if bias else ("weight",):
         def build(tp, r, s=suffix):
-            m = MergedColumnParallelLinear(PROBE, sizes, *cut(tp, r), bias=bias, dtype=DT)
+            m = layer(tp, r)
             return m, getattr(m, s)
         tail = (inp,) if suffix == "weight" else ()
         if fused:
