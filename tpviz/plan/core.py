@@ -3,6 +3,7 @@
 A ParamPlan says how to build one rank's layer (at probe size) and which checkpoint tensors its
 weight_loader receives. Checkpoint names follow each architecture's Hugging Face layout.
 """
+import threading
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -95,13 +96,14 @@ class ParamPlan:
 
 def shared(make: Callable[[int, int], object]) -> Callable[[int, int], object]:
     """One module per rank for a layer's weight and bias plans (the tracer refills each parameter it reads, so
-    the two need not build it twice); kept for the tp last asked."""
-    built: dict = {}
+    the two need not build it twice); kept for the tp last asked, per thread (app sessions are threads that
+    may trace one cached plan at once: a module is never filled by two of them)."""
+    local = threading.local()
 
     def get(tp: int, r: int):
-        if built.get("tp") != tp:
-            built.clear()
-            built["tp"] = tp
+        built = getattr(local, "built", None)
+        if built is None or built.get("tp") != tp:
+            built = local.built = {"tp": tp}
         if r not in built:
             built[r] = make(tp, r)
         return built[r]

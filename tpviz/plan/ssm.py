@@ -2,7 +2,7 @@
 from tpviz.config.kinds import STATEFUL, Mixer
 from tpviz.layers.linear import RowParallelLinear
 from tpviz.layers.ssm import GatedDeltaNet, Mamba2Mixer, MambaMixer, ShortConv
-from tpviz.plan.core import DT, PROBE, ParamPlan, Source, norm, param
+from tpviz.plan.core import DT, PROBE, ParamPlan, Source, norm, param, shared
 from tpviz.archs.names import Names
 
 FAMILY = {"gated_deltanet": "linear_attn", "mamba1": "mamba1", "mamba2": "mamba", "short_conv": "conv"}
@@ -34,7 +34,8 @@ def _plans(spec, m: Mixer, layers, prefix: str, tensors: list) -> list[ParamPlan
     """tensors: (checkpoint suffix, attribute path, full shape, split dim, sections, quantity), or for a
     parameter loaded from several checkpoint tensors, (param suffix, attribute, shape, dim, sources, quantity)
     where sources are (checkpoint suffix, shape, shard id, sections)."""
-    out, built = [], {}  # one mixer per rank serves all its tensors' plans: the tracer refills each one
+    # one mixer per rank serves all its tensors' plans: the tracer refills each one
+    out, built = [], shared(lambda tp, r: build_mixer(spec, m, tp, r))
     for suffix, attr, shape, dim, secs, quantity in tensors:
         if secs and isinstance(secs[0], tuple):  # several checkpoint tensors into one parameter
             srcs = [Source(f"{prefix}{n}", sh, sid, sections=sec) for n, sh, sid, sec in secs]
@@ -51,12 +52,10 @@ def _plans(spec, m: Mixer, layers, prefix: str, tensors: list) -> list[ParamPlan
     return out
 
 
-def _attr(spec, m: Mixer, tp: int, r: int, attr: str, built: dict):
+def _attr(spec, m: Mixer, tp: int, r: int, attr: str, built):
     """(the layer that owns the parameter, the parameter): out_proj's RowParallelLinear, or the mixer
     itself."""
-    if (tp, r) not in built:
-        built[tp, r] = build_mixer(spec, m, tp, r)
-    owner = built[tp, r]
+    owner = built(tp, r)
     *path, last = attr.split(".")
     for part in path:
         owner = getattr(owner, part)
