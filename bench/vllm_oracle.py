@@ -122,19 +122,20 @@ def tpviz_side(cfg: dict, tp: int) -> dict:
     ranks: list[dict] = [{} for _ in range(tp)]
     plans = build_plan(m.model, m.rules)
     # a whole tensor tpviz draws flattened (a patch conv kernel [out, in·p·p], a 2-D position table as rows):
-    # vLLM holds it as stored
-    disk = {pl.name: [pl.sources[0].disk] for pl in plans
+    # vLLM may hold it as stored, which is then the shape compared (a third entry)
+    disk = {pl.name: list(pl.sources[0].disk) for pl in plans
             if len(pl.sources) == 1 and pl.sources[0].disk and not pl.sources[0].split}
     for p in m.params:
         size = p.element_bytes or m.model_dtype_bytes
         copies, experts = copies_of(p)
         for i in copies:
             name = p.name if i is None else p.name.replace("*", str(i), 1)
-            for rank, shape in enumerate(p.local_shapes if p.name not in disk else disk[p.name] * tp):
+            for rank, shape in enumerate(p.local_shapes):
+                alt = [disk[p.name]] if p.name in disk and experts <= 1 else []
                 if experts > 1:
                     ranks[rank][expert_stack(name, p.layer_class)] = [[experts, *shape], size]
                 else:
-                    ranks[rank][name] = [list(shape), size]
+                    ranks[rank][name] = [list(shape), size, *alt]
     by_name = {p.name: p for p in m.params}
     ckpt = []  # name, full shape, dtype, and the parameter (as keyed above) tpviz loads it into
     for t in tensors(plans):
@@ -162,7 +163,8 @@ def compare(want: dict, have: dict, ckpt: list, left_out: tuple) -> list[str]:
     out += [f"vLLM builds {n} {v[0]} ({v[1]} B), tpviz lacks it" for n, v in sorted(have["params"].items())
            if n not in want and not n.startswith(left_out)]
     out += [f"tpviz maps {n} {v[0]}, vLLM lacks it" for n, v in sorted(want.items()) if n not in held]
-    out += [f"{n}: vLLM {held[n]}, tpviz {v}" for n, v in sorted(want.items()) if n in held and held[n] != v]
+    out += [f"{n}: vLLM {held[n]}, tpviz {v[:2]}" for n, v in sorted(want.items())
+            if n in held and held[n] != v[:2] and (len(v) < 3 or held[n] != [v[2], v[1]])]
     if have["load_error"]:
         out.append(f"load_weights raised: {have['load_error']}")
     out += [f"load_weights rejected {r}" for r in have["rejected"]]
