@@ -85,8 +85,17 @@ def report(model, vc, ckpt: list) -> dict:
     own = "model.layers." in (getattr(mapper, "orig_to_new_prefix", None) or {})
     wrapped = not own and any(n.startswith("language_model.") for n, _ in model.named_parameters())
 
+    # a tower tpviz names without the model. its checkpoint stores (MiniCPM-V 4.6's model.vision_tower.), where
+    # the class has no such module and its mapper takes only the stored name
+    tops = {n.split(".")[0] for n, _ in model.named_parameters()}
+    stored = [p for p in (getattr(mapper, "orig_to_new_prefix", None) or {}) if p.startswith("model.")]
+
     def vllm_name(n: str) -> str:  # the old multimodal layout, which every wrapper's mapper keeps as is
-        return f"language_model.{n}" if wrapped and n.startswith(("model.", "lm_head.")) else n
+        if wrapped and n.startswith(("model.", "lm_head.")):
+            return f"language_model.{n}"
+        if n.split(".")[0] not in tops and any(f"model.{n}".startswith(p) for p in stored):
+            return f"model.{n}"
+        return n
 
     def weights(only=None):
         # untouched CPU memory: a loader may copy into a parameter built on the CPU (norms, GDN's), and
