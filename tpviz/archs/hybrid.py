@@ -1,7 +1,7 @@
 """Hybrid and heterogeneous decoders: Nemotron-H (Mamba2, attention and MoE layers by pattern; vLLM 0.33
-models/nemotron_h.py) and pure Mamba2 as its pattern of 'M' (models/mamba2.py), LFM2 (short convolutions and attention; models/lfm2.py) and its MoE
-(models/lfm2_moe.py), and ChatGLM (fused q/k/v with
-multi-query groups; models/chatglm.py)."""
+models/nemotron_h.py) and pure Mamba2 as its pattern of 'M' (models/mamba2.py), LFM2 (short convolutions
+and attention; models/lfm2.py) and its MoE (models/lfm2_moe.py), and ChatGLM (fused q/k/v with multi-query
+groups; models/chatglm.py)."""
 from dataclasses import replace
 
 from tpviz.archs.base import Arch

@@ -4,8 +4,8 @@ from tpviz.archs.base import Arch
 UNMODELLED = {"minimax": "lightning attention (MiniMax)",
               "minimax_m1": "lightning attention (MiniMax)",
               "minimax_text_01": "lightning attention (MiniMax)",
-              # plan/ssm.py's Mamba mixers are modelled beside attention; a stack of them alone is not
-              "bamba": "Bamba's Mamba2 + attention layers", "zamba2": "Mamba2 + shared attention blocks (Zamba2)",
+              "bamba": "Bamba's Mamba2 + attention layers",  # vLLM retired it (0.23.0) before tpviz had it
+              "zamba2": "Mamba2 + shared attention blocks (Zamba2)",
               "rwkv": "RWKV time mixing", "recurrent_gemma": "RG-LRU recurrent layers (RecurrentGemma)"}
 
 RECORDS = [Arch(model_type, known=False, refused=part) for model_type, part in UNMODELLED.items()]

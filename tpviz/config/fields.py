@@ -38,6 +38,14 @@ def read_int(cfg: dict, *keys, default=None, minimum: int = 1, maximum: int = 0)
     return value
 
 
+def read_int_in(where: str, cfg: dict, *keys, default=None) -> int:
+    """read_int of a nested object, its one line naming the object as config.json does ('vision_config: ...')."""
+    try:
+        return read_int(cfg, *keys, default=default)
+    except ConfigError as e:
+        raise type(e)(f"{where}: {e}") from None
+
+
 def read_float(cfg: dict, key: str, default: float) -> float:
     """A number (default when absent or null)."""
     value = cfg.get(key, default)

@@ -3,27 +3,19 @@ decoder. Which tower a model has is its wrapper record's `tower` (tpviz.archs); 
 tensors. vLLM reads vision_config through transformers' class, so the class's defaults hold (olmOCR's
 config gives two keys and gets Qwen2-VL's whole tower)."""
 from dataclasses import asdict, dataclass, replace
+from functools import partial
 from math import isqrt
 
 from tpviz.archs import arch_of
 from tpviz.archs.vision import deepseek_ocr, minicpmv_version
-from tpviz.config.fields import read_int, read_object
+from tpviz.config.fields import read_int_in, read_object
 from tpviz.config.tower_dims import deepseek_ocr as deepencoder, glm4v, interns1, internvit
-from tpviz.config.tower_llava import LLAVA, clip, pixtral
+from tpviz.config.tower_llava import LLAVA, VISION, llava_tower
 from tpviz.errors import ConfigError
 
 MODES = ("weights", "data")  # --mm-encoder-tp-mode: split the tower's weights, or run it whole per GPU
 TOWER_FILES = {"qwen2_vl": "qwen2_vl.py", "qwen2_5_vl": "qwen2_5_vl.py", "qwen3_vl": "qwen3_vl.py",
                "siglip": "siglip.py and gemma3_mm.py", "pixtral": "pixtral.py and mistral3.py",
-               # llava.py, llava_next.py: the record's kind, then the tower each builds
-               "llava": "llava.py with pixtral.py, clip.py or siglip.py",
-               "llava_next": "llava_next.py with clip.py or siglip.py",
-               "llava_pixtral": "pixtral.py and llava.py", "llava_clip": "clip.py and llava.py",
-               "llava_next_clip": "clip.py and llava_next.py", "llava_siglip": "siglip.py and llava.py",
-               "llava_next_siglip": "siglip.py and llava_next.py",
-               "llava_onevision": "llava_onevision.py with siglip.py or clip.py",
-               "llava_onevision_siglip": "siglip.py and llava_onevision.py",
-               "llava_onevision_clip": "clip.py and llava_onevision.py",
                "llama4": "mllama4.py", "moonvit": "kimi_k25_vit.py and kimi_k25.py",
                "moonvit_vl": "moonvit.py and kimi_vl.py",
                "internvit": "intern_vit.py and internvl.py", "glm4v": "glm4_1v.py",
@@ -37,6 +29,12 @@ QWEN_KINDS = ("qwen2_vl", "qwen2_5_vl", "qwen3_vl")  # vision_config names their
 DATA_MODE = (*QWEN_KINDS, "llama4", "moonvit", "moonvit_vl", "minicpmv")  # kimi_vl.py too
 DATA_MODE += ("internvit", "glm4v")  # internvl.py and glm4_1v.py support it too
 OWN_READERS = {"internvit": internvit, "glm4v": glm4v, "interns1": interns1}  # config/tower_dims.py
+# config/tower_llava.py: each LLaVA wrapper's record kind, then the tower it builds ('{wrapper}_{vision}')
+OWN_READERS |= {k: partial(llava_tower, kind=k) for k in ("pixtral", *LLAVA)}
+TOWER_FILES |= {"llava": "llava.py with pixtral.py, clip.py or siglip.py",
+                "llava_pixtral": "pixtral.py and llava.py"}
+TOWER_FILES |= {w: f"{w}.py with clip.py or siglip.py" for w in LLAVA[1:]}
+TOWER_FILES |= {f"{w}_{v}": f"{v}.py and {w}.py" for w in LLAVA for v in VISION.values()}
 # DeepSeek-OCR: deepseek_vl2's model_type, told apart by architectures; no supports_encoder_tp_data
 TOWER_FILES["deepseek_ocr"] = "deepseek_ocr.py and deepencoder.py (SAM ViT-B, CLIP-L)"
 OWN_READERS["deepseek_ocr"] = deepencoder
@@ -121,11 +119,7 @@ class Tower:
                       "dropped": tuple(d.get("dropped", ()))}) if d else None
 
 
-def _int(vc: dict, *keys, default=None) -> int:
-    try:
-        return read_int(vc, *keys, default=default)
-    except ConfigError as e:  # the key as the user finds it in config.json
-        raise type(e)(f"vision_config: {e}") from None
+_int = partial(read_int_in, "vision_config")  # the key as the user finds it in config.json
 
 
 def read_tower(outer: dict) -> Tower | None:
@@ -144,15 +138,7 @@ def read_tower(outer: dict) -> Tower | None:
                       (_int(vc, "num_channels", default=3), patch, patch),
                       positions=(_int(vc, "image_size", default=224) // patch) ** 2,
                       block_path="encoder.layers", projector="multi_modal_projector.")
-    elif kind == "pixtral" or kind in LLAVA:  # Pixtral or CLIP, then Mistral-3's or LLaVA's projector
-        vision = "pixtral" if kind == "pixtral" else vc.get("model_type")
-        towers = ("clip_vision_model", "siglip_vision_model") + (("pixtral",) if kind in ("llava", "pixtral")
-                                                                 else ())
-        if vision not in towers:
-            return None  # another tower (or LLaVA-NeXT's rare Pixtral one): left out, named
-        tower = Tower(**(pixtral(outer, vc, kind) if vision == "pixtral" else
-                         clip(outer, vc, kind, siglip=vision == "siglip_vision_model")))
-    elif kind in OWN_READERS:  # None: left out (a quantized checkpoint), named in the notes
+    elif kind in OWN_READERS:  # None: left out (a quantized checkpoint, a tower the wrapper does not build)
         if (dims := OWN_READERS[kind](outer, vc)) is None:
             return None
         tower = Tower(**dims)

@@ -1,17 +1,15 @@
 """The dims of InternVL's InternViT, GLM-4.1V / 4.5V's vision tower and DeepSeek-OCR's DeepEncoder as vLLM
 0.33 builds them, read into the fields of config/tower.py's Tower (which builds the record: this module stays
 below it)."""
-from tpviz.config.fields import read_int, read_object
+from functools import partial
+
+from tpviz.config.fields import read_int, read_int_in, read_object
 from tpviz.errors import ConfigError, MissingFieldError
 
 NORMS = ("rms_norm", "layer_norm")  # intern_vit.py's NORM2FN
 
 
-def _int(vc: dict, key: str) -> int:
-    try:
-        return read_int(vc, key)
-    except ConfigError as e:  # the key as the user finds it in config.json
-        raise type(e)(f"vision_config: {e}") from None
+_int = partial(read_int_in, "vision_config")  # the key as the user finds it in config.json
 
 
 def _given(vc: dict, key: str, kinds: tuple) -> object:
@@ -117,14 +115,6 @@ CLIP_L = dict(hidden=1024, heads=16, intermediate=4096, depth=24, patch=14, imag
 OCR_PROJECTORS = ("linear", "downsample_mlp_gelu")  # deepseek_vl2.py's MlpProjector raises for any other
 
 
-def _projector(pc: dict, key: str, default: int) -> int:
-    """A projector_config size, MlpProjectorConfig's default where it is not given."""
-    try:
-        return read_int(pc, key, default=default)
-    except ConfigError as e:
-        raise type(e)(f"projector_config: {e}") from None
-
-
 def deepseek_ocr(outer: dict, vc: dict) -> dict | None:
     """deepseek_ocr.py's DeepEncoder: SAM ViT-B (SAM_VIT_B) under model.sam_model., CLIP-L (CLIP_L, clip.py's
     encoder layers) under model.vision_model., then MlpProjector (projector_config, read as
@@ -141,12 +131,13 @@ def deepseek_ocr(outer: dict, vc: dict) -> dict | None:
                           f"(deepseek_vl2.py) does not build: it builds {' or '.join(OCR_PROJECTORS)}")
     if pc.get("token_pooling"):
         raise ConfigError("projector_config: token_pooling, which vLLM 0.33's MlpProjector refuses")
-    n, inp = _projector(pc, "n_embed", 2048), _projector(pc, "input_dim", 1152)
+    size = partial(read_int_in, "projector_config", pc)  # MlpProjectorConfig's default where not given
+    n, inp = size("n_embed", default=2048), size("input_dim", default=1152)
     if kind == "linear":  # one nn.Linear in the Sequential's place: layers.weight
         widths = (inp, n)
     else:  # a GELU between each two: layers.0, layers.2, ...
-        down, wide = _projector(pc, "downsample_ratio", 2), n * _projector(pc, "mlp_ratio", 1)
-        widths = (inp * down ** 2, *[wide] * (1 + max(_projector(pc, "depth", 2) - 2, 0)), n)
+        down, wide = size("downsample_ratio", default=2), n * size("mlp_ratio", default=1)
+        widths = (inp * down ** 2, *[wide] * (1 + max(size("depth", default=2) - 2, 0)), n)
     c = CLIP_L
     return dict(kind="deepseek_ocr", prefix="model.vision_model.", hidden=c["hidden"], heads=c["heads"],
                 intermediate=c["intermediate"], depth=c["depth"], out_hidden=n, merge=1,

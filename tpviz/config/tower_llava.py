@@ -1,21 +1,20 @@
-"""The dims of the towers llava.py, llava_next.py and mistral3.py build, as vLLM 0.33 does: Pixtral's
-(PixtralHFVisionModel) or CLIP's (clip.py), each only up to vision_feature_layer, then the wrapper's
-projector. Read into the fields of config/tower.py's Tower (which builds the record: this module stays below
-it)."""
-from tpviz.config.fields import read_int, read_object
+"""The dims of the towers llava.py, llava_next.py, llava_onevision.py and mistral3.py build, as vLLM 0.33
+does: Pixtral's (PixtralHFVisionModel), CLIP's (clip.py) or SigLIP's (siglip.py), each only up to
+vision_feature_layer, then the wrapper's projector. Read into the fields of config/tower.py's Tower (which
+builds the record: this module stays below it)."""
+from functools import partial
+
+from tpviz.config.fields import read_int_in, read_object
 from tpviz.errors import ConfigError
 
 # the wrappers whose config class defaults to a biased projector (LlavaConfig, LlavaNextConfig and
 # LlavaOnevisionConfig; Mistral3Config's is unbiased), and the feature layer each defaults to (Mistral3's: -1)
 LLAVA = ("llava", "llava_next", "llava_onevision")
 FEATURE_LAYER = {"llava": -2, "llava_next": -2, "llava_onevision": -1}
+VISION = {"clip_vision_model": "clip", "siglip_vision_model": "siglip"}  # vision_config's model_type
 
 
-def _int(vc: dict, *keys, default=None) -> int:
-    try:
-        return read_int(vc, *keys, default=default)
-    except ConfigError as e:  # the key as the user finds it in config.json
-        raise type(e)(f"vision_config: {e}") from None
+_int = partial(read_int_in, "vision_config")
 
 
 def built_blocks(outer: dict, depth: int, kind: str) -> int:
@@ -75,3 +74,12 @@ def clip(outer: dict, vc: dict, kind: str, siglip: bool = False) -> dict:
                 proj_bias=_projector_bias(outer, True), stored=depth,
                 extras=("image_newline",) if kind != "llava" else (),
                 dropped=tuple(f"vision_tower.vision_model.{name}" for name in dropped))
+
+
+def llava_tower(outer: dict, vc: dict, kind: str) -> dict | None:
+    """The tower a LLaVA wrapper (or Mistral-3) builds from vision_config; None (left out, named) for one it
+    builds otherwise: llava_next.py and llava_onevision.py take no Pixtral tower here."""
+    if kind == "pixtral" or (kind == "llava" and vc.get("model_type") == "pixtral"):
+        return pixtral(outer, vc, kind)
+    vision = VISION.get(vc.get("model_type"))
+    return clip(outer, vc, kind, siglip=vision == "siglip") if vision else None

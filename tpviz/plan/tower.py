@@ -13,6 +13,7 @@ from math import prod
 from tpviz.archs.names import Names
 from tpviz.config.kinds import Mixer
 from tpviz.config.tower import Tower
+from tpviz.config.tower_llava import LLAVA, VISION
 from tpviz.errors import TPSizeError
 from tpviz.plan.attention import qkv, qkv_sections
 from tpviz.plan.core import ParamPlan, column, merged, norm, replicated, row
@@ -242,11 +243,9 @@ def moonvit(spec, t: Tower, rules: RuleSet) -> tuple[list, list, list]:
 
 
 BUILDERS = {"qwen2_vl": qwen2_vl, "qwen2_5_vl": qwen2_5_vl, "qwen3_vl": qwen3_vl, "siglip": siglip,
-            "pixtral": pixtral, "llava_pixtral": pixtral, "llava_clip": llava_clip,
-            "llava_next_clip": llava_clip, "llava_siglip": llava_clip, "llava_next_siglip": llava_clip,
-            "llava_onevision_siglip": llava_clip, "llava_onevision_clip": llava_clip,
-            "llama4": llama4, "moonvit": moonvit, "minicpmv": minicpmv,
-            "deepseek_vl2": deepseek_vl2}
+            "pixtral": pixtral, "llava_pixtral": pixtral, "llama4": llama4, "moonvit": moonvit,
+            "minicpmv": minicpmv, "deepseek_vl2": deepseek_vl2}
+BUILDERS |= {f"{w}_{v}": llava_clip for w in LLAVA for v in VISION.values()}  # config/tower_llava.py
 # towers whose attention is not split (deepseek_vl2.py: timm's, with only its MLPs parallel): no head limit
 WHOLE_ATTENTION = {"deepseek_vl2": DEEPSEEK_VL2_HINT}
 BUILDERS |= {"minicpmv4_6": minicpmv4_6, "minicpmv4_7": minicpmv4_6}  # tower_minicpm.py
