@@ -153,3 +153,24 @@ def test_published_vlm_totals(key, count, published):
 def test_glm5_with_its_mtp_layer_is_glm51s_checkpoint():
     # GLM-5.1's config.json has GLM-5's numbers; a model report of its checkpoint lists 753,864,139,008 values
     assert params_glm_moe_dsa(P["zai-org/GLM-5"], mtp=1) == 753_864_139_008
+
+
+def params_llava_clip(c):
+    """LLaVA-1.5 as stored: LlamaConfig's default decoder (text_config leaves its sizes to the class: 4096 wide,
+    32 layers and heads, 11008 MLP), all of CLIP ViT-L's blocks with its class token, position table and both
+    layer norms, and the two-layer projector."""
+    v, V = c["vision_config"], c["text_config"]["vocab_size"]
+    h, i, n = 4096, 11008, 32
+    text = 2 * V * h + h + n * (4 * h * h + 3 * h * i + 2 * h)
+    w, p, f = v["hidden_size"], v["patch_size"], v["intermediate_size"]
+    block = 4 * (w * w + w) + 2 * (2 * w) + (w * f + f) + (f * w + w)
+    tower = w + 3 * p * p * w + ((v["image_size"] // p) ** 2 + 1) * w + 2 * w + v["num_hidden_layers"] * block + 2 * w
+    return text + tower + (w * h + h) + (h * h + h), block + 2 * w
+
+
+def test_llava_1_5_is_the_release_less_what_vllm_skips():
+    """llava-hf/llava-1.5-7b-hf holds 7,063,427,072 values (its hub page's 7.06B); vLLM 0.33's llava.py builds
+    CLIP up to vision_feature_layer -2, so the map lacks the last block and post_layernorm."""
+    stored, skipped = params_llava_clip(P["llava-hf/llava-1.5-7b-hf"])
+    assert stored == 7_063_427_072
+    assert shard_map("llava-hf/llava-1.5-7b-hf", 1).total_weight_bytes == (stored - skipped) * 2  # float16

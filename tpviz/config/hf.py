@@ -134,19 +134,31 @@ def _read_with_class(text: str) -> tuple[dict, str | None]:
         return cfg, f"transformers' {cls.__name__} refuses it ({words[:300]}); its keys are read as given"
 
 
-def merged(given: dict, read: dict) -> dict:
+def merged(given: dict, read: dict, nested: bool = False) -> dict:
     """The class's reading over the config as given, sub-configs alike: what the class turns into properties
-    or moves elsewhere (Nemotron-H's hybrid_override_pattern, Gemma-4's global head sizes) stays as given, and
-    a dimension the config does not give is left out rather than taken from the class's defaults."""
+    or moves elsewhere (Nemotron-H's hybrid_override_pattern, Gemma-4's global head sizes) stays as given. A
+    dimension the config does not give is left out rather than taken from the class's defaults, but in a
+    wrapper's text_config: vLLM builds that decoder from the wrapper class's reading, defaults and all
+    (LLaVA-1.5's and Qwen2-Audio's leave their sizes to LlamaConfig's and Qwen2Config's), which
+    class_defaults names."""
     out = {**given, **read, **{k: given[k] for k in KEPT if k in given}}
     for names in DIMENSIONS.values():
-        if not any(given.get(n) is not None for n in names):
+        if not nested and not any(given.get(n) is not None for n in names):
             for n in names:
                 out.pop(n, None)
     for key, value in read.items():
         if key in TOWERS and isinstance(value, dict) and isinstance(given.get(key), dict):
             out[key] = {**given[key], **value}  # vLLM builds a tower from the class's defaults too
         elif isinstance(value, dict) and isinstance(given.get(key), dict) and key.endswith("_config"):
-            out[key] = merged(given[key], value)
+            out[key] = merged(given[key], value, nested=key == "text_config")
     return out
+
+
+def class_defaults(given: dict, read: dict) -> dict:
+    """The text decoder's dimensions a wrapper's text_config leaves to its class: {name: default}."""
+    g, r = given.get("text_config"), read.get("text_config")
+    if not (isinstance(g, dict) and isinstance(r, dict)) or g is r:
+        return {}
+    return {names[0]: r.get(names[0]) for names in DIMENSIONS.values()
+            if not any(g.get(n) is not None for n in names) and r.get(names[0]) is not None}
 

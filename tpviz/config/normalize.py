@@ -2,7 +2,7 @@
 config class (config/hf.py), then as the architecture's record (tpviz.archs) says."""
 from tpviz.archs import arch_of, arch_of_class
 from tpviz.config.fields import MAX_DIM, full_rope, json_type, pick, read_bool, read_float, read_int
-from tpviz.config.hf import DIMENSIONS, through_transformers
+from tpviz.config.hf import DIMENSIONS, class_defaults, config_class, through_transformers
 from tpviz.config.kinds import Ffn, Mixer
 from tpviz.config.quant import read_quant
 from tpviz.config.readers import bad_lengths, derive, family_defaults, hybrid_hint, max_model_len
@@ -26,6 +26,10 @@ def normalize(cfg: dict, name: str = "model") -> ModelSpec:
     # as given when the class refuses it: tpviz's own reading names a faulty field
     spec = read_spec(read, name)
     spec.config = cfg
+    if defaults := class_defaults(cfg, read):
+        cls = config_class(cfg["text_config"].get("model_type"))
+        spec.notes.append("text_config leaves " + ", ".join(f"{k} ({v})" for k, v in defaults.items())
+                          + f" to {cls.__name__ if cls else 'its class'}'s defaults, as vLLM 0.33 builds it")
     if refusal:  # a checkpoint may ship its own config code (trust_remote_code), which tpviz never runs
         spec.notes.append(f"{refusal}; read as given: vLLM loads it only with the "
                           "checkpoint's own config code")
