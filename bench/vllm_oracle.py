@@ -63,10 +63,10 @@ def shrink(cfg: dict, layers: int = 2, experts: int = 8) -> dict:
     """A copy with `layers` decoder (and tower) layers, at most `experts` routed experts, unquantized."""
     cfg = json.loads(json.dumps(cfg))
     cfg.pop("quantization_config", None)
-    for part in (cfg, cfg.get("text_config"), cfg.get("vision_config")):
+    for part in (cfg, cfg.get("text_config"), cfg.get("vision_config"), cfg.get("audio_config")):
         if not isinstance(part, dict):
             continue
-        for key in ("num_hidden_layers", "depth", "num_layers", "n_layer"):
+        for key in ("num_hidden_layers", "depth", "num_layers", "n_layer", "encoder_layers"):
             if isinstance(part.get(key), int):
                 part[key] = layers
         for key in ("layer_types", "block_configs", "hybrid_override_pattern"):

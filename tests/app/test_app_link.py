@@ -94,3 +94,13 @@ def test_the_vision_encoder_mode_is_a_serving_choice_in_the_link():
     vision = run_app({"model": "nvidia/Cosmos-Reason2-8B", "tp": "4", "tab": "vision"})
     assert errors(vision) == [] and charts(vision)[-1]["layout"]["title"]["text"].startswith("Vision tower")
     assert run_app({"model": "nvidia/Cosmos-Reason2-8B", "mm": "tensor"}).query_params.get("mm") is None
+
+
+def test_an_audio_tower_has_its_own_tab_and_a_data_mode_vision_tower_is_drawn_whole():
+    """Qwen2-Audio: the audio tower's tab (&tab=audio) draws it whole on every GPU; under &mm=data the vision
+    tower keeps its tab, drawn whole, and its bytes stay in the memory chart."""
+    at = run_app({"model": "Qwen/Qwen2-Audio-7B", "tp": "4", "tab": "audio"})
+    assert errors(at) == [] and charts(at)[-1]["layout"]["title"]["text"].startswith("Audio tower · whole")
+    data = run_app({"model": "nvidia/Cosmos-Reason2-8B", "tp": "32", "mm": "data", "tab": "vision"})
+    assert errors(data) == []
+    assert charts(data)[-1]["layout"]["title"]["text"].startswith("Vision tower · whole on every GPU")

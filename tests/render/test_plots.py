@@ -259,7 +259,8 @@ def test_a_wide_source_view_keeps_its_scale_in_a_wider_figure():
     assert tall.yaxis.range[0] == pytest.approx(14336 * 1.01)
 
 
-TOWERS = sorted(hub for hub, cfg in presets().items() if arch_of(cfg.get("model_type", "")).tower)  # mapped
+TOWERS = sorted(hub for hub, cfg in presets().items()  # mapped
+                if (a := arch_of(cfg.get("model_type", ""))).tower or a.audio)
 
 
 @pytest.mark.parametrize("model", TOWERS)

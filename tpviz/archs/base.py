@@ -24,6 +24,7 @@ class Arch:
     unmodelled: tuple[tuple[str, str], ...] = ()  # (config key, part): set and truthy, the config is refused
     text_model: str = ""  # a multimodal wrapper's text decoder model_type (Gemma-3: gemma3_text)
     tower: str = ""  # the wrapper's vision tower as config/tower.py reads it ("": not modelled, left out)
+    audio: str = ""  # its audio tower as config/tower_audio.py reads it ("": none, or left out)
     # a wrapper that keeps its decoder's config elsewhere than text_config: the config -> that decoder's
     # config, with the model_type vLLM builds it as (MiniCPM-V's flat config by version, DeepSeek-VL2's
     # language_config); read through transformers' class for that model_type, as vLLM's config class does

@@ -49,6 +49,10 @@ RECORDS = [
            adapt=qwen3_vl_moe_fields, embed_every_stage=True)
       for t, text, tower in (("qwen3_vl_moe", "qwen3_vl_moe_text", "qwen3_vl"),
                              ("qwen3_vl_moe_text", "", ""))),
+    # qwen2_audio.py: transformers' Qwen2AudioEncoder and a projector before Qwen2ForCausalLM, which vLLM
+    # builds from text_config whatever its model_type (config/tower_audio.py)
+    Arch("qwen2_audio", "Qwen2AudioForConditionalGeneration", text_model="qwen2", audio="qwen2_audio",
+         qkv_bias=True, o_bias=False, window="qwen2", window_flag=True),
     Arch("qwen3_next", "Qwen3NextForCausalLM", GATED_SHARED, qk_norm="head", output_gate=True,
          full_attention_interval=4, window_flag=True, moe_tp_limit=True, embed_every_stage=True),
     # Qwen3.5-MoE builds Qwen3-Next's MoE block (qwen3_5.py), shared_expert_gate included

@@ -8,6 +8,7 @@ from tpviz.config.quant import read_quant
 from tpviz.config.readers import bad_lengths, derive, family_defaults, hybrid_hint, max_model_len
 from tpviz.config.spec import DTYPE_BYTES, LIMITS, ModelSpec
 from tpviz.config.tower import read_tower
+from tpviz.config.tower_audio import read_audio
 from tpviz.config.windows import ignored_window
 from tpviz.errors import ConfigError, MissingFieldError
 from tpviz.rules.served import architecture, retired, serves, unserved
@@ -190,7 +191,7 @@ def read_spec(cfg: dict, name: str) -> ModelSpec:
         hidden_act=str(pick(cfg, "hidden_act", "hidden_activation", default="silu")),
         notes=notes,
     )
-    spec.tower = read_tower(outer)
+    spec.tower, spec.audio = read_tower(outer), read_audio(outer)
     if "per_layer_inputs" in arch.extra:  # Gemma-4 E2B / E4B, as vLLM 0.33 gemma4.py reads them
         spec.per_layer_input = read_int(cfg, "hidden_size_per_layer_input", default=0, minimum=0)
         spec.per_layer_vocab = read_int(cfg, "vocab_size_per_layer_input", default=spec.vocab_size,
@@ -203,10 +204,16 @@ def read_spec(cfg: dict, name: str) -> ModelSpec:
         spec.notes.append(f"multimodal checkpoint: its vision tower ({spec.tower.depth} blocks, "
                           f"{spec.tower.heads} heads) is mapped as vLLM 0.33 splits it ({spec.tower.file}), "
                           "held by the first pipeline stage; its time per image is not in the speed bound")
-    elif wrapped or isinstance(outer.get("vision_config"), dict):
+    elif spec.audio is None and (wrapped or isinstance(outer.get("vision_config"), dict)):
         spec.notes.append("multimodal checkpoint: only the text decoder is mapped; the vision tower "
                           "(and any projector or audio tower) is left out of the map and of every memory "
                           "figure, and its own TP split is not drawn")
+    if a := spec.audio:
+        spec.notes.append(f"its audio tower ({a.depth} blocks, {a.hidden} wide) and projector are mapped as "
+                          f"vLLM 0.33 builds them ({a.file}): plain torch layers, whole on every GPU and held "
+                          "by the first pipeline stage; its time per clip is not in the speed bound")
+        if isinstance(outer.get("vision_config"), dict) and not spec.tower:
+            spec.notes.append("its vision tower is left out of the map and of every memory figure")
     # mlx_lm's older exports keep their quantization under "quantization" alone, which vLLM never reads
     mlx = outer.get("quantization")
     mlx = mlx if isinstance(mlx, dict) and {"group_size", "bits"} <= set(mlx) else None

@@ -69,6 +69,7 @@ class ModelSpec:
     per_layer_vocab: int = 0
     layers: list[LayerSpec] = field(default_factory=list)
     tower: Tower | None = None  # a multimodal checkpoint's vision tower, when tpviz models it
+    audio: Tower | None = None  # ... and its audio tower (config/tower_audio.py)
     notes: list[str] = field(default_factory=list)
     # the config as given (parsed JSON), read once per request: the live model's readers take the facts the
     # spec has no field for (RoPE scaling, soft-caps, routing groups) from it, never from the source again
@@ -112,7 +113,7 @@ class ModelSpec:
         quant = Quant(**{**{k: v for k, v in q.items() if k != "label"}, "ignore": tuple(q["ignore"]),
                          "block": tuple(q["block"]) if q.get("block") else None}) if q else None
         return cls(**{**{k: v for k, v in d.items() if k != "moe_layers"}, "layers": layers, "quant": quant,
-                      "tower": Tower.from_dict(d.get("tower"))})
+                      "tower": Tower.from_dict(d.get("tower")), "audio": Tower.from_dict(d.get("audio"))})
 
     def first_layers(self, n: int) -> "ModelSpec":
         """The same model cut to its first n layers (the live check's shrink)."""
@@ -160,10 +161,11 @@ class ModelSpec:
                        notes=self.notes + [note] if note else self.notes)
 
     def to_dict(self) -> dict:
-        d = {k: v for k, v in asdict(self).items() if k not in ("layers", "quant", "config", "tower")
+        d = {k: v for k, v in asdict(self).items() if k not in ("layers", "quant", "config", "tower", "audio")
              and (v or k not in ("per_layer_input", "per_layer_vocab"))}
-        if self.tower:
-            d["tower"] = self.tower.to_dict()
+        for key in ("tower", "audio"):
+            if tower := getattr(self, key):
+                d[key] = tower.to_dict()
         d["moe_layers"] = self.moe_layers
         d["quant"] = self.quant.to_dict() if self.quant else None
         return d

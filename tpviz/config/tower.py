@@ -22,6 +22,9 @@ TOWER_FILES = {"qwen2_vl": "qwen2_vl.py", "qwen2_5_vl": "qwen2_5_vl.py", "qwen3_
                "interns1": "interns1_vit.py and interns1.py",
                "minicpmv": "idefics2_vision_model.py and minicpmv.py",
                "deepseek_vl2": "deepseek_vl2.py, timm's vit_so400m_patch14_siglip_384"}
+# audio towers (config/tower_audio.py): transformers' own encoder modules, whole on every GPU
+TOWER_FILES["qwen2_audio"] = "qwen2_audio.py, transformers' Qwen2AudioEncoder"
+AUDIO = ("qwen2_audio",)
 QWEN_KINDS = ("qwen2_vl", "qwen2_5_vl", "qwen3_vl")  # vision_config names their heads num_heads
 # the towers whose vLLM class supports --mm-encoder-tp-mode data (supports_encoder_tp_data: qwen2_vl.py,
 # qwen2_5_vl.py, qwen3_vl.py, mllama4.py, kimi_k25.py, minicpmv.py); gemma3_mm.py, mistral3.py and
@@ -89,6 +92,11 @@ class Tower:
     @property
     def file(self) -> str:
         return TOWER_FILES[self.kind]
+
+    @property
+    def medium(self) -> str:
+        """What it encodes, which names its family and figure tab: vision or audio."""
+        return "audio" if self.kind in AUDIO else "vision"
 
     @property
     def blocks(self) -> str:

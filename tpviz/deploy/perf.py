@@ -40,6 +40,8 @@ def left_out(spec) -> str:
         parts.append("recurrent-state reads")
     if getattr(spec, "tower", None):
         parts.append("the vision tower's time per image")
+    if getattr(spec, "audio", None):
+        parts.append("the audio tower's time per clip")
     return ", ".join(parts[:-1]) + " and " + parts[-1] + " left out"
 
 

@@ -247,4 +247,4 @@ class Sizer:
 def without_experts(spec: ModelSpec) -> ModelSpec:
     """The same model without its FFNs (and unquantized), to read the attention KV heads at any tp."""
     return replace(spec, layers=[LayerSpec(layer.mixer, Ffn("none")) for layer in spec.layers], quant=None,
-                   tower=None)
+                   tower=None, audio=None)

@@ -12,6 +12,7 @@ from tpviz.archs import Names
 from tpviz.plan.kda import state_plans  # plan/ssm.py's stateful groups and KDA's
 from tpviz.plan.per_layer import per_layer_inputs
 from tpviz.plan.tower import tower_plans
+from tpviz.plan.tower_audio import audio_plans
 from tpviz.config.spec import ModelSpec
 from tpviz.rules import RuleSet, ruleset
 
@@ -71,7 +72,7 @@ def build_plan(spec: ModelSpec, rules: RuleSet | str = "vllm") -> list[ParamPlan
     for f, layers in ffn_groups(spec).items():
         if f.kind != "none":
             plans += by_quant(spec, lambda ls, f=f: FFNS[f.kind](spec, names, f, ls, rules), layers)
-    return plans + tower_plans(spec, rules)
+    return plans + tower_plans(spec, rules) + audio_plans(spec)
 
 
 def by_quant(spec: ModelSpec, plan_for, layers: list[int]) -> list[ParamPlan]:

@@ -13,7 +13,7 @@ MAX_TP = 64  # the explorer offers tp 1..64
 FAMILY_LABELS = {"qkv": "q/k/v", "o_proj": "o_proj", "gate_up": "gate/up", "down_proj": "down_proj",
                  "linear_attn": "Gated DeltaNet", "mamba": "Mamba2", "mamba1": "Mamba1", "conv": "short conv",
                  "kda": "Kimi Delta Attention",
-                 "experts": "MoE experts", "vision": "vision tower", "embed": "embed_tokens",
+                 "experts": "MoE experts", "vision": "vision tower", "audio": "audio tower", "embed": "embed_tokens",
                  "lm_head": "lm_head",
                  "replicated": "replicated (norms, biases, routers)"}
 
@@ -34,9 +34,16 @@ def short_name(name: str) -> str:
 def families_present(m: ShardMap, group=None) -> list[str]:
     """The matrix families this model has (in one layer group), in display order; a tensor whole on every GPU
     (SGLang's attention at one GPU per attention group) is drawn with the replicated ones."""
-    mine = [t for t in m.tensors if in_group(t, group)]
-    have = {t.family if t.split_dim is not None else "replicated" for t in mine}
+    mine, whole = [t for t in m.tensors if in_group(t, group)], whole_towers(m, group)
+    have = {t.family if t.split_dim is not None or t.family in whole else "replicated" for t in mine}
     return [f for f in FAMILIES if f in have]
+
+
+def whole_towers(m: ShardMap, group=None) -> set[str]:
+    """The tower families no GPU cuts (an audio tower; a vision tower under --mm-encoder-tp-mode data): drawn
+    whole in a tab of their own, not among the replicated norms and biases."""
+    mine = [t for t in m.tensors if t.tower and in_group(t, group)]
+    return {t.family for t in mine} - {t.family for t in mine if t.split_dim is not None}
 
 
 def naive_bytes_per_rank(m: ShardMap) -> float:

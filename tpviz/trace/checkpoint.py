@@ -167,7 +167,7 @@ def compare(m: ShardMap, names: set[str], source: str, sizes: dict[str, int] | N
     with the headers' sizes, also the tensors whose stored bytes differ from the map's."""
     mapped = expand(m)
     # a modelled tower's names in either layout ("visual." before transformers 4.52, "model.visual." after)
-    towers = m.model.tower.prefixes if m.model.tower else ()
+    towers = tuple(p for t in (m.model.tower, m.model.audio) if t for p in t.prefixes)
     # the decoder's prefix, read off the names outside the tower (a tower can outnumber them: MiniCPM-V)
     drop, add = _prefix(set(mapped), {n for n in names if not any(n.startswith(t) or f".{t}" in n
                                                                    for t in towers)})

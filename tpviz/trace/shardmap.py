@@ -8,7 +8,7 @@ from tpviz.rules import Layout, RuleSet, ruleset
 
 SCHEMA = "tpviz.shardmap/4"
 FAMILIES = ("qkv", "o_proj", "linear_attn", "mamba1", "mamba", "conv", "kda", "gate_up", "down_proj",
-            "experts", "vision", "embed", "lm_head", "replicated")
+            "experts", "vision", "audio", "embed", "lm_head", "replicated")
 
 
 @dataclass

@@ -15,7 +15,7 @@ from tpviz.render.plots.deployment import device_grid, expert_figure
 from tpviz.render.plots.memory import memory_figure
 from tpviz.render.plots.strip import layer_strip
 from tpviz.trace.shardmap import LayerGroup, ShardMap
-from tpviz.render.summary import families_present
+from tpviz.render.summary import families_present, whole_towers
 
 # (title, one-line explanation) per family; the explanation is shown in the app and as the figure subtitle
 FAMILY_INFO = {
@@ -54,6 +54,12 @@ FAMILY_INFO = {
                "Each GPU takes whole vision heads of q/k/v and the matching columns of their output projection; "
                "the MLP (and a merger, where the tower has one) is cut like a dense MLP. The patch embedding, "
                "norms and a projector weight are whole on every GPU."),
+    "vision_data": ("Vision tower · whole on every GPU (--mm-encoder-tp-mode data)",
+                    "Every GPU holds the whole tower and its projector and encodes its own share of the "
+                    "images: nothing is cut and the vision heads limit no tp."),
+    "audio": ("Audio tower · whole on every GPU",
+              "The audio encoder and its projector are plain torch layers in vLLM (transformers' own modules), "
+              "so every GPU holds all of them, whatever tp: nothing is cut and no tp is refused for them."),
     "embed": ("embed_tokens · vocab-parallel",
               "Each GPU holds a block of vocabulary rows; lookups outside it give "
               "zeros, then an all-reduce."),
@@ -84,7 +90,7 @@ def _notes(m: ShardMap, family: str, group=None) -> str:
     """How many copies the figure stands for (layers, experts), and the plan's note on the layout."""
     tensors = [t for t in m.family(family, group) if t.split_dim is not None]
     extra, groups = [], {}
-    unit = "block" if family == "vision" else "layer"  # a tower's copies are its blocks (or its mergers)
+    unit = "block" if family in ("vision", "audio") else "layer"  # a tower's copies are its blocks (or its mergers)
     for t in tensors:
         groups.setdefault((len(t.layers or []) or t.blocks or 1, len(t.experts or [])), []).append(
             tensor_label(t))
@@ -200,6 +206,8 @@ def family_figure(m: ShardMap, family: str, group: LayerGroup | None = None) -> 
     if family == "replicated":
         return replicated_figure(m, FAMILY_INFO["replicated"], group)
     split = [t for t in m.family(family, group) if t.split_dim is not None]
+    if not split and family in whole_towers(m, group):
+        return replicated_figure(m, FAMILY_INFO["audio" if family == "audio" else "vision_data"], group, family)
     if not split:
         raise KeyError(f"{m.model.name} has no split tensors in family {family!r}")
     # vectors (column-parallel biases, attention sinks) follow their matrix's rows: named, not drawn

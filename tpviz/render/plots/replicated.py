@@ -5,7 +5,7 @@ from tpviz.render.plots.geometry import Bars, plural, tensor_label
 from tpviz.render.plots.rank import gpu_label
 from tpviz.render.plots.style import INK, MUTED, axis, base_layout, rank_color
 from tpviz.trace.shardmap import ShardMap, in_group
-from tpviz.render.summary import row_bias_params, short_name
+from tpviz.render.summary import row_bias_params, short_name, whole_towers
 
 SOURCE_DOMAIN, RANK_DOMAIN = (0.0, 0.40), (0.55, 1.0)
 
@@ -14,10 +14,13 @@ def _label(name: str, shape: list[int]) -> str:
     return f"{short_name(name)} [{'×'.join(map(str, shape))}]"
 
 
-def replicated_figure(m: ShardMap, info: tuple[str, str], group=None) -> go.Figure:
+def replicated_figure(m: ShardMap, info: tuple[str, str], group=None, tower: str = "") -> go.Figure:
     """Source view: each replicated tensor striped with every GPU's colour (a full copy each).
-    Rank view: GPU × tensor grid; a row-parallel bias is hatched on GPUs other than 0 (held, not added)."""
-    tensors = [t for t in m.tensors if t.split_dim is None and in_group(t, group)]
+    Rank view: GPU × tensor grid; a row-parallel bias is hatched on GPUs other than 0 (held, not added).
+    tower: that whole tower's tensors alone (its own tab), which the replicated figure leaves out."""
+    whole = whole_towers(m, group)
+    tensors = [t for t in m.tensors if in_group(t, group) and (
+        t.family == tower if tower else t.split_dim is None and t.family not in whole)]
     biases = set(row_bias_params(m))
     tp, n = m.tp_size, len(tensors)
     src, grid = Bars("h"), Bars("h")

@@ -40,15 +40,19 @@ def layer_strip(m: ShardMap, selected: int | None = None) -> go.Figure:
                                                   line=dict(color="white", width=1)),
                  customdata=groups, hovertext=hover, hovertemplate="%{hovertext}<extra></extra>", width=0.9)
     bars = [bar]
-    if t := m.model.tower:  # before layer 0, as the tower's output enters it; not a group, so no click
+    towers = [t for t in (m.model.tower, m.model.audio) if t]
+    if towers:  # before layer 0, as a tower's output enters it; not a group, so no click
         wide = max(2.0, n / 12)
-        layout["xaxis"]["range"] = [-wide - 1, n - 0.5]
-        layout["xaxis"]["tickvals"] = [-wide / 2 - 0.5] + [i for i in range(0, n, max(1, n // 8))]
-        layout["xaxis"]["ticktext"] = ["tower"] + [str(i) for i in range(0, n, max(1, n // 8))]
-        whole = "whole on every GPU (data mode)" if t.data_parallel else "split over tp"
-        bars.append(go.Bar(x=[-wide / 2 - 0.5], y=[1], width=wide, marker=dict(color=FAMILY_COLORS["vision"]),
-                           hovertext=[f"<b>vision tower</b><br>{t.depth} blocks of {t.heads} heads, {whole}"
-                                      "<br>"
-                                      "held by the first pipeline stage; its matrices are in the vision tab"],
+        at = [-(k + 0.5) * wide - 0.5 for k in range(len(towers))]
+        layout["xaxis"]["range"] = [at[-1] - wide / 2 - 0.5, n - 0.5]
+        layout["xaxis"]["tickvals"] = at + [i for i in range(0, n, max(1, n // 8))]
+        layout["xaxis"]["ticktext"] = [t.medium for t in towers] + [str(i) for i in range(0, n, max(1, n // 8))]
+    for x0, t in zip(at if towers else [], towers):
+        whole = ("whole on every GPU" if t.medium == "audio" else
+                 "whole on every GPU (data mode)" if t.data_parallel else "split over tp")
+        bars.append(go.Bar(x=[x0], y=[1], width=wide * 0.95, marker=dict(color=FAMILY_COLORS[t.medium]),
+                           hovertext=[f"<b>{t.medium} tower</b><br>{t.depth} blocks of {t.heads} heads, {whole}"
+                                      "<br>held by the first pipeline stage; its matrices are in the "
+                                      f"{t.medium} tab"],
                            hovertemplate="%{hovertext}<extra></extra>"))
     return go.Figure(data=bars, layout=layout)

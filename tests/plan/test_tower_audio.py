@@ -1,0 +1,101 @@
+"""Qwen2-Audio (vLLM 0.33 qwen2_audio.py): transformers' Qwen2AudioEncoder and an nn.Linear projector, whole
+on every GPU, before a Qwen2 decoder built from text_config (its sizes left to Qwen2Config's defaults in the
+release). Checked by hand against the release's count and against what transformers saves."""
+import json
+
+import pytest
+import transformers
+
+from tpviz import load_spec, shard_map
+from tpviz.config.sources import presets
+from tpviz.errors import ConfigError, TPSizeError
+from tpviz.plan import build_plan
+from tpviz.plan.tensors import tensors
+from tpviz.render.plots import all_figures
+from tpviz.render.plots.strip import layer_strip
+from tpviz.render.summary import memory_rows
+from tests.helpers.checkpoint import written_shapes
+from tests.helpers.errors import one_line
+from tests.plan.test_tower import TEXT
+
+KEY = "Qwen/Qwen2-Audio-7B"
+
+
+def test_qwen2_audio_7b_is_the_release_count_with_its_tower_whole_on_every_gpu():
+    """Qwen2-Audio-7B holds 8,397,094,912 values: Qwen2Config's default decoder (4096 wide, 32 layers of 32
+    heads, q/k/v biased) over 156032 tokens with an 11008 MLP, Whisper-large's encoder (32 layers of 1280, k_proj
+    unbiased, two kernel-3 convs over 128 mel bins, 1500 positions) and a 1280 -> 4096 projector."""
+    h, i, V = 4096, 11008, 156032
+    text = 2 * V * h + h + 32 * (3 * (h * h + h) + h * h + 3 * h * i + 2 * h)
+    w, f = 1280, 5120
+    layer = 4 * w * w + 3 * w + 2 * 2 * w + (w * f + f) + (f * w + w)
+    audio = w * 128 * 3 + w + w * w * 3 + w + 1500 * w + 32 * layer + 2 * w
+    assert text + audio + (w * h + h) == 8_397_094_912
+    m = shard_map(KEY, 1)
+    assert m.total_weight_bytes == 8_397_094_912 * 2  # bf16; 156032 is a multiple of 64, so no vocab padding
+    tower = [t for t in shard_map(KEY, 8).tensors if t.tower]
+    assert len(tower) == 24 and {t.tower for t in tower} == {"audio"}
+    assert all(t.split_dim is None and t.family == "audio" for t in tower)
+    spec = load_spec(KEY)
+    assert spec.audio.file.startswith("qwen2_audio.py") and spec.tower is None
+    assert any("audio tower (32 blocks, 1280 wide)" in n for n in spec.notes)
+    assert any(n.startswith("text_config leaves hidden_size (4096)") for n in spec.notes)
+    assert not any("only the text decoder is mapped" in n for n in spec.notes)
+
+
+def test_every_gpu_holds_the_whole_tower_and_only_the_decoder_limits_tp():
+    """At any tp each GPU holds the tower's 636,968,960 values and the projector whole (its memory counts them
+    on every rank); tp 64 fails on the decoder's 32 heads, never on the tower's 20."""
+    tower_bytes = (636_968_960 + 1280 * 4096 + 4096) * 2
+    for tp in (2, 4, 8):
+        m = shard_map(KEY, tp)
+        assert all(r.weight_bytes_by_family["audio"] == tower_bytes for r in m.ranks)
+        assert all(row["audio"] == tower_bytes for row in memory_rows(m))
+    with pytest.raises(TPSizeError) as e:
+        shard_map(KEY, 64)
+    assert one_line(e.value) and "num_attention_heads=32" in str(e.value) and "audio" not in str(e.value)
+
+
+def test_the_audio_tower_has_its_own_tab_and_strip_bar():
+    m = shard_map(KEY, 4)
+    figs = all_figures(m)
+    assert "audio" in figs and figs["audio"].layout.title.text.startswith("Audio tower · whole")
+    assert len(figs["audio"].layout.yaxis.ticktext) == 24  # the tower's tensors, not the decoder's norms
+    assert not any("conv1" in t for t in figs["replicated"].layout.yaxis.ticktext)
+    strip = layer_strip(m)
+    assert strip.layout.xaxis.ticktext[0] == "audio" and "whole on every GPU" in strip.data[1].hovertext[0]
+
+
+def saved(tmp_path) -> tuple[dict, dict]:
+    """A tiny Qwen2-Audio as transformers saves it: the released layout (audio_tower.*, multi_modal_projector.*,
+    language_model.model.*, language_model.lm_head), but transformers 5 writes the decoder's body under
+    language_model.model.model.*, which no release has: renamed."""
+    cfg = dict(model_type="qwen2_audio", text_config=dict(model_type="qwen2", **TEXT),
+               audio_config=dict(d_model=32, encoder_layers=2, encoder_attention_heads=4, encoder_ffn_dim=48,
+                                 num_mel_bins=16, max_source_positions=20))
+    model = transformers.Qwen2AudioForConditionalGeneration(transformers.AutoConfig.for_model(**cfg))
+    shapes = {n.replace("language_model.model.model.", "language_model.model.", 1): s
+              for n, s in written_shapes(model, tmp_path).items()}
+    return json.loads((tmp_path / "config.json").read_text()), shapes
+
+
+def test_the_map_names_and_shapes_what_transformers_saves(tmp_path):
+    cfg, shapes = saved(tmp_path)
+    m = shard_map(cfg, 2, tensor_names=set(shapes), checkpoint_source="tiny")
+    planned = {t.name: t.shape for t in tensors(build_plan(m.model)) if t.plan.tower}
+    assert planned == {n: s for n, s in shapes.items() if n.startswith(("audio_tower.", "multi_modal_proj"))}
+    assert m.checkpoint["verified"] and not m.checkpoint.get("dropped"), m.checkpoint
+
+
+@pytest.mark.parametrize("change, words", [
+    ({"audio_config": {"d_model": 1280, "encoder_attention_heads": 3}}, "audio_config: d_model 1280 is not "),
+    ({"audio_config": {"d_model": -4}}, "audio_config: "),
+    ({"text_config": {"model_type": "llama", "vocab_size": 1000, "hidden_size": 64, "num_attention_heads": 4,
+                      "num_hidden_layers": 2, "intermediate_size": 96}}, "builds a Qwen2 decoder"),
+])
+def test_a_bad_audio_config_is_one_line(change, words):
+    cfg = {**presets()[KEY], **{k: {**presets()[KEY][k], **v} if k == "audio_config" else v
+                                for k, v in change.items()}}
+    with pytest.raises(ConfigError) as e:
+        shard_map(cfg, 2)
+    assert one_line(e.value) and words in str(e.value), str(e.value)

@@ -1,0 +1,39 @@
+"""Audio towers as vLLM 0.33 builds them: qwen2_audio.py's is transformers' Qwen2AudioEncoder and an nn.Linear
+projector, plain torch layers that every GPU holds whole (no vLLM parallel layer, so nothing to cut and no
+tp limit). Names as the released checkpoints store them (audio_tower.*, multi_modal_projector.linear.*)."""
+from tpviz.config.tower import Tower
+from tpviz.plan.core import ParamPlan, norm, replicated
+from tpviz.plan.tower_minicpm import whole, whole_linear
+
+
+def qwen2_audio(t: Tower) -> tuple[list[ParamPlan], list[ParamPlan]]:
+    """(per-block plans, once-per-tower plans): Whisper's encoder layer, its k_proj unbiased; two Conv1d of
+    kernel 3 over the mel bins, the position table and the closing layer_norm; then the projector."""
+    p, w, f = t.blocks, t.hidden, t.intermediate
+    mels, kernel = t.patch
+    blocks = (whole_linear(f"{p}self_attn.q_proj", w, w) + [replicated(f"{p}self_attn.k_proj.weight", w, w)]
+              + whole_linear(f"{p}self_attn.v_proj", w, w) + whole_linear(f"{p}self_attn.out_proj", w, w)
+              + norm(f"{p}self_attn_layer_norm", w, bias=True)
+              + whole_linear(f"{p}fc1", f, w) + whole_linear(f"{p}fc2", w, f)
+              + norm(f"{p}final_layer_norm", w, bias=True))
+    a = t.prefix
+    once = [whole(f"{a}conv1.weight", (w, mels, kernel)), whole(f"{a}conv1.bias", (w,)),
+            whole(f"{a}conv2.weight", (w, w, kernel)), whole(f"{a}conv2.bias", (w,)),
+            whole(f"{a}embed_positions.weight", (t.positions, w)), *norm(f"{a}layer_norm", w, bias=True),
+            *whole_linear(f"{t.projector}linear", t.out_hidden, w)]
+    return blocks, once
+
+
+BUILDERS = {"qwen2_audio": qwen2_audio}
+
+
+def audio_plans(spec) -> list[ParamPlan]:
+    """Every parameter of the spec's audio tower (none when it has none tpviz models)."""
+    t = spec.audio
+    if t is None:
+        return []
+    blocks, once = BUILDERS[t.kind](t)
+    for group, count in ((blocks, t.depth), (once, 0)):
+        for plan in group:
+            plan.family, plan.tower, plan.blocks = "audio", "audio", count
+    return blocks + once
