@@ -14,6 +14,7 @@ from tpviz.plan.tensors import tensors
 from tpviz.render.plots import all_figures
 from tpviz.render.plots.strip import layer_strip
 from tpviz.render.summary import memory_rows
+from tpviz.trace.shardmap import ShardMap
 from tests.helpers.checkpoint import written_shapes
 from tests.helpers.errors import one_line
 from tests.plan.test_tower import TEXT
@@ -64,6 +65,8 @@ def test_the_audio_tower_has_its_own_tab_and_strip_bar():
     assert not any("conv1" in t for t in figs["replicated"].layout.yaxis.ticktext)
     strip = layer_strip(m)
     assert strip.layout.xaxis.ticktext[0] == "audio" and "whole on every GPU" in strip.data[1].hovertext[0]
+    again = ShardMap.from_dict(json.loads(m.to_json()))  # an exported map draws the same tab
+    assert again.model.audio == m.model.audio and "audio" in all_figures(again)
 
 
 def saved(tmp_path) -> tuple[dict, dict]:
