@@ -28,19 +28,27 @@ def tagged(shape: tuple, dim: int) -> torch.Tensor:
     return torch.arange(shape[dim], dtype=DT).reshape(view).expand(probe).contiguous()
 
 
-def read_pieces(param: torch.Tensor, dim: int, rank: int) -> tuple[list[Piece], torch.Tensor]:
+def read_pieces(param: torch.Tensor, dim: int, rank: int) -> tuple[list[Piece], np.ndarray]:
     """Runs of consecutive source indices found along dim of a loaded parameter, and the loaded mask."""
     # numpy: a map reads a thousand small vectors, where torch's per-op overhead was half the time
-    vec = param.detach().movedim(dim, 0).reshape(param.size(dim), -1)[:, 0].numpy()
-    mask = ~np.isnan(vec)
-    pos = np.flatnonzero(mask)
-    if not len(pos):
-        return [], torch.from_numpy(mask)
-    vals = vec[pos].astype(np.int64)
-    breaks = np.flatnonzero((np.diff(pos) != 1) | (np.diff(vals) != 1)) + 1
+    t = param.detach()
+    vec = (t.movedim(dim, 0) if dim else t).reshape(t.size(dim), -1)[:, 0].numpy()
+    mask = vec == vec  # loaded: not NaN
+    if mask.all():  # the common case, every slot loaded: runs break only where the index skips
+        breaks = ((vec[1:] - vec[:-1]) != 1).nonzero()[0] + 1
+        if not len(breaks):
+            return [Piece(rank, int(vec[0]), int(vec[-1]) + 1, 0)], mask
+        pos, vals = np.arange(len(vec)), vec
+    else:
+        pos = mask.nonzero()[0]
+        if not len(pos):
+            return [], mask
+        vals = vec[pos]
+        breaks = (((pos[1:] - pos[:-1]) != 1) | ((vals[1:] - vals[:-1]) != 1)).nonzero()[0] + 1
+    vals = vals.astype(np.int64)
     starts, ends = np.concatenate(([0], breaks)), np.concatenate((breaks, [len(pos)]))
     runs = zip(vals[starts].tolist(), vals[ends - 1].tolist(), pos[starts].tolist())
-    return [Piece(rank, start, last + 1, at) for start, last, at in runs], torch.from_numpy(mask)
+    return [Piece(rank, start, last + 1, at) for start, last, at in runs], mask
 
 
 def load(param: torch.nn.Parameter, tensor: torch.Tensor, shard_id) -> None:
@@ -64,7 +72,7 @@ def trace_plan(plan: ParamPlan, tp_size: int) -> tuple[list[TensorMap], ParamMap
     for rank in range(tp_size):
         _, param = build_rank(plan, tp_size, rank)  # _: the layer (a refined MoE scale grid reads its factor)
         plan.read_class(_)
-        covered = torch.zeros(param.size(plan.tp_dim), dtype=torch.bool)
+        covered = np.zeros(param.size(plan.tp_dim), dtype=bool)
         for src in plan.sources:
             param.data.fill_(float("nan"))
             for shard_id in src.shard_id if isinstance(src.shard_id, list) else [src.shard_id]:
@@ -79,7 +87,7 @@ def trace_plan(plan: ParamPlan, tp_size: int) -> tuple[list[TensorMap], ParamMap
         if refine > 1 and param.qtensor.out_unit > 1 and param.qtensor.in_unit > 1:
             shape = [n if i == plan.tp_dim else n * refine for i, n in enumerate(shape)]
         local_shapes.append(shape)
-        padding.append(int((~covered).sum()))
+        padding.append(len(covered) - int(covered.sum()))
     experts = list(range(plan.experts)) if plan.experts else None
     tensors = [TensorMap(src.name, list(src.shape), dims[src.name] if plan.split else None, plan.name,
                          plan.layer_class, src.shard_id, plan.family, pieces[src.name],
