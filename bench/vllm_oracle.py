@@ -63,9 +63,11 @@ def shrink(cfg: dict, layers: int = 2, experts: int = 8) -> dict:
     """A copy with `layers` decoder (and tower) layers, at most `experts` routed experts, unquantized."""
     cfg = json.loads(json.dumps(cfg))
     cfg.pop("quantization_config", None)
-    for part in (cfg, cfg.get("text_config"), cfg.get("vision_config"), cfg.get("audio_config")):
-        if not isinstance(part, dict):
-            continue
+    parts, i = [cfg], 0
+    while i < len(parts):  # every sub-config, nested ones too (Qwen2.5-Omni's thinker_config.text_config)
+        parts += [v for k, v in parts[i].items() if k.endswith("_config") and isinstance(v, dict)]
+        i += 1
+    for part in parts:
         for key in ("num_hidden_layers", "depth", "num_layers", "n_layer", "encoder_layers"):
             if isinstance(part.get(key), int):
                 part[key] = layers

@@ -41,6 +41,7 @@ SIBLINGS["minicpm3"] = ("deepseek-ai/DeepSeek-V3", {"architectures": ["MiniCPM3F
                                                    "quantization_config": None})
 SIBLINGS["step3_text"] = ("Qwen/Qwen3-30B-A3B", {"architectures": ["Step3TextForCausalLM"],
                                                  "moe_layers_enum": "1,2"})
+SIBLINGS["qwen2_5_omni_text"] = ("Qwen/Qwen2.5-7B-Instruct", {})  # Qwen2.5-Omni's thinker decoder: a Qwen2
 SIBLINGS["minicpmv_2_5_text"] = ("meta-llama/Llama-3.2-1B", {})  # MiniCPM-V 2.5's decoder (archs/vision.py)
 # DeepSeek-OCR's preset reads as a deepseek_v2 decoder of plain attention, which the live model refuses (it
 # runs DeepSeek with MLA alone): the retyped DeepSeek-V3 stands for deepseek_v2 still

@@ -102,3 +102,49 @@ def test_a_bad_audio_config_is_one_line(change, words):
     with pytest.raises(ConfigError) as e:
         shard_map(cfg, 2)
     assert one_line(e.value) and words in str(e.value), str(e.value)
+
+
+# Qwen2.5-Omni (qwen2_5_omni_thinker.py): the thinker alone, Qwen2.5-VL's vision tower with q/k/v stored apart,
+# transformers' Qwen2_5OmniAudioEncoder whole, the Qwen2 decoder; talker.* and token2wav.* dropped at load
+OMNI_THINKER = dict(
+    model_type="qwen2_5_omni_thinker", text_config=dict(model_type="qwen2_5_omni_text", **TEXT),
+    audio_config=dict(d_model=32, encoder_layers=2, encoder_attention_heads=4, encoder_ffn_dim=48,
+                      num_mel_bins=16, max_source_positions=20, output_dim=64, n_window=4),
+    vision_config=dict(depth=2, hidden_size=32, intermediate_size=48, num_heads=2, out_hidden_size=64,
+                       fullatt_block_indexes=[1]))
+
+
+def omni_saved(tmp_path) -> tuple[dict, dict]:
+    """A tiny thinker as transformers saves it, under thinker.* as the release stores it, with a talker and a
+    token2wav tensor beside it; the config wraps it as Qwen2_5OmniModel's does."""
+    model = transformers.Qwen2_5OmniThinkerForConditionalGeneration(
+        transformers.AutoConfig.for_model(**OMNI_THINKER))
+    shapes = {f"thinker.{n}": s for n, s in written_shapes(model, tmp_path).items()}
+    shapes |= {"talker.model.norm.weight": (8,), "token2wav.code2wav_dit_model.proj.weight": (3, 3)}
+    return {"model_type": "qwen2_5_omni", "architectures": ["Qwen2_5OmniModel"],
+            "thinker_config": json.loads((tmp_path / "config.json").read_text())}, shapes
+
+
+def test_omni_maps_its_thinker_as_transformers_saves_it_and_drops_the_talker(tmp_path):
+    cfg, shapes = omni_saved(tmp_path)
+    m = shard_map(cfg, 2, tensor_names=set(shapes), checkpoint_source="tiny")
+    planned = {t.name: t.shape for t in tensors(build_plan(m.model)) if t.plan.tower}
+    assert planned == {n.removeprefix("thinker."): s for n, s in shapes.items()
+                       if n.startswith(("thinker.visual.", "thinker.audio_tower."))}
+    assert m.checkpoint["verified"] and m.checkpoint["dropped"] == 2, m.checkpoint
+    assert (m.model.tower.kind, m.model.audio.kind) == ("qwen2_5_omni", "qwen2_5_omni_audio")
+    # q/k/v stored apart load into one QKVParallelLinear over the vision heads, named as vLLM's (attn.qkv)
+    q = m.tensor("visual.blocks.*.attn.q.weight")
+    assert q.param == "visual.blocks.*.attn.qkv.weight" and q.split_dim == 0
+    assert [(p.start, p.stop) for p in q.rank_pieces(1)] == [(16, 32)]
+    assert all(t.split_dim is None for t in m.tensors if t.tower == "audio")
+    assert any("talker and token2wav" in n for n in m.model.notes)
+    with pytest.raises(TPSizeError) as e:  # 2 vision heads; qwen2_5_omni_thinker.py has no data mode
+        shard_map(cfg, 4)
+    assert one_line(e.value) and "vision_config.num_heads=2" in str(e.value) and "has no" in str(e.value)
+
+
+def test_omni_without_its_thinker_config_is_one_line():
+    with pytest.raises(ConfigError) as e:
+        shard_map({"model_type": "qwen2_5_omni", "architectures": ["Qwen2_5OmniModel"]}, 1)
+    assert one_line(e.value) and "thinker_config" in str(e.value)

@@ -25,6 +25,8 @@ class Arch:
     text_model: str = ""  # a multimodal wrapper's text decoder model_type (Gemma-3: gemma3_text)
     tower: str = ""  # the wrapper's vision tower as config/tower.py reads it ("": not modelled, left out)
     audio: str = ""  # its audio tower as config/tower_audio.py reads it ("": none, or left out)
+    inner: str = ""  # the sub-config vLLM serves (Qwen2.5-Omni's thinker_config: no talker or token2wav)
+    unloaded: tuple[str, ...] = ()  # checkpoint prefixes the loader drops (those parts' tensors)
     # a wrapper that keeps its decoder's config elsewhere than text_config: the config -> that decoder's
     # config, with the model_type vLLM builds it as (MiniCPM-V's flat config by version, DeepSeek-VL2's
     # language_config); read through transformers' class for that model_type, as vLLM's config class does

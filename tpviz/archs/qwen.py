@@ -53,6 +53,16 @@ RECORDS = [
     # builds from text_config whatever its model_type (config/tower_audio.py)
     Arch("qwen2_audio", "Qwen2AudioForConditionalGeneration", text_model="qwen2", audio="qwen2_audio",
          qkv_bias=True, o_bias=False, window="qwen2", window_flag=True),
+    # qwen2_5_omni_thinker.py: the thinker alone (thinker_config), Qwen2.5-VL's tower with q/k/v stored apart,
+    # transformers' Qwen2_5OmniAudioEncoder whole, Qwen2ForCausalLM; talker.* and token2wav.* mapped to nothing
+    Arch("qwen2_5_omni", "Qwen2_5OmniModel", text_model="qwen2_5_omni_text", tower="qwen2_5_omni",
+         audio="qwen2_5_omni_audio", inner="thinker_config", qkv_bias=True,
+         o_bias=False, window="qwen2", window_flag=True,
+         note="Qwen2.5-Omni: vLLM 0.33 serves its thinker (thinker_config) alone, which answers in text; the "
+              "talker and token2wav that speak are not built, and the loader drops their tensors"),
+    # its thinker's decoder, the record an Omni spec carries: so it names what the wrapper's loader drops
+    Arch("qwen2_5_omni_text", "Qwen2_5OmniModel", qkv_bias=True, o_bias=False, window="qwen2",
+         window_flag=True, unloaded=("talker.", "token2wav.")),
     Arch("qwen3_next", "Qwen3NextForCausalLM", GATED_SHARED, qk_norm="head", output_gate=True,
          full_attention_interval=4, window_flag=True, moe_tp_limit=True, embed_every_stage=True),
     # Qwen3.5-MoE builds Qwen3-Next's MoE block (qwen3_5.py), shared_expert_gate included

@@ -20,21 +20,36 @@ def normalize(cfg: dict, name: str = "model") -> ModelSpec:
     says."""
     if not isinstance(cfg, dict):
         raise ConfigError(f"config must be a JSON object, got {json_type(cfg)}")
-    check_plausible(cfg)  # before transformers' class, which builds per-layer lists of any length
+    arch = arch_of(str(cfg.get("model_type", "")))
+    given = served_part(cfg, arch.inner) if arch.inner else cfg
+    check_plausible(given)  # before transformers' class, which builds per-layer lists of any length
     # vLLM reads some model_types with its own config class (Kimi-Linear): as given, by the record's adapt
-    own = arch_of(str(cfg.get("model_type", ""))).own_config
-    read, refusal = (cfg, None) if own else through_transformers(cfg)
+    read, refusal = (cfg, None) if arch.own_config else through_transformers(cfg)
+    read = served_part(read, arch.inner) if arch.inner else read
     # as given when the class refuses it: tpviz's own reading names a faulty field
     spec = read_spec(read, name)
     spec.config = cfg
-    if defaults := class_defaults(cfg, read):
-        cls = config_class(cfg["text_config"].get("model_type"))
+    if arch.note and arch.note not in spec.notes:  # a wrapper's own note (its decoder's record gave its own)
+        spec.notes.append(arch.note)
+    if defaults := class_defaults(given, read):
+        cls = config_class(given["text_config"].get("model_type"))
         spec.notes.append("text_config leaves " + ", ".join(f"{k} ({v})" for k, v in defaults.items())
                           + f" to {cls.__name__ if cls else 'its class'}'s defaults, as vLLM 0.33 builds it")
     if refusal:  # a checkpoint may ship its own config code (trust_remote_code), which tpviz never runs
         spec.notes.append(f"{refusal}; read as given: vLLM loads it only with the "
                           "checkpoint's own config code")
     return spec
+
+
+def served_part(cfg: dict, inner: str) -> dict:
+    """The sub-config vLLM builds a model from (Qwen2.5-Omni's thinker_config), under the outer model_type
+    (its record) and with the outer dtype and quantization where it gives none."""
+    part = cfg.get(inner)
+    if not isinstance(part, dict):
+        raise MissingFieldError(f"config has no {inner} object, the part of {cfg.get('model_type')} vLLM 0.33 "
+                                "serves", inner)
+    outer = {k: cfg[k] for k in ("architectures", "torch_dtype", "dtype", "quantization_config") if k in cfg}
+    return {**outer, **part, "model_type": cfg.get("model_type")}
 
 
 def check_plausible(cfg: dict) -> None:

@@ -24,12 +24,15 @@ TOWER_FILES = {"qwen2_vl": "qwen2_vl.py", "qwen2_5_vl": "qwen2_5_vl.py", "qwen3_
                "deepseek_vl2": "deepseek_vl2.py, timm's vit_so400m_patch14_siglip_384"}
 # audio towers (config/tower_audio.py): transformers' own encoder modules, whole on every GPU
 TOWER_FILES["qwen2_audio"] = "qwen2_audio.py, transformers' Qwen2AudioEncoder"
-AUDIO = ("qwen2_audio",)
-QWEN_KINDS = ("qwen2_vl", "qwen2_5_vl", "qwen3_vl")  # vision_config names their heads num_heads
+AUDIO = ("qwen2_audio", "qwen2_5_omni_audio")
+TOWER_FILES |= {"qwen2_5_omni": "qwen2_5_vl.py and qwen2_5_omni_thinker.py",
+                "qwen2_5_omni_audio": "qwen2_5_omni_thinker.py, transformers' Qwen2_5OmniAudioEncoder"}
+QWEN_KINDS = ("qwen2_vl", "qwen2_5_vl", "qwen3_vl", "qwen2_5_omni")  # vision_config names heads num_heads
 # the towers whose vLLM class supports --mm-encoder-tp-mode data (supports_encoder_tp_data: qwen2_vl.py,
 # qwen2_5_vl.py, qwen3_vl.py, mllama4.py, kimi_k25.py, minicpmv.py); gemma3_mm.py, mistral3.py and
 # deepseek_vl2.py do not, so vLLM falls back to weights
-DATA_MODE = (*QWEN_KINDS, "llama4", "moonvit", "moonvit_vl", "minicpmv")  # kimi_vl.py too
+# (qwen2_5_omni_thinker.py does not, though its tower is qwen2_5_vl.py's)
+DATA_MODE = (*QWEN_KINDS[:3], "llama4", "moonvit", "moonvit_vl", "minicpmv")  # kimi_vl.py too
 DATA_MODE += ("internvit", "glm4v")  # internvl.py and glm4_1v.py support it too
 OWN_READERS = {"internvit": internvit, "glm4v": glm4v, "interns1": interns1}  # config/tower_dims.py
 # config/tower_llava.py: each LLaVA wrapper's record kind, then the tower it builds ('{wrapper}_{vision}')

@@ -33,9 +33,10 @@ AUTO_DATA = {"moonvit": ("vLLM 0.33 then runs this tower data-parallel by itself
                          "which tpviz draws under --mm-encoder-tp-mode data")}
 
 
-def _attention(spec, t: Tower, rules: RuleSet, plain: bool) -> list[ParamPlan]:
+def _attention(spec, t: Tower, rules: RuleSet, plain: bool, apart: bool = False) -> list[ParamPlan]:
     """q/k/v fused on disk as [q | k | v] and proj; plain: one ColumnParallelLinear cut in 3 * hidden / tp
-    rows, as Qwen2-VL's is (its forward all-gathers q/k/v and cuts each again), not head by head."""
+    rows, as Qwen2-VL's is (its forward all-gathers q/k/v and cuts each again), not head by head; apart:
+    attn.q / attn.k / attn.v stored apart (Qwen2.5-Omni), which qwen2_5_vl.py's mapper stacks into qkv."""
     p, h, d = t.blocks, t.heads, t.hidden // t.heads
     if plain:
         plans = column(f"{p}attn.qkv", t.hidden, 3 * t.hidden, FAMILY, None, True,
@@ -44,9 +45,12 @@ def _attention(spec, t: Tower, rules: RuleSet, plain: bool) -> list[ParamPlan]:
             bias = " bias" if plan.name.endswith(".bias") else ""
             plan.sources[0].sections = qkv_sections("qkv", h, h, d, d, bias)
     else:
-        names = Names(layer=p, attn="attn.", qkv_fused="qkv")
+        names = (Names(layer=p, attn="attn.", q="q", k="k", v="v") if apart else
+                 Names(layer=p, attn="attn.", qkv_fused="qkv"))
         plans = qkv(replace(spec, hidden_size=t.hidden, quant=None), names, rules,
                     Mixer("attention", h, h, d), None, True)
+        for plan in plans if apart else ():  # vLLM's parameter keeps the fused layout's name
+            plan.name = plan.name.replace(".attn.qkv_proj.", ".attn.qkv.")
     return plans + row(f"{p}attn.proj", t.hidden, t.hidden, FAMILY, None, True,
                        ("vision_config.hidden_size", t.hidden))
 
@@ -87,7 +91,8 @@ def qwen2_vl(spec, t: Tower, rules: RuleSet) -> tuple[list, list, list]:
 
 
 def qwen2_5_vl(spec, t: Tower, rules: RuleSet) -> tuple[list, list, list]:
-    blocks = (_attention(spec, t, rules, plain=False) + _mlp(t, True, ("", ""))
+    apart = t.kind == "qwen2_5_omni"  # the same tower in Qwen2.5-Omni, its q/k/v stored apart
+    blocks = (_attention(spec, t, rules, plain=False, apart=apart) + _mlp(t, True, ("", ""))
               + [pl for n in ("norm1", "norm2") for pl in norm(f"{t.blocks}{n}", t.hidden)])
     return blocks, [], _patch_embed(t, False) + _merger(f"{t.prefix}merger.", t, "ln_q", ("mlp.0", "mlp.2"),
                                                         t.hidden, False)
@@ -242,7 +247,7 @@ def moonvit(spec, t: Tower, rules: RuleSet) -> tuple[list, list, list]:
     return blocks, [], once
 
 
-BUILDERS = {"qwen2_vl": qwen2_vl, "qwen2_5_vl": qwen2_5_vl, "qwen3_vl": qwen3_vl, "siglip": siglip,
+BUILDERS = {"qwen2_vl": qwen2_vl, "qwen2_5_vl": qwen2_5_vl, "qwen2_5_omni": qwen2_5_vl, "qwen3_vl": qwen3_vl, "siglip": siglip,
             "pixtral": pixtral, "llava_pixtral": pixtral, "llama4": llama4, "moonvit": moonvit,
             "minicpmv": minicpmv, "deepseek_vl2": deepseek_vl2}
 BUILDERS |= {f"{w}_{v}": llava_clip for w in LLAVA for v in VISION.values()}  # config/tower_llava.py

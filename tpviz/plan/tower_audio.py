@@ -6,25 +6,42 @@ from tpviz.plan.core import ParamPlan, norm, replicated
 from tpviz.plan.tower_minicpm import whole, whole_linear
 
 
-def qwen2_audio(t: Tower) -> tuple[list[ParamPlan], list[ParamPlan]]:
-    """(per-block plans, once-per-tower plans): Whisper's encoder layer, its k_proj unbiased; two Conv1d of
-    kernel 3 over the mel bins, the position table and the closing layer_norm; then the projector."""
+def _layers(t: Tower) -> list[ParamPlan]:
+    """Whisper's encoder layer, its k_proj unbiased."""
     p, w, f = t.blocks, t.hidden, t.intermediate
-    mels, kernel = t.patch
-    blocks = (whole_linear(f"{p}self_attn.q_proj", w, w) + [replicated(f"{p}self_attn.k_proj.weight", w, w)]
-              + whole_linear(f"{p}self_attn.v_proj", w, w) + whole_linear(f"{p}self_attn.out_proj", w, w)
-              + norm(f"{p}self_attn_layer_norm", w, bias=True)
-              + whole_linear(f"{p}fc1", f, w) + whole_linear(f"{p}fc2", w, f)
-              + norm(f"{p}final_layer_norm", w, bias=True))
-    a = t.prefix
-    once = [whole(f"{a}conv1.weight", (w, mels, kernel)), whole(f"{a}conv1.bias", (w,)),
-            whole(f"{a}conv2.weight", (w, w, kernel)), whole(f"{a}conv2.bias", (w,)),
-            whole(f"{a}embed_positions.weight", (t.positions, w)), *norm(f"{a}layer_norm", w, bias=True),
+    return (whole_linear(f"{p}self_attn.q_proj", w, w) + [replicated(f"{p}self_attn.k_proj.weight", w, w)]
+            + whole_linear(f"{p}self_attn.v_proj", w, w) + whole_linear(f"{p}self_attn.out_proj", w, w)
+            + norm(f"{p}self_attn_layer_norm", w, bias=True)
+            + whole_linear(f"{p}fc1", f, w) + whole_linear(f"{p}fc2", w, f)
+            + norm(f"{p}final_layer_norm", w, bias=True))
+
+
+def _convs(t: Tower) -> list[ParamPlan]:
+    """Two Conv1d of kernel 3, over the mel bins then over the width."""
+    a, w, (mels, kernel) = t.prefix, t.hidden, t.patch
+    return [whole(f"{a}conv1.weight", (w, mels, kernel)), whole(f"{a}conv1.bias", (w,)),
+            whole(f"{a}conv2.weight", (w, w, kernel)), whole(f"{a}conv2.bias", (w,))]
+
+
+def qwen2_audio(t: Tower) -> tuple[list[ParamPlan], list[ParamPlan]]:
+    """(per-block plans, once-per-tower plans): the layers; the convs, the position table and the closing
+    layer_norm; then the projector."""
+    a, w = t.prefix, t.hidden
+    once = [*_convs(t), whole(f"{a}embed_positions.weight", (t.positions, w)), *norm(f"{a}layer_norm", w, bias=True),
             *whole_linear(f"{t.projector}linear", t.out_hidden, w)]
-    return blocks, once
+    return _layers(t), once
 
 
-BUILDERS = {"qwen2_audio": qwen2_audio}
+def qwen2_5_omni_audio(t: Tower) -> tuple[list[ParamPlan], list[ParamPlan]]:
+    """The same layers and convs; then ln_post, proj (d_model -> output_dim, the decoder's width) and
+    audio_bos_eos_token (two rows of that width); no stored position table, no projector of its own."""
+    a, w = t.prefix, t.hidden
+    once = [*_convs(t), whole(f"{a}audio_bos_eos_token.weight", (2, t.out_hidden)),
+            *norm(f"{a}ln_post", w, bias=True), *whole_linear(f"{a}proj", t.out_hidden, w)]
+    return _layers(t), once
+
+
+BUILDERS = {"qwen2_audio": qwen2_audio, "qwen2_5_omni_audio": qwen2_5_omni_audio}
 
 
 def audio_plans(spec) -> list[ParamPlan]:

@@ -177,6 +177,9 @@ def compare(m: ShardMap, names: set[str], source: str, sizes: dict[str, int] | N
     # tied: vLLM allocates one matrix, and a stored lm_head (Falcon-180B's) loads onto the embedding's
     head = arch_names(m.model).lm_head if m.model.tie_word_embeddings else None
     for n in names:
+        if n.startswith(m.model.arch.unloaded):  # parts vLLM does not build (Qwen2.5-Omni's talker)
+            dropped.append(n)
+            continue
         if tower := next((t for t in towers if n.startswith(t) or f".{t}" in n), None):
             key = n[n.index(tower):]
             (seen.add(key) if key in mapped else dropped.append(n) if key in unloaded else extra.append(n))
