@@ -174,3 +174,40 @@ def test_llava_1_5_is_the_release_less_what_vllm_skips():
     stored, skipped = params_llava_clip(P["llava-hf/llava-1.5-7b-hf"])
     assert stored == 7_063_427_072
     assert shard_map("llava-hf/llava-1.5-7b-hf", 1).total_weight_bytes == (stored - skipped) * 2  # float16
+
+
+def params_llava_next_mistral(c):
+    """LLaVA-NeXT (Mistral-7B) as stored: MistralConfig's defaults for the sizes its text_config leaves out (4096
+    wide, 32 layers of 32 heads of 128) with its 8 KV heads and 14336 MLP; CLIP ViT-L/336 whole, the projector
+    and image_newline."""
+    V, (h, n, kv, i) = c["text_config"]["vocab_size"], (4096, 32, 8 * 128, c["text_config"]["intermediate_size"])
+    text = 2 * V * h + h + n * (2 * h * h + 2 * h * kv + 3 * h * i + 2 * h)
+    v = c["vision_config"]
+    w, p, f = v["hidden_size"], v["patch_size"], v["intermediate_size"]
+    block = 4 * (w * w + w) + 2 * (2 * w) + (w * f + f) + (f * w + w)
+    tower = w + 3 * p * p * w + ((v["image_size"] // p) ** 2 + 1) * w + 2 * w + v["num_hidden_layers"] * block + 2 * w
+    return text + tower + (w * h + h) + (h * h + h) + h, block + 2 * w
+
+
+def params_pixtral_12b(c):
+    """Pixtral-12B: Mistral-NeMo's decoder (32 heads of 128, MistralConfig's default count), PixtralVisionConfig's
+    default tower (24 blocks of 1024, 16 heads, gated MLP 4096, RMS norms, an unbiased 16 x 16 patch conv and
+    ln_pre), and llava.py's biased projector 1024 -> 5120 -> 5120."""
+    t = c["text_config"]
+    V, h, n, i = t["vocab_size"], t["hidden_size"], t["num_hidden_layers"], t["intermediate_size"]
+    q, kv = 32 * t["head_dim"], t["num_key_value_heads"] * t["head_dim"]
+    text = 2 * V * h + h + n * (2 * h * q + 2 * h * kv + 3 * h * i + 2 * h)
+    w, f, p = 1024, 4096, c["vision_config"]["patch_size"]
+    tower = 3 * p * p * w + w + 24 * (4 * w * w + 3 * w * f + 2 * w)
+    return text + tower + (w * h + h) + (h * h + h)
+
+
+def test_llava_next_and_pixtral_presets_by_hand():
+    """llava-v1.6-mistral-7b-hf: 7,566,747,648 values stored (its hub page's 7.57B), of which llava_next.py skips
+    CLIP's last block and post_layernorm; Pixtral-12B: 12,682,739,712 (the card's 12B decoder + 0.4B encoder),
+    every block built (vision_feature_layer -1)."""
+    stored, skipped = params_llava_next_mistral(P["llava-hf/llava-v1.6-mistral-7b-hf"])
+    assert stored == 7_566_747_648
+    assert shard_map("llava-hf/llava-v1.6-mistral-7b-hf", 1).total_weight_bytes == (stored - skipped) * 2
+    assert params_pixtral_12b(P["mistral-community/pixtral-12b"]) == 12_682_739_712
+    assert shard_map("mistral-community/pixtral-12b", 1).total_weight_bytes == 12_682_739_712 * 2

@@ -14,7 +14,7 @@ from tpviz.plan.tensors import tensors
 from tpviz.render.plots import all_figures
 from tpviz.render.plots.strip import layer_strip
 from tpviz.render.summary import memory_rows
-from tpviz.trace.shardmap import ShardMap
+from tpviz.trace.shardmap import ShardMap, numel
 from tests.helpers.checkpoint import written_shapes
 from tests.helpers.errors import one_line
 from tests.plan.test_tower import TEXT
@@ -148,3 +148,40 @@ def test_omni_without_its_thinker_config_is_one_line():
     with pytest.raises(ConfigError) as e:
         shard_map({"model_type": "qwen2_5_omni", "architectures": ["Qwen2_5OmniModel"]}, 1)
     assert one_line(e.value) and "thinker_config" in str(e.value)
+
+
+def omni_thinker_values(c: dict) -> dict[str, int]:
+    """Qwen2.5-Omni's thinker by hand, per part: Whisper-large's encoder with its two convs, ln_post, proj to
+    output_dim and two bos / eos rows; Qwen2.5-VL's ViT (gated MLP, RMS norms, a Conv3d patch kernel, the merger
+    over 2 x 2 patches); the Qwen2 decoder with q/k/v biases; its lm_head untied."""
+    t, a, v = (c["thinker_config"][k] for k in ("text_config", "audio_config", "vision_config"))
+    w, f, out = a["d_model"], a["encoder_ffn_dim"], a["output_dim"]
+    audio = (w * a["num_mel_bins"] * 3 + w + w * w * 3 + w + 2 * out + 2 * w + out * w + out
+             + a["encoder_layers"] * (4 * w * w + 3 * w + 4 * w + 2 * w * f + f + w))
+    e, i, wide = v["hidden_size"], v["intermediate_size"], v["hidden_size"] * 4
+    visual = (e * 3 * 2 * 14 * 14 + v["depth"] * (3 * e * e + 3 * e + e * e + e + 3 * e * i + 2 * i + e + 2 * e)
+              + e + wide * wide + wide + out * wide + out)
+    h, V, n, kv = t["hidden_size"], t["vocab_size"], t["num_hidden_layers"], t["num_key_value_heads"] * 128
+    model = V * h + h + n * (h * h + h + 2 * (h * kv + kv) + h * h + 3 * h * t["intermediate_size"] + 2 * h)
+    return {"audio_tower": audio, "visual": visual, "model": model, "lm_head": V * h}
+
+
+def parts(key: str) -> dict[str, int]:
+    m = shard_map(key, 1)
+    out: dict[str, int] = {}
+    for p in m.params:
+        out[p.name.split(".")[0]] = out.get(p.name.split(".")[0], 0) + p.count * numel(p.shape)
+    return out
+
+
+def test_omni_3b_thinker_is_the_measured_checkpoint_and_7b_follows_the_same_count():
+    """A parameter table of the loaded Qwen2.5-Omni-3B checkpoint gives its thinker as audio_tower 637,676,544,
+    visual 668,684,288, model 3,085,938,688 and lm_head 311,164,928 (4,703,464,448 in all): the hand count and the
+    map equal each part. The 7B's map equals the same count of its own config."""
+    measured = {"audio_tower": 637_676_544, "visual": 668_684_288, "model": 3_085_938_688, "lm_head": 311_164_928}
+    assert omni_thinker_values(presets()["Qwen/Qwen2.5-Omni-3B"]) == measured == parts("Qwen/Qwen2.5-Omni-3B")
+    assert parts("Qwen/Qwen2.5-Omni-7B") == omni_thinker_values(presets()["Qwen/Qwen2.5-Omni-7B"])
+    assert shard_map("Qwen/Qwen2.5-Omni-7B", 4).ranks[0].weight_bytes_by_family["audio"] == 639_647_232 * 2
+    with pytest.raises(TPSizeError) as e:  # its vision MLP (3420) is not cut 8 ways, and no data mode avoids it
+        shard_map("Qwen/Qwen2.5-Omni-3B", 8)
+    assert one_line(e.value) and "intermediate_size=3420" in str(e.value) and "has no" in str(e.value)

@@ -26,7 +26,7 @@ from tpviz.rules import RuleSet, divide, ruleset
 
 FAMILY = "vision"
 DATA_HINT = "--mm-encoder-tp-mode data keeps the vision tower whole on every GPU"
-NO_DATA_HINT = "this model's vLLM class has no --mm-encoder-tp-mode data, so no tp above its heads serves it"
+NO_DATA_HINT = "this model's vLLM class has no --mm-encoder-tp-mode data, which would avoid it"
 # towers whose layers ask is_vit_use_data_parallel(heads), so vLLM runs them data-parallel by itself where
 # the heads do not divide tp (kimi_k25_vit.py): drawn as such with the flag
 AUTO_DATA = {"moonvit": ("vLLM 0.33 then runs this tower data-parallel by itself (kimi_k25_vit.py), "
