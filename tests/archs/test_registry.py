@@ -29,8 +29,7 @@ SIBLINGS = {"deepseek_v2": ("deepseek-ai/DeepSeek-V3", {"topk_method": "greedy",
 SIBLINGS["glm4v_text"] = ("THUDM/GLM-4-9B-0414", {})  # GLM-4.1V's decoder (no preset): GLM-4-0414's
 # the Transformers backend's decoders with no preset (archs/backend.py): a Llama, or Qwen3-MoE's experts at
 # intermediate_size (their transformers classes have no moe_intermediate_size)
-SIBLINGS |= {t: ("meta-llama/Llama-3.2-1B", {}) for t in ("arcee", "hunyuan_v1_dense", "cwm",
-                                                          "jais2")}
+SIBLINGS |= {t: ("meta-llama/Llama-3.2-1B", {}) for t in ("cwm", "jais2")}
 SIBLINGS |= {t: ("Qwen/Qwen3-30B-A3B", {"moe_intermediate_size": None, "intermediate_size": 768})
              for t in ("hunyuan_v1_moe", "flex_olmo")}
 # GLM-5 (no preset): DeepSeek-V3.2's config under its own class

@@ -211,3 +211,17 @@ def test_llava_next_and_pixtral_presets_by_hand():
     assert shard_map("llava-hf/llava-v1.6-mistral-7b-hf", 1).total_weight_bytes == (stored - skipped) * 2
     assert params_pixtral_12b(P["mistral-community/pixtral-12b"]) == 12_682_739_712
     assert shard_map("mistral-community/pixtral-12b", 1).total_weight_bytes == 12_682_739_712 * 2
+
+
+def test_backend_presets_by_hand():
+    """AFM-4.5B: q/k/v/o at 20 / 4 heads of 128, a gateless ReLU² MLP (up and down), untied: 4,619,184,640, the
+    hub page's 4.6B. Hy-MT2-7B: Hunyuan-7B's q/k/v/o at 32 / 8 heads with per-head q/k norms, a SwiGLU MLP,
+    tied: 7,504,568,320."""
+    c = P["arcee-ai/AFM-4.5B"]
+    h, V, n, i = c["hidden_size"], c["vocab_size"], c["num_hidden_layers"], c["intermediate_size"]
+    afm = 2 * V * h + h + n * (2 * h * 20 * 128 + 2 * h * 4 * 128 + 2 * h * i + 2 * h)
+    assert afm == 4_619_184_640 == shard_map("arcee-ai/AFM-4.5B", 1).total_weight_bytes // 2
+    c = P["tencent/Hy-MT2-7B"]
+    h, V, n, i = c["hidden_size"], c["vocab_size"], c["num_hidden_layers"], c["intermediate_size"]
+    hy = V * h + h + n * (2 * h * 32 * 128 + 2 * h * 8 * 128 + 2 * 128 + 3 * h * i + 2 * h)
+    assert hy == 7_504_568_320 == shard_map("tencent/Hy-MT2-7B", 1).total_weight_bytes // 2
