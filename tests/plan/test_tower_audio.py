@@ -37,6 +37,8 @@ def test_qwen2_audio_7b_is_the_release_count_with_its_tower_whole_on_every_gpu()
     tower = [t for t in shard_map(KEY, 8).tensors if t.tower]
     assert len(tower) == 24 and {t.tower for t in tower} == {"audio"}
     assert all(t.split_dim is None and t.family == "audio" for t in tower)
+    # named by the transformers module vLLM builds (no vLLM parallel layer among them)
+    assert {t.layer_class for t in tower} == {"nn.Linear", "nn.LayerNorm", "nn.Conv1d", "nn.Embedding"}
     spec = load_spec(KEY)
     assert spec.audio.file.startswith("qwen2_audio.py") and spec.tower is None
     assert any("audio tower (32 blocks, 1280 wide)" in n for n in spec.notes)

@@ -53,4 +53,12 @@ def audio_plans(spec) -> list[ParamPlan]:
     for group, count in ((blocks, t.depth), (once, 0)):
         for plan in group:
             plan.family, plan.tower, plan.blocks = "audio", "audio", count
+            plan.layer_class = torch_class(plan.name)
     return blocks + once
+
+
+def torch_class(name: str) -> str:
+    """The transformers encoder's own torch module for a tensor (the probe's stand-in is drawn, not named)."""
+    part = name.rsplit(".", 2)[-2]
+    return ("nn.Conv1d" if part.startswith("conv") else "nn.LayerNorm" if "norm" in part or part == "ln_post"
+            else "nn.Embedding" if part in ("embed_positions", "audio_bos_eos_token") else "nn.Linear")
