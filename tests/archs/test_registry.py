@@ -22,9 +22,7 @@ from tpviz.trace.checkpoint import expand
 
 # architectures no preset or shared config has, as a sibling's config retyped (and what the retyping needs)
 SIBLINGS = {"deepseek_v2": ("deepseek-ai/DeepSeek-V3", {"topk_method": "greedy", "scoring_func": "softmax"}),
-            "gemma": ("google/gemma-2-9b-it", {"sliding_window": None}), "olmo2": ("Qwen/Qwen3-0.6B", {}),
-            "olmo3": ("Qwen/Qwen3-0.6B", {}), "starcoder2": ("meta-llama/Llama-3.2-1B",
-                                                             {"tie_word_embeddings": True}),
+            "olmo3": ("Qwen/Qwen3-0.6B", {}),
             "qwen3_5_moe_text": ("Qwen/Qwen3-30B-A3B", {"layer_types": None})}
 SIBLINGS["glm4v_text"] = ("THUDM/GLM-4-9B-0414", {})  # GLM-4.1V's decoder (no preset): GLM-4-0414's
 # the Transformers backend's decoders with no preset (archs/backend.py): a Llama, or Qwen3-MoE's experts at

@@ -225,3 +225,22 @@ def test_backend_presets_by_hand():
     h, V, n, i = c["hidden_size"], c["vocab_size"], c["num_hidden_layers"], c["intermediate_size"]
     hy = V * h + h + n * (2 * h * 32 * 128 + 2 * h * 8 * 128 + 2 * 128 + 3 * h * i + 2 * h)
     assert hy == 7_504_568_320 == shard_map("tencent/Hy-MT2-7B", 1).total_weight_bytes // 2
+
+
+def test_classic_presets_by_hand():
+    """StarCoder2-3B: LayerNorms and every projection biased, 24 / 2 heads of 128, an ungated c_fc / c_proj MLP,
+    tied: 3,030,371,328 (the hub's 3.03B; untied would be 3.18B). OLMo-2-7B: q/k norms over the whole projection,
+    two post-norms a layer, untied. Gemma-2B: 8 / 1 heads of 256, GeGLU, tied."""
+    c = P["bigcode/starcoder2-3b"]
+    h, V, n, i = c["hidden_size"], c["vocab_size"], c["num_hidden_layers"], c["intermediate_size"]
+    kv = c["num_key_value_heads"] * h // c["num_attention_heads"]
+    sc = V * h + 2 * h + n * (2 * (h * h + h) + 2 * (h * kv + kv) + 2 * h * i + i + h + 4 * h)
+    assert sc == 3_030_371_328 == shard_map("bigcode/starcoder2-3b", 1).total_weight_bytes // 2
+    c = P["allenai/OLMo-2-1124-7B"]
+    h, V, n, i = c["hidden_size"], c["vocab_size"], c["num_hidden_layers"], c["intermediate_size"]
+    olmo = 2 * V * h + h + n * (4 * h * h + 2 * h + 3 * h * i + 2 * h)
+    assert olmo == 7_298_617_344 == shard_map("allenai/OLMo-2-1124-7B", 1).total_weight_bytes // 2
+    c = P["google/gemma-2b"]
+    h, V, n, i, d = c["hidden_size"], c["vocab_size"], c["num_hidden_layers"], c["intermediate_size"], c["head_dim"]
+    gemma = V * h + h + n * (2 * h * 8 * d + 2 * h * d + 3 * h * i + 2 * h)
+    assert gemma == 2_506_172_416 == shard_map("google/gemma-2b", 1).total_weight_bytes // 2
