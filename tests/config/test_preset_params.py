@@ -244,3 +244,27 @@ def test_classic_presets_by_hand():
     h, V, n, i, d = c["hidden_size"], c["vocab_size"], c["num_hidden_layers"], c["intermediate_size"], c["head_dim"]
     gemma = V * h + h + n * (2 * h * 8 * d + 2 * h * d + 3 * h * i + 2 * h)
     assert gemma == 2_506_172_416 == shard_map("google/gemma-2b", 1).total_weight_bytes // 2
+
+
+def test_qwen35_moe_with_its_mtp_layer_is_the_release_count():
+    """Qwen3.5-35B-A3B: Qwen3-Next's text stack (Gated DeltaNet three layers in four, gated full attention in the
+    fourth, 256 experts and a gated shared expert in every layer) and Qwen3-VL's tower without deepstack mergers;
+    with the one next-token layer the checkpoint also holds (an MoE full-attention layer, its fc over [h | h] and
+    three norms), the hub's 35.95B."""
+    c = P["Qwen/Qwen3.5-35B-A3B"]
+    t, v = c["text_config"], c["vision_config"]
+    text = params_qwen3_next(t)
+    w, p, out, m = v["hidden_size"], v["patch_size"], v["out_hidden_size"], v["intermediate_size"]
+    wide = w * v["spatial_merge_size"] ** 2
+    tower = (v["depth"] * tower_block(w, m) + w * v["in_channels"] * v["temporal_patch_size"] * p * p + w
+             + v["num_position_embeddings"] * w + 2 * w + wide * wide + wide + wide * out + out)
+    gdn = t["num_hidden_layers"] - t["num_hidden_layers"] // t["full_attention_interval"]
+    # bf16, but each Gated DeltaNet layer's A_log, which vLLM 0.33 holds in float32 (2 bytes more a value)
+    assert shard_map("Qwen/Qwen3.5-35B-A3B", 1).total_weight_bytes == (text + tower) * 2 + gdn * t[
+        "linear_num_value_heads"] * 2
+    h, H, kv, d, E, mi = (t["hidden_size"], t["num_attention_heads"], t["num_key_value_heads"], t["head_dim"],
+                          t["num_experts"], t["moe_intermediate_size"])
+    mtp = (2 * h * H * d + 2 * h * kv * d + H * d * h + 2 * d + 2 * h  # gated q, k, v, o, q/k norms, two norms
+           + h * E + E * 3 * h * mi + 3 * h * t["shared_expert_intermediate_size"] + h  # MoE, shared expert gate
+           + 2 * h * h + 3 * h)
+    assert round((text + tower + mtp) / 1e9, 2) == 35.95

@@ -166,7 +166,14 @@ ADDED += ("preset:zai-org/GLM-5|",)  # GLM-MoE-DSA (issue 25)
 ADDED += ("preset:deepseek-ai/DeepSeek-OCR|",)  # DeepSeek-OCR's DeepEncoder (issue 25)
 ADDED += ("preset:tencent/Hunyuan-A13B-Instruct|",)
 ADDED += ("preset:mistralai/Mamba-Codestral-7B-v0.1|",)  # pure Mamba2 (issue 25)
-ADDED += ("preset:tiiuae/falcon-mamba-7b|", "preset:state-spaces/mamba-2.8b-hf|")  # pure Mamba1 (issue 25)  # HunYuan-MoE, a complete copy found (issue 25)
+ADDED += ("preset:tiiuae/falcon-mamba-7b|", "preset:state-spaces/mamba-2.8b-hf|")  # pure Mamba1 (issue 25)
+# LLaVA (text sizes left to the class), audio towers, Qwen2.5-Omni's thinker, and presets for architectures
+# mapped before without one (issue 25)
+ADDED += tuple(f"preset:{k}|" for k in (
+    "llava-hf/llava-1.5-7b-hf", "llava-hf/llava-v1.6-mistral-7b-hf", "mistral-community/pixtral-12b",
+    "Qwen/Qwen2-Audio-7B", "Qwen/Qwen2.5-Omni-7B", "Qwen/Qwen2.5-Omni-3B", "Qwen/Qwen3.5-35B-A3B",
+    "google/vaultgemma-1b", "arcee-ai/AFM-4.5B", "tencent/Hy-MT2-7B", "bigcode/starcoder2-3b",
+    "allenai/OLMo-2-1124-7B", "google/gemma-2b"))
 
 
 def compare(golden: dict, now: dict) -> None:

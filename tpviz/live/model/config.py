@@ -47,8 +47,9 @@ class LiveConfig:
     def to_dict(self) -> dict:
         d = asdict(self)
         d["spec"].pop("config")  # the raw config was read into these fields already
-        if d["spec"]["tower"] is None:  # Run live runs text decoders (source.py drops a tower)
-            del d["spec"]["tower"]
+        for key in ("tower", "audio"):  # Run live runs text decoders (source.py drops the towers)
+            if d["spec"][key] is None:
+                del d["spec"][key]
         # no live block runs Gemma-4's KV-shared layers or per-layer inputs, nor DeepSeek's sparse attention:
         # their fields are left out when unset
         for layer in d["spec"]["layers"]:
