@@ -268,3 +268,21 @@ def test_qwen35_moe_with_its_mtp_layer_is_the_release_count():
            + h * E + E * 3 * h * mi + 3 * h * t["shared_expert_intermediate_size"] + h  # MoE, shared expert gate
            + 2 * h * h + 3 * h)
     assert round((text + tower + mtp) / 1e9, 2) == 35.95
+
+
+def test_internvl3_hf_is_its_published_count():
+    """InternVL3-1B-hf: InternViT-300M (24 biased blocks of 1024 with layer-scale vectors, a class token and
+    position table), the LayerNorm-then-two-linear projector over 4 x 1024 and a Qwen2-0.5B-like decoder,
+    untied: 938,193,024 parameters, a count pinned to the -hf revision."""
+    c = P["OpenGVLab/InternVL3-1B-hf"]
+    t, v = c["text_config"], c["vision_config"]
+    h, V, n, i = t["hidden_size"], t["vocab_size"], t["num_hidden_layers"], t["intermediate_size"]
+    kv = t["num_key_value_heads"] * h // t["num_attention_heads"]
+    text = 2 * V * h + h + n * (h * h + h + 2 * (h * kv + kv) + h * h + 3 * h * i + 2 * h)
+    w, f, p = v["hidden_size"], v["intermediate_size"], v["patch_size"][0]
+    block = tower_block(w, f) + 2 * w  # and lambda_1 / lambda_2, its layer-scale vectors
+    tower = v["num_hidden_layers"] * block + w + 3 * p * p * w + w + ((448 // p) ** 2 + 1) * w
+    wide = 4 * w
+    projector = 2 * wide + wide * h + h + h * h + h
+    assert text + tower + projector == 938_193_024
+    assert shard_map("OpenGVLab/InternVL3-1B-hf", 1).total_weight_bytes == 938_193_024 * 2
