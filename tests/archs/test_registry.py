@@ -24,7 +24,6 @@ from tpviz.trace.checkpoint import expand
 SIBLINGS = {"deepseek_v2": ("deepseek-ai/DeepSeek-V3", {"topk_method": "greedy", "scoring_func": "softmax"}),
             "olmo3": ("Qwen/Qwen3-0.6B", {}),
             "qwen3_5_moe_text": ("Qwen/Qwen3-30B-A3B", {"layer_types": None})}
-SIBLINGS["glm4v_text"] = ("THUDM/GLM-4-9B-0414", {})  # GLM-4.1V's decoder (no preset): GLM-4-0414's
 # the Transformers backend's decoders with no preset (archs/backend.py): a Llama, or Qwen3-MoE's experts at
 # intermediate_size (their transformers classes have no moe_intermediate_size)
 SIBLINGS |= {t: ("meta-llama/Llama-3.2-1B", {}) for t in ("cwm", "jais2")}

@@ -286,3 +286,8 @@ def test_internvl3_hf_is_its_published_count():
     projector = 2 * wide + wide * h + h + h * h + h
     assert text + tower + projector == 938_193_024
     assert shard_map("OpenGVLab/InternVL3-1B-hf", 1).total_weight_bytes == 938_193_024 * 2
+
+
+def test_glm41v_is_its_published_size():
+    """GLM-4.1V-9B-Thinking: 10.3B in the MiniCPM-V 4.5 report's table (no exact count published)."""
+    assert round(shard_map("zai-org/GLM-4.1V-9B-Thinking", 1).total_weight_bytes / 2e9, 1) == 10.3

@@ -173,7 +173,8 @@ ADDED += tuple(f"preset:{k}|" for k in (
     "llava-hf/llava-1.5-7b-hf", "llava-hf/llava-v1.6-mistral-7b-hf", "mistral-community/pixtral-12b",
     "Qwen/Qwen2-Audio-7B", "Qwen/Qwen2.5-Omni-7B", "Qwen/Qwen2.5-Omni-3B", "Qwen/Qwen3.5-35B-A3B",
     "google/vaultgemma-1b", "arcee-ai/AFM-4.5B", "tencent/Hy-MT2-7B", "bigcode/starcoder2-3b",
-    "allenai/OLMo-2-1124-7B", "google/gemma-2b", "OpenGVLab/InternVL3-1B-hf"))
+    "allenai/OLMo-2-1124-7B", "google/gemma-2b", "OpenGVLab/InternVL3-1B-hf",
+    "zai-org/GLM-4.1V-9B-Thinking"))
 
 
 def compare(golden: dict, now: dict) -> None:
