@@ -22,13 +22,12 @@ from tpviz.trace.checkpoint import expand
 
 # architectures no preset or shared config has, as a sibling's config retyped (and what the retyping needs)
 SIBLINGS = {"deepseek_v2": ("deepseek-ai/DeepSeek-V3", {"topk_method": "greedy", "scoring_func": "softmax"}),
-            "olmo3": ("Qwen/Qwen3-0.6B", {}),
             "qwen3_5_moe_text": ("Qwen/Qwen3-30B-A3B", {"layer_types": None})}
 # the Transformers backend's decoders with no preset (archs/backend.py): a Llama, or Qwen3-MoE's experts at
 # intermediate_size (their transformers classes have no moe_intermediate_size)
-SIBLINGS |= {t: ("meta-llama/Llama-3.2-1B", {}) for t in ("cwm", "jais2")}
+SIBLINGS |= {t: ("meta-llama/Llama-3.2-1B", {}) for t in ("cwm",)}
 SIBLINGS |= {t: ("Qwen/Qwen3-30B-A3B", {"moe_intermediate_size": None, "intermediate_size": 768})
-             for t in ("hunyuan_v1_moe", "flex_olmo")}
+             for t in ("hunyuan_v1_moe",)}
 # GLM-5 (no preset): DeepSeek-V3.2's config under its own class
 SIBLINGS["glm_moe_dsa"] = ("deepseek-ai/DeepSeek-V3.2", {"architectures": ["GlmMoeDsaForCausalLM"]})
 # MiniCPM3 (DeepSeek-V3's MLA ranks, its experts unread) and Step-3's decoder (no preset: no release config

@@ -291,3 +291,21 @@ def test_internvl3_hf_is_its_published_count():
 def test_glm41v_is_its_published_size():
     """GLM-4.1V-9B-Thinking: 10.3B in the MiniCPM-V 4.5 report's table (no exact count published)."""
     assert round(shard_map("zai-org/GLM-4.1V-9B-Thinking", 1).total_weight_bytes / 2e9, 1) == 10.3
+
+
+def test_olmo3_flexolmo_and_jais2_by_hand():
+    """OLMo-3-7B: OLMo-2's layer (whole-projection q/k norms, two post-norms), untied. FlexOlmo-7x7B: the same
+    attention, seven 11008-wide SwiGLU experts and a router a layer: the card's 33B. Jais-2-8B: biased q/k/v/o
+    and up / down, two LayerNorms a layer and a final one, untied: the hub's 8.09B."""
+    c = P["allenai/Olmo-3-1025-7B"]
+    h, V, n, i = c["hidden_size"], c["vocab_size"], c["num_hidden_layers"], c["intermediate_size"]
+    olmo3 = 2 * V * h + h + n * (4 * h * h + 2 * h + 3 * h * i + 2 * h)
+    assert olmo3 == 7_298_011_136 == shard_map("allenai/Olmo-3-1025-7B", 1).total_weight_bytes // 2
+    c = P["allenai/FlexOlmo-7x7B-1T"]
+    h, V, n, i, E = c["hidden_size"], c["vocab_size"], c["num_hidden_layers"], c["intermediate_size"], c["num_experts"]
+    flex = 2 * V * h + h + n * (4 * h * h + 2 * h + h * E + E * 3 * h * i + 2 * h)
+    assert flex == 33_270_665_216 == shard_map("allenai/FlexOlmo-7x7B-1T", 1).total_weight_bytes // 2
+    c = P["inceptionai/Jais-2-8B-Chat"]
+    h, V, n, i = c["hidden_size"], c["vocab_size"], c["num_hidden_layers"], c["intermediate_size"]
+    jais = 2 * V * h + 2 * h + n * (4 * (h * h + h) + 2 * h * i + i + h + 4 * h)
+    assert jais == 8_090_401_280 == shard_map("inceptionai/Jais-2-8B-Chat", 1).total_weight_bytes // 2

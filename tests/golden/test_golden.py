@@ -174,7 +174,8 @@ ADDED += tuple(f"preset:{k}|" for k in (
     "Qwen/Qwen2-Audio-7B", "Qwen/Qwen2.5-Omni-7B", "Qwen/Qwen2.5-Omni-3B", "Qwen/Qwen3.5-35B-A3B",
     "google/vaultgemma-1b", "arcee-ai/AFM-4.5B", "tencent/Hy-MT2-7B", "bigcode/starcoder2-3b",
     "allenai/OLMo-2-1124-7B", "google/gemma-2b", "OpenGVLab/InternVL3-1B-hf",
-    "zai-org/GLM-4.1V-9B-Thinking"))
+    "zai-org/GLM-4.1V-9B-Thinking", "allenai/Olmo-3-1025-7B", "allenai/FlexOlmo-7x7B-1T",
+    "inceptionai/Jais-2-8B-Chat"))
 
 
 def compare(golden: dict, now: dict) -> None:
