@@ -1,6 +1,7 @@
-"""Benchmark: shard_map time of the vision-language presets whose tower tpviz maps (a script, no timed test),
-at tp 8 and 16, against Qwen3-0.6B at the same tp. Targets as for text models: <= 100 ms per call and no more
-than 3x Qwen3-0.6B. The tower adds one traced plan per distinct tower tensor (about 20), not one per block.
+"""Benchmark: shard_map time of the multimodal presets whose vision (or audio) tower tpviz maps (a script,
+no timed test), at tp 8 and 16, against Qwen3-0.6B at the same tp. Targets as for text models: <= 100 ms per
+call and no more than 3x Qwen3-0.6B. The tower adds one traced plan per distinct tower tensor (about 20), not
+one per block.
 
     python bench/bench_vlm.py [--n 10] [--strict]
 
@@ -46,7 +47,7 @@ def main() -> int:
     torch.set_num_threads(1)  # the probe tensors are tiny: threads only add contention
     from tpviz.config.sources import load_spec, presets
     from tpviz.errors import TpvizError
-    towers = [name for name in presets() if load_spec(name).tower]
+    towers = [name for name in presets() if load_spec(name).tower or load_spec(name).audio]
     missed = False
     for tp in (8, 16):
         print(f"tp {tp}: {BASE} {timed(BASE, tp, args.n)[0]:.1f} ms")
@@ -59,7 +60,8 @@ def main() -> int:
                 continue
             ok = ms <= TARGET_MS and ratio <= TARGET_RATIO
             missed |= not ok
-            print(f"  {name:<36} {ms:6.1f} ms  {ratio:4.2f}x Qwen3-0.6B  tower {spec.tower.depth} blocks  "
+            depth = (spec.tower or spec.audio).depth
+            print(f"  {name:<36} {ms:6.1f} ms  {ratio:4.2f}x Qwen3-0.6B  tower {depth} blocks  "
                   f"{'ok' if ok else 'MISSED'} (targets {TARGET_MS:.0f} ms, {TARGET_RATIO:.0f}x)")
     return 1 if missed and args.strict else 0
 
