@@ -19,9 +19,10 @@ def row(a) -> str:
             else "text decoder")
     modes = "weights or data" if a.tower in DATA_MODE else "weights only"
     tower = (f"mapped and split as vLLM's `{TOWER_FILES[a.tower]}` (`--mm-encoder-tp-mode` {modes})"
-             if a.tower else "" if a.audio else "left out (named in the map's notes)" if a.text_model else "none")
+             if a.tower else "" if a.audio else "left out (named in the map's notes)" if a.text_model
+             else "none")
     if a.audio:
-        tower += ("; " if tower else "") + f"audio: mapped whole on every GPU as vLLM's `{TOWER_FILES[a.audio]}`"
+        tower += ("; " if tower else "") + f"audio: mapped whole on every GPU as `{TOWER_FILES[a.audio]}`"
     live = ("yes" + (", routed experts" if a.live_moe else "")) if a.live else "no"
     sglang = f"`{a.sglang.file}`" if a.sglang else "refused (not modelled)"
     cls = f"`{a.hf_class}`" if a.hf_class else "any (vLLM builds the decoder text_config names)"

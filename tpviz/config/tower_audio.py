@@ -2,9 +2,9 @@
 decoder; which one a model has is its wrapper record's `audio` (tpviz.archs). qwen2_audio.py builds
 transformers' own Qwen2AudioEncoder (Whisper-large's encoder: two Conv1d, a position table, plain nn.Linear
 attention and MLP) and an nn.Linear projector, qwen2_5_omni_thinker.py transformers' Qwen2_5OmniAudioEncoder
-(the same layers, a sinusoid table it does not store, its own output projection); none of it is a vLLM
-parallel layer, so all of it is whole on every GPU whatever tp or --mm-encoder-tp-mode. audio_config is read through transformers' class, defaults and all,
-as vLLM reads it (config/hf.py's TOWERS)."""
+(the same layers, a sinusoid table it does not store, its own output projection). None of it is a vLLM
+parallel layer, so all of it is whole on every GPU whatever tp or --mm-encoder-tp-mode. audio_config is read
+through transformers' class, defaults and all, as vLLM reads it (config/hf.py's TOWERS)."""
 from functools import partial
 
 from tpviz.archs import arch_of

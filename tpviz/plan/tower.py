@@ -247,7 +247,8 @@ def moonvit(spec, t: Tower, rules: RuleSet) -> tuple[list, list, list]:
     return blocks, [], once
 
 
-BUILDERS = {"qwen2_vl": qwen2_vl, "qwen2_5_vl": qwen2_5_vl, "qwen2_5_omni": qwen2_5_vl, "qwen3_vl": qwen3_vl, "siglip": siglip,
+BUILDERS = {"qwen2_vl": qwen2_vl, "qwen2_5_vl": qwen2_5_vl, "qwen2_5_omni": qwen2_5_vl, "qwen3_vl": qwen3_vl,
+            "siglip": siglip,
             "pixtral": pixtral, "llava_pixtral": pixtral, "llama4": llama4, "moonvit": moonvit,
             "minicpmv": minicpmv, "deepseek_vl2": deepseek_vl2}
 BUILDERS |= {f"{w}_{v}": llava_clip for w in LLAVA for v in VISION.values()}  # config/tower_llava.py

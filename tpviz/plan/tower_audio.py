@@ -27,7 +27,8 @@ def qwen2_audio(t: Tower) -> tuple[list[ParamPlan], list[ParamPlan]]:
     """(per-block plans, once-per-tower plans): the layers; the convs, the position table and the closing
     layer_norm; then the projector."""
     a, w = t.prefix, t.hidden
-    once = [*_convs(t), whole(f"{a}embed_positions.weight", (t.positions, w)), *norm(f"{a}layer_norm", w, bias=True),
+    once = [*_convs(t), whole(f"{a}embed_positions.weight", (t.positions, w)),
+            *norm(f"{a}layer_norm", w, bias=True),
             *whole_linear(f"{t.projector}linear", t.out_hidden, w)]
     return _layers(t), once
 

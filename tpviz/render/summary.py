@@ -13,7 +13,8 @@ MAX_TP = 64  # the explorer offers tp 1..64
 FAMILY_LABELS = {"qkv": "q/k/v", "o_proj": "o_proj", "gate_up": "gate/up", "down_proj": "down_proj",
                  "linear_attn": "Gated DeltaNet", "mamba": "Mamba2", "mamba1": "Mamba1", "conv": "short conv",
                  "kda": "Kimi Delta Attention",
-                 "experts": "MoE experts", "vision": "vision tower", "audio": "audio tower", "embed": "embed_tokens",
+                 "experts": "MoE experts", "vision": "vision tower", "audio": "audio tower",
+                 "embed": "embed_tokens",
                  "lm_head": "lm_head",
                  "replicated": "replicated (norms, biases, routers)"}
 

@@ -77,7 +77,7 @@ def live_config(spec: ModelSpec, layers: int | None = None, rules: str = "vllm")
         elif layers > spec.num_hidden_layers:
             notes.append(f"layers={layers} is more than the model's "
                          f"{spec.num_hidden_layers}: all of them run")
-    if spec.tower or spec.audio:  # Run live runs the text decoder; a tower's check: tests/live/test_tower_live.py
+    if spec.tower or spec.audio:  # Run live runs the text decoder (towers: tests/live/test_tower_live.py)
         spec = replace(spec, tower=None, audio=None)
         if not wrapped:  # a wrapped config's note above says it already
             notes.append("the vision tower is not run: the text decoder alone is checked")

@@ -45,13 +45,15 @@ def layer_strip(m: ShardMap, selected: int | None = None) -> go.Figure:
         wide = max(2.0, n / 12)
         at = [-(k + 0.5) * wide - 0.5 for k in range(len(towers))]
         layout["xaxis"]["range"] = [at[-1] - wide / 2 - 0.5, n - 0.5]
-        layout["xaxis"]["tickvals"] = at + [i for i in range(0, n, max(1, n // 8))]
-        layout["xaxis"]["ticktext"] = [t.medium for t in towers] + [str(i) for i in range(0, n, max(1, n // 8))]
+        ticks = list(range(0, n, max(1, n // 8)))
+        layout["xaxis"]["tickvals"] = at + ticks
+        layout["xaxis"]["ticktext"] = [t.medium for t in towers] + [str(i) for i in ticks]
     for x0, t in zip(at if towers else [], towers):
         whole = ("whole on every GPU" if t.medium == "audio" else
                  "whole on every GPU (data mode)" if t.data_parallel else "split over tp")
         bars.append(go.Bar(x=[x0], y=[1], width=wide * 0.95, marker=dict(color=FAMILY_COLORS[t.medium]),
-                           hovertext=[f"<b>{t.medium} tower</b><br>{t.depth} blocks of {t.heads} heads, {whole}"
+                           hovertext=[f"<b>{t.medium} tower</b><br>{t.depth} blocks of {t.heads} heads, "
+                                      f"{whole}"
                                       "<br>held by the first pipeline stage; its matrices are in the "
                                       f"{t.medium} tab"],
                            hovertemplate="%{hovertext}<extra></extra>"))

@@ -22,7 +22,8 @@ FONT = "Inter, 'Segoe UI', Helvetica, Arial, sans-serif"
 FAMILY_COLORS = {"qkv": "#3b5b92", "o_proj": "#8aa6d6", "gate_up": "#2f7f6f", "down_proj": "#8fcdbf",
                  "linear_attn": "#6a4c93", "mamba": "#a58cc4", "conv": "#8c6d46", "experts": "#8e7cc3",
                  "kda": "#7b5ea7", "mamba1": "#c3a6d9",
-                 "vision": "#b5651d", "audio": "#c98a3d", "embed": "#6b6f76", "lm_head": "#a3a8b0", "replicated": "#d9cfc1"}
+                 "vision": "#b5651d", "audio": "#c98a3d", "embed": "#6b6f76", "lm_head": "#a3a8b0",
+                 "replicated": "#d9cfc1"}
 # q|k|v and gate|up segments are told apart by pattern; the fill stays the rank colour
 SECTION_PATTERNS = {"q": "", "k": "/", "v": "\\", "gate": "", "up": "/", "shared gate": ".", "shared up": "x"}
 
