@@ -17,6 +17,7 @@ from tpviz.rules import divide
 
 PROBE = 1  # size kept for the dimension that is not split: cost follows tensors x tp, not parameters
 DT = torch.float64  # exact integer tags up to 2**53
+FP32 = 4  # bytes of a float32 parameter: the recurrent mixers' A_log and conv weights vLLM keeps in float32
 
 
 @dataclass

@@ -3,10 +3,10 @@ Attention mixer, KimiMoE's padded routed experts, and the recurrent state every 
 from tpviz.config.kinds import Mixer
 from tpviz.layers.kda import KimiDeltaAttention, PaddedExpertsDown, PaddedExpertsGateUp
 from tpviz.plan import ssm
-from tpviz.plan.core import DT, PROBE, ParamPlan, Source, class_name, param
+from tpviz.plan.core import DT, FP32, PROBE, ParamPlan, Source, class_name, param
 from tpviz.archs.names import Names
 
-FP32 = 4  # conv1d, A_log and dt_bias: vLLM builds them in float32 whatever the model's dtype
+# conv1d, A_log and dt_bias: vLLM builds them in float32 (FP32) whatever the model's dtype
 HEADS = "linear_attn_config.num_heads"
 
 

@@ -2,11 +2,11 @@
 from tpviz.config.kinds import STATEFUL, Mixer
 from tpviz.layers.linear import RowParallelLinear
 from tpviz.layers.ssm import GatedDeltaNet, Mamba2Mixer, MambaMixer, ShortConv
-from tpviz.plan.core import DT, PROBE, ParamPlan, Source, norm, param, shared
+from tpviz.plan.core import DT, FP32, PROBE, ParamPlan, Source, norm, param, shared
 from tpviz.archs.names import Names
 
 FAMILY = {"gated_deltanet": "linear_attn", "mamba1": "mamba1", "mamba2": "mamba", "short_conv": "conv"}
-FP32 = 4  # A / A_log: vLLM 0.33 builds it in float32 whatever the model's dtype (mamba_mixer.py,
+# A / A_log: vLLM 0.33 builds it in float32 (FP32) whatever the model's dtype (mamba_mixer.py,
 # mamba_mixer2.py, qwen_gdn_linear_attn.py)
 A_NOTE = "loaded as A = -exp(A_log), float32 on the GPU (the checkpoint may store bf16)"
 
