@@ -187,3 +187,68 @@ def test_omni_3b_thinker_is_the_measured_checkpoint_and_7b_follows_the_same_coun
     with pytest.raises(TPSizeError) as e:  # its vision MLP (3420) is not cut 8 ways, and no data mode avoids it
         shard_map("Qwen/Qwen2.5-Omni-3B", 8)
     assert one_line(e.value) and "intermediate_size=3420" in str(e.value) and "has no" in str(e.value)
+
+
+# Qwen3-Omni (qwen3_omni_moe_thinker.py): the thinker alone; its audio encoder of vLLM parallel layers, split over
+# the audio heads where they divide tp and whole (disable_tp) where not; its ViT with Qwen2.5-VL-named mergers
+OMNI3_THINKER = dict(
+    model_type="qwen3_omni_moe_thinker",
+    text_config=dict(model_type="qwen3_omni_moe_text", hidden_size=64, intermediate_size=96, moe_intermediate_size=16,
+                     num_experts=4, num_experts_per_tok=2, num_hidden_layers=2, num_attention_heads=4,
+                     num_key_value_heads=2, head_dim=16, vocab_size=512),
+    audio_config=dict(d_model=32, encoder_layers=2, encoder_attention_heads=2, encoder_ffn_dim=48, num_mel_bins=16,
+                      downsample_hidden_size=8, output_dim=64, max_source_positions=20, n_window=4),
+    vision_config=dict(depth=3, hidden_size=32, intermediate_size=48, num_heads=4, out_hidden_size=64,
+                       deepstack_visual_indexes=[0, 1], num_position_embeddings=16, patch_size=4))
+
+
+def test_qwen3_omni_names_what_transformers_saves_and_splits_audio_only_where_heads_divide(tmp_path):
+    model = transformers.Qwen3OmniMoeThinkerForConditionalGeneration(
+        transformers.AutoConfig.for_model(**OMNI3_THINKER))
+    shapes = {f"thinker.{n}": s for n, s in written_shapes(model, tmp_path).items()}
+    shapes |= {"talker.model.norm.weight": (8,), "code2wav.decoder.0.conv.weight": (3, 3)}
+    cfg = {"model_type": "qwen3_omni_moe", "architectures": ["Qwen3OmniMoeForConditionalGeneration"],
+           "thinker_config": json.loads((tmp_path / "config.json").read_text())}
+    cfg["thinker_config"]["vision_config"] |= {"image_size": 16, "apply_vit_abs_pos_embed": True}  # 4 x 4 cells
+    m = shard_map(cfg, 2, tensor_names=set(shapes), checkpoint_source="tiny")
+    planned = {t.name: t.shape for t in tensors(build_plan(m.model)) if t.plan.tower}
+    assert planned == {n.removeprefix("thinker."): s for n, s in shapes.items()
+                       if n.startswith(("thinker.visual.", "thinker.audio_tower."))}
+    assert m.checkpoint["verified"] and m.checkpoint["dropped"] == 2, m.checkpoint
+    fc1 = m.tensor("audio_tower.layers.*.fc1.weight")  # 2 audio heads: cut at tp 2 ...
+    assert fc1.layer_class == "ColumnParallelLinear" and [(p.start, p.stop) for p in fc1.rank_pieces(1)] == [(24, 48)]
+    assert m.tensor("audio_tower.layers.*.self_attn.k_proj.weight").param.endswith("self_attn.qkv_proj.weight")
+    whole = shard_map(cfg, 4).tensor("audio_tower.layers.*.fc1.weight")  # ... whole on each of 4 GPUs
+    assert [(p.start, p.stop) for p in whole.rank_pieces(3)] == [(0, 48)] and "disable_tp" in whole.note
+    assert any("split over its 2 heads where they divide tp" in n for n in m.model.notes)
+    bad = json.loads(json.dumps(cfg))
+    bad["thinker_config"]["vision_config"]["apply_vit_abs_pos_embed"] = False
+    with pytest.raises(ConfigError) as e:
+        shard_map(bad, 2)
+    assert one_line(e.value) and "apply_vit_abs_pos_embed" in str(e.value)
+
+
+def test_qwen3_omni_30b_thinker_by_hand():
+    """Qwen3-Omni-30B-A3B's thinker: Qwen3-MoE's decoder (48 layers of 32 / 4 heads with q/k norms, 128 experts of
+    768, untied), its ViT (27 blocks, position table of (768 / 16)² cells, a merger and three deepstack ones)
+    and its audio encoder (32 layers, three Conv2d of 480 channels, conv_out, ln_post, proj1 and proj2):
+    31,719,205,488 values."""
+    c = presets()["Qwen/Qwen3-Omni-30B-A3B-Instruct"]["thinker_config"]
+    t, a, v = c["text_config"], c["audio_config"], c["vision_config"]
+    h, V, n, E, mi = t["hidden_size"], t["vocab_size"], t["num_hidden_layers"], t["num_experts"], \
+        t["moe_intermediate_size"]
+    q, kv = t["num_attention_heads"] * t["head_dim"], t["num_key_value_heads"] * t["head_dim"]
+    text = 2 * V * h + h + n * (2 * h * q + 2 * h * kv + 2 * t["head_dim"] + h * E + E * 3 * h * mi + 2 * h)
+    w, f, d, out = a["d_model"], a["encoder_ffn_dim"], a["downsample_hidden_size"], a["output_dim"]
+    bins = a["num_mel_bins"]
+    for _ in range(3):
+        bins = (bins + 1) // 2
+    audio = (a["encoder_layers"] * (4 * w * w + 4 * w + 2 * w * f + f + w + 4 * w)
+             + d * 9 + d + 2 * (d * d * 9 + d) + d * bins * w + 2 * w + w * w + w + out * w + out)
+    e, m, p, wide = v["hidden_size"], v["intermediate_size"], v["patch_size"], v["hidden_size"] * 4
+    merger = wide * wide + wide + out * wide + out
+    visual = (v["depth"] * (4 * e * e + 4 * e + 2 * e * m + m + e + 4 * e) + e * 3 * 2 * p * p + e
+              + (v["image_size"] // p) ** 2 * e + 2 * e + merger
+              + len(v["deepstack_visual_indexes"]) * (2 * wide + merger))
+    assert text + audio + visual == 31_719_205_488
+    assert shard_map("Qwen/Qwen3-Omni-30B-A3B-Instruct", 1).total_weight_bytes == 31_719_205_488 * 2

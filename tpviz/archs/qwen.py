@@ -63,6 +63,15 @@ RECORDS = [
     # its thinker's decoder, the record an Omni spec carries: so it names what the wrapper's loader drops
     Arch("qwen2_5_omni_text", "Qwen2_5OmniModel", qkv_bias=True, o_bias=False, window="qwen2",
          window_flag=True, unloaded=("talker.", "token2wav.")),
+    # qwen3_omni_moe_thinker.py: its thinker alone; a Qwen3-VL-like tower (merger / merger_list named as
+    # Qwen2.5-VL's), an audio encoder split over its heads where they divide tp, Qwen3-MoE's decoder
+    Arch("qwen3_omni_moe", "Qwen3OmniMoeForConditionalGeneration", text_model="qwen3_omni_moe_text",
+         tower="qwen3_omni", audio="qwen3_omni_audio", inner="thinker_config", qk_norm="head",
+         window="qwen3_moe", window_flag=True, moe_tp_limit=True,
+         note="Qwen3-Omni: vLLM 0.33 serves its thinker (thinker_config) alone, which answers in text; the "
+              "talker and code2wav that speak are not built, and the loader drops their tensors"),
+    Arch("qwen3_omni_moe_text", "Qwen3OmniMoeForConditionalGeneration", qk_norm="head", window="qwen3_moe",
+         window_flag=True, moe_tp_limit=True, embed_every_stage=True, unloaded=("talker.", "code2wav.")),
     Arch("qwen3_next", "Qwen3NextForCausalLM", GATED_SHARED, qk_norm="head", output_gate=True,
          full_attention_interval=4, window_flag=True, moe_tp_limit=True, embed_every_stage=True),
     # Qwen3.5-MoE builds Qwen3-Next's MoE block (qwen3_5.py), shared_expert_gate included

@@ -8,7 +8,7 @@ from tpviz.config.quant import read_quant
 from tpviz.config.readers import bad_lengths, derive, family_defaults, hybrid_hint, max_model_len
 from tpviz.config.spec import DTYPE_BYTES, LIMITS, ModelSpec
 from tpviz.config.tower import read_tower
-from tpviz.config.tower_audio import read_audio
+from tpviz.config.tower_audio import SPLIT_AUDIO, read_audio
 from tpviz.config.windows import ignored_window
 from tpviz.errors import ConfigError, MissingFieldError
 from tpviz.rules.served import architecture, retired, serves, unserved
@@ -224,9 +224,11 @@ def read_spec(cfg: dict, name: str) -> ModelSpec:
                           "(and any projector or audio tower) is left out of the map and of every memory "
                           "figure, and its own TP split is not drawn")
     if a := spec.audio:
+        how = (f"split over its {a.heads} heads where they divide tp, else whole on every GPU (disable_tp)"
+               if a.kind in SPLIT_AUDIO else "plain torch layers, whole on every GPU")
         spec.notes.append(f"its audio tower ({a.depth} blocks, {a.hidden} wide) and projector are mapped as "
-                          f"vLLM 0.33 builds them ({a.file}): plain torch layers, whole on every GPU and held "
-                          "by the first pipeline stage; its time per clip is not in the speed bound")
+                          f"vLLM 0.33 builds them ({a.file}): {how}, held by the first pipeline stage; its "
+                          "time per clip is not in the speed bound")
         if isinstance(outer.get("vision_config"), dict) and not spec.tower:
             spec.notes.append("its vision tower is left out of the map and of every memory figure")
     # mlx_lm's older exports keep their quantization under "quantization" alone, which vLLM never reads

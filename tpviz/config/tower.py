@@ -24,10 +24,11 @@ TOWER_FILES = {"qwen2_vl": "qwen2_vl.py", "qwen2_5_vl": "qwen2_5_vl.py", "qwen3_
                "deepseek_vl2": "deepseek_vl2.py, timm's vit_so400m_patch14_siglip_384"}
 # audio towers (config/tower_audio.py): transformers' own encoder modules, whole on every GPU
 TOWER_FILES["qwen2_audio"] = "qwen2_audio.py, transformers' Qwen2AudioEncoder"
-AUDIO = ("qwen2_audio", "qwen2_5_omni_audio")
+AUDIO = ("qwen2_audio", "qwen2_5_omni_audio", "qwen3_omni_audio")
 TOWER_FILES |= {"qwen2_5_omni": "qwen2_5_vl.py and qwen2_5_omni_thinker.py",
-                "qwen2_5_omni_audio": "qwen2_5_omni_thinker.py, transformers' Qwen2_5OmniAudioEncoder"}
-QWEN_KINDS = ("qwen2_vl", "qwen2_5_vl", "qwen3_vl", "qwen2_5_omni")  # vision_config names heads num_heads
+                "qwen2_5_omni_audio": "qwen2_5_omni_thinker.py, transformers' Qwen2_5OmniAudioEncoder",
+                "qwen3_omni": "qwen3_omni_moe_thinker.py", "qwen3_omni_audio": "qwen3_omni_moe_thinker.py"}
+QWEN_KINDS = ("qwen2_vl", "qwen2_5_vl", "qwen3_vl", "qwen2_5_omni", "qwen3_omni")  # heads named num_heads
 # the towers whose vLLM class supports --mm-encoder-tp-mode data (supports_encoder_tp_data: qwen2_vl.py,
 # qwen2_5_vl.py, qwen3_vl.py, mllama4.py, kimi_k25.py, minicpmv.py); gemma3_mm.py, mistral3.py and
 # deepseek_vl2.py do not, so vLLM falls back to weights
@@ -175,10 +176,16 @@ def read_tower(outer: dict) -> Tower | None:
             tower = Tower(hidden=hidden, intermediate=int(hidden * float(vc.get("mlp_ratio", 4))),
                           out_hidden=_int(vc, "hidden_size"), **common)
         else:
-            qwen3 = kind == "qwen3_vl"
+            qwen3, positions = kind in ("qwen3_vl", "qwen3_omni"), 0
+            if kind == "qwen3_omni":  # qwen3_omni_moe_thinker.py: an nn.Embedding over (image / patch)² cells
+                if vc.get("apply_vit_abs_pos_embed", True) is not True:
+                    raise ConfigError("vision_config: apply_vit_abs_pos_embed other than true (a bare position "
+                                      "parameter) is not modelled")
+                positions = (_int(vc, "image_size") // common["patch"][-1]) ** 2
+            elif qwen3:
+                positions = _int(vc, "num_position_embeddings", default=0)
             tower = Tower(hidden=_int(vc, "hidden_size"), intermediate=_int(vc, "intermediate_size"),
-                          out_hidden=_int(vc, "out_hidden_size"),
-                          positions=_int(vc, "num_position_embeddings", default=0) if qwen3 else 0,
+                          out_hidden=_int(vc, "out_hidden_size"), positions=positions,
                           deepstack=len(vc.get("deepstack_visual_indexes") or []) if qwen3 else 0, **common)
     tower = replace(tower, supports_data=kind in DATA_MODE)
     if tower.hidden % tower.heads:

@@ -13,6 +13,7 @@ from tpviz.config.tower import Tower
 from tpviz.errors import ConfigError
 
 _int = partial(read_int_in, "audio_config")
+SPLIT_AUDIO = ("qwen3_omni_audio",)  # built of vLLM parallel layers (qwen3_omni_moe_thinker.py), not whole
 
 
 def read_audio(outer: dict) -> Tower | None:
@@ -24,7 +25,11 @@ def read_audio(outer: dict) -> Tower | None:
     text = read_object(outer, "text_config")
     heads, depth = _int(ac, "encoder_attention_heads"), _int(ac, "encoder_layers")
     mels = _int(ac, "num_mel_bins")
-    if kind == "qwen2_5_omni_audio":  # its own proj to output_dim and two learned bos / eos rows; no table
+    if kind == "qwen3_omni_audio":  # three Conv2d over the mel bins, conv_out, ln_post, proj1 and proj2
+        down = _int(ac, "downsample_hidden_size")
+        tower = Tower(kind, "audio_tower.", _int(ac, "d_model"), heads, _int(ac, "encoder_ffn_dim"), depth,
+                      _int(ac, "output_dim"), 1, (mels, down), block_path="layers")
+    elif kind == "qwen2_5_omni_audio":  # its own proj to output_dim and two learned bos / eos rows; no table
         tower = Tower(kind, "audio_tower.", _int(ac, "d_model"), heads, _int(ac, "encoder_ffn_dim"), depth,
                       _int(ac, "output_dim"), 1, (mels, 3), block_path="layers")
     else:

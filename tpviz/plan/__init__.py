@@ -72,7 +72,7 @@ def build_plan(spec: ModelSpec, rules: RuleSet | str = "vllm") -> list[ParamPlan
     for f, layers in ffn_groups(spec).items():
         if f.kind != "none":
             plans += by_quant(spec, lambda ls, f=f: FFNS[f.kind](spec, names, f, ls, rules), layers)
-    return plans + tower_plans(spec, rules) + audio_plans(spec)
+    return plans + tower_plans(spec, rules) + audio_plans(spec, ruleset(rules))
 
 
 def by_quant(spec: ModelSpec, plan_for, layers: list[int]) -> list[ParamPlan]:

@@ -110,6 +110,17 @@ def qwen3_vl(spec, t: Tower, rules: RuleSet) -> tuple[list, list, list]:
     return blocks, deep if t.deepstack else [], once
 
 
+def qwen3_omni(spec, t: Tower, rules: RuleSet) -> tuple[list, list, list]:
+    """Qwen3-Omni's ViT (qwen3_omni_moe_thinker.py): Qwen3-VL's blocks, its mergers named as Qwen2.5-VL's
+    (ln_q, mlp.0, mlp.2) and its deepstack ones merger_list.*, normed after the patches are concatenated."""
+    fc, wide = ("mlp.0", "mlp.2"), t.hidden * t.merge ** 2
+    blocks, _, _ = qwen3_vl(spec, t, rules)
+    deep = _merger(f"{t.prefix}merger_list.*.", t, "ln_q", fc, wide, True)
+    once = (_patch_embed(t, True) + [replicated(f"{t.prefix}pos_embed.weight", t.positions, t.hidden)]
+            + _merger(f"{t.prefix}merger.", t, "ln_q", fc, t.hidden, True))
+    return blocks, deep if t.deepstack else [], once
+
+
 def _stored_qkv(spec, t: Tower, rules: RuleSet, attn: str, out: str, bias: bool) -> list[ParamPlan]:
     """q/k/v stored apart, loaded into one QKVParallelLinear over the vision heads; the output
     row-parallel."""
@@ -248,7 +259,7 @@ def moonvit(spec, t: Tower, rules: RuleSet) -> tuple[list, list, list]:
 
 
 BUILDERS = {"qwen2_vl": qwen2_vl, "qwen2_5_vl": qwen2_5_vl, "qwen2_5_omni": qwen2_5_vl, "qwen3_vl": qwen3_vl,
-            "siglip": siglip,
+            "siglip": siglip, "qwen3_omni": qwen3_omni,
             "pixtral": pixtral, "llava_pixtral": pixtral, "llama4": llama4, "moonvit": moonvit,
             "minicpmv": minicpmv, "deepseek_vl2": deepseek_vl2}
 BUILDERS |= {f"{w}_{v}": llava_clip for w in LLAVA for v in VISION.values()}  # config/tower_llava.py

@@ -1,8 +1,15 @@
 """Audio towers as vLLM 0.33 builds them: qwen2_audio.py's is transformers' Qwen2AudioEncoder and an nn.Linear
 projector, plain torch layers that every GPU holds whole (no vLLM parallel layer, so nothing to cut and no
 tp limit). Names as the released checkpoints store them (audio_tower.*, multi_modal_projector.linear.*)."""
+from dataclasses import replace
+
+from tpviz.archs.names import Names
+from tpviz.config.kinds import Mixer
 from tpviz.config.tower import Tower
-from tpviz.plan.core import ParamPlan, norm, replicated
+from tpviz.config.tower_audio import SPLIT_AUDIO
+from tpviz.plan.attention import qkv
+from tpviz.plan.core import ParamPlan, column, norm, replicated, row
+from tpviz.plan.tower_intern import whole_unless_heads_divide
 from tpviz.plan.tower_minicpm import whole, whole_linear
 
 
@@ -42,19 +49,48 @@ def qwen2_5_omni_audio(t: Tower) -> tuple[list[ParamPlan], list[ParamPlan]]:
     return _layers(t), once
 
 
-BUILDERS = {"qwen2_audio": qwen2_audio, "qwen2_5_omni_audio": qwen2_5_omni_audio}
+def qwen3_omni_audio(spec, t: Tower, rules) -> tuple[list[ParamPlan], list[ParamPlan]]:
+    """qwen3_omni_moe_thinker.py's own encoder: q/k/v stored apart into one biased QKVParallelLinear over the
+    audio heads, out_proj row-, fc1 column- and fc2 row-parallel, each built with disable_tp (whole on every
+    GPU) where tp does not divide the heads; the LayerNorms, three Conv2d, conv_out (unbiased), ln_post and
+    proj1 / proj2 whole (ReplicatedLinear, nn modules)."""
+    p, w, f, h = t.blocks, t.hidden, t.intermediate, t.heads
+    mels, down = t.patch
+    key, mlp = ("audio_config.d_model", w), ("audio_config.encoder_ffn_dim", f)
+    split = (qkv(replace(spec, hidden_size=w, quant=None), Names(layer=p, attn="self_attn."), rules,
+                 Mixer("attention", h, h, w // h), None, True)
+             + row(f"{p}self_attn.out_proj", w, w, "audio", None, True, key)
+             + column(f"{p}fc1", w, f, "audio", None, True, mlp) + row(f"{p}fc2", f, w, "audio", None, True, mlp))
+    blocks = [whole_unless_heads_divide(plan, h, AUDIO_WHOLE) for plan in split] + [
+        pl for n in ("self_attn_layer_norm", "final_layer_norm") for pl in norm(f"{p}{n}", w, bias=True)]
+    a, bins = t.prefix, mels
+    for _ in range(3):  # each Conv2d (kernel 3, stride 2, padding 1) halves the mel bins, rounding up
+        bins = (bins + 1) // 2
+    once = [whole(f"{a}conv2d1.weight", (down, 1, 3, 3)), whole(f"{a}conv2d1.bias", (down,)),
+            *(x for n in ("conv2d2", "conv2d3") for x in (whole(f"{a}{n}.weight", (down, down, 3, 3)),
+                                                        whole(f"{a}{n}.bias", (down,)))),
+            replicated(f"{a}conv_out.weight", w, down * bins), *norm(f"{a}ln_post", w, bias=True),
+            *whole_linear(f"{a}proj1", w, w), *whole_linear(f"{a}proj2", t.out_hidden, w)]
+    return blocks, once
 
 
-def audio_plans(spec) -> list[ParamPlan]:
+AUDIO_WHOLE = "whole on every GPU (disable_tp) where tp does not divide the audio heads"
+BUILDERS = {"qwen2_audio": qwen2_audio, "qwen2_5_omni_audio": qwen2_5_omni_audio,
+            "qwen3_omni_audio": qwen3_omni_audio}  # the last takes (spec, tower, rules): vLLM parallel layers
+
+
+def audio_plans(spec, rules) -> list[ParamPlan]:
     """Every parameter of the spec's audio tower (none when it has none tpviz models)."""
     t = spec.audio
     if t is None:
         return []
-    blocks, once = BUILDERS[t.kind](t)
+    parallel = t.kind in SPLIT_AUDIO
+    blocks, once = BUILDERS[t.kind](spec, t, rules) if parallel else BUILDERS[t.kind](t)
     for group, count in ((blocks, t.depth), (once, 0)):
         for plan in group:
             plan.family, plan.tower, plan.blocks = "audio", "audio", count
-            plan.layer_class = torch_class(plan.name)
+            if not plan.split or not parallel:  # a vLLM parallel layer names its own class when traced
+                plan.layer_class = torch_class(plan.name)
     return blocks + once
 
 

@@ -23,11 +23,12 @@ FAMILY = "vision"
 WHOLE_NOTE = "whole on every GPU (disable_tp) where tp does not divide the vision heads"
 
 
-def _whole_unless_heads_divide(plan: ParamPlan, heads: int) -> ParamPlan:
-    """InternParallelAttention: tp_size 1 (disable_tp) when heads % tp; split over the heads otherwise."""
+def whole_unless_heads_divide(plan: ParamPlan, heads: int, note: str = WHOLE_NOTE) -> ParamPlan:
+    """InternParallelAttention (and Qwen3-Omni's audio layers): tp_size 1 (disable_tp) when heads % tp; split
+    over the heads otherwise."""
     build = plan.build
     plan.build = lambda tp, r: build(tp, r) if heads % tp == 0 else build(1, 0)
-    plan.note = " · ".join(filter(None, [plan.note, WHOLE_NOTE]))
+    plan.note = " · ".join(filter(None, [plan.note, note]))
     return plan
 
 
@@ -38,7 +39,7 @@ def internvit(spec, t: Tower, rules: RuleSet) -> tuple[list, list, list]:
     attn = (qkv(replace(spec, hidden_size=hidden, quant=None), Names(layer=p, attn="attn.", qkv_fused="qkv"),
                 rules, Mixer("attention", h, h, d), None, bias)
             + row(f"{p}attn.proj", hidden, hidden, FAMILY, None, True, key))
-    attn = [_whole_unless_heads_divide(plan, h) for plan in attn]
+    attn = [whole_unless_heads_divide(plan, h) for plan in attn]
     qk = [pl for n in ("q_norm", "k_norm") for pl in norm(f"{p}attn.{n}", hidden)] if "qk_norm" in t.options \
         else []
     mlp_key = ("vision_config.intermediate_size", t.intermediate)

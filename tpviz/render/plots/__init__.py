@@ -57,6 +57,10 @@ FAMILY_INFO = {
     "vision_data": ("Vision tower · whole on every GPU (--mm-encoder-tp-mode data)",
                     "Every GPU holds the whole tower and its projector and encodes its own share of the "
                     "images: nothing is cut and the vision heads limit no tp."),
+    "audio_split": ("Audio tower · attention and MLP column- then row-parallel, over the audio heads",
+                    "Where tp divides the audio heads each GPU takes whole heads of q/k/v and the matching "
+                    "columns of out_proj, and fc1 / fc2 are cut like a dense MLP; where it does not, vLLM builds "
+                    "them whole on every GPU (disable_tp). Convolutions, norms and projections are whole."),
     "audio": ("Audio tower · whole on every GPU",
               "The audio encoder and its projector are plain torch layers in vLLM (transformers' own modules), "
               "so every GPU holds all of them, whatever tp: nothing is cut and no tp is refused for them."),
@@ -213,7 +217,7 @@ def family_figure(m: ShardMap, family: str, group: LayerGroup | None = None) -> 
     # vectors (column-parallel biases, attention sinks) follow their matrix's rows: named, not drawn
     tensors = [t for t in split if len(t.shape) >= 2] or split
     vectors = [t for t in split if t not in tensors]
-    title, line = FAMILY_INFO[family]
+    title, line = FAMILY_INFO["audio_split" if family == "audio" else family]
     if family == "qkv" and m.model.is_mla:
         line = MLA_LINE
     elif family == "experts" and (lay := m.deployment.layout if m.deployment else None) and lay.expert_cut:
