@@ -252,3 +252,17 @@ def test_qwen3_omni_30b_thinker_by_hand():
               + len(v["deepstack_visual_indexes"]) * (2 * wide + merger))
     assert text + audio + visual == 31_719_205_488
     assert shard_map("Qwen/Qwen3-Omni-30B-A3B-Instruct", 1).total_weight_bytes == 31_719_205_488 * 2
+
+
+def test_a_config_its_class_refuses_names_that_first_and_a_null_text_config_its_defaults():
+    """audio_config given as a string: transformers' Qwen2AudioConfig refuses the config, and tpviz says so
+    before what the reading as given then lacks; text_config null: vLLM builds Qwen2Config's whole default
+    decoder, and the note names every size taken from it."""
+    base = presets()[KEY]
+    with pytest.raises(ConfigError) as e:
+        shard_map({**base, "audio_config": "x"}, 2)
+    assert one_line(e.value) and str(e.value).startswith("transformers' Qwen2AudioConfig refuses it (")
+    assert "read as given, text_config is missing hidden_size" in str(e.value)
+    spec = load_spec({**base, "text_config": None})
+    note = next(n for n in spec.notes if n.startswith("text_config leaves"))
+    assert "hidden_size (4096)" in note and "vocab_size (151936)" in note and "intermediate_size (22016)" in note

@@ -157,8 +157,9 @@ def merged(given: dict, read: dict, nested: bool = False) -> dict:
 def class_defaults(given: dict, read: dict) -> dict:
     """The text decoder's dimensions a wrapper's text_config leaves to its class: {name: default}."""
     g, r = given.get("text_config"), read.get("text_config")
-    if not (isinstance(g, dict) and isinstance(r, dict)) or g is r:
+    if not isinstance(r, dict) or g is r:
         return {}
+    g = g if isinstance(g, dict) else {}  # none given (null): the class's whole default decoder
     return {names[0]: r.get(names[0]) for names in DIMENSIONS.values()
             if not any(g.get(n) is not None for n in names) and r.get(names[0]) is not None}
 

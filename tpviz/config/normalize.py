@@ -27,12 +27,17 @@ def normalize(cfg: dict, name: str = "model") -> ModelSpec:
     read, refusal = (cfg, None) if arch.own_config else through_transformers(cfg)
     read = served_part(read, arch.inner) if arch.inner else read
     # as given when the class refuses it: tpviz's own reading names a faulty field
-    spec = read_spec(read, name)
+    try:
+        spec = read_spec(read, name)
+    except ConfigError as e:  # read as given because the class refused it: that refusal is the cause
+        if refusal:
+            e.args = (f"{refusal.split('; its keys')[0]}; read as given, {e}", *e.args[1:])
+        raise
     spec.config = cfg
     if arch.note and arch.note not in spec.notes:  # a wrapper's own note (its decoder's record gave its own)
         spec.notes.append(arch.note)
     if defaults := class_defaults(given, read):
-        cls = config_class(given["text_config"].get("model_type"))
+        cls = config_class(read["text_config"].get("model_type"))
         spec.notes.append("text_config leaves " + ", ".join(f"{k} ({v})" for k, v in defaults.items())
                           + f" to {cls.__name__ if cls else 'its class'}'s defaults, as vLLM 0.33 builds it")
     if refusal:  # a checkpoint may ship its own config code (trust_remote_code), which tpviz never runs
