@@ -309,3 +309,12 @@ def test_olmo3_flexolmo_and_jais2_by_hand():
     h, V, n, i = c["hidden_size"], c["vocab_size"], c["num_hidden_layers"], c["intermediate_size"]
     jais = 2 * V * h + 2 * h + n * (4 * (h * h + h) + 2 * h * i + i + h + 4 * h)
     assert jais == 8_090_401_280 == shard_map("inceptionai/Jais-2-8B-Chat", 1).total_weight_bytes // 2
+
+
+def test_gemma3_4b_takes_its_class_defaults_as_vllm_does():
+    """gemma-3-4b-it's text_config gives width, MLP and layers alone: Gemma3TextConfig's 8 heads, 4 KV heads of
+    256 and 262208 tokens fill the rest, as vLLM builds it; the map is the card's 4.3B (4,300,079,472)."""
+    m = shard_map("google/gemma-3-4b-it", 1)
+    assert (m.model.num_attention_heads, m.model.num_key_value_heads, m.model.head_dim) == (8, 4, 256)
+    assert m.total_weight_bytes == 4_300_079_472 * 2
+    assert any("num_key_value_heads (4), head_dim (256)" in n for n in m.model.notes)

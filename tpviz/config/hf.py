@@ -160,6 +160,14 @@ def class_defaults(given: dict, read: dict) -> dict:
     if not isinstance(r, dict) or g is r:
         return {}
     g = g if isinstance(g, dict) else {}  # none given (null): the class's whole default decoder
-    return {names[0]: r.get(names[0]) for names in DIMENSIONS.values()
-            if not any(g.get(n) is not None for n in names) and r.get(names[0]) is not None}
+    sizes = [*DIMENSIONS.values(), ("num_key_value_heads",), ("head_dim",)]  # these two shape weights too
+    taken = {names[0]: r.get(names[0]) for names in sizes
+             if not any(g.get(n) is not None for n in names) and r.get(names[0]) is not None}
+    heads, hidden = r.get("num_attention_heads"), r.get("hidden_size")
+    # what any reader derives is no class default: as many KV heads as heads, hidden / heads a head
+    if taken.get("num_key_value_heads") == heads:
+        taken.pop("num_key_value_heads")
+    if isinstance(heads, int) and heads and isinstance(hidden, int) and taken.get("head_dim") == hidden // heads:
+        taken.pop("head_dim")
+    return taken
 
