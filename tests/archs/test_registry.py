@@ -30,10 +30,7 @@ SIBLINGS |= {t: ("Qwen/Qwen3-30B-A3B", {"moe_intermediate_size": None, "intermed
              for t in ("hunyuan_v1_moe",)}
 # GLM-5 (no preset): DeepSeek-V3.2's config under its own class
 SIBLINGS["glm_moe_dsa"] = ("deepseek-ai/DeepSeek-V3.2", {"architectures": ["GlmMoeDsaForCausalLM"]})
-# MiniCPM3 (DeepSeek-V3's MLA ranks, its experts unread) and Step-3's decoder (no preset: no release config
-# found), retyped
-SIBLINGS["minicpm3"] = ("deepseek-ai/DeepSeek-V3", {"architectures": ["MiniCPM3ForCausalLM"],
-                                                   "quantization_config": None})
+# Step-3's decoder (no preset: no release config found), retyped
 SIBLINGS["step3_text"] = ("Qwen/Qwen3-30B-A3B", {"architectures": ["Step3TextForCausalLM"],
                                                  "moe_layers_enum": "1,2"})
 SIBLINGS["qwen2_5_omni_text"] = ("Qwen/Qwen2.5-7B-Instruct", {})  # Qwen2.5-Omni's thinker decoder: a Qwen2

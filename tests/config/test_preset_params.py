@@ -318,3 +318,16 @@ def test_gemma3_4b_takes_its_class_defaults_as_vllm_does():
     assert (m.model.num_attention_heads, m.model.num_key_value_heads, m.model.head_dim) == (8, 4, 256)
     assert m.total_weight_bytes == 4_300_079_472 * 2
     assert any("num_key_value_heads (4), head_dim (256)" in n for n in m.model.notes)
+
+
+def test_minicpm3_by_hand():
+    """MiniCPM3-4B: q_a (768) and its norm, q_b to 40 heads of 96, kv_a_proj_with_mqa (256 + 32) and its norm,
+    kv_b to 40 heads of 64 + 64, o_proj from 40 x 64, a SwiGLU MLP, two norms; tied: 4,073,875,968."""
+    c = P["openbmb/MiniCPM3-4B"]
+    h, V, n, i, H = c["hidden_size"], c["vocab_size"], c["num_hidden_layers"], c["intermediate_size"], \
+        c["num_attention_heads"]
+    ql, kvr, nope, rope = c["q_lora_rank"], c["kv_lora_rank"], c["qk_nope_head_dim"], c["qk_rope_head_dim"]
+    v = h // H
+    attn = h * ql + ql + ql * H * (nope + rope) + h * (kvr + rope) + kvr + kvr * H * (nope + v) + H * v * h
+    assert V * h + h + n * (attn + 3 * h * i + 2 * h) == 4_073_875_968
+    assert shard_map("openbmb/MiniCPM3-4B", 1).total_weight_bytes == 4_073_875_968 * 2

@@ -175,7 +175,8 @@ ADDED += tuple(f"preset:{k}|" for k in (
     "google/vaultgemma-1b", "arcee-ai/AFM-4.5B", "tencent/Hy-MT2-7B", "bigcode/starcoder2-3b",
     "allenai/OLMo-2-1124-7B", "google/gemma-2b", "OpenGVLab/InternVL3-1B-hf",
     "zai-org/GLM-4.1V-9B-Thinking", "allenai/Olmo-3-1025-7B", "allenai/FlexOlmo-7x7B-1T",
-    "inceptionai/Jais-2-8B-Chat", "Qwen/Qwen3-Omni-30B-A3B-Instruct", "google/gemma-3-4b-it"))
+    "inceptionai/Jais-2-8B-Chat", "Qwen/Qwen3-Omni-30B-A3B-Instruct", "google/gemma-3-4b-it",
+    "openbmb/MiniCPM3-4B"))
 
 
 def compare(golden: dict, now: dict) -> None:
