@@ -88,7 +88,8 @@ def report(model, vc, ckpt: list) -> dict:
     # a tower tpviz names without the model. its checkpoint stores (MiniCPM-V 4.6's model.vision_tower.), where
     # the class has no such module and its mapper takes only the stored name
     tops = {n.split(".")[0] for n, _ in model.named_parameters()}
-    stored = [p for p in (getattr(mapper, "orig_to_new_prefix", None) or {}) if p.startswith("model.")]
+    stored = [p for p in (getattr(mapper, "orig_to_new_prefix", None) or {})  # not a bare "model." (OCR's)
+              if p.startswith("model.") and p != "model."]
 
     def vllm_name(n: str) -> str:  # the old multimodal layout, which every wrapper's mapper keeps as is
         if wrapped and n.startswith(("model.", "lm_head.")):
