@@ -47,7 +47,7 @@ def main() -> int:
     torch.set_num_threads(1)  # the probe tensors are tiny: threads only add contention
     from tpviz.config.sources import load_spec, presets
     from tpviz.errors import TpvizError
-    towers = [name for name in presets() if load_spec(name).tower or load_spec(name).audio]
+    towers = [name for name in presets() if (lambda s: s.tower or s.audio)(load_spec(name))]
     missed = False
     for tp in (8, 16):
         print(f"tp {tp}: {BASE} {timed(BASE, tp, args.n)[0]:.1f} ms")

@@ -227,6 +227,14 @@ def test_backend_presets_by_hand():
     assert hy == 7_504_568_320 == shard_map("tencent/Hy-MT2-7B", 1).total_weight_bytes // 2
 
 
+def params_olmo(c, experts: int = 0):
+    """OLMo-2/3's decoder: q/k norms over the whole projection, two post-norms a layer, untied; experts: that many
+    SwiGLU experts of intermediate_size and a router a layer (FlexOlmo) in place of the dense MLP."""
+    h, V, n, i = c["hidden_size"], c["vocab_size"], c["num_hidden_layers"], c["intermediate_size"]
+    mlp = h * experts + experts * 3 * h * i if experts else 3 * h * i
+    return 2 * V * h + h + n * (4 * h * h + 2 * h + mlp + 2 * h)
+
+
 def test_classic_presets_by_hand():
     """StarCoder2-3B: LayerNorms and every projection biased, 24 / 2 heads of 128, an ungated c_fc / c_proj MLP,
     tied: 3,030,371,328 (the hub's 3.03B; untied would be 3.18B). OLMo-2-7B: q/k norms over the whole projection,
@@ -236,9 +244,7 @@ def test_classic_presets_by_hand():
     kv = c["num_key_value_heads"] * h // c["num_attention_heads"]
     sc = V * h + 2 * h + n * (2 * (h * h + h) + 2 * (h * kv + kv) + 2 * h * i + i + h + 4 * h)
     assert sc == 3_030_371_328 == shard_map("bigcode/starcoder2-3b", 1).total_weight_bytes // 2
-    c = P["allenai/OLMo-2-1124-7B"]
-    h, V, n, i = c["hidden_size"], c["vocab_size"], c["num_hidden_layers"], c["intermediate_size"]
-    olmo = 2 * V * h + h + n * (4 * h * h + 2 * h + 3 * h * i + 2 * h)
+    olmo = params_olmo(P["allenai/OLMo-2-1124-7B"])
     assert olmo == 7_298_617_344 == shard_map("allenai/OLMo-2-1124-7B", 1).total_weight_bytes // 2
     c = P["google/gemma-2b"]
     h, V, n, i, d = c["hidden_size"], c["vocab_size"], c["num_hidden_layers"], c["intermediate_size"], c["head_dim"]
@@ -297,13 +303,10 @@ def test_olmo3_flexolmo_and_jais2_by_hand():
     """OLMo-3-7B: OLMo-2's layer (whole-projection q/k norms, two post-norms), untied. FlexOlmo-7x7B: the same
     attention, seven 11008-wide SwiGLU experts and a router a layer: the card's 33B. Jais-2-8B: biased q/k/v/o
     and up / down, two LayerNorms a layer and a final one, untied: the hub's 8.09B."""
-    c = P["allenai/Olmo-3-1025-7B"]
-    h, V, n, i = c["hidden_size"], c["vocab_size"], c["num_hidden_layers"], c["intermediate_size"]
-    olmo3 = 2 * V * h + h + n * (4 * h * h + 2 * h + 3 * h * i + 2 * h)
+    olmo3 = params_olmo(P["allenai/Olmo-3-1025-7B"])
     assert olmo3 == 7_298_011_136 == shard_map("allenai/Olmo-3-1025-7B", 1).total_weight_bytes // 2
     c = P["allenai/FlexOlmo-7x7B-1T"]
-    h, V, n, i, E = c["hidden_size"], c["vocab_size"], c["num_hidden_layers"], c["intermediate_size"], c["num_experts"]
-    flex = 2 * V * h + h + n * (4 * h * h + 2 * h + h * E + E * 3 * h * i + 2 * h)
+    flex = params_olmo(c, experts=c["num_experts"])
     assert flex == 33_270_665_216 == shard_map("allenai/FlexOlmo-7x7B-1T", 1).total_weight_bytes // 2
     c = P["inceptionai/Jais-2-8B-Chat"]
     h, V, n, i = c["hidden_size"], c["vocab_size"], c["num_hidden_layers"], c["intermediate_size"]

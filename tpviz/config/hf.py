@@ -167,7 +167,8 @@ def class_defaults(given: dict, read: dict) -> dict:
     # what any reader derives is no class default: as many KV heads as heads, hidden / heads a head
     if taken.get("num_key_value_heads") == heads:
         taken.pop("num_key_value_heads")
-    if isinstance(heads, int) and heads and isinstance(hidden, int) and taken.get("head_dim") == hidden // heads:
+    if isinstance(heads, int) and heads and isinstance(hidden, int) and \
+            taken.get("head_dim") == hidden // heads:
         taken.pop("head_dim")
     return taken
 

@@ -22,7 +22,7 @@ TOWER_FILES = {"qwen2_vl": "qwen2_vl.py", "qwen2_5_vl": "qwen2_5_vl.py", "qwen3_
                "interns1": "interns1_vit.py and interns1.py",
                "minicpmv": "idefics2_vision_model.py and minicpmv.py",
                "deepseek_vl2": "deepseek_vl2.py, timm's vit_so400m_patch14_siglip_384"}
-# audio towers (config/tower_audio.py): transformers' own encoder modules, whole on every GPU
+# audio towers (config/tower_audio.py)
 TOWER_FILES["qwen2_audio"] = "qwen2_audio.py, transformers' Qwen2AudioEncoder"
 AUDIO = ("qwen2_audio", "qwen2_5_omni_audio", "qwen3_omni_audio")
 TOWER_FILES |= {"qwen2_5_omni": "qwen2_5_vl.py and qwen2_5_omni_thinker.py",
@@ -177,10 +177,10 @@ def read_tower(outer: dict) -> Tower | None:
                           out_hidden=_int(vc, "hidden_size"), **common)
         else:
             qwen3, positions = kind in ("qwen3_vl", "qwen3_omni"), 0
-            if kind == "qwen3_omni":  # qwen3_omni_moe_thinker.py: an nn.Embedding over (image / patch)² cells
+            if kind == "qwen3_omni":  # qwen3_omni_moe_thinker.py: an nn.Embedding of (image / patch)² cells
                 if vc.get("apply_vit_abs_pos_embed", True) is not True:
-                    raise ConfigError("vision_config: apply_vit_abs_pos_embed other than true (a bare position "
-                                      "parameter) is not modelled")
+                    raise ConfigError("vision_config: apply_vit_abs_pos_embed other than true (a bare "
+                                      "position parameter) is not modelled")
                 positions = (_int(vc, "image_size") // common["patch"][-1]) ** 2
             elif qwen3:
                 positions = _int(vc, "num_position_embeddings", default=0)

@@ -1,6 +1,7 @@
-"""Audio towers as vLLM 0.33 builds them: qwen2_audio.py's is transformers' Qwen2AudioEncoder and an nn.Linear
-projector, plain torch layers that every GPU holds whole (no vLLM parallel layer, so nothing to cut and no
-tp limit). Names as the released checkpoints store them (audio_tower.*, multi_modal_projector.linear.*)."""
+"""Audio towers as vLLM 0.33 builds them: qwen2_audio.py's and qwen2_5_omni_thinker.py's are transformers' own
+encoders (and qwen2_audio.py's nn.Linear projector), plain torch layers that every GPU holds whole, nothing
+cut and no tp limit; qwen3_omni_moe_thinker.py's is its own, of vLLM parallel layers split over the audio heads.
+Names as the released checkpoints store them (audio_tower.*, multi_modal_projector.linear.*)."""
 from dataclasses import replace
 
 from tpviz.archs.names import Names
@@ -30,7 +31,7 @@ def _convs(t: Tower) -> list[ParamPlan]:
             whole(f"{a}conv2.weight", (w, w, kernel)), whole(f"{a}conv2.bias", (w,))]
 
 
-def qwen2_audio(t: Tower) -> tuple[list[ParamPlan], list[ParamPlan]]:
+def qwen2_audio(spec, t: Tower, rules) -> tuple[list[ParamPlan], list[ParamPlan]]:
     """(per-block plans, once-per-tower plans): the layers; the convs, the position table and the closing
     layer_norm; then the projector."""
     a, w = t.prefix, t.hidden
@@ -40,7 +41,7 @@ def qwen2_audio(t: Tower) -> tuple[list[ParamPlan], list[ParamPlan]]:
     return _layers(t), once
 
 
-def qwen2_5_omni_audio(t: Tower) -> tuple[list[ParamPlan], list[ParamPlan]]:
+def qwen2_5_omni_audio(spec, t: Tower, rules) -> tuple[list[ParamPlan], list[ParamPlan]]:
     """The same layers and convs; then ln_post, proj (d_model -> output_dim, the decoder's width) and
     audio_bos_eos_token (two rows of that width); no stored position table, no projector of its own."""
     a, w = t.prefix, t.hidden
@@ -60,23 +61,27 @@ def qwen3_omni_audio(spec, t: Tower, rules) -> tuple[list[ParamPlan], list[Param
     split = (qkv(replace(spec, hidden_size=w, quant=None), Names(layer=p, attn="self_attn."), rules,
                  Mixer("attention", h, h, w // h), None, True)
              + row(f"{p}self_attn.out_proj", w, w, "audio", None, True, key)
-             + column(f"{p}fc1", w, f, "audio", None, True, mlp) + row(f"{p}fc2", f, w, "audio", None, True, mlp))
+             + column(f"{p}fc1", w, f, "audio", None, True, mlp)
+             + row(f"{p}fc2", f, w, "audio", None, True, mlp))
     blocks = [whole_unless_heads_divide(plan, h, AUDIO_WHOLE) for plan in split] + [
         pl for n in ("self_attn_layer_norm", "final_layer_norm") for pl in norm(f"{p}{n}", w, bias=True)]
     a, bins = t.prefix, mels
     for _ in range(3):  # each Conv2d (kernel 3, stride 2, padding 1) halves the mel bins, rounding up
         bins = (bins + 1) // 2
-    once = [whole(f"{a}conv2d1.weight", (down, 1, 3, 3)), whole(f"{a}conv2d1.bias", (down,)),
-            *(x for n in ("conv2d2", "conv2d3") for x in (whole(f"{a}{n}.weight", (down, down, 3, 3)),
-                                                        whole(f"{a}{n}.bias", (down,)))),
-            replicated(f"{a}conv_out.weight", w, down * bins), *norm(f"{a}ln_post", w, bias=True),
-            *whole_linear(f"{a}proj1", w, w), *whole_linear(f"{a}proj2", t.out_hidden, w)]
+    convs = [whole(f"{a}conv2d1.weight", (down, 1, 3, 3)), whole(f"{a}conv2d1.bias", (down,)),
+             *(x for n in ("conv2d2", "conv2d3") for x in (whole(f"{a}{n}.weight", (down, down, 3, 3)),
+                                                         whole(f"{a}{n}.bias", (down,))))]
+    for plan in convs:
+        plan.layer_class = "nn.Conv2d"
+    # conv_out, proj1 and proj2 are vLLM ReplicatedLinear layers, the class the probe builds and names
+    once = convs + [replicated(f"{a}conv_out.weight", w, down * bins), *norm(f"{a}ln_post", w, bias=True),
+                    *whole_linear(f"{a}proj1", w, w), *whole_linear(f"{a}proj2", t.out_hidden, w)]
     return blocks, once
 
 
 AUDIO_WHOLE = "whole on every GPU (disable_tp) where tp does not divide the audio heads"
 BUILDERS = {"qwen2_audio": qwen2_audio, "qwen2_5_omni_audio": qwen2_5_omni_audio,
-            "qwen3_omni_audio": qwen3_omni_audio}  # the last takes (spec, tower, rules): vLLM parallel layers
+            "qwen3_omni_audio": qwen3_omni_audio}
 
 
 def audio_plans(spec, rules) -> list[ParamPlan]:
@@ -84,18 +89,17 @@ def audio_plans(spec, rules) -> list[ParamPlan]:
     t = spec.audio
     if t is None:
         return []
-    parallel = t.kind in SPLIT_AUDIO
-    blocks, once = BUILDERS[t.kind](spec, t, rules) if parallel else BUILDERS[t.kind](t)
+    blocks, once = BUILDERS[t.kind](spec, t, rules)
     for group, count in ((blocks, t.depth), (once, 0)):
         for plan in group:
             plan.family, plan.tower, plan.blocks = "audio", "audio", count
-            if not plan.split or not parallel:  # a vLLM parallel layer names its own class when traced
+            if t.kind not in SPLIT_AUDIO:  # transformers' modules; vLLM's own layers name their class
                 plan.layer_class = torch_class(plan.name)
     return blocks + once
 
 
 def torch_class(name: str) -> str:
-    """The transformers encoder's own torch module for a tensor (the probe's stand-in is drawn, not named)."""
+    """A transformers encoder's own torch module for a tensor (the probe's stand-in is drawn, not named)."""
     part = name.rsplit(".", 2)[-2]
     return ("nn.Conv1d" if part.startswith("conv") else "nn.LayerNorm" if "norm" in part or part == "ln_post"
             else "nn.Embedding" if part in ("embed_positions", "audio_bos_eos_token") else "nn.Linear")

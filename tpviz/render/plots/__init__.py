@@ -59,11 +59,13 @@ FAMILY_INFO = {
                     "images: nothing is cut and the vision heads limit no tp."),
     "audio_split": ("Audio tower · attention and MLP column- then row-parallel, over the audio heads",
                     "Where tp divides the audio heads each GPU takes whole heads of q/k/v and the matching "
-                    "columns of out_proj, and fc1 / fc2 are cut like a dense MLP; where it does not, vLLM builds "
-                    "them whole on every GPU (disable_tp). Convolutions, norms and projections are whole."),
+                    "columns of out_proj, and fc1 / fc2 are cut like a dense MLP; where it does not, vLLM "
+                    "builds them whole on every GPU (disable_tp). Convolutions, norms and projections are "
+                    "whole."),
     "audio": ("Audio tower · whole on every GPU",
-              "The audio encoder and its projector are plain torch layers in vLLM (transformers' own modules), "
-              "so every GPU holds all of them, whatever tp: nothing is cut and no tp is refused for them."),
+              "The audio encoder and its projector are plain torch layers in vLLM (transformers' own "
+              "modules), so every GPU holds all of them, whatever tp: nothing is cut and no tp is refused "
+              "for them."),
     "embed": ("embed_tokens · vocab-parallel",
               "Each GPU holds a block of vocabulary rows; lookups outside it give "
               "zeros, then an all-reduce."),
@@ -94,7 +96,8 @@ def _notes(m: ShardMap, family: str, group=None) -> str:
     """How many copies the figure stands for (layers, experts), and the plan's note on the layout."""
     tensors = [t for t in m.family(family, group) if t.split_dim is not None]
     extra, groups = [], {}
-    unit = "block" if family in ("vision", "audio") else "layer"  # a tower's copies are its blocks (or its mergers)
+    # a tower's copies are its blocks (or its mergers)
+    unit = "block" if family in ("vision", "audio") else "layer"
     for t in tensors:
         groups.setdefault((len(t.layers or []) or t.blocks or 1, len(t.experts or [])), []).append(
             tensor_label(t))
