@@ -41,7 +41,15 @@ from tpviz.plan.tensors import tensors  # noqa: E402
 INDEXES = Path(__file__).resolve().parents[1] / "tests" / "data" / "indexes"
 RANK = Path(__file__).resolve().parent / "oracle" / "vllm_rank.py"  # imports vLLM, never tpviz
 # keep a routed-expert layer among the two
-EDITS: dict[str, dict] = {"deepseek_v3": {"first_k_dense_replace": 1}, "lfm2_moe": {"num_dense_layers": 1}}
+# wrappers whose tower cannot be built on the meta device (Gemma-3n's timm MobileNet calls .item()): their
+# text decoder's own class is compared instead (the towers are left out of tpviz's map)
+TEXT_ONLY = {"gemma3n": "Gemma3nForCausalLM"}
+# (a sub-config's edits merge into it: Gemma-3n keeps two KV-shared layers of both kinds among four)
+G3N_TYPES = ["sliding_attention", "full_attention"] * 2
+EDITS: dict[str, dict] = {"deepseek_v3": {"first_k_dense_replace": 1}, "lfm2_moe": {"num_dense_layers": 1},
+                          "gemma3n": {"text_config": {"num_hidden_layers": 4, "layer_types": G3N_TYPES,
+                                                      "num_kv_shared_layers": 2,
+                                                      "activation_sparsity_pattern": [0.95, 0.0, 0.0, 0.0]}}}
 # where this oracle cannot stand in for vLLM on a GPU (the case is listed as skipped, with the reason)
 REMOTE = "vLLM reads its config through the checkpoint's remote code (transformers has no class for it)"
 SKIP = {"nemotron-nas": REMOTE, "internlm2": REMOTE, "internvl_chat": REMOTE, "minicpmv": REMOTE,
@@ -83,6 +91,21 @@ def shrink(cfg: dict, layers: int = 2, experts: int = 8) -> dict:
             if isinstance(part.get(key), int):
                 part[key] = 1
     return cfg
+
+
+def edited(cfg: dict, edits: dict) -> dict:
+    """The config with the edits; a sub-config's edits merge into it, and a per-layer list it leaves sized for
+    other layers (Gemma-3n's intermediate_size) is cut to its num_hidden_layers."""
+    out = {**cfg}
+    for key, value in edits.items():
+        if isinstance(value, dict) and isinstance(cfg.get(key), dict):
+            sub = {**cfg[key], **value}
+            n = sub.get("num_hidden_layers")
+            out[key] = {k: (v * n)[:n] if isinstance(v, list) and k == "intermediate_size" else v
+                        for k, v in sub.items()}
+        else:
+            out[key] = value
+    return out
 
 
 def real_configs() -> dict[str, dict]:
@@ -207,7 +230,9 @@ def main() -> int:
         ap.error(f"no real config here for {sorted(unknown)}; choose from {sorted(found)}")
     chosen = args.models or found
     rows = [(c, "-", 0, f"skipped: {SKIP[c]}") for c in chosen if c in SKIP]
-    configs = {c: {**shrink(found[c]), **EDITS.get(c, {})} for c in chosen if c not in SKIP}
+    configs = {c: edited(shrink(found[c]), EDITS.get(c, {})) for c in chosen if c not in SKIP}
+    configs.update({c: {**configs[c]["text_config"], "architectures": [cls]} for c, cls in TEXT_ONLY.items()
+                    if c in configs})
     failed = False
     for tp in args.tp:
         ours = {c: tpviz_side(cfg, tp) for c, cfg in configs.items()}

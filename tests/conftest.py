@@ -184,8 +184,8 @@ def check_shard_map(m) -> None:
         if p.family in ("embed", "lm_head") and p.split_dim is None:  # whole on each GPU (SGLang's Gemma-3)
             whole = m.rules.padded_vocab(model.vocab_size, 1)
             assert all(s[0] == whole for s in p.local_shapes), (p.name, p.local_shapes)
-        elif p.family in ("embed", "lm_head"):
-            vocab = model.vocab_size
+        elif p.family in ("embed", "lm_head"):  # Gemma-3n's / Gemma-4's per-layer table has its own rows
+            vocab = model.per_layer_vocab if "embed_tokens_per_layer" in p.name else model.vocab_size
             padded = m.rules.padded_vocab(vocab, tp)
             assert sum(p.padding) == padded - vocab, (p.name, p.padding)
             assert all(s[0] * tp == padded for s in p.local_shapes), (p.name, p.local_shapes)

@@ -15,7 +15,9 @@ import torch
 ACTIVATION_OPS = ("gelu_new", "gelu_fast", "gelu_quick", "gelu_tanh", "gelu_and_mul", "gelu_tanh_and_mul",
                   "silu_and_mul", "mul_and_silu", "fatrelu_and_mul", "swigluoai_and_mul", "relu_squared",
                   "relu2_no_mul", "swiglustep_and_mul", "silu_and_mul_with_clamp", "situ_and_mul")
-META_FAILURE = "Cannot copy out of meta tensor"
+# a class that reads a tensor while built fails on the meta device (Bloom's ALiBi slopes; Gemma-3n's sparse
+# activation, whose Gaussian cutoff it computes with .item())
+META_FAILURES = ("Cannot copy out of meta tensor", "cannot be called on meta tensors")
 
 
 def declare_missing_ops() -> object:
@@ -50,27 +52,33 @@ def why(e: Exception) -> str:
 def build(case_dir: Path, config: dict, tp: int, ckpt: list):
     """vLLM's model class for this config, built as its default loader builds it, on the meta device (no
     memory); a class that reads its own tensors while built (Bloom's ALiBi slopes, Kimi-K2.5's tower moved to
-    its device) is built on the CPU instead. A config that says tied beside a checkpoint with an lm_head is
-    untied first, as ModelConfig.maybe_untie_word_embeddings does for a real checkpoint (the dummy format
-    skips it)."""
+    its device, Gemma-3n's sparse activation) is built on the CPU instead. A config that says tied beside a
+    checkpoint with an lm_head is untied first, as ModelConfig.maybe_untie_word_embeddings does for a real
+    checkpoint (the dummy format skips it)."""
     from vllm.config import LoadConfig, ModelConfig, ParallelConfig, VllmConfig, set_current_vllm_config
     from vllm.model_executor.model_loader.utils import initialize_model
     from vllm.utils.torch_utils import set_default_torch_dtype
 
     case_dir.mkdir(parents=True)
     (case_dir / "config.json").write_text(json.dumps(config))
-    mc = ModelConfig(model=str(case_dir), skip_tokenizer_init=True, dtype="bfloat16")
-    vc = VllmConfig(model_config=mc, load_config=LoadConfig(load_format="dummy"),
-                    parallel_config=ParallelConfig(tensor_parallel_size=tp))
-    if getattr(mc.hf_config, "tie_word_embeddings", False) and any(n.endswith("lm_head.weight")
-                                                                   for n, *_ in ckpt):
-        mc.hf_config.tie_word_embeddings = mc.hf_config.get_text_config().tie_word_embeddings = False
+
+    def configs():  # a fresh one per try: a failed build leaves its attention layers registered in it
+        mc = ModelConfig(model=str(case_dir), skip_tokenizer_init=True, dtype="bfloat16")
+        vc = VllmConfig(model_config=mc, load_config=LoadConfig(load_format="dummy"),
+                        parallel_config=ParallelConfig(tensor_parallel_size=tp))
+        if getattr(mc.hf_config, "tie_word_embeddings", False) and any(n.endswith("lm_head.weight")
+                                                                       for n, *_ in ckpt):
+            mc.hf_config.tie_word_embeddings = mc.hf_config.get_text_config().tie_word_embeddings = False
+        return mc, vc
+
+    mc, vc = configs()
     try:
         with set_current_vllm_config(vc), set_default_torch_dtype(mc.dtype), torch.device("meta"):
             return initialize_model(vllm_config=vc), vc
-    except NotImplementedError as e:
-        if META_FAILURE not in str(e):
+    except (NotImplementedError, RuntimeError) as e:
+        if not any(f in str(e) for f in META_FAILURES):
             raise
+    mc, vc = configs()
     with set_current_vllm_config(vc), set_default_torch_dtype(mc.dtype), torch.device("cpu"):
         return initialize_model(vllm_config=vc), vc
 

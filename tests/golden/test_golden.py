@@ -177,6 +177,7 @@ ADDED += tuple(f"preset:{k}|" for k in (
     "zai-org/GLM-4.1V-9B-Thinking", "allenai/Olmo-3-1025-7B", "allenai/FlexOlmo-7x7B-1T",
     "inceptionai/Jais-2-8B-Chat", "Qwen/Qwen3-Omni-30B-A3B-Instruct", "google/gemma-3-4b-it",
     "openbmb/MiniCPM3-4B"))
+ADDED += ("preset:google/gemma-3n-E2B-it|", "preset:google/gemma-3n-E4B-it|")  # Gemma-3n (issue 25)
 
 
 def compare(golden: dict, now: dict) -> None:

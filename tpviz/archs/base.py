@@ -80,13 +80,16 @@ class Arch:
     sliding_even: bool = False  # even layers slide whatever layer_types says (gpt-oss, as vLLM reads it)
     chunk: int = 0  # attention_chunk_size when the config does not say (Llama-4: 8192)
     global_attention: bool = False  # global layers with their own head size and KV heads (Gemma-4)
+    # the last num_kv_shared_layers attend over an earlier layer's KV cache (Gemma-3n, Gemma-4)
+    kv_sharing: bool = False
     window: str = ""  # a model-wide sliding_window: "model_wide" (every layer), or a Qwen rule (windows.py)
     window_flag: bool = False  # windows only when use_sliding_window is not false (the Qwen family)
     # Gated DeltaNet projections stored apart (Qwen3.5), not interleaved (Qwen3-Next)
     deltanet_split: bool = False
     # --- the plan's extra tensors and checks
     # "positions", "embed_norm", "layer_scalar", "sinks", "router_bias", "head_bias" (lm_head.bias),
-    # "router_scales" (Gemma-4's router.scale and router.per_expert_scale)
+    # "router_scales" (Gemma-4's router.scale and router.per_expert_scale), "altup_laurel" (Gemma-3n's
+    # AltUp and LAuReL blocks: plan/per_layer.py)
     extra: tuple[str, ...] = ()
     # routed experts' layout: "" gate/up/down, "stacked" (gpt-oss), "ungated" (Nemotron-H), "halves"
     # (Granite-MoE: stacked [experts, gate | up, hidden] and [experts, hidden, intermediate]), "transposed"
@@ -111,6 +114,8 @@ class Arch:
     # KimiMoE (Kimi-Linear): each GPU's share of moe_intermediate_size is padded up to this when tp cuts it
     # finer (without expert parallelism); the padding is zeros
     moe_min_partition: int = 0
+    # False: the model class lacks SupportsPP, so vLLM 0.33 refuses pipeline parallelism (Gemma-3n)
+    pp: bool = True
     # (layout, spec) -> why vLLM's model file runs this layout otherwise than the map draws it, or None
     layout_problem: Callable | None = None
     # --- Run live

@@ -16,11 +16,18 @@ check names them so).
 
 Gemma-4's per-layer input embeddings (E2B, E4B; plan/per_layer.py): embed_tokens_per_layer vocab-parallel,
 per_layer_model_projection column-parallel and gathered, per_layer_projection_norm, and in every layer the
-replicated per_layer_input_gate and per_layer_projection with post_per_layer_input_norm."""
+replicated per_layer_input_gate and per_layer_projection with post_per_layer_input_norm.
+
+Gemma-3n (vLLM 0.33 models/gemma3n.py, gemma3n_mm.py): Gemma-4 E2B's ancestor: the same per-layer inputs and
+KV-shared layers (their fixed targets: the layer before the shared ones for full attention, two before for
+sliding), an MLP size per layer, plus AltUp and LAuReL (plan/per_layer.py). Its class lacks SupportsPP. The
+wrapper's MobileNet-V5 vision tower and USM audio encoder are transformers' own modules (AutoModel), and its
+embed_vision / embed_audio embedders come with them: all left out of the map, as its note says."""
 from dataclasses import replace
 
 from tpviz.archs.base import Arch
 from tpviz.archs.names import LLAMA
+from tpviz.config.fields import read_int
 from tpviz.errors import ConfigError
 from tpviz.rules.sglang import Groups
 
@@ -57,10 +64,51 @@ def gemma4_variant(cfg: dict) -> str:
     return "" if cfg.get("num_experts") is None else "moe"  # "": the dense models, as before
 
 
+def gemma3n_fields(cfg: dict) -> dict:
+    """Gemma-3n as vLLM 0.33 gemma3n.py reads it: one MLP size per layer (transformers' class makes the list),
+    the gelu_pytorch_tanh and scaled AltUp correction it requires, and KV-shared layers whose fixed cache
+    target is of their own kind."""
+    n = read_int(cfg, "num_hidden_layers")
+    if isinstance(sizes := cfg.get("intermediate_size"), list):
+        if len(sizes) != n:
+            raise ConfigError(f"intermediate_size has {len(sizes)} entries but num_hidden_layers={n}")
+        sizes = [read_int({"intermediate_size": v}, "intermediate_size") for v in sizes]
+        cfg = {**cfg, "intermediate_size": max(sizes, default=0), "layer_intermediate_sizes": sizes}
+    if (act := cfg.get("hidden_activation", "gelu_pytorch_tanh")) != "gelu_pytorch_tanh":
+        raise ConfigError(f"hidden_activation={act!r}: vLLM 0.33's Gemma3nMLP requires gelu_pytorch_tanh")
+    if cfg.get("altup_correct_scale") is False:
+        raise ConfigError("altup_correct_scale=false: vLLM 0.33's Gemma3nDecoderLayer asserts it is set")
+    inputs = read_int(cfg, "altup_num_inputs", default=4, minimum=1, maximum=64)
+    if not 0 <= read_int(cfg, "altup_active_idx", default=0, minimum=0) < inputs:
+        raise ConfigError(f"altup_active_idx={cfg['altup_active_idx']} is not one of the "
+                          f"altup_num_inputs={inputs} streams")
+    for key in ("vocab_size_per_layer_input", "hidden_size_per_layer_input"):  # read as given: no default
+        read_int(cfg, key, minimum=0)
+    if isinstance(sparsity := cfg.get("activation_sparsity_pattern"), list) and len(sparsity) != n:
+        raise ConfigError(f"activation_sparsity_pattern has {len(sparsity)} entries but "
+                          f"num_hidden_layers={n}: vLLM 0.33's Gemma-3n reads one a layer")
+    shared, types = read_int(cfg, "num_kv_shared_layers", minimum=0), cfg.get("layer_types")
+    first = n - shared
+    for i, kind in enumerate(types[first:] if shared and isinstance(types, list) and len(types) == n else ()):
+        target = first - (2 if kind == "sliding_attention" else 1)
+        if target < 0 or types[target] != kind:  # vLLM picks the target by offset, not by kind
+            raise ConfigError(f"num_kv_shared_layers={shared}: vLLM 0.33's Gemma-3n gives shared layer "
+                              f"{first + i} ({kind}) the KV cache of layer {target}, "
+                              + (f"a {types[target]} layer" if target >= 0 else "which does not exist"))
+    return cfg
+
+
+SPARSE_NOTE = ("Gemma-3n: layers with activation_sparsity_pattern above 0 cut gate_proj's outputs at a "
+               "Gaussian top-k whose mean and std vLLM 0.33 takes over each GPU's own slice (ir/ops/"
+               "activation.py keeps the statistics local to each shard), so at tp > 1 their outputs differ "
+               "from one GPU's by more than rounding")
+_GEMMA3N = dict(names=GEMMA2, tied=True, qk_norm="head", kv_sharing=True, adapt=gemma3n_fields, pp=False,
+                extra=("per_layer_inputs", "altup_laurel"), note=SPARSE_NOTE)
 _GEMMA3 = dict(names=GEMMA2, tied=True, embed_every_stage=True, qk_norm="head", sliding_pattern=6,
                length_counts_rope=False, live="gemma3",
                sglang=Groups("gemma3_causal.py", embed="replicated", pp=False))
 _GEMMA4 = dict(names=GEMMA2, tied=True, embed_every_stage=True, qk_norm="head", global_attention=True,
+               kv_sharing=True,
                extra=("layer_scalar", "router_scales", "per_layer_inputs"), adapt=gemma4_fields,
                variant=gemma4_variant,
                names_for=lambda variant, _kv: GEMMA4_NAMES[variant], experts="fused", shared_reduce=True)
@@ -71,6 +119,8 @@ RECORDS = [
          sglang=Groups("gemma2.py", pp=False), embed_every_stage=True),
     Arch("gemma3", "Gemma3ForConditionalGeneration", text_model="gemma3_text", tower="siglip", **_GEMMA3),
     Arch("gemma3_text", "Gemma3ForCausalLM", **_GEMMA3),
+    Arch("gemma3n", "Gemma3nForConditionalGeneration", text_model="gemma3n_text", **_GEMMA3N),
+    Arch("gemma3n_text", "Gemma3nForCausalLM", **_GEMMA3N),
     Arch("gemma4", "Gemma4ForConditionalGeneration", text_model="gemma4_text", **_GEMMA4),
     Arch("gemma4_text", "Gemma4ForCausalLM", **_GEMMA4),
 ]

@@ -216,10 +216,13 @@ def read_spec(cfg: dict, name: str) -> ModelSpec:
         spec.per_layer_input = read_int(cfg, "hidden_size_per_layer_input", default=0, minimum=0)
         spec.per_layer_vocab = read_int(cfg, "vocab_size_per_layer_input", default=spec.vocab_size,
                                         maximum=LIMITS["vocab_size"]) if spec.per_layer_input else 0
-        if spec.per_layer_input:
+        if spec.per_layer_input and arch.pp:
             spec.notes.append(f"per-layer inputs: with pp > 1 vLLM 0.33 also hands each token's {num_layers} x "
                               f"{spec.per_layer_input} per-layer input values to the next stage, which the PP "
                               "hand-off traffic here leaves out")
+    if "altup_laurel" in arch.extra:  # Gemma-3n, as vLLM 0.33 gemma3n.py reads them
+        spec.altup_inputs = read_int(cfg, "altup_num_inputs", default=4, maximum=64)
+        spec.laurel_rank = read_int(cfg, "laurel_rank", default=64, maximum=MAX_DIM)
     if spec.tower:
         spec.notes.append(f"multimodal checkpoint: its vision tower ({spec.tower.depth} blocks, "
                           f"{spec.tower.heads} heads) is mapped as vLLM 0.33 splits it ({spec.tower.file}), "
@@ -250,6 +253,9 @@ def read_spec(cfg: dict, name: str) -> ModelSpec:
     if spec.quant is not None and arch.experts in ("transposed", "fused"):  # nor these (gate_up_proj_scale_inv)
         raise ConfigError(f"{spec.quant.label} on {model_type}'s fused experts (experts.gate_up_proj, "
                           "experts.down_proj) is not modelled yet; the unquantized checkpoint maps")
+    if spec.quant is not None and "altup_laurel" in arch.extra:  # its AltUp / LAuReL tables' storage is not
+        raise ConfigError(f"{spec.quant.label} on {model_type} is not modelled yet (nor its AltUp and LAuReL "
+                          "tables' storage); the bf16 checkpoint maps")
     # packed INT4/INT8 in a table every GPU holds whole is not traced (MiniCPM3's latents, Step3's qkv_proj)
     if spec.quant is not None and spec.quant.packing and (arch.mla_as_attention or arch.low_rank_q):
         raise ConfigError(f"{spec.quant.label} on {model_type}'s replicated attention tables is not modelled "

@@ -72,17 +72,17 @@ def _mixers(cfg: dict, arch: Arch, n: int, attn: Mixer) -> list[Mixer]:
         mixers.append(m)
     if isinstance(no_rope, list) and len(no_rope) != n:
         raise ConfigError(f"no_rope_layers has {len(no_rope)} entries but num_hidden_layers={n}")
-    return _kv_shared(cfg, kinds, mixers) if arch.global_attention else mixers
+    return _kv_shared(cfg, kinds, mixers, arch.hf_class) if arch.kv_sharing else mixers
 
 
-def _kv_shared(cfg: dict, kinds: list[str], mixers: list[Mixer]) -> list[Mixer]:
-    """Gemma-4's last num_kv_shared_layers attend over the cache of the last earlier layer of their kind
-    (vLLM 0.33 Gemma4Attention's kv_sharing_target_layer_name): they build q_proj alone and cache nothing."""
+def _kv_shared(cfg: dict, kinds: list[str], mixers: list[Mixer], cls: str) -> list[Mixer]:
+    """Gemma-3n's and Gemma-4's last num_kv_shared_layers attend over the cache of the last earlier layer of
+    their kind (vLLM 0.33's kv_sharing_target_layer_name): they build q_proj alone and cache nothing."""
     shared, n = read_int(cfg, "num_kv_shared_layers", default=0, minimum=0), len(mixers)
     first = n - shared
     if shared and (first < 1 or any(kind not in kinds[:first] for kind in kinds[first:])):
         raise ConfigError(f"num_kv_shared_layers={shared} of {n} layers: a shared layer has no earlier "
-                          "layer of its kind to share a KV cache with, which vLLM 0.33's Gemma-4 cannot "
+                          f"layer of its kind to share a KV cache with, which vLLM 0.33's {cls} cannot "
                           "build")
     return mixers[:first] + [replace(m, kv_shared=True, kv_heads=0, k_eq_v=False) for m in mixers[first:]]
 
@@ -151,10 +151,12 @@ def derive(cfg: dict, arch: Arch, n: int, hidden: int, attn: Mixer, dense: Ffn,
     top_k = per_layer(cfg, "moe_topk_per_layer", n, moe.top_k if moe else 0) if moe else [0] * n
     # Gemma-4's use_double_wide_mlp: the KV-shared layers' MLP is twice intermediate_size
     wide = [m.kv_shared and cfg.get("use_double_wide_mlp") is True for m in mixers]
+    # Gemma-3n: one MLP size per layer (its adapt checks the list)
+    sizes = cfg.get("layer_intermediate_sizes") or [dense.size] * n
     return [LayerSpec(m, replace(moe, top_k=k if isinstance(k, int) else moe.top_k,
                                  shared=moe.shared * (1 + w)) if is_moe
-                      else replace(dense, size=dense.size * (1 + w)))
-            for m, is_moe, k, w in zip(mixers, has_moe, top_k, wide)]
+                      else replace(dense, size=size * (1 + w)))
+            for m, is_moe, k, w, size in zip(mixers, has_moe, top_k, wide, sizes)]
 
 
 def _hybrid_pattern(cfg: dict, n: int, attn: Mixer, dense: Ffn, moe: Ffn | None) -> list[LayerSpec]:

@@ -67,6 +67,9 @@ class ModelSpec:
     # in a table of vocab_size_per_layer_input rows; 0: none (in the JSON only when set)
     per_layer_input: int = 0
     per_layer_vocab: int = 0
+    # Gemma-3n: AltUp's streams (altup_num_inputs) and LAuReL's rank; 0: none (in the JSON only when set)
+    altup_inputs: int = 0
+    laurel_rank: int = 0
     layers: list[LayerSpec] = field(default_factory=list)
     tower: Tower | None = None  # a multimodal checkpoint's vision tower, when tpviz models it
     audio: Tower | None = None  # ... and its audio tower (config/tower_audio.py)
@@ -162,13 +165,16 @@ class ModelSpec:
 
     def to_dict(self) -> dict:
         d = {k: v for k, v in asdict(self).items() if k not in ("layers", "quant", "config", "tower", "audio")
-             and (v or k not in ("per_layer_input", "per_layer_vocab"))}
+             and (v or k not in SET_ONLY)}
         for key in ("tower", "audio"):
             if tower := getattr(self, key):
                 d[key] = tower.to_dict()
         d["moe_layers"] = self.moe_layers
         d["quant"] = self.quant.to_dict() if self.quant else None
         return d
+
+
+SET_ONLY = ("per_layer_input", "per_layer_vocab", "altup_inputs", "laurel_rank")  # in the JSON when set
 
 
 def _filled(cls, d: dict):

@@ -5,14 +5,14 @@ from dataclasses import dataclass
 from tpviz.config.spec import ModelSpec
 from tpviz.deploy.parallel import stage_layers
 from tpviz.rules import Layout, RuleSet, ruleset
-from tpviz.trace.collectives import (logits_collective, mixer_collectives, norm_collectives,
-                                     per_layer_collectives, shared_collectives)
+from tpviz.trace.collectives import (altup_laurel_collectives, logits_collective, mixer_collectives,
+                                     norm_collectives, per_layer_collectives, shared_collectives)
 
 # the kinds, as the CLI and the speed bound name them
 COMM_LABELS = {"tp_all_reduce": "TP all-reduces", "moe_all_reduce": "MoE all-reduces",
                "moe_dispatch_combine": "MoE dispatch/combine over dp", "pp_send_recv": "PP hand-off",
                "norm_collectives": "norm all-gathers / all-reduces",
-               "embed_all_reduce": "embedding all-reduce",
+               "embed_all_reduce": "embedding all-reduce (and per-layer input / AltUp stream gathers)",
                "dp_gather_scatter": "attention-DP gather and scatter (at least)",
                "logits_gather": "logits gather (per sampled token)"}
 LEAST = ("dp_gather_scatter",)  # kinds only carved_traffic's lower bound has
@@ -61,7 +61,9 @@ def stage_traffic(spec: ModelSpec, layout: Layout, rules: RuleSet | str = "vllm"
     moe_layers, tp, pp = set(spec.moe_layers), layout.tp, layout.pp
     logits = rules.padded_vocab(spec.vocab_size, tp) * spec.dtype_bytes
     logits_sent = logits_collective(logits, tp, rules).sent_per_rank if tp > 1 else 0.0
-    per_layer = per_layer_collectives(spec, tp)  # Gemma-4's per-layer inputs, beside the embedding's
+    # Gemma-3n's and Gemma-4's per-layer inputs, and Gemma-3n's AltUp stream gathers, beside the embedding's
+    # (Gemma-3n runs no pp: its last stage is its first)
+    per_layer = per_layer_collectives(spec, tp) + altup_laurel_collectives(spec, tp)[1:]
     out = []
     for stage, layers in enumerate(stage_layers(spec.num_hidden_layers, pp, rules)):
         mine = [spec.layers[i] for i in layers]
@@ -73,7 +75,8 @@ def stage_traffic(spec: ModelSpec, layout: Layout, rules: RuleSet | str = "vllm"
         if spec.joint_reduce:  # one all-reduce of attention + MLP in a layer that has both
             reduced -= sum(1 for x in mine if x.ffn.kind == "dense" and x.mixer.kind != "none")
         norms = norm_collectives(spec, tp, layers)
-        inner = mixer_collectives(spec, tp, layers)  # Mamba1's x_proj
+        # Mamba1's x_proj, Gemma-3n's LAuReL linear_right
+        inner = mixer_collectives(spec, tp, layers) + altup_laurel_collectives(spec, tp, layers)[:1]
         sent = 2 * hidden / tp if stage < pp - 1 else 0.0  # its slice of hidden state and residual onward
         gathered = 2 * hidden * (tp - 1) / tp if stage > 0 else 0.0  # the slice it received, to its tp peers
         tp_ops, group = tp > 1, layout.dp * tp

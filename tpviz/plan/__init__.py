@@ -10,7 +10,7 @@ from tpviz.plan.classic import extra_globals
 from tpviz.plan.core import DT, PROBE, ParamPlan, Source, embed, norm, replicated
 from tpviz.archs import Names
 from tpviz.plan.kda import state_plans  # plan/ssm.py's stateful groups and KDA's
-from tpviz.plan.per_layer import per_layer_inputs
+from tpviz.plan.per_layer import altup_laurel, per_layer_inputs
 from tpviz.plan.tower import tower_plans
 from tpviz.plan.tower_audio import audio_plans
 from tpviz.config.spec import ModelSpec
@@ -62,6 +62,8 @@ def build_plan(spec: ModelSpec, rules: RuleSet | str = "vllm") -> list[ParamPlan
         plans.append(replicated(f"{p}layer_scalar", 1, hidden, every, bias=True))
     if spec.per_layer_input:  # Gemma-4 E2B / E4B: per-layer input embeddings
         plans += per_layer_inputs(spec, names, rules)
+    if spec.altup_inputs:  # Gemma-3n: AltUp and LAuReL
+        plans += altup_laurel(spec, names)
     with_mixer = [i for i, layer in enumerate(spec.layers) if layer.mixer.kind != "none"]
     with_ffn = [i for i, layer in enumerate(spec.layers) if layer.ffn.kind != "none"]
     for names_, layers in ((names.mixer_norms, with_mixer), (names.ffn_norms, with_ffn)):

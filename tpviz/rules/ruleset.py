@@ -165,6 +165,9 @@ class RuleSet:
         if self.registry and (last := retired_in(cls, self.registry)):
             return f"vLLM served {cls} until {last}; {self.label} refuses it (\"not supported anymore\")"
         arch = getattr(spec, "arch", None)  # the model file's own layout rules (Kimi-Linear's)
+        if arch is not None and not arch.pp and layout.pp > 1 and self.registry:
+            return (f"{self.label}'s {cls or arch.hf_class} does not support pipeline parallelism (no "
+                    "SupportsPP): use --pipeline-parallel-size 1")
         return arch.layout_problem(layout, spec) if arch is not None and arch.layout_problem else None
 
     def widths(self, layout: Layout, arch=None) -> Widths:

@@ -65,6 +65,7 @@ def collectives(m: ShardMap) -> list[Collective]:
         Collective("all-reduce", "after embed_tokens (each GPU looks up only its vocab rows)", 1,
                    hidden, ring * hidden),
         *per_layer_collectives(m.model, tp),
+        *altup_laurel_collectives(m.model, tp),
         logits_collective(logits, tp, m.rules),
     ]
 
@@ -92,6 +93,21 @@ def per_layer_collectives(spec, tp: int) -> list[Collective]:
                        1, size, 2 * (tp - 1) / tp * size),
             Collective("all-gather", "after per_layer_model_projection (gather_output: every GPU needs every "
                        "layer's input)", 1, size, (tp - 1) / tp * size)]
+
+
+def altup_laurel_collectives(spec, tp: int, layers=None) -> list[Collective]:
+    """Gemma-3n: LAuReL's linear_right all-reduces in every layer (of `layers`) (row-parallel), and each of
+    AltUp's altup_num_inputs - 1 stream projections, made after the embedding and unmade before the final
+    norm, all-gathers its rows (gather_output). The all-reduce first, the gathers second."""
+    if tp == 1 or not spec.altup_inputs:
+        return []
+    hidden = spec.hidden_size * spec.dtype_bytes
+    count = spec.num_hidden_layers if layers is None else len(layers)
+    return [Collective("all-reduce", "after laurel.linear_right (LAuReL's low-rank residual, row-parallel)",
+                       count, hidden, 2 * (tp - 1) / tp * hidden),
+            Collective("all-gather", "after altup_projections and altup_unembed_projections (gather_output: "
+                       "every GPU needs each extra stream whole)", 2 * (spec.altup_inputs - 1), hidden,
+                       (tp - 1) / tp * hidden)]
 
 
 def shared_collectives(spec, tp: int, layers=None) -> list[Collective]:

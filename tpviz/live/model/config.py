@@ -4,7 +4,7 @@ runs (their records' `live` block, tpviz.archs)."""
 from dataclasses import asdict, dataclass, field
 
 from tpviz.archs import REGISTRY
-from tpviz.config.spec import ModelSpec
+from tpviz.config.spec import SET_ONLY, ModelSpec
 from tpviz.deploy.parallel import stage_layers
 from tpviz.live.errors import LiveError
 from tpviz.rules import Layout, Widths, ruleset
@@ -57,7 +57,7 @@ class LiveConfig:
                         "beside", "q_rank"):  # ... nor Mamba1, Falcon-H1's Mamba2 beside attention or Step3
                 if not layer["mixer"][key]:
                     del layer["mixer"][key]
-        for key in ("per_layer_input", "per_layer_vocab"):
+        for key in SET_ONLY:
             if not d["spec"][key]:
                 del d["spec"][key]
         return d
