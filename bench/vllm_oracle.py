@@ -37,6 +37,7 @@ from tpviz.archs import known_types  # noqa: E402
 from tpviz.config.sources import presets  # noqa: E402
 from tpviz.plan import build_plan  # noqa: E402
 from tpviz.plan.tensors import tensors  # noqa: E402
+from tpviz.trace.checkpoint import VISION  # noqa: E402  (the parts a map without its tower leaves out)
 
 INDEXES = Path(__file__).resolve().parents[1] / "tests" / "data" / "indexes"
 RANK = Path(__file__).resolve().parent / "oracle" / "vllm_rank.py"  # imports vLLM, never tpviz
@@ -63,8 +64,6 @@ CPU_REFUSALS = {"No Unquantized MoE backend supports": "vLLM's CPU MoE kernels n
                 "(Nemotron-H's relu2)"}
 EXPERT_KEYS = ("num_experts", "num_local_experts", "n_routed_experts", "moe_num_experts")
 DTYPES = {1: "uint8", 2: "bfloat16", 4: "float32"}
-LEFT_OUT = ("vision_tower.", "visual.", "vision_model.", "multi_modal_projector.", "audio_tower.",
-            "embed_vision.", "embed_audio.", "mm_projector.")
 
 
 def shrink(cfg: dict, layers: int = 2, experts: int = 8) -> dict:
@@ -168,7 +167,7 @@ def tpviz_side(cfg: dict, tp: int) -> dict:
         key = expert_stack(t.param, p.layer_class) if copies_of(p)[1] > 1 else t.param
         ckpt.append([t.name, list(t.shape), DTYPES[p.element_bytes or m.model_dtype_bytes], key])
     # a tower tpviz leaves out (named in the map's notes) is not compared
-    left_out = () if any(p.tower for p in m.params) else LEFT_OUT
+    left_out = () if any(p.tower for p in m.params) else VISION
     return {"ranks": ranks, "tensors": ckpt, "left_out": left_out}
 
 

@@ -122,6 +122,12 @@ def test_step3_vl_maps_its_text_decoder_and_leaves_the_tower_out():
     m, text = shard_map(wrapped, 2), shard_map(TINY, 2)
     assert set(expand(m)) == set(expand(text)) and m.total_weight_bytes == text.total_weight_bytes
     assert any("vision tower" in n and "left out" in n for n in m.model.notes)
+    # a checkpoint's tower and projector tensors (step3_vl.py's vision_model, vit_downsampler(2),
+    # vit_large_projector) are the parts left out, not a mismatch
+    parts = {"vision_model.transformer.resblocks.0.attn.in_proj_weight", "vit_downsampler.weight",
+             "vit_downsampler2.bias", "vit_large_projector.weight"}
+    m = shard_map(wrapped, 2, tensor_names=set(expand(text)) | parts, checkpoint_source="tiny")
+    assert m.checkpoint["verified"] and m.checkpoint["matched"] == len(expand(text)), m.checkpoint
 
 
 def test_packed_int_quantization_of_the_replicated_tables_is_refused():

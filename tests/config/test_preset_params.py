@@ -334,3 +334,14 @@ def test_minicpm3_by_hand():
     attn = h * ql + ql + ql * H * (nope + rope) + h * (kvr + rope) + kvr + kvr * H * (nope + v) + H * v * h
     assert V * h + h + n * (attn + 3 * h * i + 2 * h) == 4_073_875_968
     assert shard_map("openbmb/MiniCPM3-4B", 1).total_weight_bytes == 4_073_875_968 * 2
+
+
+def test_deepseek_v2_lite_is_its_index_total():
+    """DeepSeek-V2-Lite-Chat's model.safetensors.index.json reports total_size 31,412,968,448 bytes (bf16): MLA
+    with a plain q_proj (q_lora_rank null), layer 0 dense, 26 MoE layers of 64 experts and a 2 x 1408 shared MLP."""
+    c = P["deepseek-ai/DeepSeek-V2-Lite-Chat"]
+    h, V, i, m, E = 2048, c["vocab_size"], c["intermediate_size"], c["moe_intermediate_size"], c["n_routed_experts"]
+    attn = h * 16 * 192 + h * 576 + 512 + 512 * 16 * 256 + 16 * 128 * h
+    moe = h * E + E * 3 * h * m + 3 * h * 2 * m
+    total = 2 * V * h + h + 27 * (attn + 2 * h) + 3 * h * i + 26 * moe
+    assert 2 * total == 31_412_968_448 == shard_map("deepseek-ai/DeepSeek-V2-Lite-Chat", 1).total_weight_bytes

@@ -160,6 +160,8 @@ ADDED += ("preset:ByteDance-Seed/Seed-OSS-36B-Instruct|",  # the Transformers ba
 ADDED += ("preset:ai21labs/AI21-Jamba-Mini-1.5|",  # Mamba1 and parallel Mamba2 hybrids (issue 25)
           "preset:tiiuae/Falcon-H1-0.5B-Instruct|")
 ADDED += ("preset:openbmb/MiniCPM-2B-sft-bf16|",)  # MiniCPM (issue 25)
+ADDED += ("preset:llava-hf/llava-onevision-qwen2-7b-ov-hf|", "preset:facebook/cwm|",  # presets (issue 25)
+          "preset:stepfun-ai/step3|", "preset:deepseek-ai/DeepSeek-V2-Lite-Chat|")
 ADDED += ("preset:meta-llama/Llama-4-Maverick-17B-128E-Instruct|",  # the largest VLMs (issue 25)
           "preset:Qwen/Qwen3-VL-235B-A22B-Instruct|")
 ADDED += ("preset:zai-org/GLM-5|",)  # GLM-MoE-DSA (issue 25)

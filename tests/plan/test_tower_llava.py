@@ -8,7 +8,7 @@ import pytest
 import transformers
 
 from tpviz import shard_map
-from tpviz.config.sources import load_spec
+from tpviz.config.sources import load_spec, presets
 from tpviz.errors import ConfigError, TPSizeError
 from tpviz.plan import build_plan
 from tpviz.plan.tensors import tensors
@@ -176,3 +176,21 @@ def test_a_bad_clip_config_is_one_line():
     with pytest.raises(ConfigError) as e:
         load_spec({**LLAVA_15, "vision_feature_layer": 24})
     assert one_line(e.value) and "vision_feature_layer=24" in str(e.value)
+
+
+def test_llava_onevision_7b_preset_by_hand():
+    """llava-onevision-qwen2-7b-ov-hf: Qwen2-7B (28 / 4 heads of 128, biased q/k/v, MLP 18944, the vocabulary
+    padded to 152128, untied), SigLIP's 26 kept blocks of 1152 (patch conv, 27 x 27 positions, no post-norm:
+    require_post_norm=False), the two-linear projector and image_newline; float16."""
+    c = presets()["llava-hf/llava-onevision-qwen2-7b-ov-hf"]
+    t, v = c["text_config"], c["vision_config"]
+    V, h, n, i = t["vocab_size"], t["hidden_size"], t["num_hidden_layers"], t["intermediate_size"]
+    kv = t["num_key_value_heads"] * h // t["num_attention_heads"]
+    text = 2 * V * h + h + n * (2 * (h * h + h) + 2 * (h * kv + kv) - h + 3 * h * i + 2 * h)
+    w, f, p = v["hidden_size"], v["intermediate_size"], v["patch_size"]
+    block = 4 * (w * w + w) + 4 * w + (w * f + f) + (f * w + w)
+    tower = 3 * p * p * w + w + (v["image_size"] // p) ** 2 * w + v["num_hidden_layers"] * block
+    total = text + tower + (w * h + h) + (h * h + h) + h
+    m = shard_map("llava-hf/llava-onevision-qwen2-7b-ov-hf", 1)
+    assert m.total_weight_bytes == 2 * total and round(total / 1e9, 2) == 8.03
+    assert tower_values(m) == tower + (w * h + h) + (h * h + h) + h

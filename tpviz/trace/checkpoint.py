@@ -21,7 +21,8 @@ QUANT_SUFFIXES = ("_scale_inv", "_scale", "weight_scale_2", "input_scale", ".qwe
                   ".scales", ".g_idx",
                   "_blocks", "_scales", "weight_packed", "weight_shape", "weight_zero_point")
 VISION = ("vision_tower.", "visual.", "vision_model.", "multi_modal_projector.", "audio_tower.",
-          "embed_vision.", "embed_audio.", "vision_", "mm_projector.")
+          "embed_vision.", "embed_audio.", "vision_", "mm_projector.",
+          "vit_downsampler", "vit_large_projector")  # Step-3's projector
 
 
 def read_header(path: Path) -> dict:
