@@ -6,7 +6,8 @@ from tpviz.trace.shardmap import Deployment
 from tpviz.render.plots.deployment import device_grid, expert_figure
 from tpviz.render.summary import layer_span
 
-COMM = {"tp_all_reduce": ("all-reduce over the tp GPUs", "after each attention / mixer and dense FFN"),
+COMM = {"tp_all_reduce": ("all-reduce over the tp GPUs", "after each attention / mixer and dense FFN "
+                          "(and GLM-4's all-gather of gate | up before down_proj)"),
         "moe_all_reduce": ("all-reduce over the tp GPUs", "after each MoE block, with or without EP"),
         "moe_dispatch_combine": ("all-gather + reduce-scatter over the dp replicas",
                                  "each MoE block gathers every replica's tokens and returns their sums"),

@@ -12,6 +12,7 @@ from tpviz.errors import ConfigError
 from tpviz.plan import build_plan
 from tpviz.plan.tensors import tensors
 from tpviz.trace.collectives import collectives
+from tpviz.trace.validity import split_error
 
 # 4 heads and 2 KV heads of 16, an MLP of 96, 512 tokens: at tp 2 each GPU takes 2 heads, 1 KV head, 48 rows
 TINY = dict(num_hidden_layers=2, hidden_size=64, num_attention_heads=4, num_key_value_heads=2, head_dim=16,
@@ -182,7 +183,48 @@ def test_olmo_1b_holds_no_norm_weights_and_stores_its_card_count():
         m.total_weight_bytes)
 
 
-def test_glm_is_refused_naming_its_gathered_mlp():
-    """GLM-4-hf's tp plan: gate_up_proj colwise_gather_output (an all-gather tpviz's collectives lack)."""
-    with pytest.raises(ConfigError, match="colwise_gather_output"):
-        shard_map({**TINY, "model_type": "glm", "architectures": ["GlmForCausalLM"]}, 2)
+GLM = {**TINY, "model_type": "glm", "architectures": ["GlmForCausalLM"], "attention_bias": True}
+
+
+def test_glm_names_and_shapes_what_transformers_saves(tmp_path):
+    """GLM-4-hf: biased q/k/v, o_proj without a bias, one stored gate_up_proj [2 x 96, 64]."""
+    config = transformers.AutoConfig.for_model(**{k: v for k, v in GLM.items() if k != "architectures"})
+    written = written_shapes(transformers.GlmForCausalLM(config), tmp_path)
+    assert written["model.layers.0.mlp.gate_up_proj.weight"] == (192, 64)
+    m = shard_map(GLM, 1, tensor_names=set(written), checkpoint_source="tiny")
+    assert m.checkpoint["verified"], m.checkpoint
+    assert {t.name: tuple(t.shape) for t in tensors(build_plan(m.model))} == written
+
+
+def test_glm_gate_up_is_one_column_block_a_gpu_then_gathered():
+    """Its tp plan's colwise_gather_output: at tp 2 GPU 0 holds all 96 gate rows and GPU 1 all 96 up rows
+    (not half of each, as a MergedColumnParallelLinear would), then every layer all-gathers the 192 values
+    a token before down_proj (rowwise_split_input: 48 input columns a GPU, then the usual all-reduce)."""
+    m = shard_map(GLM, 2)
+    assert [rows(m, F + "gate_up_proj.weight", r) for r in range(2)] == [[(0, 96)], [(96, 192)]]
+    assert m.tensor(F + "gate_up_proj.weight").layer_class == "ColumnParallelLinear"
+    assert [rows(m, F + "down_proj.weight", r) for r in range(2)] == [[(0, 48)], [(48, 96)]]
+    assert [rows(m, A + "k_proj.bias", r) for r in range(2)] == [[(0, 16)], [(16, 32)]]
+    assert not any(t.name.endswith("o_proj.bias") for t in m.tensors)
+    gathers = [(c.count, c.bytes_per_token, c.sent_per_rank) for c in collectives(m)
+               if c.where.startswith("after gate_up_proj")]
+    assert gathers == [(2, 192 * 2, 96 * 2)]  # 2 bytes a value: the tiny config names no dtype
+    reduces = [(c.count, c.where.split(" ")[1]) for c in collectives(m) if c.op == "all-reduce"]
+    assert reduces == [(2, "o_proj"), (2, "down_proj"), (1, "embed_tokens")]
+    assert "colwise_gather_output" in m.model.arch.note
+
+
+def test_glm_4_9b_chat_hf_by_hand():
+    """glm-4-9b-chat-hf: 40 layers of q/k/v (32 and 2 heads of 128, biased), o_proj, gate_up 2 x 13696 and
+    down, two norms; an untied 151552 vocabulary: 9,399,951,360 values, the published 9.4B. At tp 4 each GPU
+    takes a quarter of the gate | up rows (GPU 1 the end of gate, GPU 2 the start of up) and sends 3/4 of the
+    27392 gathered values (bf16) a layer."""
+    layer = (4608 * 4096 + 4608) + 4096 * 4096 + 3 * 13696 * 4096 + 2 * 4096
+    m = shard_map("THUDM/glm-4-9b-chat-hf", 4)
+    assert m.total_weight_bytes == 2 * (40 * layer + 2 * 151552 * 4096 + 4096) == 2 * 9_399_951_360
+    assert [rows(m, F + "gate_up_proj.weight", r) for r in range(4)] == [
+        [(0, 6848)], [(6848, 13696)], [(13696, 20544)], [(20544, 27392)]]
+    gather = next(c for c in collectives(m) if c.where.startswith("after gate_up_proj"))
+    assert (gather.count, gather.bytes_per_token, gather.sent_per_rank) == (40, 2 * 27392, 3 / 4 * 2 * 27392)
+    assert [tp for tp in range(1, 65) if split_error(load_spec("THUDM/glm-4-9b-chat-hf"), tp)[0] is None] == [
+        1, 2, 4, 8, 16, 32]

@@ -118,6 +118,16 @@ def test_rank_view_is_the_double_cut():
     assert m.params[-2].local_shapes[1][0] == 8192
 
 
+def test_a_gathered_gate_up_is_one_cut_not_the_double_cut():
+    """GLM-4-hf (vLLM's Transformers backend): at tp 2 GPU 0 holds all of gate and GPU 1 all of up, and the
+    titles say the output is gathered, not packed [gate | up] on every GPU."""
+    f = figs("THUDM/glm-4-9b-chat-hf", 2)
+    assert "gathered" in f["gate_up"].layout.title.text and "gathered" in f["down_proj"].layout.title.text
+    assert "packed" not in f["gate_up"].layout.title.subtitle.text
+    rk = bars(f["gate_up"], 1)
+    assert [(b["y"].split()[-1], b["text"].split()[0]) for b in rk] == [("0", "gate"), ("1", "up")]
+
+
 def test_vocab_padding_is_drawn_in_both_views():
     fig = figs("vocab32001", 4)["embed"]
     pad_src = [b for b in bars(fig, 0) if b["color"] == PADDING_COLOR]

@@ -18,6 +18,8 @@ from tpviz.errors import ConfigError
 
 PHI = replace(LLAMA, final_norm="model.final_layernorm", ffn_norms=(), norm_bias=True, o="dense", up="fc1",
               down="fc2")
+# GLM-4 (-hf): gate and up stored as one gate_up_proj
+GLM = replace(LLAMA, gate_up_fused="gate_up_proj")
 HUNYUAN = replace(LLAMA, q_norm="query_layernorm", k_norm="key_layernorm")
 VAULTGEMMA = replace(LLAMA, ffn_norms=("pre_feedforward_layernorm",))
 # HunYuan's MoE block: the router's linear under gate.wg, one shared MLP (shared_mlp) beside the experts
@@ -141,13 +143,15 @@ RECORDS = [
     # OLMo-1 (the -hf checkpoints): Llama's projections and tp plan; clip_qkv clamps q/k/v, no weight
     Arch("olmo", "OlmoForCausalLM", OLMO,
          note=note("OlmoForCausalLM", f"Llama's tp plan, {FUSED}; its LayerNorms hold no weights")),
-    # GLM-4 (the -hf checkpoints): its tp plan cuts the fused gate_up_proj colwise_gather_output,
-    # all-gathering the MLP's 2 x intermediate a token before down_proj's rowwise_split_input; the
-    # collectives tpviz draws have no such gather, so it is refused rather than drawn without it
-    Arch("glm", "GlmForCausalLM", known=False,
-         refused="an MLP vLLM 0.33's Transformers backend cuts by its tp plan's colwise_gather_output "
-                 "(gate_up_proj, all-gathered to 2 x intermediate_size a token) and rowwise_split_input "
-                 "(down_proj)"),
+    # GLM-4 (the -hf checkpoints): the QKV fuser takes its biased q/k/v; the MLP's one gate_up_proj matches no
+    # fuser (it is chunked, not two linears), so its tp plan cuts it colwise_gather_output: a plain column
+    # split of the 2 x intermediate rows, gathered whole on every GPU before down_proj's rowwise_split_input
+    Arch("glm", "GlmForCausalLM", GLM, o_bias=False, mlp_gather=True,
+         note=note("GlmForCausalLM", "q/k/v fused into one QKVParallelLinear, o_proj row-parallel; its tp "
+                   "plan cuts the MLP's one gate_up_proj colwise_gather_output (one contiguous block of its "
+                   "gate | up rows a GPU, not half of each; all-gathered, 2 x intermediate_size a token) and "
+                   "down_proj rowwise_split_input (each GPU takes its columns of the gathered input, then "
+                   "all-reduces)")),
     # HunYuan MoE (TransformersMoEForCausalLM): the experts one FusedMoE (external routing: transformers' gate
     # picks them), the shared MLP fused like a dense one and reduced with the experts
     Arch("hunyuan_v1_moe", "HunYuanMoEV1ForCausalLM", HUNYUAN_MOE, qk_norm="head", adapt=hunyuan_moe_fields,

@@ -60,6 +60,9 @@ class Arch:
     mla_as_attention: bool = False
     # SwiGLU gate/up; False: one up projection (GPT-2 c_fc, NeoX dense_h_to_4h, Nemotron-H)
     gated_mlp: bool = True
+    # the MLP's one fused gate_up_proj is a ColumnParallelLinear that all-gathers its 2 x intermediate output
+    # (colwise_gather_output) and down_proj cuts it again (rowwise_split_input): GLM-4 on vLLM's backend
+    mlp_gather: bool = False
     ffn_ratio: int = 0  # an MLP size the config may leave out: this many times hidden (classic decoders: 4)
     learned_positions: bool = False  # learned position embeddings of n_positions rows (GPT-2, GPTBigCode)
     # the router's e_score_correction_bias: "always", "noaux_tc" when topk_method is, or the config key that

@@ -6,10 +6,12 @@ from tpviz.config.spec import ModelSpec
 from tpviz.deploy.parallel import stage_layers
 from tpviz.rules import Layout, RuleSet, ruleset
 from tpviz.trace.collectives import (altup_laurel_collectives, logits_collective, mixer_collectives,
-                                     norm_collectives, per_layer_collectives, shared_collectives)
+                                     mlp_gather_collectives, norm_collectives, per_layer_collectives,
+                                     shared_collectives)
 
 # the kinds, as the CLI and the speed bound name them
-COMM_LABELS = {"tp_all_reduce": "TP all-reduces", "moe_all_reduce": "MoE all-reduces",
+COMM_LABELS = {"tp_all_reduce": "TP all-reduces (and a gathered MLP's all-gathers)",
+               "moe_all_reduce": "MoE all-reduces",
                "moe_dispatch_combine": "MoE dispatch/combine over dp", "pp_send_recv": "PP hand-off",
                "norm_collectives": "norm all-gathers / all-reduces",
                "embed_all_reduce": "embedding all-reduce (and per-layer input / AltUp stream gathers)",
@@ -75,8 +77,9 @@ def stage_traffic(spec: ModelSpec, layout: Layout, rules: RuleSet | str = "vllm"
         if spec.joint_reduce:  # one all-reduce of attention + MLP in a layer that has both
             reduced -= sum(1 for x in mine if x.ffn.kind == "dense" and x.mixer.kind != "none")
         norms = norm_collectives(spec, tp, layers)
-        # Mamba1's x_proj, Gemma-3n's LAuReL linear_right
-        inner = mixer_collectives(spec, tp, layers) + altup_laurel_collectives(spec, tp, layers)[:1]
+        # Mamba1's x_proj, Gemma-3n's LAuReL linear_right, GLM-4's gathered gate_up_proj
+        inner = (mixer_collectives(spec, tp, layers) + altup_laurel_collectives(spec, tp, layers)[:1]
+                 + mlp_gather_collectives(spec, tp, layers))
         sent = 2 * hidden / tp if stage < pp - 1 else 0.0  # its slice of hidden state and residual onward
         gathered = 2 * hidden * (tp - 1) / tp if stage > 0 else 0.0  # the slice it received, to its tp peers
         tp_ops, group = tp > 1, layout.dp * tp

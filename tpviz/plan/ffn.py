@@ -29,6 +29,14 @@ def dense(spec: ModelSpec, names: Names, f: Ffn, layers, rules: RuleSet) -> list
                       disk_t=names.conv1d))
     fused = names.gate_up_fused
     q_up = qplan(spec, rules, f"{p}{fused or names.gate}", layers)
+    if spec.arch.mlp_gather:  # GLM-4 on vLLM's backend: one column split of gate | up, gathered whole
+        up = column(f"{p}{fused}", hidden, 2 * inter, "gate_up", layers, spec.mlp_bias, quantity, q=q_up,
+                    note="gather_output=True (the tp plan's colwise_gather_output)")
+        if q_up is None:  # a quantized table's first tensor may be packed along another dim
+            up[0].sources[0].sections = [["gate", 0, inter, 0, ""], ["up", inter, 2 * inter, 0, ""]]
+        return up + row(f"{p}{names.down}", inter, hidden, "down_proj", layers, spec.mlp_bias, quantity,
+                        note="input_is_parallel=False (the tp plan's rowwise_split_input)",
+                        q=qplan(spec, rules, f"{p}{names.down}", layers))
     return (merged(f"{p}{fused or 'gate_up_proj'}", [f"{p}{names.gate}", f"{p}{names.up}"],
                    f"{p}{fused}" if fused else None, hidden, [inter, inter], "gate_up", layers, quantity,
                    bias=spec.mlp_bias, q=q_up)

@@ -61,6 +61,7 @@ def collectives(m: ShardMap) -> list[Collective]:
                    hidden, ring * hidden),
         *norm_collectives(m.model, tp),
         *mixer_collectives(m.model, tp),
+        *mlp_gather_collectives(m.model, tp),
         *shared_collectives(m.model, tp),
         Collective("all-reduce", "after embed_tokens (each GPU looks up only its vocab rows)", 1,
                    hidden, ring * hidden),
@@ -108,6 +109,21 @@ def altup_laurel_collectives(spec, tp: int, layers=None) -> list[Collective]:
             Collective("all-gather", "after altup_projections and altup_unembed_projections (gather_output: "
                        "every GPU needs each extra stream whole)", 2 * (spec.altup_inputs - 1), hidden,
                        (tp - 1) / tp * hidden)]
+
+
+def mlp_gather_collectives(spec, tp: int, layers=None) -> list[Collective]:
+    """A dense MLP whose gate_up_proj gathers its output (GLM-4 on vLLM 0.33's Transformers backend:
+    colwise_gather_output): every layer of `layers` all-gathers 2 x intermediate values a token."""
+    if tp == 1 or not spec.arch.mlp_gather:
+        return []
+    picked = [spec.layers[i] for i in (range(spec.num_hidden_layers) if layers is None else layers)]
+    sizes: dict[int, int] = {}
+    for f in (layer.ffn for layer in picked if layer.ffn.kind == "dense"):
+        size = 2 * f.size * spec.dtype_bytes
+        sizes[size] = sizes.get(size, 0) + 1
+    return [Collective("all-gather", "after gate_up_proj (gather_output: every GPU needs all of gate | up "
+                       "before down_proj)", count, size, (tp - 1) / tp * size)
+            for size, count in sizes.items()]
 
 
 def shared_collectives(spec, tp: int, layers=None) -> list[Collective]:

@@ -75,6 +75,16 @@ FAMILY_INFO = {
     "replicated": ("Replicated: norms, routers, latents and row-parallel biases",
                    "Every GPU holds a full copy; a row-parallel bias is added on GPU 0 only."),
 }
+# GLM-4 on vLLM's Transformers backend (Arch.mlp_gather): one column split of gate | up, gathered
+GATHERED_INFO = {
+    "gate_up": ("gate / up projection · column-parallel, gathered",
+                "gate_up_proj is one ColumnParallelLinear: each GPU takes a contiguous block of its "
+                "[gate | up] rows, not part of each, and an all-gather gives every GPU the whole output "
+                "before down_proj."),
+    "down_proj": ("down_proj · row-parallel over the gathered input",
+                  "Every GPU computes act(gate) × up from the gathered rows, then takes its own block of "
+                  "down_proj's input columns; an all-reduce sums the outputs."),
+}
 MLA_LINE = ("MLA: the per-head up-projections q_b_proj and kv_b_proj are split by heads; the latent "
             "down-projections are replicated (see the replicated figure).")
 SOURCE_DOMAIN, RANK_DOMAIN = (0.0, 0.40), (0.50, 1.0)
@@ -221,7 +231,9 @@ def family_figure(m: ShardMap, family: str, group: LayerGroup | None = None) -> 
     tensors = [t for t in split if len(t.shape) >= 2] or split
     vectors = [t for t in split if t not in tensors]
     title, line = FAMILY_INFO["audio_split" if family == "audio" else family]
-    if family == "qkv" and m.model.is_mla:
+    if m.model.arch.mlp_gather and family in GATHERED_INFO:
+        title, line = GATHERED_INFO[family]
+    elif family == "qkv" and m.model.is_mla:
         line = MLA_LINE
     elif family == "experts" and (lay := m.deployment.layout if m.deployment else None) and lay.expert_cut:
         blocks = lay.tp // lay.expert_cut
