@@ -48,6 +48,8 @@ TEXT_ONLY = {"gemma3n": "Gemma3nForCausalLM"}
 # (a sub-config's edits merge into it: Gemma-3n keeps two KV-shared layers of both kinds among four)
 G3N_TYPES = ["sliding_attention", "full_attention"] * 2
 EDITS: dict[str, dict] = {"deepseek_v3": {"first_k_dense_replace": 1}, "lfm2_moe": {"num_dense_layers": 1},
+                          "step3p5": {"moe_layers_enum": "1"},
+                          "step3_vl": {"text_config": {"moe_layers_enum": "1"}},
                           "gemma3n": {"text_config": {"num_hidden_layers": 4, "layer_types": G3N_TYPES,
                                                       "num_kv_shared_layers": 2,
                                                       "activation_sparsity_pattern": [0.95, 0.0, 0.0, 0.0]}}}
@@ -124,7 +126,8 @@ def expert_stack(name: str, layer_class: str) -> str:
     """vLLM 0.33's FusedMoE holds a layer's experts in one parameter per side, under its RoutedExperts
     module (layers/fused_moe/layer.py: w13 the gate/up side, w2 the down side); tpviz shows each expert's
     share (`experts.*.gate_up_proj.weight`): the stacked name."""
-    head = name[:name.index(".experts.")]
+    # Step-3's and Step-3.5's experts sit under the block itself (moe.gate_up_proj.weight)
+    head = name[:name.index(".experts.")] if ".experts." in name else name.rsplit(".", 2)[0]
     side = "w2" if layer_class.startswith("Row") else "w13"
     return f"{head}.experts.routed_experts.{side}_{name.rsplit('.', 1)[-1]}"
 

@@ -92,7 +92,8 @@ class Arch:
     # --- the plan's extra tensors and checks
     # "positions", "embed_norm", "layer_scalar", "sinks", "router_bias", "head_bias" (lm_head.bias),
     # "router_scales" (Gemma-4's router.scale and router.per_expert_scale), "altup_laurel" (Gemma-3n's
-    # AltUp and LAuReL blocks: plan/per_layer.py)
+    # AltUp and LAuReL blocks: plan/per_layer.py), "head_gate" (Step-3.5's g_proj, when the config's
+    # use_head_wise_attn_gate says so)
     extra: tuple[str, ...] = ()
     # routed experts' layout: "" gate/up/down, "stacked" (gpt-oss), "ungated" (Nemotron-H), "halves"
     # (Granite-MoE: stacked [experts, gate | up, hidden] and [experts, hidden, intermediate]), "transposed"

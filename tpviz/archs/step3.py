@@ -1,5 +1,5 @@
-"""Step-3's text decoder (vLLM 0.33 models/step3_text.py) and Step-3 (step3_vl.py), which builds its
-text_config as that decoder under the same checkpoint names (model.*, lm_head.*).
+"""Step-3's text decoder (vLLM 0.33 models/step3_text.py), Step-3 (step3_vl.py), which builds its
+text_config as that decoder under the same checkpoint names (model.*, lm_head.*), and Step-3.5 (step3p5.py).
 
 Attention: q_proj projects to share_q_dim, k_proj and v_proj to one head_dim head each, and the three load
 into one ReplicatedLinear (qkv_proj) that every GPU holds whole; inter_norm (over share_q_dim) is whole
@@ -10,6 +10,11 @@ projection (moe.gate_proj / up_proj [experts, moe_intermediate, hidden], moe.dow
 moe_intermediate]), a replicated router (moe.gate) and a shared expert beside the block (share_expert.*, a
 gated MLP of share_expert_dim); the others a gated MLP (mlp.*). The MLPs run silu whatever hidden_act says.
 The config is read as vLLM's own Step3TextConfig reads it (transformers has no class for it).
+
+Step-3.5 keeps the MoE layout and names (moe.*, share_expert.*) under plain GQA: q/k/v one QKVParallelLinear
+over num_attention_groups KV heads, per-head q/k norms, a per-head sigmoid gate (g_proj, column-parallel) and
+a row-parallel o_proj; its sliding layers have a head count of their own. vLLM reads its config through
+transformers' Step3p7TextConfig, which moves the trailing MTP layers' entries out of the per-layer lists.
 """
 from dataclasses import replace
 
@@ -69,10 +74,39 @@ _STEP3 = dict(names=STEP3, adapt=step3_fields, low_rank_q="share_q_dim", moe_tp_
               note="Step-3's q, k and v share one replicated table (qkv_proj), so every GPU computes and "
                    "caches the one K/V head; only wq and o_proj are cut over tp")
 
+def step3p5_fields(cfg: dict) -> dict:
+    """The config as step3p5.py reads it: every MoE block asserts a router bias and a float32 router, and
+    builds its shared expert inside the FusedMoE (one all-reduce); the lm_head is never tied."""
+    for key in ("use_moe_router_bias", "need_fp32_gate"):
+        if cfg.get(key) is not True:
+            raise ConfigError(f"{key}={cfg.get(key)!r}: vLLM 0.33's step3p5.py asserts it is true")
+    limits = [x for x in cfg.get("swiglu_limits") or [] if x not in (None, 0)]
+    if any(x != 7 for x in limits):
+        raise ConfigError(f"swiglu_limits holds {sorted(set(limits))}: vLLM 0.33's step3p5.py runs only 7.0 "
+                          "in its fused MoE")
+    kinds = cfg.get("mlp_layer_types") or []
+    # per-layer rope_theta lists: rope_parameters holds each layer type's (full_rope reads the full layers')
+    cfg = {k: v for k, v in cfg.items() if not (k == "rope_theta" and isinstance(v, list))}
+    return {**cfg, "tie_word_embeddings": False,
+            "moe_layers": [i for i, k in enumerate(kinds) if k == "sparse"],
+            "shared_expert_intermediate_size": cfg.get("share_expert_dim")}
+
+
+# Step-3.5-Flash: the router (moe.gate) and its bias (moe.router_bias) float32, as the checkpoint stores the
+# bias; the q/k norms are built whatever use_qk_norm says; tp above the expert count raises
+_STEP3P5 = dict(names=replace(STEP3, score_bias="router_bias"), adapt=step3p5_fields, qk_norm="head",
+                score_bias="always", router_fp32=True, moe_tp_limit=True, extra=("head_gate",),
+                note="its MTP layers (past num_hidden_layers) are left out: vLLM 0.33's main model skips "
+                     "them")
+
 RECORDS = [
     Arch("step3_text", "Step3TextForCausalLM", **_STEP3),
     # step3_vl.py: the vision tower (vision_model.*: a ViT whose qkv_proj and fc1 / fc2 it cuts over tp, or
     # keeps whole with --mm-encoder-tp-mode data) and its projector (vit_downsampler, vit_downsampler2,
     # vit_large_projector) are left out of the map, as its notes say
     Arch("step3_vl", "Step3VLForConditionalGeneration", text_model="step3_text", **_STEP3),
+    Arch("step3p5", "Step3p5ForCausalLM", **_STEP3P5),
+    # Step-3.7 (step3p7.py): its text_config built as Step3p5ForCausalLM under the same names; the vision
+    # tower (vision_model.*) and its projector (vit_large_projector) are left out, as its notes say
+    Arch("step3p7", "Step3p7ForConditionalGeneration", text_model="step3p5", **_STEP3P5),
 ]

@@ -37,6 +37,7 @@ class Mixer:
     window: int = 0  # sliding window, or attention chunk, in tokens
     rope: bool = True
     output_gate: bool = False  # Qwen3-Next: q_proj also emits a sigmoid gate per head (twice as wide)
+    head_gate: bool = False  # Step-3.5: g_proj makes one sigmoid gate per head from the layer input
     k_eq_v: bool = False  # Gemma-4 global layers: no v_proj on disk, k_proj is loaded as both K and V
     # Gemma-4's last num_kv_shared_layers: q_proj alone, attending over an earlier layer's KV cache; they
     # hold no KV heads (kv_heads 0) and cache nothing

@@ -270,6 +270,7 @@ def read_spec(cfg: dict, name: str) -> ModelSpec:
         spec.attention_bias = spec.o_proj_bias = spec.mlp_bias = read_bool(cfg, *arch.bias_switch)
     attn = Mixer("mla" if spec.kv_lora_rank else "attention", heads, kv_heads, head_dim,
                  output_gate=read_bool(cfg, "attn_output_gate", arch.output_gate),
+                 head_gate="head_gate" in arch.extra and read_bool(cfg, "use_head_wise_attn_gate", False),
                  q_rank=read_int(cfg, arch.low_rank_q, minimum=1) if arch.low_rank_q else 0)
     if experts and spec.num_experts_per_tok > experts:
         raise ConfigError(f"num_experts_per_tok={spec.num_experts_per_tok} is more than "

@@ -26,6 +26,12 @@ def _mixers(cfg: dict, arch: Arch, n: int, attn: Mixer) -> list[Mixer]:
     """Each layer's mixer: full attention unless a per-layer field says otherwise."""
     window = cfg.get("sliding_window") if isinstance(cfg.get("sliding_window"), int) else 0
     sliding = replace(attn, kind="sliding_attention", window=window) if window else None
+    # Step-3.5: sliding layers with a head count of their own (transformers' Step3p7TextConfig)
+    if sliding and cfg.get("num_sliding_attention_heads") not in (None, attn.heads):
+        sliding = replace(sliding, heads=read_int(cfg, "num_sliding_attention_heads"))
+        if sliding.heads % attn.kv_heads:
+            raise ConfigError(f"num_sliding_attention_heads={sliding.heads} is not a multiple of "
+                              f"num_key_value_heads={attn.kv_heads}")
     kinds = layer_list(cfg, "layer_types", n, LAYER_TYPES)
     interval = cfg.get("full_attention_interval", arch.full_attention_interval or None)
     if kinds is None and isinstance(interval, int) and interval > 0:

@@ -117,6 +117,10 @@ def attention(spec: ModelSpec, names: Names, rules: RuleSet, m: Mixer, layers) -
                        q=qplan(spec, rules, f"{p}{names.q}", layers))
     else:
         plans = qkv(spec, names, rules, m, layers, spec.attention_bias)
+    if m.head_gate:  # Step-3.5's g_proj: one row per head, cut with the heads (ColumnParallelLinear)
+        plans += column(f"{p}g_proj", spec.hidden_size, m.heads, "qkv", layers, False,
+                        ("num_attention_heads", m.heads), heads=m.heads,
+                        q=qplan(spec, rules, f"{p}g_proj", layers))
     if spec.arch.regroups_qkv:
         for pl in plans:
             pl.build = no_kv_replicas(pl.build, m.kv_heads, REGROUPED)
