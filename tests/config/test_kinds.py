@@ -1,6 +1,8 @@
 """Config readers: every per-layer field turned into each layer's mixer and FFN, as vLLM 0.33 reads them
 (research: per-layer rules). Bad or unmodelled configs are refused with one ConfigError line naming the
 part."""
+import json
+
 import pytest
 
 from tpviz import ConfigError
@@ -257,3 +259,14 @@ def test_an_unmodelled_class_vllm_does_not_serve_says_so():
         with pytest.raises(ConfigError) as e:
             normalize(dict(BASE, model_type=model_type, architectures=[cls]))
         assert (f"nor does vLLM 0.33 serve {cls}" in str(e.value)) is not served, str(e.value)
+
+
+def test_voxtral_is_refused_as_the_form_vllm_does_not_serve():
+    """A Hugging Face Voxtral config (transformers' own, with its text_config a Llama): vLLM 0.33's class reads
+    audio_config.downsample_factor, which only its Mistral-format adapter sets; one line names the flags."""
+    from transformers import VoxtralConfig
+    cfg = json.loads(VoxtralConfig().to_json_string())
+    with pytest.raises(ConfigError) as e:
+        normalize(cfg)
+    assert str(e.value).startswith("voxtral: vLLM 0.33 serves it only from Mistral's own format")
+    assert "--config-format mistral" in str(e.value) and "\n" not in str(e.value)

@@ -21,6 +21,7 @@ class Arch:
     # False: the Llama-like reading of a model_type tpviz does not know (checked, or refused)
     known: bool = True
     refused: str = ""  # a part tpviz does not model: the config is refused in one line naming it
+    whole_reason: bool = False  # refused is the whole reason, a sentence of its own (Voxtral's format)
     unmodelled: tuple[tuple[str, str], ...] = ()  # (config key, part): set and truthy, the config is refused
     text_model: str = ""  # a multimodal wrapper's text decoder model_type (Gemma-3: gemma3_text)
     tower: str = ""  # the wrapper's vision tower as config/tower.py reads it ("": not modelled, left out)

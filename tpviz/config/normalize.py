@@ -88,6 +88,8 @@ def read_spec(cfg: dict, name: str) -> ModelSpec:
     if (wrapper := arch_of(str(cfg.get("model_type", "")))).decoder and "text_config" not in cfg:
         text, decoder_note = through_transformers(wrapper.decoder(cfg))  # MiniCPM-V, DeepSeek-VL2
         cfg = {**cfg, "text_config": text}
+    if wrapper.whole_reason:  # refused before its text_config is read (Voxtral)
+        raise ConfigError(f"{wrapper.model_type}: {wrapper.refused}")
     outer = cfg
     if isinstance(cfg.get("text_config"), dict):  # multimodal wrappers (Gemma-3, Llama-4, Mistral-3)
         kept = ("torch_dtype", "dtype", "tie_word_embeddings")  # model-wide keys some wrappers keep outside
