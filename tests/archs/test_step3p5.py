@@ -112,7 +112,8 @@ def test_tp_above_the_expert_count_is_refused():
 
 @pytest.mark.parametrize("change, match", [({"use_moe_router_bias": False}, "use_moe_router_bias"),
                                            ({"need_fp32_gate": False}, "need_fp32_gate"),
-                                           ({"swiglu_limits": [0, 0, 5.0, 0, 0]}, "swiglu_limits")])
+                                           ({"swiglu_limits": [0, 0, 5.0, 0, 0]}, "swiglu_limits"),
+                                           ({"att_impl_type": "MLA"}, "att_impl_type")])
 def test_what_step3p5_py_asserts_is_refused_in_one_line(change, match):
     with pytest.raises(ConfigError, match=match):
         shard_map({**STEP3P5, **change}, 1)

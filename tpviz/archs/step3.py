@@ -77,6 +77,8 @@ _STEP3 = dict(names=STEP3, adapt=step3_fields, low_rank_q="share_q_dim", moe_tp_
 def step3p5_fields(cfg: dict) -> dict:
     """The config as step3p5.py reads it: every MoE block asserts a router bias and a float32 router, and
     builds its shared expert inside the FusedMoE (one all-reduce); the lm_head is never tied."""
+    if cfg.get("att_impl_type", "GQA") != "GQA":
+        raise ConfigError(f"att_impl_type={cfg['att_impl_type']!r}: vLLM 0.33's step3p5.py builds GQA alone")
     for key in ("use_moe_router_bias", "need_fp32_gate"):
         if cfg.get(key) is not True:
             raise ConfigError(f"{key}={cfg.get(key)!r}: vLLM 0.33's step3p5.py asserts it is true")
