@@ -11,6 +11,8 @@ from tpviz.config.sources import load_spec
 from tpviz.errors import ConfigError
 from tpviz.plan import build_plan
 from tpviz.plan.tensors import tensors
+from tpviz.deploy.traffic import comm_per_token
+from tpviz.rules import Layout
 from tpviz.trace.collectives import collectives
 from tpviz.trace.validity import split_error
 
@@ -228,3 +230,6 @@ def test_glm_4_9b_chat_hf_by_hand():
     assert (gather.count, gather.bytes_per_token, gather.sent_per_rank) == (40, 2 * 27392, 3 / 4 * 2 * 27392)
     assert [tp for tp in range(1, 65) if split_error(load_spec("THUDM/glm-4-9b-chat-hf"), tp)[0] is None] == [
         1, 2, 4, 8, 16, 32]
+    # the speed bound's TP traffic a token: 80 ring all-reduces of 4096 bf16 values and the 40 gathers
+    sent = comm_per_token(load_spec("THUDM/glm-4-9b-chat-hf"), Layout(4))["tp_all_reduce"]
+    assert sent == pytest.approx(80 * 2 * 3 / 4 * 4096 * 2 + 40 * 3 / 4 * 2 * 27392)
