@@ -117,3 +117,8 @@ def test_tp_above_the_expert_count_is_refused():
 def test_what_step3p5_py_asserts_is_refused_in_one_line(change, match):
     with pytest.raises(ConfigError, match=match):
         shard_map({**STEP3P5, **change}, 1)
+
+
+def test_sliding_heads_off_the_kv_groups_name_the_hub_key():
+    with pytest.raises(ConfigError, match="attention_other_setting.num_attention_heads"):
+        shard_map({**STEP3P5, "attention_other_setting": {"num_attention_heads": 5}}, 1)

@@ -30,7 +30,8 @@ def _mixers(cfg: dict, arch: Arch, n: int, attn: Mixer) -> list[Mixer]:
     if sliding and cfg.get("num_sliding_attention_heads") not in (None, attn.heads):
         sliding = replace(sliding, heads=read_int(cfg, "num_sliding_attention_heads"))
         if sliding.heads % attn.kv_heads:
-            raise ConfigError(f"num_sliding_attention_heads={sliding.heads} is not a multiple of "
+            raise ConfigError(f"num_sliding_attention_heads={sliding.heads} (a hub config's "
+                              "attention_other_setting.num_attention_heads) is not a multiple of "
                               f"num_key_value_heads={attn.kv_heads}")
     kinds = layer_list(cfg, "layer_types", n, LAYER_TYPES)
     interval = cfg.get("full_attention_interval", arch.full_attention_interval or None)
