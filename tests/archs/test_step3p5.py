@@ -122,3 +122,15 @@ def test_what_step3p5_py_asserts_is_refused_in_one_line(change, match):
 def test_sliding_heads_off_the_kv_groups_name_the_hub_key():
     with pytest.raises(ConfigError, match="attention_other_setting.num_attention_heads"):
         shard_map({**STEP3P5, "attention_other_setting": {"num_attention_heads": 5}}, 1)
+
+
+def test_a_config_transformers_refuses_is_read_by_the_hub_keys():
+    """Where Step3p7TextConfig refuses a config (read as given, and said), the hub's own keys still give the
+    sliding heads (attention_other_setting), the KV groups and the MoE layers (moe_layers_enum): the same
+    map, never an all-dense Llama reading."""
+    flash = load_spec(FLASH).config
+    cfg = {**flash, "moe_router_scaling_factor": "abc", "layer_types": flash["layer_types"][:45],
+           "num_nextn_predict_layers": 0}
+    m = shard_map(cfg, 8)
+    assert any("refuses it" in note for note in m.model.notes)
+    assert m.total_weight_bytes == shard_map(FLASH, 8).total_weight_bytes

@@ -86,12 +86,23 @@ def step3p5_fields(cfg: dict) -> dict:
     if any(x != 7 for x in limits):
         raise ConfigError(f"swiglu_limits holds {sorted(set(limits))}: vLLM 0.33's step3p5.py runs only 7.0 "
                           "in its fused MoE")
-    kinds = cfg.get("mlp_layer_types") or []
+    n = read_int(cfg, "num_hidden_layers")
+    # transformers' names for the hub's, and where its class refused the config (read as given), the hub's
+    # own keys as Step3p7TextConfig reads them: moe_layers_enum (layers 3 on by default), the sliding
+    # layers' heads in attention_other_setting, num_attention_groups, moe_top_k
+    if kinds := cfg.get("mlp_layer_types"):
+        moe = [i for i, k in enumerate(kinds) if k == "sparse"]
+    else:
+        moe = moe_layers(cfg, n) if "moe_layers_enum" in cfg else list(range(3, n))
+    other = cfg.get("attention_other_setting")
+    other = other if isinstance(other, dict) else {}
+    hub = {"num_key_value_heads": cfg.get("num_attention_groups"),
+           "num_experts_per_tok": cfg.get("moe_top_k"),
+           "num_sliding_attention_heads": other.get("num_attention_heads")}
     # per-layer rope_theta lists: rope_parameters holds each layer type's (full_rope reads the full layers')
     cfg = {k: v for k, v in cfg.items() if not (k == "rope_theta" and isinstance(v, list))}
-    return {**cfg, "tie_word_embeddings": False,
-            "moe_layers": [i for i, k in enumerate(kinds) if k == "sparse"],
-            "shared_expert_intermediate_size": cfg.get("share_expert_dim")}
+    return {**{k: v for k, v in hub.items() if v is not None}, **cfg, "tie_word_embeddings": False,
+            "moe_layers": moe, "shared_expert_intermediate_size": cfg.get("share_expert_dim")}
 
 
 # Step-3.5-Flash: the router (moe.gate) and its bias (moe.router_bias) float32, as the checkpoint stores the

@@ -3,6 +3,7 @@
 A ring all-reduce over tp GPUs sends 2 (tp - 1) / tp of the tensor from every GPU; how the lm_head's
 vocabulary blocks are joined is the rule set's (vLLM all-gathers them, nano-vllm gathers them to GPU 0).
 """
+from collections import Counter
 from dataclasses import dataclass
 
 from tpviz.plan import arch_names
@@ -71,6 +72,11 @@ def collectives(m: ShardMap) -> list[Collective]:
     ]
 
 
+def _picked(spec, layers) -> list:
+    """The layers (indices; every layer when None) a stage's collectives are counted over."""
+    return [spec.layers[i] for i in (range(spec.num_hidden_layers) if layers is None else layers)]
+
+
 def logits_collective(logits: int, tp: int, rules: RuleSet) -> Collective:
     """The lm_head's logits (`logits` bytes per sampled token, padded vocab): vLLM's LogitsProcessor
     all-gathers them (Platform.use_all_gather, CUDA); nano-vllm's ParallelLMHead gathers them to GPU 0."""
@@ -116,11 +122,8 @@ def mlp_gather_collectives(spec, tp: int, layers=None) -> list[Collective]:
     colwise_gather_output): every layer of `layers` all-gathers 2 x intermediate values a token."""
     if tp == 1 or not spec.arch.mlp_gather:
         return []
-    picked = [spec.layers[i] for i in (range(spec.num_hidden_layers) if layers is None else layers)]
-    sizes: dict[int, int] = {}
-    for f in (layer.ffn for layer in picked if layer.ffn.kind == "dense"):
-        size = 2 * f.size * spec.dtype_bytes
-        sizes[size] = sizes.get(size, 0) + 1
+    picked = _picked(spec, layers)
+    sizes = Counter(2 * layer.ffn.size * spec.dtype_bytes for layer in picked if layer.ffn.kind == "dense")
     return [Collective("all-gather", "after gate_up_proj (gather_output: every GPU needs all of gate | up "
                        "before down_proj)", count, size, (tp - 1) / tp * size)
             for size, count in sizes.items()]
@@ -130,7 +133,7 @@ def shared_collectives(spec, tp: int, layers=None) -> list[Collective]:
     """A shared MLP that all-reduces apart from the experts beside it (Granite-4 hybrids: vLLM 0.33's
     GraniteMoeSharedMLP output_linear reduces, and so does the FusedMoE), over `layers` (every layer by
     default)."""
-    picked = [spec.layers[i] for i in (range(spec.num_hidden_layers) if layers is None else layers)]
+    picked = _picked(spec, layers)
     count = sum(1 for layer in picked if layer.ffn.kind == "moe" and layer.ffn.shared)
     if tp == 1 or not spec.arch.shared_reduce or not count:
         return []
@@ -146,11 +149,9 @@ def mixer_collectives(spec, tp: int, layers=None) -> list[Collective]:
     before dt_proj."""
     if tp == 1:
         return []
-    picked = [spec.layers[i] for i in (range(spec.num_hidden_layers) if layers is None else layers)]
-    sizes: dict[int, int] = {}
-    for mx in (mx for layer in picked for mx in layer.mixer.parts if mx.kind == "mamba1"):
-        size = (mx.dt_rank + 2 * mx.state) * spec.dtype_bytes
-        sizes[size] = sizes.get(size, 0) + 1
+    picked = _picked(spec, layers)
+    sizes = Counter((mx.dt_rank + 2 * mx.state) * spec.dtype_bytes
+                    for layer in picked for mx in layer.mixer.parts if mx.kind == "mamba1")
     return [Collective("all-reduce", "after Mamba1's x_proj (dt, B and C of every GPU's channels summed)",
                        count, size, 2 * (tp - 1) / tp * size) for size, count in sizes.items()]
 
@@ -163,7 +164,7 @@ def norm_collectives(spec, tp: int, layers=None) -> list[Collective]:
     Mixer2RMSNormGated.forward_native); MiniMax-M2's q/k norms all-reduce two fp32 variances per token."""
     if tp == 1:
         return []
-    picked = [spec.layers[i] for i in (range(spec.num_hidden_layers) if layers is None else layers)]
+    picked = _picked(spec, layers)
     attention = sum(1 for layer in picked if layer.mixer.is_attention)
     mamba = sum(1 for layer in picked for mx in layer.mixer.parts  # none without its weight (Falcon-H1)
                 if mx.kind == "mamba2" and mx.groups == 1 and not mx.no_norm)
