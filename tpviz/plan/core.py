@@ -97,17 +97,20 @@ class ParamPlan:
 
 def shared(make: Callable[[int, int], object]) -> Callable[[int, int], object]:
     """One module per rank for a layer's weight and bias plans (the tracer refills each parameter it reads, so
-    the two need not build it twice); kept for the tp last asked, per thread (app sessions are threads that
-    may trace one cached plan at once: a module is never filled by two of them)."""
+    the two need not build it twice); kept for the two tps last asked (a replicated tensor is traced at tp 1
+    between split ones), per thread (app sessions are threads that may trace one cached plan at once: a
+    module is never filled by two of them)."""
     local = threading.local()
 
     def get(tp: int, r: int):
-        built = getattr(local, "built", None)
-        if built is None or built.get("tp") != tp:
-            built = local.built = {"tp": tp}
-        if r not in built:
-            built[r] = make(tp, r)
-        return built[r]
+        built = local.__dict__.setdefault("built", {})
+        if tp not in built:
+            if len(built) == 2:
+                del built[next(iter(built))]
+            built[tp] = {}
+        if r not in built[tp]:
+            built[tp][r] = make(tp, r)
+        return built[tp][r]
     return get
 
 
@@ -120,7 +123,8 @@ def param(name, family, build, shape, sources, tp_dim=0, heads=0, **kw) -> Param
     """A ParamPlan whose layer class is read off the module it builds."""
     if heads:  # layers that split h*size as a whole must still not cut a head in two
         build = (lambda b: lambda tp, r: (divide(heads, tp, "num_attention_heads"), b(tp, r))[1])(build)
-    plan = ParamPlan(name, family, build, tuple(shape), tp_dim, sources, **kw)  # its layer class read lazily
+    # built once per rank: the validity check's rank 0 is the trace's, a tp-1 class read a replicated trace's
+    plan = ParamPlan(name, family, shared(build), tuple(shape), tp_dim, sources, **kw)  # class read lazily
     plan.split = all(src.split for src in sources)
     return plan
 
@@ -170,10 +174,10 @@ def stored(q, row: bool, make, parts: list[tuple], out: int, inp: int, family: s
            whole: bool = False, sections: list | None = None, **kw) -> list[ParamPlan]:
     """One ParamPlan per tensor a quantized layer stores. parts: (checkpoint prefix, rows, shard id) per
     logical part (one for a plain layer, gate/up or q/k/v for merged ones); make(ctx) builds the layer."""
-    plans = []
+    plans, layer = [], shared(lambda tp, r: make(q.ctx(row), tp, r))  # one layer for all its tensors
     for qt in q.tensors(row):
         dim = (qt.in_dim if qt.in_split else None) if row else qt.out_dim
-        build = (lambda t: lambda tp, r: (lambda m: (m, getattr(m, t.name)))(make(q.ctx(row), tp, r)))(qt)
+        build = (lambda t: lambda tp, r: (lambda m: (m, getattr(m, t.name)))(layer(tp, r)))(qt)
         replicated_ = qt.per_shard or dim is None or whole
         if dim is None and not qt.per_shard and not whole:  # held whole and sized by a probed dim ([K] g_idx,
             build = _holder(qt.shape(out, inp))  # a row layer's [N, 1] channel scales): traced at full size
@@ -188,7 +192,7 @@ def stored(q, row: bool, make, parts: list[tuple], out: int, inp: int, family: s
         plan = param(f"{name}.{qt.name}", family, build, shape, sources, tp_dim=0 if replicated_ else dim,
                      element_bytes=qt.element_bytes(q.model_bytes), **{**kw, "note": note})
         # the owning layer's class
-        plan.layer_class = class_name(lambda tp, r: (make(q.ctx(row), tp, r), None))
+        plan.layer_class = class_name(lambda tp, r: (layer(tp, r), None))
         plans.append(plan)
     return plans
 

@@ -12,14 +12,15 @@ A_NOTE = "loaded as A = -exp(A_log), float32 on the GPU (the checkpoint may stor
 
 
 def build_mixer(spec, m: Mixer, tp: int, r: int, kernel: int = PROBE):
-    """One rank's mixer module; tensors are traced at probe width (hidden and kernel) to stay cheap."""
-    hidden = PROBE if kernel == PROBE else spec.hidden_size
+    """One rank's mixer module; tensors are traced at probe width (hidden and kernel) to stay cheap. A real
+    kernel builds it for its state shapes, which never depend on hidden: that stays probe-wide too."""
+    hidden = PROBE
     if m.kind == "gated_deltanet":
         return GatedDeltaNet(hidden, m.groups, m.heads, m.key_dim, m.head_dim, kernel, tp, r, dtype=DT,
                              interleaved=not spec.arch.deltanet_split)
     if m.kind == "mamba1":
         if kernel != PROBE:
-            return MambaMixer(hidden, m.inner, m.state, m.dt_rank, kernel, tp, r, conv_bias=spec.conv_bias)
+            return MambaMixer(hidden, m.inner, m.state, m.dt_rank, kernel, tp, r, conv_bias=spec.conv_bias, dtype=DT)
         # probed: x_proj's rows, dt_proj's columns and A's state columns are not cut, so probe-wide
         mixer = MambaMixer(hidden, m.inner, PROBE, PROBE, kernel, tp, r, conv_bias=spec.conv_bias, dtype=DT)
         mixer.x_proj = RowParallelLinear(m.inner, PROBE, tp, r, dtype=DT)

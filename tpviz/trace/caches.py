@@ -97,12 +97,13 @@ def kv_sources(spec: ModelSpec) -> dict[int, int]:
             for i, layer in enumerate(spec.layers) if layer.mixer.kv_shared}
 
 
-def state_bytes(spec: ModelSpec, tp_size: int, rank: int) -> int:
-    """Recurrent state per sequence on this rank, from the stateful layers' own state shapes."""
+def state_bytes(spec: ModelSpec, tp_size: int) -> int:
+    """Recurrent state per sequence on each rank, from the stateful layers' own state shapes, read on rank 0:
+    every mixer's state_shapes divides by tp, never by rank."""
     # Nemotron-H keeps its SSM state in float32
     ssm_bytes = DTYPE_BYTES.get(spec.state_dtype, spec.dtype_bytes)
     total = 0
     for layers, build in state_plans(spec):
-        conv, *ssm = build(tp_size, rank).state_shapes()
+        conv, *ssm = build(tp_size, 0).state_shapes()
         total += (numel(conv) * spec.dtype_bytes + sum(numel(s) for s in ssm) * ssm_bytes) * len(layers)
     return total

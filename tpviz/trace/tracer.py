@@ -147,7 +147,7 @@ def trace(spec: ModelSpec, tp_size: int, rules: RuleSet | str = "vllm",
             spread(t, p, width, tp_size)
         tensors += t
         params.append(p)
-    ranks = []
+    ranks, state = [], state_bytes(spec, tp_size)
     for rank in range(tp_size):
         by_family = {}
         for p in params:
@@ -155,5 +155,5 @@ def trace(spec: ModelSpec, tp_size: int, rules: RuleSet | str = "vllm",
             by_family[p.family] = by_family.get(p.family, 0) + numel(p.local_shapes[rank]) * p.count * size
         per_token, windowed, kv_heads = rank_caches(spec, tensors, rank)
         ranks.append(RankInfo(rank, sum(by_family.values()), by_family, per_token, kv_heads, windowed,
-                              state_bytes(spec, tp_size, rank)))
+                              state))
     return ShardMap(tp_size, rules, spec, tensors, params, ranks, layer_groups(spec), warnings=warnings)
