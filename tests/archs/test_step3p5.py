@@ -104,6 +104,16 @@ def test_step3p5_flash_by_hand():
     assert any("MTP" in note for note in spec.notes)
 
 
+def test_step3p7_flash_preset_is_step3p5_flash_text_and_names_its_tower():
+    """Step-3.7-Flash (reconstructed preset): its text_config is Step-3.5-Flash's, so the map is that decoder,
+    tensor for tensor and byte for byte on every GPU, under the hub's names (model.layers.*); the 47-block
+    vision tower is named as left out, never drawn or counted."""
+    m, flash = shard_map("stepfun-ai/Step-3.7-Flash", 8), shard_map(FLASH, 8)
+    assert [(t.name, t.pieces) for t in m.tensors] == [(t.name, t.pieces) for t in flash.tensors]
+    assert [r.weight_bytes for r in m.ranks] == [r.weight_bytes for r in flash.ranks]
+    assert any("vision tower" in note and "left out" in note for note in m.model.notes), m.model.notes
+
+
 def test_tp_above_the_expert_count_is_refused():
     with pytest.raises(TPSizeError, match="num_experts=4"):
         shard_map({**STEP3P5, "num_attention_heads": 8, "attention_other_setting": {"num_attention_heads": 8},

@@ -182,6 +182,7 @@ ADDED += tuple(f"preset:{k}|" for k in (
 ADDED += ("preset:google/gemma-3n-E2B-it|", "preset:google/gemma-3n-E4B-it|")  # Gemma-3n (issue 25)
 ADDED += ("preset:THUDM/glm-4-9b-chat-hf|",)  # GLM-4-hf on the Transformers backend (issue 25)
 ADDED += ("preset:stepfun-ai/Step-3.5-Flash|",)  # Step-3.5 (issue 25)
+ADDED += ("preset:stepfun-ai/Step-3.7-Flash|",)  # Step-3.7, its tower left out (issue 25)
 
 
 def compare(golden: dict, now: dict) -> None:
