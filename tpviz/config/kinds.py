@@ -4,7 +4,7 @@ Each reader below turns one source of per-layer information (layer_types, hybrid
 block_configs, interleave steps, ...) into layer kinds. A combination tpviz does not model is refused
 with one line naming the part, never guessed.
 """
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, fields, replace
 from functools import cached_property
 
 from tpviz.errors import ConfigError
@@ -58,6 +58,15 @@ class Mixer:
     index_heads: int = 0
     index_dim: int = 0
     index_topk: int = 0
+
+    def __hash__(self) -> int:  # every group walk hashes each layer's mixer: the fields' hash, computed once
+        if (h := self.__dict__.get("_hash")) is None:
+            h = hash(tuple(getattr(self, f.name) for f in fields(self)))
+            object.__setattr__(self, "_hash", h)
+        return h
+
+    def __getstate__(self) -> dict:  # str hashes are salted per process: a pickled copy hashes anew
+        return {k: v for k, v in self.__dict__.items() if k != "_hash"}
 
     @property
     def is_attention(self) -> bool:
