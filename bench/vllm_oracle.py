@@ -52,7 +52,10 @@ EDITS: dict[str, dict] = {"deepseek_v3": {"first_k_dense_replace": 1}, "lfm2_moe
                           "step3_vl": {"text_config": {"moe_layers_enum": "1"}},
                           "gemma3n": {"text_config": {"num_hidden_layers": 4, "layer_types": G3N_TYPES,
                                                       "num_kv_shared_layers": 2,
-                                                      "activation_sparsity_pattern": [0.95, 0.0, 0.0, 0.0]}}}
+                                                      "activation_sparsity_pattern": [0.95, 0.0, 0.0, 0.0]}},
+                          # Zamba2: two hybrid layers for its two shared blocks, with attention adapters too
+                          "zamba2": {"num_hidden_layers": 4, "layers_block_type": ["mamba", "hybrid"] * 2,
+                                     "hybrid_layer_ids": [1, 3], "use_shared_attention_adapter": True}}
 # where this oracle cannot stand in for vLLM on a GPU (the case is listed as skipped, with the reason)
 REMOTE = "vLLM reads its config through the checkpoint's remote code (transformers has no class for it)"
 SKIP = {"nemotron-nas": REMOTE, "internlm2": REMOTE, "internvl_chat": REMOTE, "minicpmv": REMOTE,
@@ -152,11 +155,15 @@ def tpviz_side(cfg: dict, tp: int) -> dict:
     # vLLM may hold it as stored, which is then the shape compared (a third entry)
     disk = {pl.name: list(pl.sources[0].disk) for pl in plans
             if len(pl.sources) == 1 and pl.sources[0].disk and not pl.sources[0].split}
+    # a layer's copy stored under another layer's name (Zamba2's adapters): both '*' filled as the plan says
+    stored = {pl.name: pl.stored_at for pl in plans if pl.stored_at}
     for p in m.params:
         size = p.element_bytes or m.model_dtype_bytes
         copies, experts = copies_of(p)
-        for i in copies:
+        for i, at in zip(copies, stored.get(p.name) or [None] * len(copies)):
             name = p.name if i is None else p.name.replace("*", str(i), 1)
+            if at is not None:
+                name = p.name.replace("*", str(at[0]), 1).replace("*", str(at[1]), 1)
             for rank, shape in enumerate(p.local_shapes):
                 alt = [disk[p.name]] if p.name in disk and experts <= 1 else []
                 if experts > 1:

@@ -183,6 +183,7 @@ ADDED += ("preset:google/gemma-3n-E2B-it|", "preset:google/gemma-3n-E4B-it|")  #
 ADDED += ("preset:THUDM/glm-4-9b-chat-hf|",)  # GLM-4-hf on the Transformers backend (issue 25)
 ADDED += ("preset:stepfun-ai/Step-3.5-Flash|",)  # Step-3.5 (issue 25)
 ADDED += ("preset:stepfun-ai/Step-3.7-Flash|",)  # Step-3.7, its tower left out (issue 25)
+ADDED += ("preset:Zyphra/Zamba2-2.7B|",)  # Zamba2's shared blocks (issue 25)
 
 
 def compare(golden: dict, now: dict) -> None:

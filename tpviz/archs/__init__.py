@@ -5,12 +5,12 @@ every stage reads it from here through arch_of.
 """
 from tpviz.archs import (backend, classic, deepseek, ernie, falcon_h1, gemma, glm, gpt_oss, granite, hybrid,
                          internlm, jamba, kimi_linear, llama, minicpm, minimax, olmo, qwen, refused, step3,
-                         vision)
+                         vision, zamba2)
 from tpviz.archs.base import Arch
 from tpviz.archs.names import LLAMA, Names
 
 MODULES = (llama, qwen, gemma, deepseek, gpt_oss, olmo, classic, hybrid, internlm, granite, minimax, ernie,
-           glm, minicpm, step3, vision, kimi_linear, jamba, falcon_h1, backend, refused)
+           glm, minicpm, step3, vision, kimi_linear, jamba, falcon_h1, zamba2, backend, refused)
 REGISTRY: dict[str, Arch] = {}
 for _module in MODULES:
     for _record in _module.RECORDS:

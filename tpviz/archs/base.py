@@ -74,6 +74,9 @@ class Arch:
     topk_method: str | None = None  # topk_method when the config does not say (DeepSeek-V3: noaux_tc)
     state_dtype: str = ""  # recurrent state dtype when the config does not say (Nemotron-H: float32)
     mixer_only: bool = False  # a pure SSM stack (mamba.py): no layer has an FFN
+    # Zamba2: shared transformer blocks cycled over the hybrid layers (plan/shared_blocks.py); only those run
+    # an MLP
+    shared_blocks: bool = False
     mxfp4: bool = False  # reads MXFP4 expert checkpoints (gpt-oss), as vLLM does for it alone
     output_gate: bool = False  # attn_output_gate when the config does not say (Qwen3-Next, Qwen3.5)
     # max_model_len times the RoPE factor (Gemma-3's length already counts it)

@@ -5,7 +5,6 @@ UNMODELLED = {"minimax": "lightning attention (MiniMax)",
               "minimax_m1": "lightning attention (MiniMax)",
               "minimax_text_01": "lightning attention (MiniMax)",
               "bamba": "Bamba's Mamba2 + attention layers",  # vLLM retired it (0.23.0) before tpviz had it
-              "zamba2": "Mamba2 + shared attention blocks (Zamba2)",
               "rwkv": "RWKV time mixing", "recurrent_gemma": "RG-LRU recurrent layers (RecurrentGemma)"}
 # vLLM 0.33's voxtral.py (and voxtral_realtime.py, its subclass) reads audio_config.downsample_factor, which
 # only its Mistral-format config adapter sets (transformers_utils/configs/mistral.py), and loads Mistral's

@@ -225,6 +225,9 @@ def read_spec(cfg: dict, name: str) -> ModelSpec:
     if "altup_laurel" in arch.extra:  # Gemma-3n, as vLLM 0.33 gemma3n.py reads them
         spec.altup_inputs = read_int(cfg, "altup_num_inputs", default=4, maximum=64)
         spec.laurel_rank = read_int(cfg, "laurel_rank", default=64, maximum=MAX_DIM)
+    if arch.shared_blocks:  # Zamba2, as its record reads them
+        spec.shared_blocks, spec.attention_adapters = read_int(cfg, "shared_blocks"), cfg["attention_adapters"]
+        spec.adapter_rank = read_int(cfg, "adapter_rank", maximum=MAX_DIM)
     if spec.tower:
         spec.notes.append(f"multimodal checkpoint: its vision tower ({spec.tower.depth} blocks, "
                           f"{spec.tower.heads} heads) is mapped as vLLM 0.33 splits it ({spec.tower.file}), "

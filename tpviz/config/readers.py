@@ -152,6 +152,8 @@ def derive(cfg: dict, arch: Arch, n: int, hidden: int, attn: Mixer, dense: Ffn,
     mixers = _mixers(cfg, arch, n, attn)
     if arch.mixer_only:  # a pure SSM stack (Mamba): no layer has an FFN
         return [LayerSpec(m, Ffn("none")) for m in mixers]
+    if arch.shared_blocks:  # Zamba2: the hybrid layers' shared block runs the MLP, Mamba2 layers have none
+        return [LayerSpec(m, dense if m.beside else Ffn("none")) for m in mixers]
     if "indexer" in arch.extra:  # DeepSeek Sparse Attention: the lightning indexer beside MLA
         mixers = with_indexers(cfg, mixers)
     has_moe = _moe_layers(cfg, n, moe.experts if moe else 0)

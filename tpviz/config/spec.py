@@ -70,6 +70,11 @@ class ModelSpec:
     # Gemma-3n: AltUp's streams (altup_num_inputs) and LAuReL's rank; 0: none (in the JSON only when set)
     altup_inputs: int = 0
     laurel_rank: int = 0
+    # Zamba2: num_mem_blocks shared transformer blocks, the rank of each hybrid layer's LoRA adapters, and
+    # whether q/k/v have adapters too (gate_up always does); 0: none (in the JSON only when set)
+    shared_blocks: int = 0
+    adapter_rank: int = 0
+    attention_adapters: bool = False
     layers: list[LayerSpec] = field(default_factory=list)
     tower: Tower | None = None  # a multimodal checkpoint's vision tower, when tpviz models it
     audio: Tower | None = None  # ... and its audio tower (config/tower_audio.py)
@@ -174,7 +179,8 @@ class ModelSpec:
         return d
 
 
-SET_ONLY = ("per_layer_input", "per_layer_vocab", "altup_inputs", "laurel_rank")  # in the JSON when set
+SET_ONLY = ("per_layer_input", "per_layer_vocab", "altup_inputs", "laurel_rank", "shared_blocks",
+            "adapter_rank", "attention_adapters")  # in the JSON when set
 
 
 def _filled(cls, d: dict):

@@ -137,7 +137,7 @@ class Sizer:
         for plan in self.plans:
             full = max(self.rank_bytes(plan, w.of(plan.role)))
             count = (1 if self.held(plan, first, last) else 0) if plan.layers is None \
-                else len(layers & set(plan.layers))
+                else len(layers & set(plan.run_layers))  # a shared block: read by every layer that runs it
             read = not plan.tower and (plan.family != "embed" or last and self.head_table(plan))
             if not count or not read:
                 continue

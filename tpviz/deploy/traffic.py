@@ -5,9 +5,9 @@ from dataclasses import dataclass
 from tpviz.config.spec import ModelSpec
 from tpviz.deploy.parallel import stage_layers
 from tpviz.rules import Layout, RuleSet, ruleset
-from tpviz.trace.collectives import (altup_laurel_collectives, logits_collective, mixer_collectives,
-                                     mlp_gather_collectives, norm_collectives, per_layer_collectives,
-                                     shared_collectives)
+from tpviz.trace.collectives import (adapter_collectives, altup_laurel_collectives, logits_collective,
+                                     mixer_collectives, mlp_gather_collectives, norm_collectives,
+                                     per_layer_collectives, shared_collectives)
 
 # the kinds, as the CLI and the speed bound name them
 COMM_LABELS = {"tp_all_reduce": "TP all-reduces (and a gathered MLP's all-gathers)",
@@ -79,7 +79,7 @@ def stage_traffic(spec: ModelSpec, layout: Layout, rules: RuleSet | str = "vllm"
         norms = norm_collectives(spec, tp, layers)
         # Mamba1's x_proj, Gemma-3n's LAuReL linear_right, GLM-4's gathered gate_up_proj
         inner = (mixer_collectives(spec, tp, layers) + altup_laurel_collectives(spec, tp, layers)[:1]
-                 + mlp_gather_collectives(spec, tp, layers))
+                 + mlp_gather_collectives(spec, tp, layers) + adapter_collectives(spec, tp, layers))
         sent = 2 * hidden / tp if stage < pp - 1 else 0.0  # its slice of hidden state and residual onward
         gathered = 2 * hidden * (tp - 1) / tp if stage > 0 else 0.0  # the slice it received, to its tp peers
         tp_ops, group = tp > 1, layout.dp * tp

@@ -11,6 +11,7 @@ from tpviz.plan.core import DT, PROBE, ParamPlan, Source, embed, norm, replicate
 from tpviz.archs import Names
 from tpviz.plan.kda import state_plans  # plan/ssm.py's stateful groups and KDA's
 from tpviz.plan.per_layer import altup_laurel, per_layer_inputs
+from tpviz.plan.shared_blocks import zamba2
 from tpviz.plan.tower import tower_plans
 from tpviz.plan.tower_audio import audio_plans
 from tpviz.config.spec import ModelSpec
@@ -55,6 +56,8 @@ def build_plan(spec: ModelSpec, rules: RuleSet | str = "vllm") -> list[ParamPlan
     # OLMo-1's final norm holds no weight (Names.final_norm "")
     final = norm(names.final_norm, hidden, bias=nb) if names.final_norm else []
     plans = embed(spec, names, rules) + final + extra_globals(spec, names)
+    if spec.shared_blocks:  # Zamba2: its layers and shared blocks (and no tower)
+        return plans + zamba2(spec, names, rules)
     every = list(range(spec.num_hidden_layers))
     plans += [pl for n in names.block_norms for pl in norm(f"{p}{n}", hidden, every, bias=nb)]
     # Gemma-4: a saved per-layer output scale (a buffer, in the checkpoint)

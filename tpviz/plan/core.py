@@ -74,6 +74,10 @@ class ParamPlan:
     element_bytes: int = 0  # bytes per stored element (0: the model dtype); quantized tensors set their own
     tower: str = ""  # "vision": a part of the vision tower (plan/tower.py), held by the first stage alone
     blocks: int = 0  # a tower tensor's copies, one per block ('*' in its name is the block, not a layer)
+    # per layer, what fills the name's two '*' when the layer's copy is stored under another layer (Zamba2)
+    stored_at: list = field(default_factory=list)
+    # the layers that run the copies, where more than hold them (Zamba2's shared blocks: every hybrid layer)
+    runs: list[int] | None = None
 
     @property
     def role(self) -> str:
@@ -88,6 +92,11 @@ class ParamPlan:
         """The layer class from a module built anyway, where no one has asked for it yet."""
         if not self.__dict__.get("_layer_class"):
             self.layer_class = type(module).__name__
+
+    @property
+    def run_layers(self) -> list[int] | None:
+        """The layers whose forward pass reads and multiplies this parameter."""
+        return self.layers if self.runs is None else self.runs
 
     @property
     def count(self) -> int:

@@ -1,5 +1,6 @@
 """Plans of the non-attention mixers: which checkpoint tensors each loads, and the state it keeps."""
 from tpviz.config.kinds import STATEFUL, Mixer
+from tpviz.errors import TPSizeError
 from tpviz.layers.linear import RowParallelLinear
 from tpviz.layers.ssm import GatedDeltaNet, Mamba2Mixer, MambaMixer, ShortConv
 from tpviz.plan.core import DT, FP32, PROBE, ParamPlan, Source, norm, param, shared
@@ -20,14 +21,20 @@ def build_mixer(spec, m: Mixer, tp: int, r: int, kernel: int = PROBE):
                              interleaved=not spec.arch.deltanet_split)
     if m.kind == "mamba1":
         if kernel != PROBE:
-            return MambaMixer(hidden, m.inner, m.state, m.dt_rank, kernel, tp, r, conv_bias=spec.conv_bias, dtype=DT)
+            return MambaMixer(hidden, m.inner, m.state, m.dt_rank, kernel, tp, r, conv_bias=spec.conv_bias,
+                              dtype=DT)
         # probed: x_proj's rows, dt_proj's columns and A's state columns are not cut, so probe-wide
         mixer = MambaMixer(hidden, m.inner, PROBE, PROBE, kernel, tp, r, conv_bias=spec.conv_bias, dtype=DT)
         mixer.x_proj = RowParallelLinear(m.inner, PROBE, tp, r, dtype=DT)
         return mixer
     if m.kind == "mamba2":
-        return Mamba2Mixer(hidden, m.heads, m.head_dim, m.groups, m.state, kernel, tp, r,
-                           conv_bias=spec.conv_bias, bias=spec.mlp_bias, dtype=DT)
+        try:
+            return Mamba2Mixer(hidden, m.heads, m.head_dim, m.groups, m.state, kernel, tp, r,
+                               conv_bias=spec.conv_bias, bias=spec.mlp_bias, dtype=DT)
+        except TPSizeError as e:  # the groups as the config names them (Zamba2's mamba_ngroups)
+            if (key := dict(spec.arch.config_keys).get(e.quantity)) is None:
+                raise
+            raise TPSizeError(str(e).replace(e.quantity, key, 1), key, e.value, e.tp) from None
     return ShortConv(spec.hidden_size, kernel, tp, r, bias=spec.conv_bias, dtype=DT, input_size=hidden)
 
 

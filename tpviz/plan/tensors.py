@@ -39,6 +39,10 @@ def tensors(plans: list[ParamPlan], layers: int | None = None) -> list[Tensor]:
             shape = src.disk or (((plan.experts,) + tuple(src.shape)) if stacked(plan, src)
                                  else tuple(src.shape))
             copies = plan.layers if plan.layers is not None else range(plan.blocks) if plan.blocks else [None]
+            if plan.stored_at:  # each layer's copy stored under another layer's name (Zamba2's adapters)
+                out += [Tensor(fill(src.name, a, b), shape, fill(plan.name, a, b), src.shard_id, plan, src)
+                        for (a, b), i in zip(plan.stored_at, copies) if layers is None or i < layers]
+                continue
             for i in copies:
                 if layers is not None and plan.layers is not None and i >= layers:
                     continue

@@ -31,7 +31,7 @@ def _layers_of(m: ShardMap, families: tuple[str, ...], layer_class: str = "RowPa
     layers = set()
     for p in m.params:
         if p.family in families and p.layer_class == layer_class and p.split_dim is not None:
-            layers.update(p.layers or [])
+            layers.update((p.layers if p.runs is None else p.runs) or [])
     return layers
 
 
@@ -63,6 +63,7 @@ def collectives(m: ShardMap) -> list[Collective]:
         *norm_collectives(m.model, tp),
         *mixer_collectives(m.model, tp),
         *mlp_gather_collectives(m.model, tp),
+        *adapter_collectives(m.model, tp),
         *shared_collectives(m.model, tp),
         Collective("all-reduce", "after embed_tokens (each GPU looks up only its vocab rows)", 1,
                    hidden, ring * hidden),
@@ -127,6 +128,18 @@ def mlp_gather_collectives(spec, tp: int, layers=None) -> list[Collective]:
     return [Collective("all-gather", "after gate_up_proj (gather_output: every GPU needs all of gate | up "
                        "before down_proj)", count, size, (tp - 1) / tp * size)
             for size, count in sizes.items()]
+
+
+def adapter_collectives(spec, tp: int, layers=None) -> list[Collective]:
+    """Zamba2: each hybrid layer of `layers` runs LoRA adapters whose A all-gathers its adapter_rank outputs
+    (gather_output=True): one on gate_up, and one each on q, k and v with attention adapters."""
+    hybrid = sum(1 for layer in _picked(spec, layers) if layer.mixer.beside)
+    count = hybrid * (1 + 3 * spec.attention_adapters)
+    if tp == 1 or not spec.shared_blocks or not count:
+        return []
+    size = spec.adapter_rank * spec.dtype_bytes
+    return [Collective("all-gather", "after each LoRA adapter's A (gather_output: B reads all adapter_rank "
+                       "values)", count, size, (tp - 1) / tp * size)]
 
 
 def shared_collectives(spec, tp: int, layers=None) -> list[Collective]:

@@ -43,6 +43,9 @@ class TensorMap:
     sections: list = field(default_factory=list)
     tower: str = ""  # "vision": a vision tower tensor (plan/tower.py)
     blocks: int = 0  # a tower tensor's copies: '*' in its name is the block index 0..blocks-1
+    # per layer, what fills the name's two '*' where a layer's tensor is stored under another layer (Zamba2's
+    # adapters: hybrid layer j's sits in its shared block's list, [block layer, j])
+    stored_at: list = field(default_factory=list)
 
     @property
     def copies(self) -> int:
@@ -59,7 +62,7 @@ class TensorMap:
         for key in ("layers", "experts"):
             if d[key] is None:
                 del d[key]
-        for key in ("note", "sections", "tower", "blocks"):
+        for key in ("note", "sections", "tower", "blocks", "stored_at"):
             if not d[key]:
                 del d[key]
         return d
@@ -80,11 +83,13 @@ class ParamMap:
     layers: list[int] | None = None
     element_bytes: int = 0  # bytes per stored element (quantized tensors); 0: the model dtype
     tower: str = ""  # "vision": a vision tower parameter
+    runs: list[int] | None = None  # the layers that run it, where more than hold it (Zamba2's shared blocks)
 
     def to_dict(self) -> dict:
         d = asdict(self)
-        if d["layers"] is None:
-            del d["layers"]
+        for key in ("layers", "runs"):
+            if d[key] is None:
+                del d[key]
         if not d["tower"]:
             del d["tower"]
         return d

@@ -92,11 +92,11 @@ def trace_plan(plan: ParamPlan, tp_size: int) -> tuple[list[TensorMap], ParamMap
     tensors = [TensorMap(src.name, list(src.shape), dims[src.name] if plan.split else None, plan.name,
                          plan.layer_class, src.shard_id, plan.family, pieces[src.name],
                          plan.layers, experts, plan.note, [list(s) for s in src.sections], plan.tower,
-                         plan.blocks)
+                         plan.blocks, [list(x) for x in plan.stored_at])
                for src in plan.sources]
     param_map = ParamMap(plan.name, plan.layer_class, plan.family, plan.tp_dim if plan.split else None,
                          list(plan.shape), local_shapes, padding, [s.name for s in plan.sources],
-                         plan.count, plan.layers, plan.element_bytes, plan.tower)
+                         plan.count, plan.layers, plan.element_bytes, plan.tower, plan.runs)
     return tensors, param_map
 
 

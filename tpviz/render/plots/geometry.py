@@ -69,6 +69,8 @@ def tensor_label(t: TensorMap) -> str:
     parts = [p for p in name.split(".") if p not in ("weight", "*", "self_attn", "mlp", "experts")]
     label = parts[-1] if parts else name
     label = ALIASES.get(label, label)
+    if len(parts) > 1 and parts[-2].endswith("_adapter_list") and label in ("0", "1"):  # Zamba2's LoRA A / B
+        label = f"{parts[-2].removeprefix('linear_').removesuffix('_list')} {'AB'[int(label)]}"
     if label in QUANT_PARTS and len(parts) > 1:  # a scale names its matrix: q_proj's and k_proj's differ
         label = f"{ALIASES.get(parts[-2], parts[-2])}.{label}"
     if name.endswith(".bias"):
