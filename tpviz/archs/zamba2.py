@@ -16,7 +16,7 @@ from tpviz.errors import ConfigError
 ZAMBA2 = replace(LLAMA, final_norm="model.final_layernorm", mixer_norms=(), ffn_norms=(), mamba="mamba.",
                  mlp="shared_transformer.feed_forward.", gate_up_fused="gate_up_proj",
                  attn="shared_transformer.self_attn.")
-HYBRID, MAMBA = "hybrid", ("mamba", "linear_attention", "m")  # transformers renames mamba linear_attention
+HYBRID, MAMBA = "hybrid", ("mamba", "linear_attention")  # transformers renames mamba linear_attention
 
 
 def zamba2_fields(cfg: dict) -> dict:
@@ -26,10 +26,10 @@ def zamba2_fields(cfg: dict) -> dict:
     if cfg.get("quantization_config"):
         raise ConfigError("a quantized Zamba2 checkpoint: tpviz maps Zamba2 in its unquantized dtypes only")
     kinds = cfg.get("layers_block_type")
-    if not isinstance(kinds, list) or len(kinds) != n or any(k not in MAMBA + (HYBRID, "g") for k in kinds):
+    if not isinstance(kinds, list) or len(kinds) != n or any(k not in MAMBA + (HYBRID,) for k in kinds):
         raise ConfigError(f"layers_block_type must list 'mamba' or 'hybrid' for each of the {n} layers")
     listed = cfg.get("hybrid_layer_ids")  # zamba2.py numbers adapters by it (transformers keeps it as given)
-    if listed is not None and listed != [i for i, k in enumerate(kinds) if k in (HYBRID, "g")]:
+    if listed is not None and listed != [i for i, k in enumerate(kinds) if k == HYBRID]:
         raise ConfigError(f"hybrid_layer_ids={str(listed)[:60]} does not list layers_block_type's hybrid "
                           "layers, which vLLM 0.33's Zamba2Model needs")
     heads = read_int(cfg, "num_attention_heads")
@@ -50,10 +50,10 @@ def zamba2_fields(cfg: dict) -> dict:
     if inner % mheads:
         raise ConfigError(f"n_mamba_heads={mheads} does not divide mamba_expand x hidden_size={inner}")
     blocks = read_int(cfg, "num_mem_blocks", default=1)
-    hybrid = sum(k in (HYBRID, "g") for k in kinds)
+    hybrid = kinds.count(HYBRID)
     if blocks > hybrid:
         raise ConfigError(f"num_mem_blocks={blocks} but only {hybrid} hybrid layers run a shared block")
-    return {**cfg, "layer_types": ["parallel_hybrid" if k in (HYBRID, "g") else "mamba" for k in kinds],
+    return {**cfg, "layer_types": ["parallel_hybrid" if k == HYBRID else "mamba" for k in kinds],
             "num_key_value_heads": heads, "head_dim": head_dim, "mamba_num_heads": mheads,
             "mamba_head_dim": inner // mheads, "n_groups": read_int(cfg, "mamba_ngroups", default=1),
             "ssm_state_size": read_int(cfg, "mamba_d_state", default=64),
