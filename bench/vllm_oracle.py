@@ -16,8 +16,10 @@ without its quantization_config. It lists the parameters, then feeds load_weight
 for every checkpoint tensor tpviz names (untouched memory): all in one pass, then one by one, to learn which
 parameter each loads into, which it rejects and which it silently takes nothing from. tpviz's parameters are
 renamed to the ones their tensors load into, and per-expert ones stacked as FusedMoE holds them; then names,
-per-rank shapes and element sizes must agree. vLLM's loaders narrow a split dimension without checking its
-full length, so that length is checked only through the per-rank shapes; which rows go where is not checked.
+per-rank shapes and element sizes must agree, and past tp 1 how each linear or vocabulary layer cuts (column,
+column gathered, row, row cutting its whole input, replicated, vocab: a gathered column has a plain one's
+shapes). vLLM's loaders narrow a split dimension without checking its full length, so that length is checked
+only through the per-rank shapes; which rows go where is not checked.
 Exit status 1 on any mismatch; a Python without vLLM (`make bench`) skips with one line.
 """
 import argparse
@@ -142,6 +144,20 @@ def copies_of(p) -> tuple:
     return copies, p.count // len(copies)
 
 
+def kind(p, note: str) -> str | None:
+    """How tpviz's layer cuts a parameter, in the words vllm_rank.kind uses (None: a class not compared)."""
+    linear = p.layer_class.endswith(("Linear", "Embedding", "LMHead"))
+    if p.split_dim is None:
+        return "replicated" if linear else None
+    if p.layer_class in ("VocabParallelEmbedding", "ParallelLMHead"):
+        return "vocab"
+    if p.layer_class == "RowParallelLinear":
+        return "row, input cut here" if "input_is_parallel=False" in note else "row"
+    if p.layer_class in ("ColumnParallelLinear", "MergedColumnParallelLinear", "QKVParallelLinear"):
+        return "column, gathered" if "gather_output=True" in note else "column"
+    return None
+
+
 def tpviz_side(cfg: dict, tp: int) -> dict:
     """tpviz's map at tp: per rank {vLLM parameter name: [shape, element bytes]}, and the checkpoint
     tensors (name, full shape, dtype) its plan says vLLM loads; or the one line it refuses with."""
@@ -150,7 +166,9 @@ def tpviz_side(cfg: dict, tp: int) -> dict:
     except TpvizError as e:
         return {"refused": str(e)}
     ranks: list[dict] = [{} for _ in range(tp)]
+    kinds: dict[str, str] = {}  # parameter -> how tpviz's layer cuts it
     plans = build_plan(m.model, m.rules)
+    notes = {pl.name: pl.note for pl in plans}
     # a whole tensor tpviz draws flattened (a patch conv kernel [out, in·p·p], a 2-D position table as rows):
     # vLLM may hold it as stored, which is then the shape compared (a third entry)
     disk = {pl.name: list(pl.sources[0].disk) for pl in plans
@@ -164,6 +182,8 @@ def tpviz_side(cfg: dict, tp: int) -> dict:
             name = p.name if i is None else p.name.replace("*", str(i), 1)
             if at is not None:
                 name = p.name.replace("*", str(at[0]), 1).replace("*", str(at[1]), 1)
+            if (k := kind(p, notes.get(p.name, ""))) and experts <= 1:
+                kinds[name] = k
             for rank, shape in enumerate(p.local_shapes):
                 alt = [disk[p.name]] if p.name in disk and experts <= 1 else []
                 if experts > 1:
@@ -178,10 +198,10 @@ def tpviz_side(cfg: dict, tp: int) -> dict:
         ckpt.append([t.name, list(t.shape), DTYPES[p.element_bytes or m.model_dtype_bytes], key])
     # a tower tpviz leaves out (named in the map's notes) is not compared
     left_out = () if any(p.tower for p in m.params) else VISION
-    return {"ranks": ranks, "tensors": ckpt, "left_out": left_out}
+    return {"ranks": ranks, "tensors": ckpt, "left_out": left_out, "kinds": kinds}
 
 
-def compare(want: dict, have: dict, ckpt: list, left_out: tuple) -> list[str]:
+def compare(want: dict, have: dict, ckpt: list, left_out: tuple, kinds: dict | None = None) -> list[str]:
     """One line per parameter whose name, shape or element size differs, and per load problem. A tpviz
     parameter is the vLLM parameter its checkpoint tensors load into, as vLLM's loader says (tpviz names
     it by the checkpoint's module path: gpt-oss's self_attn is vLLM's attn, GPT-2's h.0 is transformer.h.0);
@@ -192,13 +212,19 @@ def compare(want: dict, have: dict, ckpt: list, left_out: tuple) -> list[str]:
         into.setdefault(key, set()).update(have["loads"].get(name, ()))
     out = [f"tpviz loads {k}'s tensors into one parameter, vLLM into {sorted(v)}"
            for k, v in sorted(into.items()) if len(v) > 1]
-    want = {next(iter(into[n])) if len(into.get(n, ())) == 1 else n: v for n, v in want.items()}
+    named = {n: next(iter(into[n])) if len(into.get(n, ())) == 1 else n for n in want}
+    want = {named[n]: v for n, v in want.items()}
     held = {**{n: v for n, v in have["buffers"].items() if n in want}, **have["params"]}
     out += [f"vLLM builds {n} {v[0]} ({v[1]} B), tpviz lacks it" for n, v in sorted(have["params"].items())
            if n not in want and not n.startswith(left_out)]
     out += [f"tpviz maps {n} {v[0]}, vLLM lacks it" for n, v in sorted(want.items()) if n not in held]
     out += [f"{n}: vLLM {held[n]}, tpviz {v[:2]}" for n, v in sorted(want.items())
             if n in held and held[n] != v[:2] and (len(v) < 3 or held[n] != [v[2], v[1]])]
+    # how each layer cuts (past tp 1, where every layer is whole): a gathered column or a row fed whole input
+    # has the shapes of the plain split
+    out += [f"{named.get(n, n)}: vLLM's layer is {have['kinds'][named.get(n, n)]}, tpviz's {k}"
+            for n, k in sorted((kinds or {}).items())
+            if have.get("kinds", {}).get(named.get(n, n), k) != k]
     if have["load_error"]:
         out.append(f"load_weights raised: {have['load_error']}")
     out += [f"load_weights rejected {r}" for r in have["rejected"]]
@@ -259,7 +285,7 @@ def main() -> int:
                 compared += len(ours[c]["ranks"][rank])
                 problems += [f"rank {rank}: {p}"
                              for p in compare(ours[c]["ranks"][rank], have, ours[c]["tensors"],
-                                              ours[c]["left_out"])]
+                                              ours[c]["left_out"], ours[c]["kinds"] if tp > 1 else None)]
             verdict = "both refuse" if "refused" in ours[c] and not problems else str(len(problems))
             cpu = next((v for k, v in CPU_REFUSALS.items() if k in theirs[0][c].get("refused", "")), None)
             if cpu and "refused" not in ours[c]:

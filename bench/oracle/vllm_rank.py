@@ -83,6 +83,22 @@ def build(case_dir: Path, config: dict, tp: int, ckpt: list):
         return initialize_model(vllm_config=vc), vc
 
 
+def kind(module) -> str | None:
+    """How a linear or vocabulary layer cuts its weight: column (gathered when gather_output), row (its input
+    cut here when not input_is_parallel), replicated (a layer built with tp 1, disable_tp), vocab; None for
+    any other module."""
+    names = [c.__name__ for c in type(module).__mro__]
+    if getattr(module, "tp_size", None) == 1 or "ReplicatedLinear" in names:
+        return "replicated" if any(n.endswith(("Linear", "Embedding")) for n in names) else None
+    if "VocabParallelEmbedding" in names:
+        return "vocab"
+    if "RowParallelLinear" in names:
+        return "row" if module.input_is_parallel else "row, input cut here"
+    if "ColumnParallelLinear" in names:
+        return "column, gathered" if module.gather_output else "column"
+    return None
+
+
 def report(model, vc, ckpt: list) -> dict:
     """The model's parameters and buffers, then what its load_weights makes of the checkpoint tensors tpviz
     names: in one pass (the loader's own path), then one by one (which parameters each loads into, which it
@@ -135,6 +151,10 @@ def report(model, vc, ckpt: list) -> dict:
     # a parameter load_weights registers when the checkpoint has it (the Transformers backend's lm_head bias)
     result["params"] = {n: [list(p.shape), p.element_size()] for n, p in model.named_parameters()}
     result["unloaded"] = sorted(set(params) - done)
+    # a row layer's bias is whole on every rank (rank 0 adds it)
+    result["kinds"] = {f"{m}.{p}" if m else p: "replicated" if k.startswith("row") and p == "bias" else k
+                       for m, module in model.named_modules() if (k := kind(module))
+                       for p, _ in module.named_parameters(recurse=False)}
     return result
 
 

@@ -17,6 +17,8 @@ from tpviz.rules import divide
 
 PROBE = 1  # size kept for the dimension that is not split: cost follows tensors x tp, not parameters
 DT = torch.float64  # exact integer tags up to 2**53
+# a ColumnParallelLinear built with gather_output=True (its cut is a plain column's; its output is whole)
+GATHERED = "gather_output=True: each GPU computes its rows, then all-gathers the whole output"
 FP32 = 4  # bytes of a float32 parameter: the recurrent mixers' A_log and conv weights vLLM keeps in float32
 
 

@@ -16,7 +16,7 @@ from tpviz.config.tower import Tower
 from tpviz.config.tower_llava import LLAVA, VISION
 from tpviz.errors import TPSizeError
 from tpviz.plan.attention import qkv, qkv_sections
-from tpviz.plan.core import ParamPlan, column, merged, norm, replicated, row
+from tpviz.plan.core import GATHERED, ParamPlan, column, merged, norm, replicated, row
 from tpviz.plan.tower_glm import glm4v
 from tpviz.plan.tower_intern import interns1, internvit
 from tpviz.plan.tower_deepseek import HINT as DEEPSEEK_VL2_HINT, deepseek_vl2
@@ -217,7 +217,7 @@ def llama4(spec, t: Tower, rules: RuleSet) -> tuple[list, list, list]:
     mid, out, vision_out = t.adapter
     ad = f"{t.prefix}vision_adapter.mlp."
     embed = column(f"{t.prefix}patch_embedding.linear", prod(t.patch), t.hidden, FAMILY, None, False,
-                   ("vision_config.hidden_size", t.hidden))
+                   ("vision_config.hidden_size", t.hidden), note=GATHERED)
     embed[0].sources[0].disk = None  # stored as the linear it is: [hidden, channels·p·p]
     once = [*embed, replicated(f"{t.prefix}class_embedding", t.hidden, 1, bias=True),
             replicated(f"{t.prefix}positional_embedding_vlm", t.positions, t.hidden),
@@ -227,7 +227,7 @@ def llama4(spec, t: Tower, rules: RuleSet) -> tuple[list, list, list]:
                     ("vision_config.projector_input_dim", mid)),
             *row(f"{ad}fc2", mid, out, FAMILY, None, t.proj_bias, ("vision_config.projector_input_dim", mid)),
             *column(f"{t.projector}linear_1", vision_out, t.out_hidden, FAMILY, None, False,
-                    ("text_config.hidden_size", t.out_hidden))]
+                    ("text_config.hidden_size", t.out_hidden), note=GATHERED)]
     return blocks, [], once
 
 

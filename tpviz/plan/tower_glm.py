@@ -15,7 +15,7 @@ from tpviz.archs.names import Names
 from tpviz.config.kinds import Mixer
 from tpviz.config.tower import Tower
 from tpviz.plan.attention import qkv
-from tpviz.plan.core import ParamPlan, column, merged, norm, row
+from tpviz.plan.core import GATHERED, ParamPlan, column, merged, norm, row
 from tpviz.plan.tower_minicpm import whole
 from tpviz.rules import RuleSet
 
@@ -47,7 +47,8 @@ def glm4v(spec, t: Tower, rules: RuleSet) -> tuple[list, list, list]:
             *norm(f"{t.prefix}post_layernorm", t.hidden),
             whole(f"{t.prefix}downsample.weight", (out, t.hidden, t.merge, t.merge)),
             whole(f"{t.prefix}downsample.bias", (out,)),
-            *column(f"{m}proj", out, out, FAMILY, None, False, ("vision_config.out_hidden_size", out)),
+            *column(f"{m}proj", out, out, FAMILY, None, False, ("vision_config.out_hidden_size", out),
+                    note=GATHERED),
             *norm(f"{m}post_projection_norm", out, bias=True),
             *_gated(m, out, t.intermediate, ("vision_config.intermediate_size", t.intermediate))]
     return blocks, [], once
