@@ -154,7 +154,7 @@ def kind(p, note: str) -> str | None:
     if p.layer_class == "RowParallelLinear":
         return "row, input cut here" if "input_is_parallel=False" in note else "row"
     if p.layer_class in ("ColumnParallelLinear", "MergedColumnParallelLinear", "QKVParallelLinear"):
-        return "column, gathered" if "gather_output=True" in note else "column"
+        return "column, gathered" if "gather_output" in note else "column"
     return None
 
 
