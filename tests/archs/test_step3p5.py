@@ -112,6 +112,8 @@ def test_step3p7_flash_preset_is_step3p5_flash_text_and_names_its_tower():
     assert [(t.name, t.pieces) for t in m.tensors] == [(t.name, t.pieces) for t in flash.tensors]
     assert [r.weight_bytes for r in m.ranks] == [r.weight_bytes for r in flash.ranks]
     assert any("vision tower" in note and "left out" in note for note in m.model.notes), m.model.notes
+    # vLLM 0.33.0 run on CPU stops reading this config (its text_config is heterogeneous): said, with why
+    assert any("AmbiguousGlobalPerLayerAttributeError" in note for note in m.model.notes)
 
 
 def test_tp_above_the_expert_count_is_refused():

@@ -112,6 +112,14 @@ _STEP3P5 = dict(names=replace(STEP3, score_bias="router_bias"), adapt=step3p5_fi
                 note="its MTP layers (past num_hidden_layers) are left out: vLLM 0.33's main model skips "
                      "them")
 
+# vLLM 0.33.0's ModelConfig asks hasattr(text_config, "num_attention_heads") (get_hf_text_config); transformers'
+# Step3p7TextConfig with its own sliding head count is heterogeneous, and answers with a RuntimeError hasattr
+# does not catch (checked with transformers 5.16.1 and 5.20.2, the range vLLM 0.33.0 requires)
+STEP3P7_LOAD = ("vLLM 0.33.0 as released stops while reading this config when its sliding layers have a head "
+                "count of their own (Step-3.7-Flash's 96 beside 64): get_hf_text_config's "
+                "hasattr(text_config, 'num_attention_heads') raises transformers' "
+                "AmbiguousGlobalPerLayerAttributeError; the map is the layout its step3p7.py builds once the "
+                "config is read")
 RECORDS = [
     Arch("step3_text", "Step3TextForCausalLM", **_STEP3),
     # step3_vl.py: the vision tower (vision_model.*: a ViT whose qkv_proj and fc1 / fc2 it cuts over tp, or
@@ -121,5 +129,6 @@ RECORDS = [
     Arch("step3p5", "Step3p5ForCausalLM", **_STEP3P5),
     # Step-3.7 (step3p7.py): its text_config built as Step3p5ForCausalLM under the same names; the vision
     # tower (vision_model.*) and its projector (vit_large_projector) are left out, as its notes say
-    Arch("step3p7", "Step3p7ForConditionalGeneration", text_model="step3p5", **_STEP3P5),
+    Arch("step3p7", "Step3p7ForConditionalGeneration", text_model="step3p5",
+         **{**_STEP3P5, "note": STEP3P7_LOAD}),
 ]
