@@ -52,6 +52,8 @@ class Mixer:
     # a second mixer run on the same input, its output added to this one's (Falcon-H1's Mamba2 beside
     # attention); it reduces apart
     beside: "Mixer | None" = None
+    # Zamba2: this attention is a shared block's, run before the layer's own mixer (`beside`), not beside it
+    shared_block: bool = False
     # DeepSeek Sparse Attention (DeepSeek-V3.2, GLM-5): a lightning indexer of index_heads heads of index_dim
     # beside MLA, with a key cache of its own (config/indexer.py); 0: the layer builds none. index_topk: the
     # tokens each query's sparse MLA attends (every layer of such a model, with an indexer or not)
@@ -82,6 +84,8 @@ class Mixer:
 
     @property
     def label(self) -> str:
+        if self.shared_block:
+            return f"shared block's attention, then {self.beside.label}"
         rope = ("" if self.rope else ", no RoPE") + (", KV shared" if self.kv_shared else "")
         return {"attention": f"full attention{rope}",
                 "sliding_attention": f"sliding attention ({self.window}){rope}",

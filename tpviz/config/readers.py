@@ -66,7 +66,7 @@ def _mixers(cfg: dict, arch: Arch, n: int, attn: Mixer) -> list[Mixer]:
                 raise ConfigError("layer_types has sliding_attention layers but sliding_window is not set")
             m = sliding
         elif kind == "parallel_hybrid":
-            m = replace(attn, beside=_linear_mixer(cfg, "mamba2"))
+            m = replace(attn, beside=_linear_mixer(cfg, "mamba2"), shared_block=arch.shared_blocks)
         elif kind in ("attention", "chunked_attention"):  # transformers' Llama-4 names its chunked layers
             m = attn
             # Llama-4: RoPE layers attend within chunks, NoPE layers fully

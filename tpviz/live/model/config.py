@@ -54,8 +54,8 @@ class LiveConfig:
         # their fields are left out when unset
         for layer in d["spec"]["layers"]:
             for key in ("kv_shared", "index_heads", "index_dim", "index_topk", "inner", "dt_rank", "no_norm",
-                        "beside", "q_rank", "head_gate"):  # ... nor Mamba1, Falcon-H1's Mamba2 beside
-                # attention, Step-3's low-rank q or Step-3.5's head gate
+                        "beside", "q_rank", "head_gate", "shared_block"):  # ... nor Mamba1, Falcon-H1's
+                # Mamba2 beside attention, Step-3's low-rank q, Step-3.5's head gate or Zamba2's shared blocks
                 if not layer["mixer"][key]:
                     del layer["mixer"][key]
         for key in SET_ONLY:
