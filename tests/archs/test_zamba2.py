@@ -119,6 +119,8 @@ def test_shared_blocks_are_read_by_every_hybrid_layer():
     ({"add_bias_linear": True}, "linear-layer biases"),
     ({"use_shared_mlp_adapter": False}, "always builds the gate_up adapters"),
     ({"num_mem_blocks": 4}, "only 3 hybrid layers"),
+    ({"num_mem_blocks": 0}, "num_mem_blocks"),
+    ({"layers_block_type": ["mamba"] * 6}, "no hybrid layer"),
     ({"quantization_config": {"quant_method": "fp8"}}, "quantized Zamba2"),
     ({"layers_block_type": ["mamba", "hybrid"]}, "each of the 6 layers"),
     ({"hybrid_layer_ids": [1, 3, 4]}, "does not list layers_block_type's hybrid layers"),

@@ -51,6 +51,8 @@ def zamba2_fields(cfg: dict) -> dict:
         raise ConfigError(f"n_mamba_heads={mheads} does not divide mamba_expand x hidden_size={inner}")
     blocks = read_int(cfg, "num_mem_blocks", default=1)
     hybrid = kinds.count(HYBRID)
+    if not hybrid:
+        raise ConfigError("layers_block_type has no hybrid layer: a Zamba2 runs its shared blocks in them")
     if blocks > hybrid:
         raise ConfigError(f"num_mem_blocks={blocks} but only {hybrid} hybrid layers run a shared block")
     return {**cfg, "layer_types": ["parallel_hybrid" if k == HYBRID else "mamba" for k in kinds],

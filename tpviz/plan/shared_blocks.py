@@ -17,7 +17,7 @@ from tpviz.plan.core import ParamPlan, column, merged, norm, replicated, row
 from tpviz.archs.names import Names
 from tpviz.rules import RuleSet
 
-GATHERED = "gather_output=True: every GPU all-gathers the adapter_rank outputs before B"
+A_GATHERED = "gather_output=True: every GPU all-gathers the adapter_rank outputs before B"
 
 
 def zamba2(spec: ModelSpec, names: Names, rules: RuleSet) -> list[ParamPlan]:
@@ -68,7 +68,7 @@ def adapters(spec, names: Names, hybrid: list[int]) -> list[ParamPlan]:
         lists += [(f"{st}self_attn.linear_{x}_adapter_list", 2 * hidden, 2 * hidden, "qkv") for x in "qkv"]
     plans = []
     for prefix, inp, out, family in lists:
-        a = column(f"{prefix}.*.0", inp, rank, family, hybrid, False, quantity, note=GATHERED)
+        a = column(f"{prefix}.*.0", inp, rank, family, hybrid, False, quantity, note=A_GATHERED)
         b = (merged(f"{prefix}.*.1", [], f"{prefix}.*.1", rank, out, family, hybrid, quantity) if isinstance(
             out, list) else column(f"{prefix}.*.1", rank, out, family, hybrid, False, quantity))
         for plan, part in ((a[0], "A"), (b[0], "B")):
