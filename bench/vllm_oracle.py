@@ -38,7 +38,7 @@ from tpviz import TpvizError, shard_map  # noqa: E402
 from tpviz.archs import known_types  # noqa: E402
 from tpviz.config.sources import presets  # noqa: E402
 from tpviz.plan import build_plan  # noqa: E402
-from tpviz.plan.tensors import tensors  # noqa: E402
+from tpviz.plan.tensors import fill, tensors  # noqa: E402
 from tpviz.trace.checkpoint import VISION  # noqa: E402  (the parts a map without its tower leaves out)
 
 INDEXES = Path(__file__).resolve().parents[1] / "tests" / "data" / "indexes"
@@ -181,7 +181,7 @@ def tpviz_side(cfg: dict, tp: int) -> dict:
         for i, at in zip(copies, stored.get(p.name) or [None] * len(copies)):
             name = p.name if i is None else p.name.replace("*", str(i), 1)
             if at is not None:
-                name = p.name.replace("*", str(at[0]), 1).replace("*", str(at[1]), 1)
+                name = fill(p.name, *at)
             if (k := kind(p, notes.get(p.name, ""))) and experts <= 1:
                 kinds[name] = k
             for rank, shape in enumerate(p.local_shapes):

@@ -10,7 +10,8 @@ from tpviz.trace.collectives import (adapter_collectives, altup_laurel_collectiv
                                      per_layer_collectives, shared_collectives)
 
 # the kinds, as the CLI and the speed bound name them
-COMM_LABELS = {"tp_all_reduce": "TP all-reduces (and a gathered MLP's all-gathers)",
+COMM_LABELS = {"tp_all_reduce": "TP all-reduces (and gathered outputs' all-gathers: GLM-4's MLP, "
+                                "Zamba2's adapters)",
                "moe_all_reduce": "MoE all-reduces",
                "moe_dispatch_combine": "MoE dispatch/combine over dp", "pp_send_recv": "PP hand-off",
                "norm_collectives": "norm all-gathers / all-reduces",

@@ -7,6 +7,7 @@ from pathlib import Path
 
 from tpviz.errors import SourceError
 from tpviz.plan import arch_names
+from tpviz.plan.tensors import fill
 from tpviz.trace.shardmap import ShardMap
 
 INDEX_FILE = "model.safetensors.index.json"
@@ -94,7 +95,7 @@ def _concrete(t) -> list[str]:
     """A tensor map's concrete checkpoint names: '*' filled with its layers (or blocks), then its experts (or
     both with where each layer's copy is stored)."""
     if t.stored_at:
-        return [t.name.replace("*", str(a), 1).replace("*", str(b), 1) for a, b in t.stored_at]
+        return [fill(t.name, a, b) for a, b in t.stored_at]
     layers = t.layers if t.layers is not None else range(t.blocks) if t.blocks else [None]
     experts = t.experts if t.experts and t.name.count("*") > 1 else [None]
     names = [t.name if i is None else t.name.replace("*", str(i), 1) for i in layers]

@@ -31,7 +31,7 @@ def _layers_of(m: ShardMap, families: tuple[str, ...], layer_class: str = "RowPa
     layers = set()
     for p in m.params:
         if p.family in families and p.layer_class == layer_class and p.split_dim is not None:
-            layers.update((p.layers if p.runs is None else p.runs) or [])
+            layers.update(p.run_layers or [])
     return layers
 
 

@@ -85,6 +85,11 @@ class ParamMap:
     tower: str = ""  # "vision": a vision tower parameter
     runs: list[int] | None = None  # the layers that run it, where more than hold it (Zamba2's shared blocks)
 
+    @property
+    def run_layers(self) -> list[int] | None:
+        """The layers whose forward pass reads this parameter (ParamPlan.run_layers)."""
+        return self.layers if self.runs is None else self.runs
+
     def to_dict(self) -> dict:
         d = asdict(self)
         for key in ("layers", "runs"):
