@@ -8,7 +8,8 @@ sys.path.insert(0, str(ROOT))
 OUT = ROOT / "docs" / "architectures.md"
 
 from tpviz.archs import REGISTRY  # noqa: E402
-from tpviz.config.tower import DATA_MODE, TOWER_FILES  # noqa: E402
+from tpviz.config.tower import DATA_MODE, HF_KINDS, TOWER_FILES  # noqa: E402
+from tpviz.config.tower_audio import SPLIT_AUDIO  # noqa: E402
 from tpviz.rules.served import registry  # noqa: E402
 
 
@@ -18,11 +19,13 @@ def row(a) -> str:
             if a.decoder
             else "text decoder")
     modes = "weights or data" if a.tower in DATA_MODE else "weights only"
-    tower = (f"mapped and split as vLLM's `{TOWER_FILES[a.tower]}` (`--mm-encoder-tp-mode` {modes})"
-             if a.tower else "" if a.audio else "left out (named in the map's notes)" if a.text_model
-             else "none")
+    tower = (f"mapped whole on every GPU as vLLM's `{TOWER_FILES[a.tower]}`" if a.tower in HF_KINDS
+             else f"mapped and split as vLLM's `{TOWER_FILES[a.tower]}` (`--mm-encoder-tp-mode` {modes})"
+             if a.tower else "" if a.audio else "left out (named in the map's notes)" if a.text_model else "none")
     if a.audio:
-        tower += ("; " if tower else "") + f"audio: mapped whole on every GPU as `{TOWER_FILES[a.audio]}`"
+        how = ("split over its heads where they divide tp, else whole on every GPU," if a.audio in SPLIT_AUDIO
+               else "mapped whole on every GPU as")
+        tower += ("; " if tower else "") + f"audio: {how} `{TOWER_FILES[a.audio]}`"
     live = ("yes" + (", routed experts" if a.live_moe else "")) if a.live else "no"
     sglang = f"`{a.sglang.file}`" if a.sglang else "refused (not modelled)"
     cls = f"`{a.hf_class}`" if a.hf_class else "any (vLLM builds the decoder text_config names)"

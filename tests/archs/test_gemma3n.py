@@ -64,9 +64,26 @@ def test_e2b_text_decoder_is_its_hand_count():
              + layers * per_layer + 20 * own_kv)
     assert total == 4_435_182_688
     m = shard_map(presets()[E2B], 1)
-    assert sum(math.prod(t.shape) for t in tensors(build_plan(m.model))) == total
-    assert m.total_weight_bytes == 2 * total + 2 * layers * h  # correct_output_scale is float32
+    assert sum(math.prod(t.shape) for t in tensors(build_plan(m.model)) if not t.plan.tower) == total
+    # correct_output_scale is float32; the audio tower and its embedder (below) are whole on the one GPU
+    assert m.total_weight_bytes == 2 * total + 2 * layers * h + 2 * 684_694_048
     assert round((total + 10 * own_kv) / 1e9, 2) == 4.46
+
+
+def test_e2b_audio_tower_and_embedder_are_their_hand_count():
+    """gemma3n_mm.py's audio tower, transformers' Gemma3nAudioEncoder (USM): two sub-sampling convs (128 then
+    32 channels, each with its norm) and a 32 x 32 -> 1536 projection, then 12 conformer blocks of 1536 (two
+    macaron feed-forwards of 6144 with their norms, attention with a position projection and a 192-wide
+    per-dim scale, a light conv of kernel 5), and embed_audio: a 128-row table, two norms and the 1536 -> 2048
+    projection."""
+    h = 1536
+    ffw = 2 * h + 2 * h * 4 * h
+    block = 2 * ffw + (h + 192 + 5 * h * h + h) + (h + 3 * h * h + 5 * h + h) + h
+    tower = 12 * block + (128 * 9 + 128) + (32 * 128 * 9 + 32) + h * 32 * 32
+    embedder = 128 * h + 2 * h + 2048 * h
+    m = shard_map(presets()[E2B], 1)
+    assert sum(math.prod(t.shape) for t in tensors(build_plan(m.model)) if t.plan.tower) == tower + embedder
+    assert tower + embedder == 684_694_048
 
 
 def test_e2b_splits_at_tp2_by_hand():
@@ -128,14 +145,18 @@ def test_notes_name_the_towers_left_out_and_the_local_sparsity_statistics():
 
 
 def test_release_checkpoint_names_line_up(tmp_path):
-    """The release stores the decoder under model.language_model.*, the towers and embedders (left out),
+    """The release stores the decoder under model.language_model.*, the audio tower and its embedder (mapped),
+    the vision tower and its embedder (left out),
     and k/v/k_norm for the shared layers (dropped at load, as vLLM's weights mapper does)."""
     written = {f"model.language_model.{n.removeprefix('model.')}" for n in saved(tmp_path)}
     shipped = {f"model.language_model.layers.{i}.self_attn.{n}.weight" for i in (3, 4, 5)
                for n in ("k_proj", "v_proj", "k_norm")}
+    with torch.device("meta"):  # the audio tower as transformers builds it (mapped); the vision one left out
+        audio = transformers.Gemma3nAudioEncoder(transformers.Gemma3nAudioConfig(**presets()[E2B]["audio_config"]))
     towers = {"model.vision_tower.timm_model.conv_stem.conv.weight", "model.embed_vision.embedding.weight",
-              "model.audio_tower.conformer.0.ffw_layer_start.ffw_layer_1.weight",
-              "model.embed_audio.embedding_projection.weight"}
+              *(f"model.audio_tower.{n}" for n in audio.state_dict()),
+              *(f"model.embed_audio.{n}.weight" for n in ("embedding", "hard_embedding_norm",
+                                                          "soft_embedding_norm", "embedding_projection"))}
     cfg = {**presets()[E2B], "text_config": {**text(), **TINY}}
     m = shard_map(cfg, 2, tensor_names=written | shipped | towers, checkpoint_source="release")
     assert m.checkpoint["verified"] and m.checkpoint["dropped"] == 9, m.checkpoint

@@ -42,6 +42,12 @@ CHANGED.update({f"preset:google/gemma-3-27b-it|{rules}|{tp}": SIGLIP
 CHANGED.update({f"preset:google/gemma-3-27b-it|layout {lay}": SIGLIP
                 for lay in ("2,2,1,False", "2,1,2,False")})
 CHANGED["preset:google/gemma-3-27b-it|live"] = "Run live says its vision tower is not run (issue 25)"
+GEMMA4_TOWER = ("its vision tower and embed_vision are mapped as vLLM 0.33's gemma4_mm.py builds them "
+                "(transformers' Gemma4VisionModel, whole on every GPU), on the first pipeline stage (issue 25)")
+CHANGED.update({f"preset:google/gemma-4-31B-it|{rules}|{tp}": GEMMA4_TOWER  # nano-vllm refuses 8 and 16
+                for rules in ("vllm", "vllm-0.28", "nano-vllm") for tp in (1, 2, 8, 16)
+                if rules != "nano-vllm" or tp < 8})
+CHANGED["preset:google/gemma-4-31B-it|layout 2,1,2,False"] = GEMMA4_TOWER
 EVERY_STAGE = ("vLLM's model file builds embed_tokens on every pipeline stage (no is_first_rank guard): each "
                "stage after the first holds its slice of the table too, and the layout says so")
 

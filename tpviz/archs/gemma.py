@@ -119,8 +119,10 @@ RECORDS = [
          sglang=Groups("gemma2.py", pp=False), embed_every_stage=True),
     Arch("gemma3", "Gemma3ForConditionalGeneration", text_model="gemma3_text", tower="siglip", **_GEMMA3),
     Arch("gemma3_text", "Gemma3ForCausalLM", **_GEMMA3),
-    Arch("gemma3n", "Gemma3nForConditionalGeneration", text_model="gemma3n_text", **_GEMMA3N),
+    Arch("gemma3n", "Gemma3nForConditionalGeneration", text_model="gemma3n_text", audio="gemma3n_audio",
+         **_GEMMA3N),
     Arch("gemma3n_text", "Gemma3nForCausalLM", **_GEMMA3N),
-    Arch("gemma4", "Gemma4ForConditionalGeneration", text_model="gemma4_text", **_GEMMA4),
+    Arch("gemma4", "Gemma4ForConditionalGeneration", text_model="gemma4_text", tower="gemma4_vision",
+         audio="gemma4_audio", **_GEMMA4),
     Arch("gemma4_text", "Gemma4ForCausalLM", **_GEMMA4),
 ]

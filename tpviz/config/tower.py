@@ -28,6 +28,12 @@ AUDIO = ("qwen2_audio", "qwen2_5_omni_audio", "qwen3_omni_audio")
 TOWER_FILES |= {"qwen2_5_omni": "qwen2_5_vl.py and qwen2_5_omni_thinker.py",
                 "qwen2_5_omni_audio": "qwen2_5_omni_thinker.py, transformers' Qwen2_5OmniAudioEncoder",
                 "qwen3_omni": "qwen3_omni_moe_thinker.py", "qwen3_omni_audio": "qwen3_omni_moe_thinker.py"}
+# towers vLLM builds as transformers' own modules, whole on every GPU (config/tower_hf.py, plan/tower_hf.py)
+TOWER_FILES |= {"gemma4_vision": "gemma4_mm.py, transformers' Gemma4VisionModel",
+                "gemma4_audio": "gemma4_mm.py, transformers' Gemma4AudioModel",
+                "gemma3n_audio": "gemma3n_mm.py, transformers' Gemma3nAudioEncoder"}
+HF_KINDS = ("gemma4_vision", "gemma4_audio", "gemma3n_audio")
+AUDIO += ("gemma4_audio", "gemma3n_audio")
 QWEN_KINDS = ("qwen2_vl", "qwen2_5_vl", "qwen3_vl", "qwen2_5_omni", "qwen3_omni")  # heads named num_heads
 # the towers whose vLLM class supports --mm-encoder-tp-mode data (supports_encoder_tp_data: qwen2_vl.py,
 # qwen2_5_vl.py, qwen3_vl.py, mllama4.py, kimi_k25.py, minicpmv.py); gemma3_mm.py, mistral3.py and
@@ -92,6 +98,7 @@ class Tower:
     extras: tuple = ()  # names outside both prefixes (DeepSeek-VL2's image_newline, view_seperator)
     stored: int = 0  # the checkpoint's blocks where vLLM builds fewer (vision_feature_layer) and skips some
     dropped: tuple = ()  # checkpoint names its loader drops (CLIP's post_layernorm without require_post_norm)
+    hf_config: str = ""  # a transformers-built tower's sub-config as JSON (HF_KINDS), which its modules read
 
     @property
     def file(self) -> str:
@@ -141,6 +148,8 @@ def read_tower(outer: dict) -> Tower | None:
     kind = "deepseek_ocr" if kind == "deepseek_vl2" and deepseek_ocr(outer) else kind
     vc = read_object(outer, "vision_config")
     if not kind or not (vc or kind == "minicpmv"):  # MiniCPM-V 2.0 names timm's model, not a vision_config
+        return None
+    if kind in HF_KINDS:  # transformers' own modules: config/tower_hf.py
         return None
     if kind == "siglip":  # Gemma-3: SigLIP (vision_tower.vision_model), then a replicated projector
         patch, text = _int(vc, "patch_size", default=14), read_object(outer, "text_config")

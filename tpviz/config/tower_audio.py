@@ -10,7 +10,7 @@ from functools import partial
 
 from tpviz.archs import arch_of
 from tpviz.config.fields import read_int_in, read_object
-from tpviz.config.tower import Tower
+from tpviz.config.tower import HF_KINDS, Tower
 from tpviz.errors import ConfigError
 
 _int = partial(read_int_in, "audio_config")
@@ -21,7 +21,7 @@ def read_audio(outer: dict) -> Tower | None:
     """The audio tower its record names; None where the model has none tpviz models."""
     kind = arch_of(str(outer.get("model_type", ""))).audio
     ac = read_object(outer, "audio_config")
-    if not kind or not ac:
+    if not kind or not ac or kind in HF_KINDS:  # transformers-built: config/tower_hf.py
         return None
     text = read_object(outer, "text_config")
     common = dict(kind=kind, prefix="audio_tower.", hidden=_int(ac, "d_model"),

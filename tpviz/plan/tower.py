@@ -18,6 +18,7 @@ from tpviz.errors import TPSizeError
 from tpviz.plan.attention import qkv, qkv_sections
 from tpviz.plan.core import GATHERED, ParamPlan, column, merged, norm, replicated, row
 from tpviz.plan.tower_glm import glm4v
+from tpviz.plan.tower_hf import gemma4_vision
 from tpviz.plan.tower_intern import interns1, internvit
 from tpviz.plan.tower_deepseek import HINT as DEEPSEEK_VL2_HINT, deepseek_vl2
 from tpviz.plan.tower_minicpm import minicpmv, minicpmv2_0, minicpmv4_6
@@ -276,6 +277,7 @@ BUILDERS |= {"internvit": internvit, "glm4v": glm4v, "interns1": interns1}  # to
 WHOLE_ATTENTION["internvit"] = DATA_HINT
 WHOLE_ATTENTION["interns1"] = ("vLLM 0.33's interns1_vit.py splits only this tower's MLP and interns1.py "
                                "has no --mm-encoder-tp-mode data")
+BUILDERS["gemma4_vision"] = gemma4_vision  # transformers' Gemma4VisionModel, whole (tower_hf.py)
 BUILDERS["deepseek_ocr"] = deepseek_ocr  # tower_ocr.py: CLIP-L's layers split, SAM's whole
 # layers a model file builds without disable_tp: split over tp even in data mode (mllama4.py's projector)
 SPLIT_IN_DATA = {"llama4": ("multi_modal_projector.linear_1.",)}

@@ -7,9 +7,9 @@ from dataclasses import replace
 from tpviz.archs.names import Names
 from tpviz.config.kinds import Mixer
 from tpviz.config.tower import Tower
-from tpviz.config.tower_audio import SPLIT_AUDIO
 from tpviz.plan.attention import qkv
 from tpviz.plan.core import ParamPlan, column, norm, replicated, row
+from tpviz.plan.tower_hf import gemma3n_audio, gemma4_audio
 from tpviz.plan.tower_intern import whole_unless_heads_divide
 from tpviz.plan.tower_minicpm import whole, whole_linear
 
@@ -81,7 +81,8 @@ def qwen3_omni_audio(spec, t: Tower, rules) -> tuple[list[ParamPlan], list[Param
 
 AUDIO_WHOLE = "whole on every GPU (disable_tp) where tp does not divide the audio heads"
 BUILDERS = {"qwen2_audio": qwen2_audio, "qwen2_5_omni_audio": qwen2_5_omni_audio,
-            "qwen3_omni_audio": qwen3_omni_audio}
+            "qwen3_omni_audio": qwen3_omni_audio, "gemma4_audio": gemma4_audio, "gemma3n_audio": gemma3n_audio}
+NAMED_BY_TORCH = ("qwen2_audio", "qwen2_5_omni_audio")  # hand-planned transformers encoders
 
 
 def audio_plans(spec, rules) -> list[ParamPlan]:
@@ -93,7 +94,7 @@ def audio_plans(spec, rules) -> list[ParamPlan]:
     for group, count in ((blocks, t.depth), (once, 0)):
         for plan in group:
             plan.family, plan.tower, plan.blocks = "audio", "audio", count
-            if t.kind not in SPLIT_AUDIO:  # transformers' modules; vLLM's own layers name their class
+            if t.kind in NAMED_BY_TORCH:  # transformers' modules; vLLM's own layers name their class
                 plan.layer_class = torch_class(plan.name)
     return blocks + once
 

@@ -39,11 +39,28 @@ OUTSIDE = {"merger": "merger.", "deepstack_merger_list": "deepstack.", "vision_a
            "vit_merger": "vit_merger.", "resampler": "resampler.", "mlp1": "mlp1.", "neck": "neck."}
 
 
+# transformers-built towers (plan/tower_hf.py): modules nest, and one leaf name recurs under several parents
+# (Gemma-4's audio feed_forward1 / feed_forward2 each hold ffw_layer_1 and its clip bounds), so the whole path
+NESTED = ("audio_tower", "embed_audio", "embed_vision")
+NESTED_VISION = ("encoder", "patch_embedder", "std_bias", "std_scale")  # Gemma-4's (Gemma-3's: vision_model)
+
+
+def _nested_label(names: list[str], skip: tuple) -> str:
+    """Every module on the path (the embedder's own name kept), ClippableLinear's inner 'linear' dropped:
+    'audio_tower.layers.*.feed_forward1.ffw_layer_1.linear.weight' -> 'feed_forward1.ffw_layer_1'."""
+    parts = [p for p in names[names[0] not in ("embed_audio", "embed_vision"):]
+             if p not in skip and p not in ("linear", "mlp", "conformer")]
+    bias = parts[-1] == "bias" and len(parts) > 1
+    return ".".join(parts[:-1] if bias else parts) + (" bias" if bias else "")
+
+
 def tower_label(name: str) -> str:
     """A tower tensor's or parameter's short name, its part kept: 'visual.blocks.*.attn.proj.weight' ->
     'attn.proj', 'visual.merger.mlp.0.bias' -> 'merger.mlp.0 bias'."""
     skip = ("weight", "*", "blocks", "vision_model", "encoder", "layers", "embeddings", "self_attn")
     names = name.split(".")
+    if names[0] in NESTED or names[0] == "vision_tower" and names[1] in NESTED_VISION:
+        return _nested_label(names, skip)
     at = next((i for i, p in enumerate(names) if p in OUTSIDE), None)
     if at is None:
         part, parts = "", [p for p in names[1:] if p not in skip and p != "mlp"]
