@@ -21,7 +21,8 @@ def row(a) -> str:
     modes = "weights or data" if a.tower in DATA_MODE else "weights only"
     tower = (f"mapped whole on every GPU as vLLM's `{TOWER_FILES[a.tower]}`" if a.tower in HF_KINDS
              else f"mapped and split as vLLM's `{TOWER_FILES[a.tower]}` (`--mm-encoder-tp-mode` {modes})"
-             if a.tower else "" if a.audio else "left out (named in the map's notes)" if a.text_model else "none")
+             if a.tower else "" if a.audio else "left out (named in the map's notes)" if a.text_model
+             else "none")
     if a.audio:
         how = ("split over its heads where they divide tp, else whole on every GPU," if a.audio in SPLIT_AUDIO
                else "mapped whole on every GPU as")

@@ -152,7 +152,8 @@ def test_release_checkpoint_names_line_up(tmp_path):
     shipped = {f"model.language_model.layers.{i}.self_attn.{n}.weight" for i in (3, 4, 5)
                for n in ("k_proj", "v_proj", "k_norm")}
     with torch.device("meta"):  # the audio tower as transformers builds it (mapped); the vision one left out
-        audio = transformers.Gemma3nAudioEncoder(transformers.Gemma3nAudioConfig(**presets()[E2B]["audio_config"]))
+        config = transformers.Gemma3nAudioConfig(**presets()[E2B]["audio_config"])
+        audio = transformers.Gemma3nAudioEncoder(config)
     towers = {"model.vision_tower.timm_model.conv_stem.conv.weight", "model.embed_vision.embedding.weight",
               *(f"model.audio_tower.{n}" for n in audio.state_dict()),
               *(f"model.embed_audio.{n}.weight" for n in ("embedding", "hard_embedding_norm",

@@ -22,8 +22,8 @@ TOWERS = ("vision_tower.", "embed_vision.", "audio_tower.", "embed_audio.")
 GEMMA4 = dict(
     model_type="gemma4", tie_word_embeddings=True,
     text_config=dict(model_type="gemma4_text", head_dim=16, global_head_dim=16, **TEXT),
-    vision_config=dict(model_type="gemma4_vision", hidden_size=32, num_attention_heads=4, num_key_value_heads=4,
-                       head_dim=8, intermediate_size=48, num_hidden_layers=2, patch_size=4,
+    vision_config=dict(model_type="gemma4_vision", hidden_size=32, num_attention_heads=4,
+                       num_key_value_heads=4, head_dim=8, intermediate_size=48, num_hidden_layers=2, patch_size=4,
                        position_embedding_size=16, standardize=True, use_clipped_linears=True),
     audio_config=dict(model_type="gemma4_audio", hidden_size=32, num_attention_heads=4, num_hidden_layers=2,
                       subsampling_conv_channels=[8, 4], output_proj_dims=48))
@@ -68,7 +68,7 @@ def test_gemma4_31b_tower_is_whole_on_every_gpu_by_hand():
     linear = m.tensor("vision_tower.encoder.layers.*.mlp.gate_proj.linear.weight")
     assert linear.layer_class == "ReplicatedLinear" and linear.blocks == 27  # recursive_replace_linear
     assert m.tensor("vision_tower.encoder.layers.*.input_layernorm.weight").layer_class == "Gemma4RMSNorm"
-    assert "vision" in all_figures(m)
+    assert all_figures(m)["vision"].layout.title.text.startswith("Vision tower · whole on every GPU (transf")
     assert any("transformers' own modules, whole on every GPU" in n for n in m.model.notes)
     assert not any("only the text decoder" in n for n in m.model.notes)
 
@@ -107,6 +107,7 @@ def test_gemma3n_audio_tower_is_transformers_encoder_and_its_embedder_splits(tmp
     assert table.split_dim == 0 and table.layer_class == "VocabParallelEmbedding"
     assert any("vision tower is left out" in n for n in m.model.notes)
     assert m.model.audio.kind == "gemma3n_audio" and m.model.tower is None
+    assert all_figures(m)["audio"].layout.title.text.startswith("Audio tower's embedder · vocab-parallel")
 
 
 @pytest.mark.parametrize("change, words", [

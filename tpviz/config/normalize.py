@@ -7,9 +7,7 @@ from tpviz.config.kinds import Ffn, Mixer
 from tpviz.config.quant import read_quant
 from tpviz.config.readers import bad_lengths, derive, family_defaults, hybrid_hint, max_model_len
 from tpviz.config.spec import DTYPE_BYTES, LIMITS, ModelSpec
-from tpviz.config.tower import HF_KINDS, read_tower
-from tpviz.config.tower_audio import SPLIT_AUDIO, read_audio
-from tpviz.config.tower_hf import read_hf_tower
+from tpviz.config.towers import read_towers, tower_notes
 from tpviz.config.windows import ignored_window
 from tpviz.errors import ConfigError, MissingFieldError
 from tpviz.rules.served import architecture, retired, serves, unserved
@@ -214,8 +212,7 @@ def read_spec(cfg: dict, name: str) -> ModelSpec:
         hidden_act=str(pick(cfg, "hidden_act", "hidden_activation", default="silu")),
         notes=notes,
     )
-    spec.tower = read_tower(outer) or read_hf_tower(outer, "vision")
-    spec.audio = read_audio(outer) or read_hf_tower(outer, "audio")
+    spec.tower, spec.audio = read_towers(outer)
     if "per_layer_inputs" in arch.extra:  # Gemma-4 E2B / E4B, as vLLM 0.33 gemma4.py reads them
         spec.per_layer_input = read_int(cfg, "hidden_size_per_layer_input", default=0, minimum=0)
         spec.per_layer_vocab = read_int(cfg, "vocab_size_per_layer_input", default=spec.vocab_size,
@@ -230,29 +227,7 @@ def read_spec(cfg: dict, name: str) -> ModelSpec:
     if arch.shared_blocks:  # Zamba2, as its record reads them
         spec.shared_blocks, spec.attention_adapters = read_int(cfg, "shared_blocks"), cfg["attention_adapters"]
         spec.adapter_rank = read_int(cfg, "adapter_rank", maximum=MAX_DIM)
-    if spec.tower:
-        how = ("builds it: transformers' own modules, whole on every GPU, and its embedder"
-               if spec.tower.kind in HF_KINDS else "splits it")
-        spec.notes.append(f"multimodal checkpoint: its vision tower ({spec.tower.depth} blocks, "
-                          f"{spec.tower.heads} heads) is mapped as vLLM 0.33 {how} ({spec.tower.file}), "
-                          "held by the first pipeline stage; its time per image is not in the speed bound")
-    elif spec.audio is None and (wrapped or isinstance(outer.get("vision_config"), dict)):
-        spec.notes.append("multimodal checkpoint: only the text decoder is mapped; the vision tower "
-                          "(and any projector or audio tower) is left out of the map and of every memory "
-                          "figure, and its own TP split is not drawn")
-    if a := spec.audio:
-        how = (f"split over its {a.heads} heads where they divide tp, else whole on every GPU (disable_tp)"
-               if a.kind in SPLIT_AUDIO else "plain torch layers, whole on every GPU")
-        how += "; gemma3n_mm.py splits its embedder's table and projection" if a.kind == "gemma3n_audio" else ""
-        spec.notes.append(f"its audio tower ({a.depth} blocks, {a.hidden} wide) and projector are mapped as "
-                          f"vLLM 0.33 builds them ({a.file}): {how}, held by the first pipeline stage; its "
-                          "time per clip is not in the speed bound")
-        if isinstance(outer.get("vision_config"), dict) and not spec.tower:
-            spec.notes.append("its vision tower is left out of the map and of every memory figure")
-    outside = arch_of(str(outer.get("model_type", "")))
-    if outer.get("quantization_config") and {outside.tower, outside.audio} & set(HF_KINDS):
-        spec.notes.append("a quantized checkpoint: vLLM 0.33 quantizes its transformers-built towers by their "
-                          "sizes (_get_tower_quant_config), which tpviz does not model, so they are left out")
+    spec.notes += tower_notes(spec.tower, spec.audio, outer, wrapped)
     # mlx_lm's older exports keep their quantization under "quantization" alone, which vLLM never reads
     mlx = outer.get("quantization")
     mlx = mlx if isinstance(mlx, dict) and {"group_size", "bits"} <= set(mlx) else None

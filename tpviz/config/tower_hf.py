@@ -6,8 +6,8 @@ an embedder of vLLM layers into the decoder's width:
 - gemma3n_mm.py: Gemma3nAudioEncoder as transformers builds it, and Gemma3nMultimodalEmbedder (embed_audio:
   a vocab-parallel table, two RMSNorms, a RowParallelLinear with input_is_parallel=False). Its vision tower,
   timm's MobileNet-V5, is left out.
-The towers are whole on every GPU whatever tp or --mm-encoder-tp-mode; plan/tower_hf.py reads their tensors off
-the transformers class itself. A quantized checkpoint hands its quantization to these towers by their sizes
+The towers are whole on every GPU whatever tp or --mm-encoder-tp-mode; plan/tower_hf.py reads their tensors
+off the transformers class itself. A quantized checkpoint hands its quantization to these towers by their sizes
 (gemma4_mm.py _get_tower_quant_config): not modelled, so the tower is left out and named."""
 import json
 

@@ -36,8 +36,8 @@ def tensors(plans: list[ParamPlan], layers: int | None = None) -> list[Tensor]:
     for plan in plans:
         for src in plan.sources:
             experts = [None] if not plan.experts or stacked(plan, src) else range(plan.experts)
-            shape = src.disk if src.disk is not None else (((plan.experts,) + tuple(src.shape)) if stacked(plan, src)
-                                 else tuple(src.shape))
+            shape = src.disk if src.disk is not None else (
+                ((plan.experts,) + tuple(src.shape)) if stacked(plan, src) else tuple(src.shape))
             copies = plan.layers if plan.layers is not None else range(plan.blocks) if plan.blocks else [None]
             if plan.stored_at:  # each layer's copy stored under another layer's name (Zamba2's adapters)
                 out += [Tensor(fill(src.name, a, b), shape, fill(plan.name, a, b), src.shard_id, plan, src)

@@ -25,7 +25,7 @@ ONE_BLOCK = {"gemma3n_audio": "conf_num_hidden_layers"}  # else num_hidden_layer
 def module_tensors(kind: str, config: str) -> tuple[tuple[str, tuple, str, bool], ...]:
     """(name, shape, owning module's class, owned by an nn.Linear) of every tensor the transformers class
     stores (its state_dict: parameters and persistent buffers), built with one block."""
-    import transformers
+    import transformers  # start-up: loaded when a transformers-built tower is first planned, not on import
     sub = {k: v for k, v in json.loads(config).items() if k != "model_type"}
     sub[ONE_BLOCK.get(kind, "num_hidden_layers")] = 1
     try:

@@ -6,6 +6,7 @@ import textwrap
 
 import plotly.graph_objects as go
 
+from tpviz.config.tower import HF_KINDS
 from tpviz.render.plots.geometry import label_px, plural, row_ticks, tensor_label
 from tpviz.render.plots.rank import gpu_label, rank_view
 from tpviz.render.plots.replicated import replicated_figure
@@ -66,6 +67,14 @@ FAMILY_INFO = {
               "The audio encoder and its projector are plain torch layers in vLLM (transformers' own "
               "modules), so every GPU holds all of them, whatever tp: nothing is cut and no tp is refused "
               "for them."),
+    "vision_hf": ("Vision tower · whole on every GPU (transformers' own modules)",
+                  "vLLM builds this tower with transformers' AutoModel (every nn.Linear a ReplicatedLinear): "
+                  "every GPU holds all of it and its embedder, whatever tp or --mm-encoder-tp-mode; nothing is "
+                  "cut and no tp is refused for it."),
+    "audio_embedder": ("Audio tower's embedder · vocab-parallel table, row-parallel projection",
+                       "The encoder itself is transformers' own modules, whole on every GPU (in memory and "
+                       "on the strip, not drawn here); embed_audio's table is cut by vocabulary rows and its "
+                       "projection by input columns, each GPU cutting the full-width input itself."),
     "embed": ("embed_tokens · vocab-parallel",
               "Each GPU holds a block of vocabulary rows; lookups outside it give "
               "zeros, then an all-reduce."),
@@ -224,13 +233,16 @@ def family_figure(m: ShardMap, family: str, group: LayerGroup | None = None) -> 
         return replicated_figure(m, FAMILY_INFO["replicated"], group)
     split = [t for t in m.family(family, group) if t.split_dim is not None]
     if not split and family in whole_towers(m, group):
-        return replicated_figure(m, FAMILY_INFO["audio" if family == "audio" else "vision_data"], group, family)
+        hf = m.model.tower is not None and m.model.tower.kind in HF_KINDS
+        key = "audio" if family == "audio" else "vision_hf" if hf else "vision_data"
+        return replicated_figure(m, FAMILY_INFO[key], group, family)
     if not split:
         raise KeyError(f"{m.model.name} has no split tensors in family {family!r}")
     # vectors (column-parallel biases, attention sinks) follow their matrix's rows: named, not drawn
     tensors = [t for t in split if len(t.shape) >= 2] or split
     vectors = [t for t in split if t not in tensors]
-    title, line = FAMILY_INFO["audio_split" if family == "audio" else family]
+    embedder = family == "audio" and m.model.audio.kind in HF_KINDS  # Gemma-3n: only embed_audio is cut
+    title, line = FAMILY_INFO["audio_embedder" if embedder else "audio_split" if family == "audio" else family]
     if m.model.arch.mlp_gather and family in GATHERED_INFO:
         title, line = GATHERED_INFO[family]
     elif family == "qkv" and m.model.is_mla:
