@@ -72,9 +72,9 @@ FAMILY_INFO = {
                   "every GPU holds all of it and its embedder, whatever tp or --mm-encoder-tp-mode; nothing is "
                   "cut and no tp is refused for it."),
     "audio_embedder": ("Audio tower's embedder · vocab-parallel table, row-parallel projection",
-                       "The encoder itself is transformers' own modules, whole on every GPU (in memory and "
-                       "on the strip, not drawn here); embed_audio's table is cut by vocabulary rows and its "
-                       "projection by input columns, each GPU cutting the full-width input itself."),
+                       "The encoder itself is transformers' own modules, whole on every GPU (drawn in the "
+                       "replicated tab); embed_audio's table is cut by vocabulary rows and its projection by "
+                       "input columns, each GPU cutting the full-width input itself."),
     "embed": ("embed_tokens · vocab-parallel",
               "Each GPU holds a block of vocabulary rows; lookups outside it give "
               "zeros, then an all-reduce."),
