@@ -120,3 +120,63 @@ def test_a_bad_gemma4_vision_config_is_one_line(change, words):
     with pytest.raises(ConfigError) as e:
         shard_map(cfg, 2)
     assert one_line(e.value) and words in str(e.value), str(e.value)
+
+
+def published_vision(layers: int, hidden: int, heads: int, head: int, inter: int, text: int) -> dict:
+    """Gemma-4's vision checkpoint names and shapes as a published checkpoint checker requires them (a
+    standardized tower without clipped linears: the 26B's and 31B's)."""
+    out = {"vision_tower.patch_embedder.input_proj.weight": (hidden, 3 * 16 * 16),
+           "vision_tower.patch_embedder.position_embedding_table": (2, 10240, hidden),
+           "vision_tower.std_bias": (hidden,), "vision_tower.std_scale": (hidden,),
+           "embed_vision.embedding_projection.weight": (text, hidden)}
+    for i in range(layers):
+        root = f"vision_tower.encoder.layers.{i}."
+        out |= {f"{root}{n}_layernorm.weight": (hidden,) for n in ("input", "post_attention", "pre_feedforward",
+                                                                 "post_feedforward")}
+        out |= {f"{root}{n}.linear.weight": s for n, s in (
+            ("self_attn.q_proj", (heads * head, hidden)), ("self_attn.k_proj", (heads * head, hidden)),
+            ("self_attn.v_proj", (heads * head, hidden)), ("self_attn.o_proj", (hidden, heads * head)),
+            ("mlp.gate_proj", (inter, hidden)), ("mlp.up_proj", (inter, hidden)),
+            ("mlp.down_proj", (hidden, inter)))}
+        out |= {f"{root}self_attn.{n}_norm.weight": (head,) for n in ("q", "k")}
+    return out
+
+
+# the audio_config of Gemma-4 E2B / E4B as several engines' copies of the released file give it
+RELEASED_AUDIO = {"model_type": "gemma4_audio", "attention_chunk_size": 12, "attention_context_left": 13,
+                  "attention_context_right": 0, "attention_invalid_logits_value": -1000000000.0,
+                  "attention_logit_cap": 50.0, "conv_kernel_size": 5, "gradient_clipping": 10000000000.0,
+                  "hidden_size": 1024, "num_attention_heads": 8, "num_hidden_layers": 12,
+                  "output_proj_dims": 1536, "residual_weight": 0.5, "rms_norm_eps": 1e-06,
+                  "subsampling_conv_channels": [128, 32], "use_clipped_linears": True}
+
+
+def published_audio() -> set[str]:
+    """Gemma-4's audio checkpoint names as the same checker requires them (output_proj.bias optional there)."""
+    out = {f"audio_tower.subsample_conv_projection.{n}" for n in (
+        "layer0.conv.weight", "layer0.norm.weight", "layer1.conv.weight", "layer1.norm.weight",
+        "input_proj_linear.weight")} | {"audio_tower.output_proj.weight", "audio_tower.output_proj.bias",
+                                        "embed_audio.embedding_projection.weight"}
+    for i in range(12):
+        root = f"audio_tower.layers.{i}."
+        out |= {f"{root}{n}.weight" for n in (
+            "feed_forward1.pre_layer_norm", "feed_forward1.post_layer_norm", "norm_pre_attn", "norm_post_attn",
+            "lconv1d.pre_layer_norm", "lconv1d.conv_norm", "feed_forward2.pre_layer_norm",
+            "feed_forward2.post_layer_norm", "norm_out", "self_attn.relative_k_proj", "lconv1d.depthwise_conv1d")}
+        out.add(f"{root}self_attn.per_dim_scale")
+        for n in ("feed_forward1.ffw_layer_1", "feed_forward1.ffw_layer_2", "self_attn.q_proj", "self_attn.k_proj",
+                  "self_attn.v_proj", "self_attn.post", "lconv1d.linear_start", "lconv1d.linear_end",
+                  "feed_forward2.ffw_layer_1", "feed_forward2.ffw_layer_2"):
+            out |= {f"{root}{n}.{p}" for p in ("linear.weight", "input_min", "input_max", "output_min",
+                                               "output_max")}
+    return out
+
+
+def test_gemma4_tower_names_are_what_a_published_checker_requires():
+    """The 31B's vision tower, name for name and shape for shape, and the released audio tower (E2B / E4B),
+    name for name, as a checkpoint checker written apart from transformers lists them."""
+    planned = {t.name: t.shape for t in tensors(build_plan(load_spec(KEY))) if t.plan.tower}
+    assert planned == published_vision(27, 1152, 16, 72, 4304, 5376)
+    cfg = {**GEMMA4, "audio_config": RELEASED_AUDIO}
+    audio = {t.name for t in tensors(build_plan(load_spec(cfg))) if t.plan.tower == "audio"}
+    assert audio == published_audio()
