@@ -23,8 +23,8 @@ GEMMA4 = dict(
     model_type="gemma4", tie_word_embeddings=True,
     text_config=dict(model_type="gemma4_text", head_dim=16, global_head_dim=16, **TEXT),
     vision_config=dict(model_type="gemma4_vision", hidden_size=32, num_attention_heads=4,
-                       num_key_value_heads=4, head_dim=8, intermediate_size=48, num_hidden_layers=2, patch_size=4,
-                       position_embedding_size=16, standardize=True, use_clipped_linears=True),
+                       num_key_value_heads=4, head_dim=8, intermediate_size=48, num_hidden_layers=2,
+                       patch_size=4, position_embedding_size=16, standardize=True, use_clipped_linears=True),
     audio_config=dict(model_type="gemma4_audio", hidden_size=32, num_attention_heads=4, num_hidden_layers=2,
                       subsampling_conv_channels=[8, 4], output_proj_dims=48))
 
@@ -131,8 +131,8 @@ def published_vision(layers: int, hidden: int, heads: int, head: int, inter: int
            "embed_vision.embedding_projection.weight": (text, hidden)}
     for i in range(layers):
         root = f"vision_tower.encoder.layers.{i}."
-        out |= {f"{root}{n}_layernorm.weight": (hidden,) for n in ("input", "post_attention", "pre_feedforward",
-                                                                 "post_feedforward")}
+        out |= {f"{root}{n}_layernorm.weight": (hidden,)
+                for n in ("input", "post_attention", "pre_feedforward", "post_feedforward")}
         out |= {f"{root}{n}.linear.weight": s for n, s in (
             ("self_attn.q_proj", (heads * head, hidden)), ("self_attn.k_proj", (heads * head, hidden)),
             ("self_attn.v_proj", (heads * head, hidden)), ("self_attn.o_proj", (hidden, heads * head)),
@@ -152,7 +152,7 @@ RELEASED_AUDIO = {"model_type": "gemma4_audio", "attention_chunk_size": 12, "att
 
 
 def published_audio() -> set[str]:
-    """Gemma-4's audio checkpoint names as the same checker requires them (output_proj.bias optional there)."""
+    """Gemma-4's audio checkpoint names as the same checker requires them (its output_proj.bias optional)."""
     out = {f"audio_tower.subsample_conv_projection.{n}" for n in (
         "layer0.conv.weight", "layer0.norm.weight", "layer1.conv.weight", "layer1.norm.weight",
         "input_proj_linear.weight")} | {"audio_tower.output_proj.weight", "audio_tower.output_proj.bias",
@@ -160,12 +160,14 @@ def published_audio() -> set[str]:
     for i in range(12):
         root = f"audio_tower.layers.{i}."
         out |= {f"{root}{n}.weight" for n in (
-            "feed_forward1.pre_layer_norm", "feed_forward1.post_layer_norm", "norm_pre_attn", "norm_post_attn",
-            "lconv1d.pre_layer_norm", "lconv1d.conv_norm", "feed_forward2.pre_layer_norm",
-            "feed_forward2.post_layer_norm", "norm_out", "self_attn.relative_k_proj", "lconv1d.depthwise_conv1d")}
+            "feed_forward1.pre_layer_norm", "feed_forward1.post_layer_norm", "norm_pre_attn",
+            "norm_post_attn", "lconv1d.pre_layer_norm", "lconv1d.conv_norm", "feed_forward2.pre_layer_norm",
+            "feed_forward2.post_layer_norm", "norm_out", "self_attn.relative_k_proj",
+            "lconv1d.depthwise_conv1d")}
         out.add(f"{root}self_attn.per_dim_scale")
-        for n in ("feed_forward1.ffw_layer_1", "feed_forward1.ffw_layer_2", "self_attn.q_proj", "self_attn.k_proj",
-                  "self_attn.v_proj", "self_attn.post", "lconv1d.linear_start", "lconv1d.linear_end",
+        for n in ("feed_forward1.ffw_layer_1", "feed_forward1.ffw_layer_2", "self_attn.q_proj",
+                  "self_attn.k_proj", "self_attn.v_proj", "self_attn.post", "lconv1d.linear_start",
+                  "lconv1d.linear_end",
                   "feed_forward2.ffw_layer_1", "feed_forward2.ffw_layer_2"):
             out |= {f"{root}{n}.{p}" for p in ("linear.weight", "input_min", "input_max", "output_min",
                                                "output_max")}

@@ -69,8 +69,8 @@ FAMILY_INFO = {
               "for them."),
     "vision_hf": ("Vision tower · whole on every GPU (transformers' own modules)",
                   "vLLM builds this tower with transformers' AutoModel (every nn.Linear a ReplicatedLinear): "
-                  "every GPU holds all of it and its embedder, whatever tp or --mm-encoder-tp-mode; nothing is "
-                  "cut and no tp is refused for it."),
+                  "every GPU holds all of it and its embedder, whatever tp or --mm-encoder-tp-mode; nothing "
+                  "is cut and no tp is refused for it."),
     "audio_embedder": ("Audio tower's embedder · vocab-parallel table, row-parallel projection",
                        "The encoder itself is transformers' own modules, whole on every GPU (drawn in the "
                        "replicated tab); embed_audio's table is cut by vocabulary rows and its projection by "
@@ -242,7 +242,8 @@ def family_figure(m: ShardMap, family: str, group: LayerGroup | None = None) -> 
     tensors = [t for t in split if len(t.shape) >= 2] or split
     vectors = [t for t in split if t not in tensors]
     embedder = family == "audio" and m.model.audio.kind in HF_KINDS  # Gemma-3n: only embed_audio is cut
-    title, line = FAMILY_INFO["audio_embedder" if embedder else "audio_split" if family == "audio" else family]
+    key = "audio_embedder" if embedder else "audio_split" if family == "audio" else family
+    title, line = FAMILY_INFO[key]
     if m.model.arch.mlp_gather and family in GATHERED_INFO:
         title, line = GATHERED_INFO[family]
     elif family == "qkv" and m.model.is_mla:
