@@ -6,6 +6,7 @@ tpviz never imports vLLM; this script does, in a venv of its own outside the rep
     python3.11 -m venv /work/vllm-oracle-venv
     /work/vllm-oracle-venv/bin/pip install vllm==0.33.0    # pulls torch 2.14.0 (its CUDA build runs on CPU)
     /work/vllm-oracle-venv/bin/pip install -r requirements.txt   # tpviz's own; torch 2.14 meets torch>=2.4
+    /work/vllm-oracle-venv/bin/pip install timm   # Gemma-3n's vision tower, which vLLM builds through timm
     /work/vllm-oracle-venv/bin/python bench/vllm_oracle.py [--tp 1 2 4] [--models qwen3 deepseek_v3 ...] [-v]
 
 The ranks run with VLLM_TARGET_DEVICE=cpu, which makes vLLM pick its CPU platform (gloo) on a machine with no
@@ -44,9 +45,9 @@ from tpviz.trace.checkpoint import VISION  # noqa: E402  (the parts a map withou
 INDEXES = Path(__file__).resolve().parents[1] / "tests" / "data" / "indexes"
 RANK = Path(__file__).resolve().parent / "oracle" / "vllm_rank.py"  # imports vLLM, never tpviz
 # keep a routed-expert layer among the two
-# wrappers whose tower cannot be built on the meta device (Gemma-3n's timm MobileNet calls .item()): their
-# text decoder's own class is compared instead (the towers are left out of tpviz's map)
-TEXT_ONLY = {"gemma3n": "Gemma3nForCausalLM"}
+# wrappers whose tower needs timm (Gemma-3n's MobileNet-V5): without timm in this venv (pip install timm),
+# their text decoder's own class is compared instead
+TEXT_ONLY = {"gemma3n": "Gemma3nForCausalLM"} if find_spec("timm") is None else {}
 # (a sub-config's edits merge into it: Gemma-3n keeps two KV-shared layers of both kinds among four)
 G3N_TYPES = ["sliding_attention", "full_attention"] * 2
 EDITS: dict[str, dict] = {"deepseek_v3": {"first_k_dense_replace": 1}, "lfm2_moe": {"num_dense_layers": 1},
@@ -196,8 +197,10 @@ def tpviz_side(cfg: dict, tp: int) -> dict:
         p = by_name[t.plan.name]
         key = expert_stack(t.param, p.layer_class) if copies_of(p)[1] > 1 else t.param
         ckpt.append([t.name, list(t.shape), DTYPES[p.element_bytes or m.model_dtype_bytes], key])
-    # a tower tpviz leaves out (named in the map's notes) is not compared
-    left_out = () if any(p.tower for p in m.params) else VISION
+    # a tower tpviz leaves out (named in the map's notes) is not compared: every one in a text-only map, the
+    # vision one beside a mapped audio one (Gemma-3n's)
+    left_out = (() if m.model.tower else tuple(v for v in VISION if v not in m.model.audio.prefixes)
+                if m.model.audio else VISION)
     return {"ranks": ranks, "tensors": ckpt, "left_out": left_out, "kinds": kinds}
 
 
