@@ -84,6 +84,12 @@ def test_e2b_audio_tower_and_embedder_are_their_hand_count():
     m = shard_map(presets()[E2B], 1)
     assert sum(math.prod(t.shape) for t in tensors(build_plan(m.model)) if t.plan.tower) == tower + embedder
     assert tower + embedder == 684_694_048
+    # the runtime dump's 5,439.44M in all (docs/presets.md): the map's text and audio, the k / v / k_norm the
+    # release ships for its 10 KV-shared layers, and the vision side the map leaves out: timm's
+    # mobilenetv5_300m_enc (294,126,912, counted off timm in the oracle's venv) and embed_vision
+    shipped, vision = 10 * (2 * 512 * 2048 + 256), 294_126_912 + 128 * 2048 + 2 * 2048 + 2048 * 2048
+    mapped = sum(math.prod(t.shape) for t in tensors(build_plan(m.model)))
+    assert round((mapped + shipped + vision) / 1e6, 2) == 5439.44
 
 
 def test_e2b_splits_at_tp2_by_hand():
