@@ -104,3 +104,14 @@ def test_an_audio_tower_has_its_own_tab_and_a_data_mode_vision_tower_is_drawn_wh
     data = run_app({"model": "nvidia/Cosmos-Reason2-8B", "tp": "32", "mm": "data", "tab": "vision"})
     assert errors(data) == []
     assert charts(data)[-1]["layout"]["title"]["text"].startswith("Vision tower · whole on every GPU")
+
+
+def test_transformers_built_towers_open_in_their_tabs():
+    """Gemma-4-31B's vision tab (&tab=vision) draws the tower gemma4_mm.py builds from transformers' modules,
+    whole; Gemma-3n's audio tab draws embed_audio's split table and projection."""
+    at = run_app({"model": "google/gemma-4-31B-it", "tp": "2", "tab": "vision"})
+    assert errors(at) == []
+    assert charts(at)[-1]["layout"]["title"]["text"].startswith("Vision tower · whole on every GPU (transf")
+    audio = run_app({"model": "google/gemma-3n-E2B-it", "tp": "2", "tab": "audio"})
+    assert errors(audio) == []
+    assert charts(audio)[-1]["layout"]["title"]["text"].startswith("Audio tower's embedder")
