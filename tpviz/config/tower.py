@@ -127,7 +127,10 @@ class Tower:
         return (self.prefix, self.projector, *self.extras) if self.projector else (self.prefix,)
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        d = asdict(self)
+        if not d["hf_config"]:  # only a transformers-built tower has one: other towers' records stay as they were
+            del d["hf_config"]
+        return d
 
     @classmethod
     def from_dict(cls, d: dict | None) -> "Tower | None":
