@@ -53,7 +53,8 @@ def _notes(m: ShardMap, family: str, group=None) -> str:
     else:
         extra.append("; ".join(f"{', '.join(names)}: {plural(layers, unit) if layers > 1 else 'once'}"
                                for (layers, _), names in groups.items()))
-    extra += [t.note for t in tensors if t.note and t.note != "shared expert"][:1]
+    # each distinct note once, two at most (Zamba2's gate_up: the shared block's, then its adapters')
+    extra += list(dict.fromkeys(t.note for t in tensors if t.note and t.note != "shared expert"))[:2]
     return " · ".join(extra)
 
 
