@@ -81,6 +81,17 @@ def test_valid_lists_both_rule_sets(capsys):
                                                "0.5.23", "nano-vllm"]
 
 
+def test_valid_says_what_vllm_does_beyond_the_verdicts(capsys):
+    """Step-3.7-Flash's layout is valid under vLLM 0.33 rules, but the released vLLM 0.33.0 cannot read its
+    config: the table says so under its column (the wrapper record's note), beside the decoder's own."""
+    rc, out, _ = run_main(capsys, "valid", "stepfun-ai/Step-3.7-Flash", "--max-tp", "2")
+    notes = [line for line in out.splitlines() if line.startswith("note (vLLM 0.33 column): ")]
+    assert rc == 0 and any("vLLM 0.33.0 as released stops while reading this config" in n for n in notes)
+    assert any("MTP layers" in n for n in notes)
+    rc, out, _ = run_main(capsys, "valid", "stepfun-ai/Step-3.7-Flash", "--max-tp", "2", "--json")
+    assert any("as released stops" in n for n in json.loads(out)["notes"]["vllm"])
+
+
 def test_valid_default_max_tp(capsys):
     rc, out, _ = run_main(capsys, "valid", "Qwen/Qwen3-0.6B")
     assert rc == 0 and out.splitlines()[-1].split()[0] == "64"

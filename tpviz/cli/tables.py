@@ -2,6 +2,7 @@
 (vLLM's layouts beside SGLang's)."""
 import json
 
+from tpviz.archs import arch_of
 from tpviz.config.sources import load_spec
 from tpviz.deploy.equivalent import compare
 from tpviz.deploy.fit import capped_context
@@ -27,6 +28,10 @@ def cmd_valid(args) -> int:
     spec = load_spec(args.model)  # read once: valid_table takes the spec
     name, rows = valid_table(spec, args.max_tp)
     notes = {r.name: r.model_notes(spec.model_type) for r in RULE_SETS.values()}  # what an engine never runs
+    # what vLLM's model files do that the verdicts alone do not show (the wrapper's and the decoder's records:
+    # Step-3.7's config that vLLM 0.33.0 as released cannot read)
+    records = dict.fromkeys(arch_of(str(t)).note for t in ((spec.config or {}).get("model_type"), spec.model_type))
+    notes["vllm"] = [*notes["vllm"], *(n for n in records if n)]
     if args.json:
         print(json.dumps({"schema": "tpviz.valid/1", "model": name,
                           "rules": {r: RULE_SETS[r].label for r in RULES},
