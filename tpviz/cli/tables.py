@@ -30,8 +30,8 @@ def cmd_valid(args) -> int:
     notes = {r.name: r.model_notes(spec.model_type) for r in RULE_SETS.values()}  # what an engine never runs
     # what vLLM's model files do that the verdicts alone do not show (the wrapper's and the decoder's records:
     # Step-3.7's config that vLLM 0.33.0 as released cannot read)
-    records = dict.fromkeys(arch_of(str(t)).note for t in ((spec.config or {}).get("model_type"), spec.model_type))
-    notes["vllm"] = [*notes["vllm"], *(n for n in records if n)]
+    types = ((spec.config or {}).get("model_type"), spec.model_type)
+    notes["vllm"] += [n for n in dict.fromkeys(arch_of(str(t)).note for t in types) if n]
     if args.json:
         print(json.dumps({"schema": "tpviz.valid/1", "model": name,
                           "rules": {r: RULE_SETS[r].label for r in RULES},

@@ -128,7 +128,7 @@ class Tower:
 
     def to_dict(self) -> dict:
         d = asdict(self)
-        if not d["hf_config"]:  # only a transformers-built tower has one: other towers' records stay as they were
+        if not d["hf_config"]:  # a transformers-built tower's alone: other towers' records stay as they were
             del d["hf_config"]
         return d
 

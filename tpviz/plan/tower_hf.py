@@ -11,14 +11,11 @@ import torch
 
 from tpviz.config.hf import quiet
 from tpviz.config.tower import Tower
+from tpviz.config.tower_hf import LAYOUT
 from tpviz.errors import ConfigError
 from tpviz.layers import VocabParallelEmbedding
 from tpviz.plan.core import DT, PROBE, ParamPlan, Source, norm, param, replicated, row
 from tpviz.plan.tower_minicpm import whole
-
-CONFIGS = {"gemma4_vision": "Gemma4VisionConfig", "gemma4_audio": "Gemma4AudioConfig",
-           "gemma3n_audio": "Gemma3nAudioConfig"}
-ONE_BLOCK = {"gemma3n_audio": "conf_num_hidden_layers"}  # else num_hidden_layers
 
 
 @lru_cache(maxsize=16)
@@ -26,14 +23,14 @@ def module_tensors(kind: str, config: str) -> tuple[tuple[str, tuple, str, bool]
     """(name, shape, owning module's class, owned by an nn.Linear) of every tensor the transformers class
     stores (its state_dict: parameters and persistent buffers), built with one block."""
     import transformers  # start-up: loaded when a transformers-built tower is first planned, not on import
+    at = LAYOUT[kind]
     sub = {k: v for k, v in json.loads(config).items() if k != "model_type"}
-    sub[ONE_BLOCK.get(kind, "num_hidden_layers")] = 1
+    sub[at.depth] = 1
     try:
         with quiet(), torch.device("meta"):
-            model = transformers.AutoModel.from_config(getattr(transformers, CONFIGS[kind])(**sub))
+            model = transformers.AutoModel.from_config(getattr(transformers, at.config_class)(**sub))
     except Exception as e:  # transformers' own checks of the sub-config, in its words
-        medium = "audio" if "audio" in kind else "vision"
-        raise ConfigError(f"{medium}_config: transformers' {CONFIGS[kind].removesuffix('Config')} cannot be "
+        raise ConfigError(f"{at.key}: transformers' {at.config_class.removesuffix('Config')} cannot be "
                           f"built from it ({str(e).splitlines()[0][:200] if str(e) else type(e).__name__})")
     modules = dict(model.named_modules())
     return tuple((name, tuple(t.shape), type(owner := modules[name.rpartition(".")[0]]).__name__,
