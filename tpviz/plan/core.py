@@ -73,6 +73,7 @@ class ParamPlan:
     note: str = ""
     layer_class: str = LazyClass()  # type: ignore[assignment]
     split: bool = True
+    by_rank: bool = False  # whole, yet loaded differently by rank (gpt-oss's MXFP4 down bias: GPU 0 alone)
     element_bytes: int = 0  # bytes per stored element (0: the model dtype); quantized tensors set their own
     tower: str = ""  # "vision": a part of the vision tower (plan/tower.py), held by the first stage alone
     blocks: int = 0  # a tower tensor's copies, one per block ('*' in its name is the block, not a layer)

@@ -181,5 +181,6 @@ def mxfp4_experts(ex: str, hidden: int, inter: int, experts: int, layers, quanti
                          shape, [Source(name, shape, dim=dim,
                                         split=part == "gate_up_proj" or attr != "bias")],
                          tp_dim=dim, layers=layers, experts=experts, quantity=quantity, element_bytes=nbytes,
+                         by_rank=(part, attr) == ("down_proj", "bias"),
                          note=" · ".join(filter(None, [stacked, note]))))
     return out

@@ -140,8 +140,9 @@ def trace(spec: ModelSpec, tp_size: int, rules: RuleSet | str = "vllm",
     widths = rules.widths(layout, spec.arch)
     tensors, params = [], []
     for plan in plans:
-        # an unquantized tensor every rank loads whole loads the same on each: traced once, spread to all
-        width = 1 if not plan.split and not plan.element_bytes else widths.of(plan.role)
+        # a whole tensor loads the same on every rank unless its plan says otherwise (tests/trace/
+        # test_whole_once.py traces every preset's and scheme's on each rank): traced once, spread to all
+        width = 1 if not plan.split and not plan.by_rank else widths.of(plan.role)
         t, p = trace_plan(plan, width)
         if width != tp_size:
             spread(t, p, width, tp_size)
