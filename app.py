@@ -143,8 +143,8 @@ def render_page(page: Page, rows: list[ValidRow], lay: Deployment | None = None,
         group = layer_groups(m, PLOTLY_CONFIG)
         sections = ([(m.groups[group], group_figures(*page.key, group))] if group is not None else
                     every_group_figures(*page.key) + [(None, {"memory": page.figs["memory"]})])
-    st.caption("One tab per matrix family. Hover a band for its GPU, head, global range and local offset; in a "
-               "window narrower than a figure, scroll it sideways for the rank view on its right. "
+    st.caption("One tab per matrix family. Hover a band for its GPU, head, global range and local offset; "
+               "in a window narrower than a figure, scroll it sideways for the rank view on its right. "
                "Each GPU keeps one colour everywhere on this page.")
     if lay:  # the memory figure says that it is the tensor-parallel map's, not the layout's GPUs
         sections = [(g, {k: memory_figure(shown) if k == "memory" else f for k, f in figs.items()})

@@ -10,7 +10,8 @@ import streamlit as st
 from streamlit.runtime.scriptrunner_utils.exceptions import RerunException, StopException
 
 from explorer.run_live import (PHASES, PhaseStatus, injection_hint, injection_reach, layout_input,
-                               memory_estimate, model_input, show_memory, show_result, text_input, typed_shape)
+                               memory_estimate, model_input, show_memory, show_result, text_input,
+                               typed_shape)
 from explorer.text import literal
 from tpviz.errors import TpvizError
 from tpviz.live.check.compare import NOISE_MULTIPLE

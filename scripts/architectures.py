@@ -43,8 +43,8 @@ def page() -> str:
              "", f"## Mapped ({len(known)} model_types)", "",
              "| model_type | checkpoint class | maps | vision / audio tower | Run live | SGLang 0.5.23 |",
              "|---|---|---|---|---|---|", *map(row, known), "",
-             "Quantized checkpoints are read for the linear layers of every mapped type but Zamba2 (refused in "
-             "one line): FP8 (block, channel "
+             "Quantized checkpoints are read for the linear layers of every mapped type but Zamba2 "
+             "(refused in one line): FP8 (block, channel "
              "or tensor scales), NVFP4, and INT4/INT8 from GPTQ, AWQ and compressed-tensors; MXFP4 for "
              "gpt-oss alone, as vLLM reads it. MLX checkpoints and other methods (bitsandbytes, GGUF) are "
              "refused in one line.", "",

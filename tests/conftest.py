@@ -91,7 +91,8 @@ def _expected_cover(t, tp: int, replicas: int, q_rows: int, d: int, model) -> to
         elif t.shard_id is None:
             expected[q_rows:] = replicas
     tower = model.audio if t.tower == "audio" else model.tower
-    if "disable_tp" in t.note and tower and tower.heads % tp:  # built whole where tp does not divide its heads
+    # built whole where tp does not divide its heads
+    if "disable_tp" in t.note and tower and tower.heads % tp:
         expected[:] = tp
     if isinstance(t.shard_id, list):  # one tensor loaded into several shards (Gemma-4's K = V)
         expected *= len(t.shard_id)

@@ -147,3 +147,25 @@ def test_no_module_uses_another_modules_private_names():
                 found += [f"{path.relative_to(ROOT)}: {node.module}.{a.name}" for a in node.names
                           if a.name.startswith("_") and not a.name.startswith("__")]
     assert not found, found
+
+
+
+WIDTH = 110  # characters, not bytes: a '·' or '→' in a note counts once
+
+
+def long_lines(paths, root=ROOT) -> list[str]:
+    return [f"{p.relative_to(root)}:{i}: {len(line)} characters" for p in paths
+            for i, line in enumerate(p.read_text(encoding="utf-8").splitlines(), 1) if len(line) > WIDTH]
+
+
+def test_code_lines_fit_the_width():
+    rest = sorted(p for folder in ("bench", "scripts", "tests") for p in (ROOT / folder).rglob("*.py"))
+    found = long_lines(LIBRARY + VIEWS + rest)
+    assert not found, "\n".join(found)
+
+
+def test_the_width_check_catches_a_long_line(tmp_path):
+    (tmp_path / "ok.py").write_text("x = '" + "·" * (WIDTH - 6) + "'\n", encoding="utf-8")  # 110 characters
+    (tmp_path / "long.py").write_text("x = 1  # " + "y" * WIDTH + "\n", encoding="utf-8")
+    found = long_lines([tmp_path / "ok.py", tmp_path / "long.py"], tmp_path)
+    assert found == [f"long.py:1: {WIDTH + 9} characters"]

@@ -109,8 +109,8 @@ def report(model, vc, ckpt: list) -> dict:
     own = "model.layers." in (getattr(mapper, "orig_to_new_prefix", None) or {})
     wrapped = not own and any(n.startswith("language_model.") for n, _ in model.named_parameters())
 
-    # a tower tpviz names without the model. its checkpoint stores (MiniCPM-V 4.6's model.vision_tower.), where
-    # the class has no such module and its mapper takes only the stored name
+    # a tower tpviz names without the model. its checkpoint stores (MiniCPM-V 4.6's model.vision_tower.),
+    # where the class has no such module and its mapper takes only the stored name
     tops = {n.split(".")[0] for n, _ in model.named_parameters()}
     stored = [p for p in (getattr(mapper, "orig_to_new_prefix", None) or {})  # not a bare "model." (OCR's)
               if p.startswith("model.") and p != "model."]

@@ -1,5 +1,5 @@
-"""The link is the whole view (explorer/state.py EXTRAS): serving choices, fit inputs, layer group and open tab
-travel in the query string, the address follows every control (after an error too), and a Plan row's link
+"""The link is the whole view (explorer/state.py EXTRAS): serving choices, fit inputs, layer group and open
+tab travel in the query string, the address follows every control (after an error too), and a Plan row's link
 carries the fit inputs."""
 from tests.app.app_harness import charts, errors, run_app
 

@@ -93,7 +93,8 @@ def test_the_rest_of_the_view_travels_in_the_link():
 
 
 @pytest.mark.parametrize("params, word", [({"gpu": "nan"}, "from 1 to 10,000"), ({"ctx": "1e3"}, "ctx='1e3'"),
-                                          ({"conc": "0"}, "showing 16"), ({"dtype": "int8"}, "auto, bfloat16"),
+                                          ({"conc": "0"}, "showing 16"),
+                                          ({"dtype": "int8"}, "auto, bfloat16"),
                                           ({"group": "-2"}, "group number"), ({"tab": "a b"}, "figure name")])
 def test_bad_view_values_are_one_problem_each(params, word):
     values, problems = controls_from_query(params, KEYS)

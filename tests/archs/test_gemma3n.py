@@ -1,6 +1,7 @@
 """Gemma-3n as vLLM 0.33 models/gemma3n.py builds it: AltUp's stream projections and per-layer tables,
-LAuReL's low-rank residual, per-layer input embeddings, an MLP size per layer and KV-shared layers. Names and shapes
-are checked against a tiny checkpoint transformers writes; counts, splits and collectives by hand here."""
+LAuReL's low-rank residual, per-layer input embeddings, an MLP size per layer and KV-shared layers. Names and
+shapes are checked against a tiny checkpoint transformers writes; counts, splits and collectives by hand
+here."""
 import math
 
 import pytest

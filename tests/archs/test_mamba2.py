@@ -23,9 +23,10 @@ TINY = dict(vocab_size=96, hidden_size=64, num_heads=8, head_dim=16, n_groups=2,
 # Mamba-Codestral-7B's dimensions (its card: 7.3B, Mamba2, 256k context): 64 layers of 4096, 128 heads of 64,
 # 8 groups of state 128, a 32768 vocab, untied
 CODESTRAL = {"architectures": ["Mamba2ForCausalLM"], "model_type": "mamba2", "hidden_size": 4096,
-             "num_heads": 128, "head_dim": 64, "n_groups": 8, "state_size": 128, "expand": 2, "conv_kernel": 4,
-             "num_hidden_layers": 64, "vocab_size": 32768, "tie_word_embeddings": False, "use_bias": False,
-             "use_conv_bias": True, "rms_norm": True, "layer_norm_epsilon": 1e-05, "torch_dtype": "bfloat16"}
+             "num_heads": 128, "head_dim": 64, "n_groups": 8, "state_size": 128, "expand": 2,
+             "conv_kernel": 4, "num_hidden_layers": 64, "vocab_size": 32768, "tie_word_embeddings": False,
+             "use_bias": False, "use_conv_bias": True, "rms_norm": True, "layer_norm_epsilon": 1e-05,
+             "torch_dtype": "bfloat16"}
 
 
 def tiny_config(**changes) -> dict:
@@ -48,8 +49,8 @@ def test_names_and_shapes_are_what_transformers_saves(tmp_path, changes):
 def test_codestral_counts_and_rows_by_hand():
     """Per layer: in_proj [z | x | B | C | dt] = (2 x 8192 + 2 x 8 x 128 + 128) x 4096, conv1d (and its bias)
     over x | B | C, A_log / D / dt_bias per head, the gated norm over 8192, out_proj 4096 x 8192 and the layer
-    norm; two 32768 x 4096 tables: 7,285,403,648 values (the card's 7.3B). At tp 2 each GPU takes 64 heads and 4
-    of the 8 groups; A_log is held in float32."""
+    norm; two 32768 x 4096 tables: 7,285,403,648 values (the card's 7.3B). At tp 2 each GPU takes 64 heads and
+    4 of the 8 groups; A_log is held in float32."""
     m = shard_map(CODESTRAL, 2)
     layer = (18560 * 4096 + 10240 * 4 + 10240 + 3 * 128 + 8192 + 4096 * 8192 + 4096)
     total = 64 * layer + 2 * 32768 * 4096 + 4096
@@ -74,12 +75,13 @@ def test_the_preset_is_what_mistral_announced():
 
 @pytest.mark.parametrize("tp", [1, 2, 4, 8])
 def test_state_bytes_by_hand_and_no_kv_cache(tp):
-    """mamba2.py's state in the model's dtype: conv [(8192 + 2 x 8 x 128) / tp, 3] and ssm [128 / tp heads, 64,
-    128] per layer; no layer attends, so no KV cache."""
+    """mamba2.py's state in the model's dtype: conv [(8192 + 2 x 8 x 128) / tp, 3] and ssm [128 / tp heads,
+    64, 128] per layer; no layer attends, so no KV cache."""
     r = shard_map(CODESTRAL, tp).ranks[0]
     assert r.state_bytes_per_sequence == 64 * ((8192 + 2 * 8 * 128) // tp * 3 + 128 // tp * 64 * 128) * 2
     assert r.kv_cache_bytes_per_token == 0
-    assert any(s.startswith("Mamba2 layers keep a fixed state") for s in cache_sentences(shard_map(CODESTRAL, tp)))
+    sentences = cache_sentences(shard_map(CODESTRAL, tp))
+    assert any(s.startswith("Mamba2 layers keep a fixed state") for s in sentences)
 
 
 def test_valid_tp_sizes_name_the_configs_own_keys():
@@ -97,4 +99,5 @@ def test_refusals():
         normalize({**CODESTRAL, "use_bias": True})
     with pytest.raises(ConfigError) as e:
         normalize({**CODESTRAL, "head_dim": 32})
-    assert one_line(e.value) and "num_heads=128 x head_dim=32 is not expand x hidden_size=8192" in str(e.value)
+    assert one_line(e.value)
+    assert "num_heads=128 x head_dim=32 is not expand x hidden_size=8192" in str(e.value)

@@ -158,7 +158,8 @@ def test_minicpm4_8b_by_hand():
     """MiniCPM4-8B's dims as a FastDeploy port of MiniCPM4.1-8B lists its config.json (32 layers, 4096 hidden,
     32 / 2 heads of 128, a 16384 MLP, 73448 vocab, untied): the card's 8B; tp 4 copies each KV head twice."""
     cfg = dict(TINY, hidden_size=4096, intermediate_size=16384, num_attention_heads=32, num_key_value_heads=2,
-               num_hidden_layers=32, vocab_size=73448, tie_word_embeddings=False, max_position_embeddings=65536)
+               num_hidden_layers=32, vocab_size=73448, tie_word_embeddings=False,
+               max_position_embeddings=65536)
     h, kv = 4096, 2 * 128
     params = 2 * 73448 * h + h + 32 * (2 * h * h + 2 * kv * h + 3 * 16384 * h + 2 * h)
     m = shard_map(cfg, 4)

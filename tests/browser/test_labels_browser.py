@@ -99,8 +99,9 @@ LEGEND = """async (spec) => {
 }"""
 
 
+# 16 shared KV heads at tp 32
 MHA16 = {"model_type": "llama", "hidden_size": 4096, "num_attention_heads": 32, "num_key_value_heads": 16,
-         "intermediate_size": 8192, "vocab_size": 32000, "num_hidden_layers": 2}  # 16 shared KV heads at tp 32
+         "intermediate_size": 8192, "vocab_size": 32000, "num_hidden_layers": 2}
 
 
 @pytest.mark.parametrize("model, tp, shared", [("meta-llama/Llama-3.1-8B", 16, 8),

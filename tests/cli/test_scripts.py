@@ -1,5 +1,5 @@
-"""The shell scripts run modules that exist and run as __main__ (gpu_check.sh once called a module without one,
-and every row of its table read ERROR)."""
+"""The shell scripts run modules that exist and run as __main__ (gpu_check.sh once called a module without
+one, and every row of its table read ERROR)."""
 import importlib.util
 import re
 from pathlib import Path

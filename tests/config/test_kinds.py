@@ -262,8 +262,9 @@ def test_an_unmodelled_class_vllm_does_not_serve_says_so():
 
 
 def test_voxtral_is_refused_as_the_form_vllm_does_not_serve():
-    """A Hugging Face Voxtral config (transformers' own, with its text_config a Llama): vLLM 0.33's class reads
-    audio_config.downsample_factor, which only its Mistral-format adapter sets; one line names the flags."""
+    """A Hugging Face Voxtral config (transformers' own, with its text_config a Llama): vLLM 0.33's class
+    reads audio_config.downsample_factor, which only its Mistral-format adapter sets; one line names the
+    flags."""
     from transformers import VoxtralConfig
     cfg = json.loads(VoxtralConfig().to_json_string())
     with pytest.raises(ConfigError) as e:

@@ -156,15 +156,16 @@ def test_glm5_with_its_mtp_layer_is_glm51s_checkpoint():
 
 
 def params_llava_clip(c):
-    """LLaVA-1.5 as stored: LlamaConfig's default decoder (text_config leaves its sizes to the class: 4096 wide,
-    32 layers and heads, 11008 MLP), all of CLIP ViT-L's blocks with its class token, position table and both
-    layer norms, and the two-layer projector."""
+    """LLaVA-1.5 as stored: LlamaConfig's default decoder (text_config leaves its sizes to the class: 4096
+    wide, 32 layers and heads, 11008 MLP), all of CLIP ViT-L's blocks with its class token, position table and
+    both layer norms, and the two-layer projector."""
     v, V = c["vision_config"], c["text_config"]["vocab_size"]
     h, i, n = 4096, 11008, 32
     text = 2 * V * h + h + n * (4 * h * h + 3 * h * i + 2 * h)
     w, p, f = v["hidden_size"], v["patch_size"], v["intermediate_size"]
     block = 4 * (w * w + w) + 2 * (2 * w) + (w * f + f) + (f * w + w)
-    tower = w + 3 * p * p * w + ((v["image_size"] // p) ** 2 + 1) * w + 2 * w + v["num_hidden_layers"] * block + 2 * w
+    tower = (w + 3 * p * p * w + ((v["image_size"] // p) ** 2 + 1) * w + 2 * w
+             + v["num_hidden_layers"] * block + 2 * w)
     return text + tower + (w * h + h) + (h * h + h), block + 2 * w
 
 
@@ -177,22 +178,24 @@ def test_llava_1_5_is_the_release_less_what_vllm_skips():
 
 
 def params_llava_next_mistral(c):
-    """LLaVA-NeXT (Mistral-7B) as stored: MistralConfig's defaults for the sizes its text_config leaves out (4096
-    wide, 32 layers of 32 heads of 128) with its 8 KV heads and 14336 MLP; CLIP ViT-L/336 whole, the projector
-    and image_newline."""
-    V, (h, n, kv, i) = c["text_config"]["vocab_size"], (4096, 32, 8 * 128, c["text_config"]["intermediate_size"])
+    """LLaVA-NeXT (Mistral-7B) as stored: MistralConfig's defaults for the sizes its text_config leaves out
+    (4096 wide, 32 layers of 32 heads of 128) with its 8 KV heads and 14336 MLP; CLIP ViT-L/336 whole, the
+    projector and image_newline."""
+    V, (h, n, kv) = c["text_config"]["vocab_size"], (4096, 32, 8 * 128)
+    i = c["text_config"]["intermediate_size"]
     text = 2 * V * h + h + n * (2 * h * h + 2 * h * kv + 3 * h * i + 2 * h)
     v = c["vision_config"]
     w, p, f = v["hidden_size"], v["patch_size"], v["intermediate_size"]
     block = 4 * (w * w + w) + 2 * (2 * w) + (w * f + f) + (f * w + w)
-    tower = w + 3 * p * p * w + ((v["image_size"] // p) ** 2 + 1) * w + 2 * w + v["num_hidden_layers"] * block + 2 * w
+    tower = (w + 3 * p * p * w + ((v["image_size"] // p) ** 2 + 1) * w + 2 * w
+             + v["num_hidden_layers"] * block + 2 * w)
     return text + tower + (w * h + h) + (h * h + h) + h, block + 2 * w
 
 
 def params_pixtral_12b(c):
-    """Pixtral-12B: Mistral-NeMo's decoder (32 heads of 128, MistralConfig's default count), PixtralVisionConfig's
-    default tower (24 blocks of 1024, 16 heads, gated MLP 4096, RMS norms, an unbiased 16 x 16 patch conv and
-    ln_pre), and llava.py's biased projector 1024 -> 5120 -> 5120."""
+    """Pixtral-12B: Mistral-NeMo's decoder (32 heads of 128, MistralConfig's default count),
+    PixtralVisionConfig's default tower (24 blocks of 1024, 16 heads, gated MLP 4096, RMS norms, an unbiased
+    16 x 16 patch conv and ln_pre), and llava.py's biased projector 1024 -> 5120 -> 5120."""
     t = c["text_config"]
     V, h, n, i = t["vocab_size"], t["hidden_size"], t["num_hidden_layers"], t["intermediate_size"]
     q, kv = 32 * t["head_dim"], t["num_key_value_heads"] * t["head_dim"]
@@ -203,9 +206,9 @@ def params_pixtral_12b(c):
 
 
 def test_llava_next_and_pixtral_presets_by_hand():
-    """llava-v1.6-mistral-7b-hf: 7,566,747,648 values stored (its hub page's 7.57B), of which llava_next.py skips
-    CLIP's last block and post_layernorm; Pixtral-12B: 12,682,739,712 (the card's 12B decoder + 0.4B encoder),
-    every block built (vision_feature_layer -1)."""
+    """llava-v1.6-mistral-7b-hf: 7,566,747,648 values stored (its hub page's 7.57B), of which llava_next.py
+    skips CLIP's last block and post_layernorm; Pixtral-12B: 12,682,739,712 (the card's 12B decoder + 0.4B
+    encoder), every block built (vision_feature_layer -1)."""
     stored, skipped = params_llava_next_mistral(P["llava-hf/llava-v1.6-mistral-7b-hf"])
     assert stored == 7_566_747_648
     assert shard_map("llava-hf/llava-v1.6-mistral-7b-hf", 1).total_weight_bytes == (stored - skipped) * 2
@@ -214,9 +217,9 @@ def test_llava_next_and_pixtral_presets_by_hand():
 
 
 def test_backend_presets_by_hand():
-    """AFM-4.5B: q/k/v/o at 20 / 4 heads of 128, a gateless ReLU² MLP (up and down), untied: 4,619,184,640, the
-    hub page's 4.6B. Hy-MT2-7B: Hunyuan-7B's q/k/v/o at 32 / 8 heads with per-head q/k norms, a SwiGLU MLP,
-    tied: 7,504,568,320."""
+    """AFM-4.5B: q/k/v/o at 20 / 4 heads of 128, a gateless ReLU² MLP (up and down), untied: 4,619,184,640,
+    the hub page's 4.6B. Hy-MT2-7B: Hunyuan-7B's q/k/v/o at 32 / 8 heads with per-head q/k norms, a SwiGLU
+    MLP, tied: 7,504,568,320."""
     c = P["arcee-ai/AFM-4.5B"]
     h, V, n, i = c["hidden_size"], c["vocab_size"], c["num_hidden_layers"], c["intermediate_size"]
     afm = 2 * V * h + h + n * (2 * h * 20 * 128 + 2 * h * 4 * 128 + 2 * h * i + 2 * h)
@@ -228,17 +231,17 @@ def test_backend_presets_by_hand():
 
 
 def params_olmo(c, experts: int = 0):
-    """OLMo-2/3's decoder: q/k norms over the whole projection, two post-norms a layer, untied; experts: that many
-    SwiGLU experts of intermediate_size and a router a layer (FlexOlmo) in place of the dense MLP."""
+    """OLMo-2/3's decoder: q/k norms over the whole projection, two post-norms a layer, untied; experts: that
+    many SwiGLU experts of intermediate_size and a router a layer (FlexOlmo) in place of the dense MLP."""
     h, V, n, i = c["hidden_size"], c["vocab_size"], c["num_hidden_layers"], c["intermediate_size"]
     mlp = h * experts + experts * 3 * h * i if experts else 3 * h * i
     return 2 * V * h + h + n * (4 * h * h + 2 * h + mlp + 2 * h)
 
 
 def test_classic_presets_by_hand():
-    """StarCoder2-3B: LayerNorms and every projection biased, 24 / 2 heads of 128, an ungated c_fc / c_proj MLP,
-    tied: 3,030,371,328 (the hub's 3.03B; untied would be 3.18B). OLMo-2-7B: q/k norms over the whole projection,
-    two post-norms a layer, untied. Gemma-2B: 8 / 1 heads of 256, GeGLU, tied."""
+    """StarCoder2-3B: LayerNorms and every projection biased, 24 / 2 heads of 128, an ungated c_fc / c_proj
+    MLP, tied: 3,030,371,328 (the hub's 3.03B; untied would be 3.18B). OLMo-2-7B: q/k norms over the whole
+    projection, two post-norms a layer, untied. Gemma-2B: 8 / 1 heads of 256, GeGLU, tied."""
     c = P["bigcode/starcoder2-3b"]
     h, V, n, i = c["hidden_size"], c["vocab_size"], c["num_hidden_layers"], c["intermediate_size"]
     kv = c["num_key_value_heads"] * h // c["num_attention_heads"]
@@ -247,16 +250,17 @@ def test_classic_presets_by_hand():
     olmo = params_olmo(P["allenai/OLMo-2-1124-7B"])
     assert olmo == 7_298_617_344 == shard_map("allenai/OLMo-2-1124-7B", 1).total_weight_bytes // 2
     c = P["google/gemma-2b"]
-    h, V, n, i, d = c["hidden_size"], c["vocab_size"], c["num_hidden_layers"], c["intermediate_size"], c["head_dim"]
+    h, V, n, i = c["hidden_size"], c["vocab_size"], c["num_hidden_layers"], c["intermediate_size"]
+    d = c["head_dim"]
     gemma = V * h + h + n * (2 * h * 8 * d + 2 * h * d + 3 * h * i + 2 * h)
     assert gemma == 2_506_172_416 == shard_map("google/gemma-2b", 1).total_weight_bytes // 2
 
 
 def test_qwen35_moe_with_its_mtp_layer_is_the_release_count():
-    """Qwen3.5-35B-A3B: Qwen3-Next's text stack (Gated DeltaNet three layers in four, gated full attention in the
-    fourth, 256 experts and a gated shared expert in every layer) and Qwen3-VL's tower without deepstack mergers;
-    with the one next-token layer the checkpoint also holds (an MoE full-attention layer, its fc over [h | h] and
-    three norms), the hub's 35.95B."""
+    """Qwen3.5-35B-A3B: Qwen3-Next's text stack (Gated DeltaNet three layers in four, gated full attention in
+    the fourth, 256 experts and a gated shared expert in every layer) and Qwen3-VL's tower without deepstack
+    mergers; with the one next-token layer the checkpoint also holds (an MoE full-attention layer, its fc over
+    [h | h] and three norms), the hub's 35.95B."""
     c = P["Qwen/Qwen3.5-35B-A3B"]
     t, v = c["text_config"], c["vision_config"]
     text = params_qwen3_next(t)
@@ -270,8 +274,9 @@ def test_qwen35_moe_with_its_mtp_layer_is_the_release_count():
         "linear_num_value_heads"] * 2
     h, H, kv, d, E, mi = (t["hidden_size"], t["num_attention_heads"], t["num_key_value_heads"], t["head_dim"],
                           t["num_experts"], t["moe_intermediate_size"])
-    mtp = (2 * h * H * d + 2 * h * kv * d + H * d * h + 2 * d + 2 * h  # gated q, k, v, o, q/k norms, two norms
-           + h * E + E * 3 * h * mi + 3 * h * t["shared_expert_intermediate_size"] + h  # MoE, shared expert gate
+    # gated q, k, v, o, q/k norms, two norms; the MoE and its shared expert (and gate)
+    mtp = (2 * h * H * d + 2 * h * kv * d + H * d * h + 2 * d + 2 * h
+           + h * E + E * 3 * h * mi + 3 * h * t["shared_expert_intermediate_size"] + h
            + 2 * h * h + 3 * h)
     assert round((text + tower + mtp) / 1e9, 2) == 35.95
 
@@ -315,8 +320,8 @@ def test_olmo3_flexolmo_and_jais2_by_hand():
 
 
 def test_gemma3_4b_takes_its_class_defaults_as_vllm_does():
-    """gemma-3-4b-it's text_config gives width, MLP and layers alone: Gemma3TextConfig's 8 heads, 4 KV heads of
-    256 and 262208 tokens fill the rest, as vLLM builds it; the map is the card's 4.3B (4,300,079,472)."""
+    """gemma-3-4b-it's text_config gives width, MLP and layers alone: Gemma3TextConfig's 8 heads, 4 KV heads
+    of 256 and 262208 tokens fill the rest, as vLLM builds it; the map is the card's 4.3B (4,300,079,472)."""
     m = shard_map("google/gemma-3-4b-it", 1)
     assert (m.model.num_attention_heads, m.model.num_key_value_heads, m.model.head_dim) == (8, 4, 256)
     assert m.total_weight_bytes == 4_300_079_472 * 2
@@ -337,10 +342,12 @@ def test_minicpm3_by_hand():
 
 
 def test_deepseek_v2_lite_is_its_index_total():
-    """DeepSeek-V2-Lite-Chat's model.safetensors.index.json reports total_size 31,412,968,448 bytes (bf16): MLA
-    with a plain q_proj (q_lora_rank null), layer 0 dense, 26 MoE layers of 64 experts and a 2 x 1408 shared MLP."""
+    """DeepSeek-V2-Lite-Chat's model.safetensors.index.json reports total_size 31,412,968,448 bytes (bf16):
+    MLA with a plain q_proj (q_lora_rank null), layer 0 dense, 26 MoE layers of 64 experts and a 2 x 1408
+    shared MLP."""
     c = P["deepseek-ai/DeepSeek-V2-Lite-Chat"]
-    h, V, i, m, E = 2048, c["vocab_size"], c["intermediate_size"], c["moe_intermediate_size"], c["n_routed_experts"]
+    h, V, i = 2048, c["vocab_size"], c["intermediate_size"]
+    m, E = c["moe_intermediate_size"], c["n_routed_experts"]
     attn = h * 16 * 192 + h * 576 + 512 + 512 * 16 * 256 + 16 * 128 * h
     moe = h * E + E * 3 * h * m + 3 * h * 2 * m
     total = 2 * V * h + h + 27 * (attn + 2 * h) + 3 * h * i + 26 * moe

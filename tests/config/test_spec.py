@@ -37,16 +37,18 @@ def test_plain_llama():
 
 
 def test_a_text_config_that_leaves_sizes_to_its_class_takes_them_as_vllm_does():
-    """LLaVA-1.5's released text_config gives no hidden_size, heads or layers: vLLM 0.33 builds the decoder from
-    LlavaConfig's reading, LlamaConfig's defaults (4096 / 32 / 32, 11008 MLP), and so does tpviz, naming each
-    default in a note. A config read as given (InternVL's llm_config: no transformers class) still names the
-    missing size, as does a top-level config without one."""
+    """LLaVA-1.5's released text_config gives no hidden_size, heads or layers: vLLM 0.33 builds the decoder
+    from LlavaConfig's reading, LlamaConfig's defaults (4096 / 32 / 32, 11008 MLP), and so does tpviz, naming
+    each default in a note. A config read as given (InternVL's llm_config: no transformers class) still names
+    the missing size, as does a top-level config without one."""
     llava = {"model_type": "llava", "architectures": ["LlavaForConditionalGeneration"],
              "text_config": {"model_type": "llama", "vocab_size": 32064, "max_position_embeddings": 4096},
-             "vision_config": {"model_type": "clip_vision_model", "hidden_size": 1024, "num_attention_heads": 16,
-                               "num_hidden_layers": 24, "patch_size": 14, "image_size": 336}}
+             "vision_config": {"model_type": "clip_vision_model", "hidden_size": 1024,
+                               "num_attention_heads": 16, "num_hidden_layers": 24, "patch_size": 14,
+                               "image_size": 336}}
     s = normalize(llava)
-    assert (s.hidden_size, s.num_attention_heads, s.num_hidden_layers, s.intermediate_size) == (4096, 32, 32, 11008)
+    dims = (s.hidden_size, s.num_attention_heads, s.num_hidden_layers, s.intermediate_size)
+    assert dims == (4096, 32, 32, 11008)
     assert s.num_key_value_heads == 32 and s.vocab_size == 32064
     note = next(n for n in s.notes if n.startswith("text_config leaves"))
     assert "hidden_size (4096)" in note and "LlamaConfig's defaults" in note and "vocab_size" not in note

@@ -43,7 +43,8 @@ CHANGED.update({f"preset:google/gemma-3-27b-it|layout {lay}": SIGLIP
                 for lay in ("2,2,1,False", "2,1,2,False")})
 CHANGED["preset:google/gemma-3-27b-it|live"] = "Run live says its vision tower is not run (issue 25)"
 GEMMA4_TOWER = ("its vision tower and embed_vision are mapped as vLLM 0.33's gemma4_mm.py builds them "
-                "(transformers' Gemma4VisionModel, whole on every GPU), on the first pipeline stage (issue 25)")
+                "(transformers' Gemma4VisionModel, whole on every GPU), on the first pipeline stage "
+                "(issue 25)")
 CHANGED.update({f"preset:google/gemma-4-31B-it|{rules}|{tp}": GEMMA4_TOWER  # nano-vllm refuses 8 and 16
                 for rules in ("vllm", "vllm-0.28", "nano-vllm") for tp in (1, 2, 8, 16)
                 if rules != "nano-vllm" or tp < 8})
@@ -80,8 +81,9 @@ CHANGED.update({f"preset:meta-llama/Llama-4-Scout-17B-16E-Instruct|layout {lay}"
 
 # notes reworded since the dump: (old text, new text, why), applied to the dump before comparing
 REWORDED = [("its tensors are stored under a language-model prefix (e.g. language_model.model.*) and the "
-             "vision tower is not split", "the vision tower (and any projector or audio tower) is left out of "
-             "the map and of every memory figure, and its own TP split is not drawn",
+             "vision tower is not split",
+             "the vision tower (and any projector or audio tower) is left out of the map and of every memory "
+             "figure, and its own TP split is not drawn",
              "vLLM splits vision towers too: the note no longer says a tower is not split (issue 25)")]
 KIMI_LIVE = "Kimi-K2.5's decoder runs live as DeepSeek-V3's: the live check lists kimi_k25 (issue 25)"
 REWORDED += [("deepseek_v3, deepseek_v2, gpt_oss", "deepseek_v3, deepseek_v2, kimi_k25, gpt_oss", KIMI_LIVE),

@@ -10,7 +10,8 @@ from tpviz.trace.tracer import trace_plan
 
 def pieces(plan, tp: int) -> list:
     tensors, param = trace_plan(plan, tp)
-    return [[(p.rank, p.start, p.stop, p.param_start) for p in t.pieces] for t in tensors] + [param.local_shapes]
+    pieces = [[(p.rank, p.start, p.stop, p.param_start) for p in t.pieces] for t in tensors]
+    return pieces + [param.local_shapes]
 
 
 def test_weight_and_bias_share_a_module_on_one_thread_only():
@@ -42,4 +43,5 @@ def test_concurrent_traces_of_one_plan_at_other_tps_agree_with_sequential_ones()
     for t in threads:
         t.join()
     assert not errors
-    assert all(all(r == expected[key] for r in runs) for key, runs in got.items()) and len(got) == len(expected)
+    assert len(got) == len(expected)
+    assert all(all(r == expected[key] for r in runs) for key, runs in got.items())

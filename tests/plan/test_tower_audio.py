@@ -24,8 +24,8 @@ KEY = "Qwen/Qwen2-Audio-7B"
 
 def test_qwen2_audio_7b_is_the_release_count_with_its_tower_whole_on_every_gpu():
     """Qwen2-Audio-7B holds 8,397,094,912 values: Qwen2Config's default decoder (4096 wide, 32 layers of 32
-    heads, q/k/v biased) over 156032 tokens with an 11008 MLP, Whisper-large's encoder (32 layers of 1280, k_proj
-    unbiased, two kernel-3 convs over 128 mel bins, 1500 positions) and a 1280 -> 4096 projector."""
+    heads, q/k/v biased) over 156032 tokens with an 11008 MLP, Whisper-large's encoder (32 layers of 1280,
+    k_proj unbiased, two kernel-3 convs over 128 mel bins, 1500 positions) and a 1280 -> 4096 projector."""
     h, i, V = 4096, 11008, 156032
     text = 2 * V * h + h + 32 * (3 * (h * h + h) + h * h + 3 * h * i + 2 * h)
     w, f = 1280, 5120
@@ -72,9 +72,9 @@ def test_the_audio_tower_has_its_own_tab_and_strip_bar():
 
 
 def saved(tmp_path) -> tuple[dict, dict]:
-    """A tiny Qwen2-Audio as transformers saves it: the released layout (audio_tower.*, multi_modal_projector.*,
-    language_model.model.*, language_model.lm_head), but transformers 5 writes the decoder's body under
-    language_model.model.model.*, which no release has: renamed."""
+    """A tiny Qwen2-Audio as transformers saves it: the released layout (audio_tower.*,
+    multi_modal_projector.*, language_model.model.*, language_model.lm_head), but transformers 5 writes the
+    decoder's body under language_model.model.model.*, which no release has: renamed."""
     cfg = dict(model_type="qwen2_audio", text_config=dict(model_type="qwen2", **TEXT),
                audio_config=dict(d_model=32, encoder_layers=2, encoder_attention_heads=4, encoder_ffn_dim=48,
                                  num_mel_bins=16, max_source_positions=20))
@@ -106,8 +106,9 @@ def test_a_bad_audio_config_is_one_line(change, words):
     assert one_line(e.value) and words in str(e.value), str(e.value)
 
 
-# Qwen2.5-Omni (qwen2_5_omni_thinker.py): the thinker alone, Qwen2.5-VL's vision tower with q/k/v stored apart,
-# transformers' Qwen2_5OmniAudioEncoder whole, the Qwen2 decoder; talker.* and token2wav.* dropped at load
+# Qwen2.5-Omni (qwen2_5_omni_thinker.py): the thinker alone, Qwen2.5-VL's vision tower with q/k/v stored
+# apart, transformers' Qwen2_5OmniAudioEncoder whole, the Qwen2 decoder; talker.* and token2wav.* dropped at
+# load
 OMNI_THINKER = dict(
     model_type="qwen2_5_omni_thinker", text_config=dict(model_type="qwen2_5_omni_text", **TEXT),
     audio_config=dict(d_model=32, encoder_layers=2, encoder_attention_heads=4, encoder_ffn_dim=48,
@@ -154,14 +155,15 @@ def test_omni_without_its_thinker_config_is_one_line():
 
 def omni_thinker_values(c: dict) -> dict[str, int]:
     """Qwen2.5-Omni's thinker by hand, per part: Whisper-large's encoder with its two convs, ln_post, proj to
-    output_dim and two bos / eos rows; Qwen2.5-VL's ViT (gated MLP, RMS norms, a Conv3d patch kernel, the merger
-    over 2 x 2 patches); the Qwen2 decoder with q/k/v biases; its lm_head untied."""
+    output_dim and two bos / eos rows; Qwen2.5-VL's ViT (gated MLP, RMS norms, a Conv3d patch kernel, the
+    merger over 2 x 2 patches); the Qwen2 decoder with q/k/v biases; its lm_head untied."""
     t, a, v = (c["thinker_config"][k] for k in ("text_config", "audio_config", "vision_config"))
     w, f, out = a["d_model"], a["encoder_ffn_dim"], a["output_dim"]
     audio = (w * a["num_mel_bins"] * 3 + w + w * w * 3 + w + 2 * out + 2 * w + out * w + out
              + a["encoder_layers"] * (4 * w * w + 3 * w + 4 * w + 2 * w * f + f + w))
     e, i, wide = v["hidden_size"], v["intermediate_size"], v["hidden_size"] * 4
-    visual = (e * 3 * 2 * 14 * 14 + v["depth"] * (3 * e * e + 3 * e + e * e + e + 3 * e * i + 2 * i + e + 2 * e)
+    block = 3 * e * e + 3 * e + e * e + e + 3 * e * i + 2 * i + e + 2 * e
+    visual = (e * 3 * 2 * 14 * 14 + v["depth"] * block
               + e + wide * wide + wide + out * wide + out)
     h, V, n, kv = t["hidden_size"], t["vocab_size"], t["num_hidden_layers"], t["num_key_value_heads"] * 128
     model = V * h + h + n * (h * h + h + 2 * (h * kv + kv) + h * h + 3 * h * t["intermediate_size"] + 2 * h)
@@ -177,27 +179,31 @@ def parts(key: str) -> dict[str, int]:
 
 
 def test_omni_3b_thinker_is_the_measured_checkpoint_and_7b_follows_the_same_count():
-    """A parameter table of the loaded Qwen2.5-Omni-3B checkpoint gives its thinker as audio_tower 637,676,544,
-    visual 668,684,288, model 3,085,938,688 and lm_head 311,164,928 (4,703,464,448 in all): the hand count and the
-    map equal each part. The 7B's map equals the same count of its own config."""
-    measured = {"audio_tower": 637_676_544, "visual": 668_684_288, "model": 3_085_938_688, "lm_head": 311_164_928}
+    """A parameter table of the loaded Qwen2.5-Omni-3B checkpoint gives its thinker as audio_tower
+    637,676,544, visual 668,684,288, model 3,085,938,688 and lm_head 311,164,928 (4,703,464,448 in all): the
+    hand count and the map equal each part. The 7B's map equals the same count of its own config."""
+    measured = {"audio_tower": 637_676_544, "visual": 668_684_288, "model": 3_085_938_688,
+                "lm_head": 311_164_928}
     assert omni_thinker_values(presets()["Qwen/Qwen2.5-Omni-3B"]) == measured == parts("Qwen/Qwen2.5-Omni-3B")
     assert parts("Qwen/Qwen2.5-Omni-7B") == omni_thinker_values(presets()["Qwen/Qwen2.5-Omni-7B"])
     assert shard_map("Qwen/Qwen2.5-Omni-7B", 4).ranks[0].weight_bytes_by_family["audio"] == 639_647_232 * 2
-    with pytest.raises(TPSizeError) as e:  # its vision MLP (3420) is not cut 8 ways, and no data mode avoids it
+    # its vision MLP (3420) is not cut 8 ways, and no data mode avoids it
+    with pytest.raises(TPSizeError) as e:
         shard_map("Qwen/Qwen2.5-Omni-3B", 8)
     assert one_line(e.value) and "intermediate_size=3420" in str(e.value) and "has no" in str(e.value)
 
 
-# Qwen3-Omni (qwen3_omni_moe_thinker.py): the thinker alone; its audio encoder of vLLM parallel layers, split over
-# the audio heads where they divide tp and whole (disable_tp) where not; its ViT with Qwen2.5-VL-named mergers
+# Qwen3-Omni (qwen3_omni_moe_thinker.py): the thinker alone; its audio encoder of vLLM parallel layers, split
+# over the audio heads where they divide tp and whole (disable_tp) where not; its ViT with Qwen2.5-VL-named
+# mergers
 OMNI3_THINKER = dict(
     model_type="qwen3_omni_moe_thinker",
-    text_config=dict(model_type="qwen3_omni_moe_text", hidden_size=64, intermediate_size=96, moe_intermediate_size=16,
-                     num_experts=4, num_experts_per_tok=2, num_hidden_layers=2, num_attention_heads=4,
-                     num_key_value_heads=2, head_dim=16, vocab_size=512),
-    audio_config=dict(d_model=32, encoder_layers=2, encoder_attention_heads=2, encoder_ffn_dim=48, num_mel_bins=16,
-                      downsample_hidden_size=8, output_dim=64, max_source_positions=20, n_window=4),
+    text_config=dict(model_type="qwen3_omni_moe_text", hidden_size=64, intermediate_size=96,
+                     moe_intermediate_size=16, num_experts=4, num_experts_per_tok=2, num_hidden_layers=2,
+                     num_attention_heads=4, num_key_value_heads=2, head_dim=16, vocab_size=512),
+    audio_config=dict(d_model=32, encoder_layers=2, encoder_attention_heads=2, encoder_ffn_dim=48,
+                      num_mel_bins=16, downsample_hidden_size=8, output_dim=64, max_source_positions=20,
+                      n_window=4),
     vision_config=dict(depth=3, hidden_size=32, intermediate_size=48, num_heads=4, out_hidden_size=64,
                        deepstack_visual_indexes=[0, 1], num_position_embeddings=16, patch_size=4))
 
@@ -209,15 +215,18 @@ def test_qwen3_omni_names_what_transformers_saves_and_splits_audio_only_where_he
     shapes |= {"talker.model.norm.weight": (8,), "code2wav.decoder.0.conv.weight": (3, 3)}
     cfg = {"model_type": "qwen3_omni_moe", "architectures": ["Qwen3OmniMoeForConditionalGeneration"],
            "thinker_config": json.loads((tmp_path / "config.json").read_text())}
-    cfg["thinker_config"]["vision_config"] |= {"image_size": 16, "apply_vit_abs_pos_embed": True}  # 4 x 4 cells
+    # 4 x 4 cells
+    cfg["thinker_config"]["vision_config"] |= {"image_size": 16, "apply_vit_abs_pos_embed": True}
     m = shard_map(cfg, 2, tensor_names=set(shapes), checkpoint_source="tiny")
     planned = {t.name: t.shape for t in tensors(build_plan(m.model)) if t.plan.tower}
     assert planned == {n.removeprefix("thinker."): s for n, s in shapes.items()
                        if n.startswith(("thinker.visual.", "thinker.audio_tower."))}
     assert m.checkpoint["verified"] and m.checkpoint["dropped"] == 2, m.checkpoint
     fc1 = m.tensor("audio_tower.layers.*.fc1.weight")  # 2 audio heads: cut at tp 2 ...
-    assert fc1.layer_class == "ColumnParallelLinear" and [(p.start, p.stop) for p in fc1.rank_pieces(1)] == [(24, 48)]
-    assert m.tensor("audio_tower.layers.*.self_attn.k_proj.weight").param.endswith("self_attn.qkv_proj.weight")
+    assert fc1.layer_class == "ColumnParallelLinear"
+    assert [(p.start, p.stop) for p in fc1.rank_pieces(1)] == [(24, 48)]
+    k_proj = m.tensor("audio_tower.layers.*.self_attn.k_proj.weight")
+    assert k_proj.param.endswith("self_attn.qkv_proj.weight")
     whole = shard_map(cfg, 4).tensor("audio_tower.layers.*.fc1.weight")  # ... whole on each of 4 GPUs
     assert [(p.start, p.stop) for p in whole.rank_pieces(3)] == [(0, 48)] and "disable_tp" in whole.note
     assert any("split over its 2 heads where they divide tp" in n for n in m.model.notes)
@@ -229,8 +238,9 @@ def test_qwen3_omni_names_what_transformers_saves_and_splits_audio_only_where_he
 
 
 def test_qwen3_omni_30b_thinker_by_hand():
-    """Qwen3-Omni-30B-A3B's thinker: Qwen3-MoE's decoder (48 layers of 32 / 4 heads with q/k norms, 128 experts of
-    768, untied), its ViT (27 blocks, position table of (768 / 16)² cells, a merger and three deepstack ones)
+    """Qwen3-Omni-30B-A3B's thinker: Qwen3-MoE's decoder (48 layers of 32 / 4 heads with q/k norms, 128
+    experts of 768, untied), its ViT (27 blocks, position table of (768 / 16)² cells, a merger and three
+    deepstack ones)
     and its audio encoder (32 layers, three Conv2d of 480 channels, conv_out, ln_post, proj1 and proj2):
     31,719,205,488 values."""
     c = presets()["Qwen/Qwen3-Omni-30B-A3B-Instruct"]["thinker_config"]
@@ -265,4 +275,5 @@ def test_a_config_its_class_refuses_names_that_first_and_a_null_text_config_its_
     assert "read as given, text_config is missing hidden_size" in str(e.value)
     spec = load_spec({**base, "text_config": None})
     note = next(n for n in spec.notes if n.startswith("text_config leaves"))
-    assert "hidden_size (4096)" in note and "vocab_size (151936)" in note and "intermediate_size (22016)" in note
+    assert all(f"{key} ({n})" in note for key, n in (("hidden_size", 4096), ("vocab_size", 151936),
+                                                      ("intermediate_size", 22016)))

@@ -95,7 +95,8 @@ def rebuild_from_pieces(spec, m: ShardMap, rules: str) -> None:
 def round_trip(cfg, tp: int, rules: str, invariants) -> None:
     spec = load_spec(cfg)
     problem = split_problem(spec, tp, rules)[0]
-    if ruleset(rules).carves and spec.arch.sglang is None:  # a model file tpviz has not read: refused, one line
+    # a model file tpviz has not read: refused, one line
+    if ruleset(rules).carves and spec.arch.sglang is None:
         assert "does not model SGLang 0.5.23's" in problem and "\n" not in problem, problem
         return
     if problem is not None:
@@ -111,8 +112,8 @@ def round_trip(cfg, tp: int, rules: str, invariants) -> None:
 
 
 def expected_problem(spec, tp: int, rules: str) -> bool:
-    """Hand rule (non-MLA configs): does any split fail at this tp? (SGLang: only the model files it reads, and
-    the vocabulary padded to 64 x tp when 64 does not divide)"""
+    """Hand rule (non-MLA configs): does any split fail at this tp? (SGLang: only the model files it reads,
+    and the vocabulary padded to 64 x tp when 64 does not divide)"""
     if ruleset(rules).carves and spec.arch.sglang is None:
         return True
     kv = spec.num_key_value_heads

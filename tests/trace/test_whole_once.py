@@ -1,6 +1,7 @@
-"""The tracer traces a tensor every rank loads whole once and spreads it (trace/tracer.py): held here by tracing
-each such plan on every rank, for every preset, rule set and quantization scheme, and finding every rank loaded
-what rank 0 did: the same source runs at the same places, the same local shape and no padding of its own."""
+"""The tracer traces a tensor every rank loads whole once and spreads it (trace/tracer.py): held here by
+tracing each such plan on every rank, for every preset, rule set and quantization scheme, and finding every
+rank loaded what rank 0 did: the same source runs at the same places, the same local shape and no padding of
+its own."""
 import pytest
 
 from tpviz.config.sources import load_spec, presets
@@ -74,6 +75,7 @@ def test_a_spread_map_equals_the_map_traced_on_every_rank(monkeypatch):
         spec = load_spec(name)
         fast = trace(spec, 8)
         real = tracer.trace_plan
-        monkeypatch.setattr(tracer, "trace_plan", lambda plan, width: real(plan, 8 if not plan.split else width))
+        monkeypatch.setattr(tracer, "trace_plan",
+                            lambda plan, width: real(plan, 8 if not plan.split else width))
         assert trace(spec, 8).to_dict() == fast.to_dict(), name
         monkeypatch.setattr(tracer, "trace_plan", real)

@@ -50,8 +50,8 @@ def mamba2_fields(cfg: dict) -> dict:
     heads, head = read_int(cfg, "num_heads"), read_int(cfg, "head_dim", default=64)
     width = read_int(cfg, "intermediate_size", default=read_int(cfg, "expand", default=2) * hidden)
     if heads * head != width:
-        raise ConfigError(f"num_heads={heads} x head_dim={head} is not expand x hidden_size={width}, the width "
-                          "vLLM 0.33's MambaMixer2 splits into heads")
+        raise ConfigError(f"num_heads={heads} x head_dim={head} is not expand x hidden_size={width}, "
+                          "the width vLLM 0.33's MambaMixer2 splits into heads")
     out = {k: v for k, v in cfg.items() if k not in ("num_heads", "head_dim", "num_key_value_heads")}
     return {**out, "hybrid_override_pattern": "M" * n, "mamba_num_heads": heads, "mamba_head_dim": head,
             "ssm_state_size": read_int(cfg, "state_size", default=128), "num_attention_heads": heads,

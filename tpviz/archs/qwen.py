@@ -54,7 +54,8 @@ RECORDS = [
     Arch("qwen2_audio", "Qwen2AudioForConditionalGeneration", text_model="qwen2", audio="qwen2_audio",
          qkv_bias=True, o_bias=False, window="qwen2", window_flag=True),
     # qwen2_5_omni_thinker.py: the thinker alone (thinker_config), Qwen2.5-VL's tower with q/k/v stored apart,
-    # transformers' Qwen2_5OmniAudioEncoder whole, Qwen2ForCausalLM; talker.* and token2wav.* mapped to nothing
+    # transformers' Qwen2_5OmniAudioEncoder whole, Qwen2ForCausalLM; talker.* and token2wav.* mapped to
+    # nothing
     Arch("qwen2_5_omni", "Qwen2_5OmniModel", text_model="qwen2_5_omni_text", tower="qwen2_5_omni",
          audio="qwen2_5_omni_audio", inner="thinker_config", qkv_bias=True,
          o_bias=False, window="qwen2", window_flag=True,

@@ -112,9 +112,10 @@ _STEP3P5 = dict(names=replace(STEP3, score_bias="router_bias"), adapt=step3p5_fi
                 note="its MTP layers (past num_hidden_layers) are left out: vLLM 0.33's main model skips "
                      "them")
 
-# vLLM 0.33.0's ModelConfig asks hasattr(text_config, "num_attention_heads") (get_hf_text_config); transformers'
-# Step3p7TextConfig with its own sliding head count is heterogeneous, and answers with a RuntimeError hasattr
-# does not catch (checked with transformers 5.16.1 and 5.20.2, the range vLLM 0.33.0 requires)
+# vLLM 0.33.0's ModelConfig asks hasattr(text_config, "num_attention_heads") (get_hf_text_config);
+# transformers' Step3p7TextConfig with its own sliding head count is heterogeneous, and answers with a
+# RuntimeError hasattr does not catch (checked with transformers 5.16.1 and 5.20.2, the range vLLM 0.33.0
+# requires)
 STEP3P7_LOAD = ("vLLM 0.33.0 as released stops while reading this config when its sliding layers have a head "
                 "count of their own (Step-3.7-Flash's 96 beside 64): get_hf_text_config's "
                 "hasattr(text_config, 'num_attention_heads') raises transformers' "

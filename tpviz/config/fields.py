@@ -39,7 +39,8 @@ def read_int(cfg: dict, *keys, default=None, minimum: int = 1, maximum: int = 0)
 
 
 def read_int_in(where: str, cfg: dict, *keys, default=None) -> int:
-    """read_int of a nested object, its one line naming the object as config.json does ('vision_config: ...')."""
+    """read_int of a nested object, its one line naming the object as config.json does
+    ('vision_config: ...')."""
     try:
         return read_int(cfg, *keys, default=default)
     except ConfigError as e:

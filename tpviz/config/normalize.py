@@ -50,8 +50,8 @@ def served_part(cfg: dict, inner: str) -> dict:
     (its record) and with the outer dtype and quantization where it gives none."""
     part = cfg.get(inner)
     if not isinstance(part, dict):
-        raise MissingFieldError(f"config has no {inner} object, the part of {cfg.get('model_type')} vLLM 0.33 "
-                                "serves", inner)
+        raise MissingFieldError(f"config has no {inner} object, the part of {cfg.get('model_type')} "
+                                "vLLM 0.33 serves", inner)
     outer = {k: cfg[k] for k in ("architectures", "torch_dtype", "dtype", "quantization_config") if k in cfg}
     return {**outer, **part, "model_type": cfg.get("model_type")}
 
@@ -218,14 +218,15 @@ def read_spec(cfg: dict, name: str) -> ModelSpec:
         spec.per_layer_vocab = read_int(cfg, "vocab_size_per_layer_input", default=spec.vocab_size,
                                         maximum=LIMITS["vocab_size"]) if spec.per_layer_input else 0
         if spec.per_layer_input and arch.pp:
-            spec.notes.append(f"per-layer inputs: with pp > 1 vLLM 0.33 also hands each token's {num_layers} x "
-                              f"{spec.per_layer_input} per-layer input values to the next stage, which the PP "
-                              "hand-off traffic here leaves out")
+            spec.notes.append(f"per-layer inputs: with pp > 1 vLLM 0.33 also hands each token's "
+                              f"{num_layers} x {spec.per_layer_input} per-layer input values to the next "
+                              "stage, which the PP hand-off traffic here leaves out")
     if "altup_laurel" in arch.extra:  # Gemma-3n, as vLLM 0.33 gemma3n.py reads them
         spec.altup_inputs = read_int(cfg, "altup_num_inputs", default=4, maximum=64)
         spec.laurel_rank = read_int(cfg, "laurel_rank", default=64, maximum=MAX_DIM)
     if arch.shared_blocks:  # Zamba2, as its record reads them
-        spec.shared_blocks, spec.attention_adapters = read_int(cfg, "shared_blocks"), cfg["attention_adapters"]
+        spec.shared_blocks = read_int(cfg, "shared_blocks")
+        spec.attention_adapters = cfg["attention_adapters"]
         spec.adapter_rank = read_int(cfg, "adapter_rank", maximum=MAX_DIM)
     spec.notes += tower_notes(spec.tower, spec.audio, outer, wrapped)
     # mlx_lm's older exports keep their quantization under "quantization" alone, which vLLM never reads

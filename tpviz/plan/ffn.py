@@ -86,7 +86,8 @@ def moe(spec: ModelSpec, names: Names, f: Ffn, layers, rules: RuleSet) -> list[P
                 src.name = src.name.replace(".weight", "").replace(".bias", "_bias")
                 src.disk = (e, *src.shape[::-1])
         plans += stacked
-    # Granite-MoE, Gemma-4 ("fused": named without .weight): one stacked tensor per projection, gate | up halves
+    # Granite-MoE, Gemma-4 ("fused": named without .weight): one stacked tensor per projection, gate | up
+    # halves
     elif spec.arch.experts in ("halves", "fused"):
         fused, down = (f"{p}{names.expert_gate_up[0]}", f"{p}{names.expert_down}")
         plans += merged(f"{ex}gate_up_proj", [], fused, hidden, [inter, inter], "experts", layers, quantity,

@@ -1,9 +1,9 @@
 """Gemma-3n's and Gemma-4's per-layer input embeddings (E2B, E4B), as vLLM 0.33 models/gemma3n.py and
-gemma4.py build them: every token looks up hidden_size_per_layer_input values for each layer in one more vocab-parallel
-table, adds a projection of its embedding (column-parallel, gathered), and each layer gates them in with two
-replicated linears. Gemma-3n adds AltUp (altup_num_inputs streams of the hidden state: the extra streams made
-and unmade by gathered column-parallel projections, mixed in each layer by small replicated tables) and LAuReL
-(a low-rank residual beside attention: column- then row-parallel)."""
+gemma4.py build them: every token looks up hidden_size_per_layer_input values for each layer in one more
+vocab-parallel table, adds a projection of its embedding (column-parallel, gathered), and each layer gates
+them in with two replicated linears. Gemma-3n adds AltUp (altup_num_inputs streams of the hidden state:
+the extra streams made and unmade by gathered column-parallel projections, mixed in each layer by small
+replicated tables) and LAuReL (a low-rank residual beside attention: column- then row-parallel)."""
 from tpviz.archs.names import Names
 from tpviz.config.spec import ModelSpec
 from tpviz.layers import VocabParallelEmbedding

@@ -1,7 +1,7 @@
 """Audio towers as vLLM 0.33 builds them: qwen2_audio.py's and qwen2_5_omni_thinker.py's are transformers' own
 encoders (and qwen2_audio.py's nn.Linear projector), plain torch layers that every GPU holds whole, nothing
-cut and no tp limit; qwen3_omni_moe_thinker.py's is its own, of vLLM parallel layers split over the audio heads.
-Names as the released checkpoints store them (audio_tower.*, multi_modal_projector.linear.*)."""
+cut and no tp limit; qwen3_omni_moe_thinker.py's is its own, of vLLM parallel layers split over the audio
+heads. Names as the released checkpoints store them (audio_tower.*, multi_modal_projector.linear.*)."""
 from dataclasses import replace
 
 from tpviz.archs.names import Names
@@ -81,7 +81,8 @@ def qwen3_omni_audio(spec, t: Tower, rules) -> tuple[list[ParamPlan], list[Param
 
 AUDIO_WHOLE = "whole on every GPU (disable_tp) where tp does not divide the audio heads"
 BUILDERS = {"qwen2_audio": qwen2_audio, "qwen2_5_omni_audio": qwen2_5_omni_audio,
-            "qwen3_omni_audio": qwen3_omni_audio, "gemma4_audio": gemma4_audio, "gemma3n_audio": gemma3n_audio}
+            "qwen3_omni_audio": qwen3_omni_audio, "gemma4_audio": gemma4_audio,
+            "gemma3n_audio": gemma3n_audio}
 NAMED_BY_TORCH = ("qwen2_audio", "qwen2_5_omni_audio")  # hand-planned transformers encoders
 
 

@@ -1,13 +1,13 @@
 """DeepSeek-VL2's vision tower and projector as vLLM 0.33's deepseek_vl2.py builds them.
 
-The tower is timm's vit_so400m_patch14_siglip_384 (config/tower.py's SO400M, built whatever vision_config
-says), whose linears stay torch nn.Linear, whole on every GPU, except those patch_vit_for_tp swaps at tp > 1:
-every timm Mlp's fc1 becomes a ColumnParallelLinear and fc2 a RowParallelLinear (replace_linear_class), in the
-blocks and in the attention-pooling head (attn_pool, which vLLM keeps though no output reads it). So the
-attention (attn.qkv fused [q | k | v], attn.proj) is whole and no head count limits tp; the MLP width does.
-The projector (MlpProjector, downsample_mlp_gelu: nn.Linear layers with a GELU between each two) and the two
-learned vectors (image_newline, view_seperator, the original's spelling) are whole too. deepseek_vl2.py has
-no --mm-encoder-tp-mode data."""
+The tower is timm's vit_so400m_patch14_siglip_384 (config/tower_readers.py's SO400M, built whatever
+vision_config says), whose linears stay torch nn.Linear, whole on every GPU, except those patch_vit_for_tp
+swaps at tp > 1: every timm Mlp's fc1 becomes a ColumnParallelLinear and fc2 a RowParallelLinear
+(replace_linear_class), in the blocks and in the attention-pooling head (attn_pool, which vLLM keeps though no
+output reads it). So the attention (attn.qkv fused [q | k | v], attn.proj) is whole and no head count limits
+tp; the MLP width does. The projector (MlpProjector, downsample_mlp_gelu: nn.Linear layers with a GELU between
+each two) and the two learned vectors (image_newline, view_seperator, the original's spelling) are whole too.
+deepseek_vl2.py has no --mm-encoder-tp-mode data."""
 from tpviz.config.tower import Tower
 from tpviz.plan.core import ParamPlan, column, norm, row
 from tpviz.plan.tower_minicpm import whole, whole_linear

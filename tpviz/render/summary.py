@@ -150,7 +150,8 @@ def kv_sentence(m: ShardMap) -> str | None:
     """One sentence on replicated KV heads, or None when every KV head lives on one rank."""
     share = kv_sharing(m)
     if not share or all(len(r) == 1 for r in share.values()):
-        # the first attention group splits its KV heads; a later one with fewer (Gemma-4's full layers) may not
+        # the first attention group splits its KV heads; a later one with fewer (Gemma-4's full layers) may
+        # not
         fewer = next((g for g in m.groups if g.mixer.get("kind") == "attention"
                       and 0 < g.mixer.get("kv_heads", m.tp_size) < m.tp_size), None)
         if fewer is None or m.model.is_mla:

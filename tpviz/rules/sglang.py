@@ -146,7 +146,8 @@ class SglangRuleSet(RuleSet):
         moe_intermediate_size, whether the experts are quantized or not (NVIDIA; AMD's aiter skips it)."""
         q, text = spec.quant, spec.config.get("text_config")
         inter = (text if isinstance(text, dict) else spec.config).get("moe_intermediate_size")
-        if q is None or q.method != "fp8" or not q.block or isinstance(inter, bool) or not isinstance(inter, int):
+        if (q is None or q.method != "fp8" or not q.block or isinstance(inter, bool)
+                or not isinstance(inter, int)):
             return None
         tp, ep, n = layout.tp, layout.ep_size, q.block[0]
         moe_tp = tp // ep

@@ -58,7 +58,8 @@ def split_error(spec: ModelSpec, tp_size: int, rules: RuleSet | str = "vllm",
             if getattr(module, "warning", None):
                 fallbacks.setdefault(module.warning, []).append(where(plan))
         if layout is not None and (problem := rules.load_problem(layout, spec)):
-            later.append(QuantError(f"after loading: {problem}", tp=tp_size))  # after every layer's own load-time checks
+            # after every layer's own load-time checks
+            later.append(QuantError(f"after loading: {problem}", tp=tp_size))
     except TPSizeError as e:
         return e, list(dict.fromkeys(warnings + merged(fallbacks)))
     return (later[0] if later else None), list(dict.fromkeys(warnings + merged(fallbacks)))

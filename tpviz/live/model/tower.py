@@ -36,7 +36,8 @@ class VisionBlock(nn.Module):
         n = x.shape[0]
         q, k, v = self.qkv(self.norm1(x)).view(n, 3, self.local, self.d).unbind(1)  # this rank's heads
         q, k = rotate(q, cos, sin), rotate(k, cos, sin)
-        heads_first = [(t.transpose(0, 1) for t in (q[a:b], k[a:b], v[a:b])) for a, b in zip(spans, spans[1:])]
+        heads_first = [(t.transpose(0, 1) for t in (q[a:b], k[a:b], v[a:b]))
+                       for a, b in zip(spans, spans[1:])]
         out = torch.cat([F.scaled_dot_product_attention(*one).transpose(0, 1) for one in heads_first])
         x = x + self.proj(out.reshape(n, -1))  # row-parallel: all-reduced over the heads
         gate, up = self.gate_up(self.norm2(x)).chunk(2, dim=-1)
@@ -67,8 +68,9 @@ class VisionTower(nn.Module):
         p = self.spec.tower.prefix
         out = {f"{p}patch_embed.proj.weight": self.patch.weight}
         for i, b in enumerate(self.blocks):
-            for name, layer in (("norm1", b.norm1), ("norm2", b.norm2), ("attn.qkv", b.qkv), ("attn.proj", b.proj),
-                                ("mlp.gate_up_proj", b.gate_up), ("mlp.down_proj", b.down)):
+            for name, layer in (("norm1", b.norm1), ("norm2", b.norm2), ("attn.qkv", b.qkv),
+                                ("attn.proj", b.proj), ("mlp.gate_up_proj", b.gate_up),
+                                ("mlp.down_proj", b.down)):
                 out.update({f"{p}blocks.{i}.{name}.{k}": v for k, v in layer.named_parameters()})
         merger = (("merger.ln_q", self.ln_q), ("merger.mlp.0", self.mlp0), ("merger.mlp.2", self.mlp2))
         for name, layer in merger:

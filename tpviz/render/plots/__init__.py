@@ -46,8 +46,8 @@ def _notes(m: ShardMap, family: str, group=None) -> str:
     if len(groups) == 1:
         (layers, experts), = groups
         if experts:
-            extra.append(f"one expert shown: all {experts} experts in {plural(layers, 'layer')} are split the "
-                         "same way")
+            extra.append(f"one expert shown: all {experts} experts in {plural(layers, 'layer')} are split "
+                         "the same way")
         elif layers > 1:
             extra.append(f"the same in each of {layers} {unit}s")
     else:
@@ -92,7 +92,8 @@ def _space_sections(src: SourceView, py: float) -> None:
     """Row-section names (q | k | v, Mamba's z | x | B | C | dt) beside one tensor, at least a line apart:
     thin sections would put them on top of each other; each moves down from where the last one ended."""
     last = {}  # x (a tensor's right edge) -> the px where its last name ends
-    for a in sorted((a for a in src.annotations if a.get("name") == "section"), key=lambda a: (a["x"], a["y"])):
+    sections = (a for a in src.annotations if a.get("name") == "section")
+    for a in sorted(sections, key=lambda a: (a["x"], a["y"])):
         y = a["y"] * py
         shift = max(0.0, last.get(a["x"], -1e9) + SECTION_PX - y)
         a["yshift"] = -shift

@@ -29,8 +29,8 @@ class Section:
 
 
 # a quantized matrix's companions, stored beside its weight
-QUANT_PARTS = ("weight_scale_inv", "weight_scale", "weight_scale_2", "input_scale", "scales", "qzeros", "g_idx",
-               "qweight")
+QUANT_PARTS = ("weight_scale_inv", "weight_scale", "weight_scale_2", "input_scale", "scales", "qzeros",
+               "g_idx", "qweight")
 
 
 # modules outside the encoder blocks keep their name as a prefix: Llama-4's adapter and MiniCPM-V's resampler

@@ -34,9 +34,9 @@ FAMILY_INFO = {
                 "Every expert is split like a dense MLP over moe_intermediate_size: each GPU holds a "
                 "slice of all experts."),
     "vision": ("Vision tower · attention and MLP column- then row-parallel, over the vision heads",
-               "Each GPU takes whole vision heads of q/k/v and the matching columns of their output projection; "
-               "the MLP (and a merger, where the tower has one) is cut like a dense MLP. The patch embedding, "
-               "norms and a projector weight are whole on every GPU."),
+               "Each GPU takes whole vision heads of q/k/v and the matching columns of their output "
+               "projection; the MLP (and a merger, where the tower has one) is cut like a dense MLP. The "
+               "patch embedding, norms and a projector weight are whole on every GPU."),
     "vision_data": ("Vision tower · whole on every GPU (--mm-encoder-tp-mode data)",
                     "Every GPU holds the whole tower and its projector and encodes its own share of the "
                     "images: nothing is cut and the vision heads limit no tp."),

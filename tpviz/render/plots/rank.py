@@ -129,8 +129,8 @@ def _place_headers(view: RankView, headers: list[tuple[float, float, str]]) -> N
             x, text, hover = (a + b) / 2, f"<b>{mark}</b>", plain
         else:
             _, _, text, x = header
-        view.annotations.append(dict(x=x, y=-0.5, yanchor="bottom", showarrow=False, text=text, hovertext=hover,
-                                     font=dict(size=11, color=INK)))
+        view.annotations.append(dict(x=x, y=-0.5, yanchor="bottom", showarrow=False, text=text,
+                                     hovertext=hover, font=dict(size=11, color=INK)))
     view.header_note = "; ".join(notes + ([f"too narrow to name, on hover: {'; '.join(hidden)}"] if hidden
                                           else []))
 

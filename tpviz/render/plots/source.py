@@ -122,7 +122,8 @@ def source_view(m: ShardMap, tensors: list[TensorMap]) -> SourceView:
                     y=y0 + mid if t.split_dim == 0 else y0 + rows,
                     text=f"<b>{s.label}</b>", showarrow=False, font=dict(size=11, color=INK), xshift=4,
                     xanchor="left" if t.split_dim == 0 else "center",
-                    yanchor="middle" if t.split_dim == 0 else "top", name="section" if t.split_dim == 0 else None))
+                    yanchor="middle" if t.split_dim == 0 else "top",
+                    name="section" if t.split_dim == 0 else None))
         if view.stacked:
             view.ticks += [(y0 + rows * f, f"{round(rows * f):,}") for f in (0, 0.5, 1)]
         label = _label(t, x0, y0 + rows / 2, True) if view.stacked else _label(t, x0 + cols / 2, 0, False)
@@ -177,9 +178,9 @@ def _bands(view: SourceView, m: ShardMap, t: TensorMap, secs, x0: float, y0: flo
 
 
 def _padding_band(view: SourceView, t: TensorMap, pad, x0: float, cols: float, rows: int) -> float:
-    """Padding rows (vocab, MXFP4 blocks): not in the checkpoint, so drawn just below it, hatched, at a visible
-    minimum height; side-by-side tensors padded alike share one label, after the last. Returns the band's
-    bottom."""
+    """Padding rows (vocab, MXFP4 blocks): not in the checkpoint, so drawn just below it, hatched, at a
+    visible minimum height; side-by-side tensors padded alike share one label, after the last. Returns the
+    band's bottom."""
     total = sum(pad.padding)
     shown = max(total, rows * 0.035)
     holders = [r for r, n in enumerate(pad.padding) if n]

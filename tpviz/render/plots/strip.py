@@ -50,9 +50,10 @@ def layer_strip(m: ShardMap, selected: int | None = None) -> go.Figure:
         layout["xaxis"]["ticktext"] = [t.medium for t in towers] + [str(i) for i in ticks]
     for x0, t in zip(at if towers else [], towers):
         cut = any(x.tower == t.medium and x.split_dim is not None  # a GPU holds less than all of it
-                  and sum(p.stop - p.start for p in x.rank_pieces(0)) < x.shape[x.split_dim] for x in m.tensors)
-        whole = ("split over tp" if cut else "whole on every GPU" if t.medium == "audio" or not t.data_parallel
-                 else "whole on every GPU (data mode)")
+                  and sum(p.stop - p.start for p in x.rank_pieces(0)) < x.shape[x.split_dim]
+                  for x in m.tensors)
+        whole = ("split over tp" if cut else "whole on every GPU"
+                 if t.medium == "audio" or not t.data_parallel else "whole on every GPU (data mode)")
         bars.append(go.Bar(x=[x0], y=[1], width=wide * 0.95, marker=dict(color=FAMILY_COLORS[t.medium]),
                            hovertext=[f"<b>{t.medium} tower</b><br>{t.depth} blocks of {t.heads} heads, "
                                       f"{whole}"
