@@ -116,11 +116,12 @@ def header(page: Page, rows: list[ValidRow], lay: Deployment | None, mem: list[d
                   delta_color="off", delta_arrow="off")
     c4.metric(f"Valid tp sizes ({m.rules.label})", " ".join(map(str, S.valid_sizes(rows, m.rules))))
     for sentence in filter(None, [*S.special_cases(m).values(), S.mla_kv_sentence(m), *S.cache_sentences(m)]):
-        st.info(sentence)
+        st.info(literal(sentence))  # tensor names carry '*': Markdown would set them in italics
     if absent := S.absent_cases(m):
-        st.caption("Not in this view: " + "; ".join(absent) + ".")
+        st.caption(literal("Not in this view: " + "; ".join(absent) + "."))
     if line := other_engine(page.key[0], page.key[1], lay.layout if lay else Layout(m.tp_size), m.rules.name):
-        st.caption(f"{line[0].upper()}{line[1:]}.")  # the same GPUs in the other engine, compared GPU by GPU
+        # the same GPUs in the other engine, compared GPU by GPU
+        st.caption(literal(f"{line[0].upper()}{line[1:]}."))
     if lay:
         deployment_section(lay, PLOTLY_CONFIG)
 
@@ -156,7 +157,7 @@ def render_page(page: Page, rows: list[ValidRow], lay: Deployment | None = None,
                    "shows which GPU holds which.")
     for i, (g, figs) in enumerate(sections):
         if g is not None:
-            st.markdown(f"#### Layers {S.layer_span(g.layers)}: {g.label}")
+            st.markdown(f"#### Layers {S.layer_span(g.layers)}: {literal(g.label)}")
         names = png_names(m, list(figs))
         # one tab per matrix family, drawn only while open: a tp change redraws what is on screen, not every
         # figure

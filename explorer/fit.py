@@ -2,6 +2,7 @@
 import streamlit as st
 
 from explorer.state import EXTRAS, FIT_KEYS, link_markdown, with_fit
+from explorer.text import literal
 from tpviz.deploy.fit import GPU_SIZES_GIB, GPU_UTILIZATION, capped_context, fit, sizing_notes, speed
 from tpviz.deploy.hardware import Topology, catalog
 from tpviz.deploy.perf import Workload, bound_sentence
@@ -64,7 +65,7 @@ def fit_section(m: ShardMap, layout=None, link=None) -> None:
     f = fit(m, gib, util, int(context), int(concurrency), layout=layout)
     context = f.context  # capped at the model's max_model_len
     if f.note:
-        st.warning(f"{f.note}.")
+        st.warning(literal(f"{f.note}."))
     if f.room <= 0:
         st.warning(f"Does not fit: {fmt_bytes(f.weights)} of weights on the fullest GPU, and vLLM may use "
                  f"{fmt_bytes(f.usable)} of {gib:g} GiB at gpu_memory_utilization {util:g}.")
@@ -85,7 +86,7 @@ def fit_section(m: ShardMap, layout=None, link=None) -> None:
                f"{fmt_bytes(f.per_sequence)} on the fullest GPU (windowed layers capped, "
                "recurrent state once). Activations, CUDA graphs and NCCL buffers take a few GiB more.")
     for note in sizing_notes(m.model, m.rules) if f.room > 0 else []:
-        st.caption(f"Note: {note}.")
+        st.caption(literal(f"Note: {note}."))
     if state.gpu_type:  # its output length is asked only then (a link's out= without hw= has no meaning)
         output = st.number_input("Of the context, output tokens", 1, 10_000_000, key="output_len")
         speed_part(m, layout, gib, util, int(context), int(output), int(concurrency))
@@ -124,4 +125,4 @@ def speed_part(m: ShardMap, layout, gib: float, util: float, context: int, outpu
                    "Gbit/s per GPU).")
     label = layout.label if layout else f"TP {m.tp_size}"
     st.plotly_chart(terms_figure(p.stage_terms, label, p.tpot_ms), theme=None, key="fig_speed_terms")
-    st.caption(f"Speed on {gpu.label}: {bound_sentence(m.model)}")
+    st.caption(literal(f"Speed on {gpu.label}: {bound_sentence(m.model)}"))

@@ -133,7 +133,7 @@ def model_input() -> tuple[str | bytes, bool]:
                               + ("its weights are not read: random weights)" if random
                                  else "random weights if none)"),
                               key="live_folder", placeholder="/models/Qwen3-0.6B")
-        st.caption(f"Limited to {root}.")
+        st.caption(literal(f"Limited to {root}."))
     else:
         upload = st.file_uploader("config.json (random weights)", type=["json"], key="live_upload",
                                   max_upload_size=UPLOAD_MB)
@@ -237,8 +237,8 @@ def show_result(result) -> None:
     cols[2].metric("argmax agreement", f"{100 * result.argmax_agreement:.1f}%")
     cols[3].metric("first beyond tolerance", result.diverges_at or "none",
                    help="The first stage whose TP output differs from tp=1 by more than its tolerance")
-    st.caption(f"Tolerance: {result.tolerance_rule}. Relative difference (max|Δ| / max|logit|): "
-               f"{result.max_rel_diff:.3g}.")
+    st.caption(literal(f"Tolerance: {result.tolerance_rule}. Relative difference (max|Δ| / max|logit|): "
+                       f"{result.max_rel_diff:.3g}."))
     # MoE: a token TP sent to other experts; noise at a near tie, or a real mismatch
     if flip := result.routing:
         (st.info if flip.noise_explained else st.error)(f"Routing: {literal(flip.explanation)}.")
@@ -262,7 +262,7 @@ def show_result(result) -> None:
     st.dataframe(environment_rows(result), hide_index=True)
     st.caption("Phases: " + ", ".join(f"{k} {v:.2f} s" for k, v in result.phases.items()))
     for note in result.notes:
-        st.caption(f"Note: {note}")
+        st.caption(literal(f"Note: {note}"))
     st.download_button("Download result JSON", json.dumps(result.to_dict(), indent=2),
                        file_name="verify.json", mime="application/json", key="download_json")
 
@@ -321,7 +321,7 @@ def memory_estimate(model: str | bytes, tp: int, pp: int, ep: bool, placement: s
 
 def show_memory(est: MemoryEstimate, available: dict[str, int]) -> None:
     """The estimate in one caption, and per rank in an expander."""
-    st.caption(f"Memory estimate: {est.summary(available)}. Not counted: a prompt's own tokens (until it is "
-               "tokenized) and each process's own torch and CUDA context.")
+    st.caption(literal(f"Memory estimate: {est.summary(available)}. Not counted: a prompt's own tokens "
+                       "(until it is tokenized) and each process's own torch and CUDA context."))
     with st.expander("Memory estimate per rank"):
         st.table(est.rows())  # a static table: the run's own tables stay the page's dataframes

@@ -120,7 +120,7 @@ def sidebar_source(local_off: bool) -> UploadedFile | None:
         if local_off:
             st.caption(f"Local paths are off in the web app; {WEB_LOCAL_HINT}.")
         else:
-            st.caption(f"Limited to {web_local_root()}.")
+            st.caption(literal(f"Limited to {web_local_root()}."))
     else:
         upload = capped_upload("config.json", "upload")
     st.radio("Rules", RULES, key="rules", format_func=RULE_LABELS.get, persist_state="session",

@@ -69,7 +69,8 @@ def main() -> None:
             env = choose_backend(tp * pp, device)
             gpus = ", ".join(env.gpus) if env.gpus else "none"
             cap = max_ranks(len(env.gpus))
-            st.caption(f"GPUs found: {gpus}. Backend: **{env.backend}** on {env.device} ({env.reason}). "
+            st.caption(f"GPUs found: {literal(gpus)}. Backend: **{env.backend}** on {env.device} "
+                       f"({literal(env.reason)}). "
                        + (f"This machine runs at most {cap} ranks; one live run at a time." if cap else ""))
             available = memory.available_memory(env.device, len(env.gpus))  # fresh: other runs come and go
         except TpvizError as e:
@@ -133,7 +134,7 @@ def main() -> None:
             except Exception as e:  # noqa: BLE001 - last resort: still one line, never a traceback
                 status.finish("error")
                 first = (str(e).strip().splitlines() or [""])[0][:300]
-                st.error(f"unexpected {type(e).__name__}: {first}")
+                st.error(literal(f"unexpected {type(e).__name__}: {first}"))
                 if "live_result" in st.session_state:
                     st.caption("The previous run's result:")
             except (StopException, RerunException):  # run_group's finally has stopped the ranks already;

@@ -215,12 +215,12 @@ def main() -> None:
                    "sums): those rows say so rather than guess."
                    + (f" {LEAST_NOTE[0].upper()}{LEAST_NOTE[1:]}." if speed else ""))
     if speed:
-        st.caption(f"Speed: {bound_sentence(spec)}")
+        st.caption(literal(f"Speed: {bound_sentence(spec)}"))
         if any(r.get("perf") and r["ep"] for r in rows):
             st.caption(f"Note: {EP_SAME}.")
     for note in {n: None for r in ([rules] if rules != BOTH else ["vllm", "sglang"])
                  for n in plan_notes(spec, r, any(x["fits"] for x in rows), int(context))}:
-        st.caption(f"Note: {note}.")
+        st.caption(literal(f"Note: {note}."))
 
 
 if __name__ == "__main__":  # spawned Run-live ranks re-import pages: build nothing there

@@ -176,3 +176,15 @@ def test_sections_below_the_figures_are_drawn_when_opened():
     assert (["tp", "vLLM 0.33", "vLLM 0.28", "SGLang 0.5.23", "nano-vllm"] in columns
             and any("collective" in c for c in columns))
     assert any("GPU" in c and "KV cache / token" in c for c in columns)
+
+
+def test_tensor_names_in_the_notes_keep_their_stars():
+    """Block names carry '*' (visual.blocks.*.attn.proj.bias): the notes escape them, or Markdown would set
+    the text between two of them in italics and drop both stars."""
+    import re
+    from app_harness import shown
+    at = run_app({"model": "Qwen/Qwen2.5-VL-7B-Instruct", "tp": "4"})
+    assert errors(at) == []
+    bias = next(i.value for i in at.info if shown(i.value).startswith("Row-parallel bias"))
+    assert "visual.blocks.*.attn.proj.bias and visual.blocks.*.mlp.down_proj.bias" in shown(bias)
+    assert not re.search(r"(?<!\\)\*", bias), bias  # every star escaped

@@ -1,6 +1,6 @@
 """The explorer under SGLang rules: its attention-DP and EP controls inside tp, the map cut over their
 groups, links that carry them, and bad values in a link."""
-from app_harness import errors, figure_tabs, heading, run_app
+from app_harness import errors, figure_tabs, heading, run_app, shown
 
 from explorer.state import controls_from_query, query_from_controls
 
@@ -45,9 +45,9 @@ def test_links_carry_sglangs_fields_and_bad_ones_are_said():
 
 def test_the_view_names_the_same_gpus_in_the_other_engine():
     at = run_app({"model": "Qwen/Qwen3-30B-A3B", "tp": "8", "ep": "1"})  # vLLM's EP over 8 GPUs
-    assert any("The same deployment in SGLang 0.5.23: python -m sglang.launch_server" in c.value
-               and "--ep-size 8" in c.value for c in at.caption)
+    assert any("The same deployment in SGLang 0.5.23: python -m sglang.launch_server" in shown(c.value)
+               and "--ep-size 8" in shown(c.value) for c in at.caption)
     at = run_app({"model": "Qwen/Qwen3-30B-A3B", "tp": "8", "rules": "sglang", "ep_size": "2"})
-    assert any(c.value.startswith("No vLLM 0.33 equivalent: --ep 2 below --tp 8") for c in at.caption)
+    assert any(shown(c.value).startswith("No vLLM 0.33 equivalent: --ep 2 below --tp 8") for c in at.caption)
     sent = [mt for mt in at.metric if mt.label == "Sent per decoded token, busiest GPU"]
     assert sent and sent[0].value == "not modelled"  # SGLang's EP traffic: said, not guessed

@@ -21,19 +21,19 @@ def test_fit_rows_room_for_kv_cache():
 
 
 def test_a_hybrid_models_fit_says_vllm_pads_its_pages():
-    from app_harness import run_app
+    from app_harness import run_app, shown
     from tpviz.deploy.fit import HYBRID_PAGES
-    notes = lambda at: [c.value for c in at.caption
-                        if c.value.startswith("Note: vLLM 0.33 sizes")]  # noqa: E731
+    notes = lambda at: [shown(c.value) for c in at.caption
+                        if shown(c.value).startswith("Note: vLLM 0.33 sizes")]  # noqa: E731
     note = HYBRID_PAGES.format(engine="vLLM 0.33")
     assert notes(run_app({"model": "Qwen/Qwen3-Next-80B-A3B-Thinking", "tp": "4"})) == [f"Note: {note}."]
     assert notes(run_app({"model": "Qwen/Qwen3-8B", "tp": "4"})) == []
 
 
 def test_the_default_context_past_a_models_length_is_sized_at_it():
-    from app_harness import run_app
+    from app_harness import run_app, shown
     at = run_app({"model": "meta-llama/Llama-2-7b-hf", "tp": "2"})  # the 8,192 default; Llama-2 serves 4,096
-    assert [w.value for w in at.warning if "max\\_model\\_len" in w.value or "max_model_len" in w.value] == [
+    assert [shown(w.value) for w in at.warning if "max_model_len" in shown(w.value)] == [
         "context 8,192 is past this model's max_model_len 4,096 (from its config), the "
         "longest vLLM serves it (nano-vllm caps there too): sized for 4,096 tokens."]
     assert any("concurrent sequences of 4,096 tokens fit" in s.value for s in at.success)
