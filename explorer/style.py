@@ -4,6 +4,9 @@ toolbar (which would cover the titles) is hidden; the header's numbers wrap inst
 ellipsis."""
 import streamlit as st
 
+# the explorer's figures: no logo, and no selection tools (a shard map is not a data set)
+PLOTLY_CONFIG = {"displaylogo": False, "modeBarButtonsToRemove": ["select2d", "lasso2d", "autoScale2d"]}
+
 # below this window width (the sidebar takes about 340 px) figures keep MIN_FIGURE_PX and scroll
 NARROW_PX = 1100
 MIN_FIGURE_PX = 980

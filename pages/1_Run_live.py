@@ -2,16 +2,16 @@
 
 Spawn-safe: Streamlit runs this file as __main__, and every spawned rank re-imports __main__, so the
 whole body lives in main() under the guard below; the ranks' code is in tpviz.live, the widgets and
-result view in explorer.run_live.
+result view in explorer.run_live and explorer.live_result.
 """
 import time
 
 import streamlit as st
 from streamlit.runtime.scriptrunner_utils.exceptions import RerunException, StopException
 
+from explorer.live_result import show_memory, show_result
 from explorer.run_live import (PHASES, PhaseStatus, injection_hint, injection_reach, layout_input,
-                               memory_estimate, model_input, show_memory, show_result, text_input,
-                               typed_shape)
+                               memory_estimate, model_input, text_input, typed_shape)
 from explorer.text import literal
 from tpviz.errors import TpvizError
 from tpviz.live.check.compare import NOISE_MULTIPLE

@@ -35,9 +35,10 @@ def tower_notes(tower: Tower | None, audio: Tower | None, outer: dict, wrapped: 
                      f"vLLM 0.33 builds them ({a.file}): {how}, held by the first pipeline stage; its time "
                      "per clip is not in the speed bound")
         if isinstance(vc := outer.get("vision_config"), dict) and not tower:  # Gemma-3n's timm MobileNet-V5
-            what = ", ".join(str(vc[k]) for k in ("model_type", "architecture") if isinstance(vc.get(k), str))
-            notes.append(f"its vision tower{f' ({what})' if what else ''} is not modelled: it is left out of the "
-                         "map and of every memory figure")
+            what = ", ".join(vc[k] for k in ("model_type", "architecture") if isinstance(vc.get(k), str))
+            named = f" ({what})" if what else ""
+            notes.append(f"its vision tower{named} is not modelled: it is left out of the map and of every "
+                         "memory figure")
     wrapper = arch_of(str(outer.get("model_type", "")))
     if outer.get("quantization_config") and {wrapper.tower, wrapper.audio} & set(HF_KINDS):
         notes.append("a quantized checkpoint: vLLM 0.33 quantizes its transformers-built towers by their "
