@@ -6,7 +6,8 @@ one per block.
     python bench/bench_vlm.py [--n 10] [--strict]
 
 Every preset with a tower is timed, the largest VLMs people serve among them (Llama-4-Maverick-17B-128E,
-Qwen3-VL-235B-A22B).
+Qwen3-VL-235B-A22B, Kimi-K2.5). Each line also gives the model's split tensors, each traced on every GPU: the
+ratio follows their count against Qwen3-0.6B's (whole tensors are traced once), not the parameter count.
 """
 import argparse
 import statistics
@@ -47,10 +48,12 @@ def main() -> int:
     torch.set_num_threads(1)  # the probe tensors are tiny: threads only add contention
     from tpviz.config.sources import load_spec, presets
     from tpviz.errors import TpvizError
+    from tpviz.plan import build_plan
+    split = lambda model: sum(p.split for p in build_plan(load_spec(model)))  # noqa: E731
     towers = [name for name in presets() if (lambda s: s.tower or s.audio)(load_spec(name))]
     missed = False
     for tp in (8, 16):
-        print(f"tp {tp}: {BASE} {timed(BASE, tp, args.n)[0]:.1f} ms")
+        print(f"tp {tp}: {BASE} {timed(BASE, tp, args.n)[0]:.1f} ms, {split(BASE)} split tensors")
         for name in towers:
             spec = load_spec(name)
             try:
@@ -61,8 +64,9 @@ def main() -> int:
             ok = ms <= TARGET_MS and ratio <= TARGET_RATIO
             missed |= not ok
             depth = (spec.tower or spec.audio).depth
-            print(f"  {name:<36} {ms:6.1f} ms  {ratio:4.2f}x Qwen3-0.6B  tower {depth} blocks  "
-                  f"{'ok' if ok else 'MISSED'} (targets {TARGET_MS:.0f} ms, {TARGET_RATIO:.0f}x)")
+            print(f"  {name:<36} {ms:6.1f} ms  {ratio:4.2f}x Qwen3-0.6B  {split(name):3d} split tensors  "
+                  f"tower {depth} blocks  {'ok' if ok else 'MISSED'} (targets {TARGET_MS:.0f} ms, "
+                  f"{TARGET_RATIO:.0f}x)")
     return 1 if missed and args.strict else 0
 
 
