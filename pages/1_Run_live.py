@@ -20,7 +20,7 @@ from tpviz.live.errors import for_page
 from tpviz.live.check.inject import INJECTIONS
 from tpviz.live.load.inputs import parse_ids_text
 from tpviz.live.check import memory
-from tpviz.live.check.memory import DTYPE_CHOICES
+from tpviz.live.load.dtypes import DTYPE_CHOICES
 from tpviz.live.run.runner import choose_backend
 from tpviz.live.run.slot import max_ranks, one_run_at_a_time
 

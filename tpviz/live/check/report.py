@@ -2,7 +2,7 @@
 import plotly.graph_objects as go
 
 from tpviz.live.check.compare import FP32_TOL, NOISE_MULTIPLE
-from tpviz.live.check.memory import ITEMSIZE
+from tpviz.live.load.dtypes import ITEMSIZE
 from tpviz.live.check.results import LayerDiff, VerifyResult
 from tpviz.render.plots.style import INK, MUTED, axis, base_layout, rank_color
 

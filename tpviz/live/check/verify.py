@@ -26,7 +26,8 @@ from tpviz.live.run.inprocess import run_within
 from tpviz.live.load.inputs import (TextTokenizer, check_input_ids, is_ids_text,
                                     parse_ids_text, random_input_ids,
                                tokenize)
-from tpviz.live.check.memory import DTYPE_CHOICES, check_fits, checkpoint_dtype, input_shape, run_dtype
+from tpviz.live.check.memory import check_fits, input_shape
+from tpviz.live.load.dtypes import DTYPE_CHOICES, checkpoint_dtype, run_dtype
 from tpviz.live.check.results import Environment, LayerDiff, RankReport, VerifyResult
 from tpviz.live.check.compare import compare
 from tpviz.live.check.routing import split as split_routing

@@ -26,7 +26,7 @@ from tpviz.rules.ruleset import ROLES
 from tpviz.live.run.comms import CollectiveCounter
 from tpviz.live.check.compare import DTYPES
 from tpviz.live.check.generate import greedy_steps
-from tpviz.live.check.memory import stored_bytes
+from tpviz.live.load.dtypes import stored_bytes
 from tpviz.live.model.config import Stage
 from tpviz.live.run.job import Job, Launch
 from tpviz.live.model.causal_lm import LiveForCausalLM
