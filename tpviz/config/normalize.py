@@ -4,7 +4,7 @@ from tpviz.archs import arch_of, arch_of_class
 from tpviz.config.fields import MAX_DIM, full_rope, json_type, pick, read_bool, read_float, read_int
 from tpviz.config.hf import DIMENSIONS, class_defaults, config_class, through_transformers
 from tpviz.config.kinds import Ffn, Mixer
-from tpviz.config.quant import read_quant
+from tpviz.config.quant import served_quant
 from tpviz.config.readers import bad_lengths, derive, family_defaults, hybrid_hint, max_model_len
 from tpviz.config.spec import DTYPE_BYTES, LIMITS, ModelSpec
 from tpviz.config.towers import read_towers, tower_notes
@@ -229,28 +229,7 @@ def read_spec(cfg: dict, name: str) -> ModelSpec:
         spec.attention_adapters = cfg["attention_adapters"]
         spec.adapter_rank = read_int(cfg, "adapter_rank", maximum=MAX_DIM)
     spec.notes += tower_notes(spec.tower, spec.audio, outer, wrapped)
-    # mlx_lm's older exports keep their quantization under "quantization" alone, which vLLM never reads
-    mlx = outer.get("quantization")
-    mlx = mlx if isinstance(mlx, dict) and {"group_size", "bits"} <= set(mlx) else None
-    spec.quant, note = read_quant(outer.get("quantization_config") or cfg.get("quantization_config") or mlx)
-    if spec.quant is not None:
-        spec.quantization = spec.quant.method
-        if spec.quant.scheme == "mxfp4" and not arch.mxfp4:
-            spec.quant, note = None, "MXFP4 is read for gpt-oss only (as vLLM does); mapped as if unquantized"
-    if spec.quant is not None and arch.experts == "halves":  # their scales' stacked layout is not traced
-        raise ConfigError(f"{spec.quant.label} on {model_type}'s stacked experts (input_linear, "
-                          "output_linear) is not modelled yet; the unquantized checkpoint maps")
-    # nor these (gate_up_proj_scale_inv); a dense model of the family (Gemma-4-31B) has none
-    if spec.quant is not None and arch.experts in ("transposed", "fused") and experts:
-        raise ConfigError(f"{spec.quant.label} on {model_type}'s fused experts (experts.gate_up_proj, "
-                          "experts.down_proj) is not modelled yet; the unquantized checkpoint maps")
-    if spec.quant is not None and "altup_laurel" in arch.extra:  # its AltUp / LAuReL tables' storage is not
-        raise ConfigError(f"{spec.quant.label} on {model_type} is not modelled yet (nor its AltUp and LAuReL "
-                          "tables' storage); the bf16 checkpoint maps")
-    # packed INT4/INT8 in a table every GPU holds whole is not traced (MiniCPM3's latents, Step3's qkv_proj)
-    if spec.quant is not None and spec.quant.packing and (arch.mla_as_attention or arch.low_rank_q):
-        raise ConfigError(f"{spec.quant.label} on {model_type}'s replicated attention tables is not modelled "
-                          "yet; the unquantized or FP8 checkpoint maps")
+    spec.quant, spec.quantization, note = served_quant(outer, cfg, arch, model_type, experts)
     if note:
         spec.notes.append(note)
     check_dims(spec)

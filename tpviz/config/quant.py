@@ -187,3 +187,33 @@ def read_quant(q: dict | None) -> tuple[Quant | None, str]:
         raise ConfigError(f"the checkpoint has {what}, which tpviz does not model yet (it reads FP8, "
                           "MXFP4, NVFP4, GPTQ, AWQ and compressed-tensors)")
     return READERS[method](q), ""
+
+
+def served_quant(outer: dict, cfg: dict, arch, model_type: str,
+                 experts: int) -> tuple[Quant | None, str, str]:
+    """(the Quant, its quant_method, a note) of a checkpoint as vLLM 0.33 reads it for this architecture (its
+    registry record); one line for a storage tpviz does not trace."""
+    # mlx_lm's older exports keep their quantization under "quantization" alone, which vLLM never reads
+    mlx = outer.get("quantization")
+    mlx = mlx if isinstance(mlx, dict) and {"group_size", "bits"} <= set(mlx) else None
+    q, note = read_quant(outer.get("quantization_config") or cfg.get("quantization_config") or mlx)
+    if q is None:
+        return None, "", note
+    method = q.method
+    if q.scheme == "mxfp4" and not arch.mxfp4:
+        return None, method, "MXFP4 is read for gpt-oss only (as vLLM does); mapped as if unquantized"
+    if arch.experts == "halves":  # their scales' stacked layout is not traced
+        raise ConfigError(f"{q.label} on {model_type}'s stacked experts (input_linear, output_linear) is not "
+                          "modelled yet; the unquantized checkpoint maps")
+    # nor these (gate_up_proj_scale_inv); a dense model of the family (Gemma-4-31B) has none
+    if arch.experts in ("transposed", "fused") and experts:
+        raise ConfigError(f"{q.label} on {model_type}'s fused experts (experts.gate_up_proj, "
+                          "experts.down_proj) is not modelled yet; the unquantized checkpoint maps")
+    if "altup_laurel" in arch.extra:  # its AltUp / LAuReL tables' storage is not traced
+        raise ConfigError(f"{q.label} on {model_type} is not modelled yet (nor its AltUp and LAuReL "
+                          "tables' storage); the bf16 checkpoint maps")
+    # packed INT4/INT8 in a table every GPU holds whole is not traced (MiniCPM3's latents, Step3's qkv_proj)
+    if q.packing and (arch.mla_as_attention or arch.low_rank_q):
+        raise ConfigError(f"{q.label} on {model_type}'s replicated attention tables is not modelled yet; the "
+                          "unquantized or FP8 checkpoint maps")
+    return q, method, note
