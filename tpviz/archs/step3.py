@@ -82,7 +82,10 @@ def step3p5_fields(cfg: dict) -> dict:
     for key in ("use_moe_router_bias", "need_fp32_gate"):
         if cfg.get(key) is not True:
             raise ConfigError(f"{key}={cfg.get(key)!r}: vLLM 0.33's step3p5.py asserts it is true")
-    limits = [x for x in cfg.get("swiglu_limits") or [] if x not in (None, 0)]
+    limits = cfg.get("swiglu_limits") or []
+    if not isinstance(limits, list) or any(isinstance(x, (bool, list, dict, str)) for x in limits):
+        raise ConfigError(f"swiglu_limits={limits!r} is not a list of per-layer limits (numbers)")
+    limits = [x for x in limits if x not in (None, 0)]
     if any(x != 7 for x in limits):
         raise ConfigError(f"swiglu_limits holds {sorted(set(limits))}: vLLM 0.33's step3p5.py runs only 7.0 "
                           "in its fused MoE")

@@ -141,6 +141,16 @@ class Tower:
 _int = partial(read_int_in, "vision_config")  # the key as the user finds it in config.json
 
 
+def deepstack(vc: dict, depth: int) -> list[int]:
+    """Qwen3-VL's deepstack_visual_indexes: the blocks whose outputs feed a deepstack merger each."""
+    found = vc.get("deepstack_visual_indexes") or []
+    block = lambda i: isinstance(i, int) and not isinstance(i, bool) and 0 <= i < depth  # noqa: E731
+    if not isinstance(found, list) or not all(map(block, found)):
+        raise ConfigError(f"vision_config: deepstack_visual_indexes={found!r} is not a list of block indexes "
+                          f"below depth={depth}")
+    return found
+
+
 def read_tower(outer: dict) -> Tower | None:
     """The tower of a multimodal config as its wrapper's record names it; None where tpviz does not model
     it."""
@@ -184,7 +194,7 @@ def read_tower(outer: dict) -> Tower | None:
                 positions = _int(vc, "num_position_embeddings", default=0)
             tower = Tower(hidden=_int(vc, "hidden_size"), intermediate=_int(vc, "intermediate_size"),
                           out_hidden=_int(vc, "out_hidden_size"), positions=positions,
-                          deepstack=len(vc.get("deepstack_visual_indexes") or []) if qwen3 else 0, **common)
+                          deepstack=len(deepstack(vc, common["depth"])) if qwen3 else 0, **common)
     tower = replace(tower, supports_data=kind in DATA_MODE)
     if tower.hidden % tower.heads:
         raise ConfigError(f"vision_config: hidden size {tower.hidden} is not divisible by "

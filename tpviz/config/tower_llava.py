@@ -79,6 +79,8 @@ def clip(outer: dict, vc: dict, kind: str, siglip: bool = False) -> dict:
 def llava_tower(outer: dict, vc: dict, kind: str) -> dict | None:
     """The tower a LLaVA wrapper (or Mistral-3) builds from vision_config; None (left out, named) for one it
     builds otherwise: llava_next.py and llava_onevision.py take no Pixtral tower here."""
+    if not isinstance(vc.get("model_type", ""), str):
+        raise ConfigError(f"vision_config: model_type={vc['model_type']!r} is not a name")
     if kind == "pixtral" or (kind == "llava" and vc.get("model_type") == "pixtral"):
         return pixtral(outer, vc, kind)
     vision = VISION.get(vc.get("model_type"))
