@@ -72,8 +72,7 @@ def fit_section(m: ShardMap, layout=None, link=None) -> None:
     else:
         tokens = f" ({f.kv_tokens:,} tokens of KV cache)" if f.kv_tokens is not None else ""
         verdict = st.success if f.fits else st.warning
-        verdict(f"{fmt_bytes(f.room)} per GPU left for KV cache{tokens}: {f.max_sequences:,} "
-                f"concurrent sequences of {int(context):,} tokens fit "
+        verdict(f"{fmt_bytes(f.room)} per GPU left for KV cache{tokens}: {f.sequences} "
                 f"({'enough for' if f.fits else 'fewer than'} the {int(concurrency):,} asked for).")
     rows = fit_rows(m, QUICK_GIB, utilization=util, context=int(context), layout=layout)  # the picks' sizes
     room = [r["GPU memory"] for r in rows if r["left for KV cache"] != "does not fit"]

@@ -1,4 +1,6 @@
 """tpviz.deploy.fit: the fit on one GPU size, from the map's per-rank numbers computed by hand here."""
+from dataclasses import replace
+
 from tpviz import shard_map
 from tpviz.deploy.fit import fit
 
@@ -89,3 +91,10 @@ def test_a_context_past_max_model_len_is_sized_at_it_and_said(capsys):
                  "--context", "100000"]) == 0
     out = capsys.readouterr().out
     assert "concurrent sequences of 4,096 tokens" in out and f"note: {long.note}\n" in out
+
+
+def test_the_sequence_count_reads_as_english():
+    from tpviz.deploy.fit import Fit
+    one = Fit(80 * 2**30, 72 * 2**30, 70 * 2**30, 2 * 2**30, None, 2**30, 1, 8192, 16)
+    assert one.sequences == "1 concurrent sequence of 8,192 tokens fits"
+    assert replace(one, max_sequences=1046).sequences == "1,046 concurrent sequences of 8,192 tokens fit"

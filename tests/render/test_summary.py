@@ -78,6 +78,10 @@ def test_bias_sentence():
     two = dict(presets()["openai/gpt-oss-20b"], quantization_config=None)
     sentence = S.bias_sentence(_shard_map(two, 8))
     assert "self_attn.o_proj.bias" in sentence and "GPU 0 only" in sentence
+    # a tower's row-parallel biases keep their prefix: Llama-4's vision o_proj has one, its decoder's none
+    sentence = S.bias_sentence(shard_map("meta-llama/Llama-4-Scout-17B-16E-Instruct", 8))
+    assert sentence.startswith("Row-parallel bias: vision_model.model.layers.*.self_attn.o_proj.bias and "
+                               "vision_model.model.layers.*.mlp.fc2.bias"), sentence
     assert "bias are held whole" in sentence and "counts each exactly once" in sentence  # two biases: plural
     one = S.bias_sentence(_shard_map(dict(presets()["meta-llama/Llama-3.2-1B"], attention_bias=True), 2))
     assert "o_proj.bias is held whole" in one and "counts it exactly once" in one

@@ -76,9 +76,8 @@ def fit_line(m: ShardMap, args) -> str:
                 f"{fmt_bytes(f.usable)} of {args.gpu_mem:g} GiB at gpu_memory_utilization {args.util:g}")
     tokens = f" = {f.kv_tokens:,} KV-cache tokens" if f.kv_tokens is not None else ""
     return "\n".join([
-        f"fit: {fmt_bytes(f.room)} left for KV cache per GPU{tokens}; {f.max_sequences:,} "
-        f"concurrent sequences of {f.context:,} tokens ({'enough for' if f.fits else 'fewer than'} the "
-        f"{args.concurrency:,} asked for)",
+        f"fit: {fmt_bytes(f.room)} left for KV cache per GPU{tokens}; {f.sequences} "
+        f"({'enough for' if f.fits else 'fewer than'} the {args.concurrency:,} asked for)",
         *(f"note: {note}" for note in ([f.note] if f.note else []) + sizing_notes(m.model, m.rules))])
 
 

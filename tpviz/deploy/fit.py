@@ -36,6 +36,13 @@ class Fit:
     def fits(self) -> bool:
         return self.room > 0 and self.max_sequences >= self.concurrency
 
+    @property
+    def sequences(self) -> str:
+        """'46 concurrent sequences of 8,192 tokens fit', '1 concurrent sequence of 8,192 tokens fits'."""
+        one = self.max_sequences == 1
+        return (f"{self.max_sequences:,} concurrent sequence{'' if one else 's'} of {self.context:,} tokens "
+                f"fit{'s' if one else ''}")
+
 
 # vLLM (0.28 and 0.33) Platform._align_hybrid_block_size: the attention block grows until its page holds one
 # state

@@ -213,7 +213,9 @@ def bias_sentence(m: ShardMap) -> str | None:
     names = row_bias_params(m)
     if not names:
         return None
-    shown = " and ".join(short_name(n) for n in names)
+    # a tower's keep their prefix: Llama-4's vision o_proj.bias is not the decoder's
+    towers = {p.name for p in m.params if p.tower}
+    shown = " and ".join(n if n in towers else short_name(n) for n in names)
     verb = "is" if len(names) == 1 else "are"
     return (f"Row-parallel bias: {shown} {verb} held whole by all {m.tp_size} GPUs but added on GPU 0 only, "
             "so the all-reduce that sums the partial outputs counts "
