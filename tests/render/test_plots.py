@@ -209,12 +209,25 @@ def test_side_by_side_names_never_run_into_each_other():
     # MLA: each narrow scale tensor's name is wider than the gap it sits in, so both go under the drawing, one
     # line apart, and the figure grows to keep them (they ran into kv_b_proj's name and each other)
     qkv = figs("deepseek-ai/DeepSeek-V3", 16)["qkv"]
-    below = sorted(a.yshift for a in qkv.layout.annotations if a.xref == "x" and "<br>weight_scale_inv " in (
-        a.text or "") and a.yanchor == "top")
+    # how far below its tensor (px): a name lines further down hangs from a line to its tensor
+    below = sorted(a.ay if a.showarrow else -a.yshift for a in qkv.layout.annotations
+                   if a.xref == "x" and "<br>weight_scale_inv " in (a.text or "") and a.yanchor == "top")
     assert len(below) == 2 and below[0] <= below[1] - 30 and qkv.layout.margin.b > 48
     # names that fit stay above
     assert set(tensor_labels(figs("Qwen/Qwen3-8B", 4)["gate_up"]).values()) == {"bottom"}
     assert set(tensor_labels(figs("Qwen/Qwen3-8B", 4)["o_proj"]).values()) == {"bottom"}
+
+
+def test_a_name_far_below_its_tensor_hangs_from_a_line_to_it():
+    """Llama-4's vision tab: q/k/v/o are thin beside fc1 and fc2, so their names step down under the drawing;
+    past the first line each hangs from a line to its own tensor, or it could be read as another's."""
+    fig = figs("meta-llama/Llama-4-Scout-17B-16E-Instruct", 8)["vision"]
+    below = {a.text.split("<br>")[0].replace("<b>", "").replace("</b>", ""): a for a in fig.layout.annotations
+             if a.xref == "x" and "×" in (a.text or "") and a.yanchor == "top"}
+    hung = {name for name, a in below.items() if a.showarrow}
+    assert {"v_proj", "o_proj", "fc1"} <= hung
+    assert all(a.ay >= 30 and a.arrowhead == 0 for name, a in below.items() if name in hung)
+    assert all(a.yshift == -2 for name, a in below.items() if name not in hung)  # just under their tensor
 
 
 def test_stacked_names_have_room_on_the_left():

@@ -142,8 +142,12 @@ def _place_labels(src: SourceView, px: float) -> float:
             step = 0 if step is None else step + 1
             top = bottom * py + 2 + step * LINE_PX
             box = (left, right, top, top + LABEL_PX)
-        if step is not None:
-            src.annotations[index].update(y=bottom, yanchor="top", yshift=-2 - step * LINE_PX)
+        if step:  # a line down from its tensor: several lines below, the name could belong to another
+            src.annotations[index].update(y=bottom, yanchor="top", showarrow=True, arrowhead=0,
+                                          arrowwidth=0.8, arrowcolor=MUTED, ax=0, ay=2 + step * LINE_PX,
+                                          standoff=0)
+        elif step is not None:
+            src.annotations[index].update(y=bottom, yanchor="top", yshift=-2)
         placed.append(box)
         lowest = max(lowest, box[3] - src.height * py)
     return lowest
