@@ -161,3 +161,14 @@ def main() -> None:
 
 if __name__ == "__main__":
     main()
+
+
+FIGURES = 1  # one tab per matrix family: only the open tab's figure is drawn
+VIEWPORT = {"width": 1400, "height": 1000}
+
+
+def no_errors(pg: Page) -> None:
+    """No Python traceback and no st.error on the page."""
+    assert pg.locator("[data-testid=stException]").count() == 0
+    alerts = pg.locator("[data-testid=stAlertContentError]").all_inner_texts()
+    assert [a for a in alerts if "Chromium" not in a] == [], alerts
