@@ -249,7 +249,9 @@ def main() -> None:
 
 if __name__ == "__main__":  # spawned Run-live ranks re-import this file: build no page there
     narrow_screens()  # every page: phone-width figures scroll instead of overlapping
+    # app_pages/, not pages/: Streamlit serves a pages/ folder's files by themselves (no Explorer entry, no
+    # styles) to whoever first opens a /Plan or /Run_live link on a fresh server
     st.navigation([st.Page(main, title="Explorer", icon="🧩", default=True),
-                   st.Page("pages/1_Run_live.py", title="Run live", icon="▶️",
+                   st.Page("app_pages/1_Run_live.py", title="Run live", icon="▶️",
                            url_path="Run_live"),
-                   st.Page("pages/2_Plan.py", title="Plan", icon="🗺️", url_path="Plan")]).run()
+                   st.Page("app_pages/2_Plan.py", title="Plan", icon="🗺️", url_path="Plan")]).run()

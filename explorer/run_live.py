@@ -1,5 +1,5 @@
-"""The Run-live page's widgets (pages/1_Run_live.py runs them; the result view is explorer/live_result.py);
-the checking is in tpviz.live."""
+"""The Run-live page's widgets (app_pages/1_Run_live.py runs them; the result view is
+explorer/live_result.py); the checking is in tpviz.live."""
 import time
 from pathlib import Path
 

@@ -10,7 +10,7 @@ from tests.paths import ROOT
 from tpviz.rules import RULES
 
 LIBRARY = sorted((ROOT / "tpviz").rglob("*.py"))
-VIEWS = sorted([ROOT / "app.py", *(ROOT / "explorer").glob("*.py"), *(ROOT / "pages").glob("*.py")])
+VIEWS = sorted([ROOT / "app.py", *(ROOT / "explorer").glob("*.py"), *(ROOT / "app_pages").glob("*.py")])
 OWNERS = (ROOT / "tpviz" / "archs", ROOT / "tpviz" / "rules")  # the only places that may name them
 # transformers' own registry of config classes, looked up by model_type as vLLM does: a registry, not a branch
 REGISTRIES = (ROOT / "tpviz" / "config" / "hf.py",)

@@ -9,7 +9,7 @@ from explorer.state import controls_from_query
 from tpviz.config.sources import presets
 from tests.paths import ROOT
 
-PAGE = str(ROOT / "pages" / "2_Plan.py")
+PAGE = str(ROOT / "app_pages" / "2_Plan.py")
 
 
 def run(**values) -> AppTest:

@@ -8,7 +8,7 @@ from tests.live.load.test_download import checkpoint, fake_fetch, fake_listing, 
 from tests.live.load.test_download_layers import REPO, SECOND, split
 
 __all__ = ["hf_cache", "online", "split"]  # fixtures, used by name
-PAGE = str(ROOT / "pages" / "1_Run_live.py")
+PAGE = str(ROOT / "app_pages" / "1_Run_live.py")
 
 
 def page(timeout: float = 120) -> AppTest:

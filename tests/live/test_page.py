@@ -1,4 +1,4 @@
-"""AppTest of pages/1_Run_live.py: a tp=2 run on CPU shows the verdict, chart, per-rank table and
+"""AppTest of app_pages/1_Run_live.py: a tp=2 run on CPU shows the verdict, chart, per-rank table and
 environment."""
 import json
 
@@ -9,7 +9,7 @@ from streamlit.testing.v1 import AppTest
 
 from tpviz.errors import TpvizError
 
-PAGE = str(ROOT / "pages" / "1_Run_live.py")
+PAGE = str(ROOT / "app_pages" / "1_Run_live.py")
 
 
 @pytest.fixture(autouse=True)

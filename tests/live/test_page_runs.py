@@ -1,6 +1,6 @@
-"""AppTest of pages/1_Run_live.py beyond plain tp: SGLang's attention DP and EP, pipeline stages with expert
-parallelism, a greedy continuation from a prompt, and a result that says it is old once the choices change.
-Each runs real ranks on CPU."""
+"""AppTest of app_pages/1_Run_live.py beyond plain tp: SGLang's attention DP and EP, pipeline stages with
+expert parallelism, a greedy continuation from a prompt, and a result that says it is old once the choices
+change. Each runs real ranks on CPU."""
 import json
 
 import pytest

@@ -13,7 +13,7 @@ from tpviz.live.check.memory import (BUILD_DTYPE, MEMORY_ENV, MemoryEstimate, Ov
                                input_shape, plan_memory)
 from tpviz.cli.verify import main
 
-PAGE = str(ROOT / "pages" / "1_Run_live.py")
+PAGE = str(ROOT / "app_pages" / "1_Run_live.py")
 EIGHT_LAYERS = {"model_type": "qwen3", "hidden_size": 64, "num_attention_heads": 4, "num_key_value_heads": 2,
                 "head_dim": 16, "intermediate_size": 128, "vocab_size": 1000, "num_hidden_layers": 8,
                 "tie_word_embeddings": True, "_name_or_path": "eight-layers"}
