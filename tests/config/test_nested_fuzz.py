@@ -1,7 +1,7 @@
 """Property: any one value of a preset's config, at any depth (vision_config, audio_config, projector_config,
 text_config, or an architecture's own key such as Step-3.5's swiglu_limits), replaced by junk or removed,
-gives a valid map or one ValueError line, in the map and in the planner. test_properties mutates the decoder's
-size keys; this reaches every key a preset has."""
+gives a valid map or one ValueError line, in the map, the planner and the validity table. test_properties
+mutates the decoder's size keys; this reaches every key a preset has."""
 import copy
 
 from hypothesis import example, given, settings
@@ -11,6 +11,7 @@ from tests.config.test_properties import SETTINGS, map_or_clear_error
 from tpviz.config.normalize import normalize
 from tpviz.config.sources import presets
 from tpviz.deploy.ranking import rank_layouts
+from tpviz.trace.validity import valid_table
 
 PRESETS = presets()
 GONE = object()  # the key removed
@@ -59,5 +60,18 @@ def test_any_value_of_a_preset_maps_or_is_one_line(where, value, tp, shard_map_i
 def test_the_planner_takes_a_mutated_tower_or_says_why_in_one_line(where, value):
     try:
         rank_layouts(normalize(mutated(*where, value)), 8, 80.0)
+    except ValueError as e:
+        assert str(e).strip() and "\n" not in str(e), repr(str(e))
+
+
+@settings(max_examples=20, **SETTINGS)
+@given(where=st.sampled_from([p for p in PATHS if p[1][0] in ("vision_config", "audio_config")]),
+       value=VALUES)
+# `tpviz valid` built a 2^40-row table before the sizes were checked where every plan is made
+@example(where=("google/gemma-4-31B-it", ("vision_config", "position_embedding_size")), value=2**40)
+@example(where=("google/gemma-3-4b-it", ("vision_config", "image_size")), value=3)
+def test_the_validity_table_takes_a_mutated_tower_or_says_why_in_one_line(where, value):
+    try:
+        valid_table(mutated(*where, value), max_tp=8)
     except ValueError as e:
         assert str(e).strip() and "\n" not in str(e), repr(str(e))

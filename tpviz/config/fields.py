@@ -81,3 +81,8 @@ def read_bool(cfg: dict, key: str, default: bool) -> bool:
     if not isinstance(value, bool):
         raise ConfigError(f"{key}={value!r} must be true or false")
     return value
+
+
+def vision_int(cfg: dict, *keys, default=None) -> int:
+    """read_int_in of vision_config: its one line names the key as the user finds it in config.json."""
+    return read_int_in("vision_config", cfg, *keys, default=default)

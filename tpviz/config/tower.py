@@ -7,7 +7,8 @@ from functools import partial
 
 from tpviz.archs import arch_of
 from tpviz.archs.vision import deepseek_ocr
-from tpviz.config.fields import read_int_in, read_object
+from tpviz.config.fields import read_object
+from tpviz.config.fields import vision_int as _int
 from tpviz.config.tower_dims import deepseek_ocr as deepencoder, glm4v, interns1, internvit
 from tpviz.config.tower_llava import LLAVA, VISION, llava_tower
 from tpviz.config.tower_readers import deepseek_vl2, llama4, minicpmv, minicpmv4_6, moonvit
@@ -138,14 +139,10 @@ class Tower:
                       "dropped": tuple(d.get("dropped", ()))}) if d else None
 
 
-_int = partial(read_int_in, "vision_config")  # the key as the user finds it in config.json
-
-
 def deepstack(vc: dict, depth: int) -> list[int]:
     """Qwen3-VL's deepstack_visual_indexes: the blocks whose outputs feed a deepstack merger each."""
     found = vc.get("deepstack_visual_indexes") or []
-    block = lambda i: isinstance(i, int) and not isinstance(i, bool) and 0 <= i < depth  # noqa: E731
-    if not isinstance(found, list) or not all(map(block, found)):
+    if not (isinstance(found, list) and all(type(i) is int and 0 <= i < depth for i in found)):  # not bools
         raise ConfigError(f"vision_config: deepstack_visual_indexes={found!r} is not a list of block indexes "
                           f"below depth={depth}")
     return found

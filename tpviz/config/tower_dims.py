@@ -4,12 +4,10 @@ below it)."""
 from functools import partial
 
 from tpviz.config.fields import read_int, read_int_in, read_object
+from tpviz.config.fields import vision_int as _int
 from tpviz.errors import ConfigError, MissingFieldError
 
 NORMS = ("rms_norm", "layer_norm")  # intern_vit.py's NORM2FN
-
-
-_int = partial(read_int_in, "vision_config")  # the key as the user finds it in config.json
 
 
 def _given(vc: dict, key: str, kinds: tuple) -> object:

@@ -2,9 +2,9 @@
 does: Pixtral's (PixtralHFVisionModel), CLIP's (clip.py) or SigLIP's (siglip.py), each only up to
 vision_feature_layer, then the wrapper's projector. Read into the fields of config/tower.py's Tower (which
 builds the record: this module stays below it)."""
-from functools import partial
 
-from tpviz.config.fields import read_int_in, read_object
+from tpviz.config.fields import read_object
+from tpviz.config.fields import vision_int as _int
 from tpviz.errors import ConfigError
 
 # the wrappers whose config class defaults to a biased projector (LlavaConfig, LlavaNextConfig and
@@ -12,9 +12,6 @@ from tpviz.errors import ConfigError
 LLAVA = ("llava", "llava_next", "llava_onevision")
 FEATURE_LAYER = {"llava": -2, "llava_next": -2, "llava_onevision": -1}
 VISION = {"clip_vision_model": "clip", "siglip_vision_model": "siglip"}  # vision_config's model_type
-
-
-_int = partial(read_int_in, "vision_config")
 
 
 def built_blocks(outer: dict, depth: int, kind: str) -> int:

@@ -2,11 +2,11 @@
 (kimi_k25_vit.py, moonvit.py), MiniCPM-V's (minicpmv.py, minicpmv4_6.py) and DeepSeek-VL2's (deepseek_vl2.py),
 read as vLLM 0.33 reads them into the fields of config/tower.py's Tower (which builds the record: this module
 stays below it). None: left out, and named there."""
-from functools import partial
 from math import isqrt
 
 from tpviz.archs.vision import minicpmv_version
-from tpviz.config.fields import read_int_in, read_object
+from tpviz.config.fields import read_object
+from tpviz.config.fields import vision_int as _int
 from tpviz.errors import ConfigError
 
 # timm's vit_so400m_patch14_siglip_384, which deepseek_vl2.py builds whatever vision_config says: width,
@@ -17,14 +17,6 @@ SO400M = dict(hidden=1152, heads=16, intermediate=4304, depth=27, patch=14, imag
 KIMI_VL_TEXT_KEYS = ("q_lora_rank", "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim",
                      "n_routed_experts", "n_shared_experts", "moe_intermediate_size", "intermediate_size",
                      "first_k_dense_replace", "topk_method")
-
-_int = partial(read_int_in, "vision_config")  # the key as the user finds it in config.json
-FIELDS = ("kind", "prefix", "hidden", "heads", "intermediate", "depth", "out_hidden", "merge", "patch")
-
-
-def tower(*dims, **named) -> dict:
-    """Tower's fields by position, as its dataclass orders them, and by name."""
-    return {**dict(zip(FIELDS, dims)), **named}
 
 
 def llama4(outer: dict, vc: dict) -> dict:
@@ -40,13 +32,15 @@ def llama4(outer: dict, vc: dict) -> dict:
         raise ConfigError(f"vision_config: projector_input_dim={mid} differs from "
                           f"projector_output_dim={out}; vLLM 0.33's adapter (mllama4.py) cannot load such a "
                           "checkpoint")
-    return tower("llama4", "vision_model.", _int(vc, "hidden_size", default=768),
-                 _int(vc, "num_attention_heads", default=16), _int(vc, "intermediate_size", default=5632),
-                 _int(vc, "num_hidden_layers", default=34), _int(text, "hidden_size"), 1,
-                 (_int(vc, "num_channels", default=3), patch, patch),
-                 positions=(_int(vc, "image_size", default=448) // patch) ** 2 + 1,
-                 block_path="model.layers", projector="multi_modal_projector.", proj_bias=bias,
-                 adapter=(mid, out, _int(vc, "vision_output_dim", default=7680)))
+    return dict(kind="llama4", prefix="vision_model.", hidden=_int(vc, "hidden_size", default=768),
+                heads=_int(vc, "num_attention_heads", default=16),
+                intermediate=_int(vc, "intermediate_size", default=5632),
+                depth=_int(vc, "num_hidden_layers", default=34), out_hidden=_int(text, "hidden_size"),
+                merge=1,
+                patch=(_int(vc, "num_channels", default=3), patch, patch),
+                positions=(_int(vc, "image_size", default=448) // patch) ** 2 + 1,
+                block_path="model.layers", projector="multi_modal_projector.", proj_bias=bias,
+                adapter=(mid, out, _int(vc, "vision_output_dim", default=7680)))
 
 
 def moonvit(outer: dict, vc: dict, kind: str) -> dict | None:
@@ -75,12 +69,13 @@ def moonvit(outer: dict, vc: dict, kind: str) -> dict | None:
         raise ConfigError(f"vision_config: merge_kernel_size={merge!r} is not two equal positive integers")
     grid = (_int(vc, "pos_emb_height", "init_pos_emb_height"),
             _int(vc, "pos_emb_width", "init_pos_emb_width"))
-    return tower(kind, "vision_tower.", _int(vc, "hidden_size"), _int(vc, "num_attention_heads"),
-                 _int(vc, "intermediate_size"), _int(vc, "num_hidden_layers"), _int(text, "hidden_size"),
-                 merge[0], (3 if kind == "moonvit_vl" else _int(vc, "num_channels", default=3), patch, patch),
-                 positions=grid[0] * grid[1], block_path="encoder.blocks",
-                 projector="multi_modal_projector." if kind == "moonvit_vl" else "mm_projector.",
-                 proj_bias=True, grid=grid)
+    channels = 3 if kind == "moonvit_vl" else _int(vc, "num_channels", default=3)
+    return dict(kind=kind, prefix="vision_tower.", hidden=_int(vc, "hidden_size"),
+                heads=_int(vc, "num_attention_heads"), intermediate=_int(vc, "intermediate_size"),
+                depth=_int(vc, "num_hidden_layers"), out_hidden=_int(text, "hidden_size"), merge=merge[0],
+                patch=(channels, patch, patch), positions=grid[0] * grid[1], block_path="encoder.blocks",
+                projector="multi_modal_projector." if kind == "moonvit_vl" else "mm_projector.",
+                proj_bias=True, grid=grid)
 
 
 def minicpmv(outer: dict, vc: dict) -> dict | None:
@@ -94,20 +89,21 @@ def minicpmv(outer: dict, vc: dict) -> dict | None:
     queries, text = _int(outer, "query_num", default=64), _int(outer, "hidden_size")
     if minicpmv_version(outer) == (2, 0):  # timm's so400m whatever vision_config says; Resampler2
         p = SO400M["patch"]
-        return tower("minicpmv2_0", "vpm.", SO400M["hidden"], SO400M["heads"], SO400M["intermediate"],
-                     SO400M["depth"] - (1 if drop else 0), text, 1, (3, p, p),
-                     positions=(SO400M["image"] // p) ** 2, projector="resampler.",
-                     queries=isqrt(queries) ** 2)
+        return dict(kind="minicpmv2_0", prefix="vpm.", hidden=SO400M["hidden"], heads=SO400M["heads"],
+                    intermediate=SO400M["intermediate"], depth=SO400M["depth"] - (1 if drop else 0),
+                    out_hidden=text, merge=1, patch=(3, p, p), positions=(SO400M["image"] // p) ** 2,
+                    projector="resampler.",
+                    queries=isqrt(queries) ** 2)
     if not vc:  # MiniCPMVConfig's own default tower then, which tpviz does not assume
         return None
     patch = _int(vc, "patch_size", default=16)
     depth = _int(vc, "num_hidden_layers", default=12) - (1 if drop else 0)
-    return tower("minicpmv", "vpm.", _int(vc, "hidden_size", default=768),
-                 _int(vc, "num_attention_heads", default=12), _int(vc, "intermediate_size", default=3072),
-                 depth, text, 1,
-                 (_int(vc, "num_channels", default=3), patch, patch),
-                 positions=(_int(vc, "image_size", default=224) // patch) ** 2, block_path="encoder.layers",
-                 projector="resampler.", queries=queries)
+    return dict(kind="minicpmv", prefix="vpm.", hidden=_int(vc, "hidden_size", default=768),
+                heads=_int(vc, "num_attention_heads", default=12),
+                intermediate=_int(vc, "intermediate_size", default=3072), depth=depth, out_hidden=text,
+                merge=1, patch=(_int(vc, "num_channels", default=3), patch, patch),
+                positions=(_int(vc, "image_size", default=224) // patch) ** 2, block_path="encoder.layers",
+                projector="resampler.", queries=queries)
 
 
 def minicpmv4_6(outer: dict, vc: dict, kind: str) -> dict:
@@ -123,12 +119,14 @@ def minicpmv4_6(outer: dict, vc: dict, kind: str) -> dict:
     if not isinstance(drop, bool):
         raise ConfigError(f"drop_vision_last_layer={drop!r} is not true or false")
     patch = _int(vc, "patch_size", default=16)
-    return tower(kind, "vision_tower.", _int(vc, "hidden_size", default=768),
-                 _int(vc, "num_attention_heads", default=12), _int(vc, "intermediate_size", default=3072),
-                 _int(vc, "num_hidden_layers", default=12) - (1 if drop else 0), _int(text, "hidden_size"), 2,
-                 (_int(vc, "num_channels", default=3), patch, patch),
-                 positions=(_int(vc, "image_size", default=224) // patch) ** 2, block_path="encoder.layers",
-                 projector="merger.")
+    return dict(kind=kind, prefix="vision_tower.", hidden=_int(vc, "hidden_size", default=768),
+                heads=_int(vc, "num_attention_heads", default=12),
+                intermediate=_int(vc, "intermediate_size", default=3072),
+                depth=_int(vc, "num_hidden_layers", default=12) - (1 if drop else 0),
+                out_hidden=_int(text, "hidden_size"), merge=2,
+                patch=(_int(vc, "num_channels", default=3), patch, patch),
+                positions=(_int(vc, "image_size", default=224) // patch) ** 2, block_path="encoder.layers",
+                projector="merger.")
 
 
 def deepseek_vl2(outer: dict, vc: dict) -> dict | None:
@@ -145,7 +143,7 @@ def deepseek_vl2(outer: dict, vc: dict) -> dict | None:
     widths = (_int(pc, "input_dim", default=1152) * down ** 2,
               *[wide] * (1 + max(_int(pc, "depth", default=2) - 2, 0)), n)  # a GELU between each two
     p = SO400M["patch"]
-    return tower("deepseek_vl2", "vision.", SO400M["hidden"], SO400M["heads"], SO400M["intermediate"],
-                 SO400M["depth"], n, down, (3, p, p), positions=(SO400M["image"] // p) ** 2,
-                 projector="projector.", proj_bias=True, mlp=widths,
-                 extras=("image_newline", "view_seperator"))
+    return dict(kind="deepseek_vl2", prefix="vision.", hidden=SO400M["hidden"], heads=SO400M["heads"],
+                intermediate=SO400M["intermediate"], depth=SO400M["depth"], out_hidden=n, merge=down,
+                patch=(3, p, p), positions=(SO400M["image"] // p) ** 2, projector="projector.",
+                proj_bias=True, mlp=widths, extras=("image_newline", "view_seperator"))

@@ -17,7 +17,7 @@ from tpviz.rules import Layout, RuleSet, ruleset
 from tpviz.trace.caches import kv_sources, layer_caches
 from tpviz.trace.probe import single_thread
 from tpviz.trace.shardmap import numel
-from tpviz.trace.tracer import check_sizes, trace, trace_plan
+from tpviz.trace.tracer import trace, trace_plan
 from tpviz.trace.validity import split_problem
 
 FIRST_STAGE = ("embed",)  # families held by the first pipeline stage; lm_head and the final norm by the last
@@ -69,7 +69,6 @@ class Sizer:
     def __init__(self, spec: ModelSpec, rules: RuleSet | str = "vllm"):
         self.spec, self.rules = spec, ruleset(rules)
         self.plans = build_plan(spec, self.rules)
-        check_sizes(self.plans)
         self._traced: dict = {}
 
     def rank_bytes(self, plan: ParamPlan, tp: int) -> list[int]:

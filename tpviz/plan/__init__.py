@@ -15,6 +15,7 @@ from tpviz.plan.shared_blocks import zamba2
 from tpviz.plan.tower import tower_plans
 from tpviz.plan.tower_audio import audio_plans
 from tpviz.config.spec import ModelSpec
+from tpviz.errors import ConfigError
 from tpviz.rules import RuleSet, ruleset
 
 __all__ = ["DT", "PROBE", "ParamPlan", "Source", "Names", "build_plan", "mixer_groups",
@@ -48,9 +49,33 @@ def ffn_groups(spec: ModelSpec) -> dict[Ffn, list[int]]:
                                                            layer.ffn.experts, 0, layer.ffn.shared))
 
 
+# no real tensor has a dimension this long (Gemma's 262,400-row vocab is the longest a preset has); the probe
+# holds the traced one whole, so a config that asks for more is refused before anything is built
+# (by the tracer, the planner, the validity table or Run live alike)
+MAX_TRACED = 1 << 22
+
+
+def check_sizes(plans: list[ParamPlan]) -> None:
+    """One line for a tensor with an empty or impossibly long dimension (a config's sizes multiplied out: an
+    image smaller than its patch, a position table of 2^40 rows)."""
+    for plan in plans:
+        for shape in (plan.shape, *(src.shape for src in plan.sources)):
+            if shape and not (min(shape) > 0 and max(shape) <= MAX_TRACED):
+                what = "an empty dimension" if min(shape) <= 0 else f"a dimension longer than {MAX_TRACED:,}"
+                dims = " x ".join(map(str, shape))
+                raise ConfigError(f"the config makes {plan.sources[0].name} {dims}: {what}, which no real "
+                                  "model has")
+
+
 def build_plan(spec: ModelSpec, rules: RuleSet | str = "vllm") -> list[ParamPlan]:
     """Every local parameter of the model, with the checkpoint tensors each one loads."""
-    rules = ruleset(rules)
+    plans = _plans(spec, ruleset(rules))
+    check_sizes(plans)
+    return plans
+
+
+def _plans(spec: ModelSpec, rules: RuleSet) -> list[ParamPlan]:
+    """build_plan's plans, before their sizes are checked."""
     names = arch_names(spec)
     hidden, p, nb = spec.hidden_size, names.layer, names.norm_bias
     # OLMo-1's final norm holds no weight (Names.final_norm "")

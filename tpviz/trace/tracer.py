@@ -10,7 +10,6 @@ import numpy as np
 import torch
 
 from tpviz.config.spec import ModelSpec
-from tpviz.errors import ConfigError
 from tpviz.plan import DT, PROBE, ParamPlan, build_plan
 from tpviz.plan.tower import TOWER_LEFT_OUT
 from tpviz.rules import Layout, RuleSet, check_tp, ruleset
@@ -18,23 +17,6 @@ from tpviz.trace.caches import rank_caches, state_bytes
 from tpviz.trace.probe import build_rank, single_thread
 from tpviz.trace.shardmap import LayerGroup, ParamMap, Piece, RankInfo, ShardMap, TensorMap, numel
 from tpviz.trace.validity import split_error
-
-
-# no real tensor has a dimension this long (Gemma's 262,400-row vocab is the longest a preset has); the probe
-# holds the traced one whole, so a config that asks for more is refused before anything is built
-MAX_TRACED = 1 << 22
-
-
-def check_sizes(plans: list[ParamPlan]) -> None:
-    """One line for a tensor with an empty or impossibly long dimension (a config's sizes multiplied out: an
-    image smaller than its patch, a position table of 2^40 rows)."""
-    for plan in plans:
-        for shape in (plan.shape, *(src.shape for src in plan.sources)):
-            if shape and not (min(shape) > 0 and max(shape) <= MAX_TRACED):
-                what = "an empty dimension" if min(shape) <= 0 else f"a dimension longer than {MAX_TRACED:,}"
-                dims = " x ".join(map(str, shape))
-                raise ConfigError(f"the config makes {plan.sources[0].name} {dims}: {what}, which no real "
-                                  "model has")
 
 
 def tagged(shape: tuple, dim: int) -> torch.Tensor:
@@ -149,7 +131,6 @@ def trace(spec: ModelSpec, tp_size: int, rules: RuleSet | str = "vllm",
     check_tp(tp_size)
     layout = layout or Layout(tp_size)
     plans = build_plan(spec, rules)
-    check_sizes(plans)
     error, warnings = split_error(spec, tp_size, rules, plans, layout=layout)
     if error:
         raise error
