@@ -8,6 +8,7 @@ import streamlit as st
 
 from explorer.cache import layout_for, spec_for
 from explorer.fit import QUICK_GIB
+from explorer.plan_state import ENGINES, PLAN_FIELDS, plan_from_query, plan_link, plan_query
 from explorer.sidebar import RULE_LABELS
 from explorer.state import query_from_controls
 from explorer.text import literal
@@ -22,7 +23,7 @@ from tpviz.deploy.ranking import plan_notes, plan_rows, rank_engines
 from tpviz.deploy.sizing import Sizer
 from tpviz.render.plots.deployment import device_grid, expert_figure
 from tpviz.render.plots.perf import terms_figure
-from tpviz.rules import BOTH, RULES, engines_of, ruleset
+from tpviz.rules import BOTH, engines_of, ruleset
 from tpviz.rules.layout import CARVED
 from tpviz.config.sources import find_preset, presets, repo_from_url
 from tpviz.config.hub import fetch_config
@@ -110,13 +111,13 @@ def speed_inputs() -> tuple | None:
     if not gpu:
         return None
     c1, c2, c3, c4, c5, c6 = st.columns(6)
-    prompt = c1.number_input("Input tokens", 1, 1 << 24, 1024, key="plan_in")
-    output = c2.number_input("Output tokens", 1, 1 << 24, 1024, key="plan_out")
-    concurrency = c3.number_input("Concurrency (0: as many as fit)", 0, 1_000_000, 0, key="plan_conc")
+    prompt = c1.number_input("Input tokens", 1, 1 << 24, key="plan_in")
+    output = c2.number_input("Output tokens", 1, 1 << 24, key="plan_out")
+    concurrency = c3.number_input("Concurrency (0: as many as fit)", 0, 1_000_000, key="plan_conc")
     goal = c4.radio("Goal", GOALS, key="plan_goal", horizontal=True,
                     format_func={"throughput": "most tokens/s per GPU", "latency": "lowest TPOT"}.get)
-    tpot = c5.number_input("TPOT limit, ms (0: none)", 0.0, 10_000.0, 0.0, key="plan_tpot")
-    per_node = c6.number_input("GPUs per node", 1, 72, 8, key="plan_per_node")
+    tpot = c5.number_input("TPOT limit, ms (0: none)", 0.0, 10_000.0, key="plan_tpot")
+    per_node = c6.number_input("GPUs per node", 1, 72, key="plan_per_node")
     if goal == "latency" and not concurrency:
         concurrency = 1  # TPOT at a concurrency: one request unless asked
     return gpu, int(per_node), int(prompt), int(output), int(concurrency) or None, goal, float(tpot) or None
@@ -148,6 +149,20 @@ def show_row(r: dict, cfg_json: str, name: str, gib: float, util: float, context
         st.plotly_chart(fig, theme=None, key="experts")
 
 
+def restore_from_query() -> list[str]:
+    """A fresh page (or one come back to: Streamlit drops an unseen page's widgets) takes its question from
+    the link, the defaults elsewhere; set before the widgets, so none passes a default of its own. Returns the
+    link's values it had to ignore."""
+    state, problems = st.session_state, []
+    if "plan_model" not in state:
+        values, problems = plan_from_query(st.query_params.to_dict())
+        for key, value in values.items():
+            state[key] = value
+    for key, (_, default) in PLAN_FIELDS.items():
+        state.setdefault(key, default)
+    return problems
+
+
 def main() -> None:
     st.set_page_config(page_title="tpviz · Plan", layout="wide")  # the table's "why" column needs the room
     st.title("Plan a deployment")
@@ -155,18 +170,24 @@ def main() -> None:
                "checkpoint, ranked: what fits first, then the most concurrent sequences, or, with a GPU "
                "type, by a speed bound for your workload. Per-GPU bytes come from the traced maps of each "
                "cut.")
+    for problem in restore_from_query():
+        st.error(literal(problem))
     c1, c2, c3 = st.columns([3, 1, 1])
-    text = c1.selectbox("Model (preset) or type a hub id", list(presets()), index=list(presets()).index(
-        "deepseek-ai/DeepSeek-V3"), key="plan_model", accept_new_options=True)
-    gpus = c2.number_input("GPUs", 1, 1024, 8, key="plan_gpus")
-    rules = c3.radio("Rules", [*RULES, BOTH], key="plan_rules", format_func=ENGINE_LABELS.get)
+    text = c1.selectbox("Model (preset) or type a hub id", list(presets()), key="plan_model",
+                        accept_new_options=True)
+    gpus = c2.number_input("GPUs", 1, 1024, key="plan_gpus")
+    rules = c3.radio("Rules", ENGINES, key="plan_rules", format_func=ENGINE_LABELS.get)
     st.pills("GPU memory quick picks (GiB)", QUICK_GIB, key="plan_pick", on_change=_pick)
     speed = speed_inputs()
     c4, c5, c6 = st.columns(3)
-    gib = c4.number_input("GPU memory (GiB)", 1.0, 10_000.0, 141.0, key="plan_gib")
-    util = c5.slider("gpu_memory_utilization", 0.5, 0.98, 0.9, 0.01, key="plan_util")
+    gib = c4.number_input("GPU memory (GiB)", 1.0, 10_000.0, key="plan_gib")
+    util = c5.slider("gpu_memory_utilization", 0.5, 0.98, step=0.01, key="plan_util")
     context = speed[2] + speed[3] if speed else \
-        c6.number_input("Context per sequence (tokens)", 1, 10_000_000, 8192, step=1024, key="plan_context")
+        c6.number_input("Context per sequence (tokens)", 1, 10_000_000, step=1024, key="plan_context")
+    query = plan_query({k: st.session_state.get(k) for k in PLAN_FIELDS})
+    if st.query_params.to_dict() != query:  # the address is the question, after an error too
+        st.query_params.from_dict(query)
+    st.markdown(plan_link(query))
     try:
         cfg_json, name = model_config(str(text or ""))
         with st.spinner("Tracing each cut of the model…"):

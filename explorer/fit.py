@@ -1,7 +1,8 @@
 """The "does it fit" section: the user's GPU memory, utilization, context and concurrency against the map."""
 import streamlit as st
 
-from explorer.state import EXTRAS, FIT_KEYS, link_markdown, with_fit
+from explorer.plan_state import MAX_GPUS, plan_link, plan_of_view
+from explorer.state import EXTRAS, FIT_KEYS, HUB_SOURCES, link_markdown, with_fit
 from explorer.text import literal
 from tpviz.deploy.fit import GPU_SIZES_GIB, GPU_UTILIZATION, capped_context, fit, sizing_notes, speed
 from tpviz.deploy.hardware import Topology, catalog
@@ -62,13 +63,14 @@ def fit_section(m: ShardMap, layout=None, link=None) -> None:
         st.query_params.from_dict(query)  # this section reruns alone: its inputs go in the link here
     if link is not None:  # every run, full ones too: a fragment can fill a place outside it only if it
         link.markdown(link_markdown(st.query_params.to_dict()))  # wrote there at the last full run
+    plan_section(m, layout)
     f = fit(m, gib, util, int(context), int(concurrency), layout=layout)
     context = f.context  # capped at the model's max_model_len
     if f.note:
         st.warning(literal(f"{f.note}."))
     if f.room <= 0:
         st.warning(f"Does not fit: {fmt_bytes(f.weights)} of weights on the fullest GPU, and vLLM may use "
-                 f"{fmt_bytes(f.usable)} of {gib:g} GiB at gpu_memory_utilization {util:g}.")
+                   f"{fmt_bytes(f.usable)} of {gib:g} GiB at gpu_memory_utilization {util:g}.")
     else:
         tokens = f" ({f.kv_tokens:,} tokens of KV cache)" if f.kv_tokens is not None else ""
         verdict = st.success if f.fits else st.warning
@@ -89,6 +91,17 @@ def fit_section(m: ShardMap, layout=None, link=None) -> None:
     if state.gpu_type:  # its output length is asked only then (a link's out= without hw= has no meaning)
         output = st.number_input("Of the context, output tokens", 1, 10_000_000, key="output_len")
         speed_part(m, layout, gib, util, int(context), int(output), int(concurrency))
+
+
+def plan_section(m: ShardMap, layout) -> None:
+    """A link to the Plan page's ranking of every layout of these GPUs, asked with this view's inputs (a
+    model the Plan page can read: a preset or a hub id, not a local folder or an upload)."""
+    gpus = layout.gpus if layout else m.tp_size
+    model = st.query_params.get("model")
+    if model and st.session_state.get("source") in HUB_SOURCES and gpus <= MAX_GPUS:
+        query = plan_of_view(model, gpus, m.rules.name, st.session_state)
+        st.caption(plan_link(query, "Plan a deployment", "/Plan") + f": every layout of {gpus} GPUs for "
+                   "this model, ranked by what fits" + (" and the speed bound." if query.get("hw") else "."))
 
 
 def _gpu_type() -> None:  # a GPU type brings its memory

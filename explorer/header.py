@@ -54,8 +54,8 @@ def header(page: Page, rows: list[ValidRow], lay: Deployment | None, mem: list[d
         c1.metric("Weights on the fullest GPU", fmt_bytes(heaviest.weight_bytes), f"GPU {heaviest.rank}",
                   delta_color="off", delta_arrow="off")
         full = max(lay.gpus, key=lambda g: g.kv_cache_bytes_per_token + g.kv_windowed_bytes_per_token)
-        c2.metric("KV cache per token, fullest GPU", fmt_bytes(full.kv_cache_bytes_per_token
-                                                              + full.kv_windowed_bytes_per_token),
+        per_token = full.kv_cache_bytes_per_token + full.kv_windowed_bytes_per_token
+        c2.metric("KV cache per token, fullest GPU", fmt_bytes(per_token),
                   f"GPU {full.rank}", delta_color="off", delta_arrow="off")
         c3.metric("Sent per decoded token, busiest GPU",
                   fmt_bytes(sum(lay.comm_bytes_per_token.values())) if lay.comm_bytes_per_token or not

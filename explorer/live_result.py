@@ -43,7 +43,7 @@ def show_generation(result) -> None:
     if g.diverged_at:
         st.plotly_chart(stage_figure(result, g.layers,
                                      f"New token #{g.diverged_at + 1}: TP vs tp=1 on the same "
-                                                       f"{len(g.prompt_ids) + g.diverged_at} tokens"),
+                                     f"{len(g.prompt_ids) + g.diverged_at} tokens"),
                         config=PLOTLY_CONFIG, key="generation_chart")
     elif g.diverged_at == 0:
         st.caption("The first new token already differs: the chart above is that step (the "

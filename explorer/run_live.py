@@ -9,6 +9,7 @@ from tpviz.config.sources import REPO_ID, find_preset, repo_from_url
 from tpviz.config.sources import WEB_LOCAL_HINT, presets, web_local_root
 from tpviz.live.check.inject import INJECTIONS, describe_injections
 from tpviz.live.load.source import live_config, local_tokenizer, read_model
+from explorer.state import HUB_SOURCES
 from explorer.text import literal
 from tpviz.errors import TpvizError
 from tpviz.live.load.download import human_size
@@ -25,8 +26,6 @@ PHASES = {"download": "Download the checkpoint", "spawn": "Spawn ranks and join 
 SOURCES = ("Preset", "Hub repo id", "Local folder", "Upload config.json")
 DEFAULT_PRESET = "Qwen/Qwen3-0.6B"
 DEFAULT_PROMPT = "Tensor parallelism splits every weight matrix"
-HUB_SOURCES = ("Preset", "Hub repo id")
-
 
 
 def layout_input(tp: int) -> tuple[str, bool, str, dict]:

@@ -13,6 +13,7 @@ from tpviz.config.sources import repo_from_url
 from tpviz.render.summary import MAX_TP
 
 SOURCES = ("Preset", "Hub repo id", "Local path", "Upload config.json")
+HUB_SOURCES = SOURCES[:2]  # what a link to another page (Plan, Run live) can carry: a preset or a hub id
 DEFAULT_VIEW = {"source": "Preset", "preset": "Qwen/Qwen3-8B", "hub": "", "path": "",
                 "tp": 4, "rules": "vllm", "pp": 1, "dp": 1, "ep": False, **CARVED}
 MAX_PP_DP = 64
@@ -94,13 +95,7 @@ def controls_from_query(params: dict[str, str], preset_keys: list[str]) -> tuple
 def _extra(key: str, text: str):
     """(the value of one of EXTRAS read from the link, or None; what it must be)."""
     if key in NUMBERS:
-        kind, low, high = NUMBERS[key]
-        try:
-            value = kind(text) if text.isascii() and len(text) <= 12 else None
-        except ValueError:
-            value = None
-        ok = value is not None and low <= value <= high and value == value  # NaN is not a number here
-        return (value if ok else None), f"a number from {low:,g} to {high:,g}"
+        return read_number(text, *NUMBERS[key])
     if key == "layer_group":  # the picker's own numbering, 1 for the first group; 'all' for all layers
         value = -1 if text.lower() == "all" else int(text) - 1 if text.isdigit() and len(text) <= 3 else None
         return (value if value is None or value >= -1 else None), "a group number (1, 2, ...) or all"
@@ -111,6 +106,17 @@ def _extra(key: str, text: str):
         return (text.lower() if text.lower() in catalog() else None), f"one of {', '.join(catalog())}"
     choices = {"serve_dtype": SERVE_DTYPES, "mm_encoder": MODES}.get(key, tuple(KV_DTYPES))
     return (text if text in choices else None), f"one of {', '.join(choices)}"
+
+
+def read_number(text: str, kind: type, low: float, high: float) -> tuple:
+    """(a link's number within [low, high], or None; what it must be)."""
+    try:
+        value = kind(text) if text.isascii() and len(text) <= 12 else None
+    except ValueError:
+        value = None
+    ok = value is not None and low <= value <= high and value == value  # NaN is not a number here
+    word = (lambda n: f"{n:,}") if kind is int else (lambda n: f"{n:,g}")  # 1,000,000, not 1e+06
+    return (value if ok else None), f"a number from {word(low)} to {word(high)}"
 
 
 def extra_query(values: dict) -> dict[str, str]:

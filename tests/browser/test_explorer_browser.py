@@ -17,6 +17,8 @@ pytestmark = [pytest.mark.browser,
                                  reason=f"{CHROMIUM} not found: install it with `apt-get install "
                                         "chromium` (root, Debian)")]
 playwright_api = pytest.importorskip("playwright.sync_api", reason="python playwright is not installed")
+
+
 def png_size(data: bytes) -> tuple[int, int]:
     assert data[:8] == b"\x89PNG\r\n\x1a\n"
     return struct.unpack(">II", data[16:24])
