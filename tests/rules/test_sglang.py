@@ -258,3 +258,21 @@ def test_deepseek_v3_fused_shared_expert_is_said_at_ep_1():
     assert any("fuses DeepSeek-V3's shared expert" in w for w in split_problem(ds, 8, "sglang")[1])
     assert not any("fuses" in w for w in split_problem(ds, 8, "sglang", layout=Layout(8, ep_size=2))[1])
     assert "fuses it into the routed experts" in SGL.layout_problem(Layout(8, shared_tp1=True), ds)
+
+
+def test_a_tower_sglang_may_refuse_is_said_where_its_heads_do_not_divide_attn_tp():
+    """The tower is left out under SGLang (plan/tower.py): its map, memory and tp checks. Where its heads do
+    not divide attn_tp, SGLang's VisionAttention asserts unless the encoder runs data-parallel: a map there
+    says so, and the validity table carries it on the tp it calls valid."""
+    gemma = load_spec("google/gemma-3-27b-it")  # SigLIP: 16 heads; the decoder's 32 divide tp 32
+    m = shard_map(gemma, 32, rules="sglang")
+    said = [w for w in m.warnings if w.startswith("SGLang may refuse this layout for the vision tower")]
+    assert len(said) == 1 and "its 16 heads do not divide attn_tp_size = 32" in said[0]
+    assert "--mm-enable-dp-encoder" in said[0]
+    assert any("left out of this map, its memory and its tp checks" in w for w in m.warnings)
+    assert not any(w.startswith("SGLang may refuse") for w in shard_map(gemma, 16, rules="sglang").warnings)
+    assert split_problem(gemma, 32)[0].startswith("the vision tower: vision_config.num_attention_heads=16")
+    problem, warnings = split_problem(gemma, 32, "sglang")
+    assert problem is None and any("16 heads do not divide attn_tp_size = 32" in w for w in warnings)
+    text = load_spec("meta-llama/Llama-3.1-8B")  # no tower: nothing to say
+    assert not any("vision tower" in w for w in split_problem(text, 32, "sglang")[1])

@@ -166,7 +166,7 @@ def _whole(plan: ParamPlan) -> ParamPlan:
 
 
 TOWER_LEFT_OUT = ("SGLang's split of the vision tower (attention over attn_tp, MLP over tp) is not modelled: "
-                  "the tower is left out of this map and its memory; vLLM rules draw it")
+                  "the tower is left out of this map, its memory and its tp checks; vLLM rules draw it")
 
 
 def tower_plans(spec, rules: RuleSet | str) -> list[ParamPlan]:

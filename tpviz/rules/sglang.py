@@ -179,12 +179,19 @@ class SglangRuleSet(RuleSet):
                     and spec.shared_expert_intermediate_size)
 
     def layout_notes(self, layout: Layout, spec) -> list[str]:
+        notes = []
         if self.fused(layout, spec):
-            return ["SGLang fuses DeepSeek-V3's shared expert into the routed experts at "
-                    "--ep 1 on Ampere and Hopper (as expert 256, cut tp ways: the rows drawn for the shared "
-                    "expert; its FP8 checks are the MoE's); Blackwell's default TRT-LLM "
-                    "runner keeps it apart"]
-        return []
+            notes.append("SGLang fuses DeepSeek-V3's shared expert into the routed experts at "
+                         "--ep 1 on Ampere and Hopper (as expert 256, cut tp ways: the rows drawn for the shared "
+                         "expert; its FP8 checks are the MoE's); Blackwell's default TRT-LLM "
+                         "runner keeps it apart")
+        tower, attn = spec.tower, self.attn_tp(layout)
+        if tower and tower.heads % attn:  # the tower is left out (plan/tower.py): its tp is not checked either
+            notes.append(f"SGLang may refuse this layout for the vision tower, which tpviz does not check: its "
+                         f"{tower.heads} heads do not divide attn_tp_size = {attn}, and {FILE} VisionAttention "
+                         "(layers/attention/vision.py) divides them by it unless the model file runs the "
+                         "encoder data-parallel (--mm-enable-dp-encoder, where it reads the flag)")
+        return notes
 
     def pp_override(self, text: str, num_layers: int, pp: int) -> list[int] | None:
         """SGLANG_PP_LAYER_PARTITION, ignored at pp 1, checked in get_pp_indices' own words."""
