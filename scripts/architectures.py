@@ -28,7 +28,8 @@ def row(a) -> str:
                else "mapped whole on every GPU as")
         tower += ("; " if tower else "") + f"audio: {how} `{TOWER_FILES[a.audio]}`"
     live = ("yes" + (", routed experts" if a.live_moe else "")) if a.live else "no"
-    sglang = f"`{a.sglang.file}`" if a.sglang else "refused (not modelled)"
+    sglang = (f"`{a.sglang.file}`" + (", text decoder only: the vision tower is left out" if a.tower else "")
+              if a.sglang else "refused (not modelled)")
     cls = f"`{a.hf_class}`" if a.hf_class else "any (vLLM builds the decoder text_config names)"
     return f"| `{a.model_type}` | {cls} | {text} | {tower} | {live} | {sglang} |"
 

@@ -71,10 +71,9 @@ def live_cases():
     """(key, thunk): Run live's config, random-weight checkpoint shapes and HF config, first 4 layers."""
     from tpviz.live.load.random_weights import checkpoint_shapes, hf_config
     from tpviz.live.load.source import live_config
-    from tpviz.config.sources import load_spec, resolve_config
+    from tpviz.config.sources import load_spec
 
     def live(source):
-        raw = resolve_config(source)[0]
         cfg = live_config(load_spec(source), 4)
         return {"config": cfg.to_dict(), "shapes": checkpoint_shapes(cfg), "hf_config": hf_config(cfg)}
     for name, source in models().items():

@@ -18,6 +18,18 @@ def qwen3_vl_moe_fields(cfg: dict) -> dict:
     30B-A3B's index, whose total_size the untied map equals)."""
     return {**cfg, "tie_word_embeddings": False}
 
+
+# SGLang 0.5.23's vision-language wrappers around qwen2.py's, qwen3.py's and qwen3_moe.py's decoders (the
+# tower is left out under SGLang rules, plan/tower.py): the lm_head on the last stage alone (qwen2_5_vl.py,
+# qwen3_vl.py: a head of its own there at --pp-size > 1 when tied), cut over attn_tp under
+# --enable-dp-lm-head in qwen3_vl.py; qwen2_vl.py's forward takes no pp_proxy_tensors
+SGL_QWEN2_VL = Groups("qwen2_vl.py (qwen2.py's Qwen2Model)", embed="attn_tp", pp=False)
+SGL_QWEN2_5_VL = Groups("qwen2_5_vl.py (qwen2.py's Qwen2Model)", embed="attn_tp")
+SGL_QWEN3_VL = Groups("qwen3_vl.py (qwen3.py's Qwen3Model)", "attn_tp", "attn_tp", "attn_tp",
+                      deepstack_first=True)
+SGL_QWEN3_VL_MOE = Groups("qwen3_vl_moe.py (qwen3_moe.py's Qwen3MoeModel)", "attn_tp", "attn_tp", "attn_tp",
+                          expert_limit="moe_tp")
+
 RECORDS = [
     Arch("qwen2", "Qwen2ForCausalLM", qkv_bias=True, o_bias=False, window="qwen2",
          window_flag=True, live="llama", sglang=Groups("qwen2.py", embed="attn_tp")),
@@ -33,20 +45,21 @@ RECORDS = [
                        head_every_stage=True), embed_every_stage=True),
     # the vision-language wrappers (qwen2_vl.py, qwen2_5_vl.py: Qwen2Model; qwen3_vl.py: Qwen3's) and their
     # vision towers (config/tower.py, plan/tower.py); M-RoPE changes no weight
-    *(Arch(t, c, text_model=text, tower=tower, qkv_bias=True, o_bias=False, window="qwen2", window_flag=True)
+    *(Arch(t, c, text_model=text, tower=tower, qkv_bias=True, o_bias=False, window="qwen2", window_flag=True,
+           sglang=SGL_QWEN2_VL if t.startswith("qwen2_vl") else SGL_QWEN2_5_VL)
       for t, c, text, tower in (("qwen2_vl", "Qwen2VLForConditionalGeneration", "qwen2_vl_text", "qwen2_vl"),
                                 ("qwen2_vl_text", "Qwen2VLForConditionalGeneration", "", ""),
                                 ("qwen2_5_vl", "Qwen2_5_VLForConditionalGeneration", "qwen2_5_vl_text",
                                  "qwen2_5_vl"),
                                 ("qwen2_5_vl_text", "Qwen2_5_VLForConditionalGeneration", "", ""))),
     *(Arch(t, "Qwen3VLForConditionalGeneration", text_model=text, tower=tower, qk_norm="head", window="qwen2",
-           window_flag=True) for t, text, tower in (("qwen3_vl", "qwen3_vl_text", "qwen3_vl"),
-                                                   ("qwen3_vl_text", "", ""))),
+           window_flag=True, sglang=SGL_QWEN3_VL)
+      for t, text, tower in (("qwen3_vl", "qwen3_vl_text", "qwen3_vl"), ("qwen3_vl_text", "", ""))),
     # qwen3_vl_moe.py: Qwen3-VL's tower around the Qwen3-MoE decoder, whose experts are stored fused and
     # transposed (experts.gate_up_proj, experts.down_proj: FusedMoE's is_fused_checkpoint_transposed)
     *(Arch(t, "Qwen3VLMoeForConditionalGeneration", text_model=text, tower=tower, qk_norm="head",
            window="qwen3_moe", window_flag=True, moe_tp_limit=True, experts="transposed",
-           adapt=qwen3_vl_moe_fields, embed_every_stage=True)
+           adapt=qwen3_vl_moe_fields, embed_every_stage=True, sglang=SGL_QWEN3_VL_MOE)
       for t, text, tower in (("qwen3_vl_moe", "qwen3_vl_moe_text", "qwen3_vl"),
                              ("qwen3_vl_moe_text", "", ""))),
     # qwen2_audio.py: transformers' Qwen2AudioEncoder and a projector before Qwen2ForCausalLM, which vLLM

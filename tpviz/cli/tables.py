@@ -5,11 +5,10 @@ import json
 from tpviz.archs import arch_of
 from tpviz.config.sources import load_spec
 from tpviz.deploy.equivalent import compare
-from tpviz.deploy.fit import capped_context
-from tpviz.deploy.ranking import plan_notes, plan_rows, rank_layouts
+from tpviz.deploy.ranking import plan_rows
 from tpviz.errors import TpvizError
 from tpviz.render.text import fmt_bytes
-from tpviz.rules import RULE_SETS, RULES, ruleset
+from tpviz.rules import RULE_SETS, RULES
 from tpviz.trace.validity import valid_table
 
 

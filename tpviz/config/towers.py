@@ -7,6 +7,9 @@ from tpviz.config.tower_audio import SPLIT_AUDIO, read_audio
 from tpviz.config.tower_hf import read_hf_tower
 
 
+VISION_NOTE = "multimodal checkpoint: its vision tower ("  # how the note on a mapped tower begins
+
+
 def read_towers(outer: dict) -> tuple[Tower | None, Tower | None]:
     """(vision tower, audio tower), None where the model has none tpviz models."""
     return (read_tower(outer) or read_hf_tower(outer, "vision"),
@@ -19,7 +22,7 @@ def tower_notes(tower: Tower | None, audio: Tower | None, outer: dict, wrapped: 
     if tower:
         how = ("builds it: transformers' own modules, whole on every GPU, and its embedder"
                if tower.kind in HF_KINDS else "splits it")
-        notes.append(f"multimodal checkpoint: its vision tower ({tower.depth} blocks, {tower.heads} heads) "
+        notes.append(f"{VISION_NOTE}{tower.depth} blocks, {tower.heads} heads) "
                      f"is mapped as vLLM 0.33 {how} ({tower.file}), held by the first pipeline stage; its "
                      "time per image is not in the speed bound")
     elif audio is None and (wrapped or isinstance(outer.get("vision_config"), dict)):

@@ -37,6 +37,7 @@ class Groups:
     head_every_stage: bool = False  # the lm_head is built on every pipeline stage (no is_last_rank guard)
     pp: bool = True  # False: the model's forward has no pp_proxy_tensors (model_runner.py asserts)
     params: tuple[tuple[str, str], ...] = ()  # (vLLM's parameter name, this file's) where they differ
+    deepstack_first: bool = False  # qwen3_vl.py asserts the first stage holds the layers deepstack feeds
 
 
 def group_width(group: str, tp: int, attn_tp: int, switched: bool = False) -> int:
@@ -113,6 +114,11 @@ class SglangRuleSet(RuleSet):
         if layout.pp > 1 and g.head_every_stage and spec.tie_word_embeddings:
             return (f"{FILE} {g.file} ties the lm_head to embed_tokens, which only the first pipeline stage "
                     "holds: tpviz does not model tied embeddings at --pp-size > 1 there")
+        deep = spec.tower.deepstack if spec.tower and g.deepstack_first and layout.pp > 1 else 0
+        if deep and self.pp_partition(spec.num_hidden_layers, layout.pp)[0] < deep:
+            return (f"start_layer should be greater than or equal to len(deepstack_visual_indexes) ({FILE} "
+                    f"{g.file}: the first pipeline stage must hold the {deep} layers the vision tower's "
+                    "deepstack feeds): use fewer stages or SGLANG_PP_LAYER_PARTITION")
         if a > 1 and g.attention == "tp":  # pool_configurator sizes the KV cache per attention group
             return (f"{FILE} {g.file} cuts attention over the whole --tp even with --attn-dp-size {a}, while "
                     "its KV cache is sized per attention group: tpviz does not model that mismatch (use "
@@ -181,16 +187,17 @@ class SglangRuleSet(RuleSet):
     def layout_notes(self, layout: Layout, spec) -> list[str]:
         notes = []
         if self.fused(layout, spec):
-            notes.append("SGLang fuses DeepSeek-V3's shared expert into the routed experts at "
-                         "--ep 1 on Ampere and Hopper (as expert 256, cut tp ways: the rows drawn for the shared "
-                         "expert; its FP8 checks are the MoE's); Blackwell's default TRT-LLM "
-                         "runner keeps it apart")
+            notes.append("SGLang fuses DeepSeek-V3's shared expert into the routed experts at --ep 1 on "
+                         "Ampere and Hopper (as expert 256, cut tp ways: the rows drawn for the shared "
+                         "expert; its FP8 checks are the MoE's); Blackwell's default TRT-LLM runner keeps it "
+                         "apart")
         tower, attn = spec.tower, self.attn_tp(layout)
-        if tower and tower.heads % attn:  # the tower is left out (plan/tower.py): its tp is not checked either
-            notes.append(f"SGLang may refuse this layout for the vision tower, which tpviz does not check: its "
-                         f"{tower.heads} heads do not divide attn_tp_size = {attn}, and {FILE} VisionAttention "
-                         "(layers/attention/vision.py) divides them by it unless the model file runs the "
-                         "encoder data-parallel (--mm-enable-dp-encoder, where it reads the flag)")
+        if tower and tower.heads % attn:  # the tower is left out (plan/tower.py): nor is its tp checked
+            notes.append(f"SGLang may refuse this layout for the vision tower, which tpviz does not check: "
+                         f"its {tower.heads} heads do not divide attn_tp_size = {attn}, and {FILE} "
+                         "VisionAttention (layers/attention/vision.py) divides them by it unless the model "
+                         "file runs the encoder data-parallel (--mm-enable-dp-encoder, where it reads the "
+                         "flag)")
         return notes
 
     def pp_override(self, text: str, num_layers: int, pp: int) -> list[int] | None:
