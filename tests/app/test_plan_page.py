@@ -137,3 +137,14 @@ def test_a_picked_speed_row_links_to_the_same_view_and_draws_its_terms(monkeypat
     values, problems = controls_from_query(dict(parse_qsl(link)), list(presets()))
     assert not problems and values["gpu_type"] == "h100" and values["output_len"] == 512
     assert values["context"] == 1536 and values["concurrency"] == rows[0]["perf"]["batch"]
+
+
+def test_both_engines_pair_a_vision_model_on_its_decoder_and_say_so():
+    at = run(plan_model="Qwen/Qwen3-VL-30B-A3B-Instruct", plan_gpus=4, plan_gib=80.0,
+             plan_rules="vllm+sglang")
+    assert not at.exception and not at.error
+    pairs = at.dataframe[1].value
+    tp4 = "TP 4 × PP 1 × DP 1"
+    assert (tp4, tp4) in list(zip(pairs["vLLM 0.33"], pairs["SGLang 0.5.23"]))
+    said = "Pairs are checked GPU by GPU without the vision tower"
+    assert any(c.value.startswith(said) for c in at.caption)

@@ -69,3 +69,28 @@ def test_map_prints_the_other_engine(capsys):
     assert capsys.readouterr().out.rstrip().splitlines()[-1].startswith("no vLLM 0.33 equivalent: --ep 2")
     assert main(["map", QWEN, "--tp", "4", "--ep", "3"]) == 2  # vLLM's EP spans tp x dp
     assert "an EP smaller than tp is SGLang's" in capsys.readouterr().err
+
+
+def test_a_vision_tower_sglang_leaves_out_is_set_aside_and_said():
+    """SGLang's map leaves the vision tower out (plan/tower.py): the engines are compared on the rest, and the
+    line says so; a real difference in the rest still refuses (vLLM builds this model's embedding on every
+    pipeline stage, SGLang's qwen3_moe.py decoder on the first alone)."""
+    vl = load_spec("Qwen/Qwen3-VL-235B-A22B-Instruct")
+    there = equivalent(vl, Layout(8), "vllm")
+    assert there.launch.endswith("--tp-size 8") and "without the vision tower" in there.line
+    assert equivalent(vl, Layout(8), "sglang").launch.endswith("--tensor-parallel-size 8")
+    assert "the weights per GPU differ" in equivalent(vl, Layout(4, pp=2), "vllm").line
+    assert equivalent(load_spec(QWEN), Layout(8), "vllm").caveat == ""  # no tower: nothing set aside
+    pairs = compare(vl, 8, 141.0)
+    paired = {a.row.layout: b for a, b in pairs if a and b}
+    assert paired[Layout(8)].row.layout == Layout(8)
+    a = next(a for a, b in pairs if a and a.row.layout == Layout(8))
+    assert a.row.weights > paired[Layout(8)].row.weights  # vLLM's GPUs hold their slice of the tower too
+
+
+def test_compare_of_a_tower_model_says_what_pairing_set_aside(capsys):
+    assert main(["compare", "Qwen/Qwen3-VL-30B-A3B-Instruct", "--gpus", "4", "--gpu-mem", "80"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[-1].startswith("pairs are checked GPU by GPU without the vision tower")
+    assert main(["compare", QWEN, "--gpus", "4", "--gpu-mem", "80"]) == 0
+    assert "vision tower" not in capsys.readouterr().out

@@ -20,6 +20,18 @@ from tpviz.rules import Layout, RuleSet, ruleset
 from tpviz.trace.shardmap import Deployment
 
 OTHER = {"vllm": "sglang", "vllm-0.28": "sglang", "sglang": "vllm"}
+# SGLang's map leaves a vision tower out (plan/tower.py): the engines are compared on the rest
+VISION_CAVEAT = "checked GPU by GPU without the vision tower, which tpviz does not model under SGLang rules"
+
+
+def comparing(spec: ModelSpec, sizers: dict | None) -> dict:
+    """The sizers two engines are compared with, by rule-set name: without the vision tower where there is
+    one (a caller's sizers of the whole model are then set aside)."""
+    return {name: s for name, s in (sizers or {}).items() if s.vision == (spec.tower is None)}
+
+
+def sizer_of(spec: ModelSpec, rules: RuleSet, sizers: dict) -> Sizer:
+    return sizers.get(rules.name) or Sizer(spec, rules, vision=spec.tower is None)
 
 
 @dataclass
@@ -29,11 +41,14 @@ class Equivalent:
     layout: Layout | None
     launch: str = ""
     why: str = ""  # no equivalent: the reason
+    caveat: str = ""  # what the check left out
 
     @property
     def line(self) -> str:
         head = f"the same deployment in {self.rules.label}"
-        return f"{head}: {self.launch}" if self.layout else f"no {self.rules.label} equivalent: {self.why}"
+        if not self.layout:
+            return f"no {self.rules.label} equivalent: {self.why}"
+        return f"{head}: {self.launch}" + (f" ({self.caveat})" if self.caveat else "")
 
 
 def spelled(spec: ModelSpec, layout: Layout, rules: RuleSet) -> tuple[Layout | None, str]:
@@ -83,22 +98,23 @@ def equivalent(spec: ModelSpec, layout: Layout, rules: RuleSet | str, placement:
     by rule-set name, when a caller has them)."""
     rules = ruleset(rules)
     other = ruleset(OTHER.get(rules.name, "vllm"))
-    sizers = sizers or {}
+    sizers = comparing(spec, sizers)
     if rules.tp_only or other.name == rules.name:
         return Equivalent(other, None, why=f"{rules.label} is compared with vLLM and SGLang only")
     # the layout itself must exist; its refusal is the caller's
-    mine = deploy(spec, layout, rules, placement, sizers.get(rules.name))
+    mine = deploy(spec, layout, rules, placement, sizer_of(spec, rules, sizers))
     theirs, why = spelled(spec, layout, rules)
     if theirs is None:
         return Equivalent(other, None, why=why)
     try:
-        d = deploy(spec, theirs, other, sizer=sizers.get(other.name))
+        d = deploy(spec, theirs, other, sizer=sizer_of(spec, other, sizers))
     except TpvizError as e:
         return Equivalent(other, None, why=f"{other.launch(spec.name, theirs)} is refused: {e}")
     if why := same_gpus(mine, d, other):
         hint = f" ({other.launch(spec.name, theirs)} comes closest)" if theirs != layout else ""
         return Equivalent(other, None, why=why + hint)
-    return Equivalent(other, theirs, other.launch(spec.name, theirs))
+    return Equivalent(other, theirs, other.launch(spec.name, theirs),
+                      caveat=VISION_CAVEAT if spec.tower else "")
 
 
 @dataclass
@@ -120,15 +136,18 @@ def compare(spec: ModelSpec, gpus: int, gpu_gib: float, utilization: float = 0.9
                                                              sizer=sizers[r.name])} for r in (vllm, sglang)}
     sizer, seen, pairs = sizers["sglang"], set(), []
     usable = capped_context(spec, context)[0]
+    # a vision tower (which SGLang's map leaves out) is set aside on vLLM's side too when pairing
+    bare = {r.name: Sizer(spec, r, vision=False) for r in (vllm, sglang)} if spec.tower else sizers
     for layout, row in rows["vllm"].items():
         theirs = spelled(spec, layout, vllm)[0] if row.problem is None else None
         other = None
         if theirs is not None:
             found = rows["sglang"].get(theirs) or sizer.row(theirs, gpu_gib * 2**30, utilization, usable)
+            mine = bare["vllm"].row(layout, gpu_gib * 2**30, utilization, usable) if spec.tower else row
             # the fullest GPUs first (cheap), then every GPU deployed in both engines
             same = found.problem is None and (found.stage_weights, found.kv_per_token) == (
-                row.stage_weights, row.kv_per_token)
-            if same and equivalent(spec, layout, vllm, sizers=sizers).layout == theirs:
+                mine.stage_weights, mine.kv_per_token)
+            if same and equivalent(spec, layout, vllm, sizers=bare).layout == theirs:
                 other = Side(sglang, found, sglang.launch(spec.name, theirs))
                 seen.add(theirs)
         pairs.append((Side(vllm, row, vllm.launch(spec.name, layout)), other))

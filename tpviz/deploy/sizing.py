@@ -66,9 +66,11 @@ class StageCost:
 class Sizer:
     """Traces each plan once per cut (the layers' width, the experts' width) and sums per stage and GPU."""
 
-    def __init__(self, spec: ModelSpec, rules: RuleSet | str = "vllm"):
-        self.spec, self.rules = spec, ruleset(rules)
-        self.plans = build_plan(spec, self.rules)
+    def __init__(self, spec: ModelSpec, rules: RuleSet | str = "vllm", vision: bool = True):
+        """vision=False: without the vision tower's plans (what both engines' maps hold, SGLang's leaving the
+        tower out: deploy/equivalent.py compares the rest)."""
+        self.spec, self.rules, self.vision = spec, ruleset(rules), vision
+        self.plans = [p for p in build_plan(spec, self.rules) if vision or p.tower != "vision"]
         self._traced: dict = {}
 
     def rank_bytes(self, plan: ParamPlan, tp: int) -> list[int]:
