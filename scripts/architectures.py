@@ -11,6 +11,24 @@ from tpviz.archs import REGISTRY  # noqa: E402
 from tpviz.config.tower import DATA_MODE, HF_KINDS, TOWER_FILES  # noqa: E402
 from tpviz.config.tower_audio import SPLIT_AUDIO  # noqa: E402
 from tpviz.rules.served import registry  # noqa: E402
+from tpviz.rules.sglang import native_classes  # noqa: E402
+
+
+def sglang_cell(a) -> str:
+    """How SGLang rules map the record: the model file of its decoder (a wrapper's text_model's), the tower
+    left out; or why not."""
+    text = REGISTRY.get(a.text_model)
+    g = a.sglang or (text.sglang if text else None)
+    if g is None:
+        return ("the file of the text decoder its config gives, where tpviz has read it" if a.decoder
+                else "refused (not modelled)")
+    if a.hf_class and a.hf_class not in native_classes():
+        return f"refused: SGLang serves `{a.hf_class}` through its Transformers backend (not modelled)"
+    if not a.hf_class:  # the checkpoint names its class: SGLang may have no file of its own for it
+        return f"`{g.file}` for its text decoder where SGLang's registry has the checkpoint's class" + (
+            ", the vision tower left out" if a.tower else "")
+    return f"`{g.file}`" + ("" if a.sglang or not text else " for its text decoder") + (
+        ", the vision tower left out" if a.tower else "")
 
 
 def row(a) -> str:
@@ -28,8 +46,7 @@ def row(a) -> str:
                else "mapped whole on every GPU as")
         tower += ("; " if tower else "") + f"audio: {how} `{TOWER_FILES[a.audio]}`"
     live = ("yes" + (", routed experts" if a.live_moe else "")) if a.live else "no"
-    sglang = (f"`{a.sglang.file}`" + (", text decoder only: the vision tower is left out" if a.tower else "")
-              if a.sglang else "refused (not modelled)")
+    sglang = sglang_cell(a)
     cls = f"`{a.hf_class}`" if a.hf_class else "any (vLLM builds the decoder text_config names)"
     return f"| `{a.model_type}` | {cls} | {text} | {tower} | {live} | {sglang} |"
 

@@ -16,6 +16,7 @@ from tpviz import TPSizeError, shard_map
 from tpviz.layers import QKVParallelLinear
 from tpviz.plan import DT, build_plan
 from tpviz.rules import RULES, Layout, ruleset
+from tpviz.rules.sglang import transformers_served
 from tpviz.trace.shardmap import ShardMap
 from tpviz.config.sources import load_spec, presets
 from tpviz.trace.probe import build_rank
@@ -92,12 +93,18 @@ def rebuild_from_pieces(spec, m: ShardMap, rules: str) -> None:
                 assert not nan_rows[:real].any() and nan_rows[real:].all(), (plan.name, rank)
 
 
+def sglang_native(spec) -> bool:
+    """Whether SGLang 0.5.23 builds the model with a file of its own that tpviz has read."""
+    return spec.arch.sglang is not None and transformers_served(spec.config) is None
+
+
 def round_trip(cfg, tp: int, rules: str, invariants) -> None:
     spec = load_spec(cfg)
     problem = split_problem(spec, tp, rules)[0]
-    # a model file tpviz has not read: refused, one line
-    if ruleset(rules).carves and spec.arch.sglang is None:
-        assert "does not model SGLang 0.5.23's" in problem and "\n" not in problem, problem
+    # a model file tpviz has not read, or a class SGLang serves through its Transformers backend: one line
+    if ruleset(rules).carves and not sglang_native(spec):
+        assert ("does not model SGLang 0.5.23's" in problem or "SGLang 0.5.23's model registry has no "
+                in problem) and "\n" not in problem, problem
         return
     if problem is not None:
         assert "\n" not in problem and f"tp_size={tp}" in problem, problem
@@ -114,7 +121,7 @@ def round_trip(cfg, tp: int, rules: str, invariants) -> None:
 def expected_problem(spec, tp: int, rules: str) -> bool:
     """Hand rule (non-MLA configs): does any split fail at this tp? (SGLang: only the model files it reads,
     and the vocabulary padded to 64 x tp when 64 does not divide)"""
-    if ruleset(rules).carves and spec.arch.sglang is None:
+    if ruleset(rules).carves and not sglang_native(spec):
         return True
     kv = spec.num_key_value_heads
     kv_ok = kv % tp == 0 or (rules != "nano-vllm" and tp % kv == 0)

@@ -9,8 +9,11 @@ a pipeline go to the last stages (distributed/utils.py get_pp_indices); routed e
 contiguous, equal blocks (layers/moe/fused_moe_triton/layer.py). FP8 blocks have no merged-layer exemption and
 no MoE refinement (layers/quantization/fp8.py).
 """
+import json
 import os
 from dataclasses import dataclass, replace
+from functools import lru_cache
+from pathlib import Path
 
 from tpviz.errors import LayoutError, TPSizeError
 from tpviz.rules.layout import Layout
@@ -18,6 +21,21 @@ from tpviz.rules.ruleset import Flags, RuleSet, Widths, divide
 
 PADDING = 64  # DEFAULT_VOCAB_PADDING_SIZE
 FILE = "SGLang 0.5.23's"
+
+
+@lru_cache(maxsize=1)
+def native_classes() -> frozenset[str]:
+    """The architecture classes SGLang 0.5.23's model registry builds with a model file of its own
+    (sglang_registry.json, regenerated from the wheel by scripts/sglang_registry.py)."""
+    return frozenset(json.loads(Path(__file__).with_name("sglang_registry.json").read_text())["models"])
+
+
+def transformers_served(cfg: dict) -> str | None:
+    """The config's class where SGLang builds none of its `architectures` natively and falls back to its
+    Transformers backend (model_loader/utils.py get_model_architecture: any native entry wins), else None."""
+    names = [a for a in cfg.get("architectures") or [] if isinstance(a, str)] if isinstance(
+        cfg.get("architectures"), list) else []
+    return names[0] if names and not set(names) & native_classes() else None
 
 
 @dataclass(frozen=True)
@@ -109,6 +127,9 @@ class SglangRuleSet(RuleSet):
         if spec is None:
             return None
         g = self.groups(spec.arch)
+        if cls := transformers_served(spec.config):  # not with the groups of the file tpviz read for its type
+            return (f"{FILE} model registry has no {cls}, so SGLang would serve it through its Transformers "
+                    "backend (model_loader/utils.py), which tpviz does not model; choose vLLM rules for it")
         if layout.pp > 1 and not g.pp:
             return f"Pipeline Parallel is not compatible with this model. ({FILE} {g.file} has no PP)"
         if layout.pp > 1 and g.head_every_stage and spec.tie_word_embeddings:
