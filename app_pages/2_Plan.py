@@ -26,10 +26,12 @@ from tpviz.render.plots.perf import terms_figure
 from tpviz.rules import BOTH, engines_of, ruleset
 from tpviz.rules.layout import CARVED
 from tpviz.config.sources import find_preset, presets, repo_from_url
-from tpviz.config.hub import fetch_config
+from tpviz.config.hub import PICK_HINT, fetch_config
 
 
 ENGINE_LABELS = {**RULE_LABELS, BOTH: "vLLM 0.33 + SGLang 0.5.23"}
+# this page reads presets and hub ids; a local config.json plans from the command line
+PLAN_HINT = "pick a preset, or plan a local config.json with python -m tpviz plan PATH --gpus N --gpu-mem GIB"
 
 
 @st.cache_resource(show_spinner=False, max_entries=16)
@@ -84,12 +86,15 @@ def speed_cells(r: dict) -> dict:
 
 
 def model_config(text: str) -> tuple[str, str]:
-    """(config JSON, name) for a preset or a hub id."""
+    """(config JSON, name) for a preset or a hub id; a hub failure names what works here instead."""
     text = repo_from_url(text.strip())
     key = find_preset(text)
     if key:
         return json.dumps(presets()[key], sort_keys=True), key
-    return json.dumps(fetch_config(text), sort_keys=True), text
+    try:
+        return json.dumps(fetch_config(text), sort_keys=True), text
+    except TpvizError as e:
+        raise type(e)(str(e).replace(PICK_HINT, PLAN_HINT)) from None
 
 
 def _pick() -> None:

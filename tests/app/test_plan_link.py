@@ -83,7 +83,10 @@ def test_bad_link_values_are_one_error_each_over_the_defaults():
 def test_an_unreachable_hub_id_is_one_error_and_the_link_keeps_it():
     at = open_plan({"model": "someone/unknown-model", "gpus": "2"})
     assert not at.exception and len(at.error) == 1
-    assert "someone/unknown-model is not in the local" in shown(at.error[0].value)
+    said = shown(at.error[0].value)
+    assert "someone/unknown-model is not in the local" in said
+    assert said.endswith("pick a preset, or plan a local config.json with python -m tpviz plan PATH --gpus N "
+                         "--gpu-mem GIB")  # the page reads no local file: it says what does
     assert at.selectbox(key="plan_model").value == "someone/unknown-model"
     assert dict(at.query_params) == {"model": "someone/unknown-model", "gpus": "2"}
     at.selectbox(key="plan_model").set_value(QWEN8).run()

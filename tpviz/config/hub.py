@@ -57,6 +57,7 @@ _HTTP_ERRORS: tuple[type[BaseException], ...] = (_httpx.HTTPError,) if _httpx is
 CONFIG_FILE = "config.json"
 INDEX_FILE = "model.safetensors.index.json"
 PROBE_SECONDS = 2.0
+PICK_HINT = "pick a preset or a local config.json"  # what works instead (a page that reads neither: its own)
 
 # Hub rule: each part is letters, digits, '-', '_', '.'; no leading/trailing '-' or '.';
 # no '--' or '..'; at most 96 characters.
@@ -161,10 +162,8 @@ def _reachable(endpoint: str, limit: float) -> bool:
 
 
 def _unreachable(endpoint: str, repo_id: str) -> HubError:
-    return HubError(
-        f"cannot reach {endpoint} (offline?) and {repo_id} is not in the local cache; "
-        "pick a preset or a local config.json"
-    )
+    return HubError(f"cannot reach {endpoint} (offline?) and {repo_id} is not in the local cache; "
+                    f"{PICK_HINT}")
 
 
 def _fetch(repo_id: str, filename: str, revision: str | None, timeout: float, missing_ok: bool) -> str | None:
@@ -173,7 +172,7 @@ def _fetch(repo_id: str, filename: str, revision: str | None, timeout: float, mi
     repo_id = validate_repo_id(repo_id)
     revision = _validate_revision(revision)
     if constants is None:
-        raise HubError("huggingface_hub is not installed; pick a preset or a local config.json")
+        raise HubError(f"huggingface_hub is not installed; {PICK_HINT}")
     cache_dir = _cache_dir()
     args = dict(repo_id=repo_id, filename=filename, revision=revision, cache_dir=cache_dir)
     endpoint = _endpoint()
@@ -197,10 +196,8 @@ def _fetch(repo_id: str, filename: str, revision: str | None, timeout: float, mi
         raise HubError(f"{repo_id} has no {filename}")
 
     if _offline():
-        raise HubError(
-            f"{repo_id} is not in the local Hugging Face cache and HF_HUB_OFFLINE is set; "
-            "unset it to download, or pick a preset or a local config.json"
-        )
+        raise HubError(f"{repo_id} is not in the local Hugging Face cache and HF_HUB_OFFLINE is set; "
+                       f"unset it to download, or {PICK_HINT}")
     if not _reachable(endpoint, min(PROBE_SECONDS, max(timeout, 0.1))):
         raise _unreachable(endpoint, repo_id)
 
@@ -251,7 +248,7 @@ def _map_error(exc: BaseException, repo_id: str, filename: str, revision: str | 
     if isinstance(exc, (OSError, TimeoutError) + _HTTP_ERRORS):
         return HubError(
             f"cannot download {filename} of {repo_id} from {endpoint} ({type(exc).__name__}: "
-            f"{_first_line(exc)}); pick a preset or a local config.json"
+            f"{_first_line(exc)}); {PICK_HINT}"
         )
     return HubError(f"reading {filename} of {repo_id} failed: {type(exc).__name__}: {_first_line(exc)}")
 

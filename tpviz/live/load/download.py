@@ -228,7 +228,7 @@ def _error(exc: BaseException, repo_id: str, revision: str | None, endpoint: str
            cache_dir: str) -> TpvizError:
     """One line for a failed listing or download: the hub's own mapping, or a disk / OS error."""
     if isinstance(exc, TpvizError):  # hub.py's own lines: its "pick a preset" hint does not apply here
-        return type(exc)(str(exc).replace("pick a preset or a local config.json", RANDOM_HINT))
+        return type(exc)(str(exc).replace(hub.PICK_HINT, RANDOM_HINT))
     hub_errors = tuple(t for t in (getattr(hub, "HfHubHTTPError", None),
                                    getattr(hub, "HFValidationError", None),
                                    getattr(hub, "EntryNotFoundError", None)) if t is not None)
@@ -237,7 +237,7 @@ def _error(exc: BaseException, repo_id: str, revision: str | None, endpoint: str
                             f"({exc.strerror or exc}); free some space or fix the folder's permissions "
                             f"(HF_HUB_CACHE picks another), or {RANDOM_HINT}")
     mapped = hub._map_error(exc, repo_id, "the checkpoint", revision, endpoint)
-    text = str(mapped).replace("pick a preset or a local config.json", RANDOM_HINT)
+    text = str(mapped).replace(hub.PICK_HINT, RANDOM_HINT)
     return type(mapped)(text) if isinstance(mapped, SourceError) else HubError(text)
 
 
