@@ -76,7 +76,8 @@ def header(page: Page, rows: list[ValidRow], lay: Deployment | None, mem: list[d
                   f"{sum(c.count for c in coll)} collectives per forward",
                   delta_color="off", delta_arrow="off")
     c4.metric(f"Valid tp sizes ({m.rules.label})", " ".join(map(str, S.valid_sizes(rows, m.rules))))
-    for sentence in filter(None, [*S.special_cases(m).values(), S.mla_kv_sentence(m), *S.cache_sentences(m)]):
+    mla = S.mla_kv_sentence(m, lay.layout if lay else None)
+    for sentence in filter(None, [*S.special_cases(m).values(), mla, *S.cache_sentences(m)]):
         st.info(literal(sentence))  # tensor names carry '*': Markdown would set them in italics
     if absent := S.absent_cases(m):
         st.caption(literal("Not in this view: " + "; ".join(absent) + "."))

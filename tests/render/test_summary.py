@@ -7,6 +7,9 @@ from tpviz import shard_map as _shard_map
 from tpviz.render import summary as S
 from tpviz.trace.validity import valid_table
 from tpviz.config.sources import presets
+from tpviz.config.sources import load_spec
+from tpviz.rules import Layout
+from tpviz.trace.model_map import map_model
 
 QWEN8, LLAMA8 = "Qwen/Qwen3-8B", "meta-llama/Llama-3.1-8B"
 
@@ -93,6 +96,15 @@ def test_mla_kv_sentence_says_why_the_cache_does_not_shrink():
     assert ("512 + 64" in sentence and "each of the 16 tensor-parallel GPUs" in sentence
             and "68.62 KiB per token per GPU" in sentence)
     assert S.mla_kv_sentence(shard_map("deepseek-ai/DeepSeek-V3", 1)) is None
+    # SGLang attention DP: the latent is copied over an attention group, each serving its own sequences
+    ds = load_spec("deepseek-ai/DeepSeek-V3")
+    whole = Layout(8, attn_dp=8, ep_size=8)
+    dp8 = S.mla_kv_sentence(map_model(ds, 8, "sglang", layout=whole), whole)
+    assert "with attention DP 8, each GPU keeps the latents of its own sequences (68.62 KiB" in dp8
+    assert "not 1/8" not in dp8
+    half = Layout(8, attn_dp=2, ep_size=8)
+    dp2 = S.mla_kv_sentence(map_model(ds, 8, "sglang", layout=half), half)
+    assert "each attention group of 4 GPUs keeps the whole latent cache of its own sequences" in dp2
     assert S.mla_kv_sentence(shard_map(QWEN8, 4)) is None
 
 

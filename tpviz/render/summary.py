@@ -222,16 +222,25 @@ def bias_sentence(m: ShardMap) -> str | None:
             f"{'it' if len(names) == 1 else 'each'} exactly once.")
 
 
-def mla_kv_sentence(m: ShardMap) -> str | None:
-    """One sentence on why an MLA model's KV cache does not shrink with tp, or None (not MLA, or tp=1)."""
+def mla_kv_sentence(m: ShardMap, layout=None) -> str | None:
+    """One sentence on why an MLA model's KV cache does not shrink with tp, or None (not MLA, or tp=1); under
+    SGLang's attention DP (`layout`), the latent is copied over an attention group alone."""
     spec = m.model
     if not spec.latent_cache or m.tp_size == 1:
         return None
     per_gpu = max(r.kv_cache_bytes_per_token for r in m.ranks)
-    return (f"MLA KV cache: each token caches one latent of {spec.kv_lora_rank} + {spec.qk_rope_head_dim} "
-            f"values per layer, shared by all {spec.num_attention_heads} heads, so {m.rules.engine} "
-            f"keeps the whole latent cache on each of the {m.tp_size} tensor-parallel GPUs "
-            f"({fmt_bytes(per_gpu)} per token per GPU with all layers, not 1/{m.tp_size}).")
+    head = (f"MLA KV cache: each token caches one latent of {spec.kv_lora_rank} + {spec.qk_rope_head_dim} "
+            f"values per layer, shared by all {spec.num_attention_heads} heads")
+    size = f"{fmt_bytes(per_gpu)} per token per GPU with all layers"
+    dp = layout.attn_dp if layout is not None else 1
+    if dp > 1:  # each attention group serves its own sequences
+        group = m.tp_size // dp
+        where = "each GPU keeps the latents of its own sequences" if group == 1 else (
+            f"each attention group of {group} GPUs keeps the whole latent cache of its own sequences on "
+            "every one of them")
+        return f"{head}; with attention DP {dp}, {where} ({size})."
+    return (f"{head}, so {m.rules.engine} keeps the whole latent cache on each of the {m.tp_size} "
+            f"tensor-parallel GPUs ({size}, not 1/{m.tp_size}).")
 
 
 def special_cases(m: ShardMap) -> dict[str, str | None]:
