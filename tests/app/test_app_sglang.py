@@ -17,6 +17,8 @@ def test_attention_dp_and_ep_controls_draw_the_sglang_deployment():
     assert "q/k/v" not in figure_tabs(at)
     link, = [m.value for m in at.markdown if "Link to this view" in m.value]
     assert "rules=sglang&attn_dp=8&ep_size=8" in link
+    mla, = [shown(i.value) for i in at.info if i.value.startswith("MLA KV cache")]
+    assert "with attention DP 8, each GPU keeps the latents of its own sequences" in mla  # no copy, not 1/8
 
 
 def test_changing_the_ep_size_redraws_and_a_size_from_another_tp_resets():
