@@ -76,10 +76,11 @@ def header(page: Page, rows: list[ValidRow], lay: Deployment | None, mem: list[d
                   f"{sum(c.count for c in coll)} collectives per forward",
                   delta_color="off", delta_arrow="off")
     c4.metric(f"Valid tp sizes ({m.rules.label})", " ".join(map(str, S.valid_sizes(rows, m.rules))))
-    mla = S.mla_kv_sentence(m, lay.layout if lay else None)
-    for sentence in filter(None, [*S.special_cases(m).values(), mla, *S.cache_sentences(m)]):
+    layout = lay.layout if lay else None
+    mla = S.mla_kv_sentence(m, layout)
+    for sentence in filter(None, [*S.special_cases(m, layout).values(), mla, *S.cache_sentences(m)]):
         st.info(literal(sentence))  # tensor names carry '*': Markdown would set them in italics
-    if absent := S.absent_cases(m):
+    if absent := S.absent_cases(m, layout):
         st.caption(literal("Not in this view: " + "; ".join(absent) + "."))
     if line := other_engine(page.key[0], page.key[1], lay.layout if lay else Layout(m.tp_size), m.rules.name):
         # the same GPUs in the other engine, compared GPU by GPU

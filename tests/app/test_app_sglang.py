@@ -53,3 +53,11 @@ def test_the_view_names_the_same_gpus_in_the_other_engine():
     assert any(shown(c.value).startswith("No vLLM 0.33 equivalent: --ep 2 below --tp 8") for c in at.caption)
     sent = [mt for mt in at.metric if mt.label == "Sent per decoded token, busiest GPU"]
     assert sent and sent[0].value == "not modelled"  # SGLang's EP traffic: said, not guessed
+
+
+def test_attention_dp_over_every_gpu_of_a_gqa_model_caches_every_kv_head_on_each():
+    at = run_app({"model": "Qwen/Qwen3-30B-A3B", "tp": "8", "rules": "sglang", "attn_dp": "8",
+                  "ep_size": "8"})
+    assert errors(at) == []  # the KV heads of a whole k were read as none (a crash) before
+    assert not [i for i in at.info if i.value.startswith("Replicated KV heads")]
+    assert any("attn_tp=1 ≤ 4 KV heads" in shown(c.value) for c in at.caption)

@@ -156,3 +156,24 @@ def test_vocab_padding_sentence_follows_the_map_under_each_rule_set():
         assert f"32001 → {rows * 4}" in sentence and f"4 × {rows}" in sentence
         assert all(f"{n} on GPU {r}" in sentence for r, n in enumerate(embed.padding) if n)
         assert m.rules.label in sentence
+
+
+def test_kv_heads_under_sglang_attention_dp_are_read_per_attention_group():
+    """The attention groups serve different sequences: a KV head in each is no copy. Within a group of fewer
+    GPUs than KV heads nothing is replicated; attn_tp 1 keeps every head whole on every GPU (that map traced
+    k whole, and read no KV heads at all before)."""
+    qwen = load_spec("Qwen/Qwen3-30B-A3B")  # 32 query heads, 4 KV heads, 48 layers
+    whole = Layout(8, attn_dp=8, ep_size=8)
+    m = map_model(qwen, 8, "sglang", layout=whole)
+    assert all(r.kv_heads == [0, 1, 2, 3] for r in m.ranks)
+    assert {r.kv_cache_bytes_per_token for r in m.ranks} == {2 * 4 * 128 * 48 * 2}
+    assert S.kv_sentence(m, whole) is None and "attn_tp=1 ≤ 4 KV heads" in S.absent_cases(m, whole)[0]
+    half = Layout(8, attn_dp=2, ep_size=8)  # attn_tp 4: one KV head per GPU of a group
+    assert S.kv_sentence(map_model(qwen, 8, "sglang", layout=half), half) is None
+    wide = Layout(16, attn_dp=2, ep_size=8)  # attn_tp 8: each head on 2 GPUs of its group
+    said = S.kv_sentence(map_model(qwen, 16, "sglang", layout=wide), wide)
+    assert said.startswith("Replicated KV heads: 4 KV heads on each attention group of 8 GPUs "
+                           "(attention DP 2)")
+    assert "head 0 on GPUs 0–1" in said and "query heads split 4 per GPU" in said
+    assert "so SGLang copies each KV head to 2 GPUs (head 0 on GPUs 0–1" in S.kv_sentence(
+        map_model(qwen, 8, "sglang", layout=Layout(8)))  # plain tp: the sentence it always gave

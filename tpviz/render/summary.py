@@ -146,8 +146,25 @@ def _span(ranks: list[int]) -> str:
         "GPUs " + ", ".join(map(str, ranks)))
 
 
-def kv_sentence(m: ShardMap) -> str | None:
-    """One sentence on replicated KV heads, or None when every KV head lives on one rank."""
+def attn_group(m: ShardMap, layout=None) -> int:
+    """The GPUs attention is cut over: tp, or under SGLang's attention DP (`layout`) one attention group."""
+    return m.tp_size // layout.attn_dp if layout is not None and layout.attn_dp > 1 else m.tp_size
+
+
+def kv_sentence(m: ShardMap, layout=None) -> str | None:
+    """One sentence on replicated KV heads, or None when every KV head lives on one rank (of an attention
+    group, under SGLang's attention DP: the groups serve different sequences, so theirs are no copies)."""
+    group = attn_group(m, layout)
+    if group < m.tp_size:
+        share = {h: [r for r in ranks if r < group] for h, ranks in kv_sharing(m).items()}
+        if m.model.is_mla or all(len(r) <= 1 for r in share.values()):
+            return None
+        kv, per, heads = len(share), len(next(iter(share.values()))), m.model.num_attention_heads
+        first = "; ".join(f"head {h} on {_span(r)}" for h, r in list(share.items())[:2])
+        return (f"Replicated KV heads: {kv} KV head{'s' if kv != 1 else ''} on each attention group of "
+                f"{group} GPUs (attention DP {layout.attn_dp}), so {m.rules.engine} copies each KV head to "
+                f"{per} GPUs of its group ({first}{'; …' if kv > 2 else ''}) while the {heads} query heads "
+                f"split {heads // group} per GPU.")
     share = kv_sharing(m)
     if not share or all(len(r) == 1 for r in share.values()):
         # the first attention group splits its KV heads; a later one with fewer (Gemma-4's full layers) may
@@ -243,19 +260,21 @@ def mla_kv_sentence(m: ShardMap, layout=None) -> str | None:
             f"tensor-parallel GPUs ({size}, not 1/{m.tp_size}).")
 
 
-def special_cases(m: ShardMap) -> dict[str, str | None]:
+def special_cases(m: ShardMap, layout=None) -> dict[str, str | None]:
     """The three cases drawn explicitly: case -> its sentence, or None when absent from this model at this
-    tp."""
-    return {"kv": kv_sentence(m), "padding": padding_sentence(m), "bias": bias_sentence(m),
+    tp (and SGLang layout)."""
+    return {"kv": kv_sentence(m, layout), "padding": padding_sentence(m), "bias": bias_sentence(m),
             "allocation": expert_padding_sentence(m)}
 
 
-def absent_cases(m: ShardMap) -> list[str]:
+def absent_cases(m: ShardMap, layout=None) -> list[str]:
     """Short reasons why a special case does not occur here (teaches when it would)."""
-    cases, out = special_cases(m), []
+    cases, out = special_cases(m, layout), []
     if cases["kv"] is None:
+        group = attn_group(m, layout)
+        cut = f"tp={m.tp_size}" if group == m.tp_size else f"attn_tp={group}"
         out.append("no replicated KV heads (MLA caches a shared latent)" if m.model.latent_cache else
-                   f"no replicated KV heads (tp={m.tp_size} ≤ {m.model.num_key_value_heads} KV heads)")
+                   f"no replicated KV heads ({cut} ≤ {m.model.num_key_value_heads} KV heads)")
     if cases["padding"] is None:
         vocab = m.model.vocab_size
         out.append(f"no vocab padding ({m.rules.label} never pads; vocab {vocab} splits evenly)"

@@ -11,16 +11,19 @@ def kv_heads_held(tensors: list[TensorMap], layers: list[int], d: int, rank: int
     """Which global KV heads a rank holds in one attention group, read off the loaded k rows; k_rows: where
     the loader reads k in a fused tensor whose disk order it ignores (InternLM2, whose forward gathers q/k/v
     and cuts them again as the loader did)."""
-    ks = [t for t in tensors if t.family == "qkv" and t.split_dim is not None
-          and set(t.layers or ()) & set(layers) and not t.name.endswith("bias") and (t.shard_id == "k"
+    ks = [t for t in tensors if t.family == "qkv" and set(t.layers or ()) & set(layers)
+          and not t.name.endswith("bias") and (t.shard_id == "k"
                                                or (isinstance(t.shard_id, list) and "k" in t.shard_id)
                                                or (t.shard_id is None
                                                    and any(s[0].split(" ")[0] == "k" for s in t.sections)))]
+    # split ones first; attention whole on every rank (SGLang's attn_tp 1) holds every KV head, traced along
+    # dim 0 (tracer.spread)
+    ks = [t for t in ks if t.split_dim is not None] or [t for t in ks if t.split_dim is None]
     # the k tensor in whole output rows: quantized layers also store scales, and AWQ packs the rows 8 to an
     # int32
-    k = max(ks, key=lambda t: t.shape[t.split_dim])
+    k = max(ks, key=lambda t: t.shape[t.split_dim or 0])
     if k.shard_id is not None:  # a separate k tensor ("k", or ["k", "v"] when it also fills V)
-        return _kv_in(k, rank, 0, k.shape[k.split_dim], d)
+        return _kv_in(k, rank, 0, k.shape[k.split_dim or 0], d)
     # fused on disk: the k sections the plan declares (one [k] block, or one per head / KV group)
     if k_rows is not None:
         return _kv_in(k, rank, *k_rows, d)
