@@ -26,7 +26,7 @@ _MLA = dict(names=DEEPSEEK, score_bias="noaux_tc", score_bias_fp32=True, live="m
 SGLANG = Groups("deepseek_v2.py", "attn_tp", "attn_tp", "attn_tp", "switch", "switch", expert_limit="tp",
                 params=(("fused_qkv_a_proj", "fused_qkv_a_proj_with_mqa"),))
 _V3 = dict(topk_method="noaux_tc", renormalize_default=True, routing="v3",
-           sglang=replace(SGLANG, fuses_shared=True), **_MLA)
+           sglang=replace(SGLANG, fuses_shared="DeepSeek-V3"), **_MLA)
 
 # DeepSeek Sparse Attention: no live block or SGLang groups for the indexer yet (refused there by name)
 _DSA = dict(extra=("indexer",), unmodelled=(), live="", live_moe=False, live_shared=False, sglang=None)

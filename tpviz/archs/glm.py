@@ -13,6 +13,7 @@ more norms a layer (after attention and after the MLP) and gate/up fused on disk
 from dataclasses import replace
 
 from tpviz.archs.base import Arch
+from tpviz.rules.sglang import Groups
 from tpviz.archs.deepseek import DEEPSEEK
 from tpviz.archs.names import LLAMA
 from tpviz.errors import ConfigError, MissingFieldError
@@ -64,8 +65,13 @@ RECORDS = [
     # (FusedMoE cuts moe_intermediate_size, as for DeepSeek-V3); qk_norm "use_qk_norm": per-head q/k
     # norms when the config's use_qk_norm is set (GLM-4.5, 4.6, 4.7), none otherwise (GLM-4.5-Air, and
     # Glm4MoeConfig's default)
+    # SGLang 0.5.23's glm4_moe.py: attention, the embedding and (under --enable-dp-lm-head) the lm_head over
+    # attn_tp, the dense MLPs over tp unless --moe-dense-tp-size 1, the shared expert over tp (no
+    # SGLANG_SHARED_EXPERT_TP1), tp above the routed experts refused, the lm_head built on every stage
     Arch("glm4_moe", "Glm4MoeForCausalLM", DEEPSEEK, adapt=glm4_moe_fields, o_bias=False,
-         qk_norm="use_qk_norm", score_bias="always", router_fp32=True),
+         qk_norm="use_qk_norm", score_bias="always", router_fp32=True,
+         sglang=Groups("glm4_moe.py", "attn_tp", "attn_tp", "attn_tp", "switch", "tp", expert_limit="tp",
+                       fuses_shared="GLM-4.5/4.6/4.7", head_every_stage=True)),
     # MLA from kv_lora_rank, as vLLM's is_deepseek_mla lists glm4_moe_lite; index_topk would add GLM-5's
     # sparse-attention indexer (Glm4MoeLiteModel.is_v32)
     Arch("glm4_moe_lite", "Glm4MoeLiteForCausalLM", DEEPSEEK, adapt=glm4_moe_lite_fields, score_bias="always",

@@ -67,10 +67,16 @@ def deepseek_vl2_decoder(cfg: dict) -> dict:
                                     "does not guess it", key)
     return {**text, "model_type": "deepseek_v2"}
 
+# SGLang 0.5.23's glm4v_moe.py: glm4_moe.py's Glm4MoeModel, its lm_head on the last stage alone (glm4_moe.py
+# builds one on every stage); no fused shared expert is claimed (its class has no fusion hook of its own)
+_GLM4V_MOE_SGL = replace(_GLM4_MOE.sglang, file="glm4v_moe.py (glm4_moe.py's Glm4MoeModel)", fuses_shared="",
+                         head_every_stage=False)
+
 RECORDS = [
     replace(_GLM4_MOE, model_type="glm4v_moe", hf_class="Glm4vMoeForConditionalGeneration",
-            text_model="glm4v_moe_text", tower="glm4v"),
-    replace(_GLM4_MOE, model_type="glm4v_moe_text", hf_class="Glm4vMoeForConditionalGeneration"),
+            text_model="glm4v_moe_text", tower="glm4v", sglang=_GLM4V_MOE_SGL),
+    replace(_GLM4_MOE, model_type="glm4v_moe_text", hf_class="Glm4vMoeForConditionalGeneration",
+            sglang=_GLM4V_MOE_SGL),
     Arch("minicpmv", "MiniCPMV", tower="minicpmv", decoder=minicpmv_decoder),
     # 2.5's decoder is a Llama; SGLang 0.5.23's minicpmv.py serves no 2.5 (a config without version it reads
     # as 2.6, a Qwen2), so it has a record of its own without SGLang groups: SGLang rules refuse it

@@ -51,7 +51,9 @@ class Groups:
     dense: str = "tp"
     shared: str = "tp"
     expert_limit: str = ""  # 'tp' or 'moe_tp': the model file refuses that width above the expert count
-    fuses_shared: bool = False  # DeepSeek-V3/R1 fuse the shared expert into the MoE at ep 1 (NVIDIA)
+    # the model whose shared expert the file fuses into the MoE at --ep 1 on NVIDIA ("DeepSeek-V3": V3/R1's
+    # 256 experts alone; "GLM-4.5": any), as one more routed slot cut like the experts (tp ways at ep 1)
+    fuses_shared: str = ""
     head_every_stage: bool = False  # the lm_head is built on every pipeline stage (no is_last_rank guard)
     pp: bool = True  # False: the model's forward has no pp_proxy_tensors (model_runner.py asserts)
     params: tuple[tuple[str, str], ...] = ()  # (vLLM's parameter name, this file's) where they differ
@@ -157,8 +159,8 @@ class SglangRuleSet(RuleSet):
         if layout.shared_tp1 and g.shared != "switch":
             return f"SGLANG_SHARED_EXPERT_TP1 does not change {g.file}'s shared experts"
         if layout.shared_tp1 and self.fused(layout, spec):
-            return ("SGLANG_SHARED_EXPERT_TP1 does not change DeepSeek-V3's shared expert at "
-                    "--ep 1: SGLang fuses it into the routed experts there (use --ep > 1 to "
+            return (f"SGLANG_SHARED_EXPERT_TP1 does not change {spec.arch.sglang.fuses_shared}'s shared "
+                    "expert at --ep 1: SGLang fuses it into the routed experts there (use --ep > 1 to "
                     "keep it apart and whole)")
         if spec.is_moe and g.expert_limit:
             width = tp if g.expert_limit == "tp" else tp // ep
@@ -198,20 +200,22 @@ class SglangRuleSet(RuleSet):
         return False
 
     def fused(self, layout: Layout, spec) -> bool:
-        """DeepSeek-V3/R1 on NVIDIA at --ep 1 fuse their shared expert into the MoE as expert 256
+        """Whether the model file fuses the shared expert into the MoE: DeepSeek-V3/R1 on NVIDIA at --ep 1
         (deepseek_v2.py shared_experts_fusion_disable_reason: 256 routed experts, one shared, moe_ep_size
-        1)."""
+        1), GLM-4.5 on NVIDIA from Ampere on at --ep 1 (glm4_moe.py's)."""
         g = getattr(spec.arch, "sglang", None)
-        return bool(g and g.fuses_shared and layout.ep_size == 1 and spec.num_experts == 256
-                    and spec.shared_expert_intermediate_size)
+        return bool(g and g.fuses_shared and layout.ep_size == 1 and spec.shared_expert_intermediate_size
+                    and (g.fuses_shared != "DeepSeek-V3" or spec.num_experts == 256))
 
     def layout_notes(self, layout: Layout, spec) -> list[str]:
         notes = []
         if self.fused(layout, spec):
-            notes.append("SGLang fuses DeepSeek-V3's shared expert into the routed experts at --ep 1 on "
-                         "Ampere and Hopper (as expert 256, cut tp ways: the rows drawn for the shared "
-                         "expert; its FP8 checks are the MoE's); Blackwell's default TRT-LLM runner keeps it "
-                         "apart")
+            who = spec.arch.sglang.fuses_shared
+            where = ("on Ampere and Hopper" if who == "DeepSeek-V3" else "on NVIDIA GPUs from Ampere on")
+            notes.append(f"SGLang fuses {who}'s shared expert into the routed experts at --ep 1 {where} (as "
+                         f"expert {spec.num_experts}, cut tp ways: the rows drawn for the shared expert; its "
+                         "FP8 checks are the MoE's)" + ("; Blackwell's default TRT-LLM runner keeps it apart"
+                                                        if who == "DeepSeek-V3" else ""))
         tower, attn = spec.tower, self.attn_tp(layout)
         if tower and tower.heads % attn:  # the tower is left out (plan/tower.py): nor is its tp checked
             notes.append(f"SGLang may refuse this layout for the vision tower, which tpviz does not check: "
