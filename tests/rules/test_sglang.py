@@ -264,15 +264,22 @@ def test_a_tower_sglang_may_refuse_is_said_where_its_heads_do_not_divide_attn_tp
     """The tower is left out under SGLang (plan/tower.py): its map, memory and tp checks. Where its heads do
     not divide attn_tp, SGLang's VisionAttention asserts unless the encoder runs data-parallel: a map there
     says so, and the validity table carries it on the tp it calls valid."""
-    gemma = load_spec("google/gemma-3-27b-it")  # SigLIP: 16 heads; the decoder's 32 divide tp 32
-    m = shard_map(gemma, 32, rules="sglang")
+    vl = load_spec("Qwen/Qwen3-VL-30B-A3B-Instruct")  # 16 vision heads; the decoder's 32 divide tp 32
+    m = shard_map(vl, 32, rules="sglang")
     said = [w for w in m.warnings if w.startswith("SGLang may refuse this layout for the vision tower")]
     assert len(said) == 1 and "its 16 heads do not divide attn_tp_size = 32" in said[0]
     assert "--mm-enable-dp-encoder" in said[0]
     assert any("left out of this map, its memory and its tp checks" in w for w in m.warnings)
-    assert not any(w.startswith("SGLang may refuse") for w in shard_map(gemma, 16, rules="sglang").warnings)
+    assert not any(w.startswith("SGLang may refuse") for w in shard_map(vl, 16, rules="sglang").warnings)
+    # Gemma-3 (and Llama-4): SGLang builds no tower unless --enable-multimodal, the map's default exactly
+    gemma = load_spec("google/gemma-3-27b-it")
+    m = shard_map(gemma, 32, rules="sglang")
+    assert any(w.startswith("SGLang 0.5.23 builds no vision tower for this model unless --enable-multimodal")
+               for w in m.warnings)
+    assert any(w.startswith("with --enable-multimodal, SGLang may refuse") for w in m.warnings)
+    assert not any("left out of this map" in w for w in m.warnings)
     assert split_problem(gemma, 32)[0].startswith("the vision tower: vision_config.num_attention_heads=16")
-    problem, warnings = split_problem(gemma, 32, "sglang")
+    problem, warnings = split_problem(vl, 32, "sglang")
     assert problem is None and any("16 heads do not divide attn_tp_size = 32" in w for w in warnings)
     text = load_spec("meta-llama/Llama-3.1-8B")  # no tower: nothing to say
     assert not any("vision tower" in w for w in split_problem(text, 32, "sglang")[1])

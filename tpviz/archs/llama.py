@@ -44,6 +44,11 @@ def llama4_fields(cfg: dict) -> dict:
     return cfg
 
 
+# SGLang 0.5.23's mllama4.py around llama4.py's Llama4Model: attention, the embedding and (under
+# --enable-dp-lm-head) the lm_head over attn_tp, the dense MLPs and the shared expert over tp; its forward
+# takes no pp_proxy_tensors (and Llama4Model builds every layer on every stage), so no PP
+SGL_LLAMA4 = Groups("mllama4.py (llama4.py's Llama4Model)", "attn_tp", "attn_tp", "attn_tp", pp=False)
+
 RECORDS = [
     Arch("llama", live="llama", sglang=Groups("llama.py", lm_head="attn_tp", head_every_stage=True)),
     # MistralForCausalLM / MixtralForCausalLM: no attention biases whatever the config says (transformers'
@@ -78,8 +83,9 @@ RECORDS = [
               "[pos - sliding_window, pos])", embed_every_stage=True),
     # mllama4.py: its vision tower, pixel-shuffle adapter and projector (config/tower.py, plan/tower.py)
     Arch("llama4", "Llama4ForConditionalGeneration", LLAMA4, text_model="llama4_text", tower="llama4",
-         adapt=llama4_fields, chunk=8192, experts="transposed"),
-    Arch("llama4_text", "Llama4ForCausalLM", LLAMA4, adapt=llama4_fields, chunk=8192, experts="transposed"),
+         adapt=llama4_fields, chunk=8192, experts="transposed", sglang=SGL_LLAMA4),
+    Arch("llama4_text", "Llama4ForCausalLM", LLAMA4, adapt=llama4_fields, chunk=8192, experts="transposed",
+         sglang=SGL_LLAMA4),
     # mistral3.py: PixtralHFVisionModel and its projector around the decoder text_config names (Mistral's
     # in Mistral-Small-3.x); no hf_class, because vLLM builds that decoder from text_config, so the wrapper's
     # class says nothing about it (Mistral-Small-4's text_config is no Mistral)

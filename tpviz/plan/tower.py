@@ -165,10 +165,6 @@ def _whole(plan: ParamPlan) -> ParamPlan:
     return plan
 
 
-TOWER_LEFT_OUT = ("SGLang's split of the vision tower (attention over attn_tp, MLP over tp) is not modelled: "
-                  "the tower is left out of this map, its memory and its tp checks; vLLM rules draw it")
-
-
 def tower_plans(spec, rules: RuleSet | str) -> list[ParamPlan]:
     """Every parameter of the spec's vision tower (none when it has no tower tpviz models)."""
     rules = ruleset(rules)

@@ -146,6 +146,10 @@ class RuleSet:
             return [self.notes["max_tp"].format(max_tp=self.max_tp)]
         return []
 
+    def tower_notes(self, spec) -> list[str]:
+        """What the map says of a vision tower this engine's rules leave out (none: the map draws it)."""
+        return []
+
     def model_notes(self, model_type: str) -> list[str]:
         """What the engine would not run about this model at all (one line each)."""
         if self.serves is not None and model_type not in self.serves:

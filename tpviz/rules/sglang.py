@@ -21,6 +21,14 @@ from tpviz.rules.ruleset import Flags, RuleSet, Widths, divide
 
 PADDING = 64  # DEFAULT_VOCAB_PADDING_SIZE
 FILE = "SGLang 0.5.23's"
+TOWER_LEFT_OUT = ("SGLang's split of the vision tower (attention over attn_tp, MLP over tp) is not modelled: "
+                  "the tower is left out of this map, its memory and its tp checks; vLLM rules draw it")
+# configs/model_config.py mm_disabled_models: multimodal off unless --enable-multimodal (no tower is built)
+MM_OFF = ("Gemma3ForConditionalGeneration", "Llama4ForConditionalGeneration",
+          "Step3VLForConditionalGeneration")
+TOWER_OFF = ("SGLang 0.5.23 builds no vision tower for this model unless --enable-multimodal "
+             "(configs/model_config.py), so this map, as its default, holds none; with the flag, the tower's "
+             "split is not modelled")
 
 
 @lru_cache(maxsize=1)
@@ -28,6 +36,12 @@ def native_classes() -> frozenset[str]:
     """The architecture classes SGLang 0.5.23's model registry builds with a model file of its own
     (sglang_registry.json, regenerated from the wheel by scripts/sglang_registry.py)."""
     return frozenset(json.loads(Path(__file__).with_name("sglang_registry.json").read_text())["models"])
+
+
+def mm_off(cfg: dict) -> bool:
+    """Whether SGLang builds this checkpoint's text model alone by default (its first architecture)."""
+    archs = cfg.get("architectures")
+    return isinstance(archs, list) and bool(archs) and archs[0] in MM_OFF
 
 
 def transformers_served(cfg: dict) -> str | None:
@@ -207,6 +221,11 @@ class SglangRuleSet(RuleSet):
         return bool(g and g.fuses_shared and layout.ep_size == 1 and spec.shared_expert_intermediate_size
                     and (g.fuses_shared != "DeepSeek-V3" or spec.num_experts == 256))
 
+    def tower_notes(self, spec) -> list[str]:
+        if not spec.tower:
+            return []
+        return [TOWER_OFF if mm_off(spec.config) else TOWER_LEFT_OUT]
+
     def layout_notes(self, layout: Layout, spec) -> list[str]:
         notes = []
         if self.fused(layout, spec):
@@ -218,7 +237,8 @@ class SglangRuleSet(RuleSet):
                                                         if who == "DeepSeek-V3" else ""))
         tower, attn = spec.tower, self.attn_tp(layout)
         if tower and tower.heads % attn:  # the tower is left out (plan/tower.py): nor is its tp checked
-            notes.append(f"SGLang may refuse this layout for the vision tower, which tpviz does not check: "
+            notes.append(("with --enable-multimodal, " if mm_off(spec.config) else "") +
+                         "SGLang may refuse this layout for the vision tower, which tpviz does not check: "
                          f"its {tower.heads} heads do not divide attn_tp_size = {attn}, and {FILE} "
                          "VisionAttention (layers/attention/vision.py) divides them by it unless the model "
                          "file runs the encoder data-parallel (--mm-enable-dp-encoder, where it reads the "

@@ -12,7 +12,6 @@ import torch
 from tpviz.config.spec import ModelSpec
 from tpviz.config.towers import VISION_NOTE
 from tpviz.plan import DT, PROBE, ParamPlan, build_plan
-from tpviz.plan.tower import TOWER_LEFT_OUT
 from tpviz.rules import Layout, RuleSet, check_tp, ruleset
 from tpviz.trace.caches import rank_caches, state_bytes
 from tpviz.trace.probe import build_rank, single_thread
@@ -136,9 +135,8 @@ def trace(spec: ModelSpec, tp_size: int, rules: RuleSet | str = "vllm",
     if error:
         raise error
     # the map is the layer classes', not the engine's
-    warnings = rules.model_notes(spec.model_type) + warnings + (
-        [TOWER_LEFT_OUT] if spec.tower and rules.carves else [])
-    if spec.tower and rules.carves:  # the note on how vLLM splits the tower would contradict it
+    warnings = rules.model_notes(spec.model_type) + warnings + rules.tower_notes(spec)
+    if rules.tower_notes(spec):  # the note on how vLLM splits the tower would contradict them
         spec = replace(spec, notes=[n for n in spec.notes if not n.startswith(VISION_NOTE)])
     widths = rules.widths(layout, spec.arch)
     tensors, params = [], []
