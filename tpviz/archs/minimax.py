@@ -4,6 +4,7 @@ over tp with them (the variances all-reduced); the router and its e_score_correc
 from dataclasses import replace
 
 from tpviz.archs.base import Arch
+from tpviz.rules.sglang import Groups
 from tpviz.archs.names import LLAMA
 from tpviz.errors import ConfigError
 
@@ -27,7 +28,11 @@ def minimax_m2_fields(cfg: dict) -> dict:
 
 RECORDS = [
     # vLLM's o_proj has no bias; q/k/v follow attention_bias; tp above the expert count is refused
+    # SGLang 0.5.23's minimax_m2.py: attention and its q/k norms (MiniMaxM2RMSNormTP) over attn_tp, the
+    # embedding over attn_tp under attention DP and built on every stage (no first-stage guard), the lm_head
+    # over tp on the last, tp above the experts refused
     Arch("minimax_m2", "MiniMaxM2ForCausalLM", MINIMAX_M2, adapt=minimax_m2_fields, o_bias=False,
          qk_norm="tp", score_bias="use_routing_bias", router_fp32=True, moe_tp_limit=True,
-         needs_experts=True),
+         needs_experts=True, sglang=Groups("minimax_m2.py", "attn_tp", "attn_tp", expert_limit="tp",
+                                           embed_every_stage=True)),
 ]

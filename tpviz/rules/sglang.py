@@ -72,6 +72,7 @@ class Groups:
     pp: bool = True  # False: the model's forward has no pp_proxy_tensors (model_runner.py asserts)
     params: tuple[tuple[str, str], ...] = ()  # (vLLM's parameter name, this file's) where they differ
     deepstack_first: bool = False  # qwen3_vl.py asserts the first stage holds the layers deepstack feeds
+    embed_every_stage: bool = False  # embed_tokens built with no first-stage guard (minimax_m2.py)
 
 
 def group_width(group: str, tp: int, attn_tp: int, switched: bool = False) -> int:
@@ -209,9 +210,11 @@ class SglangRuleSet(RuleSet):
         return bool(g and g.head_every_stage)
 
     def embed_on_every_stage(self, arch) -> bool:
-        """The model files read (llama.py, qwen2.py, qwen2_moe.py, mixtral.py, deepseek_v2.py) build
-        embed_tokens on the first stage alone; gemma2/3 support no pipeline parallelism."""
-        return False
+        """As the model file builds embed_tokens: most read (llama.py, qwen2.py, qwen2_moe.py, mixtral.py,
+        deepseek_v2.py, glm4_moe.py) on the first stage alone, minimax_m2.py on every stage; gemma2/3 support
+        no pipeline parallelism."""
+        g = getattr(arch, "sglang", None)
+        return bool(g and g.embed_every_stage)
 
     def fused(self, layout: Layout, spec) -> bool:
         """Whether the model file fuses the shared expert into the MoE: DeepSeek-V3/R1 on NVIDIA at --ep 1
@@ -227,7 +230,7 @@ class SglangRuleSet(RuleSet):
         return [TOWER_OFF if mm_off(spec.config) else TOWER_LEFT_OUT]
 
     def layout_notes(self, layout: Layout, spec) -> list[str]:
-        notes = []
+        notes = super().layout_notes(layout, spec)  # an embedding on every stage
         if self.fused(layout, spec):
             who = spec.arch.sglang.fuses_shared
             where = ("on Ampere and Hopper" if who == "DeepSeek-V3" else "on NVIDIA GPUs from Ampere on")
