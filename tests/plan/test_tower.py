@@ -165,9 +165,13 @@ def test_gemma3_siglip_tower_and_its_projector():
 
 
 def test_sglang_rules_leave_the_tower_out_and_say_so():
-    m = shard_map("google/gemma-3-27b-it", 4, "sglang")
+    m = shard_map("Qwen/Qwen3-VL-30B-A3B-Instruct", 4, "sglang")
     assert not any(t.tower for t in m.tensors)
     assert any("SGLang's split of the vision tower" in w for w in m.warnings)
+    # Gemma-3: SGLang builds no tower unless --enable-multimodal, which the map says instead
+    m = shard_map("google/gemma-3-27b-it", 4, "sglang")
+    assert not any(t.tower for t in m.tensors)
+    assert any("builds no vision tower for this model unless --enable-multimodal" in w for w in m.warnings)
 
 
 def test_mistral3_pixtral_tower_and_projector():
