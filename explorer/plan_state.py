@@ -53,6 +53,8 @@ def _read(key: str, text: str) -> tuple:
         ok = 0 < len(model) <= 200 and model.isascii() and model.isprintable() and " " not in model
         return (find_preset(model) or model if ok else None), "a preset or a hub repo id"
     choices = {"plan_rules": ENGINES, "plan_goal": GOALS, "plan_gpu": tuple(catalog())}[key]
+    if key == "plan_rules":  # a '+' typed into an address reads back as a space
+        text = text.replace(" ", "+")
     return (text.lower() if text.lower() in choices else None), f"one of {', '.join(choices)}"
 
 

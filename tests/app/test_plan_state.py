@@ -45,6 +45,7 @@ def test_presets_any_case_pasted_hub_urls_and_other_pages_names():
     assert opened({"model": "https://huggingface.co/a/b"})["plan_model"] == "a/b"
     assert opened({"RULES": "sglang"})["plan_rules"] == "vllm"  # names are exact; values are not
     assert opened({"rules": "SGLang", "hw": "H100"})["plan_rules"] == "sglang"
+    assert opened({"rules": "vllm sglang"})["plan_rules"] == "vllm+sglang"  # '+' typed in an address
     # an explorer link's own names (tp, tab) mean nothing here and are no problem
     assert opened({"model": QWEN8, "tp": "4", "tab": "experts", "gpu": "80"})["plan_gib"] == 80.0
 
