@@ -10,7 +10,7 @@ from tpviz.config.sources import presets
 from tpviz.errors import TpvizError
 from tpviz.rules import Layout, ruleset
 from tpviz.rules.served import architecture
-from tpviz.rules.sglang import native_classes
+from tpviz.rules.sglang import native_classes, transformers_served
 from tests.paths import ROOT
 
 SGL = ruleset("sglang")
@@ -23,7 +23,7 @@ def test_a_class_sglang_serves_through_transformers_is_refused_in_one_line(model
     spec = load_spec(model)
     problem = SGL.layout_problem(Layout(2), spec)
     assert problem.startswith(f"SGLang 0.5.23's model registry has no {architecture(spec.config)}, so SGLang "
-                              "would serve it through its Transformers backend")
+                              "would try its Transformers backend")
     assert problem.endswith("choose vLLM rules for it") and "\n" not in problem
     with pytest.raises(TpvizError, match="model registry has no"):
         shard_map(spec, 2, rules="sglang")
@@ -52,9 +52,15 @@ def test_a_config_naming_no_class_is_read_by_its_model_type_and_any_native_entry
         shard_map(load_spec(odd), 2, rules="sglang")
     both = {**cfg, "architectures": ["MyLlamaForCausalLM", "LlamaForCausalLM"]}  # SGLang takes the native
     assert shard_map(load_spec(both), 2, rules="sglang").tensors
-    # a type tpviz has not read for SGLang keeps that reason (SGLang config classes may rename the class)
-    with pytest.raises(TpvizError, match="tpviz does not model SGLang 0.5.23's falcon model file"):
-        SGL.layout_problem(Layout(2), load_spec("tiiuae/falcon-7b"))
+    # SGLang has no falcon file: the registry's reason, before the groups tpviz has not read
+    assert "registry has no FalconForCausalLM" in SGL.layout_problem(Layout(2), load_spec("tiiuae/falcon-7b"))
+    # a class SGLang has a file for, whose groups tpviz has not read, says that
+    with pytest.raises(TpvizError, match="tpviz does not model SGLang 0.5.23's phi3 model file"):
+        SGL.layout_problem(Layout(2), load_spec("microsoft/Phi-3-mini-128k-instruct"))
+    # DeepSeek-VL2's config class renames its class to one SGLang builds: not the Transformers backend
+    vl2 = {"model_type": "deepseek_vl_v2", "architectures": ["DeepseekVLV2ForCausalLM"]}
+    assert transformers_served(vl2) is None
+    assert transformers_served({**vl2, "model_type": "other"}) == "DeepseekVLV2ForCausalLM"
 
 
 def test_the_registry_reader_takes_each_entry_class_by_its_own_name():
@@ -66,3 +72,7 @@ def test_the_registry_reader_takes_each_entry_class_by_its_own_name():
     assert module.entry_classes(source) == {"A", "Foo", "Baz"}
     assert module.entry_classes("EntryClass = Qwen3ForCausalLM\n") == {"Qwen3ForCausalLM"}
     assert module.entry_classes("x = 1\n") == set()
+    config = ('class VL2Config:\n    model_type = "deepseek_vl_v2"\n    def __init__(self):\n'
+              '        self.architectures = ["DeepseekVL2ForCausalLM"]\n'
+              '        self.text_config.architectures = ["X"]\n')  # a nested config's: not the model's
+    assert module.renames(config) == {"deepseek_vl_v2": ["DeepseekVL2ForCausalLM"]}

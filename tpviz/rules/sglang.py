@@ -32,10 +32,15 @@ TOWER_OFF = ("SGLang 0.5.23 builds no vision tower for this model unless --enabl
 
 
 @lru_cache(maxsize=1)
+def sglang_registry() -> dict:
+    """SGLang 0.5.23's model registry (sglang_registry.json, regenerated from the wheel by
+    scripts/sglang_registry.py): its native classes, and the model types its own config classes rename."""
+    return json.loads(Path(__file__).with_name("sglang_registry.json").read_text())
+
+
 def native_classes() -> frozenset[str]:
-    """The architecture classes SGLang 0.5.23's model registry builds with a model file of its own
-    (sglang_registry.json, regenerated from the wheel by scripts/sglang_registry.py)."""
-    return frozenset(json.loads(Path(__file__).with_name("sglang_registry.json").read_text())["models"])
+    """The architecture classes SGLang 0.5.23 builds with a model file of its own."""
+    return frozenset(sglang_registry()["models"])
 
 
 def mm_off(cfg: dict) -> bool:
@@ -45,11 +50,13 @@ def mm_off(cfg: dict) -> bool:
 
 
 def transformers_served(cfg: dict) -> str | None:
-    """The config's class where SGLang builds none of its `architectures` natively and falls back to its
-    Transformers backend (model_loader/utils.py get_model_architecture: any native entry wins), else None."""
+    """The config's class where SGLang builds none of its `architectures` natively and tries its Transformers
+    backend (model_loader/utils.py get_model_architecture: any native entry wins; a model type SGLang's own
+    config class renames counts as renamed), else None."""
     names = [a for a in cfg.get("architectures") or [] if isinstance(a, str)] if isinstance(
         cfg.get("architectures"), list) else []
-    return names[0] if names and not set(names) & native_classes() else None
+    renamed = sglang_registry()["renamed"].get(str(cfg.get("model_type", "")), [])
+    return names[0] if names and not set(names + renamed) & native_classes() else None
 
 
 @dataclass(frozen=True)
@@ -143,10 +150,10 @@ class SglangRuleSet(RuleSet):
                     f"tp_size == moe_ep_size * moe_dp_size * moe_tp_size): use a divisor of {tp}")
         if spec is None:
             return None
-        g = self.groups(spec.arch)
         if cls := transformers_served(spec.config):  # not with the groups of the file tpviz read for its type
-            return (f"{FILE} model registry has no {cls}, so SGLang would serve it through its Transformers "
-                    "backend (model_loader/utils.py), which tpviz does not model; choose vLLM rules for it")
+            return (f"{FILE} model registry has no {cls}, so SGLang would try its Transformers backend "
+                    "(model_loader/utils.py), which tpviz does not model; choose vLLM rules for it")
+        g = self.groups(spec.arch)
         if layout.pp > 1 and not g.pp:
             return f"Pipeline Parallel is not compatible with this model. ({FILE} {g.file} has no PP)"
         if layout.pp > 1 and g.head_every_stage and spec.tie_word_embeddings:
