@@ -231,7 +231,8 @@ class Sizer:
             weights = self.stage_bytes(layout, set(layers), i == 0, i == len(stages) - 1)
             r.stage_weights.append(weights)
             per_token = sum(kv_layer.get(j, (0, 0))[0] for j in layers)
-            per_seq = sum(size * min(context, window or context) for size, window in
+            capped = self.rules.caps_window(spec)  # else a sliding layer caches every token
+            per_seq = sum(size * min(context, window if capped and window else context) for size, window in
                           (kv_layer.get(j, (0, 0)) for j in layers))
             r.kv_per_token, r.per_sequence = max(r.kv_per_token, per_token), max(r.per_sequence, per_seq)
             room = usable - weights

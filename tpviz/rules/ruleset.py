@@ -146,6 +146,11 @@ class RuleSet:
             return [self.notes["max_tp"].format(max_tp=self.max_tp)]
         return []
 
+    def caps_window(self, spec) -> bool:
+        """Whether a sliding-window layer's cache holds its window alone (vLLM's hybrid KV cache manager), or
+        every token of the context like any layer."""
+        return True
+
     def tower_notes(self, spec) -> list[str]:
         """What the map says of a vision tower this engine's rules leave out (none: the map draws it)."""
         return []

@@ -26,6 +26,11 @@ TOWER_LEFT_OUT = ("SGLang's split of the vision tower (attention over attn_tp, M
 # configs/model_config.py mm_disabled_models: multimodal off unless --enable-multimodal (no tower is built)
 MM_OFF = ("Gemma3ForConditionalGeneration", "Llama4ForConditionalGeneration",
           "Step3VLForConditionalGeneration")
+# configs/model_config.py is_hybrid_swa_model (with SWA_SINK_ARCHS): the classes whose sliding layers get a
+# pool of their own; every other model's sliding layers cache every token, as full attention does
+HYBRID_SWA = ("Llama4ForConditionalGeneration", "GptOssForCausalLM", "Gemma4ForCausalLM",
+              "Gemma4ForConditionalGeneration", "Step3p5ForCausalLM", "Step3p7ForConditionalGeneration",
+              "GraniteSWAForCausalLM", "GraniteMoeSWAForCausalLM")
 TOWER_OFF = ("SGLang 0.5.23 builds no vision tower for this model unless --enable-multimodal "
              "(configs/model_config.py), so this map, as its default, holds none; with the flag, the tower's "
              "split is not modelled")
@@ -231,6 +236,10 @@ class SglangRuleSet(RuleSet):
         return bool(g and g.fuses_shared and layout.ep_size == 1 and spec.shared_expert_intermediate_size
                     and (g.fuses_shared != "DeepSeek-V3" or spec.num_experts == 256))
 
+    def caps_window(self, spec) -> bool:
+        archs = spec.config.get("architectures")
+        return isinstance(archs, list) and bool(set(map(str, archs)) & set(HYBRID_SWA))
+
     def tower_notes(self, spec) -> list[str]:
         if not spec.tower:
             return []
@@ -245,6 +254,11 @@ class SglangRuleSet(RuleSet):
                          f"expert {spec.num_experts}, cut tp ways: the rows drawn for the shared expert; its "
                          "FP8 checks are the MoE's)" + ("; Blackwell's default TRT-LLM runner keeps it apart"
                                                         if who == "DeepSeek-V3" else ""))
+        sliding = sum(1 for layer in spec.layers if getattr(layer.mixer, "window", 0))
+        if sliding and not self.caps_window(spec):
+            notes.append(f"SGLang 0.5.23 keeps no sliding-window pool for this model "
+                         f"(configs/model_config.py is_hybrid_swa_model): its {sliding} sliding layers cache "
+                         "every token of the context, so the cache is counted as full attention's")
         tower, attn = spec.tower, self.attn_tp(layout)
         if tower and tower.heads % attn:  # the tower is left out (plan/tower.py): nor is its tp checked
             notes.append(("with --enable-multimodal, " if mm_off(spec.config) else "") +

@@ -156,6 +156,8 @@ def trace(spec: ModelSpec, tp_size: int, rules: RuleSet | str = "vllm",
             size = p.element_bytes or spec.dtype_bytes
             by_family[p.family] = by_family.get(p.family, 0) + numel(p.local_shapes[rank]) * p.count * size
         per_token, windowed, kv_heads = rank_caches(spec, tensors, rank)
+        if not rules.caps_window(spec):  # the engine caches every token of a sliding layer too
+            per_token, windowed = per_token + sum(w["bytes_per_token"] for w in windowed), []
         ranks.append(RankInfo(rank, sum(by_family.values()), by_family, per_token, kv_heads, windowed,
                               state))
     return ShardMap(tp_size, rules, spec, tensors, params, ranks, layer_groups(spec), warnings=warnings)
