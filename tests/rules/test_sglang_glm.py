@@ -5,6 +5,7 @@ import pytest
 
 from tpviz import load_spec, shard_map
 from tpviz.deploy.deployment import deploy
+from tpviz.deploy.equivalent import equivalent
 from tpviz.deploy.sizing import Sizer
 from tpviz.rules import Layout, ruleset
 from tpviz.trace.validity import split_problem
@@ -41,6 +42,8 @@ def test_dense_mlps_follow_moe_dense_tp_size_and_the_lm_head_sits_on_every_stage
     sgl, vllm = (deploy(air, Layout(4, pp=2), r) for r in ("sglang", "vllm"))
     assert sgl.gpus[0].weight_bytes - vllm.gpus[0].weight_bytes == 151552 * 4096 * 2 // 4  # its lm_head slice
     assert sgl.gpus[-1].weight_bytes == vllm.gpus[-1].weight_bytes
+    why = equivalent(air, Layout(4, pp=2), "vllm").line
+    assert "the weights per GPU differ on pipeline stage 0 alone" in why
 
 
 def test_attention_dp_cuts_attention_over_the_group():

@@ -86,6 +86,10 @@ def same_gpus(a: Deployment, b: Deployment, other: RuleSet) -> str:
     if [g.kv_cache_bytes_per_token for g in a.gpus] != [g.kv_cache_bytes_per_token for g in b.gpus]:
         return "the KV cache per GPU differs (the attention heads are cut another way)"
     if [g.weight_bytes for g in a.gpus] != [g.weight_bytes for g in b.gpus]:
+        stages = sorted({g.pp for g, h in zip(a.gpus, b.gpus) if g.weight_bytes != h.weight_bytes})
+        if len(stages) < len(a.stages):  # a table one engine builds on more stages (GLM's lm_head)
+            which = ", ".join(map(str, stages))
+            return f"the weights per GPU differ on pipeline stage {which} alone (a table on more stages)"
         return "the weights per GPU differ (a weight is cut over another group)"
     if [g.experts for g in a.gpus] != [g.experts for g in b.gpus]:
         return "the experts sit on other GPUs (SGLang places them in contiguous blocks)"
