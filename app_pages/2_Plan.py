@@ -15,7 +15,7 @@ from explorer.text import literal
 from tpviz.deploy.fit import capped_context
 from tpviz.render.text import fmt_bytes
 from tpviz.errors import TpvizError
-from tpviz.deploy.equivalent import VISION_CAVEAT, compare
+from tpviz.deploy.equivalent import PAIRED_WITHOUT_TOWER, compare
 from tpviz.deploy.hardware import Topology, catalog, gpu_type
 from tpviz.deploy.perf import EP_SAME, GOALS, Speed, Workload, bound_sentence
 from tpviz.deploy.traffic import LEAST_NOTE
@@ -226,7 +226,7 @@ def main() -> None:
         st.dataframe(cached_compare(cfg_json, name, int(gpus), float(gib), float(util), int(context)),
                      hide_index=True, width="stretch", key="compare_table")
         if spec_for(cfg_json, name).tower:
-            st.caption(f"Pairs are {VISION_CAVEAT}; vLLM's weights per GPU count their slice of it.")
+            st.caption(f"{PAIRED_WITHOUT_TOWER[0].upper()}{PAIRED_WITHOUT_TOWER[1:]}.")
     picked = event.selection.rows if event and hasattr(event, "selection") else []
     if picked:
         show_row(rows[picked[0]], cfg_json, name, float(gib), float(util), int(context), speed)

@@ -11,7 +11,7 @@ from tpviz.archs import REGISTRY  # noqa: E402
 from tpviz.config.tower import DATA_MODE, HF_KINDS, TOWER_FILES  # noqa: E402
 from tpviz.config.tower_audio import SPLIT_AUDIO  # noqa: E402
 from tpviz.rules.served import registry  # noqa: E402
-from tpviz.rules.sglang import native_classes  # noqa: E402
+from tpviz.rules.sglang import transformers_served  # noqa: E402
 
 
 def sglang_cell(a) -> str:
@@ -22,8 +22,8 @@ def sglang_cell(a) -> str:
     if g is None:
         return ("the file of the text decoder its config gives, where tpviz has read it" if a.decoder
                 else "refused (not modelled)")
-    if a.hf_class and a.hf_class not in native_classes():
-        return f"refused: SGLang serves `{a.hf_class}` through its Transformers backend (not modelled)"
+    if a.hf_class and transformers_served({"architectures": [a.hf_class], "model_type": a.model_type}):
+        return f"refused: SGLang would try its Transformers backend for `{a.hf_class}` (not modelled)"
     if not a.hf_class:  # the checkpoint names its class: SGLang may have no file of its own for it
         return f"`{g.file}` for its text decoder where SGLang's registry has the checkpoint's class" + (
             ", the vision tower left out" if a.tower else "")

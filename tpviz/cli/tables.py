@@ -4,7 +4,7 @@ import json
 
 from tpviz.archs import arch_of
 from tpviz.config.sources import load_spec
-from tpviz.deploy.equivalent import VISION_CAVEAT, compare
+from tpviz.deploy.equivalent import PAIRED_WITHOUT_TOWER, compare
 from tpviz.deploy.ranking import plan_rows
 from tpviz.errors import TpvizError
 from tpviz.render.text import fmt_bytes
@@ -84,5 +84,5 @@ def cmd_compare(args) -> int:
     for line in [head, *cells]:
         print("  ".join(f"{c[:w]:<{w}}" for c, w in zip(line, widths)).rstrip())
     if spec.tower:
-        print(f"pairs are {VISION_CAVEAT}; vLLM's weights per GPU count their slice of it")
+        print(PAIRED_WITHOUT_TOWER)
     return 0

@@ -22,6 +22,7 @@ from tpviz.trace.shardmap import Deployment
 OTHER = {"vllm": "sglang", "vllm-0.28": "sglang", "sglang": "vllm"}
 # SGLang's map leaves a vision tower out (plan/tower.py): the engines are compared on the rest
 VISION_CAVEAT = "checked GPU by GPU without the vision tower, which tpviz does not model under SGLang rules"
+PAIRED_WITHOUT_TOWER = f"pairs are {VISION_CAVEAT}; vLLM's weights per GPU count their slice of it"
 
 
 def comparing(spec: ModelSpec, sizers: dict | None) -> dict:

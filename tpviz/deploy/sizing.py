@@ -227,11 +227,11 @@ class Sizer:
         kv_layer = self.kv_per_layer(w.attention)
         usable = gpu_bytes * utilization
         replicas = []  # sequences of `context` tokens each stage can hold
+        capped = self.rules.caps_window(spec)  # else a sliding layer caches every token
         for i, layers in enumerate(stages):
             weights = self.stage_bytes(layout, set(layers), i == 0, i == len(stages) - 1)
             r.stage_weights.append(weights)
             per_token = sum(kv_layer.get(j, (0, 0))[0] for j in layers)
-            capped = self.rules.caps_window(spec)  # else a sliding layer caches every token
             per_seq = sum(size * min(context, window if capped and window else context) for size, window in
                           (kv_layer.get(j, (0, 0)) for j in layers))
             r.kv_per_token, r.per_sequence = max(r.kv_per_token, per_token), max(r.per_sequence, per_seq)

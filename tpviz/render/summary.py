@@ -155,36 +155,27 @@ def kv_sentence(m: ShardMap, layout=None) -> str | None:
     """One sentence on replicated KV heads, or None when every KV head lives on one rank (of an attention
     group, under SGLang's attention DP: the groups serve different sequences, so theirs are no copies)."""
     group = attn_group(m, layout)
-    if group < m.tp_size:
-        share = {h: [r for r in ranks if r < group] for h, ranks in kv_sharing(m).items()}
-        if m.model.is_mla or all(len(r) <= 1 for r in share.values()):
-            return None
-        kv, per, heads = len(share), len(next(iter(share.values()))), m.model.num_attention_heads
-        first = "; ".join(f"head {h} on {_span(r)}" for h, r in list(share.items())[:2])
-        return (f"Replicated KV heads: {kv} KV head{'s' if kv != 1 else ''} on each attention group of "
-                f"{group} GPUs (attention DP {layout.attn_dp}), so {m.rules.engine} copies each KV head to "
-                f"{per} GPUs of its group ({first}{'; …' if kv > 2 else ''}) while the {heads} query heads "
-                f"split {heads // group} per GPU.")
-    share = kv_sharing(m)
-    if not share or all(len(r) == 1 for r in share.values()):
+    # the first group's GPUs (ranks 0..group-1): every group holds the same heads
+    share = {h: [r for r in ranks if r < group] for h, ranks in kv_sharing(m).items()}
+    if not share or all(len(r) <= 1 for r in share.values()):
         # the first attention group splits its KV heads; a later one with fewer (Gemma-4's full layers) may
         # not
         fewer = next((g for g in m.groups if g.mixer.get("kind") == "attention"
                       and 0 < g.mixer.get("kv_heads", m.tp_size) < m.tp_size), None)
-        if fewer is None or m.model.is_mla:
+        if fewer is None or m.model.is_mla or group < m.tp_size:
             return None
         kv, heads = fewer.mixer["kv_heads"], fewer.mixer.get("heads", m.model.num_attention_heads)
         return (f"Replicated KV heads: the {fewer.label.split(' + ')[0]} layers have {kv} KV "
                 f"head{'s' if kv != 1 else ''} on {m.tp_size} GPUs, so {m.rules.engine} copies each KV head "
                 f"to {m.tp_size // kv} GPUs while their {heads} query heads still split "
                 f"{heads // m.tp_size} per GPU.")
-    kv, per = len(share), len(next(iter(share.values())))
+    kv, per, heads = len(share), len(next(iter(share.values()))), m.model.num_attention_heads
     first = "; ".join(f"head {h} on {_span(r)}" for h, r in list(share.items())[:2])
-    return (f"Replicated KV heads: {kv} KV head{'s' if kv != 1 else ''} on {m.tp_size} GPUs, so "
-            f"{m.rules.engine} copies each "
-            f"KV head to {per} GPUs ({first}{'; …' if kv > 2 else ''}) while the "
-            f"{m.model.num_attention_heads} query heads still split "
-            f"{m.model.num_attention_heads // m.tp_size} per GPU.")
+    on, of, still = (f"{m.tp_size} GPUs", "", "still ") if group == m.tp_size else (
+        f"each attention group of {group} GPUs (attention DP {layout.attn_dp})", " of its group", "")
+    return (f"Replicated KV heads: {kv} KV head{'s' if kv != 1 else ''} on {on}, so {m.rules.engine} copies "
+            f"each KV head to {per} GPUs{of} ({first}{'; …' if kv > 2 else ''}) while the {heads} query "
+            f"heads {still}split {heads // group} per GPU.")
 
 
 def padding_sentence(m: ShardMap) -> str | None:

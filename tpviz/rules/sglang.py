@@ -17,6 +17,7 @@ from pathlib import Path
 
 from tpviz.errors import LayoutError, TPSizeError
 from tpviz.rules.layout import Layout
+from tpviz.rules.served import architecture
 from tpviz.rules.ruleset import Flags, RuleSet, Widths, divide
 
 PADDING = 64  # DEFAULT_VOCAB_PADDING_SIZE
@@ -48,18 +49,22 @@ def native_classes() -> frozenset[str]:
     return frozenset(sglang_registry()["models"])
 
 
+def classes(cfg: dict) -> list[str]:
+    """The config's `architectures` entries (none when it names none)."""
+    archs = cfg.get("architectures")
+    return [a for a in archs if isinstance(a, str)] if isinstance(archs, list) else []
+
+
 def mm_off(cfg: dict) -> bool:
     """Whether SGLang builds this checkpoint's text model alone by default (its first architecture)."""
-    archs = cfg.get("architectures")
-    return isinstance(archs, list) and bool(archs) and archs[0] in MM_OFF
+    return architecture(cfg) in MM_OFF
 
 
 def transformers_served(cfg: dict) -> str | None:
     """The config's class where SGLang builds none of its `architectures` natively and tries its Transformers
     backend (model_loader/utils.py get_model_architecture: any native entry wins; a model type SGLang's own
     config class renames counts as renamed), else None."""
-    names = [a for a in cfg.get("architectures") or [] if isinstance(a, str)] if isinstance(
-        cfg.get("architectures"), list) else []
+    names = classes(cfg)
     renamed = sglang_registry()["renamed"].get(str(cfg.get("model_type", "")), [])
     return names[0] if names and not set(names + renamed) & native_classes() else None
 
@@ -237,8 +242,7 @@ class SglangRuleSet(RuleSet):
                     and (g.fuses_shared != "DeepSeek-V3" or spec.num_experts == 256))
 
     def caps_window(self, spec) -> bool:
-        archs = spec.config.get("architectures")
-        return isinstance(archs, list) and bool(set(map(str, archs)) & set(HYBRID_SWA))
+        return bool(set(classes(spec.config)) & set(HYBRID_SWA))
 
     def tower_notes(self, spec) -> list[str]:
         if not spec.tower:

@@ -135,8 +135,9 @@ def trace(spec: ModelSpec, tp_size: int, rules: RuleSet | str = "vllm",
     if error:
         raise error
     # the map is the layer classes', not the engine's
-    warnings = rules.model_notes(spec.model_type) + warnings + rules.tower_notes(spec)
-    if rules.tower_notes(spec):  # the note on how vLLM splits the tower would contradict them
+    left_out = rules.tower_notes(spec)
+    warnings = rules.model_notes(spec.model_type) + warnings + left_out
+    if left_out:  # the note on how vLLM splits the tower would contradict them
         spec = replace(spec, notes=[n for n in spec.notes if not n.startswith(VISION_NOTE)])
     widths = rules.widths(layout, spec.arch)
     tensors, params = [], []
