@@ -254,20 +254,27 @@ def test_kv_heads_are_read_from_the_loaded_k_rows_also_when_qkv_is_fused():
     assert all(r.kv_cache_bytes_per_token == 2 * 1 * 32 * 2 * 2 for r in m.ranks)
 
 
-def test_interleaved_traces_restore_torch_threads():
-    """App sessions are threads: trace A may end while trace B runs; B must keep 1 thread and the end
-    restore."""
+def test_interleaved_traces_restore_torch_threads_and_gc():
+    """App sessions are threads: trace A may end while trace B runs; B must keep 1 thread and the collector
+    off, and the end restore both (a collector the caller had switched off stays off)."""
+    import gc
+
     import torch
-    from tpviz.trace.tracer import single_thread
+    from tpviz.trace.tracer import probing
     before = torch.get_num_threads()
     torch.set_num_threads(2)
     try:
-        a, b = single_thread(), single_thread()
+        a, b = probing(), probing()
         a.__enter__()
         b.__enter__()
         a.__exit__(None, None, None)
-        assert torch.get_num_threads() == 1
+        assert torch.get_num_threads() == 1 and not gc.isenabled()
         b.__exit__(None, None, None)
-        assert torch.get_num_threads() == 2
+        assert torch.get_num_threads() == 2 and gc.isenabled()
+        gc.disable()
+        with probing():
+            pass
+        assert not gc.isenabled()
     finally:
+        gc.enable()
         torch.set_num_threads(before)

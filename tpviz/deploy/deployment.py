@@ -8,7 +8,7 @@ from tpviz.deploy.sizing import Sizer
 from tpviz.deploy.traffic import comm_per_token
 from tpviz.errors import DenseEPError, LayoutError, TPSizeError
 from tpviz.rules import Layout, RuleSet, ruleset
-from tpviz.trace.probe import single_thread
+from tpviz.trace.probe import probing
 from tpviz.trace.shardmap import Deployment, Gpu
 from tpviz.trace.validity import split_problem
 
@@ -28,7 +28,7 @@ def check_layout(layout: Layout, spec: ModelSpec, rules: RuleSet) -> None:
         raise LayoutError(problem)
 
 
-@single_thread()
+@probing()
 def deploy(spec: ModelSpec, layout: Layout, rules: RuleSet | str = "vllm",
            placement: str = "linear", sizer: Sizer | None = None) -> Deployment:
     """Every GPU of the layout: coordinates, layers, experts, weight bytes, KV bytes per token; and the

@@ -15,7 +15,7 @@ from tpviz.errors import LayoutError
 from tpviz.plan import ParamPlan, arch_names, build_plan
 from tpviz.rules import Layout, RuleSet, ruleset
 from tpviz.trace.caches import kv_sources, layer_caches
-from tpviz.trace.probe import single_thread
+from tpviz.trace.probe import probing
 from tpviz.trace.shardmap import numel
 from tpviz.trace.tracer import trace, trace_plan
 from tpviz.trace.validity import split_problem
@@ -204,7 +204,7 @@ class Sizer:
             self._traced[key] = {i: max(pr[i] for pr in per_rank) for i in per_rank[0]}
         return self._traced[key]
 
-    @single_thread()
+    @probing()
     def row(self, layout: Layout, gpu_bytes: float, utilization: float, context: int) -> LayoutRow:
         """Validate one layout and size it."""
         r, spec = LayoutRow(layout), self.spec

@@ -1,5 +1,6 @@
 """The probe: one rank's layer built from a plan, tiny and on one thread, and where a plan lives in the
 model."""
+import gc
 import threading
 from contextlib import contextmanager
 
@@ -8,27 +9,32 @@ import torch
 from tpviz.errors import QuantError, TPSizeError
 from tpviz.plan import ParamPlan
 
-_threads_lock = threading.Lock()
-_threads_depth, _threads_saved = 0, 1
+_lock = threading.Lock()
+_depth, _threads_saved, _gc_saved = 0, 1, True
 
 
 @contextmanager
-def single_thread():
-    """Probe tensors are tiny: torch's intra-op threads only add contention (10-100x on a busy machine).
-    The setting is process-wide, so overlapping traces (app sessions are threads) share one save/restore."""
-    global _threads_depth, _threads_saved
-    with _threads_lock:
-        if _threads_depth == 0:
-            _threads_saved = torch.get_num_threads()
+def probing():
+    """Probe tensors are tiny: torch's intra-op threads only add contention (10-100x on a busy machine), and
+    the cyclic collector, woken by the thousands of probe modules a map builds, rescans every live object of
+    the process (an app's are many): 10% of a large map here. Both settings are process-wide, so overlapping
+    traces (app sessions are threads) share one save/restore; the probes' cycles are collected after."""
+    global _depth, _threads_saved, _gc_saved
+    with _lock:
+        if _depth == 0:
+            _threads_saved, _gc_saved = torch.get_num_threads(), gc.isenabled()
             torch.set_num_threads(1)
-        _threads_depth += 1
+            gc.disable()
+        _depth += 1
     try:
         yield
     finally:
-        with _threads_lock:
-            _threads_depth -= 1
-            if _threads_depth == 0:
+        with _lock:
+            _depth -= 1
+            if _depth == 0:
                 torch.set_num_threads(_threads_saved)
+                if _gc_saved:
+                    gc.enable()
 
 
 def build_rank(plan: ParamPlan, tp_size: int, tp_rank: int) -> tuple:

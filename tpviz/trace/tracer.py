@@ -14,7 +14,7 @@ from tpviz.config.towers import VISION_NOTE
 from tpviz.plan import DT, PROBE, ParamPlan, build_plan
 from tpviz.rules import Layout, RuleSet, check_tp, ruleset
 from tpviz.trace.caches import rank_caches, state_bytes
-from tpviz.trace.probe import build_rank, single_thread
+from tpviz.trace.probe import build_rank, probing
 from tpviz.trace.shardmap import LayerGroup, ParamMap, Piece, RankInfo, ShardMap, TensorMap, numel
 from tpviz.trace.validity import split_error
 
@@ -31,8 +31,8 @@ def tagged(shape: tuple, dim: int) -> torch.Tensor:
 def read_pieces(param: torch.Tensor, dim: int, rank: int) -> tuple[list[Piece], np.ndarray]:
     """Runs of consecutive source indices found along dim of a loaded parameter, and the loaded mask."""
     # numpy: a map reads a thousand small vectors, where torch's per-op overhead was half the time
-    t = param.detach()
-    vec = (t.movedim(dim, 0) if dim else t).reshape(t.size(dim), -1)[:, 0].numpy()
+    a = param.detach().numpy()
+    vec = a[(0,) * dim + (slice(None),) + (0,) * (a.ndim - dim - 1)]  # along dim, at index 0 of the others
     mask = vec == vec  # loaded: not NaN
     if mask.all():  # the common case, every slot loaded: runs break only where the index skips
         breaks = ((vec[1:] - vec[:-1]) != 1).nonzero()[0] + 1
@@ -121,7 +121,7 @@ def spread(tensors: list[TensorMap], param: ParamMap, width: int, tp_size: int) 
     param.padding = [param.padding[r % width] for r in range(tp_size)]
 
 
-@single_thread()
+@probing()
 def trace(spec: ModelSpec, tp_size: int, rules: RuleSet | str = "vllm",
           layout: Layout | None = None) -> ShardMap:
     """The shard map of a model at tp_size, read off the real weight_loaders of every rank; each weight is cut

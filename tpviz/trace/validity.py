@@ -11,7 +11,7 @@ from tpviz.errors import QuantError, TPSizeError
 from tpviz.plan import ParamPlan, build_plan
 from tpviz.plan.quantized import DESC_ACT
 from tpviz.rules import RULE_SETS, Layout, RuleSet, Widths, check_tp, ruleset
-from tpviz.trace.probe import build_rank, single_thread, where
+from tpviz.trace.probe import build_rank, probing, where
 from tpviz.trace.shardmap import FAMILIES
 
 
@@ -19,7 +19,7 @@ def _check_order(plan: ParamPlan) -> int:
     return FAMILIES.index(plan.family) if plan.family in FAMILIES else len(FAMILIES)
 
 
-@single_thread()
+@probing()
 def split_error(spec: ModelSpec, tp_size: int, rules: RuleSet | str = "vllm",
                 plans: list[ParamPlan] | None = None, moe_tp: int | None = None,
                 widths: Widths | None = None,
