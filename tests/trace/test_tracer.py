@@ -278,3 +278,21 @@ def test_interleaved_traces_restore_torch_threads_and_gc():
     finally:
         gc.enable()
         torch.set_num_threads(before)
+
+
+@pytest.mark.parametrize("model,layout", [
+    ("Qwen/Qwen3-30B-A3B", Layout(8, attn_dp=2, ep_size=8)),
+    ("Qwen/Qwen3-30B-A3B", Layout(8, ep_size=2)),
+    ("deepseek-ai/DeepSeek-V3", Layout(8, attn_dp=8, ep_size=4, dense_tp1=True))])
+def test_sglang_expert_parallel_map_holds_each_gpus_share_of_the_experts(model, layout):
+    """SGLang's --ep lives inside tp, so the map's GPUs are the layout's at pp 1: each holds its EP group's
+    experts, not every one (the map once said 54.66 GiB per GPU for Qwen3-30B-A3B at --ep 8, 7.41 held)."""
+    from tpviz.deploy.deployment import deploy
+    spec = load_spec(model)
+    m = trace(spec, layout.tp, "sglang", layout)
+    held = [g.weight_bytes for g in deploy(spec, layout, "sglang").gpus]
+    assert [r.weight_bytes for r in m.ranks] == held
+    # without EP every expert is cut tp ways on every GPU: the same bytes as 1/ep of them cut tp/ep ways
+    plain = trace(spec, layout.tp, "sglang")
+    assert [r.weight_bytes_by_family["experts"] for r in m.ranks] == \
+        [r.weight_bytes_by_family["experts"] for r in plain.ranks]

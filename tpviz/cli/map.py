@@ -51,8 +51,9 @@ def summary(m: ShardMap) -> str:
                      f"{_ranges(t, m.tp_size)}{where}")
     naive = m.total_weight_bytes / m.tp_size
     if m.deployment:  # the layout's own per-GPU lines follow; these are the plain tp split they start from
-        lines.append("tp only, every layer on each rank (the layout "
-                     f"{m.deployment.label} below places them):")
+        lines.append(("every layer on each GPU of a stage, cut over the layout's groups"
+                      if m.deployment.layout.carved else "tp only, every layer on each rank")
+                     + f" (the layout {m.deployment.label} below places them):")
     for r in m.ranks:
         windowed = "".join(f" + {fmt_bytes(w['bytes_per_token'])}/token up to {w['window']} "
                            f"tokens ({w['layers']} {w['kind'].split('_')[0]} layers)"

@@ -155,7 +155,10 @@ def trace(spec: ModelSpec, tp_size: int, rules: RuleSet | str = "vllm",
         by_family = {}
         for p in params:
             size = p.element_bytes or spec.dtype_bytes
-            by_family[p.family] = by_family.get(p.family, 0) + numel(p.local_shapes[rank]) * p.count * size
+            # SGLang's --ep inside tp: each GPU holds its EP group's equal share of the routed experts
+            share = widths.ep if p.family == "experts" else 1
+            by_family[p.family] = (by_family.get(p.family, 0)
+                                   + numel(p.local_shapes[rank]) * p.count * size // share)
         per_token, windowed, kv_heads = rank_caches(spec, tensors, rank)
         if not rules.caps_window(spec):  # the engine caches every token of a sliding layer too
             per_token, windowed = per_token + sum(w["bytes_per_token"] for w in windowed), []
