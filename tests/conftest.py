@@ -100,9 +100,11 @@ def _expected_cover(t, tp: int, replicas: int, q_rows: int, d: int, model) -> to
     if t.family == "experts" and quant and quant.block and t.name.endswith(("_scale_inv", ".weight_scale")):
         # a slice of I/tp rows that misses the 128 block is refined to r x r blocks (vLLM >= 0.29): each
         # checkpoint block's scale is loaded once per r-row sub-block, by the GPU that holds that sub-block
-        per, (bn, bk) = model.moe_intermediate_size // tp, quant.block
+        width, (bn, bk) = model.moe_intermediate_size, quant.block
+        per = width // tp
         r = bn if per % bn == 0 else math.gcd(math.gcd(bn, bk), math.gcd(per, model.hidden_size))
-        expected[:] = bn // r
+        # block j holds min(bn, width - j bn) rows: that many r-row sub-blocks (a last, partial block fewer)
+        expected[:] = torch.tensor([min(bn, width - j * bn) // r for j in range(len(expected))])
     return expected
 
 

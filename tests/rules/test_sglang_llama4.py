@@ -30,3 +30,17 @@ def test_no_pipeline_parallelism_and_attention_over_the_group():
     assert (w.attention, w.embed, w.lm_head, w.dense, w.shared) == (4, 4, 4, 8, 8)
     d = deploy(scout, Layout(8, attn_dp=2, ep_size=8), "sglang")
     assert [g.experts for g in d.gpus] == [[2 * r, 2 * r + 1] for r in range(8)]  # contiguous blocks
+
+
+def test_the_text_only_class_runs_pipeline_stages_in_sglang_but_does_not_split_them():
+    """llama4.py's Llama4ForCausalLM takes pp_proxy_tensors (so model_runner.py does not assert), while its
+    Llama4Model builds every layer on every stage: a refusal in tpviz's words, not SGLang's assert."""
+    text = dict(load_spec(SCOUT).config["text_config"], architectures=["Llama4ForCausalLM"],
+                model_type="llama4_text")
+    spec = load_spec(text)
+    with pytest.raises(LayoutError) as e:
+        deploy(spec, Layout(4, pp=2), "sglang")
+    assert str(e.value) == ("SGLang 0.5.23's Llama4ForCausalLM (llama4.py) accepts pipeline stages, but its "
+                            "Llama4Model builds and runs every layer on each of them: tpviz does not map it "
+                            "at --pp-size > 1; use --pp-size 1")
+    assert deploy(spec, Layout(4), "sglang").gpus

@@ -232,12 +232,31 @@ def test_merged_block_scales_that_overlap_fail_at_tp1_too():
         shard_map(cfg, 1)
 
 
-def test_fused_moe_block_scales_give_gate_and_up_their_own_rows():
-    """vLLM's fused MoE sizes w13's block scales as 2 x ceil(I / 128) rows, so an expert width that is not a
-    whole block still loads at tp=1 (found by the app fuzz test: moe_intermediate_size 1)."""
-    cfg = dict(PRESETS["Qwen/Qwen3-235B-A22B-FP8"], moe_intermediate_size=1)
-    assert split_problem(load_spec(cfg), 1)[0] is None
-    tensors = {t["name"]: t for t in shard_map(cfg, 1).to_dict()["tensors"]}
+def test_fused_moe_block_scales_give_gate_and_up_their_own_rows(shard_map_invariants):
+    """An expert 96 wide is no whole 128 block even at tp=1: vLLM 0.33 refines the scales to 32 x 32 blocks,
+    so w13's scale has 2 x 96 / 32 rows, gate's three copies of its one checkpoint row first, then up's."""
+    cfg = dict(PRESETS["Qwen/Qwen3-235B-A22B-FP8"], moe_intermediate_size=96)
+    m = shard_map(cfg, 1)
+    shard_map_invariants(m)
+    tensors = {t["name"]: t for t in m.to_dict()["tensors"]}
     scale = "model.layers.*.mlp.experts.*.{}_proj.weight_scale_inv"
-    rows = {part: tensors[scale.format(part)]["pieces"][0]["param_start"] for part in ("gate", "up")}
-    assert rows == {"gate": 0, "up": 1}  # one scale row each, as vLLM's w13_weight_scale_inv
+    rows = {part: [p["param_start"] for p in tensors[scale.format(part)]["pieces"]] for part in ("gate", "up")}
+    assert rows == {"gate": [0, 1, 2], "up": [3, 4, 5]}
+    assert {p.name: p.local_shapes for p in m.params}[scale.format("gate_up")] == [[6, 128]]
+
+
+@pytest.mark.parametrize("inter,vllm,sglang", [
+    (1, "= 1 is not divisible by weight quantization block_n = 128", "= 1 is not divisible"),
+    (96, 32, "The output_size of gate's and up's weight = 96 is not divisible by weight quantization "
+             "block_n = 128.")])
+def test_the_experts_block_check_holds_at_tp_1_too(inter, vllm, sglang):
+    """Both engines check the experts' width against the FP8 block when the MoE layer is built, at any tp
+    (vLLM 0.33 oracle/fp8.py refine_fp8_moe_block_shape and validate_fp8_block_shape_moe; SGLang's
+    Fp8MoEMethod.create_weights): only block_k waits for tp > 1. A fuzzed width of 1 once mapped at tp 1."""
+    spec = load_spec({**PRESETS["Qwen/Qwen3-235B-A22B-FP8"], "moe_intermediate_size": inter})
+    problem, warnings = split_problem(spec, 1, "vllm")
+    if isinstance(vllm, int):  # gcd(128, 128, 96, 4096) = 32: refined
+        assert problem is None and f"{vllm}×{vllm} blocks" in warnings[0]
+    else:
+        assert vllm in problem
+    assert sglang in split_problem(spec, 1, "sglang")[0]

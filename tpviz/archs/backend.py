@@ -15,6 +15,8 @@ from dataclasses import replace
 from tpviz.archs.base import Arch
 from tpviz.archs.names import LLAMA
 from tpviz.errors import ConfigError
+from tpviz.rules.served import BACKEND
+from tpviz.rules.sglang import Groups
 
 PHI = replace(LLAMA, final_norm="model.final_layernorm", ffn_norms=(), norm_bias=True, o="dense", up="fc1",
               down="fc2")
@@ -33,7 +35,6 @@ OLMO = replace(LLAMA, mixer_norms=(), ffn_norms=(), final_norm="")
 CLA = (("use_cla", "cross-layer KV sharing (use_cla), which transformers' HunYuan classes do not build, so "
                    "vLLM's backend cannot load such a checkpoint"),)
 GLU_ACTS = ("silu", "swish", "gelu", "gelu_pytorch_tanh")
-BACKEND = "vLLM 0.33 serves {} through its Transformers backend"
 FUSED = ("q/k/v fused into one QKVParallelLinear and gate/up into one MergedColumnParallelLinear, "
          "o_proj and down_proj row-parallel")
 
@@ -41,6 +42,17 @@ FUSED = ("q/k/v fused into one QKVParallelLinear and gate/up into one MergedColu
 def note(cls: str, plan: str) -> str:
     """The record's note: which engine path serves it and how its tp plan cuts it."""
     return f"{BACKEND.format(cls)}: {plan}"
+
+
+def sgl_olmo(spec, layout) -> str | None:
+    """SGLang's olmo.py builds q/k/v from num_attention_heads alone and its attention without the
+    quantization config (olmo.py OlmoAttention)."""
+    if spec.num_key_value_heads != spec.num_attention_heads:
+        return (f"builds as many KV heads as query heads (it reads no num_key_value_heads), so this "
+                f"config's {spec.num_key_value_heads} KV heads for {spec.num_attention_heads} would not load")
+    if spec.quant is not None:
+        return "builds its attention without the quantization config: a quantized OLMo is not modelled"
+    return None
 
 
 def phi_fields(cfg: dict) -> dict:
@@ -141,7 +153,7 @@ RECORDS = [
          note=note("Jais2ForCausalLM", "its tp plan cuts q/k/v (fused into one QKVParallelLinear) and "
                    "up_proj by column, o_proj and down_proj by row")),
     # OLMo-1 (the -hf checkpoints): Llama's projections and tp plan; clip_qkv clamps q/k/v, no weight
-    Arch("olmo", "OlmoForCausalLM", OLMO,
+    Arch("olmo", "OlmoForCausalLM", OLMO, sglang=Groups("olmo.py", pp=False, check=sgl_olmo),
          note=note("OlmoForCausalLM", f"Llama's tp plan, {FUSED}; its LayerNorms hold no weights")),
     # GLM-4 (the -hf checkpoints): the QKV fuser takes its biased q/k/v; the MLP's one gate_up_proj matches no
     # fuser (it is chunked, not two linears), so its tp plan cuts it colwise_gather_output: a plain column

@@ -113,8 +113,17 @@ _GEMMA4 = dict(names=GEMMA2, tied=True, embed_every_stage=True, qk_norm="head", 
                variant=gemma4_variant,
                names_for=lambda variant, _kv: GEMMA4_NAMES[variant], experts="fused", shared_reduce=True)
 
+def sgl_gemma(spec, layout) -> str | None:
+    """SGLang's gemma.py builds no lm_head: its logits always read embed_tokens (gemma.py's forward)."""
+    if not spec.tie_word_embeddings:
+        return ("reads the logits off embed_tokens whatever tie_word_embeddings says, so this untied "
+                "checkpoint's lm_head is never loaded: not modelled")
+    return None
+
+
 RECORDS = [
-    Arch("gemma", "GemmaForCausalLM", tied=True, embed_every_stage=True),
+    Arch("gemma", "GemmaForCausalLM", tied=True, embed_every_stage=True,
+         sglang=Groups("gemma.py", pp=False, check=sgl_gemma)),
     Arch("gemma2", "Gemma2ForCausalLM", GEMMA2, tied=True, sliding_pattern=2, live="gemma2",
          sglang=Groups("gemma2.py", pp=False), embed_every_stage=True),
     Arch("gemma3", "Gemma3ForConditionalGeneration", text_model="gemma3_text", tower="siglip", **_GEMMA3),

@@ -76,7 +76,9 @@ RECORDS = [
     # sparse-attention indexer (Glm4MoeLiteModel.is_v32)
     Arch("glm4_moe_lite", "Glm4MoeLiteForCausalLM", DEEPSEEK, adapt=glm4_moe_lite_fields, score_bias="always",
          router_fp32=True, unmodelled=(("index_topk", "sparse-attention indexer layers (index_topk)"),)),
-    Arch("glm4", "Glm4ForCausalLM", GLM4, adapt=glm4_fields, o_bias=False),
+    # SGLang's glm4.py: the embedding over the attention group under attention DP, the rest over tp
+    Arch("glm4", "Glm4ForCausalLM", GLM4, adapt=glm4_fields, o_bias=False,
+         sglang=Groups("glm4.py", embed="attn_tp")),
     # GLM-4.1V (glm4_1v.py): its text_config built as Glm4ForCausalLM under the same names
     # (model.language_model.*), its vision tower under model.visual.* (plan/tower_glm.py)
     Arch("glm4v", "Glm4vForConditionalGeneration", GLM4, adapt=glm4_fields, o_bias=False,

@@ -47,7 +47,10 @@ def llama4_fields(cfg: dict) -> dict:
 # SGLang 0.5.23's mllama4.py around llama4.py's Llama4Model: attention, the embedding and (under
 # --enable-dp-lm-head) the lm_head over attn_tp, the dense MLPs and the shared expert over tp; its forward
 # takes no pp_proxy_tensors (and Llama4Model builds every layer on every stage), so no PP
-SGL_LLAMA4 = Groups("mllama4.py (llama4.py's Llama4Model)", "attn_tp", "attn_tp", "attn_tp", pp=False)
+SGL_LLAMA4 = Groups("mllama4.py (llama4.py's Llama4Model)", "attn_tp", "attn_tp", "attn_tp", pp=False,
+                    # the text-only class: LlamaForCausalLM's forward takes pp_proxy_tensors, so SGLang runs PP
+                    pp_broken=("Llama4ForCausalLM", "Llama4ForCausalLM (llama4.py) accepts pipeline stages, "
+                               "but its Llama4Model builds and runs every layer on each of them"))
 
 RECORDS = [
     Arch("llama", live="llama", sglang=Groups("llama.py", lm_head="attn_tp", head_every_stage=True)),

@@ -22,6 +22,7 @@ from tpviz.archs.glm import required
 from tpviz.archs.names import LLAMA
 from tpviz.config.fields import read_int
 from tpviz.errors import ConfigError
+from tpviz.rules.sglang import Groups
 
 MINICPM_MOE = replace(LLAMA, expert_gate_up=("w1", "w3"), expert_down="w2")
 # keys other readers take for layer kinds, windows and experts that vLLM's MiniCPM never reads
@@ -76,8 +77,23 @@ _MINICPM = dict(tied=True, qkv_bias=False, o_bias=False, embed_every_stage=True,
                 layout_problem=own_moe_block,
                 note="MiniCPM's muP scalings (scale_emb, scale_depth, dim_model_base) change no weight")
 
+def sgl_minicpm(spec, layout) -> str | None:
+    """SGLang's minicpm.py: MiniCPMMLP in every layer (silu alone), head_dim read from the config."""
+    if spec.is_moe:
+        return ("builds a dense MLP in every layer (no MiniCPMMoE), so this checkpoint's experts would not "
+                "load; vLLM rules map it")
+    if spec.hidden_act != "silu":
+        return f"runs silu alone (hidden_act={spec.hidden_act!r}); vLLM rules map it"
+    head_dim = spec.config.get("head_dim")
+    if head_dim is not None and head_dim != spec.hidden_size // spec.num_attention_heads:
+        return (f"takes the config's head_dim={head_dim} where vLLM takes hidden_size // "
+                "num_attention_heads: not modelled")
+    return None
+
+
 RECORDS = [
-    Arch("minicpm", "MiniCPMForCausalLM", MINICPM_MOE, adapt=minicpm_fields, **_MINICPM),
+    Arch("minicpm", "MiniCPMForCausalLM", MINICPM_MOE, adapt=minicpm_fields,
+         sglang=Groups("minicpm.py", pp=False, check=sgl_minicpm), **_MINICPM),
     Arch("minicpm3", "MiniCPM3ForCausalLM", MINICPM_MOE, adapt=minicpm3_fields, mla_as_attention=True,
          **_MINICPM),
 ]

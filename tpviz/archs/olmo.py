@@ -5,11 +5,29 @@ from dataclasses import replace
 
 from tpviz.archs.base import Arch
 from tpviz.archs.names import LLAMA
+from tpviz.rules.sglang import Groups
 
 OLMO2 = replace(LLAMA, mixer_norms=("post_attention_layernorm",), ffn_norms=("post_feedforward_layernorm",))
+
+def sgl_exaone4(spec, layout) -> str | None:
+    """SGLang's exaone4.py: q/k/v/o over the attention group, heads counted over the whole tp, head_dim
+    hidden_size // heads, and sliding layers read from a string pattern."""
+    if layout.attn_dp > 1:
+        return ("cuts q/k/v/o over the attention group but counts its heads over the whole --tp, so "
+                f"--attn-dp-size {layout.attn_dp} fails its first forward; use --attn-dp-size 1")
+    pattern = spec.config.get("sliding_window_pattern")
+    if spec.config.get("sliding_window") and pattern is not None and not isinstance(pattern, str):
+        return (f"takes len() of sliding_window_pattern, which must be a string such as 'LLLG' (this "
+                f"config's is {pattern!r})")
+    if spec.head_dim * spec.num_attention_heads != spec.hidden_size:
+        return (f"takes head_dim = hidden_size // num_attention_heads, not this config's {spec.head_dim}: "
+                "not modelled")
+    return None
+
 
 RECORDS = [
     Arch("olmo2", "Olmo2ForCausalLM", OLMO2, qk_norm="full", live="olmo"),
     Arch("olmo3", "Olmo3ForCausalLM", OLMO2, qk_norm="full", live="olmo"),
-    Arch("exaone4", "Exaone4ForCausalLM", OLMO2, qk_norm="head"),
+    Arch("exaone4", "Exaone4ForCausalLM", OLMO2, qk_norm="head",
+         sglang=Groups("exaone4.py", "attn_tp", lm_head="attn_tp", head_every_stage=True, check=sgl_exaone4)),
 ]

@@ -63,13 +63,14 @@ class QPlan:
                              f"{q.block[0]} rows, so their block scales overlap: loading fails (start + "
                              "length exceeds the scale rows)")
             return
-        if tp == 1 or layer.tp_dim is None:
+        moe_blocks = q.scheme == "fp8_block" and self.role == "moe"  # checked at tp 1 (and EP) too
+        if layer.tp_dim is None or (tp == 1 and not moe_blocks):
             return
         row = layer.tp_dim == 1
         if q.scheme == "fp8_block":
             bn, bk = q.block
             if self.role == "moe":
-                return self._moe_fp8(layer, in_size if row else out_sizes[0], row)
+                return self._moe_fp8(layer, in_size if row else out_sizes[0], row and tp > 1, tp)
             if row and in_size % bk:
                 raise QuantError(f"Weight input_size_per_partition = {in_size} is not divisible by weight "
                                   f"quantization block_k = {bk}.")
@@ -88,9 +89,11 @@ class QPlan:
             raise QuantError(GROUP_MESSAGES.get(q.method, GROUP_MESSAGES["compressed-tensors"]).format(
                 k=in_size, g=q.group))
 
-    def _moe_fp8(self, layer, i_p: int, row: bool) -> None:
+    def _moe_fp8(self, layer, i_p: int, row: bool, tp: int) -> None:
+        """Both engines check the experts' slice against the block at any tp (block_k only above tp 1);
+        vLLM >= 0.29 refines the blocks where a divisor of 32 or more fits (oracle/fp8.py)."""
         bn, bk = self.quant.block
-        if i_p % bn == 0 and i_p % bk == 0:
+        if i_p % bn == 0 and (tp == 1 or i_p % bk == 0):
             return
         r = math.gcd(math.gcd(bn, bk), math.gcd(i_p, self.hidden))
         # vLLM >= 0.29 refines the blocks

@@ -151,6 +151,10 @@ class RuleSet:
         every token of the context like any layer."""
         return True
 
+    def own_notes(self, spec) -> list[str]:
+        """The spec's notes that hold for this engine (one may name another engine's path to the model)."""
+        return spec.notes
+
     def tower_notes(self, spec) -> list[str]:
         """What the map says of a vision tower this engine's rules leave out (none: the map draws it)."""
         return []

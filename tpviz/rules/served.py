@@ -6,6 +6,7 @@ from functools import lru_cache
 from pathlib import Path
 
 # vLLM builds these model files' classes as a Llama decoder (Llama's names, shapes and splits)
+BACKEND = "vLLM 0.33 serves {} through its Transformers backend"  # how such a record's note begins
 LLAMA_FILES = ("llama", "mistral")
 
 

@@ -11,13 +11,14 @@ no MoE refinement (layers/quantization/fp8.py).
 """
 import json
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from functools import lru_cache
 from pathlib import Path
 
 from tpviz.errors import LayoutError, TPSizeError
 from tpviz.rules.layout import Layout
-from tpviz.rules.served import architecture
+from tpviz.rules.served import BACKEND, architecture
 from tpviz.rules.ruleset import Flags, RuleSet, Widths, divide
 
 PADDING = 64  # DEFAULT_VOCAB_PADDING_SIZE
@@ -87,9 +88,13 @@ class Groups:
     fuses_shared: str = ""
     head_every_stage: bool = False  # the lm_head is built on every pipeline stage (no is_last_rank guard)
     pp: bool = True  # False: the model's forward has no pp_proxy_tensors (model_runner.py asserts)
+    # (class, why): a config of that class, which SGLang lets run under PP, would not be split by it
+    pp_broken: tuple[str, str] = ()
     params: tuple[tuple[str, str], ...] = ()  # (vLLM's parameter name, this file's) where they differ
     deepstack_first: bool = False  # qwen3_vl.py asserts the first stage holds the layers deepstack feeds
     embed_every_stage: bool = False  # embed_tokens built with no first-stage guard (minimax_m2.py)
+    # what the file itself cannot build or run, (spec, layout) -> its refusal or None (archs/<family>.py)
+    check: Callable | None = None
 
 
 def group_width(group: str, tp: int, attn_tp: int, switched: bool = False) -> int:
@@ -164,6 +169,10 @@ class SglangRuleSet(RuleSet):
             return (f"{FILE} model registry has no {cls}, so SGLang would try its Transformers backend "
                     "(model_loader/utils.py), which tpviz does not model; choose vLLM rules for it")
         g = self.groups(spec.arch)
+        if g.check and (problem := g.check(spec, layout)):
+            return f"{FILE} {g.file} {problem}"
+        if layout.pp > 1 and g.pp_broken and architecture(spec.config) == g.pp_broken[0]:
+            return f"{FILE} {g.pp_broken[1]}: tpviz does not map it at --pp-size > 1; use --pp-size 1"
         if layout.pp > 1 and not g.pp:
             return f"Pipeline Parallel is not compatible with this model. ({FILE} {g.file} has no PP)"
         if layout.pp > 1 and g.head_every_stage and spec.tie_word_embeddings:
@@ -243,6 +252,11 @@ class SglangRuleSet(RuleSet):
 
     def caps_window(self, spec) -> bool:
         return bool(set(classes(spec.config)) & set(HYBRID_SWA))
+
+    def own_notes(self, spec) -> list[str]:
+        """A model file of SGLang's own serves it: not the path vLLM takes (its Transformers backend)."""
+        prefix = BACKEND.split("{")[0]
+        return [n for n in spec.notes if not n.startswith(prefix)]
 
     def tower_notes(self, spec) -> list[str]:
         if not spec.tower:

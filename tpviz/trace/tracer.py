@@ -137,8 +137,10 @@ def trace(spec: ModelSpec, tp_size: int, rules: RuleSet | str = "vllm",
     # the map is the layer classes', not the engine's
     left_out = rules.tower_notes(spec)
     warnings = rules.model_notes(spec.model_type) + warnings + left_out
-    if left_out:  # the note on how vLLM splits the tower would contradict them
-        spec = replace(spec, notes=[n for n in spec.notes if not n.startswith(VISION_NOTE)])
+    # the note on how vLLM splits a tower would contradict them
+    notes = [n for n in rules.own_notes(spec) if not (left_out and n.startswith(VISION_NOTE))]
+    if notes != spec.notes:
+        spec = replace(spec, notes=notes)
     widths = rules.widths(layout, spec.arch)
     tensors, params = [], []
     for plan in plans:

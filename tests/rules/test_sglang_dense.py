@@ -1,0 +1,78 @@
+"""SGLang 0.5.23's dense model files cut as vLLM cuts them at plain tp, with each file's own refusals:
+gemma.py (Gemma-1), olmo.py (OLMo-1, which vLLM 0.33 serves through its Transformers backend), glm4.py,
+minicpm.py and exaone4.py."""
+import pytest
+
+from tpviz import load_spec, shard_map
+from tpviz.deploy.deployment import deploy
+from tpviz.errors import LayoutError, TpvizError
+from tpviz.rules import Layout, ruleset
+
+SGL = ruleset("sglang")
+GEMMA, OLMO, GLM4 = "google/gemma-2b", "allenai/OLMo-1B-hf", "THUDM/GLM-4-9B-0414"
+MINICPM, EXAONE = "openbmb/MiniCPM-2B-sft-bf16", "LGAI-EXAONE/EXAONE-4.0-32B"
+
+
+def pieces(m):
+    return {t.name: t.pieces for t in m.tensors}
+
+
+@pytest.mark.parametrize("model,tps", [(GEMMA, (1, 2, 8)), (OLMO, (2, 4, 8)), (GLM4, (2, 4)),
+                                       (MINICPM, (2, 4)), (EXAONE, (2, 8))])
+def test_at_plain_tp_every_tensor_is_cut_as_vllm_cuts_it(model, tps):
+    spec = load_spec(model)
+    for tp in tps:
+        sgl, vllm = shard_map(spec, tp, rules="sglang"), shard_map(spec, tp)
+        assert pieces(sgl) == pieces(vllm)
+        assert [r.weight_bytes for r in sgl.ranks] == [r.weight_bytes for r in vllm.ranks]
+
+
+def test_olmo_is_sglangs_own_file_not_vllms_transformers_backend():
+    spec = load_spec(OLMO)
+    assert any("Transformers backend" in n for n in shard_map(spec, 2).model.notes)
+    assert not any("Transformers backend" in n for n in shard_map(spec, 2, rules="sglang").model.notes)
+
+
+@pytest.mark.parametrize("model", [GEMMA, OLMO, MINICPM])
+def test_files_without_pipeline_stages_refuse_pp(model):
+    with pytest.raises(LayoutError, match=r"Pipeline Parallel is not compatible with this model\."):
+        deploy(load_spec(model), Layout(2, pp=2), "sglang")
+
+
+def test_glm4_and_exaone4_run_pipeline_stages_exaone4_with_its_lm_head_on_each():
+    glm, exa = load_spec(GLM4), load_spec(EXAONE)
+    assert deploy(glm, Layout(2, pp=2), "sglang").gpus[0].weight_bytes == \
+        deploy(glm, Layout(2, pp=2), "vllm").gpus[0].weight_bytes
+    sgl, vllm = deploy(exa, Layout(2, pp=2), "sglang"), deploy(exa, Layout(2, pp=2), "vllm")
+    assert sgl.gpus[0].weight_bytes - vllm.gpus[0].weight_bytes == 102400 * 5120 * 2 // 2  # an lm_head slice
+
+
+def test_each_files_own_refusals():
+    exa = load_spec(EXAONE)  # 40 heads, 8 KV heads
+    with pytest.raises(LayoutError, match=r"exaone4\.py cuts q/k/v/o over the attention group but counts its "
+                                          r"heads over the whole --tp, so --attn-dp-size 2 fails"):
+        deploy(exa, Layout(8, attn_dp=2), "sglang")
+    cases = [
+        (dict(exa.config, sliding_window_pattern=4, layer_types=None), r"exaone4\.py takes len\(\) of "
+         r"sliding_window_pattern, which must be a string such as 'LLLG' \(this config's is 4\)"),
+        (dict(load_spec(OLMO).config, num_key_value_heads=4), r"olmo\.py builds as many KV heads as query "
+         r"heads .* this config's 4 KV heads for 16 would not load"),
+        (dict(load_spec(MINICPM).config, hidden_act="fatrelu"), r"minicpm\.py runs silu alone "
+         r"\(hidden_act='fatrelu'\)"),
+        (dict(load_spec(MINICPM).config, num_experts=8, num_experts_per_tok=2), r"minicpm\.py builds a dense "
+         r"MLP in every layer"),
+        (dict(load_spec(GEMMA).config, tie_word_embeddings=False), r"gemma\.py reads the logits off "
+         r"embed_tokens whatever tie_word_embeddings says"),
+    ]
+    for cfg, message in cases:
+        spec = load_spec({k: v for k, v in cfg.items() if v is not None})
+        shard_map(spec, 2)  # vLLM rules map it
+        with pytest.raises(TpvizError, match=message) as e:
+            shard_map(spec, 2, rules="sglang")
+        assert "\n" not in str(e.value)
+
+
+def test_attention_dp_is_refused_where_the_file_cuts_attention_over_tp():
+    with pytest.raises(LayoutError, match=r"glm4\.py cuts attention over the whole --tp"):
+        deploy(load_spec(GLM4), Layout(4, attn_dp=2), "sglang")
+    assert SGL.widths(Layout(4, attn_dp=2), load_spec(GLM4).arch).embed == 2
