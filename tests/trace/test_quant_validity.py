@@ -240,7 +240,8 @@ def test_fused_moe_block_scales_give_gate_and_up_their_own_rows(shard_map_invari
     shard_map_invariants(m)
     tensors = {t["name"]: t for t in m.to_dict()["tensors"]}
     scale = "model.layers.*.mlp.experts.*.{}_proj.weight_scale_inv"
-    rows = {part: [p["param_start"] for p in tensors[scale.format(part)]["pieces"]] for part in ("gate", "up")}
+    rows = {part: [p["param_start"] for p in tensors[scale.format(part)]["pieces"]]
+            for part in ("gate", "up")}
     assert rows == {"gate": [0, 1, 2], "up": [3, 4, 5]}
     assert {p.name: p.local_shapes for p in m.params}[scale.format("gate_up")] == [[6, 128]]
 

@@ -55,6 +55,17 @@ def sgl_olmo(spec, layout) -> str | None:
     return None
 
 
+def sgl_phi(spec, layout) -> str | None:
+    """SGLang's phi.py: as many KV heads as query heads, and a separate biased lm_head whatever
+    tie_word_embeddings says."""
+    if spec.num_key_value_heads != spec.num_attention_heads:
+        return (f"builds as many KV heads as query heads, so this config's {spec.num_key_value_heads} KV "
+                f"heads for {spec.num_attention_heads} would not load")
+    if spec.tie_word_embeddings:
+        return "builds its own lm_head whatever tie_word_embeddings says: a tied Phi is not modelled"
+    return None
+
+
 def phi_fields(cfg: dict) -> dict:
     """transformers' PhiModel: fc1 and fc2 always carry biases (no config key turns them off)."""
     return {**cfg, "mlp_bias": True}
@@ -124,6 +135,7 @@ RECORDS = [
     # fused into one QKVParallelLinear, and the biased lm_head is vocab-parallel (transformers/causal.py)
     Arch("phi", "PhiForCausalLM", PHI, qkv_bias=True, o_bias=True, gated_mlp=False, adapt=phi_fields,
          extra=("head_bias",), unmodelled=(("qk_layernorm", "q/k LayerNorms (qk_layernorm)"),),
+         sglang=Groups("phi.py", pp=False, check=sgl_phi),
          note="vLLM 0.33 serves PhiForCausalLM through its Transformers backend, which cuts it by "
               "transformers' own TP plan: q/k/v and fc1 by column, dense and fc2 by row"),
     # SmolLM3: Llama's names and tp plan; its NoPE layers change no weight
@@ -167,7 +179,9 @@ RECORDS = [
     # HunYuan MoE (TransformersMoEForCausalLM): the experts one FusedMoE (external routing: transformers' gate
     # picks them), the shared MLP fused like a dense one and reduced with the experts
     Arch("hunyuan_v1_moe", "HunYuanMoEV1ForCausalLM", HUNYUAN_MOE, qk_norm="head", adapt=hunyuan_moe_fields,
-         unmodelled=CLA, needs_experts=True,
+         unmodelled=CLA, needs_experts=True, sglang=Groups(
+             "hunyuan.py", expert_limit="tp", pp=False,
+             params=(("model.layers.*.mlp.gate.wg.weight", "model.layers.*.mlp.gate.weight"),)),
          note=note("HunYuanMoEV1ForCausalLM", "its config class has no tp plan, so the backend's fusers and "
                    f"FusedMoE cut it: {FUSED}; the experts one FusedMoE, the router (gate.wg) replicated")),
     # FlexOlmo (TransformersMoEForCausalLM): the router (mlp.gate) routes inside vLLM's FusedMoE; its tp

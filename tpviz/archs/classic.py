@@ -5,6 +5,7 @@ from dataclasses import replace
 
 from tpviz.archs.base import Arch
 from tpviz.archs.names import LLAMA, Names
+from tpviz.rules.sglang import Groups
 
 GPT = replace(LLAMA, embed="transformer.wte.weight", lm_head="lm_head.weight", final_norm="transformer.ln_f",
               layer="transformer.h.*.", mixer_norms=("ln_1",), ffn_norms=("ln_2",),
@@ -48,10 +49,22 @@ def falcon_kv(cfg: dict, heads: int, kv: int) -> int:
 
 
 _CLASSIC = dict(gated_mlp=False, ffn_ratio=4, tied=True, bias_switch=("use_bias", True))
+def sgl_gpt2(spec, layout) -> str | None:
+    """SGLang's gpt2.py: its attention is told every KV head (num_kv_heads=total_num_heads) while each GPU
+    computes 1/tp of them, and its logits always read wte."""
+    if layout.tp > 1:
+        return (f"gives its attention all {spec.num_attention_heads} KV heads while each GPU computes "
+                f"{spec.num_attention_heads // layout.tp}, so its KV views do not fit above tp 1: use --tp 1")
+    if not spec.tie_word_embeddings:
+        return "reads the logits off wte whatever tie_word_embeddings says: an untied GPT-2 is not modelled"
+    return None
+
+
 RECORDS = [
     Arch("gpt2", "GPT2LMHeadModel", replace(GPT, embed="wte.weight", final_norm="ln_f",
                                             layer="h.*.", conv1d=True),
-         learned_positions=True, extra=("positions",), **_CLASSIC, embed_every_stage=True),
+         learned_positions=True, extra=("positions",), **_CLASSIC, embed_every_stage=True,
+         sglang=Groups("gpt2.py", pp=False, check=sgl_gpt2)),
     # vLLM 0.33 serves GPTBigCode through its Transformers backend, whose TP plan leaves the MLP unsplit
     Arch("gpt_bigcode", "GPTBigCodeForCausalLM", GPT, learned_positions=True, extra=("positions",),
          dense_replicated="vLLM 0.33 serves GPTBigCode through its Transformers backend, which "

@@ -8,6 +8,7 @@ from tpviz.archs.base import Arch
 from tpviz.archs.names import LLAMA
 from tpviz.config.fields import read_int
 from tpviz.errors import ConfigError
+from tpviz.rules.sglang import Groups
 
 ERNIE45_MOE = replace(LLAMA, shared="shared_experts.", score_bias="moe_statics.e_score_correction_bias",
                       score_bias_rows=1)
@@ -41,8 +42,31 @@ def ernie45_moe_fields(cfg: dict) -> dict:
     return out
 
 
+def sgl_ernie(spec, layout) -> str | None:
+    """SGLang's ernie4.py: its own MoE-layer rule (start, end, interval; use_moe unread), and use_bias's
+    o_proj bias (llama.py's attention) with no MLP biases."""
+    cfg = spec.config
+    if cfg.get("use_bias") is True:
+        return "builds an o_proj bias and no MLP biases for use_bias: not modelled"
+    if not spec.is_moe:
+        return None
+    n = spec.num_hidden_layers
+    start = cfg.get("moe_layer_start_index", n)
+    end = cfg.get("moe_layer_end_index", n - 1)
+    end = n - 1 if end in (None, -1) else end
+    every = cfg.get("moe_layer_interval", 1)
+    sgl = [i for i in range(n) if start <= i <= end and (i - start) % every == 0]
+    if sgl != spec.moe_layers:
+        return (f"puts the experts in layers {start}, {start + every}, ... (every moe_layer_interval={every} "
+                "from moe_layer_start_index), not where vLLM puts them: not modelled")
+    return None
+
+
+# dense MLPs whole under --moe-dense-tp-size 1, no experts-per-tp check, no PP; the router in the model dtype
+SGL_ERNIE = Groups("ernie4.py", dense="switch", pp=False, router_in_model_dtype=True, check=sgl_ernie)
+
 RECORDS = [
     # tp above moe_num_experts is refused by the MoE block; the shared experts carry no biases
     Arch("ernie4_5_moe", "Ernie4_5_MoeForCausalLM", ERNIE45_MOE, adapt=ernie45_moe_fields, o_bias=False,
-         tied=True, score_bias="always", router_fp32=True, moe_tp_limit=True),
+         tied=True, score_bias="always", router_fp32=True, moe_tp_limit=True, sglang=SGL_ERNIE),
 ]

@@ -13,6 +13,7 @@ from tpviz.archs.base import Arch
 from tpviz.archs.names import LLAMA
 from tpviz.config.fields import read_int
 from tpviz.errors import ConfigError
+from tpviz.rules.sglang import Groups
 
 GRANITEMOE = replace(LLAMA, mlp="block_sparse_moe.", router="router.layer",
                      expert_gate_up=("input_linear",), expert_down="output_linear")
@@ -60,7 +61,7 @@ def hybrid_variant(cfg: dict) -> str:
 
 RECORDS = [
     Arch("granitemoe", "GraniteMoeForCausalLM", GRANITEMOE, qkv_bias=False, o_bias=False, experts="halves",
-         needs_experts=True, embed_every_stage=True),
+         needs_experts=True, embed_every_stage=True, sglang=Groups("granitemoe.py", pp=False)),
     Arch("granitemoehybrid", "GraniteMoeHybridForCausalLM", HYBRID_MOE, adapt=hybrid_fields,
          variant=hybrid_variant, names_for=lambda variant, _kv: HYBRID_NAMES[variant],
          experts="halves", shared_reduce=True,

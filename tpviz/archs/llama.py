@@ -4,6 +4,7 @@ Llama-Nemotron's heterogeneous blocks (models/nemotron_nas.py); PhiMoE, Mixtral'
 from dataclasses import replace
 
 from tpviz.archs.base import Arch
+from tpviz.archs.ernie import SGL_ERNIE
 from tpviz.rules.sglang import Groups
 from tpviz.archs.names import LLAMA
 
@@ -48,9 +49,38 @@ def llama4_fields(cfg: dict) -> dict:
 # --enable-dp-lm-head) the lm_head over attn_tp, the dense MLPs and the shared expert over tp; its forward
 # takes no pp_proxy_tensors (and Llama4Model builds every layer on every stage), so no PP
 SGL_LLAMA4 = Groups("mllama4.py (llama4.py's Llama4Model)", "attn_tp", "attn_tp", "attn_tp", pp=False,
-                    # the text-only class: LlamaForCausalLM's forward takes pp_proxy_tensors, so SGLang runs PP
+                    # the text-only class: LlamaForCausalLM's forward takes pp_proxy_tensors (SGLang runs PP)
                     pp_broken=("Llama4ForCausalLM", "Llama4ForCausalLM (llama4.py) accepts pipeline stages, "
                                "but its Llama4Model builds and runs every layer on each of them"))
+
+def sgl_cohere(spec, layout) -> str | None:
+    """SGLang's commandr.py takes head_dim = hidden_size // num_attention_heads."""
+    if spec.head_dim * spec.num_attention_heads != spec.hidden_size:
+        return f"takes head_dim = hidden_size // num_attention_heads, not {spec.head_dim}: not modelled"
+    return None
+
+
+def sgl_phimoe(spec, layout) -> str | None:
+    """SGLang's phimoe.py: attention over the attention group with no DP gather, q/k/v/o biases by
+    attention_bias, an lm_head tied by tie_word_embeddings, and no sliding window at all."""
+    attn_tp = layout.tp // max(layout.attn_dp, 1)
+    if 1 < attn_tp < layout.tp:  # dp_attention.py reject_attn_tp_shard_with_tp_reduce
+        return (f"shards over the attention TP group ({attn_tp} ranks) but all-reduces over the full TP "
+                f"group ({layout.tp} ranks): use --attn-dp-size equal to --tp-size, or 1")
+    if attn_tp == 1 < layout.tp:
+        return "has no attention-DP gather for its embedding, experts and lm_head: not modelled"
+    if spec.config.get("attention_bias") is not True:
+        return "builds q/k/v/o biases only under attention_bias, which this config leaves off: not modelled"
+    if spec.tie_word_embeddings:
+        return "ties its lm_head to embed_tokens (tie_word_embeddings), which vLLM never does: not modelled"
+    window, longest = spec.config.get("sliding_window"), spec.config.get("max_position_embeddings")
+    if isinstance(window, int) and isinstance(longest, int) and window < longest:
+        return (f"builds its attention without the config's sliding_window={window}: every layer attends to "
+                "the whole context, which tpviz does not model")
+    return None
+
+
+SGL_COHERE = Groups("commandr.py", pp=False, reduces_apart=True, check=sgl_cohere)
 
 RECORDS = [
     Arch("llama", live="llama", sglang=Groups("llama.py", lm_head="attn_tp", head_every_stage=True)),
@@ -64,24 +94,25 @@ RECORDS = [
     # models/phimoe.py: Mixtral's experts and names with LayerNorms, biases on q/k/v/o whatever the config
     # says, and a biased lm_head that is never tied; its sparsemixer routing is not run live
     Arch("phimoe", "PhiMoEForCausalLM", replace(MIXTRAL, norm_bias=True), qkv_bias=True, o_bias=True,
-         extra=("head_bias",), needs_experts=True, window="model_wide", embed_every_stage=True),
+         extra=("head_bias",), needs_experts=True, window="model_wide", embed_every_stage=True,
+         sglang=Groups("phimoe.py", "attn_tp", pp=False, check=sgl_phimoe)),
     Arch("phi3", "Phi3ForCausalLM", PHI3, window="model_wide", live="llama", hf_partial_rotary=True,
          # transformers' 32000 may lie past the vocab
          hf_extra=(("pad_token_id", None), ("eos_token_id", None))),
     # models/ernie45.py: LlamaForCausalLM, its o_proj bias removed; Llama reads attention_bias / bias and
     # mlp_bias, which ERNIE's configs (use_bias) never set; GPT-J-style rotary pairs keep the live model off
-    Arch("ernie4_5", "Ernie4_5ForCausalLM", qkv_bias=False, o_bias=False, tied=True,
+    Arch("ernie4_5", "Ernie4_5ForCausalLM", qkv_bias=False, o_bias=False, tied=True, sglang=SGL_ERNIE,
          unmodelled=(("use_bias", "q/k/v/o and MLP biases (vLLM 0.33 builds it as a LlamaForCausalLM "
                                   "without them and skips them at load)"),)),
     # models/commandr.py: Llama's projections under one LayerNorm (weight only) that feeds attention and MLP
     # side by side, summed and all-reduced once; logits always from embed_tokens (lm_head is never loaded)
     Arch("cohere", "CohereForCausalLM", COHERE, qkv_bias=False, o_bias=False, tied=True, adapt=cohere_fields,
          joint_reduce=("*",),
-         unmodelled=COHERE_UNMODELLED, embed_every_stage=True),
+         unmodelled=COHERE_UNMODELLED, embed_every_stage=True, sglang=SGL_COHERE),
     # the same model file, v2: layer_types' sliding layers windowed (one token wider), the full ones NoPE
     Arch("cohere2", "Cohere2ForCausalLM", COHERE, qkv_bias=False, o_bias=False, tied=True,
          adapt=cohere2_fields, joint_reduce=("*",), sliding_pattern=4,
-         unmodelled=COHERE_UNMODELLED,
+         unmodelled=COHERE_UNMODELLED, sglang=SGL_COHERE,
          note="vLLM 0.33 caches sliding_window + 1 tokens on Cohere2's sliding layers (they attend to "
               "[pos - sliding_window, pos])", embed_every_stage=True),
     # mllama4.py: its vision tower, pixel-shuffle adapter and projector (config/tower.py, plan/tower.py)

@@ -48,8 +48,9 @@ def stage_traffic(spec: ModelSpec, layout: Layout, rules: RuleSet | str = "vllm"
                   least: bool = False) -> list[list[Traffic]] | None:
     """Per pipeline stage, its collectives, as vLLM 0.33 runs a forward pass over the stage's layers: ring
     all-reduces over the tp GPUs after the mixers, dense FFNs and MoE blocks (with or without EP: the block's
-    final reduce); with dp > 1 a MoE block also gathers every replica's tokens and reduce-scatters them back
-    (the default allgather_reducescatter all2all backend, one hidden state per other replica each way).
+    final reduce); with dp > 1 a vLLM MoE block also gathers every replica's tokens and reduce-scatters them
+    back (the default allgather_reducescatter all2all backend, one hidden state per other replica each way;
+    SGLang's --dp-size replicas hold every expert each and exchange nothing).
     Between stages vLLM 0.33 sends the hidden state and the residual (IntermediateTensors), each tp GPU its
     1/tp slice, which the next stage's tp GPUs all-gather (v1/worker/gpu_worker.py: isend_tensor_dict with
     all_gather_group). The first stage all-reduces the embedding; the last gathers the logits (the rule set
@@ -75,7 +76,7 @@ def stage_traffic(spec: ModelSpec, layout: Layout, rules: RuleSet | str = "vllm"
         reduces = moe + sum(c.count for c in shared_collectives(spec, tp, layers))
         reduced = sum(1 for x in mine if x.ffn.kind == "dense") + sum(len(x.mixer.parts) for x in mine
                                                                     if x.mixer.kind != "none")
-        if spec.joint_reduce:  # one all-reduce of attention + MLP in a layer that has both
+        if rules.joint_reduce(spec):  # one all-reduce of attention + MLP in a layer that has both
             reduced -= sum(1 for x in mine if x.ffn.kind == "dense" and x.mixer.kind != "none")
         norms = norm_collectives(spec, tp, layers)
         # Mamba1's x_proj, Gemma-3n's LAuReL linear_right, GLM-4's gathered gate_up_proj
@@ -84,14 +85,16 @@ def stage_traffic(spec: ModelSpec, layout: Layout, rules: RuleSet | str = "vllm"
         sent = 2 * hidden / tp if stage < pp - 1 else 0.0  # its slice of hidden state and residual onward
         gathered = 2 * hidden * (tp - 1) / tp if stage > 0 else 0.0  # the slice it received, to its tp peers
         tp_ops, group = tp > 1, layout.dp * tp
-        dispatch = 2 * (layout.dp - 1) * hidden if all2all != "deepep" else \
+        # vLLM's MoE layers span the replicas; SGLang's --dp-size replicas each hold every expert
+        spread = layout.dp > 1 and not rules.carves
+        dispatch = 0.0 if not spread else 2 * (layout.dp - 1) * hidden if all2all != "deepep" else \
             2 * spec.num_experts_per_tok * hidden * (group - 1) / group
         out.append([t for t in (
             Traffic("tp_all_reduce",
                     ring(tp) * hidden * reduced + sum(c.count * c.sent_per_rank for c in inner),
                     reduced * tp_ops + sum(c.count for c in inner)),
             Traffic("moe_all_reduce", ring(tp) * hidden * reduces, reduces * tp_ops),
-            Traffic("moe_dispatch_combine", dispatch * moe, 2 * moe * (layout.dp > 1)),
+            Traffic("moe_dispatch_combine", dispatch * moe, 2 * moe * spread),
             Traffic("pp_send_recv", sent + gathered, (stage < pp - 1) + (stage > 0 and tp_ops)),
             Traffic("norm_collectives", sum(c.count * c.sent_per_rank for c in norms),
                     sum(c.count for c in norms)),

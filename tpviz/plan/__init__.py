@@ -69,7 +69,10 @@ def check_sizes(plans: list[ParamPlan]) -> None:
 
 def build_plan(spec: ModelSpec, rules: RuleSet | str = "vllm") -> list[ParamPlan]:
     """Every local parameter of the model, with the checkpoint tensors each one loads."""
-    plans = _plans(spec, ruleset(rules))
+    rules = ruleset(rules)
+    plans = _plans(spec, rules)
+    for plan in plans:  # the engine's own name for a parameter it builds alike (SGLang's hunyuan.py router)
+        plan.name = rules.param_name(spec.arch, plan.name)
     check_sizes(plans)
     return plans
 

@@ -68,7 +68,7 @@ def moe(spec: ModelSpec, names: Names, f: Ffn, layers, rules: RuleSet) -> list[P
         if spec.arch.score_bias_fp32:  # vLLM builds it in float32, as the checkpoint stores it
             score.element_bytes = 4
         plans.append(score)
-    if spec.arch.router_fp32:  # the router too (MiniMax-M2, ERNIE-4.5)
+    if rules.router_fp32(spec.arch):  # the router too (MiniMax-M2, ERNIE-4.5 in vLLM)
         for plan in plans:
             plan.element_bytes = 4
     if stacked and spec.quant is not None and spec.quant.scheme == "mxfp4":

@@ -151,6 +151,14 @@ class RuleSet:
         every token of the context like any layer."""
         return True
 
+    def joint_reduce(self, spec) -> bool:
+        """Whether a layer's attention and MLP outputs are summed, then all-reduced once (Falcon, Cohere)."""
+        return spec.joint_reduce
+
+    def router_fp32(self, arch) -> bool:
+        """Whether the engine builds the MoE router (and its score bias) in float32."""
+        return arch.router_fp32
+
     def own_notes(self, spec) -> list[str]:
         """The spec's notes that hold for this engine (one may name another engine's path to the model)."""
         return spec.notes

@@ -93,6 +93,8 @@ class Groups:
     params: tuple[tuple[str, str], ...] = ()  # (vLLM's parameter name, this file's) where they differ
     deepstack_first: bool = False  # qwen3_vl.py asserts the first stage holds the layers deepstack feeds
     embed_every_stage: bool = False  # embed_tokens built with no first-stage guard (minimax_m2.py)
+    reduces_apart: bool = False  # attention and MLP each all-reduce (commandr.py), where vLLM sums them first
+    router_in_model_dtype: bool = False  # the router (and its score bias) in the model dtype, vLLM's float32
     # what the file itself cannot build or run, (spec, layout) -> its refusal or None (archs/<family>.py)
     check: Callable | None = None
 
@@ -252,6 +254,14 @@ class SglangRuleSet(RuleSet):
 
     def caps_window(self, spec) -> bool:
         return bool(set(classes(spec.config)) & set(HYBRID_SWA))
+
+    def joint_reduce(self, spec) -> bool:
+        g = getattr(spec.arch, "sglang", None)
+        return spec.joint_reduce and not (g and g.reduces_apart)
+
+    def router_fp32(self, arch) -> bool:
+        g = getattr(arch, "sglang", None)
+        return arch.router_fp32 and not (g and g.router_in_model_dtype)
 
     def own_notes(self, spec) -> list[str]:
         """A model file of SGLang's own serves it: not the path vLLM takes (its Transformers backend)."""

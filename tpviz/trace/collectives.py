@@ -46,7 +46,7 @@ def collectives(m: ShardMap) -> list[Collective]:
     # every mixer's out-projection reduces
     mixers = _layers_of(m, ("o_proj", "linear_attn", "mamba1", "mamba", "conv"))
     mlps = _layers_of(m, ("down_proj", "experts"))  # a MoE layer reduces routed + shared experts once
-    joint = m.model.joint_reduce  # Falcon, Cohere: attention + MLP summed, reduced once per layer
+    joint = m.rules.joint_reduce(m.model)  # Falcon, Cohere: attention + MLP summed, reduced once per layer
     # Falcon-H1: the Mamba2 beside each layer's attention reduces its out_proj apart
     beside = sum(1 for i in mixers if m.model.layers[i].mixer.beside)
     attn, mlp = len(mixers) + beside, len(mlps - mixers if joint else mlps)
