@@ -76,3 +76,20 @@ def test_attention_dp_is_refused_where_the_file_cuts_attention_over_tp():
     with pytest.raises(LayoutError, match=r"glm4\.py cuts attention over the whole --tp"):
         deploy(load_spec(GLM4), Layout(4, attn_dp=2), "sglang")
     assert SGL.widths(Layout(4, attn_dp=2), load_spec(GLM4).arch).embed == 2
+
+
+def test_gpt_bigcode_splits_the_mlp_vllms_transformers_backend_keeps_whole():
+    """gpt_bigcode.py cuts c_fc by column and c_proj by row; vLLM 0.33's backend has no TP plan for them, so
+    it runs the MLP whole on every GPU and all-reduces attention alone."""
+    from tpviz.deploy.traffic import comm_per_token
+    spec = load_spec("bigcode/starcoderbase-1b")  # 24 layers, hidden 2048, MLP 8192
+    sgl, vllm = shard_map(spec, 2, rules="sglang"), shard_map(spec, 2)
+    split = {p.name.rsplit(".", 2)[-2] + "." + p.name.rsplit(".", 1)[-1]: (p.layer_class, p.split_dim)
+             for p in sgl.params if ".mlp." in p.name}
+    assert split == {"c_fc.weight": ("ColumnParallelLinear", 0), "c_fc.bias": ("ColumnParallelLinear", 0),
+                     "c_proj.weight": ("RowParallelLinear", 1), "c_proj.bias": ("RowParallelLinear", None)}
+    mlp = 24 * (2 * 8192 * 2048 + 8192) * 2  # both tables and c_fc's bias, bf16
+    assert vllm.ranks[0].weight_bytes - sgl.ranks[0].weight_bytes == mlp // 2
+    reduce = 24 * 2048 * 2  # one hidden state per layer (a 2-GPU ring sends it once)
+    assert comm_per_token(spec, Layout(2), "vllm")["tp_all_reduce"] == reduce
+    assert comm_per_token(spec, Layout(2), "sglang")["tp_all_reduce"] == 2 * reduce

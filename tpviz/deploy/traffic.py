@@ -74,8 +74,9 @@ def stage_traffic(spec: ModelSpec, layout: Layout, rules: RuleSet | str = "vllm"
         moe = sum(1 for i in layers if i in moe_layers)
         # a shared MLP reduced apart from its experts (Granite-4 hybrids): a second all-reduce in the layer
         reduces = moe + sum(c.count for c in shared_collectives(spec, tp, layers))
-        reduced = sum(1 for x in mine if x.ffn.kind == "dense") + sum(len(x.mixer.parts) for x in mine
-                                                                    if x.mixer.kind != "none")
+        whole = bool(rules.dense_replicated(spec.arch))  # GPTBigCode's MLP on vLLM: on every GPU, no reduce
+        reduced = sum(1 for x in mine if x.ffn.kind == "dense" and not whole) + sum(
+            len(x.mixer.parts) for x in mine if x.mixer.kind != "none")
         if rules.joint_reduce(spec):  # one all-reduce of attention + MLP in a layer that has both
             reduced -= sum(1 for x in mine if x.ffn.kind == "dense" and x.mixer.kind != "none")
         norms = norm_collectives(spec, tp, layers)

@@ -18,7 +18,7 @@ def dense(spec: ModelSpec, names: Names, f: Ffn, layers, rules: RuleSet) -> list
     p, hidden, inter = f"{names.layer}{names.mlp}", spec.hidden_size, f.size
     quantity = ("intermediate_size", inter)
     # GPTBigCode: vLLM 0.33's Transformers backend has no TP plan for it
-    if note := spec.arch.dense_replicated:
+    if note := rules.dense_replicated(spec.arch):
         return [replicated(f"{p}{n}.{s}", out, inp, layers, note=note, bias=s == "bias")
                 for n, out, inp in ((names.up, inter, hidden), (names.down, hidden, inter))
                 for s in ("weight", "bias")[:1 + spec.mlp_bias]]

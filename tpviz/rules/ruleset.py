@@ -155,6 +155,10 @@ class RuleSet:
         """Whether a layer's attention and MLP outputs are summed, then all-reduced once (Falcon, Cohere)."""
         return spec.joint_reduce
 
+    def dense_replicated(self, arch) -> str:
+        """Why the engine keeps the dense MLP whole on every GPU (no all-reduce), or ''."""
+        return arch.dense_replicated
+
     def router_fp32(self, arch) -> bool:
         """Whether the engine builds the MoE router (and its score bias) in float32."""
         return arch.router_fp32

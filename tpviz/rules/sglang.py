@@ -259,6 +259,10 @@ class SglangRuleSet(RuleSet):
         g = getattr(spec.arch, "sglang", None)
         return spec.joint_reduce and not (g and g.reduces_apart)
 
+    def dense_replicated(self, arch) -> str:
+        """SGLang's own files split the MLPs that vLLM's Transformers backend keeps whole (gpt_bigcode.py)."""
+        return "" if getattr(arch, "sglang", None) else arch.dense_replicated
+
     def router_fp32(self, arch) -> bool:
         g = getattr(arch, "sglang", None)
         return arch.router_fp32 and not (g and g.router_in_model_dtype)
