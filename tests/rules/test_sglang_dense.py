@@ -93,3 +93,26 @@ def test_gpt_bigcode_splits_the_mlp_vllms_transformers_backend_keeps_whole():
     reduce = 24 * 2048 * 2  # one hidden state per layer (a 2-GPU ring sends it once)
     assert comm_per_token(spec, Layout(2), "vllm")["tp_all_reduce"] == reduce
     assert comm_per_token(spec, Layout(2), "sglang")["tp_all_reduce"] == 2 * reduce
+
+
+def test_internlm2_regroups_wqkv_at_load_so_each_gpu_holds_its_own_heads():
+    """internlm2.py views wqkv as [8 KV groups, (4 q, k, v), 128] and loads q, k and v apart: rank 0 of 2
+    holds groups 0-3's q rows, then their k and v rows (vLLM loads the tensor as if it were [q | k | v]
+    and all-gathers the output); KV heads may be replicated (tp 16), which vLLM's split_qkv refuses."""
+    spec = load_spec("internlm/internlm2-chat-7b")  # 32 heads, 8 KV heads of 128, hidden 4096
+    m = shard_map(spec, 2, rules="sglang")
+    wqkv = m.tensor("model.layers.*.attention.wqkv.weight")
+    group, q = 6 * 128, 4 * 128
+    rank0 = sorted((p.param_start, p.start, p.stop) for p in wqkv.pieces if p.rank == 0)
+    assert rank0 == ([(g * q, g * group, g * group + q) for g in range(4)]
+                     + [(4 * q + g * 128, g * group + q, g * group + q + 128) for g in range(4)]
+                     + [(4 * q + 512 + g * 128, g * group + q + 128, (g + 1) * group) for g in range(4)])
+    assert [r.kv_heads for r in m.ranks] == [[0, 1, 2, 3], [4, 5, 6, 7]]
+    assert m.model.notes == ["SGLang's internlm2.py regroups wqkv into q, k and v as it loads it, so each "
+                             "GPU holds the rows of its own heads and the forward gathers nothing"]
+    m16 = shard_map(spec, 16, rules="sglang")
+    assert [r.kv_heads for r in m16.ranks] == [[r // 2] for r in range(16)]
+    with pytest.raises(TpvizError, match="split_qkv"):
+        shard_map(spec, 16)
+    with pytest.raises(LayoutError, match=r"Pipeline Parallel is not compatible with this model\."):
+        deploy(spec, Layout(2, pp=2), "sglang")

@@ -16,6 +16,7 @@ from dataclasses import replace
 from tpviz.archs.base import Arch
 from tpviz.archs.names import LLAMA
 from tpviz.errors import ConfigError, MissingFieldError
+from tpviz.rules.sglang import Groups
 
 INTERNLM2 = replace(LLAMA, embed="model.tok_embeddings.weight", lm_head="output.weight",
                     mixer_norms=("attention_norm",), ffn_norms=("ffn_norm",), attn="attention.",
@@ -44,7 +45,11 @@ RECORDS = [
     Arch("internlm2", "InternLM2ForCausalLM", INTERNLM2, qkv_bias=False, o_bias=False, regroups_qkv=True,
          note="InternLM2's wqkv is stored per KV group but split as if it were [q | k | v], so a GPU's rows "
               "are not its heads: vLLM 0.33 all-gathers the whole q/k/v output in every layer "
-              "(split_qkv) and cuts it again by KV group", embed_every_stage=True),
+              "(split_qkv) and cuts it again by KV group", embed_every_stage=True,
+         # internlm2.py: wqkv regrouped into q, k and v at load, so each GPU holds its own heads; no PP
+         sglang=Groups("internlm2.py", pp=False, qkv_order="per_kv_group", note=(
+             "SGLang's internlm2.py regroups wqkv into q, k and v as it loads it, so each GPU holds the rows "
+             "of its own heads and the forward gathers nothing"))),
     Arch("internvl_chat", "InternVLChatModel", tower="internvit", decoder=decoder_in("llm_config"),
          adapt=unrecorded_decoder),
     # transformers' format (OpenGVLab's *-hf releases): vLLM 0.33 builds InternS1ForConditionalGeneration

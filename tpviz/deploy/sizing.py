@@ -200,7 +200,8 @@ class Sizer:
         key = ("kv", tp)
         if key not in self._traced:
             m = trace(without_experts(self.spec), tp, self.rules)
-            per_rank = [layer_caches(self.spec, m.tensors, rank)[0] for rank in range(tp)]
+            regrouped = self.rules.regroups_qkv(self.spec.arch)
+            per_rank = [layer_caches(self.spec, m.tensors, rank, regrouped)[0] for rank in range(tp)]
             self._traced[key] = {i: max(pr[i] for pr in per_rank) for i in per_rank[0]}
         return self._traced[key]
 

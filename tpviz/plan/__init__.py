@@ -4,6 +4,8 @@ The plan walks the model's layer groups: every distinct mixer (by the dims that 
 and every distinct FFN is planned once, for the layers that share it. Everything that needs "which
 tensors does this architecture have" (the tracer, the checkpoint comparison) reads the plan.
 """
+from dataclasses import replace
+
 from tpviz.config.kinds import Ffn, Mixer
 from tpviz.plan import attention, ffn, kda, ssm
 from tpviz.plan.classic import extra_globals
@@ -80,6 +82,8 @@ def build_plan(spec: ModelSpec, rules: RuleSet | str = "vllm") -> list[ParamPlan
 def _plans(spec: ModelSpec, rules: RuleSet) -> list[ParamPlan]:
     """build_plan's plans, before their sizes are checked."""
     names = arch_names(spec)
+    if order := rules.qkv_order(spec.arch):  # the engine's file regroups a fused q/k/v its own way
+        names = replace(names, qkv_order=order)
     hidden, p, nb = spec.hidden_size, names.layer, names.norm_bias
     # OLMo-1's final norm holds no weight (Names.final_norm "")
     final = norm(names.final_norm, hidden, bias=nb) if names.final_norm else []

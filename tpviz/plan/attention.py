@@ -121,7 +121,7 @@ def attention(spec: ModelSpec, names: Names, rules: RuleSet, m: Mixer, layers) -
         plans += column(f"{p}g_proj", spec.hidden_size, m.heads, "qkv", layers, False,
                         ("num_attention_heads", m.heads), heads=m.heads,
                         q=qplan(spec, rules, f"{p}g_proj", layers))
-    if spec.arch.regroups_qkv:
+    if rules.regroups_qkv(spec.arch):
         for pl in plans:
             pl.build = no_kv_replicas(pl.build, m.kv_heads, REGROUPED)
     # per head; OLMo-2/3's span the whole q and k (replicated, fed by an all-gather under TP)

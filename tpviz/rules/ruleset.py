@@ -163,6 +163,14 @@ class RuleSet:
         """Whether the engine builds the MoE router (and its score bias) in float32."""
         return arch.router_fp32
 
+    def qkv_order(self, arch) -> str:
+        """The order a fused q/k/v is loaded in where the engine's file differs from the record's ('')."""
+        return ""
+
+    def regroups_qkv(self, arch) -> bool:
+        """Whether the forward all-gathers q/k/v and cuts it again by KV group (vLLM's InternLM2)."""
+        return arch.regroups_qkv
+
     def own_notes(self, spec) -> list[str]:
         """The spec's notes that hold for this engine (one may name another engine's path to the model)."""
         return spec.notes

@@ -94,6 +94,10 @@ class Groups:
     deepstack_first: bool = False  # qwen3_vl.py asserts the first stage holds the layers deepstack feeds
     embed_every_stage: bool = False  # embed_tokens built with no first-stage guard (minimax_m2.py)
     reduces_apart: bool = False  # attention and MLP each all-reduce (commandr.py), where vLLM sums them first
+    # a fused q/k/v regrouped at load into [q | k | v] (internlm2.py's wqkv: 'per_kv_group'), where vLLM
+    # loads it as stored and regroups its output (Arch.regroups_qkv)
+    qkv_order: str = ""
+    note: str | None = None  # what stands for the record's own note (vLLM's) under SGLang; '' drops it
     router_in_model_dtype: bool = False  # the router (and its score bias) in the model dtype, vLLM's float32
     # what the file itself cannot build or run, (spec, layout) -> its refusal or None (archs/<family>.py)
     check: Callable | None = None
@@ -267,10 +271,21 @@ class SglangRuleSet(RuleSet):
         g = getattr(arch, "sglang", None)
         return arch.router_fp32 and not (g and g.router_in_model_dtype)
 
+    def qkv_order(self, arch) -> str:
+        g = getattr(arch, "sglang", None)
+        return g.qkv_order if g else ""
+
+    def regroups_qkv(self, arch) -> bool:
+        return arch.regroups_qkv and not self.qkv_order(arch)
+
     def own_notes(self, spec) -> list[str]:
-        """A model file of SGLang's own serves it: not the path vLLM takes (its Transformers backend)."""
-        prefix = BACKEND.split("{")[0]
-        return [n for n in spec.notes if not n.startswith(prefix)]
+        """A model file of SGLang's own serves it: not the path vLLM takes (its Transformers backend), and
+        the record's note where the file says otherwise."""
+        prefix, g = BACKEND.split("{")[0], getattr(spec.arch, "sglang", None)
+        notes = [n for n in spec.notes if not n.startswith(prefix)]
+        if g and g.note is not None and spec.arch.note in notes:
+            notes = [n for n in notes if n != spec.arch.note] + ([g.note] if g.note else [])
+        return notes
 
     def tower_notes(self, spec) -> list[str]:
         if not spec.tower:

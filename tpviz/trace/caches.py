@@ -47,8 +47,8 @@ def _kv_in(k: TensorMap, rank: int, first: int, last: int, d: int) -> list[int]:
     return sorted({(row - first) // d for a, b in rows if a < b for row in range(a, b, d)})
 
 
-def layer_caches(spec: ModelSpec, tensors: list[TensorMap],
-                 rank: int) -> tuple[dict[int, tuple[int, int]], list]:
+def layer_caches(spec: ModelSpec, tensors: list[TensorMap], rank: int,
+                 regrouped: bool | None = None) -> tuple[dict[int, tuple[int, int]], list]:
     """Per attention layer on this rank: (KV bytes per token, window or 0), and the first group's KV heads."""
     b, out, heads_seen = spec.kv_bytes, {}, None
     for mixer, layers in mixer_groups(spec).items():
@@ -65,7 +65,9 @@ def layer_caches(spec: ModelSpec, tensors: list[TensorMap],
                         for i in layers})
         elif mixer.kind in ATTENTION_KINDS and not mixer.kv_shared:  # a KV-shared layer owns no cache
             q_rows = mixer.heads * mixer.head_dim
-            k_rows = (q_rows, q_rows + mixer.kv_heads * mixer.head_dim) if spec.arch.regroups_qkv else None
+            if regrouped is None:
+                regrouped = spec.arch.regroups_qkv
+            k_rows = (q_rows, q_rows + mixer.kv_heads * mixer.head_dim) if regrouped else None
             heads = kv_heads_held(tensors, layers, mixer.head_dim, rank, k_rows)
             heads_seen = heads if heads_seen is None else heads_seen
             out.update({i: (2 * len(heads) * mixer.head_dim * b,
@@ -73,10 +75,11 @@ def layer_caches(spec: ModelSpec, tensors: list[TensorMap],
     return out, heads_seen or []
 
 
-def rank_caches(spec: ModelSpec, tensors: list[TensorMap], rank: int) -> tuple[int, list[dict], list[int]]:
+def rank_caches(spec: ModelSpec, tensors: list[TensorMap], rank: int,
+                regrouped: bool | None = None) -> tuple[int, list[dict], list[int]]:
     """Per rank: KV bytes per token of unbounded layers, the windowed layers' entries, and the KV heads
-    held."""
-    per_layer, heads = layer_caches(spec, tensors, rank)
+    held (regrouped: whether the loaded k rows lie where a regrouping forward reads them, as layer_caches)."""
+    per_layer, heads = layer_caches(spec, tensors, rank, regrouped)
     per_token, windowed = 0, {}
     for i, (size, window) in per_layer.items():
         if not window:
