@@ -27,6 +27,12 @@ SGL_QWEN2_VL = Groups("qwen2_vl.py (qwen2.py's Qwen2Model)", embed="attn_tp", pp
 SGL_QWEN2_5_VL = Groups("qwen2_5_vl.py (qwen2.py's Qwen2Model)", embed="attn_tp")
 SGL_QWEN3_VL = Groups("qwen3_vl.py (qwen3.py's Qwen3Model)", "attn_tp", "attn_tp", "attn_tp",
                       deepstack_first=True)
+# qwen3_5.py: full and linear attention over attn_tp, the full layers' tables named without self_attn,
+# the embedding whole under attention DP (enable_tp=not dp), both ends on their own stages; the MoE's
+# shared expert kept apart on NVIDIA (fused with aiter alone)
+SGL_QWEN3_5 = Groups("qwen3_5.py", "attn_tp", "dp_whole", "attn_tp", params=tuple(
+    (f"model.layers.*.self_attn.{n}.weight", f"model.layers.*.{n}.weight")
+    for n in ("qkv_proj", "o_proj", "q_norm", "k_norm")))
 SGL_QWEN3_VL_MOE = Groups("qwen3_vl_moe.py (qwen3_moe.py's Qwen3MoeModel)", "attn_tp", "attn_tp", "attn_tp",
                           expert_limit="moe_tp")
 
@@ -91,7 +97,8 @@ RECORDS = [
     # Qwen3.5-MoE builds Qwen3-Next's MoE block (qwen3_5.py), shared_expert_gate included
     *(Arch(t, c, GATED_SHARED if "moe" in t else LLAMA, text_model=text, tower="qwen3_vl" if text else "",
            qk_norm="head", output_gate=True,
-           deltanet_split=True, window_flag=True, moe_tp_limit="moe" in t, embed_every_stage=True)
+           deltanet_split=True, window_flag=True, moe_tp_limit="moe" in t, embed_every_stage=True,
+           sglang=replace(SGL_QWEN3_5, expert_limit="tp") if "moe" in t else SGL_QWEN3_5)
       for t, c, text in (("qwen3_5", "Qwen3_5ForConditionalGeneration", "qwen3_5_text"),
                          ("qwen3_5_text", "Qwen3_5ForCausalLM", ""),
                          ("qwen3_5_moe", "Qwen3_5MoeForConditionalGeneration", "qwen3_5_moe_text"),

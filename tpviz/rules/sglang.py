@@ -77,8 +77,8 @@ class Groups:
     'switch' tp unless the layout's switch keeps it whole (--moe-dense-tp-size 1,
     SGLANG_SHARED_EXPERT_TP1)."""
     file: str
-    attention: str = "tp"  # q/k/v/o (MLA: q_b, kv_b, o)
-    embed: str = "tp"
+    attention: str = "tp"  # q/k/v/o (MLA: q_b, kv_b, o), and a linear-attention mixer's tables
+    embed: str = "tp"  # 'dp_whole': tp, whole on every GPU under attention DP (qwen3_5.py's enable_tp=not dp)
     lm_head: str = "tp"  # 'attn_tp': the attention group under --enable-dp-lm-head; tied: the embedding's
     dense: str = "tp"
     shared: str = "tp"
@@ -124,7 +124,8 @@ class SglangRuleSet(RuleSet):
     def widths(self, layout: Layout, arch=None) -> Widths:
         g, tp, attn = self.groups(arch), layout.tp, self.attn_tp(layout)
         dp = layout.attn_dp > 1
-        embed = "attn_tp" if g.embed == "attn_tp" and dp else "tp" if g.embed == "attn_tp" else g.embed
+        embed = ("attn_tp" if g.embed == "attn_tp" and dp else "replicated" if g.embed == "dp_whole" and dp
+                 else "tp" if g.embed in ("attn_tp", "dp_whole") else g.embed)
         head = "attn_tp" if g.lm_head == "attn_tp" and layout.dp_lm_head and dp else (
             "tp" if g.lm_head == "attn_tp" else g.lm_head)
         return Widths(group_width(g.attention, tp, attn), group_width(g.dense, tp, attn, layout.dense_tp1),

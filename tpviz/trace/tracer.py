@@ -152,7 +152,7 @@ def trace(spec: ModelSpec, tp_size: int, rules: RuleSet | str = "vllm",
             spread(t, p, width, tp_size)
         tensors += t
         params.append(p)
-    ranks, state = [], state_bytes(spec, tp_size)
+    ranks, state = [], state_bytes(spec, widths.attention)  # a GPU keeps its own sequences' state
     for rank in range(tp_size):
         by_family = {}
         for p in params:
