@@ -53,3 +53,10 @@ def test_the_moe_refuses_tp_above_its_experts_over_the_whole_tp():
     spec = load_spec({**cfg, "text_config": text})
     with pytest.raises(ValueError, match=r"Tensor parallel size 8 is greater than the number of experts 4\."):
         deploy(spec, Layout(8, ep_size=2), "sglang")
+
+
+def test_a_wrapper_of_another_file_is_refused():
+    """MiniCPM-V 4.6: minicpmv.py builds qwen3_5.py's decoder under its own names, head and forward."""
+    with pytest.raises(ValueError, match=r"^SGLang 0\.5\.23's qwen3_5\.py builds the decoder, but MiniCPMV4_6"
+                                         r"ForConditionalGeneration wraps it in a file of its own"):
+        shard_map("openbmb/MiniCPM-V-4.6", 2, rules="sglang")

@@ -6,6 +6,7 @@ expert count; windows apply only as transformers and vLLM's Qwen2Model read use_
 from dataclasses import replace
 
 from tpviz.archs.base import Arch
+from tpviz.rules.served import architecture
 from tpviz.rules.sglang import Groups
 from tpviz.archs.names import LLAMA
 
@@ -30,7 +31,19 @@ SGL_QWEN3_VL = Groups("qwen3_vl.py (qwen3.py's Qwen3Model)", "attn_tp", "attn_tp
 # qwen3_5.py: full and linear attention over attn_tp, the full layers' tables named without self_attn,
 # the embedding whole under attention DP (enable_tp=not dp), both ends on their own stages; the MoE's
 # shared expert kept apart on NVIDIA (fused with aiter alone)
-SGL_QWEN3_5 = Groups("qwen3_5.py", "attn_tp", "dp_whole", "attn_tp", params=tuple(
+QWEN3_5_CLASSES = ("Qwen3_5ForConditionalGeneration", "Qwen3_5ForCausalLM",
+                   "Qwen3_5MoeForConditionalGeneration", "Qwen3_5MoeForCausalLM")
+
+
+def sgl_qwen3_5(spec, layout) -> str | None:
+    """Another model around the decoder (MiniCPM-V 4.6's minicpmv.py) names and stages it its own way."""
+    if (cls := architecture(spec.config)) not in QWEN3_5_CLASSES:
+        return (f"builds the decoder, but {cls} wraps it in a file of its own (its names, lm_head and "
+                "stages): not modelled; choose vLLM rules")
+    return None
+
+
+SGL_QWEN3_5 = Groups("qwen3_5.py", "attn_tp", "dp_whole", "attn_tp", check=sgl_qwen3_5, params=tuple(
     (f"model.layers.*.self_attn.{n}.weight", f"model.layers.*.{n}.weight")
     for n in ("qkv_proj", "o_proj", "q_norm", "k_norm")))
 SGL_QWEN3_VL_MOE = Groups("qwen3_vl_moe.py (qwen3_moe.py's Qwen3MoeModel)", "attn_tp", "attn_tp", "attn_tp",
