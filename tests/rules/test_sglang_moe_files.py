@@ -20,7 +20,7 @@ def pieces(m):
     return {t.name: t.pieces for t in m.tensors}
 
 
-@pytest.mark.parametrize("model", [COHERE, COHERE2, ERNIE, ERNIE_MOE, GRANITE, HUNYUAN, PHI2])
+@pytest.mark.parametrize("model", [COHERE, COHERE2, ERNIE, ERNIE_MOE, GRANITE, HUNYUAN, PHI2, PHIMOE])
 def test_at_plain_tp_every_tensor_is_cut_as_vllm_cuts_it(model):
     spec = load_spec(model)
     for tp in (2, 4):
@@ -61,13 +61,20 @@ def test_hunyuans_router_is_named_as_sglang_names_it():
 
 
 def test_each_files_own_refusals():
-    ernie, phimoe = load_spec(ERNIE_MOE).config, load_spec(PHIMOE).config
+    ernie, phimoe, phi2 = load_spec(ERNIE_MOE).config, load_spec(PHIMOE).config, load_spec(PHI2).config
+    hunyuan = load_spec(HUNYUAN).config
     cases = [
-        (PHIMOE, r"phimoe\.py builds its attention without the config's sliding_window=2047"),
-        (dict(phimoe, sliding_window=4096, attention_bias=False),
-         r"phimoe\.py builds q/k/v/o biases only under attention_bias"),
-        (dict(ernie, moe_layer_interval=3), r"ernie4\.py puts the experts in layers 1, 4, \.\.\."),
-        (dict(load_spec(PHI2).config, num_key_value_heads=8), r"phi\.py builds as many KV heads"),
+        (dict(phimoe, attention_bias=False), r"phimoe\.py builds q/k/v/o biases only under attention_bias"),
+        (dict(ernie, moe_layer_interval=3),
+         r"ernie4\.py puts the experts in layers 1, 4, 7, 10, \.\.\., where vLLM puts them in 2, 5, 8, 11"),
+        (dict(ernie, use_moe=False), r"ernie4\.py puts the experts in layers 1, 2, 3, 4, \.\.\., where vLLM "
+                                     r"puts them in none"),
+        (dict(ernie, use_bias=True), r"ernie4\.py builds q/k/v/o biases and no MLP biases"),
+        (dict(phi2, num_key_value_heads=8), r"phi\.py builds as many KV heads"),
+        (dict(phi2, intermediate_size=8192), r"phi\.py sizes fc1 and fc2 by n_inner or 4 x hidden_size "
+                                             r"\(10240\), not intermediate_size=8192"),
+        (dict(hunyuan, attention_head_dim=None), r"hunyuan\.py raises 'Missing head dim config"),
+        (dict(hunyuan, attention_head_dim=64), r"calculated head_dim 128 != attention_head_dim 64"),
         (GPT2, r"gpt2\.py gives its attention all 12 KV heads while each GPU computes 6"),
         (dict(load_spec(COHERE).config, head_dim=64), r"commandr\.py takes head_dim = hidden_size"),
     ]
@@ -78,13 +85,19 @@ def test_each_files_own_refusals():
             shard_map(spec, 2, rules="sglang")
         assert "\n" not in str(e.value)
     assert shard_map(GPT2, 1, rules="sglang").ranks
+    with pytest.raises(TpvizError, match=r"num_attention_heads=12 is not divisible by tp_size=8"):
+        shard_map(GPT2, 8, rules="sglang")  # the heads assert answers before the KV views
 
 
-def test_phimoe_attention_dp_is_sglangs_own_refusal():
-    spec = load_spec(dict(load_spec(PHIMOE).config, sliding_window=4096))
-    assert pieces(shard_map(spec, 2, rules="sglang")) == pieces(shard_map(spec, 2))
+def test_phimoe_runs_without_its_window_and_refuses_attention_dp():
+    """phimoe.py builds no sliding window: every layer caches the whole context (the map says so)."""
+    spec = load_spec(PHIMOE)  # sliding_window 2047 of 4096 positions
+    sgl, vllm = shard_map(spec, 2, rules="sglang"), shard_map(spec, 2)
+    assert sgl.ranks[0].kv_cache_bytes_per_token > vllm.ranks[0].kv_cache_bytes_per_token
+    assert any("without the config's sliding_window" in n for n in sgl.model.notes)
     with pytest.raises(LayoutError, match=r"phimoe\.py shards over the attention TP group \(2 ranks\) but "
-                                          r"all-reduces over the full TP group \(4 ranks\)"):
+                                          r"all-reduces over the full TP group \(4 ranks\): use "
+                                          r"--attn-dp-size 1"):
         deploy(spec, Layout(4, attn_dp=2), "sglang")
     with pytest.raises(LayoutError, match=r"no attention-DP gather"):
         deploy(spec, Layout(4, attn_dp=4), "sglang")

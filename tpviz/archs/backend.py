@@ -63,6 +63,24 @@ def sgl_phi(spec, layout) -> str | None:
                 f"heads for {spec.num_attention_heads} would not load")
     if spec.tie_word_embeddings:
         return "builds its own lm_head whatever tie_word_embeddings says: a tied Phi is not modelled"
+    width = spec.config.get("n_inner") or 4 * spec.hidden_size
+    if width != spec.intermediate_size:
+        return (f"sizes fc1 and fc2 by n_inner or 4 x hidden_size ({width}), not intermediate_size="
+                f"{spec.intermediate_size}: this checkpoint would not load")
+    return None
+
+
+def sgl_hunyuan(spec, layout) -> str | None:
+    """SGLang's hunyuan.py get_head_dim / check_head_dim: head_dim or attention_head_dim, and agreeing."""
+    cfg = spec.config
+    head, att = cfg.get("head_dim"), cfg.get("attention_head_dim")
+    if head is None and att is None:
+        return "raises 'Missing head dim config, try set head_dim in config.json'"
+    if head is None and att != spec.hidden_size // spec.num_attention_heads:
+        return (f"raises 'HunYuan model config error: calculated head_dim "
+                f"{spec.hidden_size // spec.num_attention_heads} != attention_head_dim {att}'")
+    if head is not None and att is not None and head != att:
+        return f"raises 'HunYuan model config error: head_dim({head}) != attention_head_dim({att})'"
     return None
 
 
@@ -180,7 +198,7 @@ RECORDS = [
     # picks them), the shared MLP fused like a dense one and reduced with the experts
     Arch("hunyuan_v1_moe", "HunYuanMoEV1ForCausalLM", HUNYUAN_MOE, qk_norm="head", adapt=hunyuan_moe_fields,
          unmodelled=CLA, needs_experts=True, sglang=Groups(
-             "hunyuan.py", expert_limit="tp", pp=False,
+             "hunyuan.py", expert_limit="tp", pp=False, check=sgl_hunyuan,
              params=(("model.layers.*.mlp.gate.wg.weight", "model.layers.*.mlp.gate.weight"),)),
          note=note("HunYuanMoEV1ForCausalLM", "its config class has no tp plan, so the backend's fusers and "
                    f"FusedMoE cut it: {FUSED}; the experts one FusedMoE, the router (gate.wg) replicated")),

@@ -62,7 +62,7 @@ def sgl_tied_head(spec, layout) -> str | None:
 def sgl_gpt2(spec, layout) -> str | None:
     """SGLang's gpt2.py: its attention is told every KV head (num_kv_heads=total_num_heads) while each GPU
     computes 1/tp of them, and its logits always read wte."""
-    if layout.tp > 1:
+    if layout.tp > 1 and spec.num_attention_heads % layout.tp == 0:  # else its heads assert says so first
         return (f"gives its attention all {spec.num_attention_heads} KV heads while each GPU computes "
                 f"{spec.num_attention_heads // layout.tp}, so its KV views do not fit above tp 1: use --tp 1")
     return sgl_tied_head(spec, layout)

@@ -24,12 +24,8 @@ def ernie45_moe_fields(cfg: dict) -> dict:
                               "model's one expert group alone")
     if cfg.get("hidden_act", "silu") != "silu":
         raise ConfigError(f"hidden_act={cfg['hidden_act']!r}: vLLM 0.33's ernie45_moe.py runs silu alone")
-    n = read_int(cfg, "num_hidden_layers")
+    n, start, end, every = moe_span(cfg)
     experts = read_int(cfg, "moe_num_experts", default=0, minimum=0)
-    start = read_int(cfg, "moe_layer_start_index", default=0, minimum=0)
-    end = cfg.get("moe_layer_end_index", n - 1)
-    end = n - 1 if end in (None, -1) else read_int({"moe_layer_end_index": end}, "moe_layer_end_index")
-    every = read_int(cfg, "moe_layer_interval", default=1)
     moe = cfg.get("use_moe", experts > 0)
     bias = cfg.get("use_bias") is True
     out = {**cfg, "moe_layers": [i for i in range(n) if moe and (i + 1) % every == 0 and start <= i <= end],
@@ -42,23 +38,30 @@ def ernie45_moe_fields(cfg: dict) -> dict:
     return out
 
 
+def moe_span(cfg: dict) -> tuple[int, int, int, int]:
+    """(layers, first MoE layer, last, interval) as transformers' Ernie4_5_MoeConfig gives them to both
+    engines: start 1 and end -1 (the last layer) by default."""
+    n = read_int(cfg, "num_hidden_layers")
+    start = read_int(cfg, "moe_layer_start_index", default=1, minimum=0)
+    end = cfg.get("moe_layer_end_index", n - 1)
+    end = n - 1 if end in (None, -1) else read_int({"moe_layer_end_index": end}, "moe_layer_end_index")
+    return n, start, end, read_int(cfg, "moe_layer_interval", default=1)
+
+
 def sgl_ernie(spec, layout) -> str | None:
-    """SGLang's ernie4.py: its own MoE-layer rule (start, end, interval; use_moe unread), and use_bias's
-    o_proj bias (llama.py's attention) with no MLP biases."""
+    """SGLang's ernie4.py: experts wherever (layer - start) is a multiple of the interval, use_moe unread,
+    and use_bias's q/k/v/o biases (llama.py's attention) with no MLP biases."""
     cfg = spec.config
     if cfg.get("use_bias") is True:
-        return "builds an o_proj bias and no MLP biases for use_bias: not modelled"
-    if not spec.is_moe:
+        return "builds q/k/v/o biases and no MLP biases for use_bias: not modelled"
+    if not read_int(cfg, "moe_num_experts", default=0, minimum=0):
         return None
-    n = spec.num_hidden_layers
-    start = cfg.get("moe_layer_start_index", n)
-    end = cfg.get("moe_layer_end_index", n - 1)
-    end = n - 1 if end in (None, -1) else end
-    every = cfg.get("moe_layer_interval", 1)
+    n, start, end, every = moe_span(cfg)
     sgl = [i for i in range(n) if start <= i <= end and (i - start) % every == 0]
     if sgl != spec.moe_layers:
-        return (f"puts the experts in layers {start}, {start + every}, ... (every moe_layer_interval={every} "
-                "from moe_layer_start_index), not where vLLM puts them: not modelled")
+        shown = lambda layers: ", ".join(map(str, layers[:4])) + (", ..." if len(layers) > 4 else "")  # noqa
+        return (f"puts the experts in layers {shown(sgl) or 'none'}, where vLLM puts them in "
+                f"{shown(spec.moe_layers) or 'none'} (use_moe, moe_layer_interval): not modelled")
     return None
 
 

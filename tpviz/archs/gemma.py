@@ -113,6 +113,7 @@ _GEMMA4 = dict(names=GEMMA2, tied=True, embed_every_stage=True, qk_norm="head", 
                variant=gemma4_variant,
                names_for=lambda variant, _kv: GEMMA4_NAMES[variant], experts="fused", shared_reduce=True)
 
+
 def sgl_gemma(spec, layout) -> str | None:
     """SGLang's gemma.py builds no lm_head: its logits always read embed_tokens (gemma.py's forward)."""
     if not spec.tie_word_embeddings:

@@ -53,6 +53,7 @@ SGL_LLAMA4 = Groups("mllama4.py (llama4.py's Llama4Model)", "attn_tp", "attn_tp"
                     pp_broken=("Llama4ForCausalLM", "Llama4ForCausalLM (llama4.py) accepts pipeline stages, "
                                "but its Llama4Model builds and runs every layer on each of them"))
 
+
 def sgl_cohere(spec, layout) -> str | None:
     """SGLang's commandr.py takes head_dim = hidden_size // num_attention_heads."""
     if spec.head_dim * spec.num_attention_heads != spec.hidden_size:
@@ -62,21 +63,17 @@ def sgl_cohere(spec, layout) -> str | None:
 
 def sgl_phimoe(spec, layout) -> str | None:
     """SGLang's phimoe.py: attention over the attention group with no DP gather, q/k/v/o biases by
-    attention_bias, an lm_head tied by tie_word_embeddings, and no sliding window at all."""
+    attention_bias, an lm_head tied by tie_word_embeddings."""
     attn_tp = layout.tp // max(layout.attn_dp, 1)
     if 1 < attn_tp < layout.tp:  # dp_attention.py reject_attn_tp_shard_with_tp_reduce
         return (f"shards over the attention TP group ({attn_tp} ranks) but all-reduces over the full TP "
-                f"group ({layout.tp} ranks): use --attn-dp-size equal to --tp-size, or 1")
+                f"group ({layout.tp} ranks): use --attn-dp-size 1")
     if attn_tp == 1 < layout.tp:
         return "has no attention-DP gather for its embedding, experts and lm_head: not modelled"
     if spec.config.get("attention_bias") is not True:
         return "builds q/k/v/o biases only under attention_bias, which this config leaves off: not modelled"
     if spec.tie_word_embeddings:
         return "ties its lm_head to embed_tokens (tie_word_embeddings), which vLLM never does: not modelled"
-    window, longest = spec.config.get("sliding_window"), spec.config.get("max_position_embeddings")
-    if isinstance(window, int) and isinstance(longest, int) and window < longest:
-        return (f"builds its attention without the config's sliding_window={window}: every layer attends to "
-                "the whole context, which tpviz does not model")
     return None
 
 
@@ -95,7 +92,9 @@ RECORDS = [
     # says, and a biased lm_head that is never tied; its sparsemixer routing is not run live
     Arch("phimoe", "PhiMoEForCausalLM", replace(MIXTRAL, norm_bias=True), qkv_bias=True, o_bias=True,
          extra=("head_bias",), needs_experts=True, window="model_wide", embed_every_stage=True,
-         sglang=Groups("phimoe.py", "attn_tp", pp=False, check=sgl_phimoe)),
+         sglang=Groups("phimoe.py", "attn_tp", pp=False, check=sgl_phimoe, note=(
+             "SGLang's phimoe.py builds its attention without the config's sliding_window: every layer "
+             "attends to and caches the whole context"))),
     Arch("phi3", "Phi3ForCausalLM", PHI3, window="model_wide", live="llama", hf_partial_rotary=True,
          # transformers' 32000 may lie past the vocab
          hf_extra=(("pad_token_id", None), ("eos_token_id", None))),
@@ -112,7 +111,7 @@ RECORDS = [
     # the same model file, v2: layer_types' sliding layers windowed (one token wider), the full ones NoPE
     Arch("cohere2", "Cohere2ForCausalLM", COHERE, qkv_bias=False, o_bias=False, tied=True,
          adapt=cohere2_fields, joint_reduce=("*",), sliding_pattern=4,
-         unmodelled=COHERE_UNMODELLED, sglang=SGL_COHERE,
+         unmodelled=COHERE_UNMODELLED, sglang=replace(SGL_COHERE, note=""),  # the +1 is vLLM's
          note="vLLM 0.33 caches sliding_window + 1 tokens on Cohere2's sliding layers (they attend to "
               "[pos - sliding_window, pos])", embed_every_stage=True),
     # mllama4.py: its vision tower, pixel-shuffle adapter and projector (config/tower.py, plan/tower.py)

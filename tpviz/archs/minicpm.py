@@ -77,6 +77,7 @@ _MINICPM = dict(tied=True, qkv_bias=False, o_bias=False, embed_every_stage=True,
                 layout_problem=own_moe_block,
                 note="MiniCPM's muP scalings (scale_emb, scale_depth, dim_model_base) change no weight")
 
+
 def sgl_minicpm(spec, layout) -> str | None:
     """SGLang's minicpm.py: MiniCPMMLP in every layer (silu alone), head_dim read from the config."""
     if spec.is_moe:

@@ -9,14 +9,16 @@ from tpviz.rules.sglang import Groups
 
 OLMO2 = replace(LLAMA, mixer_norms=("post_attention_layernorm",), ffn_norms=("post_feedforward_layernorm",))
 
+
 def sgl_exaone4(spec, layout) -> str | None:
     """SGLang's exaone4.py: q/k/v/o over the attention group, heads counted over the whole tp, head_dim
     hidden_size // heads, and sliding layers read from a string pattern."""
     if layout.attn_dp > 1:
         return ("cuts q/k/v/o over the attention group but counts its heads over the whole --tp, so "
                 f"--attn-dp-size {layout.attn_dp} fails its first forward; use --attn-dp-size 1")
-    pattern = spec.config.get("sliding_window_pattern")
-    if spec.config.get("sliding_window") and pattern is not None and not isinstance(pattern, str):
+    # transformers' Exaone4Config: the int 4 unless the config says otherwise, 0 without a window
+    pattern = spec.config.get("sliding_window_pattern", 4) if spec.config.get("sliding_window") else 0
+    if pattern and not isinstance(pattern, (str, list)):
         return (f"takes len() of sliding_window_pattern, which must be a string such as 'LLLG' (this "
                 f"config's is {pattern!r})")
     if spec.head_dim * spec.num_attention_heads != spec.hidden_size:

@@ -86,10 +86,13 @@ def stage_traffic(spec: ModelSpec, layout: Layout, rules: RuleSet | str = "vllm"
         sent = 2 * hidden / tp if stage < pp - 1 else 0.0  # its slice of hidden state and residual onward
         gathered = 2 * hidden * (tp - 1) / tp if stage > 0 else 0.0  # the slice it received, to its tp peers
         tp_ops, group = tp > 1, layout.dp * tp
-        # vLLM's MoE layers span the replicas; SGLang's --dp-size replicas each hold every expert
-        spread = layout.dp > 1 and not rules.carves
-        dispatch = 0.0 if not spread else 2 * (layout.dp - 1) * hidden if all2all != "deepep" else \
-            2 * spec.num_experts_per_tok * hidden * (group - 1) / group
+        spread = layout.dp > 1 and rules.dp_moe_exchange
+        if not spread:
+            dispatch = 0.0
+        elif all2all == "deepep":
+            dispatch = 2 * spec.num_experts_per_tok * hidden * (group - 1) / group
+        else:
+            dispatch = 2 * (layout.dp - 1) * hidden
         out.append([t for t in (
             Traffic("tp_all_reduce",
                     ring(tp) * hidden * reduced + sum(c.count * c.sent_per_rank for c in inner),

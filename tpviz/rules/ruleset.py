@@ -101,6 +101,9 @@ class RuleSet:
     pp_env: str = "VLLM_PP_LAYER_PARTITION"  # the environment variable that overrides the layer partition
     placements: tuple[str, ...] = ("linear", "round_robin")
     carves: bool = False  # attention DP and expert parallelism are carved out of tp (SGLang's Layout fields)
+    # a MoE layer gathers every data-parallel replica's tokens (vLLM); SGLang's --dp-size replicas hold every
+    # expert each and exchange nothing
+    dp_moe_exchange: bool = True
     notes: dict[str, str] = field(default_factory=dict)  # messages keyed by situation
     registry: str = ""  # the vLLM release whose model registry refuses the architectures retired before it
     # the sequences one engine (a DP replica) decodes at once by default, on large GPUs and on the rest

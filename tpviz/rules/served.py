@@ -31,6 +31,11 @@ def retired_in(cls: str, version: str) -> str | None:
     return last if last and version_tuple(last) < version_tuple(version) else None
 
 
+def backend_served(cls: str) -> bool:
+    """Whether vLLM 0.33 serves cls through its Transformers backend."""
+    return registry()["models"].get(cls, ("", ""))[0] == "transformers"
+
+
 def serves(cls: str) -> bool:
     """Whether vLLM 0.33's registry builds cls at all."""
     return cls in registry()["models"]

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from tpviz.errors import LayoutError, TPSizeError
 from tpviz.rules.layout import Layout
-from tpviz.rules.served import BACKEND, architecture
+from tpviz.rules.served import architecture, backend_served
 from tpviz.rules.ruleset import Flags, RuleSet, Widths, divide
 
 PADDING = 64  # DEFAULT_VOCAB_PADDING_SIZE
@@ -97,7 +97,7 @@ class Groups:
     # a fused q/k/v regrouped at load into [q | k | v] (internlm2.py's wqkv: 'per_kv_group'), where vLLM
     # loads it as stored and regroups its output (Arch.regroups_qkv)
     qkv_order: str = ""
-    note: str | None = None  # what stands for the record's own note (vLLM's) under SGLang; '' drops it
+    note: str | None = None  # the file's own note, standing for the record's (vLLM's); '' drops that one
     router_in_model_dtype: bool = False  # the router (and its score bias) in the model dtype, vLLM's float32
     # what the file itself cannot build or run, (spec, layout) -> its refusal or None (archs/<family>.py)
     check: Callable | None = None
@@ -280,13 +280,14 @@ class SglangRuleSet(RuleSet):
         return arch.regroups_qkv and not self.qkv_order(arch)
 
     def own_notes(self, spec) -> list[str]:
-        """A model file of SGLang's own serves it: not the path vLLM takes (its Transformers backend), and
-        the record's note where the file says otherwise."""
-        prefix, g = BACKEND.split("{")[0], getattr(spec.arch, "sglang", None)
-        notes = [n for n in spec.notes if not n.startswith(prefix)]
-        if g and g.note is not None and spec.arch.note in notes:
-            notes = [n for n in notes if n != spec.arch.note] + ([g.note] if g.note else [])
-        return notes
+        """SGLang's own file serves it: the record's note on vLLM's path (its Transformers backend, or a
+        Groups.note standing for it) gives way, and the file's own note joins."""
+        g, arch = getattr(spec.arch, "sglang", None), spec.arch
+        if g is None:
+            return spec.notes
+        vllm_only = arch.note and (g.note is not None or backend_served(arch.hf_class))
+        notes = [n for n in spec.notes if not (vllm_only and n == arch.note)]
+        return notes + ([g.note] if g.note and g.note not in notes else [])
 
     def tower_notes(self, spec) -> list[str]:
         if not spec.tower:
@@ -379,6 +380,7 @@ SGLANG_0_5_23 = SglangRuleSet(
           "--ep-size"),
     fp8_merged_exempt=False, fp8_moe_refine=False, fp8_merged_at_tp1=True, model_checks=False,
     pp_env="SGLANG_PP_LAYER_PARTITION", placements=("linear",), carves=True, hybrid_pages=False,
+    dp_moe_exchange=False,
     # at most 4096 running requests per worker by default (model_executor/pool_configurator.py
     # _resolve_max_running_requests_per_worker: clamped to 2048..4096, and to half the token pool)
     max_num_seqs=(4096, 4096),

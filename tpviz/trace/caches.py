@@ -6,6 +6,7 @@ from tpviz.config.indexer import indexer_cache_bytes
 from tpviz.plan import mixer_groups, state_plans
 from tpviz.trace.shardmap import TensorMap, numel
 
+
 def kv_heads_held(tensors: list[TensorMap], layers: list[int], d: int, rank: int,
                   k_rows: tuple[int, int] | None = None) -> list[int]:
     """Which global KV heads a rank holds in one attention group, read off the loaded k rows; k_rows: where
