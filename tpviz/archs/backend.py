@@ -14,6 +14,7 @@ from dataclasses import replace
 
 from tpviz.archs.base import Arch
 from tpviz.archs.names import LLAMA
+from tpviz.archs.sgl_checks import mha_only
 from tpviz.errors import ConfigError
 from tpviz.rules.served import BACKEND
 from tpviz.rules.sglang import Groups
@@ -47,9 +48,8 @@ def note(cls: str, plan: str) -> str:
 def sgl_olmo(spec, layout) -> str | None:
     """SGLang's olmo.py builds q/k/v from num_attention_heads alone and its attention without the
     quantization config (olmo.py OlmoAttention)."""
-    if spec.num_key_value_heads != spec.num_attention_heads:
-        return (f"builds as many KV heads as query heads (it reads no num_key_value_heads), so this "
-                f"config's {spec.num_key_value_heads} KV heads for {spec.num_attention_heads} would not load")
+    if problem := mha_only(spec):
+        return problem
     if spec.quant is not None:
         return "builds its attention without the quantization config: a quantized OLMo is not modelled"
     return None
@@ -58,9 +58,8 @@ def sgl_olmo(spec, layout) -> str | None:
 def sgl_phi(spec, layout) -> str | None:
     """SGLang's phi.py: as many KV heads as query heads, and a separate biased lm_head whatever
     tie_word_embeddings says."""
-    if spec.num_key_value_heads != spec.num_attention_heads:
-        return (f"builds as many KV heads as query heads, so this config's {spec.num_key_value_heads} KV "
-                f"heads for {spec.num_attention_heads} would not load")
+    if problem := mha_only(spec):
+        return problem
     if spec.tie_word_embeddings:
         return "builds its own lm_head whatever tie_word_embeddings says: a tied Phi is not modelled"
     width = spec.config.get("n_inner") or 4 * spec.hidden_size

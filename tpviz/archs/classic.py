@@ -5,6 +5,7 @@ from dataclasses import replace
 
 from tpviz.archs.base import Arch
 from tpviz.archs.names import LLAMA, Names
+from tpviz.archs.sgl_checks import logits_from
 from tpviz.rules.sglang import Groups
 
 GPT = replace(LLAMA, embed="transformer.wte.weight", lm_head="lm_head.weight", final_norm="transformer.ln_f",
@@ -51,21 +52,13 @@ def falcon_kv(cfg: dict, heads: int, kv: int) -> int:
 _CLASSIC = dict(gated_mlp=False, ffn_ratio=4, tied=True, bias_switch=("use_bias", True))
 
 
-def sgl_tied_head(spec, layout) -> str | None:
-    """SGLang's gpt2.py and gpt_bigcode.py read the logits off wte whatever tie_word_embeddings says."""
-    if not spec.tie_word_embeddings:
-        return ("reads the logits off wte whatever tie_word_embeddings says: an untied checkpoint is not "
-                "modelled")
-    return None
-
-
 def sgl_gpt2(spec, layout) -> str | None:
     """SGLang's gpt2.py: its attention is told every KV head (num_kv_heads=total_num_heads) while each GPU
     computes 1/tp of them, and its logits always read wte."""
     if layout.tp > 1 and spec.num_attention_heads % layout.tp == 0:  # else its heads assert says so first
         return (f"gives its attention all {spec.num_attention_heads} KV heads while each GPU computes "
                 f"{spec.num_attention_heads // layout.tp}, so its KV views do not fit above tp 1: use --tp 1")
-    return sgl_tied_head(spec, layout)
+    return logits_from("wte")(spec, layout)
 
 
 RECORDS = [
@@ -77,7 +70,7 @@ RECORDS = [
     Arch("gpt_bigcode", "GPTBigCodeForCausalLM", GPT, learned_positions=True, extra=("positions",),
          dense_replicated="vLLM 0.33 serves GPTBigCode through its Transformers backend, which "
                           "does not split this MLP",
-         sglang=Groups("gpt_bigcode.py", pp=False, check=sgl_tied_head), **_CLASSIC),
+         sglang=Groups("gpt_bigcode.py", pp=False, check=logits_from("wte")), **_CLASSIC),
     Arch("gpt_neox", "GPTNeoXForCausalLM", NEOX, kv_heads=per_head_kv, **{**_CLASSIC, "tied": False}),
     Arch("bloom", "BloomForCausalLM", BLOOM, kv_heads=per_head_kv, extra=("embed_norm",), **_CLASSIC,
          embed_every_stage=True),

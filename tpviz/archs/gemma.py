@@ -27,6 +27,7 @@ from dataclasses import replace
 
 from tpviz.archs.base import Arch
 from tpviz.archs.names import LLAMA
+from tpviz.archs.sgl_checks import logits_from
 from tpviz.config.fields import read_int
 from tpviz.errors import ConfigError
 from tpviz.rules.sglang import Groups
@@ -114,17 +115,9 @@ _GEMMA4 = dict(names=GEMMA2, tied=True, embed_every_stage=True, qk_norm="head", 
                names_for=lambda variant, _kv: GEMMA4_NAMES[variant], experts="fused", shared_reduce=True)
 
 
-def sgl_gemma(spec, layout) -> str | None:
-    """SGLang's gemma.py builds no lm_head: its logits always read embed_tokens (gemma.py's forward)."""
-    if not spec.tie_word_embeddings:
-        return ("reads the logits off embed_tokens whatever tie_word_embeddings says, so this untied "
-                "checkpoint's lm_head is never loaded: not modelled")
-    return None
-
-
 RECORDS = [
     Arch("gemma", "GemmaForCausalLM", tied=True, embed_every_stage=True,
-         sglang=Groups("gemma.py", pp=False, check=sgl_gemma)),
+         sglang=Groups("gemma.py", pp=False, check=logits_from("embed_tokens"))),
     Arch("gemma2", "Gemma2ForCausalLM", GEMMA2, tied=True, sliding_pattern=2, live="gemma2",
          sglang=Groups("gemma2.py", pp=False), embed_every_stage=True),
     Arch("gemma3", "Gemma3ForConditionalGeneration", text_model="gemma3_text", tower="siglip", **_GEMMA3),

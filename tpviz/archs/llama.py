@@ -5,8 +5,9 @@ from dataclasses import replace
 
 from tpviz.archs.base import Arch
 from tpviz.archs.ernie import SGL_ERNIE
-from tpviz.rules.sglang import Groups
+from tpviz.rules.sglang import SGLANG_0_5_23, Groups
 from tpviz.archs.names import LLAMA
+from tpviz.archs.sgl_checks import derived_head_dim
 
 MIXTRAL = replace(LLAMA, mlp="block_sparse_moe.", expert_gate_up=("w1", "w3"), expert_down="w2")
 PHI3 = replace(LLAMA, qkv_fused="qkv_proj", gate_up_fused="gate_up_proj")
@@ -54,17 +55,10 @@ SGL_LLAMA4 = Groups("mllama4.py (llama4.py's Llama4Model)", "attn_tp", "attn_tp"
                                "but its Llama4Model builds and runs every layer on each of them"))
 
 
-def sgl_cohere(spec, layout) -> str | None:
-    """SGLang's commandr.py takes head_dim = hidden_size // num_attention_heads."""
-    if spec.head_dim * spec.num_attention_heads != spec.hidden_size:
-        return f"takes head_dim = hidden_size // num_attention_heads, not {spec.head_dim}: not modelled"
-    return None
-
-
 def sgl_phimoe(spec, layout) -> str | None:
     """SGLang's phimoe.py: attention over the attention group with no DP gather, q/k/v/o biases by
     attention_bias, an lm_head tied by tie_word_embeddings."""
-    attn_tp = layout.tp // max(layout.attn_dp, 1)
+    attn_tp = SGLANG_0_5_23.attn_tp(layout)
     if 1 < attn_tp < layout.tp:  # dp_attention.py reject_attn_tp_shard_with_tp_reduce
         return (f"shards over the attention TP group ({attn_tp} ranks) but all-reduces over the full TP "
                 f"group ({layout.tp} ranks): use --attn-dp-size 1")
@@ -77,7 +71,7 @@ def sgl_phimoe(spec, layout) -> str | None:
     return None
 
 
-SGL_COHERE = Groups("commandr.py", pp=False, reduces_apart=True, check=sgl_cohere)
+SGL_COHERE = Groups("commandr.py", pp=False, reduces_apart=True, check=derived_head_dim)
 
 RECORDS = [
     Arch("llama", live="llama", sglang=Groups("llama.py", lm_head="attn_tp", head_every_stage=True)),

@@ -5,6 +5,7 @@ from dataclasses import replace
 
 from tpviz.archs.base import Arch
 from tpviz.archs.names import LLAMA
+from tpviz.archs.sgl_checks import derived_head_dim
 from tpviz.rules.sglang import Groups
 
 OLMO2 = replace(LLAMA, mixer_norms=("post_attention_layernorm",), ffn_norms=("post_feedforward_layernorm",))
@@ -21,10 +22,7 @@ def sgl_exaone4(spec, layout) -> str | None:
     if pattern and not isinstance(pattern, (str, list)):
         return (f"takes len() of sliding_window_pattern, which must be a string such as 'LLLG' (this "
                 f"config's is {pattern!r})")
-    if spec.head_dim * spec.num_attention_heads != spec.hidden_size:
-        return (f"takes head_dim = hidden_size // num_attention_heads, not this config's {spec.head_dim}: "
-                "not modelled")
-    return None
+    return derived_head_dim(spec, layout)
 
 
 RECORDS = [
