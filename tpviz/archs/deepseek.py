@@ -24,7 +24,7 @@ _MLA = dict(names=DEEPSEEK, score_bias="noaux_tc", score_bias_fp32=True, live="m
 # SGLANG_SHARED_EXPERT_TP1 keep the dense MLPs and the shared experts whole
 # SGLang's one replicated latent table is fused_qkv_a_proj_with_mqa (a ReplicatedLinear)
 SGLANG = Groups("deepseek_v2.py", "attn_tp", "attn_tp", "attn_tp", "switch", "switch", expert_limit="tp",
-                params=(("fused_qkv_a_proj", "fused_qkv_a_proj_with_mqa"),))
+                fused_a="fused_qkv_a_proj_with_mqa")
 _V3 = dict(topk_method="noaux_tc", renormalize_default=True, routing="v3",
            sglang=replace(SGLANG, fuses_shared="DeepSeek-V3"), **_MLA)
 

@@ -197,16 +197,16 @@ def mla(spec: ModelSpec, names: Names, rules: RuleSet, m: Mixer, layers) -> list
     kv_note = "MLA latent: every rank computes and caches the compressed KV"
     if spec.arch.mla_as_attention:
         kv_note = "MLA latent: every rank computes it whole; the cache holds each head's K and V instead"
-    fused = rules.param_name(spec.arch, "fused_qkv_a_proj")
-    if spec.q_lora_rank and fused == "fused_qkv_a_proj" and not spec.arch.mla_as_attention:
+    own = rules.mla_fused_a(spec.arch)
+    if spec.q_lora_rank and not own and not spec.arch.mla_as_attention:
         # vLLM loads both latents into one merged table built as tp 1, kv from row q_lora_rank
-        plans += merged(f"{p}{fused}", [f"{p}q_a_proj", f"{p}kv_a_proj_with_mqa"], None, hidden,
+        plans += merged(f"{p}fused_qkv_a_proj", [f"{p}q_a_proj", f"{p}kv_a_proj_with_mqa"], None, hidden,
                         [spec.q_lora_rank, latent], "replicated", layers, None, whole=True,
                         note=kv_note + " (q_a_proj and kv_a_proj_with_mqa in one table)",
                         q=qplan(spec, rules, f"{p}q_a_proj", layers))
     else:
-        if spec.q_lora_rank and fused != "fused_qkv_a_proj":  # SGLang loads both into one ReplicatedLinear
-            kv_note += f"; loaded after q_a_proj's {spec.q_lora_rank} rows into one ReplicatedLinear, {fused}"
+        if spec.q_lora_rank and own:  # SGLang loads both into one ReplicatedLinear
+            kv_note += f"; loaded after q_a_proj's {spec.q_lora_rank} rows into one ReplicatedLinear, {own}"
         if spec.q_lora_rank:  # SGLang, or two ReplicatedLinears (MiniCPM3)
             plans += _list(replicated(f"{p}q_a_proj.weight", spec.q_lora_rank, hidden, layers,
                                       q=qplan(spec, rules, f"{p}q_a_proj", layers)))

@@ -212,6 +212,11 @@ class RuleSet:
         tp, ep = layout.tp, layout.tp * layout.dp if layout.ep else 1
         return Widths(tp, tp, 1 if layout.ep else tp * layout.dp, ep, tp, tp, tp)
 
+    def mla_fused_a(self, arch) -> str:
+        """The engine's own table for MLA's two latent projections, where it does not merge them as vLLM's
+        fused_qkv_a_proj ('')."""
+        return ""
+
     def param_name(self, arch, name: str) -> str:
         """The engine's name for a parameter the plan names as vLLM does (the same layout, its own name)."""
         return name

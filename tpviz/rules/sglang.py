@@ -90,7 +90,10 @@ class Groups:
     pp: bool = True  # False: the model's forward has no pp_proxy_tensors (model_runner.py asserts)
     # (class, why): a config of that class, which SGLang lets run under PP, would not be split by it
     pp_broken: tuple[str, str] = ()
-    params: tuple[tuple[str, str], ...] = ()  # (vLLM's parameter name, this file's) where they differ
+    params: tuple[tuple[str, str], ...] = ()  # (vLLM's full parameter name, this file's) where they differ
+    # the one ReplicatedLinear MLA's q_a_proj and kv_a_proj_with_mqa load into (deepseek_v2.py), where vLLM
+    # merges them into fused_qkv_a_proj
+    fused_a: str = ""
     deepstack_first: bool = False  # qwen3_vl.py asserts the first stage holds the layers deepstack feeds
     embed_every_stage: bool = False  # embed_tokens built with no first-stage guard (minimax_m2.py)
     reduces_apart: bool = False  # attention and MLP each all-reduce (commandr.py), where vLLM sums them first
@@ -139,6 +142,10 @@ class SglangRuleSet(RuleSet):
             raise TPSizeError(f"tpviz does not model {FILE} {what} model file (its weight groups and "
                               "checks); choose vLLM rules for it")
         return g
+
+    def mla_fused_a(self, arch) -> str:
+        g = getattr(arch, "sglang", None)
+        return g.fused_a if g else ""
 
     def param_name(self, arch, name: str) -> str:
         g = getattr(arch, "sglang", None)

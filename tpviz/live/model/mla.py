@@ -82,7 +82,7 @@ class MLAttention(nn.Module):
         self.num_heads = divide(s.num_attention_heads, tp_size, "num_attention_heads")  # whole heads per rank
         self.latent = [s.q_lora_rank, s.kv_lora_rank + s.qk_rope_head_dim]
         # vLLM's merged latent table (disable_tp: tp 1 on every rank); SGLang's concatenation computes alike
-        if s.q_lora_rank and ruleset(cfg.rules).param_name(s.arch, "fused_qkv_a_proj") == "fused_qkv_a_proj":
+        if s.q_lora_rank and not ruleset(cfg.rules).mla_fused_a(s.arch):
             self.fused_qkv_a_proj = MergedColumnParallelLinear(H, self.latent, 1, 0)
         elif s.q_lora_rank:
             self.q_a_proj = ReplicatedLinear(H, s.q_lora_rank, tp_size, tp_rank)
