@@ -11,7 +11,7 @@ from tpviz.archs import REGISTRY  # noqa: E402
 from tpviz.config.tower import DATA_MODE, HF_KINDS, TOWER_FILES  # noqa: E402
 from tpviz.config.tower_audio import SPLIT_AUDIO  # noqa: E402
 from tpviz.rules.served import registry  # noqa: E402
-from tpviz.rules.sglang import transformers_served  # noqa: E402
+from tpviz.rules.sglang_files import transformers_served  # noqa: E402
 
 
 def sglang_cell(a) -> str:

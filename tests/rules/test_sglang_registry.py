@@ -10,7 +10,7 @@ from tpviz.config.sources import presets
 from tpviz.errors import TpvizError
 from tpviz.rules import Layout, ruleset
 from tpviz.rules.served import architecture
-from tpviz.rules.sglang import native_classes, transformers_served
+from tpviz.rules.sglang_files import native_classes, transformers_served
 from tests.paths import ROOT
 
 SGL = ruleset("sglang")

@@ -16,7 +16,7 @@ from tpviz import TPSizeError, shard_map
 from tpviz.layers import QKVParallelLinear
 from tpviz.plan import DT, build_plan
 from tpviz.rules import RULES, Layout, ruleset
-from tpviz.rules.sglang import transformers_served
+from tpviz.rules.sglang_files import transformers_served
 from tpviz.trace.shardmap import ShardMap
 from tpviz.config.sources import load_spec, presets
 from tpviz.trace.probe import build_rank

@@ -17,7 +17,7 @@ from tpviz.archs.names import LLAMA
 from tpviz.archs.sgl_checks import mha_only
 from tpviz.errors import ConfigError
 from tpviz.rules.served import BACKEND
-from tpviz.rules.sglang import Groups
+from tpviz.rules.sglang_files import Groups
 
 PHI = replace(LLAMA, final_norm="model.final_layernorm", ffn_norms=(), norm_bias=True, o="dense", up="fc1",
               down="fc2")

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from tpviz.archs.names import LLAMA, Names
-from tpviz.rules.sglang import Groups
+from tpviz.rules.sglang_files import Groups
 
 
 @dataclass(frozen=True)

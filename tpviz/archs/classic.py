@@ -6,7 +6,7 @@ from dataclasses import replace
 from tpviz.archs.base import Arch
 from tpviz.archs.names import LLAMA, Names
 from tpviz.archs.sgl_checks import logits_from
-from tpviz.rules.sglang import Groups
+from tpviz.rules.sglang_files import Groups
 
 GPT = replace(LLAMA, embed="transformer.wte.weight", lm_head="lm_head.weight", final_norm="transformer.ln_f",
               layer="transformer.h.*.", mixer_norms=("ln_1",), ffn_norms=("ln_2",),

@@ -9,7 +9,7 @@ stays refused."""
 from dataclasses import replace
 
 from tpviz.archs.base import Arch
-from tpviz.rules.sglang import Groups
+from tpviz.rules.sglang_files import Groups
 from tpviz.archs.names import LLAMA
 
 DEEPSEEK = replace(LLAMA, shared="shared_experts.")

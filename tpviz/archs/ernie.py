@@ -8,7 +8,7 @@ from tpviz.archs.base import Arch
 from tpviz.archs.names import LLAMA
 from tpviz.config.fields import read_int
 from tpviz.errors import ConfigError
-from tpviz.rules.sglang import Groups
+from tpviz.rules.sglang_files import Groups
 
 ERNIE45_MOE = replace(LLAMA, shared="shared_experts.", score_bias="moe_statics.e_score_correction_bias",
                       score_bias_rows=1)

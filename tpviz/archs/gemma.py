@@ -30,7 +30,7 @@ from tpviz.archs.names import LLAMA
 from tpviz.archs.sgl_checks import logits_from
 from tpviz.config.fields import read_int
 from tpviz.errors import ConfigError
-from tpviz.rules.sglang import Groups
+from tpviz.rules.sglang_files import Groups
 
 GEMMA2 = replace(LLAMA, mixer_norms=("input_layernorm", "post_attention_layernorm"),
                  ffn_norms=("pre_feedforward_layernorm", "post_feedforward_layernorm"))

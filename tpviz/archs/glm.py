@@ -13,7 +13,7 @@ more norms a layer (after attention and after the MLP) and gate/up fused on disk
 from dataclasses import replace
 
 from tpviz.archs.base import Arch
-from tpviz.rules.sglang import Groups
+from tpviz.rules.sglang_files import Groups
 from tpviz.archs.deepseek import DEEPSEEK
 from tpviz.archs.names import LLAMA
 from tpviz.errors import ConfigError, MissingFieldError

@@ -13,7 +13,7 @@ from tpviz.archs.base import Arch
 from tpviz.archs.names import LLAMA
 from tpviz.config.fields import read_int
 from tpviz.errors import ConfigError
-from tpviz.rules.sglang import Groups
+from tpviz.rules.sglang_files import Groups
 
 GRANITEMOE = replace(LLAMA, mlp="block_sparse_moe.", router="router.layer",
                      expert_gate_up=("input_linear",), expert_down="output_linear")

@@ -16,7 +16,7 @@ from dataclasses import replace
 from tpviz.archs.base import Arch
 from tpviz.archs.names import LLAMA
 from tpviz.errors import ConfigError, MissingFieldError
-from tpviz.rules.sglang import Groups
+from tpviz.rules.sglang_files import Groups
 
 INTERNLM2 = replace(LLAMA, embed="model.tok_embeddings.weight", lm_head="output.weight",
                     mixer_norms=("attention_norm",), ffn_norms=("ffn_norm",), attn="attention.",

@@ -5,7 +5,8 @@ from dataclasses import replace
 
 from tpviz.archs.base import Arch
 from tpviz.archs.ernie import SGL_ERNIE
-from tpviz.rules.sglang import SGLANG_0_5_23, Groups
+from tpviz.rules.sglang import SGLANG_0_5_23
+from tpviz.rules.sglang_files import Groups
 from tpviz.archs.names import LLAMA
 from tpviz.archs.sgl_checks import derived_head_dim
 

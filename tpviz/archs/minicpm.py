@@ -22,7 +22,7 @@ from tpviz.archs.glm import required
 from tpviz.archs.names import LLAMA
 from tpviz.config.fields import read_int
 from tpviz.errors import ConfigError
-from tpviz.rules.sglang import Groups
+from tpviz.rules.sglang_files import Groups
 
 MINICPM_MOE = replace(LLAMA, expert_gate_up=("w1", "w3"), expert_down="w2")
 # keys other readers take for layer kinds, windows and experts that vLLM's MiniCPM never reads

@@ -4,7 +4,7 @@ over tp with them (the variances all-reduced); the router and its e_score_correc
 from dataclasses import replace
 
 from tpviz.archs.base import Arch
-from tpviz.rules.sglang import Groups
+from tpviz.rules.sglang_files import Groups
 from tpviz.archs.names import LLAMA
 from tpviz.errors import ConfigError
 

@@ -6,7 +6,7 @@ from dataclasses import replace
 from tpviz.archs.base import Arch
 from tpviz.archs.names import LLAMA
 from tpviz.archs.sgl_checks import derived_head_dim
-from tpviz.rules.sglang import Groups
+from tpviz.rules.sglang_files import Groups
 
 OLMO2 = replace(LLAMA, mixer_norms=("post_attention_layernorm",), ffn_norms=("post_feedforward_layernorm",))
 

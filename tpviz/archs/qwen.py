@@ -7,7 +7,7 @@ from dataclasses import replace
 
 from tpviz.archs.base import Arch
 from tpviz.rules.served import architecture
-from tpviz.rules.sglang import Groups
+from tpviz.rules.sglang_files import Groups
 from tpviz.archs.names import LLAMA
 
 GATED_SHARED = replace(LLAMA, shared_gate="shared_expert_gate")  # the shared expert's sigmoid gate

@@ -3,7 +3,8 @@ from tpviz.errors import TpvizError
 from tpviz.rules.engines import NANO_VLLM, VLLM_0_28, VLLM_0_33
 from tpviz.rules.layout import Layout
 from tpviz.rules.ruleset import MAX_TP, Flags, RuleSet, Widths, check_tp, divide
-from tpviz.rules.sglang import SGLANG_0_5_23, Groups
+from tpviz.rules.sglang import SGLANG_0_5_23
+from tpviz.rules.sglang_files import Groups
 
 RULE_SETS = {r.name: r for r in (VLLM_0_33, VLLM_0_28, SGLANG_0_5_23, NANO_VLLM)}
 RULES = tuple(RULE_SETS)  # the names, in the order the views list them
