@@ -61,3 +61,16 @@ def test_attention_dp_over_every_gpu_of_a_gqa_model_caches_every_kv_head_on_each
     assert errors(at) == []  # the KV heads of a whole k were read as none (a crash) before
     assert not [i for i in at.info if i.value.startswith("Replicated KV heads")]
     assert any("attn_tp=1 ≤ 4 KV heads" in shown(c.value) for c in at.caption)
+
+
+def test_the_model_files_read_this_session_draw_and_say_their_own_refusals():
+    """Qwen3.5 under attention DP (its state and mixers over the group, the embedding whole), InternLM2 at
+    tp 16 (SGLang regroups wqkv, so KV heads may be replicated), and an SGLang file's own refusal (GPT-2 above
+    tp 1) as one st.error with the view kept."""
+    at = run_app({"model": "Qwen/Qwen3.5-9B", "tp": "4", "rules": "sglang", "attn_dp": "2"})
+    assert errors(at) == [] and heading(at).endswith("· attn-DP 2")
+    at = run_app({"model": "internlm/internlm2-chat-7b", "tp": "16", "rules": "sglang"})
+    assert errors(at) == [] and "on 16 GPUs" in heading(at)
+    at = run_app({"model": "openai-community/gpt2", "tp": "2", "rules": "sglang"})
+    line, = errors(at)
+    assert line.startswith("SGLang 0.5.23's gpt2.py gives its attention all 12 KV heads") and at.exception == []
