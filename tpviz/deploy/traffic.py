@@ -63,6 +63,7 @@ def stage_traffic(spec: ModelSpec, layout: Layout, rules: RuleSet | str = "vllm"
         return carved_traffic(spec, layout, rules) if least else None
     hidden = spec.hidden_size * spec.dtype_bytes
     moe_layers, tp, pp = set(spec.moe_layers), layout.tp, layout.pp
+    whole = bool(rules.dense_replicated(spec.arch))  # GPTBigCode's MLP on vLLM: on every GPU, no reduce
     logits = rules.padded_vocab(spec.vocab_size, tp) * spec.dtype_bytes
     logits_sent = logits_collective(logits, tp, rules).sent_per_rank if tp > 1 else 0.0
     # Gemma-3n's and Gemma-4's per-layer inputs, and Gemma-3n's AltUp stream gathers, beside the embedding's
@@ -74,7 +75,6 @@ def stage_traffic(spec: ModelSpec, layout: Layout, rules: RuleSet | str = "vllm"
         moe = sum(1 for i in layers if i in moe_layers)
         # a shared MLP reduced apart from its experts (Granite-4 hybrids): a second all-reduce in the layer
         reduces = moe + sum(c.count for c in shared_collectives(spec, tp, layers))
-        whole = bool(rules.dense_replicated(spec.arch))  # GPTBigCode's MLP on vLLM: on every GPU, no reduce
         reduced = sum(1 for x in mine if x.ffn.kind == "dense" and not whole) + sum(
             len(x.mixer.parts) for x in mine if x.mixer.kind != "none")
         if rules.joint_reduce(spec):  # one all-reduce of attention + MLP in a layer that has both

@@ -16,7 +16,8 @@ from tpviz.errors import LayoutError, TPSizeError
 from tpviz.rules.layout import Layout
 from tpviz.rules.served import architecture, backend_served
 from tpviz.rules.ruleset import Flags, RuleSet, Widths, divide
-from tpviz.rules.sglang_files import HYBRID_SWA, Groups, classes, group_width, mm_off, transformers_served
+from tpviz.rules.sglang_files import (HYBRID_SWA, Groups, classes, group_width, mm_off, record,
+                                      transformers_served)
 
 PADDING = 64  # DEFAULT_VOCAB_PADDING_SIZE
 FILE = "SGLang 0.5.23's"
@@ -44,8 +45,8 @@ class SglangRuleSet(RuleSet):
     def widths(self, layout: Layout, arch=None) -> Widths:
         g, tp, attn = self.groups(arch), layout.tp, self.attn_tp(layout)
         dp = layout.attn_dp > 1
-        embed = ("attn_tp" if g.embed == "attn_tp" and dp else "replicated" if g.embed == "dp_whole" and dp
-                 else "tp" if g.embed in ("attn_tp", "dp_whole") else g.embed)
+        under_dp = {"attn_tp": "attn_tp", "dp_whole": "replicated"}  # embeddings attention DP cuts otherwise
+        embed = (under_dp[g.embed] if dp else "tp") if g.embed in under_dp else g.embed
         head = "attn_tp" if g.lm_head == "attn_tp" and layout.dp_lm_head and dp else (
             "tp" if g.lm_head == "attn_tp" else g.lm_head)
         return Widths(group_width(g.attention, tp, attn), group_width(g.dense, tp, attn, layout.dense_tp1),
@@ -53,7 +54,7 @@ class SglangRuleSet(RuleSet):
                       group_width(head, tp, attn), group_width(g.shared, tp, attn, layout.shared_tp1))
 
     def groups(self, arch) -> Groups:
-        g = getattr(arch, "sglang", None)
+        g = record(arch)
         if g is None:
             what = getattr(arch, "model_type", "") or "this model"
             raise TPSizeError(f"tpviz does not model {FILE} {what} model file (its weight groups and "
@@ -61,11 +62,11 @@ class SglangRuleSet(RuleSet):
         return g
 
     def mla_fused_a(self, arch) -> str:
-        g = getattr(arch, "sglang", None)
+        g = record(arch)
         return g.fused_a if g else ""
 
     def param_name(self, arch, name: str) -> str:
-        g = getattr(arch, "sglang", None)
+        g = record(arch)
         return dict(g.params).get(name, name) if g else name
 
     def cut_note(self, role: str, cut: int, tp: int) -> str:
@@ -163,21 +164,21 @@ class SglangRuleSet(RuleSet):
         return None
 
     def head_on_every_stage(self, arch) -> bool:
-        g = getattr(arch, "sglang", None)
+        g = record(arch)
         return bool(g and g.head_every_stage)
 
     def embed_on_every_stage(self, arch) -> bool:
         """As the model file builds embed_tokens: most read (llama.py, qwen2.py, qwen2_moe.py, mixtral.py,
         deepseek_v2.py, glm4_moe.py) on the first stage alone, minimax_m2.py on every stage; gemma2/3 support
         no pipeline parallelism."""
-        g = getattr(arch, "sglang", None)
+        g = record(arch)
         return bool(g and g.embed_every_stage)
 
     def fused(self, layout: Layout, spec) -> bool:
         """Whether the model file fuses the shared expert into the MoE: DeepSeek-V3/R1 on NVIDIA at --ep 1
         (deepseek_v2.py shared_experts_fusion_disable_reason: 256 routed experts, one shared, moe_ep_size
         1), GLM-4.5 on NVIDIA from Ampere on at --ep 1 (glm4_moe.py's)."""
-        g = getattr(spec.arch, "sglang", None)
+        g = record(spec.arch)
         return bool(g and g.fuses_shared and layout.ep_size == 1 and spec.shared_expert_intermediate_size
                     and (g.fuses_shared != "DeepSeek-V3" or spec.num_experts == 256))
 
@@ -185,19 +186,19 @@ class SglangRuleSet(RuleSet):
         return bool(set(classes(spec.config)) & set(HYBRID_SWA))
 
     def joint_reduce(self, spec) -> bool:
-        g = getattr(spec.arch, "sglang", None)
+        g = record(spec.arch)
         return spec.joint_reduce and not (g and g.reduces_apart)
 
     def dense_replicated(self, arch) -> str:
         """SGLang's own files split the MLPs that vLLM's Transformers backend keeps whole (gpt_bigcode.py)."""
-        return "" if getattr(arch, "sglang", None) else arch.dense_replicated
+        return "" if record(arch) else arch.dense_replicated
 
     def router_fp32(self, arch) -> bool:
-        g = getattr(arch, "sglang", None)
+        g = record(arch)
         return arch.router_fp32 and not (g and g.router_in_model_dtype)
 
     def qkv_order(self, arch) -> str:
-        g = getattr(arch, "sglang", None)
+        g = record(arch)
         return g.qkv_order if g else ""
 
     def regroups_qkv(self, arch) -> bool:
@@ -206,7 +207,7 @@ class SglangRuleSet(RuleSet):
     def own_notes(self, spec) -> list[str]:
         """SGLang's own file serves it: the record's note on vLLM's path (its Transformers backend, or a
         Groups.note standing for it) gives way, and the file's own note joins."""
-        g, arch = getattr(spec.arch, "sglang", None), spec.arch
+        g, arch = record(spec.arch), spec.arch
         if g is None:
             return spec.notes
         vllm_only = arch.note and (g.note is not None or backend_served(arch.hf_class))

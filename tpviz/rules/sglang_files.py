@@ -85,5 +85,10 @@ class Groups:
     check: Callable | None = None
 
 
+def record(arch) -> Groups | None:
+    """An architecture record's SGLang model file (None: tpviz has not read one for it)."""
+    return getattr(arch, "sglang", None)
+
+
 def group_width(group: str, tp: int, attn_tp: int, switched: bool = False) -> int:
     return {"tp": tp, "attn_tp": attn_tp, "replicated": 1, "switch": 1 if switched else tp}[group]

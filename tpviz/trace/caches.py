@@ -52,6 +52,7 @@ def layer_caches(spec: ModelSpec, tensors: list[TensorMap], rank: int,
                  regrouped: bool | None = None) -> tuple[dict[int, tuple[int, int]], list]:
     """Per attention layer on this rank: (KV bytes per token, window or 0), and the first group's KV heads."""
     b, out, heads_seen = spec.kv_bytes, {}, None
+    regrouped = spec.arch.regroups_qkv if regrouped is None else regrouped
     for mixer, layers in mixer_groups(spec).items():
         if mixer.kind == "mla" and spec.arch.mla_as_attention:  # MiniCPM3: its heads' K and V, V padded
             held = heads_held(tensors, layers, rank, mixer.heads)
@@ -66,8 +67,6 @@ def layer_caches(spec: ModelSpec, tensors: list[TensorMap], rank: int,
                         for i in layers})
         elif mixer.kind in ATTENTION_KINDS and not mixer.kv_shared:  # a KV-shared layer owns no cache
             q_rows = mixer.heads * mixer.head_dim
-            if regrouped is None:
-                regrouped = spec.arch.regroups_qkv
             k_rows = (q_rows, q_rows + mixer.kv_heads * mixer.head_dim) if regrouped else None
             heads = kv_heads_held(tensors, layers, mixer.head_dim, rank, k_rows)
             heads_seen = heads if heads_seen is None else heads_seen

@@ -153,6 +153,7 @@ def trace(spec: ModelSpec, tp_size: int, rules: RuleSet | str = "vllm",
         tensors += t
         params.append(p)
     ranks, state = [], state_bytes(spec, widths.attention)  # a GPU keeps its own sequences' state
+    regrouped, capped = rules.regroups_qkv(spec.arch), rules.caps_window(spec)
     for rank in range(tp_size):
         by_family = {}
         for p in params:
@@ -161,8 +162,8 @@ def trace(spec: ModelSpec, tp_size: int, rules: RuleSet | str = "vllm",
             share = widths.ep if p.family == "experts" else 1
             by_family[p.family] = (by_family.get(p.family, 0)
                                    + numel(p.local_shapes[rank]) * p.count * size // share)
-        per_token, windowed, kv_heads = rank_caches(spec, tensors, rank, rules.regroups_qkv(spec.arch))
-        if not rules.caps_window(spec):  # the engine caches every token of a sliding layer too
+        per_token, windowed, kv_heads = rank_caches(spec, tensors, rank, regrouped)
+        if not capped:  # the engine caches every token of a sliding layer too
             per_token, windowed = per_token + sum(w["bytes_per_token"] for w in windowed), []
         ranks.append(RankInfo(rank, sum(by_family.values()), by_family, per_token, kv_heads, windowed,
                               state))
